@@ -1,0 +1,306 @@
+//! The configuration receive-pack reads, resolved once per session into a [`Config`].
+//!
+//! Sources are git's: system, global, the repository's `config`, `GIT_CONFIG_COUNT`/`KEY_n`/`VALUE_n`
+//! and `GIT_CONFIG_PARAMETERS` (what `git -c k=v receive-pack` leaves in the environment), through
+//! `gix-config`. Values are parsed as git parses them (`builtin/receive-pack.c`,
+//! `receive_pack_config`).
+
+use gix_config::File;
+
+/// What to do when a push touches the checked-out branch (`receive.denyCurrentBranch`,
+/// `receive.denyDeleteCurrent`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenyAction {
+    /// Not configured: refuse, with git's long explanation.
+    Unconfigured,
+    /// `ignore` / false.
+    Ignore,
+    /// `warn`: allow with a warning.
+    Warn,
+    /// `refuse` / true.
+    Refuse,
+    /// `updateInstead`: update the worktree too.
+    UpdateInstead,
+}
+
+impl DenyAction {
+    fn parse(value: &str) -> Result<Self, Error> {
+        Ok(match value.to_ascii_lowercase().as_str() {
+            "ignore" => DenyAction::Ignore,
+            "warn" => DenyAction::Warn,
+            "refuse" => DenyAction::Refuse,
+            "updateinstead" => DenyAction::UpdateInstead,
+            other => match parse_bool(other) {
+                Some(true) => DenyAction::Refuse,
+                Some(false) => DenyAction::Ignore,
+                None => return Err(Error::BadBool(value.to_owned())),
+            },
+        })
+    }
+}
+
+/// How ref updates are logged (`core.logAllRefUpdates`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogRefUpdates {
+    /// Log nothing (the default in a bare repository).
+    Never,
+    /// Log branches, remote-tracking refs, notes and HEAD (the default in a non-bare repository).
+    Normal,
+    /// `always`: log every ref.
+    Always,
+}
+
+/// A configuration value git would die on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A boolean key had a value git does not take as a boolean.
+    #[error("bad boolean config value '{0}'")]
+    BadBool(String),
+    /// A numeric key had a value git does not take as a number.
+    #[error("bad numeric config value '{0}'")]
+    BadNumber(String),
+    /// The configuration could not be read.
+    #[error("unable to read configuration: {0}")]
+    Read(String),
+}
+
+/// Everything receive-pack consults, read once when the session starts.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `receive.denyDeletes`
+    pub deny_deletes: bool,
+    /// `receive.denyNonFastForwards`
+    pub deny_non_fast_forwards: bool,
+    /// `receive.denyCurrentBranch`
+    pub deny_current_branch: DenyAction,
+    /// `receive.denyDeleteCurrent`
+    pub deny_delete_current: DenyAction,
+    /// `transfer.hideRefs` and `receive.hideRefs`, in the order they were met.
+    pub hide_refs: Vec<String>,
+    /// `receive.advertiseAtomic`
+    pub advertise_atomic: bool,
+    /// `receive.advertisePushOptions`
+    pub advertise_push_options: bool,
+    /// `repack.useDeltaBaseOffset` (advertises `ofs-delta`)
+    pub use_delta_base_offset: bool,
+    /// `receive.maxInputSize`, 0 for no limit.
+    pub max_input_size: u64,
+    /// `receive.keepAlive` in seconds; 0 or less disables keepalives.
+    pub keep_alive: i64,
+    /// `receive.shallowUpdate`
+    pub shallow_update: bool,
+    /// `core.logAllRefUpdates`, resolved against bareness.
+    pub log_ref_updates: LogRefUpdates,
+    /// `core.bare`, if set.
+    pub bare: Option<bool>,
+    /// `berth.maxCommands`: how many commands one push may carry.
+    pub max_commands: usize,
+    /// `berth.maxRequestBytes`: how many bytes the command list and push options may take.
+    pub max_request_bytes: u64,
+    /// `berth.maxPushOptions`: how many push options one push may carry.
+    pub max_push_options: usize,
+    /// `user.name`, for the reflog identity.
+    pub user_name: Option<String>,
+    /// `user.email`, for the reflog identity.
+    pub user_email: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            deny_deletes: false,
+            deny_non_fast_forwards: false,
+            deny_current_branch: DenyAction::Unconfigured,
+            deny_delete_current: DenyAction::Unconfigured,
+            hide_refs: Vec::new(),
+            advertise_atomic: true,
+            advertise_push_options: false,
+            use_delta_base_offset: true,
+            max_input_size: 0,
+            keep_alive: 5,
+            shallow_update: false,
+            log_ref_updates: LogRefUpdates::Never,
+            bare: None,
+            max_commands: 4_000_000,
+            max_request_bytes: 1 << 30,
+            max_push_options: 10_000,
+            user_name: None,
+            user_email: None,
+        }
+    }
+}
+
+impl Config {
+    /// Read the configuration of the repository at `git_dir` with git's precedence.
+    pub fn load(git_dir: &std::path::Path) -> Result<(Self, File), Error> {
+        let mut file =
+            File::from_git_dir(git_dir.to_owned()).map_err(|e| Error::Read(e.to_string()))?;
+        if let Ok(params) = std::env::var("GIT_CONFIG_PARAMETERS") {
+            for (key, value) in parse_config_parameters(&params) {
+                let _ = file.set_raw_value(key.as_str(), value.as_deref().unwrap_or("true"));
+            }
+        }
+        Ok((Self::from_file(&file)?, file))
+    }
+
+    /// Interpret an already-loaded configuration.
+    pub fn from_file(file: &File) -> Result<Self, Error> {
+        let mut c = Config::default();
+        let s = |key: &str| file.string(key).map(|v| v.to_string());
+        let b = |key: &str, default: bool| -> Result<bool, Error> {
+            match s(key) {
+                None => Ok(default),
+                Some(v) if v.is_empty() && file.raw_value(key).is_ok() => Ok(true),
+                Some(v) => parse_bool(&v).ok_or(Error::BadBool(v)),
+            }
+        };
+        let n = |key: &str, default: i64| -> Result<i64, Error> {
+            match s(key) {
+                None => Ok(default),
+                Some(v) => parse_int(&v).ok_or(Error::BadNumber(v)),
+            }
+        };
+        c.deny_deletes = b("receive.denyDeletes", false)?;
+        c.deny_non_fast_forwards = b("receive.denyNonFastForwards", false)?;
+        if let Some(v) = s("receive.denyCurrentBranch") {
+            c.deny_current_branch = DenyAction::parse(&v)?;
+        }
+        if let Some(v) = s("receive.denyDeleteCurrent") {
+            c.deny_delete_current = DenyAction::parse(&v)?;
+        }
+        for section in file.sections() {
+            let name = section.header().name();
+            let ours = name.eq_ignore_ascii_case(b"receive") || name.eq_ignore_ascii_case(b"transfer");
+            if !ours || section.header().subsection_name().is_some() {
+                continue;
+            }
+            for value in section.values("hideRefs") {
+                let mut v = value.to_string();
+                while v.len() > 1 && v.ends_with('/') {
+                    v.pop();
+                }
+                c.hide_refs.push(v);
+            }
+        }
+        c.advertise_atomic = b("receive.advertiseAtomic", true)?;
+        c.advertise_push_options = b("receive.advertisePushOptions", false)?;
+        c.use_delta_base_offset = b("repack.useDeltaBaseOffset", true)?;
+        c.max_input_size = n("receive.maxInputSize", 0)?.max(0) as u64;
+        c.keep_alive = n("receive.keepAlive", 5)?;
+        c.shallow_update = b("receive.shallowUpdate", false)?;
+        c.bare = match s("core.bare") {
+            None => None,
+            Some(v) => Some(parse_bool(&v).ok_or(Error::BadBool(v))?),
+        };
+        let bare = c.bare.unwrap_or(false);
+        c.log_ref_updates = match s("core.logAllRefUpdates") {
+            None if bare => LogRefUpdates::Never,
+            None => LogRefUpdates::Normal,
+            Some(v) if v.eq_ignore_ascii_case("always") => LogRefUpdates::Always,
+            Some(v) => match parse_bool(&v) {
+                Some(true) => LogRefUpdates::Normal,
+                Some(false) => LogRefUpdates::Never,
+                None => return Err(Error::BadBool(v)),
+            },
+        };
+        c.max_commands = n("berth.maxCommands", c.max_commands as i64)?.max(1) as usize;
+        c.max_request_bytes = n("berth.maxRequestBytes", c.max_request_bytes as i64)?.max(1) as u64;
+        c.max_push_options = n("berth.maxPushOptions", c.max_push_options as i64)?.max(0) as usize;
+        c.user_name = s("user.name");
+        c.user_email = s("user.email");
+        Ok(c)
+    }
+}
+
+/// git's boolean syntax.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "" => Some(true),
+        "false" | "no" | "off" => Some(false),
+        other => parse_int(other).map(|n| n != 0),
+    }
+}
+
+/// git's integer syntax, with the `k`, `m`, `g` suffixes.
+pub fn parse_int(v: &str) -> Option<i64> {
+    let v = v.trim();
+    let (digits, factor) = match v.chars().last()?.to_ascii_lowercase() {
+        'k' => (&v[..v.len() - 1], 1i64 << 10),
+        'm' => (&v[..v.len() - 1], 1 << 20),
+        'g' => (&v[..v.len() - 1], 1 << 30),
+        _ => (v, 1),
+    };
+    digits.parse::<i64>().ok()?.checked_mul(factor)
+}
+
+/// Parse `GIT_CONFIG_PARAMETERS`: single-quoted `'key'='value'` (or old-style `'key=value'`)
+/// entries separated by spaces. A key without `=` has no value.
+pub fn parse_config_parameters(s: &str) -> Vec<(String, Option<String>)> {
+    fn quoted(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Option<String> {
+        // git's sq_quote: 'a'\''b' is a'b.
+        let mut out = String::new();
+        loop {
+            if chars.next_if_eq(&'\'').is_none() {
+                return if out.is_empty() { None } else { Some(out) };
+            }
+            for c in chars.by_ref() {
+                if c == '\'' {
+                    break;
+                }
+                out.push(c);
+            }
+            if chars.peek() == Some(&'\\') {
+                chars.next();
+                if let Some(c) = chars.next() {
+                    out.push(c);
+                }
+            } else {
+                return Some(out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let Some(first) = quoted(&mut chars) else { break };
+        if chars.next_if_eq(&'=').is_some() {
+            let value = quoted(&mut chars).unwrap_or_default();
+            out.push((first, Some(value)));
+        } else if let Some((k, v)) = first.split_once('=') {
+            out.push((k.to_owned(), Some(v.to_owned())));
+        } else {
+            out.push((first, None));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_parameters() {
+        assert_eq!(
+            parse_config_parameters("'receive.denydeletes'='false' 'a.b=c' 'x.y' 'q.r'='it'\\''s'"),
+            vec![
+                ("receive.denydeletes".into(), Some("false".into())),
+                ("a.b".into(), Some("c".into())),
+                ("x.y".into(), None),
+                ("q.r".into(), Some("it's".into())),
+            ]
+        );
+    }
+
+    #[test]
+    fn values() {
+        assert_eq!(parse_int("1k"), Some(1024));
+        assert_eq!(parse_bool("On"), Some(true));
+        assert_eq!(DenyAction::parse("updateInstead").unwrap(), DenyAction::UpdateInstead);
+        assert_eq!(DenyAction::parse("false").unwrap(), DenyAction::Ignore);
+        let file = File::try_from("[receive]\n\thideRefs = refs/a/\n[transfer]\n\thideRefs = !refs/a/b\n").unwrap();
+        let c = Config::from_file(&file).unwrap();
+        assert_eq!(c.hide_refs, vec!["refs/a".to_string(), "!refs/a/b".to_string()]);
+    }
+}

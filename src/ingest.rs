@@ -1,0 +1,268 @@
+//! Pack ingestion into a quarantine.
+//!
+//! The pack is indexed by `gix-pack` (parallel delta resolution, thin packs completed from the
+//! repository's objects) into `objects/tmp_objdir-incoming-XXXXXX/pack`, a directory that sees the
+//! repository's objects through `info/alternates`. Nothing in it is visible to the repository
+//! until [`Quarantine::migrate`] moves the pack into `objects/pack`; dropping an unmigrated
+//! quarantine removes it. A crash leaves a `tmp_objdir-*` directory, which `git prune` removes,
+//! as with git.
+
+use std::io::{self, BufRead, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+/// git's `receive.unpackLimit` default: below this many objects git unpacks loose objects with
+/// `unpack-objects`, otherwise keeps the pack with `index-pack`. berth always keeps the pack but
+/// names the failing step the way git would, so clients see the same status.
+pub const UNPACK_LIMIT: u32 = 100;
+
+/// Why the pack was not accepted; `Display` is the `unpack <status>` git reports.
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    /// The stream ended before 12 header bytes.
+    #[error("eof before pack header was fully read")]
+    HeaderEof,
+    /// The stream does not start with `PACK`.
+    #[error("protocol error (pack signature mismatch detected)")]
+    SignatureMismatch,
+    /// A pack version other than 2 or 3.
+    #[error("protocol error (pack version unsupported)")]
+    VersionUnsupported,
+    /// The quarantine could not be created.
+    #[error("unable to start object transaction")]
+    Quarantine(#[source] io::Error),
+    /// Indexing failed; `detail` is what the client sees on band 2 as `fatal: …`.
+    #[error("{step} abnormal exit")]
+    Failed {
+        /// `unpack-objects` or `index-pack`, as git would have run.
+        step: &'static str,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+impl UnpackError {
+    /// The line git's child process would have printed, if any.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            UnpackError::Failed { detail, .. } => Some(detail),
+            _ => None,
+        }
+    }
+}
+
+/// A quarantine directory for the objects of one push.
+#[derive(Debug)]
+pub struct Quarantine {
+    dir: PathBuf,
+    migrated: bool,
+}
+
+impl Quarantine {
+    /// Create `objects/tmp_objdir-incoming-XXXXXX` with a `pack/` directory and an
+    /// `info/alternates` naming the repository's objects.
+    pub fn create(objects_dir: &Path) -> io::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("tmp_objdir-incoming-")
+            .tempdir_in(objects_dir)?
+            .keep();
+        let q = Quarantine { dir, migrated: false };
+        std::fs::create_dir(q.pack_dir())?;
+        std::fs::create_dir(q.dir.join("info"))?;
+        let mut alt = objects_dir.as_os_str().as_encoded_bytes().to_vec();
+        alt.push(b'\n');
+        std::fs::write(q.dir.join("info/alternates"), alt)?;
+        Ok(q)
+    }
+
+    /// The quarantine's object directory (`GIT_QUARANTINE_PATH`).
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn pack_dir(&self) -> PathBuf {
+        self.dir.join("pack")
+    }
+
+    /// Move the received pack into `objects_dir/pack`, `.keep` first and `.idx` last, so that a
+    /// pack is never visible without its data and is protected from a concurrent repack until
+    /// the refs point into it. Returns the `.keep` files to delete after the ref update.
+    pub fn migrate(&mut self, objects_dir: &Path) -> io::Result<Vec<PathBuf>> {
+        let dest = objects_dir.join("pack");
+        std::fs::create_dir_all(&dest)?;
+        let mut files: Vec<PathBuf> = std::fs::read_dir(self.pack_dir())?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<io::Result<_>>()?;
+        let rank = |p: &PathBuf| match p.extension().and_then(|e| e.to_str()) {
+            Some("keep") => 0,
+            Some("pack") => 1,
+            Some("rev") => 2,
+            Some("idx") => 3,
+            _ => 4,
+        };
+        files.sort_by_key(rank);
+        let mut keeps = Vec::new();
+        for file in files {
+            let Some(name) = file.file_name() else { continue };
+            let target = dest.join(name);
+            if rank(&file) == 0 {
+                keeps.push(target.clone());
+            }
+            if target.exists() {
+                // The same pack arrived before: git keeps the existing file.
+                std::fs::remove_file(&file)?;
+                continue;
+            }
+            std::fs::rename(&file, &target)?;
+        }
+        self.migrated = true;
+        let _ = std::fs::remove_dir_all(&self.dir);
+        Ok(keeps)
+    }
+}
+
+impl Drop for Quarantine {
+    fn drop(&mut self) {
+        if !self.migrated {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// What ingestion produced.
+pub struct Received {
+    /// The index of the received pack, for "was this object in the push?"; `None` for a pack
+    /// without objects.
+    pub index: Option<gix_pack::index::File>,
+    /// The number of objects in the pack as sent.
+    pub objects: u32,
+}
+
+/// Options for [`receive_pack`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// `receive.maxInputSize`; 0 for no limit.
+    pub max_input_size: u64,
+    /// Threads for delta resolution; `None` for all cores.
+    pub thread_limit: Option<usize>,
+}
+
+/// Read a pack from `input` into `quarantine`, completing thin packs from `repo_objects`.
+pub fn receive_pack(
+    input: &mut dyn BufRead,
+    quarantine: &Quarantine,
+    repo_objects: &gix_odb::Handle,
+    options: Options,
+) -> Result<Received, UnpackError> {
+    let mut header = [0u8; 12];
+    read_full(input, &mut header).map_err(|_| UnpackError::HeaderEof)?;
+    if &header[..4] != b"PACK" {
+        return Err(UnpackError::SignatureMismatch);
+    }
+    let version = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+    if version != 2 && version != 3 {
+        return Err(UnpackError::VersionUnsupported);
+    }
+    let objects = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
+    let step = if objects < UNPACK_LIMIT { "unpack-objects" } else { "index-pack" };
+    let failed = |detail: String| UnpackError::Failed { step, detail };
+
+    let mut limited = Limited {
+        inner: input,
+        left: if options.max_input_size == 0 { u64::MAX } else { options.max_input_size.saturating_sub(12) },
+    };
+    if objects == 0 {
+        // Nothing to index: check the trailer, as unpack-objects does, and keep nothing.
+        let mut trailer = [0u8; 20];
+        read_full(&mut limited, &mut trailer).map_err(|e| failed(input_error(e)))?;
+        let mut hasher = gix_hash::hasher(gix_hash::Kind::Sha1);
+        hasher.update(&header);
+        let digest = hasher.try_finalize().map_err(|e| failed(e.to_string()))?;
+        if digest.as_bytes() != trailer {
+            return Err(failed("final sha1 did not match".into()));
+        }
+        return Ok(Received { index: None, objects });
+    }
+
+    let mut stream = io::Cursor::new(header).chain(limited);
+    let interrupt = AtomicBool::new(false);
+    let outcome = gix_pack::Bundle::write_to_directory(
+        &mut stream,
+        Some(&quarantine.pack_dir()),
+        &mut gix_features::progress::Discard,
+        &interrupt,
+        Some(repo_objects.clone()),
+        gix_hash::Kind::Sha1,
+        gix_pack::bundle::write::Options {
+            thread_limit: options.thread_limit,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| {
+        let (_, limited) = stream.get_ref();
+        if limited.left == 0 {
+            failed("pack exceeds maximum allowed size".into())
+        } else {
+            failed(pack_error(&e))
+        }
+    })?;
+    let index_path = outcome
+        .index_path
+        .ok_or_else(|| failed("pack index was not written".into()))?;
+    let index = gix_pack::index::File::at(&index_path, gix_hash::Kind::Sha1).map_err(|e| failed(e.to_string()))?;
+    Ok(Received {
+        index: Some(index),
+        objects,
+    })
+}
+
+fn pack_error(e: &gix_error::Error) -> String {
+    let text = format!("{e:#}");
+    let line = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(": ");
+    if line.is_empty() { "pack is corrupt".into() } else { line }
+}
+
+fn input_error(e: io::Error) -> String {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        "early EOF".into()
+    } else {
+        e.to_string()
+    }
+}
+
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<()> {
+    r.read_exact(buf)
+}
+
+/// A reader that fails once more than `left` bytes were asked of it (`receive.maxInputSize`).
+struct Limited<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: BufRead> Read for Limited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let available = self.fill_buf()?;
+        let n = available.len().min(buf.len());
+        buf[..n].copy_from_slice(&available[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl<R: BufRead> BufRead for Limited<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        let left = self.left;
+        let buf = self.inner.fill_buf()?;
+        if left == 0 && !buf.is_empty() {
+            return Err(io::Error::other("pack exceeds maximum allowed size"));
+        }
+        let n = buf.len().min(left.min(usize::MAX as u64) as usize);
+        Ok(&buf[..n])
+    }
+
+    fn consume(&mut self, amt: usize) {
+        self.inner.consume(amt);
+        self.left -= amt as u64;
+    }
+}

@@ -1,0 +1,425 @@
+//! The ref store: reading the repository's refs once per push, and committing a push's ref
+//! updates as one transaction on git's files backend (loose refs + `packed-refs`, git's `.lock`
+//! protocol) through `gix-ref`.
+//!
+//! A non-atomic push is one batch in which each ref may fail on its own: the batch is checked
+//! against the refs read at the start (giving git's per-ref messages), then prepared under the
+//! locks; a ref that changed in between drops out of the batch with its own error and the rest
+//! is prepared again. An atomic push fails as a whole.
+
+use std::path::Path;
+
+use gix_hash::ObjectId;
+use gix_object::bstr::{BStr, BString, ByteSlice};
+use gix_ref::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
+use gix_ref::{FullName, Target};
+
+use crate::config::LogRefUpdates;
+
+/// A snapshot of the refs under `refs/`, sorted by name, symbolic refs resolved to the object
+/// id they point to.
+#[derive(Debug, Default, Clone)]
+pub struct Refs {
+    entries: Vec<(BString, ObjectId)>,
+}
+
+impl Refs {
+    /// Build from `(name, id)` pairs in any order.
+    pub fn from_unsorted(mut entries: Vec<(BString, ObjectId)>) -> Self {
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        Refs { entries }
+    }
+
+    /// The number of refs.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no refs.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The refs in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &ObjectId)> {
+        self.entries.iter().map(|(n, o)| (n.as_slice(), o))
+    }
+
+    /// The value of `name`, if it exists.
+    pub fn get(&self, name: &[u8]) -> Option<ObjectId> {
+        self.entries
+            .binary_search_by(|(n, _)| n.as_slice().cmp(name))
+            .ok()
+            .map(|i| self.entries[i].1)
+    }
+
+    /// The name of an existing ref that is `name` + `/…`, if any.
+    pub fn first_below(&self, name: &[u8]) -> Option<&BStr> {
+        let mut prefix = name.to_vec();
+        prefix.push(b'/');
+        let i = self.entries.partition_point(|(n, _)| n.as_slice() < prefix.as_slice());
+        self.entries
+            .get(i)
+            .filter(|(n, _)| n.starts_with(&prefix))
+            .map(|(n, _)| n.as_bstr())
+    }
+}
+
+/// One ref update of a push, ready to commit.
+#[derive(Debug, Clone)]
+pub struct RefUpdate {
+    /// The full ref name.
+    pub name: BString,
+    /// The expected current value; zero means the ref must not exist.
+    pub old: ObjectId,
+    /// The new value; zero deletes the ref.
+    pub new: ObjectId,
+    /// Do not compare the old value (git's deletion of a corrupt ref).
+    pub skip_old_check: bool,
+}
+
+/// Why one ref update failed. [`RefError::reason`] is the `ng` reason git reports,
+/// `Display` the `error: …` line it prints first.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RefError {
+    /// The ref's value is not the expected old value.
+    #[error("cannot lock ref '{name}': is at {actual} but expected {expected}")]
+    IncorrectOldValue {
+        /// The ref.
+        name: BString,
+        /// Its value.
+        actual: ObjectId,
+        /// The value the client expected.
+        expected: ObjectId,
+    },
+    /// A create of a ref that exists.
+    #[error("cannot lock ref '{name}': reference already exists")]
+    AlreadyExists {
+        /// The ref.
+        name: BString,
+    },
+    /// An update or delete (with an old value) of a ref that does not exist.
+    #[error("cannot lock ref '{name}': unable to resolve reference '{name}'")]
+    DoesNotExist {
+        /// The ref.
+        name: BString,
+    },
+    /// A directory/file conflict with an existing ref.
+    #[error("cannot lock ref '{name}': '{existing}' exists; cannot create '{name}'")]
+    NameConflict {
+        /// The ref.
+        name: BString,
+        /// The ref in the way.
+        existing: BString,
+    },
+    /// Two refs of the same push conflict with each other.
+    #[error("cannot lock ref '{name}': cannot process '{other}' and '{name}' at the same time")]
+    ConflictInPush {
+        /// The ref.
+        name: BString,
+        /// The other ref.
+        other: BString,
+    },
+    /// A non-commit object written to a branch.
+    #[error("trying to write non-commit object {new} to branch '{name}'")]
+    NonCommitToBranch {
+        /// The ref.
+        name: BString,
+        /// The object.
+        new: ObjectId,
+    },
+    /// The store failed in another way.
+    #[error("{message}")]
+    Other {
+        /// A one-line description.
+        message: String,
+    },
+}
+
+impl RefError {
+    /// The reason for `ng <ref> <reason>`, git's `ref_transaction_error_msg`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RefError::IncorrectOldValue { .. } => "incorrect old value provided",
+            RefError::AlreadyExists { .. } => "reference already exists",
+            RefError::DoesNotExist { .. } => "reference does not exist",
+            RefError::NameConflict { .. } | RefError::ConflictInPush { .. } => "refname conflict",
+            RefError::NonCommitToBranch { .. } => "invalid new value provided",
+            RefError::Other { .. } => "failed to update ref",
+        }
+    }
+}
+
+/// Why a whole transaction failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransactionError {
+    /// A ref of an atomic transaction failed.
+    #[error(transparent)]
+    Ref(#[from] RefError),
+    /// The store failed as a whole.
+    #[error("{0}")]
+    Store(String),
+}
+
+/// git's files backend, through `gix-ref`.
+pub struct FilesStore {
+    store: gix_ref::file::Store,
+}
+
+/// From this many new or updated refs in one batch on, they are written to `packed-refs` in one
+/// rewrite instead of one loose file each.
+pub const PACKED_BATCH_THRESHOLD: usize = 100;
+
+impl FilesStore {
+    /// Open the store of the repository at `git_dir`.
+    pub fn open(git_dir: &Path, log: LogRefUpdates) -> Self {
+        let write_reflog = match log {
+            LogRefUpdates::Never => gix_ref::store::WriteReflog::Disable,
+            LogRefUpdates::Normal => gix_ref::store::WriteReflog::Normal,
+            LogRefUpdates::Always => gix_ref::store::WriteReflog::Always,
+        };
+        let store = gix_ref::file::Store::at_opts(
+            git_dir.to_owned(),
+            gix_hash::Kind::Sha1,
+            gix_ref::store::init::Options {
+                write_reflog,
+                ..Default::default()
+            },
+        );
+        FilesStore { store }
+    }
+
+    /// Read every ref under `refs/`; symbolic refs resolve to their target's value, broken ones
+    /// are left out.
+    pub fn snapshot(&self) -> Result<Refs, String> {
+        let platform = self.store.iter().map_err(|e| e.to_string())?;
+        let mut entries = Vec::new();
+        for r in platform.all().map_err(|e| e.to_string())? {
+            let Ok(r) = r else { continue };
+            if !r.name.as_bstr().starts_with(b"refs/") {
+                continue;
+            }
+            match r.target {
+                Target::Object(oid) => entries.push((r.name.as_bstr().to_owned(), oid)),
+                Target::Symbolic(_) => {
+                    if let Some(oid) = self.resolve(r.name.as_bstr()) {
+                        entries.push((r.name.as_bstr().to_owned(), oid));
+                    }
+                }
+            }
+        }
+        Ok(Refs::from_unsorted(entries))
+    }
+
+    fn resolve(&self, name: &BStr) -> Option<ObjectId> {
+        let mut name: BString = name.to_owned();
+        for _ in 0..5 {
+            let r = self.store.try_find(name.as_bstr()).ok()??;
+            match r.target {
+                Target::Object(oid) => return Some(oid),
+                Target::Symbolic(next) => name = next.as_bstr().to_owned(),
+            }
+        }
+        None
+    }
+
+    /// Commit `updates` as one transaction. With `atomic`, any failure fails all and nothing is
+    /// written; otherwise the result has one entry per update, and only failed refs are left
+    /// unchanged. `current` is the snapshot taken at the start of the push.
+    pub fn commit(
+        &self,
+        updates: &[RefUpdate],
+        current: &Refs,
+        atomic: bool,
+        committer: &gix_actor::Signature,
+        objects: &gix_odb::Handle,
+    ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
+        let mut results: Vec<Result<(), RefError>> = updates.iter().map(|u| precheck(u, current)).collect();
+        if atomic {
+            if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
+                return Err(e.clone().into());
+            }
+        }
+        let mut time_buf = gix_date::parse::TimeBuf::default();
+        let committer = committer.to_ref(&mut time_buf);
+        loop {
+            let live: Vec<usize> = (0..updates.len()).filter(|&i| results[i].is_ok()).collect();
+            if live.is_empty() {
+                return Ok(results);
+            }
+            let mut edits = Vec::with_capacity(live.len());
+            for &i in &live {
+                match edit(&updates[i]) {
+                    Ok(e) => edits.push(e),
+                    Err(e) if atomic => return Err(e.into()),
+                    Err(e) => results[i] = Err(e),
+                }
+            }
+            if edits.len() != live.len() {
+                continue;
+            }
+            let updated = live.iter().filter(|&&i| !updates[i].new.is_null()).count();
+            let packed = if updated >= PACKED_BATCH_THRESHOLD {
+                gix_ref::file::transaction::PackedRefs::DeletionsAndNonSymbolicUpdatesRemoveLooseSourceReference(
+                    Box::new(objects.clone()),
+                )
+            } else {
+                gix_ref::file::transaction::PackedRefs::DeletionsOnly
+            };
+            let lock_wait = gix_lock::acquire::Fail::AfterDurationWithBackoff(std::time::Duration::from_millis(100));
+            let prepared = self.store.transaction().packed_refs(packed).prepare(
+                edits,
+                lock_wait,
+                gix_lock::acquire::Fail::AfterDurationWithBackoff(std::time::Duration::from_secs(1)),
+            );
+            match prepared {
+                Ok(tx) => {
+                    return match tx.commit(committer) {
+                        Ok(_) => Ok(results),
+                        Err(e) => Err(TransactionError::Store(one_line(&e.to_string()))),
+                    };
+                }
+                Err(e) => {
+                    let failed = classify(&e, updates, &live);
+                    match failed {
+                        Some((i, err)) if !atomic => results[i] = Err(err),
+                        Some((_, err)) => return Err(err.into()),
+                        None => return Err(TransactionError::Store(one_line(&format!("{e:#}")))),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Check one update against the snapshot, with git's messages.
+fn precheck(u: &RefUpdate, current: &Refs) -> Result<(), RefError> {
+    let actual = current.get(&u.name);
+    if u.skip_old_check {
+        return Ok(());
+    }
+    match (actual, u.old.is_null()) {
+        (Some(_), true) => return Err(RefError::AlreadyExists { name: u.name.clone() }),
+        (None, false) => return Err(RefError::DoesNotExist { name: u.name.clone() }),
+        (Some(actual), false) if actual != u.old => {
+            return Err(RefError::IncorrectOldValue {
+                name: u.name.clone(),
+                actual,
+                expected: u.old,
+            });
+        }
+        _ => {}
+    }
+    if u.new.is_null() || actual.is_some() {
+        return Ok(());
+    }
+    // A new ref must not collide with an existing one as a file and a directory.
+    let slashes = u.name.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(i, _)| i);
+    for i in slashes.skip(1) {
+        let prefix = &u.name[..i];
+        if current.get(prefix).is_some() {
+            return Err(RefError::NameConflict {
+                name: u.name.clone(),
+                existing: prefix.into(),
+            });
+        }
+    }
+    if let Some(below) = current.first_below(&u.name) {
+        return Err(RefError::NameConflict {
+            name: u.name.clone(),
+            existing: below.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+fn edit(u: &RefUpdate) -> Result<RefEdit, RefError> {
+    let name = FullName::try_from(u.name.as_bstr()).map_err(|e| RefError::Other {
+        message: one_line(&e.to_string()),
+    })?;
+    let expected = if u.skip_old_check {
+        PreviousValue::Any
+    } else if u.old.is_null() {
+        PreviousValue::MustNotExist
+    } else {
+        PreviousValue::MustExistAndMatch(Target::Object(u.old))
+    };
+    let change = if u.new.is_null() {
+        Change::Delete {
+            expected,
+            log: RefLog::AndReference,
+        }
+    } else {
+        Change::Update {
+            log: LogChange {
+                mode: RefLog::AndReference,
+                force_create_reflog: false,
+                message: "push".into(),
+            },
+            expected,
+            new: Target::Object(u.new),
+        }
+    };
+    Ok(RefEdit {
+        change,
+        name,
+        deref: false,
+    })
+}
+
+/// Which of the `live` updates a failed `prepare` is about, and the error to report for it.
+fn classify(e: &gix_error::Error, updates: &[RefUpdate], live: &[usize]) -> Option<(usize, RefError)> {
+    use gix_ref::file::transaction::prepare::{MustNotExist, ReferenceOutOfDate};
+    let find = |name: &[u8]| live.iter().copied().find(|&i| updates[i].name.as_slice() == name);
+    if let Some(ood) = e.downcast_any_ref::<ReferenceOutOfDate>() {
+        let i = find(&ood.full_name)?;
+        let err = match &ood.actual {
+            Target::Object(actual) if !actual.is_null() => RefError::IncorrectOldValue {
+                name: updates[i].name.clone(),
+                actual: *actual,
+                expected: updates[i].old,
+            },
+            _ => RefError::DoesNotExist {
+                name: updates[i].name.clone(),
+            },
+        };
+        return Some((i, err));
+    }
+    if let Some(mne) = e.downcast_any_ref::<MustNotExist>() {
+        let i = find(&mne.full_name)?;
+        return Some((i, RefError::AlreadyExists { name: updates[i].name.clone() }));
+    }
+    for meta in e.metadata() {
+        for (key, value) in meta.iter() {
+            if key.as_ref() as &str == "reference" {
+                let name = value.to_string();
+                if let Some(i) = find(name.as_bytes()) {
+                    return Some((
+                        i,
+                        RefError::Other {
+                            message: format!("cannot lock ref '{name}': {}", one_line(&e.to_string())),
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    None
+}
+
+fn one_line(s: &str) -> String {
+    s.lines().next().unwrap_or_default().to_owned()
+}
+
+/// The tips of the repository whose objects directory is `objects_dir`, for `.have` lines:
+/// every ref's value, as `git for-each-ref --format=%(objectname)` in that repository gives.
+pub fn alternate_tips(objects_dir: &Path) -> Vec<ObjectId> {
+    let Some(repo) = objects_dir.parent() else { return Vec::new() };
+    if !repo.join("refs").is_dir() {
+        return Vec::new();
+    }
+    FilesStore::open(repo, LogRefUpdates::Never)
+        .snapshot()
+        .map(|refs| refs.iter().map(|(_, oid)| *oid).collect())
+        .unwrap_or_default()
+}

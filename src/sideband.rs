@@ -1,0 +1,146 @@
+//! The session's one sideband muxer: every byte the client sees after the advertisement goes
+//! through a [`Sideband`], in program order.
+//!
+//! With `side-band-64k` negotiated, band 1 carries the report, band 2 progress and messages
+//! (`remote: …` on the client), and `0005\1` is a keepalive. Without it, the report is written
+//! as plain pkt-lines and what would be band 2 goes to the server's stderr, as git does.
+//! `gix-packetline` encodes single band packets; the chunking and the no-sideband fallback are
+//! ours.
+
+use std::io::{self, Write};
+
+/// The largest data payload of one `side-band-64k` packet that git sends (65520 - 4 - 1).
+pub const BAND_64K_DATA_MAX: usize = 65515;
+/// git truncates `error: …` / `warning: …` lines (prefix and LF included) to this many bytes.
+pub const MESSAGE_MAX: usize = 4096;
+
+/// Whether the client asked for the sideband.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Plain pkt-lines on the output, messages on stderr.
+    None,
+    /// `side-band-64k`: bands 1, 2 (and keepalives).
+    Band64k,
+}
+
+/// The muxer. `W` is the client-facing output, `E` the server's stderr.
+pub struct Sideband<W: Write, E: Write> {
+    out: W,
+    err: E,
+    mode: Mode,
+}
+
+impl<W: Write, E: Write> Sideband<W, E> {
+    /// A muxer writing to `out`, with messages going to `err` when there is no sideband.
+    pub fn new(out: W, err: E, mode: Mode) -> Self {
+        Sideband { out, err, mode }
+    }
+
+    /// The negotiated mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Band 1: the primary data (the report). Without sideband the bytes are written as they are.
+    pub fn data(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.band(1, bytes)
+    }
+
+    /// Band 2: progress and hook output; on stderr without sideband.
+    pub fn progress(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.band(2, bytes)?;
+        self.flush()
+    }
+
+    /// An `error: <msg>` line, as git's `rp_error`.
+    pub fn error(&mut self, msg: impl std::fmt::Display) -> io::Result<()> {
+        self.message("error", msg)
+    }
+
+    /// A `warning: <msg>` line, as git's `rp_warning`.
+    pub fn warning(&mut self, msg: impl std::fmt::Display) -> io::Result<()> {
+        self.message("warning", msg)
+    }
+
+    fn message(&mut self, prefix: &str, msg: impl std::fmt::Display) -> io::Result<()> {
+        let mut line = format!("{prefix}: {msg}").into_bytes();
+        line.truncate(MESSAGE_MAX - 1);
+        line.push(b'\n');
+        self.progress(&line)
+    }
+
+    /// The keepalive packet `0005\1`; nothing without sideband.
+    pub fn keepalive(&mut self) -> io::Result<()> {
+        if self.mode == Mode::Band64k {
+            self.out.write_all(b"0005\x01")?;
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+
+    /// End the conversation: the final flush packet git sends after everything when the
+    /// sideband is in use.
+    pub fn finish(&mut self) -> io::Result<()> {
+        if self.mode == Mode::Band64k {
+            self.out.write_all(b"0000")?;
+        }
+        self.flush()
+    }
+
+    /// Flush both outputs.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()?;
+        self.err.flush()
+    }
+
+    fn band(&mut self, band: u8, bytes: &[u8]) -> io::Result<()> {
+        match self.mode {
+            Mode::None if band == 1 => self.out.write_all(bytes),
+            Mode::None => self.err.write_all(bytes),
+            Mode::Band64k => {
+                for chunk in bytes.chunks(BAND_64K_DATA_MAX) {
+                    write!(self.out, "{:04x}", chunk.len() + 5)?;
+                    self.out.write_all(&[band])?;
+                    self.out.write_all(chunk)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands_and_chunks() {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let mut sb = Sideband::new(&mut out, &mut err, Mode::Band64k);
+        sb.error("hook declined to update refs/heads/bad").unwrap();
+        sb.data(&vec![b'x'; BAND_64K_DATA_MAX + 1]).unwrap();
+        sb.keepalive().unwrap();
+        sb.finish().unwrap();
+        let expected_msg = b"0033\x02error: hook declined to update refs/heads/bad\n";
+        assert_eq!(&out[..expected_msg.len()], expected_msg);
+        let rest = &out[expected_msg.len()..];
+        assert_eq!(&rest[..5], b"fff0\x01");
+        let rest = &rest[5 + BAND_64K_DATA_MAX..];
+        assert_eq!(rest, b"0006\x01x0005\x010000");
+        assert!(err.is_empty());
+    }
+
+    #[test]
+    fn without_sideband_messages_go_to_stderr() {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let mut sb = Sideband::new(&mut out, &mut err, Mode::None);
+        sb.warning("deleting a non-existent ref").unwrap();
+        sb.data(b"000eunpack ok\n0000").unwrap();
+        sb.keepalive().unwrap();
+        sb.finish().unwrap();
+        assert_eq!(out, b"000eunpack ok\n0000");
+        assert_eq!(err, b"warning: deleting a non-existent ref\n");
+    }
+}
