@@ -1,0 +1,208 @@
+//! Test harness: isolated git environments, pushes with the real `git` client against either
+//! `git receive-pack` or berth, and observations of what the client saw and the server holds.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// Which receive-pack the client talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Receiver {
+    /// The machine's `git receive-pack`.
+    Git,
+    /// berth.
+    Berth,
+}
+
+impl Receiver {
+    /// The `--receive-pack=` value.
+    pub fn command(self) -> String {
+        match self {
+            Receiver::Git => "git-receive-pack".into(),
+            Receiver::Berth => format!("'{}' receive-pack", berth().display()),
+        }
+    }
+}
+
+/// The berth binary under test.
+pub fn berth() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_berth"))
+}
+
+/// A scratch world: a temp dir with a home of its own, so no user or system config leaks in.
+pub struct World {
+    dir: tempfile::TempDir,
+    tick: std::cell::Cell<u64>,
+}
+
+impl World {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new().prefix("berth-test-").tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("home")).unwrap();
+        std::fs::write(dir.path().join("home/.gitconfig"), "").unwrap();
+        World { dir, tick: std::cell::Cell::new(0) }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// A `git` command in `cwd` (relative to the world) with a fixed identity and clock.
+    pub fn git_cmd(&self, cwd: &str) -> Command {
+        let mut c = Command::new("git");
+        let t = self.tick.get() + 1;
+        self.tick.set(t);
+        let date = format!("{} +0000", 1_700_000_000 + t * 60);
+        c.current_dir(self.path(cwd))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.path("home"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", self.path("home/.gitconfig"))
+            .env("GIT_AUTHOR_NAME", "A U Thor")
+            .env("GIT_AUTHOR_EMAIL", "author@example.com")
+            .env("GIT_COMMITTER_NAME", "C O Mitter")
+            .env("GIT_COMMITTER_EMAIL", "committer@example.com")
+            .env("GIT_AUTHOR_DATE", &date)
+            .env("GIT_COMMITTER_DATE", &date)
+            .env("LANG", "C")
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Run git, panicking with its output if it fails.
+    pub fn git(&self, cwd: &str, args: &[&str]) -> String {
+        let out = self.git_cmd(cwd).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?} in {cwd} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Run git and return its output whatever the status.
+    pub fn git_out(&self, cwd: &str, args: &[&str]) -> Output {
+        self.git_cmd(cwd).args(args).output().unwrap()
+    }
+
+    /// `git init --bare <name>` in the world, and return its name.
+    pub fn bare(&self, name: &str) -> String {
+        self.git(".", &["init", "-q", "--bare", "-b", "main", name]);
+        name.to_owned()
+    }
+
+    /// A work repository `name` with `main` checked out.
+    pub fn work(&self, name: &str) -> String {
+        self.git(".", &["init", "-q", "-b", "main", name]);
+        name.to_owned()
+    }
+
+    /// Commit a file with `content` in `repo` and return the commit id.
+    pub fn commit(&self, repo: &str, file: &str, content: &str) -> String {
+        let p = self.path(repo).join(file);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(p, content).unwrap();
+        self.git(repo, &["add", "-A"]);
+        self.git(repo, &["commit", "-q", "-m", &format!("{file}: {content}")]);
+        self.git(repo, &["rev-parse", "HEAD"]).trim().to_owned()
+    }
+
+    /// `git push --porcelain` from `repo` to `remote` through `receiver`.
+    pub fn push(&self, repo: &str, receiver: Receiver, remote: &str, args: &[&str]) -> Push {
+        let url = self.path(remote);
+        let rp = format!("--receive-pack={}", receiver.command());
+        let mut all = vec!["push", "--porcelain", rp.as_str(), url.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let out = self.git_out(repo, &all);
+        Push::from_output(&out, self.root())
+    }
+
+    /// `git for-each-ref` in `repo`: `<oid> <type> <name>` lines.
+    pub fn refs(&self, repo: &str) -> String {
+        self.git(repo, &["for-each-ref", "--format=%(objectname) %(objecttype) %(refname)"])
+    }
+
+    /// Assert `git fsck --strict` is clean and no quarantine or lock file is left behind.
+    pub fn assert_clean(&self, repo: &str) {
+        let out = self.git_out(repo, &["fsck", "--strict", "--no-dangling"]);
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "fsck of {repo}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let leftovers = leftovers(&self.path(repo));
+        assert!(leftovers.is_empty(), "left behind in {repo}: {leftovers:?}");
+    }
+}
+
+/// Quarantine directories, lock files and keep files under a repository.
+pub fn leftovers(repo: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![repo.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("tmp_objdir") || name.ends_with(".lock") || name.ends_with(".keep") || name.starts_with("incoming-") {
+                found.push(p.clone());
+            }
+            if p.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    found
+}
+
+/// What the client saw of one push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Push {
+    pub success: bool,
+    /// `--porcelain` lines (the per-ref verdicts), with the world's path replaced by `$ROOT`.
+    pub stdout: String,
+    /// stderr, same replacement, without client-side progress lines.
+    pub stderr: String,
+}
+
+impl Push {
+    fn from_output(out: &Output, root: &Path) -> Self {
+        let root = root.to_str().unwrap();
+        let clean = |b: &[u8]| String::from_utf8_lossy(b).replace(root, "$ROOT");
+        let stderr = clean(&out.stderr)
+            .split(['\n', '\r'])
+            .map(str::trim_end)
+            .filter(|l| !l.is_empty() && !is_client_progress(l))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        Push {
+            success: out.status.success(),
+            stdout: clean(&out.stdout),
+            stderr,
+        }
+    }
+
+    /// The remote's `remote: …` lines.
+    pub fn remote_lines(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|l| l.starts_with("remote:")).collect()
+    }
+}
+
+fn is_client_progress(l: &str) -> bool {
+    [
+        "Enumerating objects", "Counting objects", "Delta compression", "Compressing objects", "Writing objects",
+        "Total ", "remote: Resolving deltas", "remote: Checking connectivity",
+    ]
+    .iter()
+    .any(|p| l.starts_with(p))
+}

@@ -1,0 +1,269 @@
+//! End-to-end pushes with the real git client, each run twice: once against `git receive-pack`
+//! and once against berth, on identical repositories. The client-visible result and the
+//! resulting refs must be the same, and the berth side is checked with `git fsck --strict`.
+
+mod common;
+use common::{Push, Receiver, World};
+
+/// What one scenario produced: every push as the client saw it, and the server's refs.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    pushes: Vec<Push>,
+    refs: String,
+}
+
+/// Run `scenario` against git and berth and insist on identical outcomes; return berth's.
+fn differential(scenario: impl Fn(&World, Receiver) -> Vec<Push>) -> Outcome {
+    let run = |r: Receiver| {
+        let w = World::new();
+        let pushes = scenario(&w, r);
+        let refs = w.refs("srv.git");
+        if r == Receiver::Berth {
+            w.assert_clean("srv.git");
+        }
+        Outcome { pushes, refs }
+    };
+    let git = run(Receiver::Git);
+    let berth = run(Receiver::Berth);
+    assert_eq!(git, berth, "git receive-pack (left) and berth (right) differ");
+    berth
+}
+
+fn ok(p: &Push) -> &Push {
+    assert!(p.success, "push failed: {p:#?}");
+    p
+}
+
+#[test]
+fn first_push_into_empty_repository() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.work("src");
+        w.commit("src", "a", "1");
+        w.commit("src", "b", "2");
+        vec![w.push("src", r, "srv.git", &["main"])]
+    });
+    assert!(ok(&o.pushes[0]).stdout.contains("*\trefs/heads/main:refs/heads/main\t[new branch]"));
+    assert!(o.refs.ends_with(" commit refs/heads/main\n"), "{}", o.refs);
+}
+
+#[test]
+fn new_branch_fast_forward_forced_update_and_delete() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.work("src");
+        w.commit("src", "a", "1");
+        let mut p = vec![w.push("src", r, "srv.git", &["main"])];
+        w.git("src", &["checkout", "-q", "-b", "topic"]);
+        w.commit("src", "t", "topic");
+        p.push(w.push("src", r, "srv.git", &["topic"])); // new branch
+        w.commit("src", "t", "topic 2");
+        p.push(w.push("src", r, "srv.git", &["topic"])); // fast-forward
+        w.git("src", &["reset", "-q", "--hard", "HEAD~2"]);
+        w.commit("src", "u", "rewritten");
+        p.push(w.push("src", r, "srv.git", &["topic"])); // non-ff, refused by the client
+        p.push(w.push("src", r, "srv.git", &["--force", "topic"])); // forced
+        p.push(w.push("src", r, "srv.git", &[":refs/heads/topic"])); // delete
+        p
+    });
+    let p = &o.pushes;
+    assert!(ok(&p[1]).stdout.contains("[new branch]"));
+    assert!(ok(&p[2]).stdout.contains(" \trefs/heads/topic:refs/heads/topic\t"));
+    assert!(!p[3].success && p[3].stdout.contains("[rejected] (non-fast-forward)"));
+    assert!(ok(&p[4]).stdout.contains("+\trefs/heads/topic:refs/heads/topic\t") && p[4].stdout.contains("(forced update)"));
+    assert!(ok(&p[5]).stdout.contains("-\t:refs/heads/topic\t[deleted]"));
+    assert_eq!(o.refs.lines().count(), 1, "{}", o.refs);
+}
+
+#[test]
+fn deny_non_fast_forwards_refuses_forced_push() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.git("srv.git", &["config", "receive.denyNonFastForwards", "true"]);
+        w.work("src");
+        w.commit("src", "a", "1");
+        w.commit("src", "a", "2");
+        let mut p = vec![w.push("src", r, "srv.git", &["main"])];
+        w.git("src", &["reset", "-q", "--hard", "HEAD~1"]);
+        w.commit("src", "b", "other");
+        p.push(w.push("src", r, "srv.git", &["--force", "main"]));
+        p
+    });
+    let p = &o.pushes[1];
+    assert!(!p.success);
+    assert!(p.stdout.contains("!\trefs/heads/main:refs/heads/main\t[remote rejected] (non-fast-forward)"), "{p:#?}");
+    assert!(p.remote_lines().contains(&"remote: error: denying non-fast-forward refs/heads/main (you should pull first)"), "{p:#?}");
+}
+
+#[test]
+fn deny_deletes_refuses_branch_deletion_only() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.git("srv.git", &["config", "receive.denyDeletes", "true"]);
+        w.work("src");
+        w.commit("src", "a", "1");
+        w.git("src", &["tag", "v1"]);
+        w.git("src", &["branch", "topic"]);
+        let mut p = vec![w.push("src", r, "srv.git", &["main", "topic", "v1"])];
+        p.push(w.push("src", r, "srv.git", &[":refs/heads/topic", ":refs/tags/v1"]));
+        p
+    });
+    let p = &o.pushes[1];
+    assert!(p.stdout.contains("[remote rejected] (deletion prohibited)"), "{p:#?}");
+    assert!(p.stdout.contains("-\t:refs/tags/v1\t[deleted]"), "{p:#?}");
+    assert!(o.refs.contains("refs/heads/topic") && !o.refs.contains("refs/tags/v1"));
+}
+
+#[test]
+fn annotated_tag() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.work("src");
+        w.commit("src", "a", "1");
+        w.git("src", &["tag", "-a", "-m", "release 1", "v1"]);
+        vec![w.push("src", r, "srv.git", &["main", "v1"])]
+    });
+    assert!(ok(&o.pushes[0]).stdout.contains("*\trefs/tags/v1:refs/tags/v1\t[new tag]"));
+    assert!(o.refs.contains(" tag refs/tags/v1\n"), "{}", o.refs);
+}
+
+#[test]
+fn second_push_arrives_as_thin_pack() {
+    let big: String = (0..2000).map(|i| format!("line {i} of a file that deltas well\n")).collect();
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.work("src");
+        w.commit("src", "big", &big);
+        let mut p = vec![w.push("src", r, "srv.git", &["main"])];
+        w.commit("src", "big", &format!("{big}one more line\n"));
+        // What the client sends is thin: the new blob is a delta against a blob only the
+        // server has, so the pack cannot be indexed without completing it.
+        let mut pack_objects = w
+            .git_cmd("src")
+            .args(["pack-objects", "--thin", "--stdout", "--revs"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        pack_objects.stdin.take().unwrap().write_all(b"main\n^main~1\n").unwrap();
+        let pack = pack_objects.wait_with_output().unwrap().stdout;
+        let mut index_pack = w
+            .git_cmd("src")
+            .args(["index-pack", "--stdin"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        index_pack.stdin.take().unwrap().write_all(&pack).unwrap();
+        let out = index_pack.wait_with_output().unwrap();
+        assert!(String::from_utf8_lossy(&out.stderr).contains("unresolved delta"), "pack is not thin");
+        p.push(w.push("src", r, "srv.git", &["--thin", "main"]));
+        p
+    });
+    ok(&o.pushes[1]);
+}
+
+#[test]
+fn atomic_push_with_one_stale_ref_changes_nothing() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.work("src");
+        w.commit("src", "a", "1");
+        w.git("src", &["branch", "topic"]);
+        let mut p = vec![w.push("src", r, "srv.git", &["main", "topic"])];
+        // Someone else moves topic on the server.
+        w.git(".", &["clone", "-q", "srv.git", "other"]);
+        w.git("other", &["checkout", "-q", "topic"]);
+        w.commit("other", "o", "other's work");
+        p.push(w.push("other", r, "srv.git", &["topic"]));
+        // Our topic is now stale: an atomic push of main and topic must change nothing.
+        w.commit("src", "a", "2");
+        w.git("src", &["checkout", "-q", "topic"]);
+        w.commit("src", "t", "mine");
+        p.push(w.push("src", r, "srv.git", &["--atomic", "main", "topic"]));
+        p.push(w.push("src", r, "srv.git", &["main", "topic"]));
+        p
+    });
+    let atomic = &o.pushes[2];
+    assert!(!atomic.success);
+    assert!(atomic.stdout.contains("!\trefs/heads/main:refs/heads/main\t[rejected] (atomic push failed)"), "{atomic:#?}");
+    let plain = &o.pushes[3];
+    assert!(plain.stdout.contains(" \trefs/heads/main:refs/heads/main\t"), "{plain:#?}");
+    assert!(plain.stdout.contains("!\trefs/heads/topic:refs/heads/topic\t[rejected]"), "{plain:#?}");
+}
+
+#[test]
+fn ten_thousand_refs_in_one_push() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.work("src");
+        let head = w.commit("src", "a", "1");
+        let mut stdin = String::new();
+        for i in 0..10_000 {
+            stdin.push_str(&format!("create refs/heads/b/{i:05} {head}\n"));
+        }
+        let mut child = w
+            .git_cmd("src")
+            .args(["update-ref", "--stdin"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        assert!(child.wait().unwrap().success());
+        vec![w.push("src", r, "srv.git", &["refs/heads/*:refs/heads/*"])]
+    });
+    ok(&o.pushes[0]);
+    assert_eq!(o.refs.lines().count(), 10_001);
+}
+
+#[test]
+fn push_options_reach_the_server_only_when_advertised() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.work("src");
+        w.commit("src", "a", "1");
+        let mut p = vec![w.push("src", r, "srv.git", &["-o", "ci.skip", "main"])];
+        w.git("srv.git", &["config", "receive.advertisePushOptions", "true"]);
+        p.push(w.push("src", r, "srv.git", &["-o", "ci.skip", "-o", "x=y z", "main"]));
+        p
+    });
+    assert!(!o.pushes[0].success);
+    assert!(o.pushes[0].stderr.contains("the receiving end does not support push options"));
+    ok(&o.pushes[1]);
+}
+
+#[test]
+fn hidden_refs_are_not_advertised_and_cannot_be_updated() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.work("src");
+        w.commit("src", "a", "1");
+        w.git("src", &["branch", "secret/x"]);
+        let mut p = vec![w.push("src", r, "srv.git", &["main", "secret/x"])];
+        w.git("srv.git", &["config", "receive.hideRefs", "refs/heads/secret"]);
+        w.commit("src", "a", "2");
+        p.push(w.push("src", r, "srv.git", &["main:refs/heads/secret/y"]));
+        p
+    });
+    assert!(o.pushes[1].stdout.contains("[remote rejected] (deny updating a hidden ref)"), "{:#?}", o.pushes[1]);
+}
+
+#[test]
+fn refuses_to_update_checked_out_branch_of_non_bare_repository() {
+    let o = differential(|w, r| {
+        w.work("srv.git"); // non-bare, `main` checked out
+        w.commit("srv.git", "x", "server");
+        w.work("src");
+        w.commit("src", "a", "1");
+        vec![
+            w.push("src", r, "srv.git/.git", &["--force", "main"]),
+            w.push("src", r, "srv.git", &["main:refs/heads/other"]),
+        ]
+    });
+    let p = &o.pushes[0];
+    assert!(p.stdout.contains("[remote rejected] (branch is currently checked out)"), "{p:#?}");
+    assert!(p.stderr.contains("remote: error: refusing to update checked out branch: refs/heads/main"));
+    ok(&o.pushes[1]);
+}
