@@ -79,7 +79,11 @@ pub fn write(
         }
     }
     if seen.is_empty() {
-        emit(&mut buf, &ObjectId::null(gix_hash::Kind::Sha1), b"capabilities^{}")?;
+        emit(
+            &mut buf,
+            &ObjectId::null(gix_hash::Kind::Sha1),
+            b"capabilities^{}",
+        )?;
     }
     pktline::write_flush(&mut buf)?;
     out.write_all(&buf)?;

@@ -170,7 +170,8 @@ impl Config {
         }
         for section in file.sections() {
             let name = section.header().name();
-            let ours = name.eq_ignore_ascii_case(b"receive") || name.eq_ignore_ascii_case(b"transfer");
+            let ours =
+                name.eq_ignore_ascii_case(b"receive") || name.eq_ignore_ascii_case(b"transfer");
             if !ours || section.header().subsection_name().is_some() {
                 continue;
             }
@@ -263,7 +264,9 @@ pub fn parse_config_parameters(s: &str) -> Vec<(String, Option<String>)> {
     let mut chars = s.chars().peekable();
     loop {
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
-        let Some(first) = quoted(&mut chars) else { break };
+        let Some(first) = quoted(&mut chars) else {
+            break;
+        };
         if chars.next_if_eq(&'=').is_some() {
             let value = quoted(&mut chars).unwrap_or_default();
             out.push((first, Some(value)));
@@ -297,10 +300,18 @@ mod tests {
     fn values() {
         assert_eq!(parse_int("1k"), Some(1024));
         assert_eq!(parse_bool("On"), Some(true));
-        assert_eq!(DenyAction::parse("updateInstead").unwrap(), DenyAction::UpdateInstead);
+        assert_eq!(
+            DenyAction::parse("updateInstead").unwrap(),
+            DenyAction::UpdateInstead
+        );
         assert_eq!(DenyAction::parse("false").unwrap(), DenyAction::Ignore);
-        let file = File::try_from("[receive]\n\thideRefs = refs/a/\n[transfer]\n\thideRefs = !refs/a/b\n").unwrap();
+        let file =
+            File::try_from("[receive]\n\thideRefs = refs/a/\n[transfer]\n\thideRefs = !refs/a/b\n")
+                .unwrap();
         let c = Config::from_file(&file).unwrap();
-        assert_eq!(c.hide_refs, vec!["refs/a".to_string(), "!refs/a/b".to_string()]);
+        assert_eq!(
+            c.hide_refs,
+            vec!["refs/a".to_string(), "!refs/a/b".to_string()]
+        );
     }
 }

@@ -17,8 +17,45 @@ use gix_object::{Exists, Find, Kind};
 pub enum Status {
     /// Everything reachable exists.
     Connected,
-    /// This object is missing.
-    Missing(ObjectId),
+    /// An object is missing.
+    Missing(Missing),
+}
+
+/// A missing object and how the walk reached it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    /// The missing object.
+    pub id: ObjectId,
+    /// What pointed at it.
+    pub role: Role,
+}
+
+/// How a missing object was reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// It is the new value of a ref, or a tag's target.
+    Tip,
+    /// A commit's or tree's tree.
+    Tree,
+    /// A tree's blob.
+    Blob,
+    /// A parent of this commit.
+    Parent(ObjectId),
+}
+
+impl Missing {
+    /// What git's `rev-list --objects` prints for this object.
+    pub fn message(&self) -> String {
+        let id = self.id;
+        match self.role {
+            Role::Tip => format!("fatal: bad object {id}\n"),
+            Role::Tree => format!("fatal: bad tree object {id}\n"),
+            Role::Blob => format!("fatal: missing blob object '{id}'\n"),
+            Role::Parent(of) => format!(
+                "error: Could not read {id}\nfatal: Failed to traverse parents of commit {of}\n"
+            ),
+        }
+    }
 }
 
 /// Checks tips against a push's objects.
@@ -55,47 +92,66 @@ impl<'a> Check<'a> {
             return Status::Connected;
         }
         let mut seen: HashSet<ObjectId> = HashSet::new();
-        let mut stack = vec![tip];
-        while let Some(id) = stack.pop() {
+        let mut stack = vec![(tip, Role::Tip)];
+        let missing = |id, role| Status::Missing(Missing { id, role });
+        while let Some((id, role)) = stack.pop() {
             if self.known.contains(&id) || !seen.insert(id) {
                 continue;
             }
             if !self.in_pack(&id) {
                 if !self.objects.exists(&id) {
-                    return Status::Missing(id);
+                    return missing(id, role);
                 }
                 continue;
             }
             let data = match self.objects.try_find(&id, &mut self.buf) {
                 Ok(Some(data)) => data,
-                _ => return Status::Missing(id),
+                _ => return missing(id, role),
             };
             match data.kind {
                 Kind::Blob => {}
                 Kind::Commit => {
-                    let commit = gix_object::CommitRefIter::from_bytes(data.data, gix_hash::Kind::Sha1);
+                    let commit =
+                        gix_object::CommitRefIter::from_bytes(data.data, gix_hash::Kind::Sha1);
                     for token in commit {
                         match token {
-                            Ok(gix_object::commit::ref_iter::Token::Tree { id }) => stack.push(id),
-                            Ok(gix_object::commit::ref_iter::Token::Parent { id }) => stack.push(id),
+                            Ok(gix_object::commit::ref_iter::Token::Tree { id }) => {
+                                stack.push((id, Role::Tree))
+                            }
+                            Ok(gix_object::commit::ref_iter::Token::Parent { id: parent }) => {
+                                stack.push((parent, Role::Parent(id)))
+                            }
                             Ok(_) => break,
-                            Err(_) => return Status::Missing(id),
+                            Err(_) => return missing(id, role),
                         }
                     }
                 }
                 Kind::Tree => {
-                    for entry in gix_object::TreeRefIter::from_bytes(data.data, gix_hash::Kind::Sha1) {
+                    for entry in
+                        gix_object::TreeRefIter::from_bytes(data.data, gix_hash::Kind::Sha1)
+                    {
                         match entry {
                             Ok(e) if e.mode.is_commit() => {} // a submodule's commit lives elsewhere
-                            Ok(e) => stack.push(e.oid.to_owned()),
-                            Err(_) => return Status::Missing(id),
+                            Ok(e) => stack.push((
+                                e.oid.to_owned(),
+                                if e.mode.is_tree() {
+                                    Role::Tree
+                                } else {
+                                    Role::Blob
+                                },
+                            )),
+                            Err(_) => return missing(id, role),
                         }
                     }
                 }
-                Kind::Tag => match gix_object::TagRefIter::from_bytes(data.data, gix_hash::Kind::Sha1).target_id() {
-                    Ok(target) => stack.push(target),
-                    Err(_) => return Status::Missing(id),
-                },
+                Kind::Tag => {
+                    match gix_object::TagRefIter::from_bytes(data.data, gix_hash::Kind::Sha1)
+                        .target_id()
+                    {
+                        Ok(target) => stack.push((target, Role::Tip)),
+                        Err(_) => return missing(id, role),
+                    }
+                }
             }
         }
         self.known.extend(seen);

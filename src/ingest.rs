@@ -66,7 +66,10 @@ impl Quarantine {
             .prefix("tmp_objdir-incoming-")
             .tempdir_in(objects_dir)?
             .keep();
-        let q = Quarantine { dir, migrated: false };
+        let q = Quarantine {
+            dir,
+            migrated: false,
+        };
         std::fs::create_dir(q.pack_dir())?;
         std::fs::create_dir(q.dir.join("info"))?;
         let mut alt = objects_dir.as_os_str().as_encoded_bytes().to_vec();
@@ -103,7 +106,9 @@ impl Quarantine {
         files.sort_by_key(rank);
         let mut keeps = Vec::new();
         for file in files {
-            let Some(name) = file.file_name() else { continue };
+            let Some(name) = file.file_name() else {
+                continue;
+            };
             let target = dest.join(name);
             if rank(&file) == 0 {
                 keeps.push(target.clone());
@@ -164,12 +169,20 @@ pub fn receive_pack(
         return Err(UnpackError::VersionUnsupported);
     }
     let objects = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
-    let step = if objects < UNPACK_LIMIT { "unpack-objects" } else { "index-pack" };
+    let step = if objects < UNPACK_LIMIT {
+        "unpack-objects"
+    } else {
+        "index-pack"
+    };
     let failed = |detail: String| UnpackError::Failed { step, detail };
 
     let mut limited = Limited {
         inner: input,
-        left: if options.max_input_size == 0 { u64::MAX } else { options.max_input_size.saturating_sub(12) },
+        left: if options.max_input_size == 0 {
+            u64::MAX
+        } else {
+            options.max_input_size.saturating_sub(12)
+        },
     };
     if objects == 0 {
         // Nothing to index: check the trailer, as unpack-objects does, and keep nothing.
@@ -181,7 +194,10 @@ pub fn receive_pack(
         if digest.as_bytes() != trailer {
             return Err(failed("final sha1 did not match".into()));
         }
-        return Ok(Received { index: None, objects });
+        return Ok(Received {
+            index: None,
+            objects,
+        });
     }
 
     let mut stream = io::Cursor::new(header).chain(limited);
@@ -209,7 +225,8 @@ pub fn receive_pack(
     let index_path = outcome
         .index_path
         .ok_or_else(|| failed("pack index was not written".into()))?;
-    let index = gix_pack::index::File::at(&index_path, gix_hash::Kind::Sha1).map_err(|e| failed(e.to_string()))?;
+    let index = gix_pack::index::File::at(&index_path, gix_hash::Kind::Sha1)
+        .map_err(|e| failed(e.to_string()))?;
     Ok(Received {
         index: Some(index),
         objects,
@@ -218,8 +235,17 @@ pub fn receive_pack(
 
 fn pack_error(e: &gix_error::Error) -> String {
     let text = format!("{e:#}");
-    let line = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(": ");
-    if line.is_empty() { "pack is corrupt".into() } else { line }
+    let line = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(": ");
+    if line.is_empty() {
+        "pack is corrupt".into()
+    } else {
+        line
+    }
 }
 
 fn input_error(e: io::Error) -> String {

@@ -71,7 +71,13 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
         quiet: a.quiet,
         skip_connectivity_check: a.skip_connectivity_check,
     };
-    let result = berth::session::run(&dir, &options, std::io::stdin().lock(), std::io::stdout().lock(), std::io::stderr());
+    let result = berth::session::run(
+        &dir,
+        &options,
+        std::io::stdin().lock(),
+        std::io::stdout().lock(),
+        std::io::stderr(),
+    );
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

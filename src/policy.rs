@@ -7,7 +7,9 @@ use gix_object::bstr::{BStr, ByteSlice};
 /// `refs/` and what follows must be a valid ref name of at least two components (one is enough
 /// for a deletion), as git's `update()` checks with `check_refname_format`.
 pub fn is_valid_refname(name: &BStr, delete: bool) -> bool {
-    let Some(rest) = name.strip_prefix(b"refs/") else { return false };
+    let Some(rest) = name.strip_prefix(b"refs/") else {
+        return false;
+    };
     if rest.is_empty() || rest == b"@" {
         return false;
     }
@@ -26,10 +28,10 @@ pub fn is_hidden(name: &BStr, patterns: &[String]) -> bool {
             None => (false, pattern.as_str()),
         };
         let pattern = pattern.strip_prefix('^').unwrap_or(pattern);
-        if let Some(rest) = name.strip_prefix(pattern.as_bytes()) {
-            if rest.is_empty() || rest[0] == b'/' {
-                return !neg;
-            }
+        if let Some(rest) = name.strip_prefix(pattern.as_bytes())
+            && (rest.is_empty() || rest[0] == b'/')
+        {
+            return !neg;
         }
     }
     false
@@ -75,10 +77,25 @@ mod tests {
         assert!(!ok("refs/foo", false));
         assert!(ok("refs/foo", true));
         for bad in [
-            "refs/heads/a..b", "refs/../x", "refs/heads/x.lock", "refs/heads/a@{b", "refs/heads/a b",
-            "refs/heads/\x01x", "refs/heads/x/", "refs/heads//x", "refs/heads/.x", "refs/heads/x.",
-            "refs/heads/a:b", "refs/heads/a~b", "refs/heads/a^b", "refs/heads/a?b", "refs/heads/a*b",
-            "refs/heads/a[b", "refs/heads/a\\b", "refs/", "refs/@",
+            "refs/heads/a..b",
+            "refs/../x",
+            "refs/heads/x.lock",
+            "refs/heads/a@{b",
+            "refs/heads/a b",
+            "refs/heads/\x01x",
+            "refs/heads/x/",
+            "refs/heads//x",
+            "refs/heads/.x",
+            "refs/heads/x.",
+            "refs/heads/a:b",
+            "refs/heads/a~b",
+            "refs/heads/a^b",
+            "refs/heads/a?b",
+            "refs/heads/a*b",
+            "refs/heads/a[b",
+            "refs/heads/a\\b",
+            "refs/",
+            "refs/@",
         ] {
             assert!(!ok(bad, false), "{bad:?} must be refused");
         }

@@ -57,7 +57,9 @@ impl Refs {
     pub fn first_below(&self, name: &[u8]) -> Option<&BStr> {
         let mut prefix = name.to_vec();
         prefix.push(b'/');
-        let i = self.entries.partition_point(|(n, _)| n.as_slice() < prefix.as_slice());
+        let i = self
+            .entries
+            .partition_point(|(n, _)| n.as_slice() < prefix.as_slice());
         self.entries
             .get(i)
             .filter(|(n, _)| n.starts_with(&prefix))
@@ -234,11 +236,10 @@ impl FilesStore {
         committer: &gix_actor::Signature,
         objects: &gix_odb::Handle,
     ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
-        let mut results: Vec<Result<(), RefError>> = updates.iter().map(|u| precheck(u, current)).collect();
-        if atomic {
-            if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
-                return Err(e.clone().into());
-            }
+        let mut results: Vec<Result<(), RefError>> =
+            updates.iter().map(|u| precheck(u, current)).collect();
+        if atomic && let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
+            return Err(e.clone().into());
         }
         let mut time_buf = gix_date::parse::TimeBuf::default();
         let committer = committer.to_ref(&mut time_buf);
@@ -266,11 +267,15 @@ impl FilesStore {
             } else {
                 gix_ref::file::transaction::PackedRefs::DeletionsOnly
             };
-            let lock_wait = gix_lock::acquire::Fail::AfterDurationWithBackoff(std::time::Duration::from_millis(100));
+            let lock_wait = gix_lock::acquire::Fail::AfterDurationWithBackoff(
+                std::time::Duration::from_millis(100),
+            );
             let prepared = self.store.transaction().packed_refs(packed).prepare(
                 edits,
                 lock_wait,
-                gix_lock::acquire::Fail::AfterDurationWithBackoff(std::time::Duration::from_secs(1)),
+                gix_lock::acquire::Fail::AfterDurationWithBackoff(std::time::Duration::from_secs(
+                    1,
+                )),
             );
             match prepared {
                 Ok(tx) => {
@@ -299,8 +304,16 @@ fn precheck(u: &RefUpdate, current: &Refs) -> Result<(), RefError> {
         return Ok(());
     }
     match (actual, u.old.is_null()) {
-        (Some(_), true) => return Err(RefError::AlreadyExists { name: u.name.clone() }),
-        (None, false) => return Err(RefError::DoesNotExist { name: u.name.clone() }),
+        (Some(_), true) => {
+            return Err(RefError::AlreadyExists {
+                name: u.name.clone(),
+            });
+        }
+        (None, false) => {
+            return Err(RefError::DoesNotExist {
+                name: u.name.clone(),
+            });
+        }
         (Some(actual), false) if actual != u.old => {
             return Err(RefError::IncorrectOldValue {
                 name: u.name.clone(),
@@ -314,7 +327,12 @@ fn precheck(u: &RefUpdate, current: &Refs) -> Result<(), RefError> {
         return Ok(());
     }
     // A new ref must not collide with an existing one as a file and a directory.
-    let slashes = u.name.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(i, _)| i);
+    let slashes = u
+        .name
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'/')
+        .map(|(i, _)| i);
     for i in slashes.skip(1) {
         let prefix = &u.name[..i];
         if current.get(prefix).is_some() {
@@ -368,9 +386,17 @@ fn edit(u: &RefUpdate) -> Result<RefEdit, RefError> {
 }
 
 /// Which of the `live` updates a failed `prepare` is about, and the error to report for it.
-fn classify(e: &gix_error::Error, updates: &[RefUpdate], live: &[usize]) -> Option<(usize, RefError)> {
+fn classify(
+    e: &gix_error::Error,
+    updates: &[RefUpdate],
+    live: &[usize],
+) -> Option<(usize, RefError)> {
     use gix_ref::file::transaction::prepare::{MustNotExist, ReferenceOutOfDate};
-    let find = |name: &[u8]| live.iter().copied().find(|&i| updates[i].name.as_slice() == name);
+    let find = |name: &[u8]| {
+        live.iter()
+            .copied()
+            .find(|&i| updates[i].name.as_slice() == name)
+    };
     if let Some(ood) = e.downcast_any_ref::<ReferenceOutOfDate>() {
         let i = find(&ood.full_name)?;
         let err = match &ood.actual {
@@ -387,7 +413,12 @@ fn classify(e: &gix_error::Error, updates: &[RefUpdate], live: &[usize]) -> Opti
     }
     if let Some(mne) = e.downcast_any_ref::<MustNotExist>() {
         let i = find(&mne.full_name)?;
-        return Some((i, RefError::AlreadyExists { name: updates[i].name.clone() }));
+        return Some((
+            i,
+            RefError::AlreadyExists {
+                name: updates[i].name.clone(),
+            },
+        ));
     }
     for meta in e.metadata() {
         for (key, value) in meta.iter() {
@@ -397,7 +428,10 @@ fn classify(e: &gix_error::Error, updates: &[RefUpdate], live: &[usize]) -> Opti
                     return Some((
                         i,
                         RefError::Other {
-                            message: format!("cannot lock ref '{name}': {}", one_line(&e.to_string())),
+                            message: format!(
+                                "cannot lock ref '{name}': {}",
+                                one_line(&e.to_string())
+                            ),
                         },
                     ));
                 }
@@ -414,7 +448,9 @@ fn one_line(s: &str) -> String {
 /// The tips of the repository whose objects directory is `objects_dir`, for `.have` lines:
 /// every ref's value, as `git for-each-ref --format=%(objectname)` in that repository gives.
 pub fn alternate_tips(objects_dir: &Path) -> Vec<ObjectId> {
-    let Some(repo) = objects_dir.parent() else { return Vec::new() };
+    let Some(repo) = objects_dir.parent() else {
+        return Vec::new();
+    };
     if !repo.join("refs").is_dir() {
         return Vec::new();
     }

@@ -20,10 +20,16 @@ pub enum Kind {
 
 /// Build the report: `unpack ok|<error>`, then `ok <ref>` or `ng <ref> <reason>` per command in
 /// the client's order, then a flush.
-pub fn build<'a>(unpack: Option<&str>, results: impl Iterator<Item = (&'a BStr, Option<&'a str>)>) -> io::Result<Vec<u8>> {
+pub fn build<'a>(
+    unpack: Option<&str>,
+    results: impl Iterator<Item = (&'a BStr, Option<&'a str>)>,
+) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
     let mut line = Vec::new();
-    pktline::write_data(&mut buf, format!("unpack {}\n", unpack.unwrap_or("ok")).as_bytes())?;
+    pktline::write_data(
+        &mut buf,
+        format!("unpack {}\n", unpack.unwrap_or("ok")).as_bytes(),
+    )?;
     for (name, error) in results {
         line.clear();
         match error {

@@ -37,7 +37,11 @@ impl Repository {
         let not_repo = || Error::NotARepository(dir.to_owned());
         let mut base = dir.trim_end_matches('/').to_owned();
         if base.is_empty() {
-            base = if dir.is_empty() { return Err(not_repo()) } else { "/".into() };
+            base = if dir.is_empty() {
+                return Err(not_repo());
+            } else {
+                "/".into()
+            };
         }
         if let Some(rest) = base.strip_prefix("~/") {
             let home = std::env::var("HOME").map_err(|_| not_repo())?;
@@ -90,7 +94,9 @@ impl Repository {
 
 fn read_symbolic_head(path: &Path) -> Option<String> {
     let content = std::fs::read_to_string(path).ok()?;
-    content.strip_prefix("ref: ").map(|r| r.trim_end().to_owned())
+    content
+        .strip_prefix("ref: ")
+        .map(|r| r.trim_end().to_owned())
 }
 
 /// `path` if it is a git directory, or the directory a `.git` file there points to.
@@ -109,19 +115,19 @@ fn is_git_dir(path: &Path) -> bool {
 }
 
 fn check_format(file: &gix_config::File) -> Result<(), Error> {
-    if let Some(format) = file.string("extensions.objectFormat") {
-        if !format.eq_ignore_ascii_case(b"sha1") {
-            return Err(Error::Unsupported(format!(
-                "berth does not yet support repositories with extensions.objectFormat={format}; refusing to write"
-            )));
-        }
+    if let Some(format) = file.string("extensions.objectFormat")
+        && !format.eq_ignore_ascii_case(b"sha1")
+    {
+        return Err(Error::Unsupported(format!(
+            "berth does not yet support repositories with extensions.objectFormat={format}; refusing to write"
+        )));
     }
-    if let Some(storage) = file.string("extensions.refStorage") {
-        if !storage.eq_ignore_ascii_case(b"files") {
-            return Err(Error::Unsupported(format!(
-                "berth does not yet support repositories with extensions.refStorage={storage}; refusing to write"
-            )));
-        }
+    if let Some(storage) = file.string("extensions.refStorage")
+        && !storage.eq_ignore_ascii_case(b"files")
+    {
+        return Err(Error::Unsupported(format!(
+            "berth does not yet support repositories with extensions.refStorage={storage}; refusing to write"
+        )));
     }
     Ok(())
 }

@@ -186,7 +186,11 @@ fn parse_command(line: &[u8], hex_len: usize) -> Result<Command, Error> {
     })
 }
 
-fn parse_capabilities(features: &[u8], limits: &Limits, caps: &mut Capabilities) -> Result<(), Error> {
+fn parse_capabilities(
+    features: &[u8],
+    limits: &Limits,
+    caps: &mut Capabilities,
+) -> Result<(), Error> {
     for word in features.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
         match word {
             b"report-status" => caps.report_status = true,
@@ -240,20 +244,31 @@ mod tests {
     fn commands_capabilities_options() {
         let input = format!(
             "{}{}0000{}{}0000PACK",
-            pkt(&format!("{Z} {A} refs/heads/main\0 report-status-v2 side-band-64k atomic push-options object-format=sha1 agent=git/2.47")),
+            pkt(&format!(
+                "{Z} {A} refs/heads/main\0 report-status-v2 side-band-64k atomic push-options object-format=sha1 agent=git/2.47"
+            )),
             pkt(&format!("{A} {Z} refs/heads/old\n")),
             pkt("opt=1\n"),
             pkt("two"),
         );
         let mut reader = pktline::Reader::new(input.as_bytes());
-        let Start::Request(req) = read(&mut reader, &LIMITS).unwrap() else { panic!() };
+        let Start::Request(req) = read(&mut reader, &LIMITS).unwrap() else {
+            panic!()
+        };
         assert_eq!(req.commands.len(), 2);
         assert_eq!(req.commands[0].name, "refs/heads/main");
         assert!(req.commands[1].is_delete());
         assert_eq!(req.commands[1].name, "refs/heads/old");
-        assert!(req.capabilities.report_status_v2 && req.capabilities.atomic && req.capabilities.side_band_64k);
+        assert!(
+            req.capabilities.report_status_v2
+                && req.capabilities.atomic
+                && req.capabilities.side_band_64k
+        );
         assert!(!req.capabilities.report_status);
-        assert_eq!(req.push_options, vec![BString::from("opt=1"), BString::from("two")]);
+        assert_eq!(
+            req.push_options,
+            vec![BString::from("opt=1"), BString::from("two")]
+        );
         let mut rest = Vec::new();
         reader.into_inner().read_to_end(&mut rest).unwrap();
         assert_eq!(rest, b"PACK");
@@ -267,12 +282,24 @@ mod tests {
     #[test]
     fn errors_in_gits_words() {
         let e = parse(&format!("{}0000", pkt("garbage"))).unwrap_err();
-        assert_eq!(e.to_string(), "protocol error: expected old/new/ref, got 'garbage'");
-        let e = parse(&format!("{}0000", pkt(&format!("{Z} {A} refs/heads/x\0object-format=sha256")))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "protocol error: expected old/new/ref, got 'garbage'"
+        );
+        let e = parse(&format!(
+            "{}0000",
+            pkt(&format!("{Z} {A} refs/heads/x\0object-format=sha256"))
+        ))
+        .unwrap_err();
         assert_eq!(e.to_string(), "error: unsupported object format 'sha256'");
         let e = parse(&format!("{}0000", pkt("shallow xyz"))).unwrap_err();
-        assert_eq!(e.to_string(), "protocol error: expected shallow sha, got 'xyz'");
-        let many: String = (0..4).map(|i| pkt(&format!("{Z} {A} refs/heads/{i}"))).collect();
+        assert_eq!(
+            e.to_string(),
+            "protocol error: expected shallow sha, got 'xyz'"
+        );
+        let many: String = (0..4)
+            .map(|i| pkt(&format!("{Z} {A} refs/heads/{i}")))
+            .collect();
         let e = parse(&format!("{many}0000")).unwrap_err();
         assert!(e.to_string().contains("too many commands"));
         let e = parse(&pkt(&format!("{Z} {A} refs/heads/x"))).unwrap_err();

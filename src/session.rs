@@ -96,7 +96,13 @@ pub fn run(
         }
         let alternates = alternate_tips(&repo.objects_dir);
         let caps = advertise::capabilities(config);
-        advertise::write(&mut out, &refs, |n| policy::is_hidden(n.as_bstr(), &config.hide_refs), &alternates, &caps)?;
+        advertise::write(
+            &mut out,
+            &refs,
+            |n| policy::is_hidden(n.as_bstr(), &config.hide_refs),
+            &alternates,
+            &caps,
+        )?;
     }
     if options.advertise_refs {
         return Ok(());
@@ -117,14 +123,22 @@ pub fn run(
             Start::Request(req) => req,
         }
     };
-    let mode = if req.capabilities.side_band_64k { Mode::Band64k } else { Mode::None };
+    let mode = if req.capabilities.side_band_64k {
+        Mode::Band64k
+    } else {
+        Mode::None
+    };
     let mut sb = Sideband::new(out, stderr, mode);
     let quiet = options.quiet || req.capabilities.quiet;
     let atomic = req.capabilities.atomic;
     let mut cmds: Vec<Cmd> = req
         .commands
         .into_iter()
-        .map(|command| Cmd { command, error: None, did_not_exist: false })
+        .map(|command| Cmd {
+            command,
+            error: None,
+            did_not_exist: false,
+        })
         .collect();
 
     let objects = gix_odb::at(&repo.objects_dir, gix_hash::Kind::Sha1).map_err(Fatal::Objects)?;
@@ -165,7 +179,14 @@ pub fn run(
     } else {
         if !options.skip_connectivity_check {
             let _span = info_span!("connectivity").entered();
-            check_connectivity(&mut cmds, &repo, quarantine.as_ref(), received.as_ref(), &req.shallow, &mut sb)?;
+            check_connectivity(
+                &mut cmds,
+                &repo,
+                quarantine.as_ref(),
+                received.as_ref(),
+                &req.shallow,
+                &mut sb,
+            )?;
         }
         for c in cmds.iter_mut().filter(|c| c.pending()) {
             if policy::is_hidden(c.command.name.as_bstr(), &config.hide_refs) {
@@ -209,14 +230,19 @@ pub fn run(
         let _ = std::fs::remove_file(keep);
     }
 
-    let kind = match (req.capabilities.report_status_v2, req.capabilities.report_status) {
+    let kind = match (
+        req.capabilities.report_status_v2,
+        req.capabilities.report_status,
+    ) {
         (true, _) => report::Kind::V2,
         (false, true) => report::Kind::V1,
         _ => report::Kind::None,
     };
     if kind != report::Kind::None {
         let _span = info_span!("report").entered();
-        let results = cmds.iter().map(|c| (c.command.name.as_bstr(), c.error.as_deref()));
+        let results = cmds
+            .iter()
+            .map(|c| (c.command.name.as_bstr(), c.error.as_deref()));
         let buf = report::build(unpack_error.as_deref(), results)?;
         report::send(&mut sb, &buf)?;
     }
@@ -237,28 +263,46 @@ fn check_connectivity<W: Write, E: Write>(
         None => gix_odb::at(&repo.objects_dir, gix_hash::Kind::Sha1),
     }
     .map_err(Fatal::Objects)?;
-    let mut check = Check::new(&objects, received.and_then(|r| r.index.as_ref()), std::iter::empty());
+    let mut check = Check::new(
+        &objects,
+        received.and_then(|r| r.index.as_ref()),
+        std::iter::empty(),
+    );
     // Parents of the client's shallow roots are missing on purpose; needing one of them means
     // the push needs a new shallow root.
     let mut shallow_parents = HashSet::new();
     let mut buf = Vec::new();
     for id in shallow {
-        if let Ok(Some(data)) = objects.try_find(id, &mut buf) {
-            if data.kind == Kind::Commit {
-                for p in gix_object::CommitRefIter::from_bytes(data.data, gix_hash::Kind::Sha1).parent_ids() {
-                    shallow_parents.insert(p);
-                }
+        if let Ok(Some(data)) = objects.try_find(id, &mut buf)
+            && data.kind == Kind::Commit
+        {
+            for p in
+                gix_object::CommitRefIter::from_bytes(data.data, gix_hash::Kind::Sha1).parent_ids()
+            {
+                shallow_parents.insert(p);
             }
         }
     }
-    for c in cmds.iter_mut().filter(|c| c.pending() && !c.command.is_delete()) {
-        if let connectivity::Status::Missing(id) = check.tip(c.command.new) {
-            if shallow_parents.contains(&id) && !repo.config.shallow_update {
+    let mut failed = Vec::new();
+    for c in cmds
+        .iter_mut()
+        .filter(|c| c.pending() && !c.command.is_delete())
+    {
+        if let connectivity::Status::Missing(m) = check.tip(c.command.new) {
+            if shallow_parents.contains(&m.id) && !repo.config.shallow_update {
                 c.error = Some("shallow update not allowed".into());
             } else {
-                sb.progress(format!("fatal: bad object {id}\n").as_bytes())?;
+                failed.push(m);
                 c.error = Some("missing necessary objects".into());
             }
+        }
+    }
+    // git's combined rev-list run reports the first problem through the muxer, then each
+    // culprit's own run reports on receive-pack's stderr.
+    if let Some(first) = failed.first() {
+        sb.progress(first.message().as_bytes())?;
+        for m in &failed {
+            eprint!("{}", m.message());
         }
     }
     Ok(())
@@ -282,29 +326,41 @@ fn decide<W: Write, E: Write>(
     let c = &cmd.command;
     let name = c.name.as_bstr();
     if !policy::is_valid_refname(name, c.is_delete()) {
-        sb.error(format_args!("refusing to update funny ref '{name}' remotely"))?;
+        sb.error(format_args!(
+            "refusing to update funny ref '{name}' remotely"
+        ))?;
         return Ok(Err("funny refname".into()));
     }
-    let worktree = ctx.checked_out.iter().find(|(r, _)| r.as_bytes() == name.as_bytes());
+    let worktree = ctx
+        .checked_out
+        .iter()
+        .find(|(r, _)| r.as_bytes() == name.as_bytes());
     if let Some((_, true)) = worktree {
         match config.deny_current_branch {
             DenyAction::Ignore => {}
             DenyAction::Warn => sb.warning("updating the current branch")?,
             DenyAction::Refuse | DenyAction::Unconfigured => {
-                sb.error(format_args!("refusing to update checked out branch: {name}"))?;
+                sb.error(format_args!(
+                    "refusing to update checked out branch: {name}"
+                ))?;
                 if config.deny_current_branch == DenyAction::Unconfigured {
                     sb.error(policy::REFUSE_CURRENT_BRANCH_MSG)?;
                 }
                 return Ok(Err("branch is currently checked out".into()));
             }
             DenyAction::UpdateInstead => {
-                return Ok(Err("denyCurrentBranch = updateInstead is not supported by berth yet".into()));
+                return Ok(Err(
+                    "denyCurrentBranch = updateInstead is not supported by berth yet".into(),
+                ));
             }
         }
     }
     if !c.is_delete() && !ctx.objects.exists(&c.new) {
         // git prints this with error(), on its own stderr.
-        eprintln!("error: unpack should have generated {}, but I can't find it!", c.new);
+        eprintln!(
+            "error: unpack should have generated {}, but I can't find it!",
+            c.new
+        );
         return Ok(Err("bad pack".into()));
     }
     if !c.old.is_null() && c.is_delete() {
@@ -320,20 +376,28 @@ fn decide<W: Write, E: Write>(
                     if config.deny_delete_current == DenyAction::Unconfigured {
                         sb.error(policy::REFUSE_DELETE_CURRENT_MSG)?;
                     }
-                    sb.error(format_args!("refusing to delete the current branch: {name}"))?;
+                    sb.error(format_args!(
+                        "refusing to delete the current branch: {name}"
+                    ))?;
                     return Ok(Err("deletion of the current branch prohibited".into()));
                 }
             }
         }
     }
-    if config.deny_non_fast_forwards && !c.is_delete() && !c.is_create() && name.starts_with(b"refs/heads/") {
+    if config.deny_non_fast_forwards
+        && !c.is_delete()
+        && !c.is_create()
+        && name.starts_with(b"refs/heads/")
+    {
         let kind = |id: &ObjectId| ctx.objects.try_header(id).ok().flatten().map(|h| h.kind());
         if kind(&c.old) != Some(Kind::Commit) || kind(&c.new) != Some(Kind::Commit) {
             eprintln!("error: bad sha1 objects for {name}");
             return Ok(Err("bad ref".into()));
         }
         if !is_ancestor(ctx.objects, c.old, c.new) {
-            sb.error(format_args!("denying non-fast-forward {name} (you should pull first)"))?;
+            sb.error(format_args!(
+                "denying non-fast-forward {name} (you should pull first)"
+            ))?;
             return Ok(Err("non-fast-forward".into()));
         }
     }
@@ -357,9 +421,17 @@ fn decide<W: Write, E: Write>(
         })));
     }
     if name.starts_with(b"refs/heads/") {
-        let kind = ctx.objects.try_header(&c.new).ok().flatten().map(|h| h.kind());
+        let kind = ctx
+            .objects
+            .try_header(&c.new)
+            .ok()
+            .flatten()
+            .map(|h| h.kind());
         if kind != Some(Kind::Commit) {
-            let e = RefError::NonCommitToBranch { name: c.name.clone(), new: c.new };
+            let e = RefError::NonCommitToBranch {
+                name: c.name.clone(),
+                new: c.new,
+            };
             sb.error(&e)?;
             return Ok(Err(e.reason().into()));
         }
@@ -374,13 +446,15 @@ fn decide<W: Write, E: Write>(
 
 fn ref_exists(ctx: &Decide<'_>, name: &BStr) -> bool {
     let git_dir = &ctx.repo.git_dir;
-    if let Ok(path) = name.to_str() {
-        if git_dir.join(path).is_file() {
-            return true;
-        }
+    if let Ok(path) = name.to_str()
+        && git_dir.join(path).is_file()
+    {
+        return true;
     }
     std::fs::read(git_dir.join("packed-refs")).is_ok_and(|packed| {
-        packed.lines().any(|l| l.len() > 41 && l[41..].as_bstr() == name)
+        packed
+            .lines()
+            .any(|l| l.len() > 41 && l[41..].as_bstr() == name)
     })
 }
 
@@ -450,11 +524,12 @@ fn execute_atomic<W: Write, E: Write>(
             }
         }
     }
-    if failure.is_none() && !queued.is_empty() {
-        if let Err(e) = commit(store, &queued, true, ctx, committer) {
-            sb.error(&e)?;
-            failure = Some("atomic transaction failed");
-        }
+    if failure.is_none()
+        && !queued.is_empty()
+        && let Err(e) = commit(store, &queued, true, ctx, committer)
+    {
+        sb.error(&e)?;
+        failure = Some("atomic transaction failed");
     }
     if let Some(reason) = failure {
         for c in cmds.iter_mut().filter(|c| c.pending()) {
@@ -474,7 +549,10 @@ fn commit(
     let mut names = HashSet::with_capacity(queued.len());
     for (_, u) in queued {
         if !names.insert(u.name.as_bstr()) {
-            return Err(TransactionError::Store(format!("multiple updates for ref '{}' not allowed", u.name)));
+            return Err(TransactionError::Store(format!(
+                "multiple updates for ref '{}' not allowed",
+                u.name
+            )));
         }
     }
     let current: Refs = store.snapshot().map_err(TransactionError::Store)?;
@@ -495,7 +573,9 @@ fn is_ancestor(objects: &gix_odb::Handle, ancestor: ObjectId, tip: ObjectId) -> 
             continue;
         }
         if let Ok(Some(data)) = objects.try_find(&id, &mut buf) {
-            stack.extend(gix_object::CommitRefIter::from_bytes(data.data, gix_hash::Kind::Sha1).parent_ids());
+            stack.extend(
+                gix_object::CommitRefIter::from_bytes(data.data, gix_hash::Kind::Sha1).parent_ids(),
+            );
         }
     }
     false
@@ -529,8 +609,13 @@ fn protocol_version() -> u32 {
 /// login name at the host.
 fn committer(config: &crate::config::Config) -> gix_actor::Signature {
     let user = std::env::var("USER").unwrap_or_else(|_| "berth".into());
-    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "localhost".into());
-    let name = std::env::var("GIT_COMMITTER_NAME").ok().or_else(|| config.user_name.clone()).unwrap_or_else(|| user.clone());
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    let name = std::env::var("GIT_COMMITTER_NAME")
+        .ok()
+        .or_else(|| config.user_name.clone())
+        .unwrap_or_else(|| user.clone());
     let email = std::env::var("GIT_COMMITTER_EMAIL")
         .ok()
         .or_else(|| config.user_email.clone())

@@ -25,7 +25,10 @@ fn differential(scenario: impl Fn(&World, Receiver) -> Vec<Push>) -> Outcome {
     };
     let git = run(Receiver::Git);
     let berth = run(Receiver::Berth);
-    assert_eq!(git, berth, "git receive-pack (left) and berth (right) differ");
+    assert_eq!(
+        git, berth,
+        "git receive-pack (left) and berth (right) differ"
+    );
     berth
 }
 
@@ -43,7 +46,11 @@ fn first_push_into_empty_repository() {
         w.commit("src", "b", "2");
         vec![w.push("src", r, "srv.git", &["main"])]
     });
-    assert!(ok(&o.pushes[0]).stdout.contains("*\trefs/heads/main:refs/heads/main\t[new branch]"));
+    assert!(
+        ok(&o.pushes[0])
+            .stdout
+            .contains("*\trefs/heads/main:refs/heads/main\t[new branch]")
+    );
     assert!(o.refs.ends_with(" commit refs/heads/main\n"), "{}", o.refs);
 }
 
@@ -68,9 +75,18 @@ fn new_branch_fast_forward_forced_update_and_delete() {
     });
     let p = &o.pushes;
     assert!(ok(&p[1]).stdout.contains("[new branch]"));
-    assert!(ok(&p[2]).stdout.contains(" \trefs/heads/topic:refs/heads/topic\t"));
+    assert!(
+        ok(&p[2])
+            .stdout
+            .contains(" \trefs/heads/topic:refs/heads/topic\t")
+    );
     assert!(!p[3].success && p[3].stdout.contains("[rejected] (non-fast-forward)"));
-    assert!(ok(&p[4]).stdout.contains("+\trefs/heads/topic:refs/heads/topic\t") && p[4].stdout.contains("(forced update)"));
+    assert!(
+        ok(&p[4])
+            .stdout
+            .contains("+\trefs/heads/topic:refs/heads/topic\t")
+            && p[4].stdout.contains("(forced update)")
+    );
     assert!(ok(&p[5]).stdout.contains("-\t:refs/heads/topic\t[deleted]"));
     assert_eq!(o.refs.lines().count(), 1, "{}", o.refs);
 }
@@ -79,7 +95,10 @@ fn new_branch_fast_forward_forced_update_and_delete() {
 fn deny_non_fast_forwards_refuses_forced_push() {
     let o = differential(|w, r| {
         w.bare("srv.git");
-        w.git("srv.git", &["config", "receive.denyNonFastForwards", "true"]);
+        w.git(
+            "srv.git",
+            &["config", "receive.denyNonFastForwards", "true"],
+        );
         w.work("src");
         w.commit("src", "a", "1");
         w.commit("src", "a", "2");
@@ -91,8 +110,17 @@ fn deny_non_fast_forwards_refuses_forced_push() {
     });
     let p = &o.pushes[1];
     assert!(!p.success);
-    assert!(p.stdout.contains("!\trefs/heads/main:refs/heads/main\t[remote rejected] (non-fast-forward)"), "{p:#?}");
-    assert!(p.remote_lines().contains(&"remote: error: denying non-fast-forward refs/heads/main (you should pull first)"), "{p:#?}");
+    assert!(
+        p.stdout
+            .contains("!\trefs/heads/main:refs/heads/main\t[remote rejected] (non-fast-forward)"),
+        "{p:#?}"
+    );
+    assert!(
+        p.remote_lines().contains(
+            &"remote: error: denying non-fast-forward refs/heads/main (you should pull first)"
+        ),
+        "{p:#?}"
+    );
 }
 
 #[test]
@@ -109,7 +137,10 @@ fn deny_deletes_refuses_branch_deletion_only() {
         p
     });
     let p = &o.pushes[1];
-    assert!(p.stdout.contains("[remote rejected] (deletion prohibited)"), "{p:#?}");
+    assert!(
+        p.stdout.contains("[remote rejected] (deletion prohibited)"),
+        "{p:#?}"
+    );
     assert!(p.stdout.contains("-\t:refs/tags/v1\t[deleted]"), "{p:#?}");
     assert!(o.refs.contains("refs/heads/topic") && !o.refs.contains("refs/tags/v1"));
 }
@@ -123,13 +154,19 @@ fn annotated_tag() {
         w.git("src", &["tag", "-a", "-m", "release 1", "v1"]);
         vec![w.push("src", r, "srv.git", &["main", "v1"])]
     });
-    assert!(ok(&o.pushes[0]).stdout.contains("*\trefs/tags/v1:refs/tags/v1\t[new tag]"));
+    assert!(
+        ok(&o.pushes[0])
+            .stdout
+            .contains("*\trefs/tags/v1:refs/tags/v1\t[new tag]")
+    );
     assert!(o.refs.contains(" tag refs/tags/v1\n"), "{}", o.refs);
 }
 
 #[test]
 fn second_push_arrives_as_thin_pack() {
-    let big: String = (0..2000).map(|i| format!("line {i} of a file that deltas well\n")).collect();
+    let big: String = (0..2000)
+        .map(|i| format!("line {i} of a file that deltas well\n"))
+        .collect();
     let o = differential(|w, r| {
         w.bare("srv.git");
         w.work("src");
@@ -146,7 +183,12 @@ fn second_push_arrives_as_thin_pack() {
             .spawn()
             .unwrap();
         use std::io::Write;
-        pack_objects.stdin.take().unwrap().write_all(b"main\n^main~1\n").unwrap();
+        pack_objects
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"main\n^main~1\n")
+            .unwrap();
         let pack = pack_objects.wait_with_output().unwrap().stdout;
         let mut index_pack = w
             .git_cmd("src")
@@ -157,7 +199,10 @@ fn second_push_arrives_as_thin_pack() {
             .unwrap();
         index_pack.stdin.take().unwrap().write_all(&pack).unwrap();
         let out = index_pack.wait_with_output().unwrap();
-        assert!(String::from_utf8_lossy(&out.stderr).contains("unresolved delta"), "pack is not thin");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("unresolved delta"),
+            "pack is not thin"
+        );
         p.push(w.push("src", r, "srv.git", &["--thin", "main"]));
         p
     });
@@ -187,10 +232,25 @@ fn atomic_push_with_one_stale_ref_changes_nothing() {
     });
     let atomic = &o.pushes[2];
     assert!(!atomic.success);
-    assert!(atomic.stdout.contains("!\trefs/heads/main:refs/heads/main\t[rejected] (atomic push failed)"), "{atomic:#?}");
+    assert!(
+        atomic
+            .stdout
+            .contains("!\trefs/heads/main:refs/heads/main\t[rejected] (atomic push failed)"),
+        "{atomic:#?}"
+    );
     let plain = &o.pushes[3];
-    assert!(plain.stdout.contains(" \trefs/heads/main:refs/heads/main\t"), "{plain:#?}");
-    assert!(plain.stdout.contains("!\trefs/heads/topic:refs/heads/topic\t[rejected]"), "{plain:#?}");
+    assert!(
+        plain
+            .stdout
+            .contains(" \trefs/heads/main:refs/heads/main\t"),
+        "{plain:#?}"
+    );
+    assert!(
+        plain
+            .stdout
+            .contains("!\trefs/heads/topic:refs/heads/topic\t[rejected]"),
+        "{plain:#?}"
+    );
 }
 
 #[test]
@@ -210,7 +270,12 @@ fn ten_thousand_refs_in_one_push() {
             .spawn()
             .unwrap();
         use std::io::Write;
-        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
         assert!(child.wait().unwrap().success());
         vec![w.push("src", r, "srv.git", &["refs/heads/*:refs/heads/*"])]
     });
@@ -225,12 +290,24 @@ fn push_options_reach_the_server_only_when_advertised() {
         w.work("src");
         w.commit("src", "a", "1");
         let mut p = vec![w.push("src", r, "srv.git", &["-o", "ci.skip", "main"])];
-        w.git("srv.git", &["config", "receive.advertisePushOptions", "true"]);
-        p.push(w.push("src", r, "srv.git", &["-o", "ci.skip", "-o", "x=y z", "main"]));
+        w.git(
+            "srv.git",
+            &["config", "receive.advertisePushOptions", "true"],
+        );
+        p.push(w.push(
+            "src",
+            r,
+            "srv.git",
+            &["-o", "ci.skip", "-o", "x=y z", "main"],
+        ));
         p
     });
     assert!(!o.pushes[0].success);
-    assert!(o.pushes[0].stderr.contains("the receiving end does not support push options"));
+    assert!(
+        o.pushes[0]
+            .stderr
+            .contains("the receiving end does not support push options")
+    );
     ok(&o.pushes[1]);
 }
 
@@ -242,12 +319,21 @@ fn hidden_refs_are_not_advertised_and_cannot_be_updated() {
         w.commit("src", "a", "1");
         w.git("src", &["branch", "secret/x"]);
         let mut p = vec![w.push("src", r, "srv.git", &["main", "secret/x"])];
-        w.git("srv.git", &["config", "receive.hideRefs", "refs/heads/secret"]);
+        w.git(
+            "srv.git",
+            &["config", "receive.hideRefs", "refs/heads/secret"],
+        );
         w.commit("src", "a", "2");
         p.push(w.push("src", r, "srv.git", &["main:refs/heads/secret/y"]));
         p
     });
-    assert!(o.pushes[1].stdout.contains("[remote rejected] (deny updating a hidden ref)"), "{:#?}", o.pushes[1]);
+    assert!(
+        o.pushes[1]
+            .stdout
+            .contains("[remote rejected] (deny updating a hidden ref)"),
+        "{:#?}",
+        o.pushes[1]
+    );
 }
 
 #[test]
@@ -263,7 +349,14 @@ fn refuses_to_update_checked_out_branch_of_non_bare_repository() {
         ]
     });
     let p = &o.pushes[0];
-    assert!(p.stdout.contains("[remote rejected] (branch is currently checked out)"), "{p:#?}");
-    assert!(p.stderr.contains("remote: error: refusing to update checked out branch: refs/heads/main"));
+    assert!(
+        p.stdout
+            .contains("[remote rejected] (branch is currently checked out)"),
+        "{p:#?}"
+    );
+    assert!(
+        p.stderr
+            .contains("remote: error: refusing to update checked out branch: refs/heads/main")
+    );
     ok(&o.pushes[1]);
 }

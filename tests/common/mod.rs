@@ -37,10 +37,16 @@ pub struct World {
 
 impl World {
     pub fn new() -> Self {
-        let dir = tempfile::Builder::new().prefix("berth-test-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("berth-test-")
+            .tempdir()
+            .unwrap();
         std::fs::create_dir(dir.path().join("home")).unwrap();
         std::fs::write(dir.path().join("home/.gitconfig"), "").unwrap();
-        World { dir, tick: std::cell::Cell::new(0) }
+        World {
+            dir,
+            tick: std::cell::Cell::new(0),
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -128,7 +134,13 @@ impl World {
 
     /// `git for-each-ref` in `repo`: `<oid> <type> <name>` lines.
     pub fn refs(&self, repo: &str) -> String {
-        self.git(repo, &["for-each-ref", "--format=%(objectname) %(objecttype) %(refname)"])
+        self.git(
+            repo,
+            &[
+                "for-each-ref",
+                "--format=%(objectname) %(objecttype) %(refname)",
+            ],
+        )
     }
 
     /// Assert `git fsck --strict` is clean and no quarantine or lock file is left behind.
@@ -150,11 +162,17 @@ pub fn leftovers(repo: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut stack = vec![repo.to_owned()];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for e in entries.flatten() {
             let p = e.path();
             let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with("tmp_objdir") || name.ends_with(".lock") || name.ends_with(".keep") || name.starts_with("incoming-") {
+            if name.starts_with("tmp_objdir")
+                || name.ends_with(".lock")
+                || name.ends_with(".keep")
+                || name.starts_with("incoming-")
+            {
                 found.push(p.clone());
             }
             if p.is_dir() {
@@ -194,14 +212,23 @@ impl Push {
 
     /// The remote's `remote: …` lines.
     pub fn remote_lines(&self) -> Vec<&str> {
-        self.stderr.lines().filter(|l| l.starts_with("remote:")).collect()
+        self.stderr
+            .lines()
+            .filter(|l| l.starts_with("remote:"))
+            .collect()
     }
 }
 
 fn is_client_progress(l: &str) -> bool {
     [
-        "Enumerating objects", "Counting objects", "Delta compression", "Compressing objects", "Writing objects",
-        "Total ", "remote: Resolving deltas", "remote: Checking connectivity",
+        "Enumerating objects",
+        "Counting objects",
+        "Delta compression",
+        "Compressing objects",
+        "Writing objects",
+        "Total ",
+        "remote: Resolving deltas",
+        "remote: Checking connectivity",
     ]
     .iter()
     .any(|p| l.starts_with(p))
