@@ -182,7 +182,7 @@ mod tests {
             read_all(b"fff4")[0],
             Err("protocol error: bad line length 65520".into())
         );
-        assert_eq!(read_all(b"0008ERR x")[0], Err("remote error: x".into()));
+        assert_eq!(read_all(b"0009ERR x")[0], Err("remote error: x".into()));
         assert_eq!(
             read_all(b"0009ab")[0],
             Err("the remote end hung up unexpectedly".into())
