@@ -18,6 +18,7 @@
 pub mod advertise;
 pub mod config;
 pub mod connectivity;
+pub mod fuzzing;
 pub mod ingest;
 pub mod pktline;
 pub mod policy;

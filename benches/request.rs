@@ -1,0 +1,41 @@
+//! Criterion benchmark of the hot parsing path: reading a 10,000-command update request.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+
+fn request_bytes(n: usize) -> Vec<u8> {
+    let zero = "0".repeat(40);
+    let id = "1".repeat(40);
+    let mut v = Vec::new();
+    for i in 0..n {
+        let line = if i == 0 {
+            format!(
+                "{zero} {id} refs/heads/b/{i:07}\0 report-status-v2 side-band-64k quiet object-format=sha1"
+            )
+        } else {
+            format!("{zero} {id} refs/heads/b/{i:07}")
+        };
+        v.extend(format!("{:04x}{line}", line.len() + 4).into_bytes());
+    }
+    v.extend(b"0000");
+    v
+}
+
+fn bench(c: &mut Criterion) {
+    let input = request_bytes(10_000);
+    let limits = berth::request::Limits {
+        atomic: true,
+        push_options: true,
+        max_commands: 1_000_000,
+        max_push_options: 10,
+        max_bytes: 1 << 30,
+    };
+    c.bench_function("parse 10k commands", |b| {
+        b.iter(|| {
+            let mut r = berth::pktline::Reader::new(&input[..]);
+            berth::request::read(&mut r, &limits).unwrap()
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
