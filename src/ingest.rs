@@ -141,6 +141,8 @@ pub struct Received {
     pub index: Option<gix_pack::index::File>,
     /// The number of objects in the pack as sent.
     pub objects: u32,
+    /// The number of deltas resolved, when [`Options::count_deltas`] asked for it.
+    pub deltas: Option<u32>,
 }
 
 /// Options for [`receive_pack`].
@@ -150,6 +152,8 @@ pub struct Options {
     pub max_input_size: u64,
     /// Threads for delta resolution; `None` for all cores.
     pub thread_limit: Option<usize>,
+    /// Count the pack's deltas, for git's `Resolving deltas` progress line.
+    pub count_deltas: bool,
 }
 
 /// Read a pack from `input` into `quarantine`, completing thin packs from `repo_objects`.
@@ -197,6 +201,7 @@ pub fn receive_pack(
         return Ok(Received {
             index: None,
             objects,
+            deltas: None,
         });
     }
 
@@ -227,10 +232,27 @@ pub fn receive_pack(
         .ok_or_else(|| failed("pack index was not written".into()))?;
     let index = gix_pack::index::File::at(&index_path, gix_hash::Kind::Sha1)
         .map_err(|e| failed(e.to_string()))?;
+    let deltas = match (&outcome.data_path, options.count_deltas) {
+        (Some(path), true) => count_deltas(path, &index),
+        _ => None,
+    };
     Ok(Received {
         index: Some(index),
         objects,
+        deltas,
     })
+}
+
+/// How many entries of the pack at `path` are deltas (one header read per entry).
+fn count_deltas(path: &Path, index: &gix_pack::index::File) -> Option<u32> {
+    let pack = gix_pack::data::File::at(path, gix_hash::Kind::Sha1).ok()?;
+    let mut deltas = 0;
+    for entry in index.iter() {
+        if pack.entry(entry.pack_offset).ok()?.header.is_delta() {
+            deltas += 1;
+        }
+    }
+    Some(deltas)
 }
 
 fn pack_error(e: &gix_error::Error) -> String {

@@ -155,9 +155,22 @@ pub fn run(
                 let opts = ingest::Options {
                     max_input_size: config.max_input_size,
                     thread_limit: None,
+                    // git shows index-pack's progress only through the sideband.
+                    count_deltas: !quiet && mode == Mode::Band64k,
                 };
                 match ingest::receive_pack(reader.inner_mut(), &q, &objects, opts) {
-                    Ok(r) => received = Some(r),
+                    Ok(r) => {
+                        // git's index-pack (used from receive.unpackLimit objects on) prints this.
+                        if let Some(d) = r
+                            .deltas
+                            .filter(|&d| d > 0 && r.objects >= ingest::UNPACK_LIMIT)
+                        {
+                            sb.progress(
+                                format!("Resolving deltas: 100% ({d}/{d}), done.\n").as_bytes(),
+                            )?;
+                        }
+                        received = Some(r);
+                    }
                     Err(e) => {
                         if let Some(detail) = e.detail() {
                             sb.progress(format!("fatal: {detail}\n").as_bytes())?;
@@ -169,7 +182,6 @@ pub fn run(
             }
         }
     }
-    let _ = quiet;
 
     let mut keeps = Vec::new();
     if unpack_error.is_some() {

@@ -360,3 +360,41 @@ fn refuses_to_update_checked_out_branch_of_non_bare_repository() {
     );
     ok(&o.pushes[1]);
 }
+
+#[test]
+fn resolving_deltas_progress_on_band_2_unless_quiet() {
+    // Enough objects for git's index-pack path, most of them deltas.
+    let resolving = |r: Receiver, quiet: bool| {
+        let w = World::new();
+        w.bare("srv.git");
+        w.work("src");
+        let base: String = (0..300).map(|i| format!("line {i}\n")).collect();
+        for i in 0..40 {
+            w.commit("src", "f", &format!("{base}{i}\n"));
+        }
+        let rp = format!("--receive-pack={}", r.command());
+        let url = w.path("srv.git");
+        let mut args = vec![
+            "push",
+            "--progress",
+            rp.as_str(),
+            url.to_str().unwrap(),
+            "main",
+        ];
+        if quiet {
+            args.insert(1, "--quiet");
+        }
+        let out = w.git_out("src", &args);
+        assert!(out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        stderr
+            .split(['\r', '\n'])
+            .filter(|l| l.starts_with("remote: Resolving deltas: 100%"))
+            .map(|l| l.trim_end().to_owned())
+            .last()
+    };
+    let git = resolving(Receiver::Git, false);
+    assert!(git.is_some());
+    assert_eq!(git, resolving(Receiver::Berth, false));
+    assert_eq!(resolving(Receiver::Berth, true), None);
+}
