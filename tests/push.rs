@@ -391,7 +391,7 @@ fn resolving_deltas_progress_on_band_2_unless_quiet() {
             .split(['\r', '\n'])
             .filter(|l| l.starts_with("remote: Resolving deltas: 100%"))
             .map(|l| l.trim_end().to_owned())
-            .last()
+            .next_back()
     };
     let git = resolving(Receiver::Git, false);
     assert!(git.is_some());
