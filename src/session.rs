@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 
 use gix_hash::ObjectId;
-use gix_object::bstr::{BStr, BString, ByteSlice};
+use gix_object::bstr::{BString, ByteSlice};
 use gix_object::{Exists, Find, Kind};
 use gix_odb::Header;
 use tracing::info_span;
@@ -227,6 +227,7 @@ pub fn run(
                     repo: &repo,
                     objects: &objects,
                     checked_out: repo.checked_out(),
+                    refs: store.snapshot().map_err(Fatal::Refs)?,
                 };
                 let committer = committer(config);
                 if atomic {
@@ -325,6 +326,8 @@ struct Decide<'a> {
     repo: &'a Repository,
     objects: &'a gix_odb::Handle,
     checked_out: Vec<(String, bool)>,
+    /// The refs as the update stage starts.
+    refs: Refs,
 }
 
 /// git's `update()`: the built-in checks for one command, returning the ref update to queue or
@@ -417,7 +420,7 @@ fn decide<W: Write, E: Write>(
         let mut skip_old_check = false;
         if c.old.is_null() || !ctx.objects.exists(&c.old) {
             skip_old_check = true;
-            if worktree.is_some() || ref_exists(ctx, name) {
+            if ctx.refs.get(name).is_some() {
                 sb.warning("allowing deletion of corrupt ref")?;
             } else {
                 sb.warning("deleting a non-existent ref")?;
@@ -454,20 +457,6 @@ fn decide<W: Write, E: Write>(
         new: c.new,
         skip_old_check: false,
     })))
-}
-
-fn ref_exists(ctx: &Decide<'_>, name: &BStr) -> bool {
-    let git_dir = &ctx.repo.git_dir;
-    if let Ok(path) = name.to_str()
-        && git_dir.join(path).is_file()
-    {
-        return true;
-    }
-    std::fs::read(git_dir.join("packed-refs")).is_ok_and(|packed| {
-        packed
-            .lines()
-            .any(|l| l.len() > 41 && l[41..].as_bstr() == name)
-    })
 }
 
 fn execute_non_atomic<W: Write, E: Write>(
