@@ -37,24 +37,9 @@ fn run_receive_pack(
         c.arg("receive-pack");
         c
     } else {
-        let mut c = w.git_cmd(".");
-        c.env("PATH", std::env::var_os("PATH").unwrap_or_default());
-        let mut b = std::process::Command::new(common::berth());
-        b.current_dir(w.root());
-        for (k, v) in c.get_envs() {
-            match v {
-                Some(v) => b.env(k, v),
-                None => b.env_remove(k),
-            };
-        }
-        b.env_clear();
-        for (k, v) in c.get_envs() {
-            if let Some(v) = v {
-                b.env(k, v);
-            }
-        }
-        b.arg("receive-pack");
-        b
+        let mut c = w.cmd(common::berth(), ".");
+        c.arg("receive-pack");
+        c
     };
     for (k, v) in env {
         cmd.env(k, v);
@@ -197,20 +182,12 @@ fn server_with_history(w: &World) -> (String, String) {
 }
 
 fn pack_of(w: &World, revs: &str) -> Vec<u8> {
-    let mut child = w
-        .git_cmd("src")
-        .args(["pack-objects", "--stdout", "--revs", "-q"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(revs.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap().stdout
+    w.git_with_stdin(
+        "src",
+        &["pack-objects", "--stdout", "--revs", "-q"],
+        revs.as_bytes(),
+    )
+    .stdout
 }
 
 #[test]
@@ -384,20 +361,17 @@ fn pack_lacking_an_object_is_refused_and_leaves_nothing() {
             |w| {
                 let (c1, c2) = server_with_history(w);
                 // A pack with the new commit but without its tree.
-                let mut child = w
-                    .git_cmd("src")
-                    .args(["pack-objects", "--stdout", "-q"])
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .unwrap();
-                child
-                    .stdin
-                    .take()
-                    .unwrap()
-                    .write_all(format!("{c2}\n").as_bytes())
-                    .unwrap();
-                let pack = child.wait_with_output().unwrap().stdout;
+                let pack = w
+                    .git_with_stdin(
+                        "src",
+                        &["pack-objects", "--stdout", "-q"],
+                        format!(
+                            "{c2}
+"
+                        )
+                        .as_bytes(),
+                    )
+                    .stdout;
                 let mut cmds = vec![format!("{c1} {c2} refs/heads/main")];
                 if with_good_ref {
                     cmds.push(format!("{ZERO} {c1} refs/heads/fine"));

@@ -175,30 +175,16 @@ fn second_push_arrives_as_thin_pack() {
         w.commit("src", "big", &format!("{big}one more line\n"));
         // What the client sends is thin: the new blob is a delta against a blob only the
         // server has, so the pack cannot be indexed without completing it.
-        let mut pack_objects = w
-            .git_cmd("src")
-            .args(["pack-objects", "--thin", "--stdout", "--revs"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        pack_objects
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(b"main\n^main~1\n")
-            .unwrap();
-        let pack = pack_objects.wait_with_output().unwrap().stdout;
-        let mut index_pack = w
-            .git_cmd("src")
-            .args(["index-pack", "--stdin"])
-            .stdin(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        index_pack.stdin.take().unwrap().write_all(&pack).unwrap();
-        let out = index_pack.wait_with_output().unwrap();
+        let pack = w
+            .git_with_stdin(
+                "src",
+                &["pack-objects", "--thin", "--stdout", "--revs"],
+                b"main
+^main~1
+",
+            )
+            .stdout;
+        let out = w.git_with_stdin("src", &["index-pack", "--stdin"], &pack);
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("unresolved delta"),
             "pack is not thin"
@@ -263,20 +249,11 @@ fn ten_thousand_refs_in_one_push() {
         for i in 0..10_000 {
             stdin.push_str(&format!("create refs/heads/b/{i:05} {head}\n"));
         }
-        let mut child = w
-            .git_cmd("src")
-            .args(["update-ref", "--stdin"])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        assert!(child.wait().unwrap().success());
+        assert!(
+            w.git_with_stdin("src", &["update-ref", "--stdin"], stdin.as_bytes())
+                .status
+                .success()
+        );
         vec![w.push("src", r, "srv.git", &["refs/heads/*:refs/heads/*"])]
     });
     ok(&o.pushes[0]);

@@ -42,7 +42,12 @@ impl World {
             .tempdir()
             .unwrap();
         std::fs::create_dir(dir.path().join("home")).unwrap();
-        std::fs::write(dir.path().join("home/.gitconfig"), "").unwrap();
+        // One pack thread: the client's delta search, and so the packs it sends, are deterministic.
+        std::fs::write(
+            dir.path().join("home/.gitconfig"),
+            "[pack]\n\tthreads = 1\n",
+        )
+        .unwrap();
         World {
             dir,
             tick: std::cell::Cell::new(0),
@@ -59,7 +64,12 @@ impl World {
 
     /// A `git` command in `cwd` (relative to the world) with a fixed identity and clock.
     pub fn git_cmd(&self, cwd: &str) -> Command {
-        let mut c = Command::new("git");
+        self.cmd("git", cwd)
+    }
+
+    /// `program` in `cwd` with the same isolated environment as [`World::git_cmd`].
+    pub fn cmd(&self, program: impl AsRef<std::ffi::OsStr>, cwd: &str) -> Command {
+        let mut c = Command::new(program);
         let t = self.tick.get() + 1;
         self.tick.set(t);
         let date = format!("{} +0000", 1_700_000_000 + t * 60);
@@ -96,6 +106,27 @@ impl World {
     /// Run git and return its output whatever the status.
     pub fn git_out(&self, cwd: &str, args: &[&str]) -> Output {
         self.git_cmd(cwd).args(args).output().unwrap()
+    }
+
+    /// Run git with `input` on its stdin and return its output whatever the status.
+    pub fn git_with_stdin(&self, cwd: &str, args: &[&str], input: &[u8]) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .git_cmd(cwd)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        out
     }
 
     /// `git init --bare <name>` in the world, and return its name.
