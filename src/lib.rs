@@ -19,6 +19,7 @@ pub mod advertise;
 pub mod config;
 pub mod connectivity;
 pub mod fuzzing;
+pub mod hooks;
 pub mod ingest;
 pub mod pktline;
 pub mod policy;

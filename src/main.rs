@@ -70,6 +70,11 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
         advertise_refs: a.http_backend_info_refs,
         quiet: a.quiet,
         skip_connectivity_check: a.skip_connectivity_check,
+        protocol_version: std::env::var("GIT_PROTOCOL")
+            .map(|p| berth::session::protocol_version(&p))
+            .unwrap_or(0),
+        committer: None,
+        in_process: None,
     };
     let result = berth::session::run(
         &dir,

@@ -15,6 +15,7 @@ use gix_ref::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
 use gix_ref::{FullName, Target};
 
 use crate::config::LogRefUpdates;
+use crate::hooks::TransactionState;
 
 /// A snapshot of the refs under `refs/`, sorted by name, symbolic refs resolved to the object
 /// id they point to.
@@ -161,7 +162,14 @@ pub enum TransactionError {
     /// The store failed as a whole.
     #[error("{0}")]
     Store(String),
+    /// The reference-transaction hook refused in this state.
+    #[error("in '{0}' phase, update aborted by the reference-transaction hook")]
+    HookAborted(&'static str),
 }
+
+/// Called around a transaction with its state and its updates (git's `reference-transaction`
+/// hook); returning `false` in `Preparing` or `Prepared` aborts the transaction.
+pub type TransactionHook<'h> = dyn FnMut(TransactionState, &[RefUpdate]) -> bool + 'h;
 
 /// git's files backend, through `gix-ref`.
 pub struct FilesStore {
@@ -235,6 +243,7 @@ impl FilesStore {
         atomic: bool,
         committer: &gix_actor::Signature,
         objects: &gix_odb::Handle,
+        hook: &mut TransactionHook<'_>,
     ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
         let mut results: Vec<Result<(), RefError>> =
             updates.iter().map(|u| precheck(u, current)).collect();
@@ -243,6 +252,7 @@ impl FilesStore {
         }
         let mut time_buf = gix_date::parse::TimeBuf::default();
         let committer = committer.to_ref(&mut time_buf);
+        let mut announced = false;
         loop {
             let live: Vec<usize> = (0..updates.len()).filter(|&i| results[i].is_ok()).collect();
             if live.is_empty() {
@@ -258,6 +268,14 @@ impl FilesStore {
             }
             if edits.len() != live.len() {
                 continue;
+            }
+            let batch: Vec<RefUpdate> = live.iter().map(|&i| updates[i].clone()).collect();
+            if !announced {
+                announced = true;
+                if !hook(TransactionState::Preparing, &batch) {
+                    hook(TransactionState::Aborted, &batch);
+                    return Err(TransactionError::HookAborted("preparing"));
+                }
             }
             let updated = live.iter().filter(|&&i| !updates[i].new.is_null()).count();
             let packed = if updated >= PACKED_BATCH_THRESHOLD {
@@ -279,8 +297,16 @@ impl FilesStore {
             );
             match prepared {
                 Ok(tx) => {
+                    if !hook(TransactionState::Prepared, &batch) {
+                        drop(tx); // releases every lock, writes nothing
+                        hook(TransactionState::Aborted, &batch);
+                        return Err(TransactionError::HookAborted("prepared"));
+                    }
                     return match tx.commit(committer) {
-                        Ok(_) => Ok(results),
+                        Ok(_) => {
+                            hook(TransactionState::Committed, &batch);
+                            Ok(results)
+                        }
                         Err(e) => Err(TransactionError::Store(one_line(&e.to_string()))),
                     };
                 }

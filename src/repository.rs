@@ -27,6 +27,8 @@ pub struct Repository {
     pub objects_dir: PathBuf,
     /// What receive-pack reads from the configuration.
     pub config: Config,
+    /// The whole configuration, for what is looked up by pattern (hooks).
+    pub config_file: gix_config::File,
 }
 
 impl Repository {
@@ -64,6 +66,7 @@ impl Repository {
             objects_dir: git_dir.join("objects"),
             git_dir,
             config,
+            config_file: file,
         })
     }
 

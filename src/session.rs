@@ -20,6 +20,7 @@ use tracing::info_span;
 
 use crate::config::DenyAction;
 use crate::connectivity::{self, Check};
+use crate::hooks::{self, Event, HookSet, Invocation, TransactionState, Verdict};
 use crate::ingest::{self, Quarantine};
 use crate::refs::{FilesStore, RefError, RefUpdate, Refs, TransactionError};
 use crate::repository::Repository;
@@ -38,6 +39,13 @@ pub struct Options {
     pub quiet: bool,
     /// `--skip-connectivity-check`.
     pub skip_connectivity_check: bool,
+    /// The protocol version the client asked for (see [`protocol_version`]); 0 for none.
+    pub protocol_version: u32,
+    /// The reflog identity `(name, email)`, taking precedence over `GIT_COMMITTER_*` and
+    /// `user.*` (smart HTTP sets the authenticated user here, as git-http-backend does).
+    pub committer: Option<(String, String)>,
+    /// In-process hooks of an embedding program, run before the process hooks.
+    pub in_process: Option<hooks::InProcessHooks>,
 }
 
 /// What ends a session without a report: git's receive-pack `die()`s in these cases, so the
@@ -59,6 +67,24 @@ pub enum Fatal {
     /// Writing to the client failed.
     #[error(transparent)]
     Io(#[from] io::Error),
+    /// The hook configuration is unusable.
+    #[error(transparent)]
+    Hooks(#[from] hooks::Error),
+    /// The reference-transaction hook refused in the `preparing` or `prepared` phase.
+    #[error("in '{0}' phase, update aborted by the reference-transaction hook")]
+    TransactionHook(&'static str),
+}
+
+/// The `.keep` files that protect a migrated pack until the refs point into it; removed when
+/// the ref update is over, however it ended.
+struct KeepFiles(Vec<std::path::PathBuf>);
+
+impl Drop for KeepFiles {
+    fn drop(&mut self) {
+        for keep in &self.0 {
+            let _ = std::fs::remove_file(keep);
+        }
+    }
 }
 
 /// One command on its way through the pipeline.
@@ -85,13 +111,14 @@ pub fn run(
 ) -> Result<(), Fatal> {
     let repo = Repository::open(dir)?;
     let config = &repo.config;
+    let hook_set = HookSet::discover(&repo.git_dir, &repo.config_file)?;
     let store = FilesStore::open(&repo.git_dir, config.log_ref_updates);
     let mut out = BufWriter::with_capacity(64 * 1024, output);
 
     if options.advertise_refs || !options.stateless_rpc {
         let _span = info_span!("advertise").entered();
         let refs = store.snapshot().map_err(Fatal::Refs)?;
-        if protocol_version() == 1 {
+        if options.protocol_version == 1 {
             pktline::write_data(&mut out, b"version 1\n")?;
         }
         let alternates = alternate_tips(&repo.objects_dir);
@@ -130,6 +157,12 @@ pub fn run(
     };
     let mut sb = Sideband::new(out, stderr, mode);
     let quiet = options.quiet || req.capabilities.quiet;
+    let hooks = Hooks::new(
+        &hook_set,
+        options.in_process.as_ref(),
+        &repo,
+        &req.push_options,
+    );
     let atomic = req.capabilities.atomic;
     let mut cmds: Vec<Cmd> = req
         .commands
@@ -183,7 +216,7 @@ pub fn run(
         }
     }
 
-    let mut keeps = Vec::new();
+    let mut keeps = KeepFiles(Vec::new());
     if unpack_error.is_some() {
         for c in &mut cmds {
             c.error = Some("unpacker error".into());
@@ -209,11 +242,19 @@ pub fn run(
                 });
             }
         }
-        if cmds.iter().any(Cmd::pending) {
+        let accepted = {
+            let _span = info_span!("pre_receive").entered();
+            hooks.pre_receive(&cmds, quarantine.as_ref(), &mut sb)?
+        };
+        if !accepted {
+            for c in cmds.iter_mut().filter(|c| c.pending()) {
+                c.error = Some("pre-receive hook declined".into());
+            }
+        } else if cmds.iter().any(Cmd::pending) {
             if let Some(q) = quarantine.as_mut() {
                 let _span = info_span!("migrate").entered();
                 match q.migrate(&repo.objects_dir) {
-                    Ok(k) => keeps = k,
+                    Ok(k) => keeps.0 = k,
                     Err(_) => {
                         for c in cmds.iter_mut().filter(|c| c.pending()) {
                             c.error = Some("unable to migrate objects to permanent storage".into());
@@ -225,11 +266,12 @@ pub fn run(
                 let _span = info_span!("update").entered();
                 let ctx = Decide {
                     repo: &repo,
+                    hooks: &hooks,
                     objects: &objects,
                     checked_out: repo.checked_out(),
                     refs: store.snapshot().map_err(Fatal::Refs)?,
                 };
-                let committer = committer(config);
+                let committer = committer(config, options.committer.as_ref());
                 if atomic {
                     execute_atomic(&mut cmds, &ctx, &store, &committer, &mut sb)?;
                 } else {
@@ -239,9 +281,7 @@ pub fn run(
         }
     }
     drop(quarantine);
-    for keep in keeps {
-        let _ = std::fs::remove_file(keep);
-    }
+    drop(keeps);
 
     let kind = match (
         req.capabilities.report_status_v2,
@@ -258,6 +298,11 @@ pub fn run(
             .map(|c| (c.command.name.as_bstr(), c.error.as_deref()));
         let buf = report::build(unpack_error.as_deref(), results)?;
         report::send(&mut sb, &buf)?;
+    }
+    {
+        let _span = info_span!("post_receive").entered();
+        hooks.post_receive(&cmds, &mut sb)?;
+        hooks.post_update(&cmds, &mut sb)?;
     }
     sb.finish()?;
     Ok(())
@@ -324,6 +369,7 @@ fn check_connectivity<W: Write, E: Write>(
 /// What the per-ref decision needs to know.
 struct Decide<'a> {
     repo: &'a Repository,
+    hooks: &'a Hooks<'a>,
     objects: &'a gix_odb::Handle,
     checked_out: Vec<(String, bool)>,
     /// The refs as the update stage starts.
@@ -416,6 +462,10 @@ fn decide<W: Write, E: Write>(
             return Ok(Err("non-fast-forward".into()));
         }
     }
+    if !ctx.hooks.update(c, sb)? {
+        sb.error(format_args!("hook declined to update {name}"))?;
+        return Ok(Err("hook declined".into()));
+    }
     if c.is_delete() {
         let mut skip_old_check = false;
         if c.old.is_null() || !ctx.objects.exists(&c.old) {
@@ -491,6 +541,7 @@ fn execute_non_atomic<W: Write, E: Write>(
                     }
                 }
             }
+            Err(TransactionError::HookAborted(state)) => return Err(Fatal::TransactionHook(state)),
             Err(e) => {
                 sb.error(&e)?;
                 for c in cmds.iter_mut() {
@@ -558,7 +609,14 @@ fn commit(
     }
     let current: Refs = store.snapshot().map_err(TransactionError::Store)?;
     let updates: Vec<RefUpdate> = queued.iter().map(|(_, u)| u.clone()).collect();
-    store.commit(&updates, &current, atomic, committer, ctx.objects)
+    store.commit(
+        &updates,
+        &current,
+        atomic,
+        committer,
+        ctx.objects,
+        &mut |state, batch| ctx.hooks.transaction(state, batch),
+    )
 }
 
 /// Whether `ancestor` is reachable from `tip` through parents.
@@ -594,31 +652,34 @@ fn alternate_tips(objects_dir: &std::path::Path) -> Vec<ObjectId> {
         .collect()
 }
 
-/// The protocol version the client asked for in `GIT_PROTOCOL` (the highest `version=N`).
-fn protocol_version() -> u32 {
-    std::env::var("GIT_PROTOCOL")
-        .ok()
-        .and_then(|p| {
-            p.split(':')
-                .filter_map(|kv| kv.strip_prefix("version=")?.parse::<u32>().ok())
-                .max()
-        })
+/// The protocol version a `GIT_PROTOCOL` value (or `Git-Protocol` header) asks for: the highest
+/// `version=N`, 0 when none.
+pub fn protocol_version(git_protocol: &str) -> u32 {
+    git_protocol
+        .split(':')
+        .filter_map(|kv| kv.strip_prefix("version=")?.parse::<u32>().ok())
+        .max()
         .unwrap_or(0)
 }
 
-/// The identity git would write into reflogs: `GIT_COMMITTER_*`, else `user.*`, else the
-/// login name at the host.
-fn committer(config: &crate::config::Config) -> gix_actor::Signature {
+/// The identity git would write into reflogs: `over` (the session's override), else
+/// `GIT_COMMITTER_*`, else `user.*`, else the login name at the host.
+fn committer(
+    config: &crate::config::Config,
+    over: Option<&(String, String)>,
+) -> gix_actor::Signature {
     let user = std::env::var("USER").unwrap_or_else(|_| "berth".into());
     let host = std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "localhost".into());
-    let name = std::env::var("GIT_COMMITTER_NAME")
-        .ok()
+    let name = over
+        .map(|o| o.0.clone())
+        .or_else(|| std::env::var("GIT_COMMITTER_NAME").ok())
         .or_else(|| config.user_name.clone())
         .unwrap_or_else(|| user.clone());
-    let email = std::env::var("GIT_COMMITTER_EMAIL")
-        .ok()
+    let email = over
+        .map(|o| o.1.clone())
+        .or_else(|| std::env::var("GIT_COMMITTER_EMAIL").ok())
         .or_else(|| config.user_email.clone())
         .unwrap_or_else(|| format!("{user}@{host}"));
     let time = std::env::var("GIT_COMMITTER_DATE")
@@ -630,4 +691,255 @@ fn committer(config: &crate::config::Config) -> gix_actor::Signature {
         email: BString::from(email),
         time,
     }
+}
+
+/// The receive-side hooks of one session with git's contract for each: when it runs, its
+/// arguments, stdin and environment, and where its output goes.
+struct Hooks<'a> {
+    set: &'a HookSet,
+    in_process: Option<&'a dyn hooks::InProcess>,
+    git_dir: &'a std::path::Path,
+    objects_dir: &'a std::path::Path,
+    push_options: &'a [BString],
+    keepalive: Option<std::time::Duration>,
+}
+
+impl<'a> Hooks<'a> {
+    fn new(
+        set: &'a HookSet,
+        in_process: Option<&'a hooks::InProcessHooks>,
+        repo: &'a Repository,
+        push_options: &'a [BString],
+    ) -> Self {
+        Hooks {
+            set,
+            in_process: in_process.map(|h| &*h.0),
+            git_dir: &repo.git_dir,
+            objects_dir: &repo.objects_dir,
+            push_options,
+            keepalive: (repo.config.keep_alive > 0)
+                .then(|| std::time::Duration::from_secs(repo.config.keep_alive as u64)),
+        }
+    }
+
+    /// `GIT_PUSH_OPTION_<n>` and `GIT_PUSH_OPTION_COUNT` (always set, as git does).
+    fn push_option_env(&self) -> Vec<(String, BString)> {
+        let mut env: Vec<(String, BString)> = self
+            .push_options
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (format!("GIT_PUSH_OPTION_{i}"), o.clone()))
+            .collect();
+        env.push((
+            "GIT_PUSH_OPTION_COUNT".into(),
+            self.push_options.len().to_string().into(),
+        ));
+        env
+    }
+
+    fn invocation<'i>(
+        &'i self,
+        args: &'i [BString],
+        stdin: Option<&'i [u8]>,
+        env: &'i [(String, BString)],
+    ) -> Invocation<'i> {
+        Invocation {
+            git_dir: self.git_dir,
+            args,
+            stdin,
+            env,
+            env_remove: &[],
+            keepalive: self.keepalive,
+        }
+    }
+
+    /// Relay hook output to band 2 (stderr without sideband) and keepalives while it is silent.
+    fn to_client<W: Write, E: Write>(
+        sb: &mut Sideband<W, E>,
+    ) -> impl FnMut(hooks::Output<'_>) -> io::Result<()> + '_ {
+        move |o| match o {
+            hooks::Output::Data(d) => sb.progress(d),
+            hooks::Output::Idle => sb.keepalive(),
+        }
+    }
+
+    /// pre-receive: every command on stdin, inside the quarantine. `false` declines the push.
+    fn pre_receive<W: Write, E: Write>(
+        &self,
+        cmds: &[Cmd],
+        quarantine: Option<&Quarantine>,
+        sb: &mut Sideband<W, E>,
+    ) -> io::Result<bool> {
+        if let Some(h) = self.in_process {
+            let commands: Vec<Command> = cmds.iter().map(|c| c.command.clone()).collect();
+            let push = hooks::Push {
+                commands: &commands,
+                push_options: self.push_options,
+                quarantine: quarantine.map(Quarantine::path),
+            };
+            if let Verdict::Refuse(msg) = h.pre_receive(&push) {
+                sb.progress(format!("{msg}\n").as_bytes())?;
+                return Ok(false);
+            }
+        }
+        if !self.set.has(Event::PreReceive) {
+            return Ok(true);
+        }
+        let stdin = command_lines(cmds.iter());
+        let mut env = self.push_option_env();
+        if let Some(q) = quarantine {
+            env.extend(quarantine_env(q.path(), self.objects_dir));
+        }
+        self.set.run(
+            Event::PreReceive,
+            &self.invocation(&[], Some(&stdin), &env),
+            &mut Self::to_client(sb),
+        )
+    }
+
+    /// update: `<ref> <old> <new>`. `false` declines this ref.
+    fn update<W: Write, E: Write>(&self, c: &Command, sb: &mut Sideband<W, E>) -> io::Result<bool> {
+        if let Some(h) = self.in_process
+            && let Verdict::Refuse(msg) = h.update(c)
+        {
+            sb.progress(format!("{msg}\n").as_bytes())?;
+            return Ok(false);
+        }
+        if !self.set.has(Event::Update) {
+            return Ok(true);
+        }
+        let args = [
+            c.name.clone(),
+            c.old.to_string().into(),
+            c.new.to_string().into(),
+        ];
+        self.set.run(
+            Event::Update,
+            &self.invocation(&args, None, &[]),
+            &mut Self::to_client(sb),
+        )
+    }
+
+    /// reference-transaction: `<old> <new> <ref>` per update; its output goes to stderr, not
+    /// to the client, as git's. `false` aborts the transaction.
+    fn transaction(&self, state: TransactionState, updates: &[RefUpdate]) -> bool {
+        if let Some(h) = self.in_process
+            && let Verdict::Refuse(msg) = h.reference_transaction(state, updates)
+        {
+            eprintln!("{msg}");
+            return false;
+        }
+        if !self.set.has(Event::ReferenceTransaction) {
+            return true;
+        }
+        let mut stdin = Vec::with_capacity(updates.len() * 100);
+        for u in updates {
+            let old = if u.skip_old_check {
+                ObjectId::null(gix_hash::Kind::Sha1)
+            } else {
+                u.old
+            };
+            let _ = writeln!(stdin, "{old} {} {}", u.new, u.name);
+        }
+        let args = [BString::from(state.name())];
+        let mut to_stderr = |o: hooks::Output<'_>| match o {
+            hooks::Output::Data(d) => io::stderr().write_all(d),
+            hooks::Output::Idle => Ok(()),
+        };
+        self.set
+            .run(
+                Event::ReferenceTransaction,
+                &self.invocation(&args, Some(&stdin), &[]),
+                &mut to_stderr,
+            )
+            .unwrap_or(false)
+    }
+
+    /// post-receive: the refs that were updated (not those that did not exist) on stdin.
+    fn post_receive<W: Write, E: Write>(
+        &self,
+        cmds: &[Cmd],
+        sb: &mut Sideband<W, E>,
+    ) -> io::Result<()> {
+        let updated = || cmds.iter().filter(|c| c.pending() && !c.did_not_exist);
+        if updated().next().is_none() {
+            return Ok(());
+        }
+        if let Some(h) = self.in_process {
+            let commands: Vec<Command> = updated().map(|c| c.command.clone()).collect();
+            h.post_receive(&hooks::Push {
+                commands: &commands,
+                push_options: self.push_options,
+                quarantine: None,
+            });
+        }
+        if !self.set.has(Event::PostReceive) {
+            return Ok(());
+        }
+        let stdin = command_lines(updated());
+        let env = self.push_option_env();
+        self.set.run(
+            Event::PostReceive,
+            &self.invocation(&[], Some(&stdin), &env),
+            &mut Self::to_client(sb),
+        )?;
+        Ok(())
+    }
+
+    /// post-update: the names of the refs that were updated, as arguments.
+    fn post_update<W: Write, E: Write>(
+        &self,
+        cmds: &[Cmd],
+        sb: &mut Sideband<W, E>,
+    ) -> io::Result<()> {
+        if !self.set.has(Event::PostUpdate) {
+            return Ok(());
+        }
+        let args: Vec<BString> = cmds
+            .iter()
+            .filter(|c| c.pending() && !c.did_not_exist)
+            .map(|c| c.command.name.clone())
+            .collect();
+        if args.is_empty() {
+            return Ok(());
+        }
+        self.set.run(
+            Event::PostUpdate,
+            &self.invocation(&args, None, &[]),
+            &mut Self::to_client(sb),
+        )?;
+        Ok(())
+    }
+}
+
+/// `<old> <new> <ref>` lines, as pre- and post-receive read them.
+fn command_lines<'c>(cmds: impl Iterator<Item = &'c Cmd>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for c in cmds {
+        let _ = write!(out, "{} {} ", c.command.old, c.command.new);
+        out.extend_from_slice(&c.command.name);
+        out.push(b'\n');
+    }
+    out
+}
+
+/// The environment that lets a hook read the quarantined objects (git's `tmp_objdir_env`).
+fn quarantine_env(
+    quarantine: &std::path::Path,
+    objects_dir: &std::path::Path,
+) -> Vec<(String, BString)> {
+    let q = BString::from(quarantine.as_os_str().as_encoded_bytes());
+    let mut main = objects_dir.to_string_lossy().into_owned();
+    if main.contains(':') || main.starts_with('"') {
+        main = format!("\"{}\"", main.replace('\\', "\\\\").replace('"', "\\\""));
+    }
+    let alternates = match std::env::var("GIT_ALTERNATE_OBJECT_DIRECTORIES") {
+        Ok(inherited) if !inherited.is_empty() => format!("{inherited}:{main}"),
+        _ => main,
+    };
+    vec![
+        ("GIT_ALTERNATE_OBJECT_DIRECTORIES".into(), alternates.into()),
+        ("GIT_OBJECT_DIRECTORY".into(), q.clone()),
+        ("GIT_QUARANTINE_PATH".into(), q),
+    ]
 }

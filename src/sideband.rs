@@ -14,6 +14,13 @@ pub const BAND_64K_DATA_MAX: usize = 65515;
 /// git truncates `error: …` / `warning: …` lines (prefix and LF included) to this many bytes.
 pub const MESSAGE_MAX: usize = 4096;
 
+static MUXERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many muxers this process has created (one per session), for tests.
+pub fn muxers_created() -> usize {
+    MUXERS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Whether the client asked for the sideband.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -33,6 +40,7 @@ pub struct Sideband<W: Write, E: Write> {
 impl<W: Write, E: Write> Sideband<W, E> {
     /// A muxer writing to `out`, with messages going to `err` when there is no sideband.
     pub fn new(out: W, err: E, mode: Mode) -> Self {
+        MUXERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Sideband { out, err, mode }
     }
 

@@ -1,0 +1,443 @@
+//! Hooks: the one way a push runs operator code, git's process hooks and in-process Rust hooks.
+//!
+//! [`HookSet::discover`] looks every hook up once per session: config-defined hooks
+//! (`hook.<name>.command` + `hook.<name>.event`, in config order) then the hooks-directory hook
+//! (`$GIT_DIR/hooks/<event>` or `core.hooksPath`), as git's `list_hooks`. An event without a hook
+//! is an empty list, and running it does nothing: no process, no thread, no pipe, no input built
+//! (callers build input lazily, after [`HookSet::has`]).
+//!
+//! A process hook runs with git's contract: cwd is `$GIT_DIR` and `GIT_DIR=.`, a hooks-directory
+//! hook is exec'd with `argv[0]` = `hooks/<name>` (or `<core.hooksPath>/<name>`), a configured
+//! hook through `sh -c '<command> "$@"'`; stdout and stderr share one pipe, which the session's
+//! thread relays in chunks of at most 128 bytes (git's `copy_to_sideband`) to the [`Sink`] it is
+//! given, and stdin is fed from the same thread. One `poll` loop does both, so a hook costs its
+//! process and nothing else: no relay thread, no feeder thread, no muxer of its own. While a hook
+//! is silent for `receive.keepAlive` seconds the sink is told, so the session can send keepalives.
+
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use gix_object::bstr::BString;
+
+/// The hook events receive-pack runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// Once, before any ref is updated, with every command on stdin.
+    PreReceive,
+    /// Once per ref, with `<ref> <old> <new>` as arguments.
+    Update,
+    /// Once, after the report, with the updated refs on stdin.
+    PostReceive,
+    /// Once, after post-receive, with the updated ref names as arguments.
+    PostUpdate,
+    /// Around each ref transaction: `preparing`, `prepared`, `committed`, `aborted`.
+    ReferenceTransaction,
+}
+
+impl Event {
+    const ALL: [Event; 5] = [
+        Event::PreReceive,
+        Event::Update,
+        Event::PostReceive,
+        Event::PostUpdate,
+        Event::ReferenceTransaction,
+    ];
+
+    /// git's name for the event (and the hook file's name).
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::PreReceive => "pre-receive",
+            Event::Update => "update",
+            Event::PostReceive => "post-receive",
+            Event::PostUpdate => "post-update",
+            Event::ReferenceTransaction => "reference-transaction",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One hook to run for an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hook {
+    /// A file in the hooks directory: its path, and the `argv[0]` git gives it.
+    File {
+        /// Where it is.
+        path: PathBuf,
+        /// What it is called as (`hooks/<name>`).
+        argv0: String,
+    },
+    /// `hook.<name>.command`, run through the shell.
+    Configured {
+        /// The friendly name.
+        name: String,
+        /// The command line.
+        command: String,
+    },
+}
+
+/// A configuration git's hook API dies on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An event is configured for a hook without a command.
+    #[error("'hook.{0}.command' must be configured or 'hook.{0}.event' must be removed; aborting.")]
+    MissingCommand(String),
+}
+
+/// The hooks of one session, looked up once.
+#[derive(Debug, Default, Clone)]
+pub struct HookSet {
+    by_event: [Vec<Hook>; 5],
+}
+
+static PROCESSES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many hook processes this process has started, for tests that prove absent hooks cost
+/// nothing.
+pub fn processes_started() -> usize {
+    PROCESSES.load(Ordering::Relaxed)
+}
+
+impl HookSet {
+    /// Look up every receive-side hook of the repository at `git_dir`.
+    pub fn discover(git_dir: &Path, config: &gix_config::File) -> Result<Self, Error> {
+        let mut set = HookSet::default();
+        // Configured hooks, in the order their `event` keys are met.
+        let mut order: Vec<(String, String)> = Vec::new(); // (friendly name, event)
+        for section in config.sections() {
+            let header = section.header();
+            if !header.name().eq_ignore_ascii_case(b"hook") {
+                continue;
+            }
+            let Some(name) = header.subsection_name() else {
+                continue;
+            };
+            let name = name.to_string();
+            for event in section.values("event") {
+                let event = event.to_string();
+                if event.is_empty() {
+                    order.retain(|(n, _)| *n != name);
+                    continue;
+                }
+                order.retain(|(n, e)| !(*n == name && *e == event));
+                order.push((name.clone(), event));
+            }
+        }
+        for (name, event_name) in order {
+            let Some(event) = Event::ALL.iter().copied().find(|e| e.name() == event_name) else {
+                continue;
+            };
+            let enabled = |key: &str| config.boolean(key).ok().flatten().unwrap_or(true);
+            if !enabled(&format!("hook.{name}.enabled"))
+                || !enabled(&format!("hook.{event_name}.enabled"))
+            {
+                continue;
+            }
+            let command = config
+                .string(format!("hook.{name}.command").as_str())
+                .map(|c| c.to_string())
+                .ok_or_else(|| Error::MissingCommand(name.clone()))?;
+            set.by_event[event.index()].push(Hook::Configured { name, command });
+        }
+        // Then the hooks-directory hook.
+        let hooks_path = config.string("core.hooksPath").map(|p| p.to_string());
+        for event in Event::ALL {
+            let (path, argv0) = match &hooks_path {
+                Some(dir) => {
+                    let argv0 = format!("{}/{}", dir.trim_end_matches('/'), event.name());
+                    (git_dir.join(&argv0), argv0)
+                }
+                None => (
+                    git_dir.join("hooks").join(event.name()),
+                    format!("hooks/{}", event.name()),
+                ),
+            };
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_file() && is_executable(&m) => {
+                    set.by_event[event.index()].push(Hook::File { path, argv0 });
+                }
+                Ok(m)
+                    if m.is_file()
+                        && config
+                            .boolean("advice.ignoredHook")
+                            .ok()
+                            .flatten()
+                            .unwrap_or(true) =>
+                {
+                    eprintln!(
+                        "hint: The '{argv0}' hook was ignored because it's not set as executable.\n\
+                         hint: You can disable this warning with `git config set advice.ignoredHook false`."
+                    );
+                }
+                _ => {}
+            }
+        }
+        Ok(set)
+    }
+
+    /// Whether any hook is configured for `event`.
+    pub fn has(&self, event: Event) -> bool {
+        !self.by_event[event.index()].is_empty()
+    }
+
+    /// The hooks for `event`, in the order they run.
+    pub fn get(&self, event: Event) -> &[Hook] {
+        &self.by_event[event.index()]
+    }
+
+    /// Run every hook of `event` one after the other, relaying their output to `sink`. Returns
+    /// whether all exited with status 0 (git ORs the statuses; a hook that cannot start counts
+    /// as a failure). Nothing happens for an event without hooks.
+    pub fn run(
+        &self,
+        event: Event,
+        invocation: &Invocation<'_>,
+        sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
+    ) -> io::Result<bool> {
+        let mut ok = true;
+        for hook in self.get(event) {
+            ok &= run_one(hook, invocation, sink)?;
+        }
+        Ok(ok)
+    }
+}
+
+fn is_executable(m: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    m.permissions().mode() & 0o111 != 0
+}
+
+/// How to run a hook.
+#[derive(Debug, Clone)]
+pub struct Invocation<'a> {
+    /// The repository's git directory: the hook's working directory.
+    pub git_dir: &'a Path,
+    /// Arguments after `argv[0]`.
+    pub args: &'a [BString],
+    /// Bytes for the hook's stdin (`None` for `/dev/null`).
+    pub stdin: Option<&'a [u8]>,
+    /// Extra environment.
+    pub env: &'a [(String, BString)],
+    /// Environment variables to remove.
+    pub env_remove: &'a [&'a str],
+    /// Tell the sink after this much silence (`receive.keepAlive`).
+    pub keepalive: Option<Duration>,
+}
+
+/// What a running hook produced.
+#[derive(Debug)]
+pub enum Output<'a> {
+    /// Up to 128 bytes of its stdout or stderr.
+    Data(&'a [u8]),
+    /// It has been silent for the keepalive interval.
+    Idle,
+}
+
+fn run_one(
+    hook: &Hook,
+    inv: &Invocation<'_>,
+    sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
+) -> io::Result<bool> {
+    let mut process = match hook {
+        Hook::File { path, argv0 } => {
+            // Exec'd by the relative name git uses, from the git directory, so that even a
+            // script (whose `$0` is the path the kernel was given) sees `hooks/<name>`.
+            let mut p = Process::new(if Path::new(argv0).is_relative() {
+                Path::new(argv0)
+            } else {
+                path.as_path()
+            });
+            p.arg0(argv0);
+            p
+        }
+        Hook::Configured { command, .. } => {
+            let mut p = Process::new("/bin/sh");
+            p.arg("-c").arg(format!("{command} \"$@\"")).arg(command);
+            p
+        }
+    };
+    for a in inv.args {
+        process.arg(std::ffi::OsStr::from_bytes(a));
+    }
+    process.current_dir(inv.git_dir).env("GIT_DIR", ".");
+    for k in inv.env_remove {
+        process.env_remove(k);
+    }
+    for (k, v) in inv.env {
+        process.env(k, std::ffi::OsStr::from_bytes(v));
+    }
+    let (mut reader, writer) = io::pipe()?;
+    process
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        .stdin(if inv.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+    let mut child = match process.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let name = match hook {
+                Hook::File { argv0, .. } => argv0.as_str(),
+                Hook::Configured { name, .. } => name.as_str(),
+            };
+            eprintln!("error: cannot run {name}: {e}");
+            return Ok(false);
+        }
+    };
+    PROCESSES.fetch_add(1, Ordering::Relaxed);
+    drop(process); // our copies of the pipe's write end: EOF comes when the hook exits
+
+    let input = inv.stdin.unwrap_or_default();
+    let mut written = 0;
+    let mut stdin = child.stdin.take();
+    if let Some(s) = &stdin {
+        if input.is_empty() {
+            stdin = None;
+        } else {
+            let flags = rustix::fs::fcntl_getfl(s)?;
+            rustix::fs::fcntl_setfl(s, flags | rustix::fs::OFlags::NONBLOCK)?;
+        }
+    }
+    let timeout = inv.keepalive.map(|d| rustix::event::Timespec {
+        tv_sec: d.as_secs() as _,
+        tv_nsec: d.subsec_nanos() as _,
+    });
+    let mut buf = [0u8; 128];
+    loop {
+        let (readable, writable) = {
+            use rustix::event::{PollFd, PollFlags};
+            let mut fds = vec![PollFd::new(&reader, PollFlags::IN)];
+            if let Some(s) = &stdin {
+                fds.push(PollFd::new(s, PollFlags::OUT));
+            }
+            let n = match rustix::event::poll(&mut fds, timeout.as_ref()) {
+                Ok(n) => n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if n == 0 {
+                (false, false)
+            } else {
+                (
+                    !fds[0].revents().is_empty(),
+                    fds.get(1).is_some_and(|f| !f.revents().is_empty()),
+                )
+            }
+        };
+        if !readable && !writable {
+            sink(Output::Idle)?;
+            continue;
+        }
+        if writable && let Some(s) = stdin.as_mut() {
+            let end = input.len().min(written + 64 * 1024);
+            match s.write(&input[written..end]) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // The hook does not read its input (EPIPE): fine, as with git.
+                Err(_) => written = input.len(),
+            }
+            if written >= input.len() {
+                stdin = None;
+            }
+        }
+        if readable {
+            match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => sink(Output::Data(&buf[..n]))?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    drop(stdin);
+    Ok(child.wait()?.success())
+}
+
+/// The verdict of an in-process hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go on.
+    Accept,
+    /// Refuse, with a message shown to the client as hook output.
+    Refuse(String),
+}
+
+/// The states of a ref transaction, as the `reference-transaction` hook sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionState {
+    /// Before any lock is taken.
+    Preparing,
+    /// Every lock is held; nothing is written yet.
+    Prepared,
+    /// Written.
+    Committed,
+    /// Given up.
+    Aborted,
+}
+
+impl TransactionState {
+    /// The hook's argument.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransactionState::Preparing => "preparing",
+            TransactionState::Prepared => "prepared",
+            TransactionState::Committed => "committed",
+            TransactionState::Aborted => "aborted",
+        }
+    }
+}
+
+/// What an in-process hook is told about the push.
+#[derive(Debug, Clone, Copy)]
+pub struct Push<'a> {
+    /// The commands, in the client's order (for post-receive: those that succeeded).
+    pub commands: &'a [crate::request::Command],
+    /// The push options.
+    pub push_options: &'a [BString],
+    /// The quarantine, while the pushed objects are in it (pre-receive only).
+    pub quarantine: Option<&'a Path>,
+}
+
+/// In-process hooks for programs that embed berth. They run at the same points as the process
+/// hooks of the same name, before them, at no process cost. Every method has a default that
+/// accepts.
+pub trait InProcess: Send + Sync {
+    /// Before anything is written. Refusing declines every ref (`pre-receive hook declined`).
+    fn pre_receive(&self, _push: &Push<'_>) -> Verdict {
+        Verdict::Accept
+    }
+    /// Per ref, after the built-in checks. Refusing declines this ref (`hook declined`).
+    fn update(&self, _command: &crate::request::Command) -> Verdict {
+        Verdict::Accept
+    }
+    /// Around the ref transaction; refusing in `Preparing` or `Prepared` aborts it.
+    fn reference_transaction(
+        &self,
+        _state: TransactionState,
+        _updates: &[crate::refs::RefUpdate],
+    ) -> Verdict {
+        Verdict::Accept
+    }
+    /// After the report, with the refs that were updated.
+    fn post_receive(&self, _push: &Push<'_>) {}
+}
+
+/// An [`InProcess`] hook set, shareable and printable, for [`crate::session::Options`].
+#[derive(Clone)]
+pub struct InProcessHooks(pub std::sync::Arc<dyn InProcess>);
+
+impl std::fmt::Debug for InProcessHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InProcessHooks")
+    }
+}

@@ -1,0 +1,362 @@
+//! Hooks with the real git client, differentially: the same hooks are installed in a repository
+//! served by `git receive-pack` and in one served by berth; what the client sees (stdout and
+//! stderr whole) and what each hook recorded (arguments, stdin, environment, cwd) must match.
+
+mod common;
+use common::{Push, Receiver, World};
+
+/// A hook script that records how it was called into `$LOG` (the world's `hooks.log`) and
+/// prints a line on stdout and one on stderr, which the client shows as `remote:` lines.
+fn recording_hook(name: &str, exit: i32) -> String {
+    format!(
+        r#"#!/bin/sh
+log="$(cd ../.. 2>/dev/null; pwd)/hooks.log"
+[ -f "$log" ] || log="$(cd .. ; pwd)/hooks.log"
+{{
+  echo "== {name} $0 $*"
+  echo "cwd=$(basename "$PWD") GIT_DIR=$GIT_DIR"
+  echo "push options: ${{GIT_PUSH_OPTION_COUNT-unset}} ${{GIT_PUSH_OPTION_0-}} ${{GIT_PUSH_OPTION_1-}}"
+  if [ -n "$GIT_QUARANTINE_PATH" ]; then
+    echo "quarantine: yes $(basename "$(dirname "$GIT_QUARANTINE_PATH")")/$(basename "$GIT_QUARANTINE_PATH" | cut -c1-20)"
+    [ "$GIT_OBJECT_DIRECTORY" = "$GIT_QUARANTINE_PATH" ] && echo "object dir is the quarantine"
+  else
+    echo "quarantine: no"
+  fi
+  case "{name}" in pre-receive|post-receive|reference-transaction) cat ;; esac
+}} >>"$log"
+if [ "{name}" = pre-receive ]; then
+  while read old new ref; do :; done <"$log" # (stdin already consumed above)
+  for obj in $(sed -n 's/^[0-9a-f]* \([0-9a-f]*\) refs.*/\1/p' "$log" | sort -u); do
+    case $obj in 0000000000000000000000000000000000000000) ;; *)
+      git cat-file -e $obj && echo "{name}: sees $obj" >>"$log" ;;
+    esac
+  done
+fi
+echo "{name} says hello on stdout"
+echo "{name} says hello on stderr" >&2
+exit {exit}
+"#
+    )
+}
+
+fn install(w: &World, repo: &str, name: &str, script: &str) {
+    let path = w.path(repo).join("hooks").join(name);
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    pushes: Vec<Push>,
+    refs: String,
+    log: String,
+}
+
+fn differential(scenario: impl Fn(&World, Receiver) -> Vec<Push>) -> Outcome {
+    let run = |r: Receiver| {
+        let w = World::new();
+        let pushes = scenario(&w, r);
+        let log = std::fs::read_to_string(w.path("hooks.log")).unwrap_or_default();
+        Outcome {
+            pushes,
+            refs: w.refs("srv.git"),
+            log,
+        }
+    };
+    let git = run(Receiver::Git);
+    let berth = run(Receiver::Berth);
+    assert_eq!(
+        git, berth,
+        "git receive-pack (left) and berth (right) differ"
+    );
+    berth
+}
+
+fn setup(w: &World, hooks: &[(&str, i32)]) {
+    w.bare("srv.git");
+    for (name, exit) in hooks {
+        install(w, "srv.git", name, &recording_hook(name, *exit));
+    }
+    w.work("src");
+    w.commit("src", "a", "1");
+    w.git("src", &["branch", "topic"]);
+}
+
+/// The hooks whose contract git 2.47 and git master share. (`reference-transaction` changed:
+/// master batches a push into one transaction and has a `preparing` state; it is tested on its
+/// own below.)
+const RECEIVE_HOOKS: [&str; 4] = ["pre-receive", "update", "post-receive", "post-update"];
+
+#[test]
+fn every_hook_runs_with_gits_arguments_stdin_environment_and_output_order() {
+    let o = differential(|w, r| {
+        setup(w, &RECEIVE_HOOKS.map(|h| (h, 0)));
+        w.git(
+            "srv.git",
+            &["config", "receive.advertisePushOptions", "true"],
+        );
+        let mut p = vec![w.push(
+            "src",
+            r,
+            "srv.git",
+            &["-o", "first", "-o", "second opt", "main", "topic"],
+        )];
+        w.commit("src", "a", "2");
+        p.push(w.push("src", r, "srv.git", &["main", "main:refs/heads/other"]));
+        // Deletions on their own: git master runs them in a phase before the other updates.
+        p.push(w.push(
+            "src",
+            r,
+            "srv.git",
+            &[":refs/heads/topic", ":refs/heads/never-existed"],
+        ));
+        p
+    });
+    assert!(o.pushes[0].success);
+    let remote = o.pushes[0].remote_lines();
+    assert_eq!(
+        remote.first(),
+        Some(&"remote: pre-receive says hello on stdout"),
+        "{remote:#?}"
+    );
+    assert!(remote.contains(&"remote: update says hello on stderr"));
+    assert!(remote.contains(&"remote: post-update says hello on stderr"));
+    assert!(
+        o.log.contains("== pre-receive hooks/pre-receive \n"),
+        "{}",
+        o.log
+    );
+    assert!(o.log.contains(
+        "== update hooks/update refs/heads/main 0000000000000000000000000000000000000000 "
+    ));
+    assert!(
+        o.log.contains("push options: 2 first second opt"),
+        "{}",
+        o.log
+    );
+    assert!(o.log.contains("cwd=srv.git GIT_DIR=."));
+    assert!(o.log.contains("pre-receive: sees "), "{}", o.log);
+    assert!(
+        o.log
+            .contains("== post-update hooks/post-update refs/heads/main refs/heads/topic")
+    );
+    // A deleted ref that never existed is reported ok but not fed to the post hooks.
+    assert!(
+        o.pushes[2]
+            .stderr
+            .contains("remote: warning: deleting a non-existent ref")
+    );
+    assert!(o.log.ends_with("== post-update hooks/post-update refs/heads/topic\ncwd=srv.git GIT_DIR=.\npush options: unset  \nquarantine: no\n"), "{}", o.log);
+}
+
+/// git master's contract (t1416): one transaction for the whole push, `preparing`, `prepared`,
+/// `committed`, each with every update on stdin, `$0` relative to the git directory.
+#[test]
+fn reference_transaction_sees_one_transaction_per_push() {
+    let w = World::new();
+    setup(&w, &[("reference-transaction", 0)]);
+    let p = w.push("src", Receiver::Berth, "srv.git", &["main", "topic"]);
+    assert!(p.success);
+    let head = w.git("src", &["rev-parse", "main"]);
+    let head = head.trim();
+    let z = "0000000000000000000000000000000000000000";
+    let log = std::fs::read_to_string(w.path("hooks.log")).unwrap();
+    let expected: String = ["preparing", "prepared", "committed"]
+        .iter()
+        .map(|state| {
+            format!(
+                "== reference-transaction hooks/reference-transaction {state}\ncwd=srv.git GIT_DIR=.\npush options: unset  \nquarantine: no\n{z} {head} refs/heads/main\n{z} {head} refs/heads/topic\n"
+            )
+        })
+        .collect();
+    assert_eq!(log, expected);
+    // Its output goes to receive-pack's own stderr, not through the sideband, as git's.
+    assert!(
+        p.stderr
+            .contains("\nreference-transaction says hello on stdout\n"),
+        "{p:#?}"
+    );
+    assert!(
+        !p.stderr.contains("remote: reference-transaction"),
+        "{p:#?}"
+    );
+}
+
+#[test]
+fn pre_receive_refusal_declines_every_ref_and_keeps_objects_out() {
+    let o = differential(|w, r| {
+        setup(w, &[("pre-receive", 1), ("post-receive", 0)]);
+        vec![w.push("src", r, "srv.git", &["main", "topic"])]
+    });
+    let p = &o.pushes[0];
+    assert!(!p.success);
+    assert!(
+        p.stdout.contains(
+            "!\trefs/heads/main:refs/heads/main\t[remote rejected] (pre-receive hook declined)"
+        ),
+        "{p:#?}"
+    );
+    assert!(
+        o.log
+            .contains("quarantine: yes objects/tmp_objdir-incoming"),
+        "{}",
+        o.log
+    );
+    assert!(o.log.contains("pre-receive: sees "), "{}", o.log);
+    assert!(!o.log.contains("== post-receive"));
+    assert_eq!(o.refs, "");
+}
+
+#[test]
+fn pre_receive_refusal_leaves_no_object_behind() {
+    let w = World::new();
+    setup(&w, &[("pre-receive", 1)]);
+    let head = w.git("src", &["rev-parse", "main"]);
+    let p = w.push("src", Receiver::Berth, "srv.git", &["main"]);
+    assert!(!p.success);
+    assert!(
+        !w.git_out("srv.git", &["cat-file", "-e", head.trim()])
+            .status
+            .success()
+    );
+    w.assert_clean("srv.git");
+}
+
+#[test]
+fn update_hook_refuses_one_ref() {
+    let o = differential(|w, r| {
+        setup(w, &[]);
+        install(
+            w,
+            "srv.git",
+            "update",
+            "#!/bin/sh\necho \"checking $1\"\n[ \"$1\" != refs/heads/topic ]\n",
+        );
+        vec![w.push("src", r, "srv.git", &["main", "topic"])]
+    });
+    let p = &o.pushes[0];
+    assert!(
+        p.stdout
+            .contains("!\trefs/heads/topic:refs/heads/topic\t[remote rejected] (hook declined)"),
+        "{p:#?}"
+    );
+    assert!(
+        p.stderr
+            .contains("remote: error: hook declined to update refs/heads/topic"),
+        "{p:#?}"
+    );
+    assert!(o.refs.contains("refs/heads/main") && !o.refs.contains("refs/heads/topic"));
+}
+
+#[test]
+fn atomic_push_with_a_declined_ref_changes_nothing() {
+    let o = differential(|w, r| {
+        setup(w, &[]);
+        install(
+            w,
+            "srv.git",
+            "update",
+            "#!/bin/sh\n[ \"$1\" != refs/heads/topic ]\n",
+        );
+        vec![w.push("src", r, "srv.git", &["--atomic", "main", "topic"])]
+    });
+    let p = &o.pushes[0];
+    assert!(
+        p.stdout.contains("(atomic push failure)") || p.stdout.contains("(hook declined)"),
+        "{p:#?}"
+    );
+    assert_eq!(o.refs, "");
+}
+
+/// Config-defined hooks arrived in git 2.54, after the machine's git, so this is checked against
+/// git master's documented behaviour rather than differentially.
+#[test]
+fn configured_hooks_run_before_the_hooks_directory_hook() {
+    let w = World::new();
+    setup(&w, &[("post-receive", 0)]);
+    w.git("srv.git", &["config", "hook.audit.event", "post-receive"]);
+    w.git(
+        "srv.git",
+        &[
+            "config",
+            "hook.audit.command",
+            "echo audit got $(cat | wc -l) lines",
+        ],
+    );
+    w.git("srv.git", &["config", "hook.off.event", "post-receive"]);
+    w.git(
+        "srv.git",
+        &["config", "hook.off.command", "echo should not run"],
+    );
+    w.git("srv.git", &["config", "hook.off.enabled", "false"]);
+    let p = w.push("src", Receiver::Berth, "srv.git", &["main", "topic"]);
+    assert_eq!(
+        p.remote_lines(),
+        vec![
+            "remote: audit got 2 lines",
+            "remote: post-receive says hello on stdout",
+            "remote: post-receive says hello on stderr"
+        ]
+    );
+}
+
+#[test]
+fn hooks_that_do_not_read_stdin_are_fine() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        install(
+            w,
+            "srv.git",
+            "pre-receive",
+            "#!/bin/sh\necho ignoring input\n",
+        );
+        w.work("src");
+        let head = w.commit("src", "a", "1");
+        let mut stdin = String::new();
+        for i in 0..900 {
+            stdin.push_str(&format!("create refs/heads/b{i} {head}\n"));
+        }
+        assert!(
+            w.git_with_stdin("src", &["update-ref", "--stdin"], stdin.as_bytes())
+                .status
+                .success()
+        );
+        vec![w.push("src", r, "srv.git", &["refs/heads/*:refs/heads/*"])]
+    });
+    assert!(o.pushes[0].success);
+}
+
+/// git master: a refusal in `prepared` aborts the transaction (the hook then sees `aborted`) and
+/// receive-pack dies with `in 'prepared' phase, update aborted by the reference-transaction
+/// hook`; the client gets no report. (git 2.47 has no `preparing` state and other wording.)
+#[test]
+fn reference_transaction_refusal_aborts_the_push() {
+    let w = World::new();
+    setup(&w, &[]);
+    install(
+        &w,
+        "srv.git",
+        "reference-transaction",
+        "#!/bin/sh\necho \"$1\" >>../hooks.log\n[ \"$1\" != prepared ]\n",
+    );
+    let p = w.push("src", Receiver::Berth, "srv.git", &["main"]);
+    assert!(!p.success);
+    assert!(
+        p.stderr.starts_with(
+            "fatal: in 'prepared' phase, update aborted by the reference-transaction hook\n"
+        ),
+        "{p:#?}"
+    );
+    assert!(
+        p.stderr
+            .contains("unexpected disconnect while reading sideband packet"),
+        "{p:#?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.path("hooks.log")).unwrap(),
+        "preparing\nprepared\naborted\n"
+    );
+    assert_eq!(w.refs("srv.git"), "");
+    w.assert_clean("srv.git");
+}
