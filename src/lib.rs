@@ -27,6 +27,7 @@ pub mod refs;
 pub mod report;
 pub mod repository;
 pub mod request;
+pub mod serve;
 pub mod session;
 pub mod sideband;
 

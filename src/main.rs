@@ -15,6 +15,50 @@ struct Cli {
 enum Cmd {
     /// Receive what `git push` sends into a repository (a drop-in for `git receive-pack`).
     ReceivePack(ReceivePackArgs),
+    /// Serve pushes (and fetches) of the repositories under a root over git's smart HTTP.
+    Serve(ServeArgs),
+    /// Print a credentials-file line `USER:<argon2 hash>` for the password read from stdin.
+    Passwd(PasswdArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// The directory holding the repositories (created if missing).
+    #[arg(long, default_value = "./repos")]
+    root: std::path::PathBuf,
+    /// The address to listen on; port 0 picks a free port (the bound address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Create a bare repository on the first push to a missing `<name>.git` (on by default on
+    /// loopback when no authentication is configured).
+    #[arg(long)]
+    auto_init: bool,
+    /// Accept pushes without authentication (implied on loopback when no authentication is
+    /// configured).
+    #[arg(long)]
+    allow_anonymous_push: bool,
+    /// HTTP Basic credentials for pushes: `user:<argon2 hash>` lines, from `berth passwd USER`.
+    #[arg(long, value_name = "FILE")]
+    credentials: Option<std::path::PathBuf>,
+    /// Take the pushing user from this request header, set by a reverse proxy that
+    /// authenticates (only safe when clients cannot reach berth directly).
+    #[arg(long, value_name = "NAME")]
+    trusted_user_header: Option<String>,
+    /// The largest request body accepted, after gzip decoding.
+    #[arg(long, default_value_t = 2 << 30)]
+    max_request_bytes: u64,
+    /// How many pushes run at once; more wait for a slot.
+    #[arg(long, default_value_t = 16)]
+    max_concurrent_pushes: usize,
+    /// Seconds a request body may stall before the request is abandoned.
+    #[arg(long, default_value_t = 300)]
+    idle_timeout: u64,
+}
+
+#[derive(clap::Args)]
+struct PasswdArgs {
+    /// The user name (no `:`, no whitespace).
+    user: String,
 }
 
 #[derive(clap::Args)]
@@ -36,7 +80,15 @@ struct ReceivePackArgs {
 }
 
 fn main() -> ExitCode {
-    if std::env::var_os("RUST_LOG").is_some() {
+    let serving = std::env::args().nth(1).as_deref() == Some("serve");
+    if serving && std::env::var_os("RUST_LOG").is_none() {
+        // A server logs one line per request by default.
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("berth::serve=info"))
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .init();
+    } else if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
@@ -56,6 +108,74 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(args);
     match cli.command {
         Cmd::ReceivePack(a) => receive_pack(a),
+        Cmd::Serve(a) => serve(a),
+        Cmd::Passwd(a) => passwd(a),
+    }
+}
+
+fn serve(a: ServeArgs) -> ExitCode {
+    let config = berth::serve::Config {
+        root: a.root,
+        listen: a.listen,
+        auto_init: a.auto_init,
+        allow_anonymous_push: a.allow_anonymous_push,
+        credentials: a.credentials,
+        trusted_user_header: a.trusted_user_header,
+        max_request_bytes: a.max_request_bytes,
+        max_concurrent_pushes: a.max_concurrent_pushes,
+        idle_timeout: std::time::Duration::from_secs(a.idle_timeout.max(1)),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("berth serve: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(berth::serve::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("berth serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn passwd(a: PasswdArgs) -> ExitCode {
+    use std::io::{BufRead, IsTerminal};
+    if a.user.is_empty()
+        || a.user.contains(':')
+        || a.user.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        eprintln!("berth passwd: a user name must be non-empty, without ':' or whitespace");
+        return ExitCode::from(2);
+    }
+    if std::io::stdin().is_terminal() {
+        eprint!("Password for {} (echoed): ", a.user);
+    }
+    let mut line = String::new();
+    if let Err(e) = std::io::stdin().lock().read_line(&mut line) {
+        eprintln!("berth passwd: cannot read the password: {e}");
+        return ExitCode::FAILURE;
+    }
+    let password = line.strip_suffix('\n').unwrap_or(&line);
+    let password = password.strip_suffix('\r').unwrap_or(password);
+    if password.is_empty() {
+        eprintln!("berth passwd: empty password");
+        return ExitCode::from(2);
+    }
+    match berth::serve::hash_password(password) {
+        Ok(h) => {
+            println!("{}:{h}", a.user);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("berth passwd: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
