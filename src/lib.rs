@@ -12,7 +12,8 @@
 //! advertise → request → ingest (quarantine) → connectivity → policy/decide → refs (one transaction) → report
 //! ```
 //!
-//! Transports (stdio today) only move bytes; they know nothing of git.
+//! Transports (stdio in `main.rs`, smart HTTP in [`serve`]) feed one session each and do not know
+//! its stages.
 #![deny(missing_docs, unsafe_code)]
 
 pub mod advertise;

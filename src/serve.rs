@@ -760,9 +760,14 @@ impl Server {
             .await
             .map_err(|e| Reject::Init(format!("cannot run git init: {e}")))?;
         if !out.status.success() {
-            return Err(Reject::Init(
-                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            ));
+            // The details name server paths: for the log, not the client.
+            tracing::warn!(
+                target: "berth::serve",
+                repo,
+                stderr = %String::from_utf8_lossy(&out.stderr).trim(),
+                "git init --bare failed"
+            );
+            return Err(Reject::Init("git init --bare failed".into()));
         }
         tracing::info!(target: "berth::serve", repo, path = %path.display(), "created repository");
         match resolve(&self.root, repo)? {
@@ -1166,6 +1171,7 @@ async fn run_session(
     let (tx, mut rx) = mpsc::channel::<Bytes>(8);
     let (done_tx, done_rx) = oneshot::channel::<Result<(), String>>();
     let input = input.map(SyncIoBridge::new);
+    let dir_shown = dir.clone();
     let task_access = access.clone();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
@@ -1203,7 +1209,11 @@ async fn run_session(
                 access,
             ),
             Ok(Err(_)) if access.too_large.load(Ordering::Relaxed) => Reject::TooLarge.response(),
-            Ok(Err(e)) => Reject::Internal(format!("fatal: {e}")).response(),
+            // As the client named it, not as the server's file system does.
+            Ok(Err(e)) => {
+                Reject::Internal(format!("fatal: {}", e.replace(&dir_shown, &access.repo)))
+                    .response()
+            }
             Err(_) => Reject::Internal("push session failed".into()).response(),
         },
     }
