@@ -85,6 +85,8 @@ pub struct Config {
     pub use_delta_base_offset: bool,
     /// `receive.maxInputSize`, 0 for no limit.
     pub max_input_size: u64,
+    /// `receive.unpackLimit`, else `transfer.unpackLimit`, else 100.
+    pub unpack_limit: u32,
     /// `receive.keepAlive` in seconds; 0 or less disables keepalives.
     pub keep_alive: i64,
     /// `receive.shallowUpdate`
@@ -99,6 +101,12 @@ pub struct Config {
     pub max_request_bytes: u64,
     /// `berth.maxPushOptions`: how many push options one push may carry.
     pub max_push_options: usize,
+    /// `receive.autogc` (and `maintenance.auto`): run `git maintenance run --auto` after a push.
+    pub auto_gc: bool,
+    /// `maintenance.autoDetach`, else `gc.autoDetach`: let that maintenance run in the background.
+    pub auto_detach: bool,
+    /// `receive.updateServerInfo`: refresh the dumb-HTTP info files after a push.
+    pub update_server_info: bool,
     /// `user.name`, for the reflog identity.
     pub user_name: Option<String>,
     /// `user.email`, for the reflog identity.
@@ -117,6 +125,7 @@ impl Default for Config {
             advertise_push_options: false,
             use_delta_base_offset: true,
             max_input_size: 0,
+            unpack_limit: 100,
             keep_alive: 5,
             shallow_update: false,
             log_ref_updates: LogRefUpdates::Never,
@@ -124,6 +133,9 @@ impl Default for Config {
             max_commands: 4_000_000,
             max_request_bytes: 1 << 30,
             max_push_options: 10_000,
+            auto_gc: true,
+            auto_detach: true,
+            update_server_info: false,
             user_name: None,
             user_email: None,
         }
@@ -187,6 +199,8 @@ impl Config {
         c.advertise_push_options = b("receive.advertisePushOptions", false)?;
         c.use_delta_base_offset = b("repack.useDeltaBaseOffset", true)?;
         c.max_input_size = n("receive.maxInputSize", 0)?.max(0) as u64;
+        c.unpack_limit = n("receive.unpackLimit", n("transfer.unpackLimit", 100)?)?
+            .clamp(0, u32::MAX as i64) as u32;
         c.keep_alive = n("receive.keepAlive", 5)?;
         c.shallow_update = b("receive.shallowUpdate", false)?;
         c.bare = match s("core.bare") {
@@ -207,6 +221,12 @@ impl Config {
         c.max_commands = n("berth.maxCommands", c.max_commands as i64)?.max(1) as usize;
         c.max_request_bytes = n("berth.maxRequestBytes", c.max_request_bytes as i64)?.max(1) as u64;
         c.max_push_options = n("berth.maxPushOptions", c.max_push_options as i64)?.max(0) as usize;
+        c.auto_gc = b("receive.autogc", true)? && b("maintenance.auto", true)?;
+        c.auto_detach = match s("maintenance.autoDetach") {
+            Some(_) => b("maintenance.autoDetach", true)?,
+            None => b("gc.autoDetach", true)?,
+        };
+        c.update_server_info = b("receive.updateServerInfo", false)?;
         c.user_name = s("user.name");
         c.user_email = s("user.email");
         Ok(c)

@@ -273,30 +273,43 @@ fn run_one(
     for (k, v) in inv.env {
         process.env(k, std::ffi::OsStr::from_bytes(v));
     }
+    run_process(process, inv.stdin, inv.keepalive, sink)
+}
+
+/// Run `process` with its stdout and stderr on one pipe relayed to `sink` in chunks of at most
+/// 128 bytes, `stdin` fed to it (or `/dev/null`), and [`Output::Idle`] after each `keepalive`
+/// of silence; all from the calling thread. Returns whether it exited with status 0.
+pub fn run_process(
+    mut process: Process,
+    stdin: Option<&[u8]>,
+    keepalive: Option<Duration>,
+    sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
+) -> io::Result<bool> {
+    let inv_stdin = stdin;
     let (mut reader, writer) = io::pipe()?;
     process
         .stdout(writer.try_clone()?)
         .stderr(writer)
-        .stdin(if inv.stdin.is_some() {
+        .stdin(if inv_stdin.is_some() {
             Stdio::piped()
         } else {
             Stdio::null()
         });
     let mut child = match process.spawn() {
-        Ok(c) => c,
+        Ok(child) => child,
         Err(e) => {
-            let name = match hook {
-                Hook::File { argv0, .. } => argv0.as_str(),
-                Hook::Configured { name, .. } => name.as_str(),
-            };
-            eprintln!("error: cannot run {name}: {e}");
+            // As git: a program that cannot start is a failure, reported on stderr.
+            eprintln!(
+                "error: cannot run {}: {e}",
+                process.get_program().to_string_lossy()
+            );
             return Ok(false);
         }
     };
     PROCESSES.fetch_add(1, Ordering::Relaxed);
     drop(process); // our copies of the pipe's write end: EOF comes when the hook exits
 
-    let input = inv.stdin.unwrap_or_default();
+    let input = inv_stdin.unwrap_or_default();
     let mut written = 0;
     let mut stdin = child.stdin.take();
     if let Some(s) = &stdin {
@@ -307,7 +320,7 @@ fn run_one(
             rustix::fs::fcntl_setfl(s, flags | rustix::fs::OFlags::NONBLOCK)?;
         }
     }
-    let timeout = inv.keepalive.map(|d| rustix::event::Timespec {
+    let timeout = keepalive.map(|d| rustix::event::Timespec {
         tv_sec: d.as_secs() as _,
         tv_nsec: d.subsec_nanos() as _,
     });

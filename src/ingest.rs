@@ -11,9 +11,8 @@ use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
-/// git's `receive.unpackLimit` default: below this many objects git unpacks loose objects with
-/// `unpack-objects`, otherwise keeps the pack with `index-pack`. berth always keeps the pack but
-/// names the failing step the way git would, so clients see the same status.
+/// git's `receive.unpackLimit` default: a pack of fewer objects is exploded into loose objects
+/// (git's `unpack-objects`), a larger one is kept as a pack (git's `index-pack`).
 pub const UNPACK_LIMIT: u32 = 100;
 
 /// Why the pack was not accepted; `Display` is the `unpack <status>` git reports.
@@ -72,8 +71,11 @@ impl Quarantine {
         };
         std::fs::create_dir(q.pack_dir())?;
         std::fs::create_dir(q.dir.join("info"))?;
-        let mut alt = objects_dir.as_os_str().as_encoded_bytes().to_vec();
-        alt.push(b'\n');
+        let mut alt = Vec::new();
+        for dir in std::iter::once(objects_dir.to_owned()).chain(alternates_of(objects_dir)) {
+            alt.extend_from_slice(dir.as_os_str().as_encoded_bytes());
+            alt.push(b'\n');
+        }
         std::fs::write(q.dir.join("info/alternates"), alt)?;
         Ok(q)
     }
@@ -91,6 +93,27 @@ impl Quarantine {
     /// pack is never visible without its data and is protected from a concurrent repack until
     /// the refs point into it. Returns the `.keep` files to delete after the ref update.
     pub fn migrate(&mut self, objects_dir: &Path) -> io::Result<Vec<PathBuf>> {
+        // Loose objects first (`xx/yyyy…`); one that exists already is left as it is.
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let is_fanout = name.len() == 2
+                && name
+                    .to_str()
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_hexdigit()));
+            if !is_fanout {
+                continue;
+            }
+            let dest = objects_dir.join(&name);
+            std::fs::create_dir_all(&dest)?;
+            for object in std::fs::read_dir(entry.path())? {
+                let object = object?;
+                let target = dest.join(object.file_name());
+                if !target.exists() {
+                    std::fs::rename(object.path(), &target)?;
+                }
+            }
+        }
         let dest = objects_dir.join("pack");
         std::fs::create_dir_all(&dest)?;
         let mut files: Vec<PathBuf> = std::fs::read_dir(self.pack_dir())?
@@ -126,6 +149,38 @@ impl Quarantine {
     }
 }
 
+/// Every object directory `objects_dir` borrows from, transitively, as absolute paths; a
+/// relative entry is relative to the directory whose `info/alternates` names it, as in git.
+/// (gix-odb resolves nested relative entries against the first directory of the chain, so the
+/// quarantine lists the whole chain itself.)
+pub fn alternates_of(objects_dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut todo = vec![(objects_dir.to_owned(), 0)];
+    while let Some((dir, depth)) = todo.pop() {
+        // git gives up after 5 levels of nesting.
+        if depth > 5 {
+            continue;
+        }
+        let Ok(list) = std::fs::read_to_string(dir.join("info/alternates")) else {
+            continue;
+        };
+        for line in list
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
+            let Ok(alt) = dir.join(line).canonicalize() else {
+                continue;
+            };
+            if alt != objects_dir && !out.contains(&alt) {
+                out.push(alt.clone());
+                todo.push((alt, depth + 1));
+            }
+        }
+    }
+    out
+}
+
 impl Drop for Quarantine {
     fn drop(&mut self) {
         if !self.migrated {
@@ -154,6 +209,8 @@ pub struct Options {
     pub thread_limit: Option<usize>,
     /// Count the pack's deltas, for git's `Resolving deltas` progress line.
     pub count_deltas: bool,
+    /// `receive.unpackLimit`: packs of fewer objects become loose objects.
+    pub unpack_limit: u32,
 }
 
 /// Read a pack from `input` into `quarantine`, completing thin packs from `repo_objects`.
@@ -173,7 +230,8 @@ pub fn receive_pack(
         return Err(UnpackError::VersionUnsupported);
     }
     let objects = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
-    let step = if objects < UNPACK_LIMIT {
+    let explode = objects < options.unpack_limit;
+    let step = if explode {
         "unpack-objects"
     } else {
         "index-pack"
@@ -232,15 +290,45 @@ pub fn receive_pack(
         .ok_or_else(|| failed("pack index was not written".into()))?;
     let index = gix_pack::index::File::at(&index_path, gix_hash::Kind::Sha1)
         .map_err(|e| failed(e.to_string()))?;
-    let deltas = match (&outcome.data_path, options.count_deltas) {
+    let deltas = match (&outcome.data_path, options.count_deltas && !explode) {
         (Some(path), true) => count_deltas(path, &index),
         _ => None,
     };
+    if explode {
+        unpack_objects(quarantine, &index).map_err(|e| failed(e.to_string()))?;
+    }
     Ok(Received {
         index: Some(index),
         objects,
         deltas,
     })
+}
+
+/// Turn the received pack into loose objects in the quarantine and remove it, as git's
+/// `unpack-objects` does for small pushes (so that many small pushes do not pile up packs).
+fn unpack_objects(quarantine: &Quarantine, index: &gix_pack::index::File) -> io::Result<()> {
+    use gix_object::{Find, Write};
+    let objects = gix_odb::at(quarantine.path(), gix_hash::Kind::Sha1)?;
+    let loose = gix_odb::loose::Store::at(quarantine.path(), gix_hash::Kind::Sha1);
+    let mut buf = Vec::new();
+    for entry in index.iter() {
+        let data = objects
+            .try_find(&entry.oid, &mut buf)
+            .map_err(io::Error::other)?
+            .ok_or_else(|| {
+                io::Error::other(format!(
+                    "object {} vanished from the received pack",
+                    entry.oid
+                ))
+            })?;
+        loose
+            .write_buf(data.kind, data.data)
+            .map_err(io::Error::other)?;
+    }
+    for file in std::fs::read_dir(quarantine.pack_dir())? {
+        std::fs::remove_file(file?.path())?;
+    }
+    Ok(())
 }
 
 /// How many entries of the pack at `path` are deltas (one header read per entry).

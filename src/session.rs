@@ -190,14 +190,12 @@ pub fn run(
                     thread_limit: None,
                     // git shows index-pack's progress only through the sideband.
                     count_deltas: !quiet && mode == Mode::Band64k,
+                    unpack_limit: config.unpack_limit,
                 };
                 match ingest::receive_pack(reader.inner_mut(), &q, &objects, opts) {
                     Ok(r) => {
                         // git's index-pack (used from receive.unpackLimit objects on) prints this.
-                        if let Some(d) = r
-                            .deltas
-                            .filter(|&d| d > 0 && r.objects >= ingest::UNPACK_LIMIT)
-                        {
+                        if let Some(d) = r.deltas.filter(|&d| d > 0) {
                             sb.progress(
                                 format!("Resolving deltas: 100% ({d}/{d}), done.\n").as_bytes(),
                             )?;
@@ -304,6 +302,7 @@ pub fn run(
         hooks.post_receive(&cmds, &mut sb)?;
         hooks.post_update(&cmds, &mut sb)?;
     }
+    housekeeping(&repo, hooks.keepalive, &mut sb)?;
     sb.finish()?;
     Ok(())
 }
@@ -910,6 +909,38 @@ impl<'a> Hooks<'a> {
         )?;
         Ok(())
     }
+}
+
+/// What git's receive-pack does after every push, whatever its outcome: `git maintenance run
+/// --auto` (`receive.autogc`; it decides itself whether there is anything to do, e.g. too many
+/// packs) with its output relayed to the client, and `git update-server-info` when
+/// `receive.updateServerInfo` asks for it.
+fn housekeeping<W: Write, E: Write>(
+    repo: &Repository,
+    keepalive: Option<std::time::Duration>,
+    sb: &mut Sideband<W, E>,
+) -> io::Result<()> {
+    let git = |args: &[&str]| {
+        let mut p = std::process::Command::new("git");
+        p.args(args).current_dir(&repo.git_dir).env("GIT_DIR", ".");
+        p
+    };
+    if repo.config.auto_gc {
+        let _span = info_span!("auto_gc").entered();
+        let detach = if repo.config.auto_detach {
+            "--detach"
+        } else {
+            "--no-detach"
+        };
+        let maintenance = git(&["maintenance", "run", "--auto", "--quiet", detach]);
+        hooks::run_process(maintenance, None, keepalive, &mut Hooks::to_client(sb))?;
+    }
+    if repo.config.update_server_info {
+        let mut p = git(&["update-server-info"]);
+        p.stdout(std::process::Stdio::null());
+        let _ = p.status();
+    }
+    Ok(())
 }
 
 /// `<old> <new> <ref>` lines, as pre- and post-receive read them.

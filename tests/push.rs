@@ -375,3 +375,45 @@ fn resolving_deltas_progress_on_band_2_unless_quiet() {
     assert_eq!(git, resolving(Receiver::Berth, false));
     assert_eq!(resolving(Receiver::Berth, true), None);
 }
+
+/// Like git, a push of fewer than `receive.unpackLimit` objects becomes loose objects and a
+/// larger one is kept as one pack.
+#[test]
+fn small_pushes_become_loose_objects_large_ones_stay_packed() {
+    fn storage(w: &World) -> (usize, usize) {
+        let out = w.git("srv.git", &["count-objects", "-v"]);
+        let field = |k: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(usize::MAX)
+        };
+        (field("count:"), field("packs:"))
+    }
+    let run = |r: Receiver| {
+        let w = World::new();
+        w.bare("srv.git");
+        w.work("src");
+        w.commit("src", "a", "1");
+        w.commit("src", "b", "2");
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        let small = storage(&w);
+        for i in 0..40 {
+            w.commit("src", &format!("f{i}"), &format!("{i}"));
+        }
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        let large = storage(&w);
+        w.git("srv.git", &["config", "receive.unpackLimit", "1"]);
+        w.commit("src", "c", "3");
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        if r == Receiver::Berth {
+            w.assert_clean("srv.git");
+        }
+        (small, large, storage(&w))
+    };
+    let berth = run(Receiver::Berth);
+    assert_eq!(run(Receiver::Git), berth);
+    assert_eq!(berth.0, (6, 0));
+    assert_eq!(berth.1.1, 1);
+    assert_eq!(berth.2.1, 2);
+}
