@@ -37,15 +37,18 @@ pub enum Event {
     PostUpdate,
     /// Around each ref transaction: `preparing`, `prepared`, `committed`, `aborted`.
     ReferenceTransaction,
+    /// With `receive.denyCurrentBranch=updateInstead`, to update a worktree to a pushed commit.
+    PushToCheckout,
 }
 
 impl Event {
-    const ALL: [Event; 5] = [
+    const ALL: [Event; 6] = [
         Event::PreReceive,
         Event::Update,
         Event::PostReceive,
         Event::PostUpdate,
         Event::ReferenceTransaction,
+        Event::PushToCheckout,
     ];
 
     /// git's name for the event (and the hook file's name).
@@ -56,6 +59,7 @@ impl Event {
             Event::PostReceive => "post-receive",
             Event::PostUpdate => "post-update",
             Event::ReferenceTransaction => "reference-transaction",
+            Event::PushToCheckout => "push-to-checkout",
         }
     }
 
@@ -94,7 +98,7 @@ pub enum Error {
 /// The hooks of one session, looked up once.
 #[derive(Debug, Default, Clone)]
 pub struct HookSet {
-    by_event: [Vec<Hook>; 5],
+    by_event: [Vec<Hook>; 6],
 }
 
 static PROCESSES: AtomicUsize = AtomicUsize::new(0);

@@ -77,21 +77,81 @@ impl Repository {
             .unwrap_or_else(|| self.git_dir.file_name().is_none_or(|n| n != ".git"))
     }
 
-    /// The branches checked out: `(ref name, in a non-bare worktree)` for the main worktree's
-    /// HEAD and each linked worktree's HEAD.
-    pub fn checked_out(&self) -> Vec<(String, bool)> {
-        let mut out = Vec::new();
-        if let Some(r) = read_symbolic_head(&self.git_dir.join("HEAD")) {
-            out.push((r, !self.is_bare()));
+    /// If the ref `name` is a symbolic ref: the name of the ref it finally points to (`None`
+    /// when the chain is too long to resolve). Symbolic refs are always loose files.
+    pub fn symref_target(&self, name: &[u8]) -> Option<Option<String>> {
+        let read = |n: &str| -> Option<String> {
+            let content = std::fs::read_to_string(self.git_dir.join(n)).ok()?;
+            content
+                .strip_prefix("ref: ")
+                .map(|t| t.trim_end().to_owned())
+        };
+        let name = std::str::from_utf8(name).ok()?;
+        if name.contains("..") {
+            return None;
         }
+        let mut target = read(name)?;
+        for _ in 0..5 {
+            match read(&target) {
+                Some(next) if !next.contains("..") => target = next,
+                Some(_) => return Some(None),
+                None => return Some(Some(target)),
+            }
+        }
+        Some(None)
+    }
+
+    /// Every worktree of the repository: the main one, then the linked ones
+    /// (`$GIT_DIR/worktrees/<id>`), with the branch each has checked out.
+    pub fn worktrees(&self) -> Vec<Worktree> {
+        let mut out = Vec::new();
+        let bare = self.is_bare();
+        let main_path = self
+            .config_file
+            .string("core.worktree")
+            .map(|p| self.git_dir.join(p.to_string()))
+            .or_else(|| {
+                (!bare)
+                    .then(|| self.git_dir.parent().map(Path::to_owned))
+                    .flatten()
+            });
+        out.push(Worktree {
+            path: if bare { None } else { main_path },
+            git_dir: self.git_dir.clone(),
+            head: read_symbolic_head(&self.git_dir.join("HEAD")),
+        });
         if let Ok(dir) = std::fs::read_dir(self.git_dir.join("worktrees")) {
             for entry in dir.flatten() {
-                if let Some(r) = read_symbolic_head(&entry.path().join("HEAD")) {
-                    out.push((r, true));
-                }
+                let wt_git_dir = entry.path();
+                let path = std::fs::read_to_string(wt_git_dir.join("gitdir"))
+                    .ok()
+                    .and_then(|p| Path::new(p.trim_end()).parent().map(Path::to_owned));
+                out.push(Worktree {
+                    path,
+                    head: read_symbolic_head(&wt_git_dir.join("HEAD")),
+                    git_dir: wt_git_dir,
+                });
             }
         }
         out
+    }
+}
+
+/// A worktree of the repository.
+#[derive(Debug, Clone)]
+pub struct Worktree {
+    /// Its working directory; `None` for a bare main worktree.
+    pub path: Option<PathBuf>,
+    /// Its git directory (the repository's, or `worktrees/<id>` for a linked one).
+    pub git_dir: PathBuf,
+    /// The branch its HEAD names, if HEAD is symbolic.
+    pub head: Option<String>,
+}
+
+impl Worktree {
+    /// Whether it has no working directory.
+    pub fn is_bare(&self) -> bool {
+        self.path.is_none()
     }
 }
 

@@ -92,11 +92,21 @@ struct Cmd {
     command: Command,
     error: Option<Cow<'static, str>>,
     did_not_exist: bool,
+    /// Handled through another command (a symref pushed together with its target).
+    skip_update: bool,
+    /// The ref the update really goes to, when the pushed name is a symbolic ref.
+    target: Option<BString>,
 }
 
 impl Cmd {
+    /// No error so far (reported `ok` if it stays so).
     fn pending(&self) -> bool {
         self.error.is_none()
+    }
+
+    /// Still to be decided and written (git's `should_process_cmd`).
+    fn should_process(&self) -> bool {
+        self.error.is_none() && !self.skip_update
     }
 }
 
@@ -171,6 +181,8 @@ pub fn run(
             command,
             error: None,
             did_not_exist: false,
+            skip_update: false,
+            target: None,
         })
         .collect();
 
@@ -262,11 +274,12 @@ pub fn run(
             }
             if cmds.iter().any(Cmd::pending) {
                 let _span = info_span!("update").entered();
+                check_aliased_updates(&mut cmds, &repo, &mut sb)?;
                 let ctx = Decide {
                     repo: &repo,
                     hooks: &hooks,
                     objects: &objects,
-                    checked_out: repo.checked_out(),
+                    worktrees: repo.worktrees(),
                     refs: store.snapshot().map_err(Fatal::Refs)?,
                 };
                 let committer = committer(config, options.committer.as_ref());
@@ -365,12 +378,67 @@ fn check_connectivity<W: Write, E: Write>(
     Ok(())
 }
 
+/// A pushed name that is a symbolic ref updates the ref it points to; pushed together with
+/// that ref, it is skipped when both say the same and both fail when they differ (git's
+/// `check_aliased_updates`).
+fn check_aliased_updates<W: Write, E: Write>(
+    cmds: &mut [Cmd],
+    repo: &Repository,
+    sb: &mut Sideband<W, E>,
+) -> io::Result<()> {
+    let by_name: std::collections::HashMap<BString, usize> = cmds
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.command.name.clone(), i))
+        .collect();
+    for i in 0..cmds.len() {
+        if cmds[i].error.is_some() {
+            continue;
+        }
+        let Some(target) = repo.symref_target(&cmds[i].command.name) else {
+            continue;
+        };
+        let Some(target) = target else {
+            sb.error(format_args!(
+                "refusing update to broken symref '{}'",
+                cmds[i].command.name
+            ))?;
+            cmds[i].skip_update = true;
+            cmds[i].error = Some("broken symref".into());
+            continue;
+        };
+        let Some(&j) = by_name.get(target.as_bytes().as_bstr()) else {
+            cmds[i].target = Some(target.into());
+            continue;
+        };
+        cmds[i].skip_update = true;
+        let (a, b) = (&cmds[i].command, &cmds[j].command);
+        if a.old == b.old && a.new == b.new {
+            continue;
+        }
+        let short = |id: &ObjectId| id.to_hex_with_len(7).to_string();
+        sb.error(format_args!(
+            "refusing inconsistent update between symref '{}' ({}..{}) and its target '{}' ({}..{})",
+            a.name,
+            short(&a.old),
+            short(&a.new),
+            b.name,
+            short(&b.old),
+            short(&b.new)
+        ))?;
+        cmds[j].skip_update = true;
+        cmds[i].error = Some("inconsistent aliased update".into());
+        cmds[j].error = Some("inconsistent aliased update".into());
+    }
+    Ok(())
+}
+
 /// What the per-ref decision needs to know.
 struct Decide<'a> {
     repo: &'a Repository,
     hooks: &'a Hooks<'a>,
     objects: &'a gix_odb::Handle,
-    checked_out: Vec<(String, bool)>,
+    worktrees: Vec<crate::repository::Worktree>,
     /// The refs as the update stage starts.
     refs: Refs,
 }
@@ -391,11 +459,13 @@ fn decide<W: Write, E: Write>(
         ))?;
         return Ok(Err("funny refname".into()));
     }
-    let worktree = ctx
-        .checked_out
-        .iter()
-        .find(|(r, _)| r.as_bytes() == name.as_bytes());
-    if let Some((_, true)) = worktree {
+    let worktree = ctx.worktrees.iter().find(|w| {
+        w.head
+            .as_deref()
+            .is_some_and(|h| h.as_bytes() == name.as_bytes())
+    });
+    let mut update_worktree = None;
+    if let Some(wt) = worktree.filter(|w| !w.is_bare()) {
         match config.deny_current_branch {
             DenyAction::Ignore => {}
             DenyAction::Warn => sb.warning("updating the current branch")?,
@@ -408,11 +478,8 @@ fn decide<W: Write, E: Write>(
                 }
                 return Ok(Err("branch is currently checked out".into()));
             }
-            DenyAction::UpdateInstead => {
-                return Ok(Err(
-                    "denyCurrentBranch = updateInstead is not supported by berth yet".into(),
-                ));
-            }
+            // Let the other checks intervene first.
+            DenyAction::UpdateInstead => update_worktree = Some(wt),
         }
     }
     if !c.is_delete() && !ctx.objects.exists(&c.new) {
@@ -465,6 +532,11 @@ fn decide<W: Write, E: Write>(
         sb.error(format_args!("hook declined to update {name}"))?;
         return Ok(Err("hook declined".into()));
     }
+    if let Some(wt) = update_worktree
+        && let Err(reason) = ctx.hooks.update_worktree(c.new, wt, &ctx.refs)
+    {
+        return Ok(Err(reason.into()));
+    }
     if c.is_delete() {
         let mut skip_old_check = false;
         if c.old.is_null() || !ctx.objects.exists(&c.old) {
@@ -478,7 +550,7 @@ fn decide<W: Write, E: Write>(
             }
         }
         return Ok(Ok(Some(RefUpdate {
-            name: c.name.clone(),
+            name: cmd.target.clone().unwrap_or_else(|| c.name.clone()),
             old: c.old,
             new: c.new,
             skip_old_check,
@@ -501,7 +573,7 @@ fn decide<W: Write, E: Write>(
         }
     }
     Ok(Ok(Some(RefUpdate {
-        name: c.name.clone(),
+        name: cmd.target.clone().unwrap_or_else(|| c.name.clone()),
         old: c.old,
         new: c.new,
         skip_old_check: false,
@@ -519,7 +591,7 @@ fn execute_non_atomic<W: Write, E: Write>(
     for deletions in [true, false] {
         let mut queued: Vec<(usize, RefUpdate)> = Vec::new();
         for (i, cmd) in cmds.iter_mut().enumerate() {
-            if !cmd.pending() || cmd.command.is_delete() != deletions {
+            if !cmd.should_process() || cmd.command.is_delete() != deletions {
                 continue;
             }
             match decide(cmd, ctx, sb)? {
@@ -562,7 +634,7 @@ fn execute_atomic<W: Write, E: Write>(
     let mut queued: Vec<(usize, RefUpdate)> = Vec::new();
     let mut failure: Option<&'static str> = None;
     for (i, cmd) in cmds.iter_mut().enumerate() {
-        if !cmd.pending() {
+        if !cmd.should_process() {
             continue;
         }
         match decide(cmd, ctx, sb)? {
@@ -852,6 +924,98 @@ impl<'a> Hooks<'a> {
                 &mut to_stderr,
             )
             .unwrap_or(false)
+    }
+
+    /// `receive.denyCurrentBranch=updateInstead`: bring the worktree that has the pushed branch
+    /// checked out to `new`, through the push-to-checkout hook if there is one, else as git's
+    /// push-to-deploy (refresh, no unstaged or staged changes, `read-tree -u -m`). Output goes
+    /// to stderr, not to the client, as git's.
+    fn update_worktree(
+        &self,
+        new: ObjectId,
+        wt: &crate::repository::Worktree,
+        refs: &Refs,
+    ) -> Result<(), &'static str> {
+        let Some(path) = wt.path.as_deref() else {
+            return Err("denyCurrentBranch = updateInstead needs a worktree");
+        };
+        let git_dir = std::path::absolute(&wt.git_dir).unwrap_or_else(|_| wt.git_dir.clone());
+        let git_dir_env = (
+            "GIT_DIR".to_string(),
+            BString::from(git_dir.as_os_str().as_encoded_bytes()),
+        );
+        let mut to_stderr = |o: hooks::Output<'_>| match o {
+            hooks::Output::Data(d) => io::stderr().write_all(d),
+            hooks::Output::Idle => Ok(()),
+        };
+        if self.set.has(Event::PushToCheckout) {
+            let path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+            let env = [
+                git_dir_env,
+                (
+                    "GIT_WORK_TREE".to_string(),
+                    BString::from(path.as_os_str().as_encoded_bytes()),
+                ),
+            ];
+            let args = [BString::from(new.to_string())];
+            let ok = self
+                .set
+                .run(
+                    Event::PushToCheckout,
+                    &self.invocation(&args, None, &env),
+                    &mut to_stderr,
+                )
+                .unwrap_or(false);
+            return if ok {
+                Ok(())
+            } else {
+                Err("push-to-checkout hook declined")
+            };
+        }
+        let git = |dir: &std::path::Path, args: &[&str]| {
+            let mut p = std::process::Command::new("git");
+            p.args(args)
+                .current_dir(dir)
+                .env("GIT_DIR", &git_dir)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::from(io::stderr()));
+            p.status().is_ok_and(|s| s.success())
+        };
+        let head_is_born = wt
+            .head
+            .as_deref()
+            .and_then(|h| refs.get(h.as_bytes()))
+            .is_some();
+        const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+        let base = if head_is_born { "HEAD" } else { EMPTY_TREE };
+        let new = new.to_string();
+        if !git(
+            path,
+            &["update-index", "-q", "--ignore-submodules", "--refresh"],
+        ) {
+            Err("Up-to-date check failed")
+        } else if !git(
+            path,
+            &["diff-files", "--quiet", "--ignore-submodules", "--"],
+        ) {
+            Err("Working directory has unstaged changes")
+        } else if !git(
+            self.git_dir,
+            &[
+                "diff-index",
+                "--quiet",
+                "--cached",
+                "--ignore-submodules",
+                base,
+                "--",
+            ],
+        ) {
+            Err("Working directory has staged changes")
+        } else if !git(path, &["read-tree", "-u", "-m", &new]) {
+            Err("Could not update working tree to new HEAD")
+        } else {
+            Ok(())
+        }
     }
 
     /// post-receive: the refs that were updated (not those that did not exist) on stdin.

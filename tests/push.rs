@@ -417,3 +417,101 @@ fn small_pushes_become_loose_objects_large_ones_stay_packed() {
     assert_eq!(berth.1.1, 1);
     assert_eq!(berth.2.1, 2);
 }
+
+#[test]
+fn update_instead_updates_the_checked_out_worktree_or_refuses() {
+    let o = differential(|w, r| {
+        w.work("srv.git"); // non-bare, main checked out
+        w.commit("srv.git", "a", "1");
+        w.git(
+            "srv.git",
+            &["config", "receive.denyCurrentBranch", "updateInstead"],
+        );
+        w.git(".", &["clone", "-q", "srv.git", "src"]);
+        w.commit("src", "a", "2");
+        let mut p = vec![w.push("src", r, "srv.git", &["main"])];
+        let deployed = std::fs::read_to_string(w.path("srv.git/a")).unwrap();
+        assert_eq!(deployed, "2", "{r:?} did not update the worktree");
+        std::fs::write(w.path("srv.git/a"), "dirty").unwrap();
+        w.commit("src", "a", "3");
+        p.push(w.push("src", r, "srv.git", &["main"]));
+        p
+    });
+    assert!(
+        o.pushes[1]
+            .stdout
+            .contains("[remote rejected] (Working directory has unstaged changes)"),
+        "{:#?}",
+        o.pushes[1]
+    );
+}
+
+#[test]
+fn push_to_checkout_hook_decides_for_update_instead() {
+    let o = differential(|w, r| {
+        w.work("srv.git");
+        w.commit("srv.git", "a", "1");
+        w.git(
+            "srv.git",
+            &["config", "receive.denyCurrentBranch", "updateInstead"],
+        );
+        let hook = w.path("srv.git/.git/hooks/push-to-checkout");
+        std::fs::write(&hook, "#!/bin/sh\necho \"to $1 in $(basename \"$GIT_WORK_TREE\")\" >&2\ngit read-tree -u -m HEAD \"$1\"\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        w.git(".", &["clone", "-q", "srv.git", "src"]);
+        w.commit("src", "a", "2");
+        let p = vec![w.push("src", r, "srv.git", &["main"])];
+        assert_eq!(std::fs::read_to_string(w.path("srv.git/a")).unwrap(), "2");
+        p
+    });
+    assert!(o.pushes[0].success);
+    assert!(
+        o.pushes[0].stderr.contains("to ") && o.pushes[0].stderr.contains(" in srv.git"),
+        "{:#?}",
+        o.pushes[0]
+    );
+}
+
+#[test]
+fn symref_pushed_with_its_target() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.work("src");
+        w.commit("src", "a", "1");
+        let mut p = vec![w.push("src", r, "srv.git", &["main"])];
+        w.git(
+            "srv.git",
+            &["symbolic-ref", "refs/heads/alias", "refs/heads/main"],
+        );
+        w.commit("src", "a", "2");
+        // Consistent: the alias is skipped, main moves.
+        p.push(w.push("src", r, "srv.git", &["main", "main:refs/heads/alias"]));
+        w.commit("src", "a", "3");
+        w.git("src", &["branch", "-f", "other", "HEAD~2"]);
+        // Inconsistent: both refused.
+        p.push(w.push(
+            "src",
+            r,
+            "srv.git",
+            &["--force", "main", "other:refs/heads/alias"],
+        ));
+        // Alone: the alias updates what it points to.
+        p.push(w.push("src", r, "srv.git", &["main:refs/heads/alias"]));
+        p
+    });
+    assert!(o.pushes[1].success, "{:#?}", o.pushes[1]);
+    assert!(
+        o.pushes[2].stdout.contains("(inconsistent aliased update)"),
+        "{:#?}",
+        o.pushes[2]
+    );
+    assert!(
+        o.pushes[2].stderr.contains(
+            "remote: error: refusing inconsistent update between symref 'refs/heads/alias'"
+        ),
+        "{:#?}",
+        o.pushes[2]
+    );
+    assert!(o.pushes[3].success, "{:#?}", o.pushes[3]);
+}
