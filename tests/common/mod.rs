@@ -110,10 +110,15 @@ impl World {
 
     /// Run git with `input` on its stdin and return its output whatever the status.
     pub fn git_with_stdin(&self, cwd: &str, args: &[&str], input: &[u8]) -> Output {
+        let mut cmd = self.git_cmd(cwd);
+        cmd.args(args);
+        self.git_with_stdin_cmd(cmd, input)
+    }
+
+    /// Run `cmd` with `input` on its stdin and return its output whatever the status.
+    pub fn git_with_stdin_cmd(&self, mut cmd: Command, input: &[u8]) -> Output {
         use std::io::Write;
-        let mut child = self
-            .git_cmd(cwd)
-            .args(args)
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
