@@ -3,7 +3,6 @@
 
 mod common;
 use common::World;
-use std::process::Stdio;
 
 const ZERO: &str = "0000000000000000000000000000000000000000";
 const EMPTY_PACK: &[u8] = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e";
