@@ -87,6 +87,8 @@ pub struct Config {
     pub max_input_size: u64,
     /// `receive.unpackLimit`, else `transfer.unpackLimit`, else 100.
     pub unpack_limit: u32,
+    /// `receive.procReceiveRefs`: which commands the proc-receive hook handles.
+    pub proc_receive_refs: Vec<ProcReceiveRef>,
     /// `receive.keepAlive` in seconds; 0 or less disables keepalives.
     pub keep_alive: i64,
     /// `receive.shallowUpdate`
@@ -126,6 +128,7 @@ impl Default for Config {
             use_delta_base_offset: true,
             max_input_size: 0,
             unpack_limit: 100,
+            proc_receive_refs: Vec::new(),
             keep_alive: 5,
             shallow_update: false,
             log_ref_updates: LogRefUpdates::Never,
@@ -201,6 +204,12 @@ impl Config {
         c.max_input_size = n("receive.maxInputSize", 0)?.max(0) as u64;
         c.unpack_limit = n("receive.unpackLimit", n("transfer.unpackLimit", 100)?)?
             .clamp(0, u32::MAX as i64) as u32;
+        c.proc_receive_refs = file
+            .strings("receive.procReceiveRefs")
+            .unwrap_or_default()
+            .iter()
+            .map(|v| ProcReceiveRef::parse(&v.to_string()))
+            .collect();
         c.keep_alive = n("receive.keepAlive", 5)?;
         c.shallow_update = b("receive.shallowUpdate", false)?;
         c.bare = match s("core.bare") {
@@ -230,6 +239,59 @@ impl Config {
         c.user_name = s("user.name");
         c.user_email = s("user.email");
         Ok(c)
+    }
+}
+
+/// One `receive.procReceiveRefs` value: `[<modifiers>:]<prefix>`, modifiers `a` (create), `d`
+/// (delete), `m` (modify) and `!` (refs not under the prefix); no modifiers means `adm`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcReceiveRef {
+    /// The ref prefix, without trailing `/`.
+    pub prefix: String,
+    /// Matches creations.
+    pub add: bool,
+    /// Matches deletions.
+    pub delete: bool,
+    /// Matches updates.
+    pub modify: bool,
+    /// Matches refs *not* under the prefix.
+    pub negative: bool,
+}
+
+impl ProcReceiveRef {
+    fn parse(value: &str) -> Self {
+        let (mods, prefix) = match value.split_once(':') {
+            Some((mods, prefix)) => (Some(mods), prefix),
+            None => (None, value),
+        };
+        let has = |c: char| mods.is_none_or(|m| m.contains(c));
+        ProcReceiveRef {
+            prefix: prefix.trim_end_matches('/').to_owned(),
+            add: has('a'),
+            delete: has('d'),
+            modify: has('m'),
+            negative: mods.is_some_and(|m| m.contains('!')),
+        }
+    }
+
+    /// Whether a command `old → new` on `name` is selected (git's `proc_receive_ref_matches`
+    /// applied over all values).
+    pub fn selects(refs: &[ProcReceiveRef], name: &[u8], old_null: bool, new_null: bool) -> bool {
+        for p in refs {
+            if (!p.add && old_null)
+                || (!p.delete && new_null)
+                || (!p.modify && !old_null && !new_null)
+            {
+                continue;
+            }
+            let under = name
+                .strip_prefix(p.prefix.as_bytes())
+                .is_some_and(|rest| rest.is_empty() || rest[0] == b'/');
+            if under != p.negative {
+                return true;
+            }
+        }
+        false
     }
 }
 

@@ -39,16 +39,20 @@ pub enum Event {
     ReferenceTransaction,
     /// With `receive.denyCurrentBranch=updateInstead`, to update a worktree to a pushed commit.
     PushToCheckout,
+    /// For the commands `receive.procReceiveRefs` selects: a pkt-line conversation in which the
+    /// hook handles them itself (only the hooks-directory hook counts, as in git).
+    ProcReceive,
 }
 
 impl Event {
-    const ALL: [Event; 6] = [
+    const ALL: [Event; 7] = [
         Event::PreReceive,
         Event::Update,
         Event::PostReceive,
         Event::PostUpdate,
         Event::ReferenceTransaction,
         Event::PushToCheckout,
+        Event::ProcReceive,
     ];
 
     /// git's name for the event (and the hook file's name).
@@ -60,6 +64,7 @@ impl Event {
             Event::PostUpdate => "post-update",
             Event::ReferenceTransaction => "reference-transaction",
             Event::PushToCheckout => "push-to-checkout",
+            Event::ProcReceive => "proc-receive",
         }
     }
 
@@ -98,7 +103,7 @@ pub enum Error {
 /// The hooks of one session, looked up once.
 #[derive(Debug, Default, Clone)]
 pub struct HookSet {
-    by_event: [Vec<Hook>; 6],
+    by_event: [Vec<Hook>; 7],
 }
 
 static PROCESSES: AtomicUsize = AtomicUsize::new(0);
@@ -135,7 +140,11 @@ impl HookSet {
             }
         }
         for (name, event_name) in order {
-            let Some(event) = Event::ALL.iter().copied().find(|e| e.name() == event_name) else {
+            let Some(event) = Event::ALL
+                .iter()
+                .copied()
+                .find(|e| e.name() == event_name && *e != Event::ProcReceive)
+            else {
                 continue;
             };
             let enabled = |key: &str| config.boolean(key).ok().flatten().unwrap_or(true);
@@ -456,5 +465,221 @@ pub struct InProcessHooks(pub std::sync::Arc<dyn InProcess>);
 impl std::fmt::Debug for InProcessHooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("InProcessHooks")
+    }
+}
+
+/// A hook spoken to in pkt-lines over its stdin and stdout (proc-receive), its stderr relayed
+/// like any hook's output. Reads, writes and the relay share one `poll` loop on the calling
+/// thread, so neither side can block the other.
+pub struct Conversation {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: std::process::ChildStdout,
+    stderr: Option<std::process::ChildStderr>,
+    buf: Vec<u8>,
+    stdout_eof: bool,
+    keepalive: Option<Duration>,
+}
+
+/// A packet the hook sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookPacket {
+    /// A data line, its trailing LF removed.
+    Data(Vec<u8>),
+    /// A flush (or delimiter) packet.
+    Flush,
+    /// The hook closed its stdout (or sent something that is not a pkt-line).
+    Eof,
+}
+
+impl Conversation {
+    /// Start the first hook of `event` from `set`, if there is one.
+    pub fn start(set: &HookSet, event: Event, inv: &Invocation<'_>) -> io::Result<Option<Self>> {
+        let Some(Hook::File { path, argv0 }) = set.get(event).first() else {
+            return Ok(None);
+        };
+        let mut p = Process::new(if Path::new(argv0).is_relative() {
+            Path::new(argv0)
+        } else {
+            path.as_path()
+        });
+        p.arg0(argv0)
+            .current_dir(inv.git_dir)
+            .env("GIT_DIR", ".")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in inv.env {
+            p.env(k, std::ffi::OsStr::from_bytes(v));
+        }
+        let mut child = p.spawn()?;
+        PROCESSES.fetch_add(1, Ordering::Relaxed);
+        let stdin = child.stdin.take();
+        if let Some(s) = &stdin {
+            let flags = rustix::fs::fcntl_getfl(s)?;
+            rustix::fs::fcntl_setfl(s, flags | rustix::fs::OFlags::NONBLOCK)?;
+        }
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(io::Error::other("hook pipes missing"));
+        };
+        Ok(Some(Conversation {
+            child,
+            stdin,
+            stdout,
+            stderr: Some(stderr),
+            buf: Vec::new(),
+            stdout_eof: false,
+            keepalive: inv.keepalive,
+        }))
+    }
+
+    /// One round of `poll`: write from `out` if given and writable (returns bytes written),
+    /// buffer what the hook wrote on stdout, relay its stderr.
+    fn pump(
+        &mut self,
+        out: Option<&[u8]>,
+        sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
+    ) -> io::Result<usize> {
+        use rustix::event::{PollFd, PollFlags};
+        let timeout = self.keepalive.map(|d| rustix::event::Timespec {
+            tv_sec: d.as_secs() as _,
+            tv_nsec: d.subsec_nanos() as _,
+        });
+        let (out_ready, err_ready, in_ready) = {
+            let mut fds = Vec::with_capacity(3);
+            let out_i = (!self.stdout_eof).then(|| {
+                fds.push(PollFd::new(&self.stdout, PollFlags::IN));
+                fds.len() - 1
+            });
+            let err_i = self.stderr.as_ref().map(|e| {
+                fds.push(PollFd::new(e, PollFlags::IN));
+                fds.len() - 1
+            });
+            let in_i = match (&self.stdin, out) {
+                (Some(s), Some(_)) => {
+                    fds.push(PollFd::new(s, PollFlags::OUT));
+                    Some(fds.len() - 1)
+                }
+                _ => None,
+            };
+            if fds.is_empty() {
+                return Ok(0);
+            }
+            let n = match rustix::event::poll(&mut fds, timeout.as_ref()) {
+                Ok(n) => n,
+                Err(rustix::io::Errno::INTR) => return Ok(0),
+                Err(e) => return Err(e.into()),
+            };
+            if n == 0 {
+                sink(Output::Idle)?;
+                return Ok(0);
+            }
+            let ready = |i: Option<usize>| i.is_some_and(|i| !fds[i].revents().is_empty());
+            (ready(out_i), ready(err_i), ready(in_i))
+        };
+        let mut chunk = [0u8; 4096];
+        if err_ready && let Some(e) = self.stderr.as_mut() {
+            match e.read(&mut chunk[..128]) {
+                Ok(0) | Err(_) => self.stderr = None,
+                Ok(n) => sink(Output::Data(&chunk[..n]))?,
+            }
+        }
+        if out_ready {
+            match self.stdout.read(&mut chunk) {
+                Ok(0) | Err(_) => self.stdout_eof = true,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        if in_ready && let (Some(s), Some(out)) = (self.stdin.as_mut(), out) {
+            return match s.write(out) {
+                Ok(n) => Ok(n),
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted =>
+                {
+                    Ok(0)
+                }
+                Err(e) => Err(e),
+            };
+        }
+        Ok(0)
+    }
+
+    /// Write `data` to the hook's stdin. Fails if the hook stopped reading.
+    pub fn send(
+        &mut self,
+        data: &[u8],
+        sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut written = 0;
+        while written < data.len() {
+            if self.stdin.is_none() {
+                return Err(io::ErrorKind::BrokenPipe.into());
+            }
+            written += self.pump(Some(&data[written..]), sink)?;
+        }
+        Ok(())
+    }
+
+    /// Write one data pkt-line.
+    pub fn send_line(
+        &mut self,
+        line: &[u8],
+        sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut pkt = Vec::with_capacity(line.len() + 4);
+        crate::pktline::write_data(&mut pkt, line)?;
+        self.send(&pkt, sink)
+    }
+
+    /// Read the hook's next packet.
+    pub fn read_packet(
+        &mut self,
+        sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
+    ) -> io::Result<HookPacket> {
+        loop {
+            if self.buf.len() >= 4 {
+                let len = std::str::from_utf8(&self.buf[..4])
+                    .ok()
+                    .and_then(|h| usize::from_str_radix(h, 16).ok());
+                match len {
+                    None | Some(3) => {
+                        self.stdout_eof = true;
+                        self.buf.clear();
+                        return Ok(HookPacket::Eof);
+                    }
+                    Some(0..=2) => {
+                        self.buf.drain(..4);
+                        return Ok(HookPacket::Flush);
+                    }
+                    Some(n) if self.buf.len() >= n => {
+                        let mut line: Vec<u8> = self.buf.drain(..n).skip(4).collect();
+                        if line.last() == Some(&b'\n') {
+                            line.pop();
+                        }
+                        return Ok(HookPacket::Data(line));
+                    }
+                    Some(_) => {}
+                }
+            }
+            if self.stdout_eof {
+                return Ok(HookPacket::Eof);
+            }
+            self.pump(None, sink)?;
+        }
+    }
+
+    /// Close the hook's stdin and stdout, relay the rest of its stderr and wait for it.
+    pub fn finish(
+        mut self,
+        sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
+    ) -> io::Result<bool> {
+        self.stdin = None;
+        // Whatever the hook still says on stdout is read and dropped, so it cannot block on it.
+        while self.stderr.is_some() || !self.stdout_eof {
+            self.pump(None, sink)?;
+            self.buf.clear();
+        }
+        Ok(self.child.wait()?.success())
     }
 }

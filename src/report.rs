@@ -2,7 +2,8 @@
 
 use std::io::{self, Write};
 
-use gix_object::bstr::BStr;
+use gix_hash::ObjectId;
+use gix_object::bstr::{BStr, BString};
 
 use crate::pktline;
 use crate::sideband::Sideband;
@@ -18,31 +19,75 @@ pub enum Kind {
     V2,
 }
 
+/// What the proc-receive hook reported for a command it handled: each becomes another `ok`
+/// entry with `option` lines in report-status-v2.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rewrite {
+    /// `option refname`: the ref really updated.
+    pub refname: Option<BString>,
+    /// `option old-oid`.
+    pub old: Option<ObjectId>,
+    /// `option new-oid`.
+    pub new: Option<ObjectId>,
+    /// `option forced-update`.
+    pub forced: bool,
+}
+
+/// One command's line in the report.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    /// The ref name as the client sent it.
+    pub name: &'a BStr,
+    /// `None` for `ok`, else the `ng` reason.
+    pub error: Option<&'a str>,
+    /// proc-receive's rewrites (v2 only).
+    pub rewrites: &'a [Rewrite],
+}
+
 /// Build the report: `unpack ok|<error>`, then `ok <ref>` or `ng <ref> <reason>` per command in
-/// the client's order, then a flush.
+/// the client's order (with report-status-v2, proc-receive's rewrites as `option` lines), then
+/// a flush.
 pub fn build<'a>(
+    kind: Kind,
     unpack: Option<&str>,
-    results: impl Iterator<Item = (&'a BStr, Option<&'a str>)>,
+    entries: impl Iterator<Item = Entry<'a>>,
 ) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
     let mut line = Vec::new();
-    pktline::write_data(
-        &mut buf,
-        format!("unpack {}\n", unpack.unwrap_or("ok")).as_bytes(),
-    )?;
-    for (name, error) in results {
+    let mut put = |buf: &mut Vec<u8>, parts: &[&[u8]]| {
         line.clear();
-        match error {
-            None => line.extend_from_slice(b"ok "),
-            Some(_) => line.extend_from_slice(b"ng "),
-        }
-        line.extend_from_slice(name);
-        if let Some(reason) = error {
-            line.push(b' ');
-            line.extend_from_slice(reason.as_bytes());
+        for p in parts {
+            line.extend_from_slice(p);
         }
         line.push(b'\n');
-        pktline::write_data(&mut buf, &line)?;
+        pktline::write_data(buf, &line)
+    };
+    put(&mut buf, &[b"unpack ", unpack.unwrap_or("ok").as_bytes()])?;
+    for e in entries {
+        match e.error {
+            Some(reason) => put(&mut buf, &[b"ng ", e.name, b" ", reason.as_bytes()])?,
+            None => put(&mut buf, &[b"ok ", e.name])?,
+        }
+        if kind != Kind::V2 || e.error.is_some() {
+            continue;
+        }
+        for (i, r) in e.rewrites.iter().enumerate() {
+            if i > 0 {
+                put(&mut buf, &[b"ok ", e.name])?;
+            }
+            if let Some(name) = &r.refname {
+                put(&mut buf, &[b"option refname ", name])?;
+            }
+            if let Some(old) = &r.old {
+                put(&mut buf, &[b"option old-oid ", old.to_string().as_bytes()])?;
+            }
+            if let Some(new) = &r.new {
+                put(&mut buf, &[b"option new-oid ", new.to_string().as_bytes()])?;
+            }
+            if r.forced {
+                put(&mut buf, &[b"option forced-update"])?;
+            }
+        }
     }
     pktline::write_flush(&mut buf)?;
     Ok(buf)

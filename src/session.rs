@@ -96,6 +96,21 @@ struct Cmd {
     skip_update: bool,
     /// The ref the update really goes to, when the pushed name is a symbolic ref.
     target: Option<BString>,
+    /// Whether the proc-receive hook handles this command.
+    proc: Proc,
+    /// What the proc-receive hook reported it did.
+    rewrites: Vec<report::Rewrite>,
+}
+
+/// A command's relation to the proc-receive hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proc {
+    /// Not selected (or handed back with `option fall-through`): berth updates the ref.
+    No,
+    /// Selected by `receive.procReceiveRefs`.
+    Scheduled,
+    /// Selected, and the hook reported on it.
+    Returned,
 }
 
 impl Cmd {
@@ -107,6 +122,11 @@ impl Cmd {
     /// Still to be decided and written (git's `should_process_cmd`).
     fn should_process(&self) -> bool {
         self.error.is_none() && !self.skip_update
+    }
+
+    /// Still to be decided and written by berth itself (not by the proc-receive hook).
+    fn for_berth(&self) -> bool {
+        self.should_process() && self.proc == Proc::No
     }
 }
 
@@ -183,6 +203,8 @@ pub fn run(
             did_not_exist: false,
             skip_update: false,
             target: None,
+            proc: Proc::No,
+            rewrites: Vec::new(),
         })
         .collect();
 
@@ -252,6 +274,19 @@ pub fn run(
                 });
             }
         }
+        let mut proc_receive = false;
+        for c in cmds.iter_mut().filter(|c| c.should_process()) {
+            let selected = crate::config::ProcReceiveRef::selects(
+                &config.proc_receive_refs,
+                &c.command.name,
+                c.command.old.is_null(),
+                c.command.new.is_null(),
+            );
+            if selected {
+                c.proc = Proc::Scheduled;
+                proc_receive = true;
+            }
+        }
         let accepted = {
             let _span = info_span!("pre_receive").entered();
             hooks.pre_receive(&cmds, quarantine.as_ref(), &mut sb)?
@@ -275,6 +310,17 @@ pub fn run(
             if cmds.iter().any(Cmd::pending) {
                 let _span = info_span!("update").entered();
                 check_aliased_updates(&mut cmds, &repo, &mut sb)?;
+                if proc_receive {
+                    let _span = info_span!("proc_receive").entered();
+                    let advertised_options = req.capabilities.push_options;
+                    if !hooks.proc_receive(&mut cmds, atomic, advertised_options, &mut sb)? {
+                        for c in cmds.iter_mut().filter(|c| c.pending()) {
+                            if c.proc != Proc::Returned && (c.proc == Proc::Scheduled || atomic) {
+                                c.error = Some("fail to run proc-receive hook".into());
+                            }
+                        }
+                    }
+                }
                 let ctx = Decide {
                     repo: &repo,
                     hooks: &hooks,
@@ -304,10 +350,12 @@ pub fn run(
     };
     if kind != report::Kind::None {
         let _span = info_span!("report").entered();
-        let results = cmds
-            .iter()
-            .map(|c| (c.command.name.as_bstr(), c.error.as_deref()));
-        let buf = report::build(unpack_error.as_deref(), results)?;
+        let entries = cmds.iter().map(|c| report::Entry {
+            name: c.command.name.as_bstr(),
+            error: c.error.as_deref(),
+            rewrites: &c.rewrites,
+        });
+        let buf = report::build(kind, unpack_error.as_deref(), entries)?;
         report::send(&mut sb, &buf)?;
     }
     {
@@ -591,7 +639,7 @@ fn execute_non_atomic<W: Write, E: Write>(
     for deletions in [true, false] {
         let mut queued: Vec<(usize, RefUpdate)> = Vec::new();
         for (i, cmd) in cmds.iter_mut().enumerate() {
-            if !cmd.should_process() || cmd.command.is_delete() != deletions {
+            if !cmd.for_berth() || cmd.command.is_delete() != deletions {
                 continue;
             }
             match decide(cmd, ctx, sb)? {
@@ -634,7 +682,7 @@ fn execute_atomic<W: Write, E: Write>(
     let mut queued: Vec<(usize, RefUpdate)> = Vec::new();
     let mut failure: Option<&'static str> = None;
     for (i, cmd) in cmds.iter_mut().enumerate() {
-        if !cmd.should_process() {
+        if !cmd.for_berth() {
             continue;
         }
         match decide(cmd, ctx, sb)? {
@@ -1018,6 +1066,42 @@ impl<'a> Hooks<'a> {
         }
     }
 
+    /// proc-receive: the selected commands go to the hook, which reports per ref (git's
+    /// `run_proc_receive_hook`). `false` when the conversation or the hook failed.
+    fn proc_receive<W: Write, E: Write>(
+        &self,
+        cmds: &mut [Cmd],
+        atomic: bool,
+        push_options: bool,
+        sb: &mut Sideband<W, E>,
+    ) -> io::Result<bool> {
+        let inv = self.invocation(&[], None, &[]);
+        let mut errmsg = String::new();
+        let ok = {
+            let mut sink = Self::to_client(sb);
+            let Some(mut conv) = hooks::Conversation::start(self.set, Event::ProcReceive, &inv)?
+            else {
+                drop(sink);
+                sb.error("cannot find hook 'proc-receive'")?;
+                return Ok(false);
+            };
+            let ok = proc_receive_conversation(
+                &mut conv,
+                cmds,
+                atomic,
+                push_options,
+                self.push_options,
+                &mut errmsg,
+                &mut sink,
+            )?;
+            conv.finish(&mut sink)? && ok
+        };
+        if !errmsg.is_empty() {
+            sb.error(errmsg.strip_suffix('\n').unwrap_or(&errmsg))?;
+        }
+        Ok(ok)
+    }
+
     /// post-receive: the refs that were updated (not those that did not exist) on stdin.
     fn post_receive<W: Write, E: Write>(
         &self,
@@ -1107,13 +1191,242 @@ fn housekeeping<W: Write, E: Write>(
     Ok(())
 }
 
-/// `<old> <new> <ref>` lines, as pre- and post-receive read them.
+/// The proc-receive pkt-line protocol: version negotiation, the commands, the push options if
+/// the hook wants them, then its report (git's `read_proc_receive_report`).
+fn proc_receive_conversation(
+    conv: &mut hooks::Conversation,
+    cmds: &mut [Cmd],
+    atomic: bool,
+    push_options: bool,
+    options: &[BString],
+    errmsg: &mut String,
+    sink: &mut dyn FnMut(hooks::Output<'_>) -> io::Result<()>,
+) -> io::Result<bool> {
+    use hooks::HookPacket;
+    let caps: Vec<&str> = [
+        atomic.then_some("atomic"),
+        push_options.then_some("push-options"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let first = if caps.is_empty() {
+        "version=1\n".to_owned()
+    } else {
+        format!("version=1\0{}\n", caps.join(" "))
+    };
+    let mut version = 0;
+    let mut hook_push_options = false;
+    let mut negotiated = conv
+        .send_line(first.as_bytes(), sink)
+        .and_then(|_| conv.send(b"0000", sink))
+        .is_ok();
+    while negotiated {
+        match conv.read_packet(sink)? {
+            HookPacket::Data(line) => {
+                if line.len() > 8 && line.starts_with(b"version=") {
+                    let (v, features) = match line.iter().position(|&b| b == 0) {
+                        Some(nul) => (&line[8..nul], Some(&line[nul + 1..])),
+                        None => (&line[8..], None),
+                    };
+                    let digits: Vec<u8> =
+                        v.iter().copied().take_while(u8::is_ascii_digit).collect();
+                    version = std::str::from_utf8(&digits)
+                        .ok()
+                        .and_then(|d| d.parse().ok())
+                        .unwrap_or(0);
+                    hook_push_options = features
+                        .is_some_and(|f| f.split(|&b| b == b' ').any(|w| w == b"push-options"));
+                }
+            }
+            HookPacket::Flush => break,
+            HookPacket::Eof => negotiated = false,
+        }
+    }
+    if !negotiated {
+        errmsg.push_str("fail to negotiate version with proc-receive hook");
+        return Ok(false);
+    }
+    if version > 1 {
+        errmsg.push_str(&format!(
+            "proc-receive version '{version}' is not supported"
+        ));
+        return Ok(false);
+    }
+    let mut sent: io::Result<()> = Ok(());
+    for c in cmds
+        .iter()
+        .filter(|c| c.proc != Proc::No && c.should_process())
+    {
+        let line = format!("{} {} {}", c.command.old, c.command.new, c.command.name);
+        sent = conv.send_line(line.as_bytes(), sink);
+        if sent.is_err() {
+            break;
+        }
+    }
+    if sent.and_then(|_| conv.send(b"0000", sink)).is_err() {
+        errmsg.push_str("fail to write commands to proc-receive hook");
+        return Ok(false);
+    }
+    if hook_push_options {
+        let mut sent: io::Result<()> = Ok(());
+        for o in options {
+            sent = conv.send_line(o, sink);
+            if sent.is_err() {
+                break;
+            }
+        }
+        if sent.and_then(|_| conv.send(b"0000", sink)).is_err() {
+            errmsg.push_str("fail to write push-options to proc-receive hook");
+            return Ok(false);
+        }
+    }
+    // The report.
+    let mut ok = true;
+    let mut hint: Option<usize> = None;
+    let mut have_report = false;
+    let mut new_report = false;
+    let mut warned_option = false;
+    let mut responses = 0;
+    loop {
+        let line = match conv.read_packet(sink)? {
+            HookPacket::Data(line) => line,
+            HookPacket::Eof if responses == 0 => {
+                errmsg.push_str("proc-receive exited abnormally");
+                return Ok(false);
+            }
+            HookPacket::Eof | HookPacket::Flush => break,
+        };
+        responses += 1;
+        let line = String::from_utf8_lossy(&line).into_owned();
+        let Some((head, rest)) = line.split_once(' ') else {
+            errmsg.push_str(&format!(
+                "proc-receive reported incomplete status line: '{line}'\n"
+            ));
+            ok = false;
+            continue;
+        };
+        if head == "option" {
+            let Some(h) = hint.filter(|_| have_report || new_report) else {
+                if !warned_option {
+                    warned_option = true;
+                    errmsg.push_str(
+                        "proc-receive reported 'option' without a matching 'ok/ng' directive\n",
+                    );
+                }
+                ok = false;
+                continue;
+            };
+            if new_report {
+                cmds[h].rewrites.push(report::Rewrite::default());
+                new_report = false;
+                have_report = true;
+            }
+            let (key, val) = match rest.split_once(' ') {
+                Some((k, v)) => (k, Some(v)),
+                None => (rest, None),
+            };
+            let parse =
+                |v: Option<&str>| v.and_then(|v| ObjectId::from_hex(v.get(..40)?.as_bytes()).ok());
+            let cmd = &mut cmds[h];
+            match key {
+                "refname" => {
+                    if let Some(r) = cmd.rewrites.last_mut() {
+                        r.refname = val.map(BString::from);
+                    }
+                }
+                "old-oid" => {
+                    if let (Some(r), Some(id)) = (cmd.rewrites.last_mut(), parse(val)) {
+                        r.old = Some(id);
+                    }
+                }
+                "new-oid" => {
+                    if let (Some(r), Some(id)) = (cmd.rewrites.last_mut(), parse(val)) {
+                        r.new = Some(id);
+                    }
+                }
+                "forced-update" => {
+                    if let Some(r) = cmd.rewrites.last_mut() {
+                        r.forced = true;
+                    }
+                }
+                "fall-through" => cmd.proc = Proc::No,
+                _ => {}
+            }
+            continue;
+        }
+        have_report = false;
+        new_report = false;
+        let (refname, reason) = match rest.split_once(' ') {
+            Some((r, reason)) => (r, Some(reason)),
+            None => (rest, None),
+        };
+        if head != "ok" && head != "ng" {
+            errmsg.push_str(&format!(
+                "proc-receive reported bad status '{head}' on ref '{refname}'\n"
+            ));
+            ok = false;
+            continue;
+        }
+        let find =
+            |from: usize| (from..cmds.len()).find(|&i| cmds[i].command.name == refname.as_bytes());
+        hint = hint.and_then(find).or_else(|| find(0));
+        let Some(h) = hint else {
+            errmsg.push_str(&format!(
+                "proc-receive reported status on unknown ref: {refname}\n"
+            ));
+            ok = false;
+            continue;
+        };
+        if cmds[h].proc == Proc::No {
+            errmsg.push_str(&format!(
+                "proc-receive reported status on unexpected ref: {refname}\n"
+            ));
+            ok = false;
+            continue;
+        }
+        cmds[h].proc = Proc::Returned;
+        if head == "ng" {
+            cmds[h].error = Some(
+                reason
+                    .map(|r| r.to_owned())
+                    .unwrap_or_else(|| "failed".into())
+                    .into(),
+            );
+            ok = false;
+            continue;
+        }
+        new_report = true;
+    }
+    for c in cmds.iter_mut() {
+        if c.proc == Proc::Scheduled && c.error.is_none() {
+            c.error = Some("proc-receive failed to report status".into());
+            ok = false;
+        }
+    }
+    Ok(ok)
+}
+
+/// `<old> <new> <ref>` lines, as pre- and post-receive read them; a command the proc-receive
+/// hook rewrote gives one line per rewrite, with what the hook reported.
 fn command_lines<'c>(cmds: impl Iterator<Item = &'c Cmd>) -> Vec<u8> {
     let mut out = Vec::new();
     for c in cmds {
-        let _ = write!(out, "{} {} ", c.command.old, c.command.new);
-        out.extend_from_slice(&c.command.name);
-        out.push(b'\n');
+        let mut line = |old: &ObjectId, new: &ObjectId, name: &[u8]| {
+            let _ = write!(out, "{old} {new} ");
+            out.extend_from_slice(name);
+            out.push(b'\n');
+        };
+        if c.rewrites.is_empty() {
+            line(&c.command.old, &c.command.new, &c.command.name);
+        }
+        for r in &c.rewrites {
+            line(
+                r.old.as_ref().unwrap_or(&c.command.old),
+                r.new.as_ref().unwrap_or(&c.command.new),
+                r.refname.as_ref().unwrap_or(&c.command.name),
+            );
+        }
     }
     out
 }

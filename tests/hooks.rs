@@ -360,3 +360,117 @@ fn reference_transaction_refusal_aborts_the_push() {
     assert_eq!(w.refs("srv.git"), "");
     w.assert_clean("srv.git");
 }
+
+/// A proc-receive hook (in Python, for its pkt-line I/O) that takes over `refs/for/*`: it
+/// negotiates version 1, records what it was sent, and answers per ref as `$ANSWER` says.
+const PROC_RECEIVE: &str = r#"#!/usr/bin/env python3
+import os, sys
+inp, out = sys.stdin.buffer, sys.stdout.buffer
+def read():
+    n = int(inp.read(4), 16)
+    return None if n == 0 else inp.read(n - 4)
+def write(s):
+    b = s.encode()
+    out.write(b"%04x" % (len(b) + 4) + b)
+def section():
+    lines = []
+    while (l := read()) is not None:
+        lines.append(l)
+    return lines
+log = open("../proc-receive.log", "ab")
+for l in section():
+    log.write(b"version: " + l.replace(b"\0", b" | ") + b"\n")
+write("version=1\0push-options")
+out.write(b"0000"); out.flush()
+cmds = [c.decode().split() for c in section()]
+for c in cmds:
+    log.write(("command: %s %s %s\n" % tuple(c)).encode())
+for o in section():
+    log.write(b"option: " + o + b"\n")
+sys.stderr.write("proc-receive: handling %d ref(s)\n" % len(cmds))
+for old, new, ref in cmds:
+    if ref.endswith("/bad"):
+        write("ng " + ref + " not today")
+    elif ref.endswith("/fall"):
+        write("ok " + ref)
+        write("option fall-through")
+    else:
+        write("ok " + ref)
+        write("option refname refs/pull/123/head")
+        write("option old-oid " + old)
+        write("option new-oid " + new)
+out.write(b"0000"); out.flush()
+"#;
+
+#[test]
+fn proc_receive_handles_the_refs_it_is_given() {
+    let o = differential(|w, r| {
+        setup(w, &[("post-receive", 0)]);
+        install(w, "srv.git", "proc-receive", PROC_RECEIVE);
+        w.git(
+            "srv.git",
+            &["config", "receive.procReceiveRefs", "refs/for"],
+        );
+        w.git(
+            "srv.git",
+            &["config", "receive.advertisePushOptions", "true"],
+        );
+        let p = vec![w.push(
+            "src",
+            r,
+            "srv.git",
+            &[
+                "-o",
+                "reviewer=alice",
+                "main",
+                "main:refs/for/main/topic",
+                "main:refs/for/main/bad",
+                "main:refs/for/main/fall",
+            ],
+        )];
+        let log = std::fs::read_to_string(w.path("proc-receive.log")).unwrap();
+        std::fs::write(
+            w.path("hooks.log"),
+            format!(
+                "{}{log}",
+                std::fs::read_to_string(w.path("hooks.log")).unwrap_or_default()
+            ),
+        )
+        .unwrap();
+        p
+    });
+    let p = &o.pushes[0];
+    assert!(
+        p.stdout
+            .contains("*\trefs/heads/main:refs/pull/123/head\t[new reference]"),
+        "{p:#?}"
+    );
+    assert!(
+        p.stdout
+            .contains("!\trefs/heads/main:refs/for/main/bad\t[remote rejected] (not today)"),
+        "{p:#?}"
+    );
+    assert!(
+        p.stdout
+            .contains("*\trefs/heads/main:refs/for/main/fall\t[new reference]"),
+        "{p:#?}"
+    );
+    assert!(
+        p.stderr.contains("remote: proc-receive: handling 3 ref(s)"),
+        "{p:#?}"
+    );
+    assert!(
+        o.log.contains("version: version=1 | atomic push-options")
+            || o.log.contains("version: version=1 | push-options"),
+        "{}",
+        o.log
+    );
+    assert!(o.log.contains("option: reviewer=alice"), "{}", o.log);
+    // post-receive sees the rewritten ref; the fall-through ref was updated by receive-pack.
+    assert!(o.log.contains(" refs/pull/123/head\n"), "{}", o.log);
+    assert!(
+        o.refs.contains("refs/for/main/fall") && !o.refs.contains("refs/for/main/topic"),
+        "{}",
+        o.refs
+    );
+}
