@@ -62,6 +62,22 @@ pub enum Error {
     /// The configuration could not be read.
     #[error("unable to read configuration: {0}")]
     Read(String),
+    /// `receive.fsck.<msg-id>` with a severity git does not know.
+    #[error("Unknown fsck message type: '{0}'")]
+    FsckSeverity(String),
+    /// A `receive.fsck.*` key without a value, given with `git -c`.
+    #[error("unable to parse '{0}' from command-line config")]
+    MissingValueParameter(String),
+    /// A `receive.fsck.*` key without a value in a configuration file.
+    #[error("bad config variable '{key}' in file '{file}' at line {line}")]
+    MissingValue {
+        /// The key, lower case.
+        key: String,
+        /// The file, as git names it.
+        file: String,
+        /// The line it is on.
+        line: usize,
+    },
 }
 
 /// Everything receive-pack consults, read once when the session starts.
@@ -113,6 +129,17 @@ pub struct Config {
     pub user_name: Option<String>,
     /// `user.email`, for the reflog identity.
     pub user_email: Option<String>,
+    /// `receive.fsckObjects`, else `transfer.fsckObjects`: check incoming objects as git's
+    /// `index-pack --strict` does.
+    pub fsck_objects: bool,
+    /// `receive.fsck.<msg-id>` and `receive.fsck.skipList`, in configuration order (unknown ids
+    /// already dropped with git's warning; skip lists relative to the repository).
+    pub fsck: Vec<crate::fsck::Setting>,
+    /// Warnings git's receive-pack prints while reading this configuration.
+    pub warnings: Vec<String>,
+    /// `berth.maxObjectSize`: the largest object (or delta result) the pack may inflate to;
+    /// bounds memory against deflate bombs.
+    pub max_object_size: u64,
 }
 
 impl Default for Config {
@@ -141,6 +168,10 @@ impl Default for Config {
             update_server_info: false,
             user_name: None,
             user_email: None,
+            fsck_objects: false,
+            fsck: Vec::new(),
+            warnings: Vec::new(),
+            max_object_size: 1 << 30,
         }
     }
 }
@@ -152,10 +183,34 @@ impl Config {
             File::from_git_dir(git_dir.to_owned()).map_err(|e| Error::Read(e.to_string()))?;
         if let Ok(params) = std::env::var("GIT_CONFIG_PARAMETERS") {
             for (key, value) in parse_config_parameters(&params) {
+                let lower = key.to_ascii_lowercase();
+                if value.is_none() && lower.starts_with("receive.fsck.") {
+                    eprintln!("error: missing value for '{lower}'");
+                    return Err(Error::MissingValueParameter(lower));
+                }
                 let _ = file.set_raw_value(key.as_str(), value.as_deref().unwrap_or("true"));
             }
         }
-        Ok((Self::from_file(&file)?, file))
+        let config = match Self::from_file(&file) {
+            Err(Error::MissingValue { key, .. }) => {
+                eprintln!("error: missing value for '{key}'");
+                let (file, line) = config_line(&git_dir.join("config"), &key)
+                    .map(|l| ("config".to_owned(), l))
+                    .unwrap_or_else(|| ("config".to_owned(), 0));
+                return Err(Error::MissingValue { key, file, line });
+            }
+            other => other?,
+        };
+        for w in &config.warnings {
+            eprintln!("warning: {w}");
+        }
+        let mut config = config;
+        for s in &mut config.fsck {
+            if let crate::fsck::Setting::SkipList { path, .. } = s {
+                *path = git_dir.join(expand_home(path));
+            }
+        }
+        Ok((config, file))
     }
 
     /// Interpret an already-loaded configuration.
@@ -238,7 +293,82 @@ impl Config {
         c.update_server_info = b("receive.updateServerInfo", false)?;
         c.user_name = s("user.name");
         c.user_email = s("user.email");
+        c.fsck_objects = match s("receive.fsckObjects") {
+            Some(_) => b("receive.fsckObjects", false)?,
+            None => b("transfer.fsckObjects", false)?,
+        };
+        read_fsck_settings(file, &mut c)?;
+        c.max_object_size = n("berth.maxObjectSize", c.max_object_size as i64)?.max(1) as u64;
         Ok(c)
+    }
+}
+
+/// `receive.fsck.*` as git's `receive_pack_config` reads it: `skipList` is a path, any other key
+/// a message id whose value must be `error`, `warn` or `ignore` (an unknown id is skipped with
+/// a warning; an unknown severity is fatal; a missing value is fatal).
+fn read_fsck_settings(file: &File, c: &mut Config) -> Result<(), Error> {
+    let Some(sections) = file.sections_by_name("receive") else {
+        return Ok(());
+    };
+    for section in sections {
+        if section.header().subsection_name().map(|n| n.as_ref()) != Some(&b"fsck"[..]) {
+            continue;
+        }
+        let body = section.body();
+        let mut seen: Vec<String> = Vec::new();
+        for name in body.value_names() {
+            let lower = name.to_ascii_lowercase();
+            let nth = seen.iter().filter(|s| **s == lower).count();
+            seen.push(lower.clone());
+            let values = body.values(&name);
+            let key = format!("receive.fsck.{lower}");
+            let Some(value) = values.get(nth) else {
+                return Err(Error::MissingValue {
+                    key,
+                    file: String::new(),
+                    line: 0,
+                });
+            };
+            let value = value.to_string();
+            if lower == "skiplist" {
+                c.fsck.push(crate::fsck::Setting::SkipList {
+                    path: std::path::PathBuf::from(&value),
+                    configured: value,
+                });
+                continue;
+            }
+            if crate::fsck::Msg::parse(&lower).is_none() {
+                c.warnings
+                    .push(format!("skipping unknown msg id '{lower}'"));
+                continue;
+            }
+            if crate::fsck::parse_severity(&value).is_none() {
+                return Err(Error::FsckSeverity(value));
+            }
+            c.fsck.push(crate::fsck::Setting::Severity {
+                id: lower,
+                severity: value,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The line of `path` that sets `key` (`section.subsection.name`) without a value, for git's
+/// "bad config variable" message.
+fn config_line(path: &std::path::Path, key: &str) -> Option<usize> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let name = key.rsplit('.').next()?;
+    text.lines()
+        .position(|l| l.trim().eq_ignore_ascii_case(name))
+        .map(|i| i + 1)
+}
+
+/// git's `git_config_pathname`: a leading `~/` is the home directory.
+fn expand_home(p: &std::path::Path) -> std::path::PathBuf {
+    match (p.strip_prefix("~"), std::env::var_os("HOME")) {
+        (Ok(rest), Some(home)) => std::path::PathBuf::from(home).join(rest),
+        _ => p.to_owned(),
     }
 }
 

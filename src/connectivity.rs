@@ -108,50 +108,19 @@ impl<'a> Check<'a> {
                 Ok(Some(data)) => data,
                 _ => return missing(id, role),
             };
-            match data.kind {
-                Kind::Blob => {}
-                Kind::Commit => {
-                    let commit =
-                        gix_object::CommitRefIter::from_bytes(data.data, gix_hash::Kind::Sha1);
-                    for token in commit {
-                        match token {
-                            Ok(gix_object::commit::ref_iter::Token::Tree { id }) => {
-                                stack.push((id, Role::Tree))
-                            }
-                            Ok(gix_object::commit::ref_iter::Token::Parent { id: parent }) => {
-                                stack.push((parent, Role::Parent(id)))
-                            }
-                            Ok(_) => break,
-                            Err(_) => return missing(id, role),
-                        }
-                    }
-                }
-                Kind::Tree => {
-                    for entry in
-                        gix_object::TreeRefIter::from_bytes(data.data, gix_hash::Kind::Sha1)
-                    {
-                        match entry {
-                            Ok(e) if e.mode.is_commit() => {} // a submodule's commit lives elsewhere
-                            Ok(e) => stack.push((
-                                e.oid.to_owned(),
-                                if e.mode.is_tree() {
-                                    Role::Tree
-                                } else {
-                                    Role::Blob
-                                },
-                            )),
-                            Err(_) => return missing(id, role),
-                        }
-                    }
-                }
-                Kind::Tag => {
-                    match gix_object::TagRefIter::from_bytes(data.data, gix_hash::Kind::Sha1)
-                        .target_id()
-                    {
-                        Ok(target) => stack.push((target, Role::Tip)),
-                        Err(_) => return missing(id, role),
-                    }
-                }
+            // git's own lenient reading of raw objects (bad modes, broken idents and the
+            // like are fsck's business, not the walk's).
+            let Some(links) = crate::fsck::links(data.kind, data.data) else {
+                return missing(id, role);
+            };
+            for (link, kind) in links {
+                let link_role = match (data.kind, kind) {
+                    (Kind::Commit, Kind::Commit) => Role::Parent(id),
+                    (Kind::Tag, _) => Role::Tip,
+                    (_, Kind::Tree) => Role::Tree,
+                    _ => Role::Blob,
+                };
+                stack.push((link, link_role));
             }
         }
         self.known.extend(seen);

@@ -37,6 +37,9 @@ pub enum UnpackError {
         step: &'static str,
         /// What went wrong.
         detail: String,
+        /// Whole lines (`error: …`, `warning: …`) printed before the `fatal:` line: fsck's
+        /// findings.
+        messages: Vec<String>,
     },
 }
 
@@ -46,6 +49,14 @@ impl UnpackError {
         match self {
             UnpackError::Failed { detail, .. } => Some(detail),
             _ => None,
+        }
+    }
+
+    /// The lines git's child process printed before dying (without newlines).
+    pub fn messages(&self) -> &[String] {
+        match self {
+            UnpackError::Failed { messages, .. } => messages,
+            _ => &[],
         }
     }
 }
@@ -198,10 +209,15 @@ pub struct Received {
     pub objects: u32,
     /// The number of deltas resolved, when [`Options::count_deltas`] asked for it.
     pub deltas: Option<u32>,
+    /// Lines for the client's band 2 (fsck warnings), without newlines.
+    pub messages: Vec<String>,
 }
 
+/// The default of [`Options::max_object_size`] (`berth.maxObjectSize`): 1 GiB.
+pub const MAX_OBJECT_SIZE: u64 = 1 << 30;
+
 /// Options for [`receive_pack`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     /// `receive.maxInputSize`; 0 for no limit.
     pub max_input_size: u64,
@@ -211,6 +227,23 @@ pub struct Options {
     pub count_deltas: bool,
     /// `receive.unpackLimit`: packs of fewer objects become loose objects.
     pub unpack_limit: u32,
+    /// `receive.fsckObjects` with its `receive.fsck.*` settings: check every received object
+    /// as git's `index-pack --strict` does. `None`: no checks.
+    pub fsck: Option<Vec<crate::fsck::Setting>>,
+    /// The largest object (or delta base/result) inflated while indexing; 0 for
+    /// [`MAX_OBJECT_SIZE`]. A larger one fails the push instead of allocating.
+    pub max_object_size: u64,
+}
+
+impl Options {
+    fn alloc_limit(&self) -> usize {
+        let limit = if self.max_object_size == 0 {
+            MAX_OBJECT_SIZE
+        } else {
+            self.max_object_size
+        };
+        usize::try_from(limit).unwrap_or(usize::MAX)
+    }
 }
 
 /// Read a pack from `input` into `quarantine`, completing thin packs from `repo_objects`.
@@ -236,9 +269,22 @@ pub fn receive_pack(
     } else {
         "index-pack"
     };
-    let failed = |detail: String| UnpackError::Failed { step, detail };
+    let failed = |detail: String| UnpackError::Failed {
+        step,
+        detail,
+        messages: Vec::new(),
+    };
+    // git's child parses `--strict=<list>` before it reads anything.
+    let fsck = match &options.fsck {
+        None => None,
+        Some(settings) => Some(
+            crate::fsck::Options::from_settings(settings, Path::new("."))
+                .map_err(|e| failed(e.to_string()))?,
+        ),
+    };
 
     let mut limited = Limited {
+        eof: false,
         inner: input,
         left: if options.max_input_size == 0 {
             u64::MAX
@@ -260,6 +306,7 @@ pub fn receive_pack(
             index: None,
             objects,
             deltas: None,
+            messages: Vec::new(),
         });
     }
 
@@ -274,15 +321,23 @@ pub fn receive_pack(
         gix_hash::Kind::Sha1,
         gix_pack::bundle::write::Options {
             thread_limit: options.thread_limit,
+            alloc_limit_bytes: Some(options.alloc_limit()),
             ..Default::default()
         },
     )
     .map_err(|e| {
         let (_, limited) = stream.get_ref();
         if limited.left == 0 {
-            failed("pack exceeds maximum allowed size".into())
+            failed(if explode {
+                "pack exceeds maximum allowed size".into()
+            } else {
+                format!(
+                    "pack exceeds maximum allowed size ({})",
+                    humanise_bytes(options.max_input_size)
+                )
+            })
         } else {
-            failed(pack_error(&e))
+            failed(pack_error(&e, explode, options.alloc_limit(), limited.eof))
         }
     })?;
     let index_path = outcome
@@ -294,21 +349,163 @@ pub fn receive_pack(
         (Some(path), true) => count_deltas(path, &index),
         _ => None,
     };
+    let mut messages = Vec::new();
+    if let Some(fsck) = fsck {
+        let order = check_order(outcome.data_path.as_deref(), &index);
+        match check_objects(quarantine, &order, fsck, options.alloc_limit(), explode) {
+            Ok(m) => messages = m,
+            Err((messages, detail)) => {
+                return Err(UnpackError::Failed {
+                    step,
+                    detail,
+                    messages,
+                });
+            }
+        }
+    }
     if explode {
-        unpack_objects(quarantine, &index).map_err(|e| failed(e.to_string()))?;
+        unpack_objects(quarantine, &index, options.alloc_limit())
+            .map_err(|e| failed(e.to_string()))?;
     }
     Ok(Received {
         index: Some(index),
         objects,
         deltas,
+        messages,
     })
+}
+
+/// The received objects in the order git's `index-pack` checks them: whole objects in pack
+/// order as they stream in, then the deltas once resolved.
+fn check_order(pack: Option<&Path>, index: &gix_pack::index::File) -> Vec<gix_hash::ObjectId> {
+    let mut entries: Vec<(bool, u64, gix_hash::ObjectId)> = index
+        .iter()
+        .map(|e| (false, e.pack_offset, e.oid))
+        .collect();
+    if let Some(pack) = pack.and_then(|p| gix_pack::data::File::at(p, gix_hash::Kind::Sha1).ok()) {
+        for e in &mut entries {
+            e.0 = pack
+                .entry(e.1)
+                .map(|entry| entry.header.is_delta())
+                .unwrap_or(true);
+        }
+    }
+    entries.sort_unstable();
+    entries.into_iter().map(|(_, _, oid)| oid).collect()
+}
+
+/// git's `--strict`: fsck every received object, then that every object they link to was
+/// received or is in the repository with the right type, then the `.gitmodules` and
+/// `.gitattributes` blobs the trees named. `Ok` holds warnings; `Err` the lines to print and
+/// the `fatal:` detail.
+fn check_objects(
+    quarantine: &Quarantine,
+    order: &[gix_hash::ObjectId],
+    options: crate::fsck::Options,
+    alloc_limit: usize,
+    explode: bool,
+) -> Result<Vec<String>, (Vec<String>, String)> {
+    use gix_object::{Find, Kind};
+    use gix_odb::Header;
+    use std::collections::HashMap;
+
+    let lines = |c: &crate::fsck::Checker| -> Vec<String> {
+        c.findings.iter().map(|f| f.line.clone()).collect()
+    };
+    let objects = gix_odb::at_opts(
+        quarantine.path(),
+        gix_hash::Kind::Sha1,
+        None,
+        gix_odb::store::init::Options {
+            alloc_limit_bytes: Some(alloc_limit),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| (Vec::new(), e.to_string()))?;
+    let mut checker = crate::fsck::Checker::new(options);
+    let mut kinds: HashMap<gix_hash::ObjectId, Kind> = HashMap::with_capacity(order.len());
+    let mut links: Vec<(gix_hash::ObjectId, Kind)> = Vec::new();
+    let mut buf = Vec::new();
+    for oid in order {
+        let kind = match objects.try_header(oid) {
+            Ok(Some(h)) => h.kind(),
+            _ => return Err((lines(&checker), format!("unable to read {oid}"))),
+        };
+        kinds.insert(*oid, kind);
+        if kind == Kind::Blob {
+            continue;
+        }
+        let data = match objects.try_find(oid, &mut buf) {
+            Ok(Some(d)) => d,
+            Ok(None) => return Err((lines(&checker), format!("unable to read {oid}"))),
+            Err(e) => return Err((lines(&checker), e.to_string())),
+        };
+        if let Err(line) = crate::fsck::parse_check(oid, kind, data.data) {
+            let mut out = lines(&checker);
+            out.extend(line);
+            return Err((out, format!("invalid {kind}")));
+        }
+        if checker.check(oid, kind, data.data) {
+            return Err((lines(&checker), "fsck error in packed object".into()));
+        }
+        links.extend(crate::fsck::links(kind, data.data).unwrap_or_default());
+    }
+    // Links: git's `check_objects` (index-pack) / `check_object` (unpack-objects).
+    let mut seen = std::collections::HashSet::new();
+    for (id, want) in links {
+        if !seen.insert(id) {
+            continue;
+        }
+        let have = match kinds.get(&id) {
+            Some(k) => Some(*k),
+            None => objects.try_header(&id).ok().flatten().map(|h| h.kind()),
+        };
+        let detail = match (have, explode) {
+            (Some(k), _) if k == want => continue,
+            (None, false) => format!("did not receive expected object {id}"),
+            (Some(k), false) => format!("object {id}: expected type {want}, found {k}"),
+            (Some(_), true) if kinds.contains_key(&id) => "object type mismatch".into(),
+            (_, true) => "object of unexpected type".into(),
+        };
+        return Err((lines(&checker), detail));
+    }
+    // fsck_finish: the `.gitmodules` / `.gitattributes` blobs, received or not.
+    for oid in checker.pending_blobs() {
+        let header = objects.try_header(&oid).ok().flatten();
+        let err = match header {
+            None => checker.finish_blob(&oid, None),
+            Some(h) if h.kind() == Kind::Blob && h.size() > 100 << 20 => {
+                checker.blob_too_large(&oid)
+            }
+            Some(_) => match objects.try_find(&oid, &mut buf) {
+                Ok(Some(d)) => checker.finish_blob(&oid, Some((d.kind, d.data))),
+                _ => checker.blob_too_large(&oid),
+            },
+        };
+        if err {
+            return Err((lines(&checker), "fsck error in pack objects".into()));
+        }
+    }
+    Ok(lines(&checker))
 }
 
 /// Turn the received pack into loose objects in the quarantine and remove it, as git's
 /// `unpack-objects` does for small pushes (so that many small pushes do not pile up packs).
-fn unpack_objects(quarantine: &Quarantine, index: &gix_pack::index::File) -> io::Result<()> {
+fn unpack_objects(
+    quarantine: &Quarantine,
+    index: &gix_pack::index::File,
+    alloc_limit: usize,
+) -> io::Result<()> {
     use gix_object::{Find, Write};
-    let objects = gix_odb::at(quarantine.path(), gix_hash::Kind::Sha1)?;
+    let objects = gix_odb::at_opts(
+        quarantine.path(),
+        gix_hash::Kind::Sha1,
+        None,
+        gix_odb::store::init::Options {
+            alloc_limit_bytes: Some(alloc_limit),
+            ..Default::default()
+        },
+    )?;
     let loose = gix_odb::loose::Store::at(quarantine.path(), gix_hash::Kind::Sha1);
     let mut buf = Vec::new();
     for entry in index.iter() {
@@ -343,8 +540,62 @@ fn count_deltas(path: &Path, index: &gix_pack::index::File) -> Option<u32> {
     Some(deltas)
 }
 
-fn pack_error(e: &gix_error::Error) -> String {
+/// What git's `index-pack` (or `unpack-objects`, when `explode`) dies with for the same
+/// problem, recognised from gix-pack's error chain; anything else is that chain on one line.
+fn pack_error(e: &gix_error::Error, explode: bool, alloc_limit: usize, eof: bool) -> String {
     let text = format!("{e:#}");
+    let debug = format!("{e:?}");
+    let has = |s: &str| text.contains(s) || debug.contains(s);
+    if has("UnexpectedEof") || has("failed to fill whole buffer") {
+        return "early EOF".into();
+    }
+    if has("Failed to verify pack checksum") {
+        return if explode {
+            "final sha1 did not match".into()
+        } else {
+            "pack is corrupted (SHA1 mismatch)".into()
+        };
+    }
+    if eof {
+        // The client hung up (or the pack is truncated) and that is what broke the entry.
+        return "early EOF".into();
+    }
+    if has("AllocationLimit") || has("too large to fit in memory") {
+        return format!(
+            "object too large to inflate (more than {alloc_limit} bytes, see berth.maxObjectSize)"
+        );
+    }
+    if has("ref-delta base object") && has("could not be found") {
+        return if explode {
+            "unresolved deltas left after unpacking".into()
+        } else {
+            "pack has unresolved deltas".into()
+        };
+    }
+    if has("is not a valid offset for pack offset") {
+        return if explode {
+            "offset value out of bound for delta base object".into()
+        } else {
+            "pack has bad object: delta base offset is out of bound".into()
+        };
+    }
+    if let Some(at) = debug.find("Object type ")
+        && let Some(n) = debug[at + 12..].split_whitespace().next()
+        && debug[at..].contains("is unsupported")
+    {
+        return if explode {
+            format!("bad object type {n}")
+        } else {
+            format!("pack has bad object: unknown object type {n}")
+        };
+    }
+    if has("decompressed into") {
+        return if explode {
+            "inflate returned 1".into()
+        } else {
+            "pack has bad object: inflate returned 1".into()
+        };
+    }
     let line = text
         .lines()
         .map(str::trim)
@@ -355,6 +606,24 @@ fn pack_error(e: &gix_error::Error) -> String {
         "pack is corrupt".into()
     } else {
         line
+    }
+}
+
+/// git's `humanise_bytes`: `64 bytes`, `1.50 KiB`, `2.00 GiB`.
+fn humanise_bytes(bytes: u64) -> String {
+    if bytes > 1 << 30 {
+        let x = bytes + 5368709;
+        format!("{}.{:02} GiB", x >> 30, (x & ((1 << 30) - 1)) / 10737419)
+    } else if bytes > 1 << 20 {
+        let x = bytes + 5243;
+        format!("{}.{:02} MiB", x >> 20, (x & ((1 << 20) - 1)) / 10486)
+    } else if bytes > 1 << 10 {
+        let x = bytes + 5;
+        format!("{}.{:02} KiB", x >> 10, (x & ((1 << 10) - 1)) / 11)
+    } else if bytes == 1 {
+        "1 byte".into()
+    } else {
+        format!("{bytes} bytes")
     }
 }
 
@@ -372,6 +641,8 @@ fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> io::Result<()> {
 
 /// A reader that fails once more than `left` bytes were asked of it (`receive.maxInputSize`).
 struct Limited<R> {
+    /// The input ended (the client hung up or sent all it had).
+    eof: bool,
     inner: R,
     left: u64,
 }
@@ -390,6 +661,9 @@ impl<R: BufRead> BufRead for Limited<R> {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         let left = self.left;
         let buf = self.inner.fill_buf()?;
+        if buf.is_empty() {
+            self.eof = true;
+        }
         if left == 0 && !buf.is_empty() {
             return Err(io::Error::other("pack exceeds maximum allowed size"));
         }

@@ -19,6 +19,7 @@
 pub mod advertise;
 pub mod config;
 pub mod connectivity;
+pub mod fsck;
 pub mod fuzzing;
 pub mod hooks;
 pub mod ingest;

@@ -206,7 +206,8 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("fatal: {e}");
+            let _ =
+                std::io::Write::write_all(&mut std::io::stderr(), &berth::sideband::die_line(e));
             ExitCode::from(128)
         }
     }

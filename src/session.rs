@@ -225,9 +225,14 @@ pub fn run(
                     // git shows index-pack's progress only through the sideband.
                     count_deltas: !quiet && mode == Mode::Band64k,
                     unpack_limit: config.unpack_limit,
+                    fsck: config.fsck_objects.then(|| config.fsck.clone()),
+                    max_object_size: config.max_object_size,
                 };
                 match ingest::receive_pack(reader.inner_mut(), &q, &objects, opts) {
                     Ok(r) => {
+                        for m in &r.messages {
+                            sb.progress(format!("{m}\n").as_bytes())?;
+                        }
                         // git's index-pack (used from receive.unpackLimit objects on) prints this.
                         if let Some(d) = r.deltas.filter(|&d| d > 0) {
                             sb.progress(
@@ -237,6 +242,9 @@ pub fn run(
                         received = Some(r);
                     }
                     Err(e) => {
+                        for m in e.messages() {
+                            sb.progress(format!("{m}\n").as_bytes())?;
+                        }
                         if let Some(detail) = e.detail() {
                             sb.progress(format!("fatal: {detail}\n").as_bytes())?;
                         }

@@ -14,6 +14,20 @@ pub const BAND_64K_DATA_MAX: usize = 65515;
 /// git truncates `error: …` / `warning: …` lines (prefix and LF included) to this many bytes.
 pub const MESSAGE_MAX: usize = 4096;
 
+/// The line git's `die()` writes for `msg` (`vreportf`): `fatal: <msg>`, control characters
+/// other than tab and newline shown as `?`, cut to [`MESSAGE_MAX`] bytes with the newline.
+pub fn die_line(msg: impl std::fmt::Display) -> Vec<u8> {
+    let mut line = format!("fatal: {msg}").into_bytes();
+    line.truncate(MESSAGE_MAX - 1);
+    for b in &mut line {
+        if (b.is_ascii_control() && *b != b'\t' && *b != b'\n') || *b == 0x7f {
+            *b = b'?';
+        }
+    }
+    line.push(b'\n');
+    line
+}
+
 static MUXERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// How many muxers this process has created (one per session), for tests.

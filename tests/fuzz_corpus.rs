@@ -29,3 +29,8 @@ fn request_corpus() {
 fn pktline_corpus() {
     assert!(replay("pktline", berth::fuzzing::pktline) >= 6);
 }
+
+#[test]
+fn pack_corpus() {
+    assert!(replay("pack", berth::fuzzing::pack) >= 4);
+}

@@ -1,0 +1,965 @@
+//! The bad-input catalogue: every way a client (or a broken or hostile one) can get a push wrong,
+//! each fed as raw bytes to berth and, where git has an answer, to `git receive-pack` on a copy
+//! of the same repository. Every case asserts what the client sees (git's bytes where git is
+//! deterministic), that the repository is unchanged (refs, objects, no quarantine, lock or keep
+//! file left), and that a normal push through berth still works afterwards.
+
+mod common;
+use common::{Receiver, World, leftovers};
+use std::io::Write;
+use std::process::Stdio;
+
+const ZERO: &str = "0000000000000000000000000000000000000000";
+const EMPTY_PACK: &[u8] = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e";
+
+fn pkt(s: &str) -> Vec<u8> {
+    pkt_bytes(s.as_bytes())
+}
+
+fn pkt_bytes(s: &[u8]) -> Vec<u8> {
+    let mut v = format!("{:04x}", s.len() + 4).into_bytes();
+    v.extend_from_slice(s);
+    v
+}
+
+/// What one receive-pack run produced.
+#[derive(Debug, PartialEq, Eq)]
+struct Run {
+    status: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// The ids a case builds its request from.
+struct Ids {
+    /// `main` and `topic` on the server.
+    c1: String,
+    /// One commit more on the client's `main`, not on the server.
+    c2: String,
+}
+
+/// A server `srv.git` with `main` and `topic` at c1, and a client `src` one commit ahead.
+fn world() -> (World, Ids) {
+    let w = World::new();
+    w.bare("srv.git");
+    w.work("src");
+    let c1 = w.commit("src", "a", "1");
+    w.git(
+        "src",
+        &["push", "-q", "../srv.git", "main", "main:refs/heads/topic"],
+    );
+    let c2 = w.commit("src", "a", "2");
+    (w, Ids { c1, c2 })
+}
+
+fn run(w: &World, git: bool, repo: &str, input: &[u8], close_early: bool) -> Run {
+    let mut cmd = if git {
+        let mut c = w.git_cmd(".");
+        c.arg("receive-pack");
+        c
+    } else {
+        let mut c = w.cmd(common::berth(), ".");
+        c.arg("receive-pack");
+        c
+    };
+    cmd.arg(repo)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+        if !close_early {
+            // Keep the pipe open a moment, as a client waiting for the report would.
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let root = w.root().to_str().unwrap();
+    let clean = |b: &[u8]| {
+        mask_agent(
+            &String::from_utf8_lossy(b)
+                .replace(root, "$ROOT")
+                .replace("git.git", "srv.git"),
+        )
+    };
+    Run {
+        status: out.status.code(),
+        stdout: clean(&out.stdout),
+        stderr: clean(&out.stderr),
+    }
+}
+
+/// Replace `agent=<x>` by `agent=AGENT` in the first pkt-line and fix its length.
+fn mask_agent(s: &str) -> String {
+    let Some(start) = s.find("agent=") else {
+        return s.to_owned();
+    };
+    let end = start + s[start..].find('\n').unwrap_or(s.len() - start);
+    if s.len() < 4 || !s.is_char_boundary(4) {
+        return s.to_owned();
+    }
+    let Ok(len) = usize::from_str_radix(&s[..4], 16) else {
+        return s.to_owned();
+    };
+    if len <= start {
+        return s.to_owned();
+    }
+    let new_len = len - (end - start) + "agent=AGENT".len();
+    format!("{new_len:04x}{}agent=AGENT{}", &s[4..start], &s[end..])
+}
+
+/// Everything a push may change: refs, and every file under `objects/`.
+fn state(w: &World, repo: &str) -> (String, Vec<String>) {
+    let mut files = Vec::new();
+    let base = w.path(repo).join("objects");
+    let mut stack = vec![base.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p.strip_prefix(&base).unwrap().display().to_string());
+            }
+        }
+    }
+    files.sort();
+    (w.refs(repo), files)
+}
+
+/// One catalogue entry.
+struct Case {
+    name: &'static str,
+    /// `git config` pairs for the server.
+    config: &'static [(&'static str, &'static str)],
+    /// Extra setup on the client `src` (objects to send), returning values for `input`.
+    input: fn(&World, &Ids) -> Vec<u8>,
+    /// Compare berth's output with git's byte for byte.
+    differential: bool,
+    /// Substrings berth's stderr (and report) must contain.
+    expect: &'static [&'static str],
+    /// The client closes its end early (disconnect).
+    close_early: bool,
+    /// The configuration itself is what is wrong: unset it before pushing afterwards.
+    reset_config: bool,
+}
+
+impl Case {
+    const fn new(name: &'static str, input: fn(&World, &Ids) -> Vec<u8>) -> Self {
+        Case {
+            name,
+            config: &[],
+            input,
+            differential: true,
+            expect: &[],
+            close_early: false,
+            reset_config: false,
+        }
+    }
+    const fn config(mut self, c: &'static [(&'static str, &'static str)]) -> Self {
+        self.config = c;
+        self
+    }
+    const fn berth_only(mut self) -> Self {
+        self.differential = false;
+        self
+    }
+    const fn expect(mut self, e: &'static [&'static str]) -> Self {
+        self.expect = e;
+        self
+    }
+    const fn reset_config(mut self) -> Self {
+        self.reset_config = true;
+        self
+    }
+    const fn close_early(mut self) -> Self {
+        self.close_early = true;
+        self
+    }
+
+    fn check(&self) {
+        let (w, ids) = world();
+        for (k, v) in self.config {
+            w.git("srv.git", &["config", k, v]);
+        }
+        let input = (self.input)(&w, &ids);
+        let copy = w.path("git.git");
+        let status = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(w.path("srv.git"))
+            .arg(&copy)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let before = state(&w, "srv.git");
+        let berth = run(&w, false, "srv.git", &input, self.close_early);
+        let name = self.name;
+        if self.differential {
+            let git = run(&w, true, "git.git", &input, self.close_early);
+            assert_eq!(
+                git, berth,
+                "{name}: git receive-pack (left) and berth (right) differ"
+            );
+        }
+        if !self.differential && std::env::var_os("BERTH_CATALOGUE_SHOW_GIT").is_some() {
+            // Where berth and git differ on purpose (or git is not deterministic), show both.
+            let git = run(&w, true, "git.git", &input, self.close_early);
+            eprintln!(
+                "{name}:\n  git:   {:?}\n  berth: {:?}",
+                git.stderr, berth.stderr
+            );
+        }
+        let seen = format!("{}{}", berth.stdout, berth.stderr);
+        for e in self.expect {
+            assert!(seen.contains(e), "{name}: expected {e:?} in {berth:#?}");
+        }
+        // Nothing changed, nothing left behind.
+        assert_eq!(state(&w, "srv.git"), before, "{name}: repository changed");
+        let left = leftovers(&w.path("srv.git"));
+        assert!(left.is_empty(), "{name}: left behind {left:?}");
+        // And the server still works.
+        if self.reset_config {
+            for (k, _) in self.config {
+                w.git("srv.git", &["config", "--unset-all", k]);
+            }
+        }
+        let push = w.push("src", Receiver::Berth, "srv.git", &["main"]);
+        assert!(push.success, "{name}: push afterwards failed: {push:?}");
+        w.assert_clean("srv.git");
+    }
+}
+
+fn request(cmds: &[String], caps: &str) -> Vec<u8> {
+    let mut v = Vec::new();
+    for (i, c) in cmds.iter().enumerate() {
+        if i == 0 {
+            v.extend(pkt(&format!("{c}\0{caps}")));
+        } else {
+            v.extend(pkt(c));
+        }
+    }
+    v.extend(b"0000");
+    v
+}
+
+/// A create of `name` at c1 (which the server has) with an empty pack.
+fn create_ref(ids: &Ids, name: &[u8]) -> Vec<u8> {
+    let mut line = format!("{ZERO} {} ", ids.c1).into_bytes();
+    line.extend_from_slice(name);
+    line.push(0);
+    line.extend_from_slice(b"report-status");
+    let mut v = pkt_bytes(&line);
+    v.extend(b"0000");
+    v.extend(EMPTY_PACK);
+    v
+}
+
+/// `git pack-objects --stdout` of the objects listed (ids, one per line) in `src`.
+fn pack_objects(w: &World, ids: &[String]) -> Vec<u8> {
+    let out = w.git_with_stdin(
+        "src",
+        &["pack-objects", "--stdout", "-q"],
+        format!("{}\n", ids.join("\n")).as_bytes(),
+    );
+    assert!(out.status.success());
+    out.stdout
+}
+
+/// The pack of c2 (what the server lacks), as `git push` would send it.
+fn c2_pack(w: &World, ids: &Ids) -> Vec<u8> {
+    let out = w.git_with_stdin(
+        "src",
+        &["pack-objects", "--stdout", "--revs", "-q"],
+        format!("{}\n^{}\n", ids.c2, ids.c1).as_bytes(),
+    );
+    out.stdout
+}
+
+fn update_main(ids: &Ids, pack: &[u8]) -> Vec<u8> {
+    let mut v = request(
+        &[format!("{} {} refs/heads/main", ids.c1, ids.c2)],
+        "report-status",
+    );
+    v.extend_from_slice(pack);
+    v
+}
+
+/// Write a raw object into `src` and return its id.
+fn raw_object(w: &World, kind: &str, data: &[u8]) -> String {
+    let out = w.git_with_stdin(
+        "src",
+        &["hash-object", "--literally", "-t", kind, "-w", "--stdin"],
+        data,
+    );
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn hex2raw(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn tree_entry(mode: &str, name: &[u8], id: &str) -> Vec<u8> {
+    let mut v = format!("{mode} ").into_bytes();
+    v.extend_from_slice(name);
+    v.push(0);
+    v.extend(hex2raw(id));
+    v
+}
+
+fn blob(w: &World, content: &str) -> String {
+    raw_object(w, "blob", content.as_bytes())
+}
+
+/// A commit of `tree` on c1, with the given ident lines.
+fn commit_of(w: &World, ids: &Ids, tree: &str, author: &str) -> String {
+    raw_object(
+        w,
+        "commit",
+        format!(
+            "tree {tree}\nparent {}\nauthor {author}\ncommitter C O Mitter <c@example.com> 1700000000 +0000\n\nbad\n",
+            ids.c1
+        )
+        .as_bytes(),
+    )
+}
+
+/// Push a commit on c1 whose tree has `entries` (with any blob ids the entries name also sent):
+/// the request creates refs/heads/bad.
+fn push_tree(w: &World, ids: &Ids, entries: &[Vec<u8>], extra: &[String]) -> Vec<u8> {
+    let tree = raw_object(w, "tree", &entries.concat());
+    let commit = commit_of(w, ids, &tree, "A U Thor <a@example.com> 1700000000 +0000");
+    let mut objs = vec![commit.clone(), tree];
+    objs.extend_from_slice(extra);
+    let mut v = request(
+        &[format!("{ZERO} {commit} refs/heads/bad")],
+        "report-status",
+    );
+    v.extend(pack_objects(w, &objs));
+    v
+}
+
+fn push_commit_with_author(w: &World, ids: &Ids, author: &str) -> Vec<u8> {
+    let tree = w.git("src", &["rev-parse", &format!("{}^{{tree}}", ids.c1)]);
+    let commit = commit_of(w, ids, tree.trim(), author);
+    let mut v = request(
+        &[format!("{ZERO} {commit} refs/heads/bad")],
+        "report-status",
+    );
+    v.extend(pack_objects(w, &[commit]));
+    v
+}
+
+/// A pack header plus entries plus its trailer.
+fn pack(entries: &[Vec<u8>]) -> Vec<u8> {
+    let mut v = b"PACK\x00\x00\x00\x02".to_vec();
+    v.extend((entries.len() as u32).to_be_bytes());
+    for e in entries {
+        v.extend(e);
+    }
+    let mut h = gix_hash_sha1(&v);
+    v.append(&mut h);
+    v
+}
+
+fn gix_hash_sha1(data: &[u8]) -> Vec<u8> {
+    let mut hasher = gix_hash::hasher(gix_hash::Kind::Sha1);
+    hasher.update(data);
+    hasher.try_finalize().unwrap().as_bytes().to_vec()
+}
+
+/// A pack entry header: type and size, git's variable-length encoding.
+fn entry_header(kind: u8, mut size: u64) -> Vec<u8> {
+    let mut v = vec![(kind << 4) | (size & 0x0f) as u8];
+    size >>= 4;
+    while size > 0 {
+        *v.last_mut().unwrap() |= 0x80;
+        v.push((size & 0x7f) as u8);
+        size >>= 7;
+    }
+    v
+}
+
+fn deflate(data: &[u8]) -> Vec<u8> {
+    // A stored (uncompressed) zlib stream: enough for small test objects.
+    let mut v = vec![0x78, 0x01];
+    let chunks: Vec<&[u8]> = if data.is_empty() {
+        vec![&[][..]]
+    } else {
+        data.chunks(65535).collect()
+    };
+    for (i, c) in chunks.iter().enumerate() {
+        v.push(u8::from(i + 1 == chunks.len()));
+        let len = c.len() as u16;
+        v.extend(len.to_le_bytes());
+        v.extend((!len).to_le_bytes());
+        v.extend_from_slice(c);
+    }
+    let (mut a, mut b) = (1u32, 0u32);
+    for &x in data {
+        a = (a + u32::from(x)) % 65521;
+        b = (b + a) % 65521;
+    }
+    v.extend(((b << 16) | a).to_be_bytes());
+    v
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        // ---- pkt-line framing ----
+        Case::new("truncated pkt-line", |_, ids| {
+            let mut v = pkt(&format!("{ZERO} {} refs/heads/x\0report-status", ids.c1));
+            v.truncate(v.len() - 5);
+            v
+        }),
+        Case::new("oversized pkt-line", |_, _| {
+            let mut v = b"ffff".to_vec();
+            v.extend(vec![b'a'; 65531]);
+            v
+        }),
+        Case::new("pkt-line length 65520", |_, _| {
+            let mut v = b"fff0".to_vec();
+            v.extend(vec![b'a'; 65516]);
+            v
+        }),
+        Case::new("bad hex length", |_, _| b"00zz".to_vec()),
+        Case::new("negative-looking length", |_, _| b"-001abc".to_vec()),
+        Case::new("length with a space", |_, _| b" 010".to_vec()),
+        Case::new("0001 in the command list", |_, ids| {
+            let mut v = pkt(&format!("{ZERO} {} refs/heads/x\0report-status", ids.c1));
+            v.extend(b"00010000");
+            v
+        }),
+        Case::new("0002 in the command list", |_, ids| {
+            let mut v = pkt(&format!("{ZERO} {} refs/heads/x\0report-status", ids.c1));
+            v.extend(b"00020000");
+            v
+        }),
+        Case::new("0003 in the command list", |_, ids| {
+            let mut v = pkt(&format!("{ZERO} {} refs/heads/x\0report-status", ids.c1));
+            v.extend(b"0003");
+            v
+        }),
+        Case::new("missing flush", |_, ids| {
+            pkt(&format!("{ZERO} {} refs/heads/x\0report-status", ids.c1))
+        }),
+        Case::new("empty data packet as a command", |_, ids| {
+            let mut v = pkt(&format!("{ZERO} {} refs/heads/x\0report-status", ids.c1));
+            v.extend(b"00040000");
+            v
+        }),
+        Case::new("garbage command", |_, _| {
+            [pkt("garbage\n"), b"0000".to_vec()].concat()
+        }),
+        Case::new("nothing at all", |_, _| Vec::new()),
+        // ---- malformed ids ----
+        Case::new("short old id", |_, ids| {
+            request(&[format!("1234 {} refs/heads/x", ids.c1)], "report-status")
+        }),
+        Case::new("non-hex new id", |_, _| {
+            request(
+                &[format!("{ZERO} {} refs/heads/x", "g".repeat(40))],
+                "report-status",
+            )
+        }),
+        Case::new("missing ref name", |_, ids| {
+            request(&[format!("{ZERO} {}", ids.c1)], "report-status")
+        }),
+        Case::new("unknown new id in upper case", |_, _| {
+            let mut v = request(
+                &[format!("{ZERO} {} refs/heads/x", "AB".repeat(20))],
+                "report-status",
+            );
+            v.extend(EMPTY_PACK);
+            v
+        }),
+        Case::new("stale old id", |_, ids| {
+            let mut v = request(
+                &[format!("{} {} refs/heads/main", ids.c2, ids.c1)],
+                "report-status",
+            );
+            v.extend(EMPTY_PACK);
+            v
+        })
+        // git 2.47 says "failed to update ref"; master (and berth) name the reason.
+        .berth_only()
+        .expect(&["ng refs/heads/main incorrect old value provided"]),
+        // ---- hostile ref names ----
+        Case::new("refs/../x", |_, ids| create_ref(ids, b"refs/../x")),
+        Case::new("refs/heads/a..b", |_, ids| {
+            create_ref(ids, b"refs/heads/a..b")
+        }),
+        Case::new("@{ in a ref name", |_, ids| {
+            create_ref(ids, b"refs/heads/a@{1}")
+        }),
+        Case::new("control byte in a ref name", |_, ids| {
+            create_ref(ids, b"refs/heads/a\x01b")
+        }),
+        Case::new(".lock suffix", |_, ids| {
+            create_ref(ids, b"refs/heads/x.lock")
+        }),
+        Case::new("HEAD", |_, ids| create_ref(ids, b"HEAD")),
+        Case::new("refs/heads/", |_, ids| create_ref(ids, b"refs/heads/")),
+        Case::new("one-level ref", |_, ids| create_ref(ids, b"refs/x")),
+        Case::new("path outside refs", |_, ids| {
+            create_ref(ids, b"../../config")
+        }),
+        Case::new("double slash", |_, ids| create_ref(ids, b"refs/heads//x")),
+        Case::new("unknown capabilities", |_, ids| {
+            let mut v = request(
+                &[format!("{ZERO} {} refs/heads/a..b", ids.c1)],
+                "report-status frobnicate=1 side-band-9000 x",
+            );
+            v.extend(EMPTY_PACK);
+            v
+        }),
+        Case::new("unsupported object format", |_, ids| {
+            request(
+                &[format!("{ZERO} {} refs/heads/x", ids.c1)],
+                "report-status object-format=sha256",
+            )
+        }),
+        Case::new("duplicate commands for one ref", |_, ids| {
+            let mut v = request(
+                &[
+                    format!("{ZERO} {} refs/heads/d", ids.c1),
+                    format!("{ZERO} {} refs/heads/d", ids.c1),
+                ],
+                "report-status",
+            );
+            v.extend(EMPTY_PACK);
+            v
+        })
+        // git 2.47 lets the first win; master (and berth) refuse both.
+        .berth_only()
+        .expect(&["multiple updates for ref 'refs/heads/d' not allowed"]),
+        // ---- limits ----
+        Case::new("too many commands", |_, ids| {
+            request(
+                &(0..3)
+                    .map(|i| format!("{ZERO} {} refs/heads/n{i}", ids.c1))
+                    .collect::<Vec<_>>(),
+                "report-status",
+            )
+        })
+        .config(&[("berth.maxCommands", "2")])
+        .berth_only()
+        .expect(&["fatal: protocol error: too many commands (more than 2"]),
+        Case::new("too many push options", |_, ids| {
+            let mut v = request(
+                &[format!("{ZERO} {} refs/heads/n", ids.c1)],
+                "report-status push-options",
+            );
+            v.extend(pkt("a"));
+            v.extend(pkt("b"));
+            v.extend(b"0000");
+            v
+        })
+        .config(&[
+            ("berth.maxPushOptions", "1"),
+            ("receive.advertisePushOptions", "true"),
+        ])
+        .berth_only()
+        .expect(&["fatal: protocol error: too many push options (more than 1"]),
+        Case::new("request too large", |_, ids| {
+            request(
+                &(0..40)
+                    .map(|i| format!("{ZERO} {} refs/heads/n{i}", ids.c1))
+                    .collect::<Vec<_>>(),
+                "report-status",
+            )
+        })
+        .config(&[("berth.maxRequestBytes", "1000")])
+        .berth_only()
+        .expect(&["fatal: protocol error: request larger than 1000 bytes"]),
+        // ---- packs ----
+        Case::new("no pack", |_, ids| update_main(ids, b"")),
+        Case::new("pack signature mismatch", |_, ids| {
+            update_main(ids, b"JUNKJUNKJUNK")
+        }),
+        Case::new("pack version 4", |_, ids| {
+            update_main(ids, b"PACK\x00\x00\x00\x04\x00\x00\x00\x00")
+        }),
+        Case::new("bad pack checksum", |w, ids| {
+            let mut p = c2_pack(w, ids);
+            let n = p.len();
+            p[n - 1] ^= 0xff;
+            update_main(ids, &p)
+        })
+        .berth_only()
+        .expect(&[
+            "fatal: final sha1 did not match",
+            "ng refs/heads/main unpacker error",
+            "unpack-objects abnormal exit",
+        ]),
+        Case::new("truncated pack", |w, ids| {
+            let mut p = c2_pack(w, ids);
+            p.truncate(p.len() - 30);
+            update_main(ids, &p)
+        })
+        .berth_only()
+        .expect(&["fatal: early EOF", "ng refs/heads/main unpacker error"]),
+        Case::new("truncated pack, index-pack", |w, ids| {
+            let mut p = c2_pack(w, ids);
+            p.truncate(p.len() - 30);
+            update_main(ids, &p)
+        })
+        .config(&[("receive.unpackLimit", "1")])
+        .berth_only()
+        .expect(&[
+            "fatal: early EOF",
+            "index-pack abnormal exit",
+            "ng refs/heads/main unpacker error",
+        ]),
+        Case::new("pack claiming more objects", |w, ids| {
+            let mut p = c2_pack(w, ids);
+            p[11] += 2;
+            update_main(ids, &p)
+        })
+        .berth_only()
+        .expect(&["ng refs/heads/main unpacker error"]),
+        Case::new("unresolvable REF_DELTA", |_, ids| {
+            // A delta against a base nobody has.
+            let mut e = entry_header(7, 6);
+            e.extend(hex2raw(&"ab".repeat(20)));
+            e.extend(deflate(&[3, 3, 0x90, 3, 0, 0]));
+            update_main(ids, &pack(&[e]))
+        })
+        .berth_only()
+        .expect(&[
+            "fatal: unresolved deltas left after unpacking",
+            "ng refs/heads/main unpacker error",
+        ]),
+        Case::new("OFS_DELTA before the pack start", |_, ids| {
+            let mut e = entry_header(6, 6);
+            e.push(0x7f);
+            e.extend(deflate(&[3, 3, 0x90, 3, 0, 0]));
+            update_main(ids, &pack(&[e]))
+        })
+        .berth_only()
+        .expect(&[
+            "fatal: offset value out of bound for delta base object",
+            "ng refs/heads/main unpacker error",
+        ]),
+        Case::new("reserved object type 5", |_, ids| {
+            let mut e = entry_header(5, 3);
+            e.extend(deflate(b"abc"));
+            update_main(ids, &pack(&[e]))
+        })
+        .berth_only()
+        .expect(&["ng refs/heads/main unpacker error"]),
+        Case::new("inflated size differs from the header", |_, ids| {
+            let mut e = entry_header(3, 10);
+            e.extend(deflate(b"abc"));
+            update_main(ids, &pack(&[e]))
+        })
+        .berth_only()
+        .expect(&["ng refs/heads/main unpacker error"]),
+        Case::new("pack over receive.maxInputSize", |w, ids| {
+            update_main(ids, &c2_pack(w, ids))
+        })
+        .config(&[("receive.maxInputSize", "64"), ("receive.unpackLimit", "1")])
+        .reset_config()
+        .berth_only()
+        .expect(&[
+            "fatal: pack exceeds maximum allowed size (64 bytes)",
+            "ng refs/heads/main unpacker error",
+        ]),
+        Case::new("deflate bomb over berth.maxObjectSize", |w, ids| {
+            // 64 MiB of zeros in about 64 KiB.
+            let id = raw_object(w, "blob", &vec![0u8; 64 << 20]);
+            update_main(ids, &pack_objects(w, &[id]))
+        })
+        .config(&[("berth.maxObjectSize", "1m")])
+        .berth_only()
+        .expect(&[
+            "fatal: object too large to inflate (more than 1048576 bytes, see berth.maxObjectSize)",
+            "ng refs/heads/main unpacker error",
+        ]),
+        Case::new("header claiming a 1 TiB object", |_, ids| {
+            let mut e = entry_header(3, 1 << 40);
+            e.extend(deflate(b"tiny"));
+            update_main(ids, &pack(&[e]))
+        })
+        .berth_only()
+        .expect(&["ng refs/heads/main unpacker error"]),
+        Case::new("client disconnects mid-pack", |w, ids| {
+            let p = c2_pack(w, ids);
+            update_main(ids, &p[..p.len() / 2])
+        })
+        .close_early()
+        .berth_only()
+        .expect(&["fatal: early EOF", "ng refs/heads/main unpacker error"]),
+        Case::new("missing objects without fsck", |w, ids| {
+            // The commit alone: its tree and blob are missing.
+            update_main(ids, &pack_objects(w, std::slice::from_ref(&ids.c2)))
+        }),
+        // ---- fsck (receive.fsckObjects) ----
+        Case::new("fsck: missingEmail", |w, ids| {
+            push_commit_with_author(w, ids, "Bugs Bunny 1234567890 +0000")
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["missingEmail", "fsck error in packed object"]),
+        Case::new("fsck: badTimezone, index-pack", |w, ids| {
+            push_commit_with_author(w, ids, "A <a@b> 1234567890 +00000")
+        })
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.unpackLimit", "1"),
+        ])
+        .expect(&["badTimezone", "index-pack abnormal exit"]),
+        Case::new("fsck: zeroPaddedDate via transfer.fsckObjects", |w, ids| {
+            push_commit_with_author(w, ids, "A <a@b> 01234567890 +0000")
+        })
+        .config(&[("transfer.fsckObjects", "true")])
+        .expect(&["zeroPaddedDate"]),
+        Case::new("fsck: hasDotgit", |w, ids| {
+            let b = blob(w, "x\n");
+            push_tree(w, ids, &[tree_entry("100644", b".GIT", &b)], &[b])
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["hasDotgit"]),
+        Case::new("fsck: hasDotgit, NTFS short name", |w, ids| {
+            let b = blob(w, "x\n");
+            push_tree(w, ids, &[tree_entry("100644", b"git~1", &b)], &[b])
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["hasDotgit"]),
+        Case::new("fsck: hasDotgit, HFS ignorable", |w, ids| {
+            let b = blob(w, "x\n");
+            push_tree(
+                w,
+                ids,
+                &[tree_entry("100644", ".g\u{200c}it".as_bytes(), &b)],
+                &[b],
+            )
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["hasDotgit"]),
+        Case::new("fsck: hasDotdot", |w, ids| {
+            let b = blob(w, "x\n");
+            push_tree(w, ids, &[tree_entry("100644", b"..", &b)], &[b])
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["hasDotdot"]),
+        Case::new("fsck: zeroPaddedFilemode and duplicateEntries", |w, ids| {
+            let b = blob(w, "x\n");
+            push_tree(
+                w,
+                ids,
+                &[
+                    tree_entry("0100644", b"a", &b),
+                    tree_entry("100644", b"a", &b),
+                ],
+                &[b],
+            )
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["zeroPaddedFilemode", "duplicateEntries"]),
+        Case::new("fsck: treeNotSorted", |w, ids| {
+            let b = blob(w, "x\n");
+            push_tree(
+                w,
+                ids,
+                &[
+                    tree_entry("100644", b"b", &b),
+                    tree_entry("100644", b"a", &b),
+                ],
+                &[b],
+            )
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["treeNotSorted"]),
+        Case::new("fsck: fullPathname", |w, ids| {
+            let b = blob(w, "x\n");
+            push_tree(w, ids, &[tree_entry("100644", b"a/b", &b)], &[b])
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["fullPathname"]),
+        Case::new("fsck: gitmodulesUrl", |w, ids| {
+            let b = blob(
+                w,
+                "[submodule \"x\"]\n\tpath = x\n\turl = -oProxyCommand=evil\n",
+            );
+            push_tree(w, ids, &[tree_entry("100644", b".gitmodules", &b)], &[b])
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["gitmodulesUrl"]),
+        Case::new("fsck: gitmodulesName", |w, ids| {
+            let b = blob(w, "[submodule \"../../x\"]\n\tpath = x\n\turl = ./x\n");
+            push_tree(w, ids, &[tree_entry("100644", b".gitmodules", &b)], &[b])
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["gitmodulesName"]),
+        Case::new("fsck: gitmodulesSymlink", |w, ids| {
+            let b = blob(w, "target");
+            push_tree(w, ids, &[tree_entry("120000", b".gitmodules", &b)], &[b])
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["gitmodulesSymlink"]),
+        Case::new("fsck: badType in a tag", |w, ids| {
+            let tag = raw_object(
+                w,
+                "tag",
+                format!(
+                    "object {}\ntype bogus\ntag t\ntagger T <t@t> 1 +0000\n\nm\n",
+                    ids.c1
+                )
+                .as_bytes(),
+            );
+            let mut v = request(&[format!("{ZERO} {tag} refs/tags/t")], "report-status");
+            v.extend(pack_objects(w, &[tag]));
+            v
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        // git's tag parser refuses it before fsck's badType check.
+        .expect(&["unknown tag type 'bogus'", "fatal: invalid tag"]),
+        Case::new("fsck: linked object missing", |w, ids| {
+            let tree = raw_object(w, "tree", &tree_entry("100644", b"a", &"ab".repeat(20)));
+            let commit = commit_of(w, ids, &tree, "A <a@b> 1 +0000");
+            let mut v = request(
+                &[format!("{ZERO} {commit} refs/heads/bad")],
+                "report-status",
+            );
+            v.extend(pack_objects(w, &[commit, tree]));
+            v
+        })
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.unpackLimit", "1"),
+        ])
+        .expect(&["did not receive expected object abababab"]),
+        Case::new("fsck: unterminatedHeader cannot be demoted", |w, ids| {
+            update_main(ids, &c2_pack(w, ids))
+        })
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.fsck.unterminatedHeader", "warn"),
+        ])
+        .expect(&["Cannot demote unterminatedheader to warn"])
+        .reset_config(),
+        Case::new("fsck: skipList that does not exist", |w, ids| {
+            update_main(ids, &c2_pack(w, ids))
+        })
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.fsck.skipList", "does-not-exist"),
+        ])
+        .expect(&["could not open object name list: does-not-exist"])
+        .reset_config(),
+        Case::new("fsck: skipList that is not a list of ids", |w, ids| {
+            update_main(ids, &c2_pack(w, ids))
+        })
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.fsck.skipList", "config"),
+        ])
+        .expect(&["invalid object name: "])
+        .reset_config(),
+        Case::new("fsck: unknown severity", |_, _| b"0000".to_vec())
+            .config(&[("receive.fsck.missingEmail", "bogus")])
+            .expect(&["fatal: Unknown fsck message type: 'bogus'"])
+            .reset_config(),
+        Case::new("fsck: bogus commit", |w, _| {
+            let commit = raw_object(w, "commit", b"tree 1234\n\nmessage\n");
+            let mut v = request(
+                &[format!("{ZERO} {commit} refs/heads/bad")],
+                "report-status",
+            );
+            v.extend(pack_objects(w, &[commit]));
+            v
+        })
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.unpackLimit", "1"),
+        ])
+        .expect(&["bogus commit object", "fatal: invalid commit"]),
+    ]
+}
+
+fn run_cases(filter: impl Fn(usize) -> bool) {
+    let all = cases();
+    assert!(all.len() >= 40, "{} cases", all.len());
+    for (i, case) in all.iter().enumerate().filter(|(i, _)| filter(*i)) {
+        eprintln!("case {i}: {}", case.name);
+        case.check();
+    }
+}
+
+// Split over several tests so they run in parallel.
+#[test]
+fn catalogue_part_0() {
+    run_cases(|i| i % 4 == 0);
+}
+#[test]
+fn catalogue_part_1() {
+    run_cases(|i| i % 4 == 1);
+}
+#[test]
+fn catalogue_part_2() {
+    run_cases(|i| i % 4 == 2);
+}
+#[test]
+fn catalogue_part_3() {
+    run_cases(|i| i % 4 == 3);
+}
+
+/// The same bad commit, refused by git and berth with the same message id, and accepted by
+/// both once its finding is demoted or its id is on the skip list.
+#[test]
+fn fsck_severities_and_skip_list_match_git() {
+    for (config, ok) in [
+        (&[("receive.fsck.missingEmail", "warn")][..], true),
+        (&[("receive.fsck.missingEmail", "ignore")][..], true),
+        (&[("receive.fsck.whatEver", "error")][..], false),
+        (&[("receive.fsck.skipList", "SKIP")][..], true),
+    ] {
+        let (w, ids) = world();
+        w.git("srv.git", &["config", "receive.fsckObjects", "true"]);
+        for (k, v) in config {
+            w.git("srv.git", &["config", k, v]);
+        }
+        let input = push_commit_with_author(&w, &ids, "Bugs Bunny 1234567890 +0000");
+        let bad = String::from_utf8_lossy(&input[45..85]).into_owned();
+        std::fs::write(
+            w.path("srv.git/SKIP"),
+            format!("# comment\n  {bad} # it\n\n"),
+        )
+        .unwrap();
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg(w.path("srv.git"))
+            .arg(w.path("git.git"))
+            .status()
+            .unwrap();
+        let git = run(&w, true, "git.git", &input, false);
+        let berth = run(&w, false, "srv.git", &input, false);
+        assert_eq!(git, berth, "{config:?}");
+        assert_eq!(berth.stdout.contains("ok refs/heads/bad"), ok, "{berth:?}");
+        assert_eq!(w.refs("srv.git"), w.refs("git.git"));
+        assert!(leftovers(&w.path("srv.git")).is_empty());
+    }
+}
+
+#[test]
+fn fsck_config_without_value_is_fatal() {
+    let (w, _) = world();
+    let out = w
+        .cmd(common::berth(), ".")
+        .args(["receive-pack", "srv.git"])
+        .env("GIT_CONFIG_PARAMETERS", "'receive.fsck.skipList'")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(128));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: missing value for 'receive.fsck.skiplist'\nfatal: unable to parse 'receive.fsck.skiplist' from command-line config\n"
+    );
+}
