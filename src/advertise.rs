@@ -48,6 +48,7 @@ pub fn write(
     is_hidden: impl Fn(&[u8]) -> bool,
     alternate_tips: &[ObjectId],
     capabilities: &str,
+    shallow: &[ObjectId],
 ) -> io::Result<()> {
     let mut buf = Vec::with_capacity(64 * (refs.len() + 1));
     let mut seen = HashSet::new();
@@ -84,6 +85,10 @@ pub fn write(
             &ObjectId::null(gix_hash::Kind::Sha1),
             b"capabilities^{}",
         )?;
+    }
+    // A shallow repository says where its history ends.
+    for id in shallow {
+        pktline::write_data(&mut buf, format!("shallow {id}\n").as_bytes())?;
     }
     pktline::write_flush(&mut buf)?;
     out.write_all(&buf)?;

@@ -64,6 +64,12 @@ pub struct Check<'a> {
     pack: Option<&'a gix_pack::index::File>,
     known: HashSet<ObjectId>,
     buf: Vec<u8>,
+    /// The repository's shallow commits (`$GIT_DIR/shallow`): their parents are absent.
+    shallow: HashSet<ObjectId>,
+    /// The client's shallow commits (its `shallow` lines).
+    client_shallow: HashSet<ObjectId>,
+    /// Client shallow commits the last walk needed as new shallow roots of the repository.
+    new_roots: Vec<ObjectId>,
 }
 
 impl<'a> Check<'a> {
@@ -79,7 +85,32 @@ impl<'a> Check<'a> {
             pack,
             known: tips.into_iter().collect(),
             buf: Vec::new(),
+            shallow: HashSet::new(),
+            client_shallow: HashSet::new(),
+            new_roots: Vec::new(),
         }
+    }
+
+    /// Take shallow histories into account: the repository's own shallow commits end the walk,
+    /// and a client shallow commit whose parents the repository lacks ends it too, recorded in
+    /// [`Check::new_roots`] (the ref then needs a new shallow root).
+    pub fn with_shallow(
+        mut self,
+        repository: HashSet<ObjectId>,
+        client: HashSet<ObjectId>,
+    ) -> Self {
+        self.shallow = repository;
+        self.client_shallow = client;
+        self
+    }
+
+    /// The client shallow commits the last [`Check::tip`] needed as new shallow roots.
+    pub fn new_roots(&self) -> &[ObjectId] {
+        &self.new_roots
+    }
+
+    fn exists(&self, id: &ObjectId) -> bool {
+        self.in_pack(id) || self.objects.exists(id)
     }
 
     fn in_pack(&self, id: &ObjectId) -> bool {
@@ -88,6 +119,7 @@ impl<'a> Check<'a> {
 
     /// Check one tip. Objects found complete are remembered for the following tips.
     pub fn tip(&mut self, tip: ObjectId) -> Status {
+        self.new_roots.clear();
         if self.known.contains(&tip) {
             return Status::Connected;
         }
@@ -110,11 +142,26 @@ impl<'a> Check<'a> {
             };
             // git's own lenient reading of raw objects (bad modes, broken idents and the
             // like are fsck's business, not the walk's).
+            let obj_kind = data.kind;
             let Some(links) = crate::fsck::links(data.kind, data.data) else {
                 return missing(id, role);
             };
+            let is_commit = obj_kind == Kind::Commit;
+            let cut = is_commit
+                && (self.shallow.contains(&id)
+                    || (self.client_shallow.contains(&id)
+                        && links
+                            .iter()
+                            .any(|(l, k)| *k == Kind::Commit && !self.exists(l))
+                        && {
+                            self.new_roots.push(id);
+                            true
+                        }));
             for (link, kind) in links {
-                let link_role = match (data.kind, kind) {
+                if cut && kind == Kind::Commit {
+                    continue; // a shallow commit's parents are not there, on purpose
+                }
+                let link_role = match (obj_kind, kind) {
                     (Kind::Commit, Kind::Commit) => Role::Parent(id),
                     (Kind::Tag, _) => Role::Tip,
                     (_, Kind::Tree) => Role::Tree,
@@ -123,7 +170,9 @@ impl<'a> Check<'a> {
                 stack.push((link, link_role));
             }
         }
-        self.known.extend(seen);
+        if self.new_roots.is_empty() {
+            self.known.extend(seen);
+        }
         Status::Connected
     }
 }

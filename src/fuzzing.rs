@@ -66,6 +66,7 @@ pub fn pack(data: &[u8]) {
         unpack_limit: 3,
         fsck: Some(Vec::new()),
         max_object_size: 16 << 20,
+        shallow: Default::default(),
     };
     let mut input = data;
     if let Ok(received) = crate::ingest::receive_pack(&mut input, &quarantine, &objects, options)

@@ -233,6 +233,9 @@ pub struct Options {
     /// The largest object (or delta base/result) inflated while indexing; 0 for
     /// [`MAX_OBJECT_SIZE`]. A larger one fails the push instead of allocating.
     pub max_object_size: u64,
+    /// Shallow commits (the repository's and the client's): their parents may be absent, as
+    /// git's `--shallow-file` tells its unpacker.
+    pub shallow: std::collections::HashSet<gix_hash::ObjectId>,
 }
 
 impl Options {
@@ -352,7 +355,14 @@ pub fn receive_pack(
     let mut messages = Vec::new();
     if let Some(fsck) = fsck {
         let order = check_order(outcome.data_path.as_deref(), &index);
-        match check_objects(quarantine, &order, fsck, options.alloc_limit(), explode) {
+        match check_objects(
+            quarantine,
+            &order,
+            fsck,
+            options.alloc_limit(),
+            explode,
+            &options.shallow,
+        ) {
             Ok(m) => messages = m,
             Err((messages, detail)) => {
                 return Err(UnpackError::Failed {
@@ -404,6 +414,7 @@ fn check_objects(
     options: crate::fsck::Options,
     alloc_limit: usize,
     explode: bool,
+    shallow: &std::collections::HashSet<gix_hash::ObjectId>,
 ) -> Result<Vec<String>, (Vec<String>, String)> {
     use gix_object::{Find, Kind};
     use gix_odb::Header;
@@ -448,7 +459,13 @@ fn check_objects(
         if checker.check(oid, kind, data.data) {
             return Err((lines(&checker), "fsck error in packed object".into()));
         }
-        links.extend(crate::fsck::links(kind, data.data).unwrap_or_default());
+        let is_shallow = kind == Kind::Commit && shallow.contains(oid);
+        links.extend(
+            crate::fsck::links(kind, data.data)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(_, k)| !(is_shallow && *k == Kind::Commit)),
+        );
     }
     // Links: git's `check_objects` (index-pack) / `check_object` (unpack-objects).
     let mut seen = std::collections::HashSet::new();

@@ -101,6 +101,45 @@ impl Repository {
         Some(None)
     }
 
+    /// The repository's shallow commits (`$GIT_DIR/shallow`), in file order.
+    pub fn shallow(&self) -> Vec<gix_hash::ObjectId> {
+        std::fs::read_to_string(self.git_dir.join("shallow"))
+            .map(|s| {
+                s.lines()
+                    .filter_map(|l| gix_hash::ObjectId::from_hex(l.trim().as_bytes()).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Add `roots` to `$GIT_DIR/shallow`, under git's `shallow.lock`.
+    pub fn add_shallow(&self, roots: &[gix_hash::ObjectId]) -> std::io::Result<()> {
+        let mut all = self.shallow();
+        all.extend(
+            roots
+                .iter()
+                .filter(|r| !all.contains(r))
+                .copied()
+                .collect::<Vec<_>>(),
+        );
+        all.sort();
+        let lock_path = self.git_dir.join("shallow.lock");
+        let mut lock = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock_path)?;
+        let content: String = all.iter().map(|id| format!("{id}\n")).collect();
+        let written =
+            std::io::Write::write_all(&mut lock, content.as_bytes()).and_then(|_| lock.sync_all());
+        if let Err(e) =
+            written.and_then(|_| std::fs::rename(&lock_path, self.git_dir.join("shallow")))
+        {
+            let _ = std::fs::remove_file(&lock_path);
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Every worktree of the repository: the main one, then the linked ones
     /// (`$GIT_DIR/worktrees/<id>`), with the branch each has checked out.
     pub fn worktrees(&self) -> Vec<Worktree> {

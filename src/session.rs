@@ -100,6 +100,9 @@ struct Cmd {
     proc: Proc,
     /// What the proc-receive hook reported it did.
     rewrites: Vec<report::Rewrite>,
+    /// The client's shallow commits this update makes shallow roots of the repository
+    /// (`receive.shallowUpdate`).
+    new_shallow: Vec<ObjectId>,
 }
 
 /// A command's relation to the proc-receive hook.
@@ -159,6 +162,7 @@ pub fn run(
             |n| policy::is_hidden(n.as_bstr(), &config.hide_refs),
             &alternates,
             &caps,
+            &repo.shallow(),
         )?;
     }
     if options.advertise_refs {
@@ -205,6 +209,7 @@ pub fn run(
             target: None,
             proc: Proc::No,
             rewrites: Vec::new(),
+            new_shallow: Vec::new(),
         })
         .collect();
 
@@ -227,6 +232,11 @@ pub fn run(
                     unpack_limit: config.unpack_limit,
                     fsck: config.fsck_objects.then(|| config.fsck.clone()),
                     max_object_size: config.max_object_size,
+                    shallow: repo
+                        .shallow()
+                        .into_iter()
+                        .chain(req.shallow.iter().copied())
+                        .collect(),
                 };
                 match ingest::receive_pack(reader.inner_mut(), &q, &objects, opts) {
                     Ok(r) => {
@@ -389,38 +399,31 @@ fn check_connectivity<W: Write, E: Write>(
         None => gix_odb::at(&repo.objects_dir, gix_hash::Kind::Sha1),
     }
     .map_err(Fatal::Objects)?;
+    let client_shallow: HashSet<ObjectId> = shallow.iter().copied().collect();
     let mut check = Check::new(
         &objects,
         received.and_then(|r| r.index.as_ref()),
         std::iter::empty(),
-    );
-    // Parents of the client's shallow roots are missing on purpose; needing one of them means
-    // the push needs a new shallow root.
-    let mut shallow_parents = HashSet::new();
-    let mut buf = Vec::new();
-    for id in shallow {
-        if let Ok(Some(data)) = objects.try_find(id, &mut buf)
-            && data.kind == Kind::Commit
-        {
-            for p in
-                gix_object::CommitRefIter::from_bytes(data.data, gix_hash::Kind::Sha1).parent_ids()
-            {
-                shallow_parents.insert(p);
-            }
-        }
-    }
+    )
+    .with_shallow(repo.shallow().into_iter().collect(), client_shallow);
     let mut failed = Vec::new();
     for c in cmds
         .iter_mut()
         .filter(|c| c.pending() && !c.command.is_delete())
     {
-        if let connectivity::Status::Missing(m) = check.tip(c.command.new) {
-            if shallow_parents.contains(&m.id) && !repo.config.shallow_update {
-                c.error = Some("shallow update not allowed".into());
-            } else {
+        match check.tip(c.command.new) {
+            connectivity::Status::Missing(m) => {
                 failed.push(m);
                 c.error = Some("missing necessary objects".into());
             }
+            connectivity::Status::Connected if !check.new_roots().is_empty() => {
+                if repo.config.shallow_update {
+                    c.new_shallow = check.new_roots().to_vec();
+                } else {
+                    c.error = Some("shallow update not allowed".into());
+                }
+            }
+            connectivity::Status::Connected => {}
         }
     }
     // git's combined rev-list run reports the first problem through the muxer, then each
@@ -627,6 +630,9 @@ fn decide<W: Write, E: Write>(
             sb.error(&e)?;
             return Ok(Err(e.reason().into()));
         }
+    }
+    if !cmd.new_shallow.is_empty() && ctx.repo.add_shallow(&cmd.new_shallow).is_err() {
+        return Ok(Err("shallow error".into()));
     }
     Ok(Ok(Some(RefUpdate {
         name: cmd.target.clone().unwrap_or_else(|| c.name.clone()),

@@ -515,3 +515,37 @@ fn symref_pushed_with_its_target() {
     );
     assert!(o.pushes[3].success, "{:#?}", o.pushes[3]);
 }
+
+#[test]
+fn pushes_from_shallow_clones_need_receive_shallow_update() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.work("full");
+        for i in 0..3 {
+            w.commit("full", "a", &i.to_string());
+        }
+        w.git("full", &["push", "-q", "../srv.git", "main"]);
+        // A shallow clone of a repository the server knows nothing about.
+        w.work("other");
+        for i in 0..3 {
+            w.commit("other", "b", &i.to_string());
+        }
+        let url = format!("file://{}", w.path("other").display());
+        w.git(".", &["clone", "-q", "--depth=1", &url, "shallow"]);
+        w.commit("shallow", "c", "new");
+        let mut p = vec![w.push("shallow", r, "srv.git", &["main:refs/heads/from-shallow"])];
+        w.git("srv.git", &["config", "receive.shallowUpdate", "true"]);
+        p.push(w.push("shallow", r, "srv.git", &["main:refs/heads/from-shallow"]));
+        let shallow_file = std::fs::read_to_string(w.path("srv.git/shallow")).unwrap_or_default();
+        assert_eq!(shallow_file.lines().count(), 1, "{r:?}: {shallow_file:?}");
+        p
+    });
+    assert!(
+        o.pushes[0]
+            .stdout
+            .contains("[remote rejected] (shallow update not allowed)"),
+        "{:#?}",
+        o.pushes[0]
+    );
+    assert!(o.pushes[1].success, "{:#?}", o.pushes[1]);
+}
