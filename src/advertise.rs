@@ -25,6 +25,10 @@ pub fn capabilities(config: &Config) -> String {
     if config.advertise_push_options {
         caps.push_str(" push-options");
     }
+    if config.advertise_sid {
+        caps.push_str(" session-id=");
+        caps.push_str(crate::trace2::session_id());
+    }
     caps.push_str(" object-format=sha1 agent=");
     caps.push_str(&agent());
     caps

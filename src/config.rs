@@ -97,6 +97,8 @@ pub struct Config {
     pub advertise_atomic: bool,
     /// `receive.advertisePushOptions`
     pub advertise_push_options: bool,
+    /// `transfer.advertiseSID`: advertise `session-id`.
+    pub advertise_sid: bool,
     /// `repack.useDeltaBaseOffset` (advertises `ofs-delta`)
     pub use_delta_base_offset: bool,
     /// `receive.maxInputSize`, 0 for no limit.
@@ -152,6 +154,7 @@ impl Default for Config {
             hide_refs: Vec::new(),
             advertise_atomic: true,
             advertise_push_options: false,
+            advertise_sid: false,
             use_delta_base_offset: true,
             max_input_size: 0,
             unpack_limit: 100,
@@ -255,6 +258,7 @@ impl Config {
         }
         c.advertise_atomic = b("receive.advertiseAtomic", true)?;
         c.advertise_push_options = b("receive.advertisePushOptions", false)?;
+        c.advertise_sid = b("transfer.advertiseSID", false)?;
         c.use_delta_base_offset = b("repack.useDeltaBaseOffset", true)?;
         c.max_input_size = n("receive.maxInputSize", 0)?.max(0) as u64;
         c.unpack_limit = n("receive.unpackLimit", n("transfer.unpackLimit", 100)?)?

@@ -206,6 +206,9 @@ fn parse_capabilities(
                     }
                 } else if let Some(agent) = word.strip_prefix(b"agent=") {
                     caps.agent = Some(lossy(agent));
+                } else if let Some(sid) = word.strip_prefix(b"session-id=") {
+                    // Logged as git does (trace2 `transfer/client-sid`); not otherwise used.
+                    crate::trace2::data("transfer", "client-sid", &lossy(sid));
                 }
                 // Unknown capabilities are ignored, as git does.
             }
