@@ -32,6 +32,7 @@ pub mod request;
 pub mod serve;
 pub mod session;
 pub mod sideband;
+pub mod trace2;
 
 pub use gix_hash::ObjectId;
 

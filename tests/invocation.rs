@@ -83,3 +83,55 @@ fn max_input_size_refuses_large_packs() {
         "{berth:#?}"
     );
 }
+
+/// `transfer.advertiseSID`: the advertisement carries git's trace2 session id, and the client's
+/// `session-id` is logged to the trace2 event stream as `transfer/client-sid`, as git does.
+#[test]
+fn session_id_capability_and_trace2_client_sid() {
+    let w = World::new();
+    w.bare("srv.git");
+    w.git("srv.git", &["config", "transfer.advertiseSID", "true"]);
+    w.work("src");
+    w.commit("src", "a", "1");
+    let events = w.path("server-events");
+    let rp = format!(
+        "--receive-pack=GIT_TRACE2_EVENT='{}' '{}' receive-pack",
+        events.display(),
+        common::berth().display()
+    );
+    let mut cmd = w.git_cmd("src");
+    cmd.args([
+        "-c",
+        "transfer.advertiseSID=true",
+        "push",
+        &rp,
+        "../srv.git",
+        "main",
+    ]);
+    assert!(cmd.output().unwrap().status.success());
+    let server = std::fs::read_to_string(&events).unwrap();
+    assert!(server.contains("\"key\":\"client-sid\""), "{server}");
+    let advertised = w.git_with_stdin_cmd(
+        {
+            let mut c = w.cmd(common::berth(), ".");
+            c.args(["receive-pack", "srv.git"]);
+            c
+        },
+        b"0000",
+    );
+    let advertised = String::from_utf8_lossy(&advertised.stdout).into_owned();
+    let sid = advertised
+        .split(" session-id=")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .unwrap_or("");
+    // `<time>-H<hash>-P<pid>`, as git's trace2 session ids.
+    let parts: Vec<&str> = sid.split('-').collect();
+    assert!(
+        parts.len() == 3
+            && parts[0].ends_with('Z')
+            && parts[1].starts_with('H')
+            && parts[2].starts_with('P'),
+        "{advertised:?}"
+    );
+}
