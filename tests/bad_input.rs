@@ -5,16 +5,9 @@
 //! file left), and that a normal push through berth still works afterwards.
 
 mod common;
-use common::{Receiver, World, leftovers};
+use common::{EMPTY_PACK, Receiver, World, ZERO, leftovers, pkt, request};
 use std::io::Write;
 use std::process::Stdio;
-
-const ZERO: &str = "0000000000000000000000000000000000000000";
-const EMPTY_PACK: &[u8] = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e";
-
-fn pkt(s: &str) -> Vec<u8> {
-    pkt_bytes(s.as_bytes())
-}
 
 fn pkt_bytes(s: &[u8]) -> Vec<u8> {
     let mut v = format!("{:04x}", s.len() + 4).into_bytes();
@@ -231,19 +224,6 @@ impl Case {
         assert!(push.success, "{name}: push afterwards failed: {push:?}");
         w.assert_clean("srv.git");
     }
-}
-
-fn request(cmds: &[String], caps: &str) -> Vec<u8> {
-    let mut v = Vec::new();
-    for (i, c) in cmds.iter().enumerate() {
-        if i == 0 {
-            v.extend(pkt(&format!("{c}\0{caps}")));
-        } else {
-            v.extend(pkt(c));
-        }
-    }
-    v.extend(b"0000");
-    v
 }
 
 /// A create of `name` at c1 (which the server has) with an empty pack.

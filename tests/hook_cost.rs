@@ -2,16 +2,7 @@
 //! under `strace -f` and every process and thread berth creates is counted.
 
 mod common;
-use common::World;
-
-const ZERO: &str = "0000000000000000000000000000000000000000";
-const EMPTY_PACK: &[u8] = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e";
-
-fn pkt(s: &str) -> Vec<u8> {
-    let mut v = format!("{:04x}", s.len() + 4).into_bytes();
-    v.extend_from_slice(s.as_bytes());
-    v
-}
+use common::{EMPTY_PACK, World, ZERO, pkt};
 
 /// Counts of what berth started during one 10,000-ref push: (clone-like syscalls, execve).
 fn push_under_strace(with_update_hook: bool, refs: usize) -> (usize, usize, String) {

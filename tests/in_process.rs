@@ -6,17 +6,8 @@ mod common;
 use berth::hooks::{InProcess, InProcessHooks, Push, TransactionState, Verdict};
 use berth::refs::RefUpdate;
 use berth::request::Command;
-use common::World;
+use common::{EMPTY_PACK, World, ZERO, pkt};
 use std::sync::{Arc, Mutex};
-
-const ZERO: &str = "0000000000000000000000000000000000000000";
-const EMPTY_PACK: &[u8] = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e";
-
-fn pkt(s: &str) -> Vec<u8> {
-    let mut v = format!("{:04x}", s.len() + 4).into_bytes();
-    v.extend_from_slice(s.as_bytes());
-    v
-}
 
 #[derive(Default)]
 struct Recorder {
@@ -58,7 +49,7 @@ impl InProcess for Recorder {
     }
 }
 
-fn request(head: &str, names: &[&str]) -> Vec<u8> {
+fn creations(head: &str, names: &[&str]) -> Vec<u8> {
     let mut input = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let caps = if i == 0 { "\0 report-status" } else { "" };
@@ -92,7 +83,7 @@ fn in_process_hooks_run_in_gits_places_and_can_refuse() {
     berth::session::run(
         dir.to_str().unwrap(),
         &options,
-        &request(&head, &["refs/heads/a", "refs/heads/protected"])[..],
+        &creations(&head, &["refs/heads/a", "refs/heads/protected"])[..],
         &mut out,
         &mut err,
     )

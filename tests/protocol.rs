@@ -3,17 +3,9 @@
 //! agent masked, report, sideband) and the refs each leaves must be identical.
 
 mod common;
-use common::{World, leftovers};
+use common::{EMPTY_PACK, World, ZERO, leftovers, pkt};
 use std::io::Write;
 use std::process::Stdio;
-
-const ZERO: &str = "0000000000000000000000000000000000000000";
-
-fn pkt(s: &str) -> Vec<u8> {
-    let mut v = format!("{:04x}", s.len() + 4).into_bytes();
-    v.extend_from_slice(s.as_bytes());
-    v
-}
 
 /// What a receive-pack run produced.
 #[derive(Debug, PartialEq, Eq)]
@@ -280,21 +272,6 @@ fn bare_flush_in_stateless_rpc_writes_nothing() {
     assert_eq!(run.status, Some(0));
 }
 
-fn refs_only_request(cmds: &[String], caps: &str) -> Vec<u8> {
-    let mut v = Vec::new();
-    for (i, c) in cmds.iter().enumerate() {
-        if i == 0 {
-            v.extend(pkt(&format!("{c}\0{caps}")));
-        } else {
-            v.extend(pkt(c));
-        }
-    }
-    v.extend(b"0000");
-    v
-}
-
-const EMPTY_PACK: &[u8] = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e";
-
 #[test]
 fn report_for_stale_missing_duplicate_and_funny_commands() {
     for caps in [
@@ -305,7 +282,7 @@ fn report_for_stale_missing_duplicate_and_funny_commands() {
         let (run, w) = differential(
             |w| {
                 let (c1, c2) = server_with_history(w);
-                let mut v = refs_only_request(
+                let mut v = common::request(
                     &[
                         format!("{ZERO} {c1} refs/heads/new"),
                         format!("{c2} {c1} refs/heads/topic"), // stale old value
@@ -334,7 +311,7 @@ fn report_for_stale_missing_duplicate_and_funny_commands() {
 fn duplicate_ref_in_one_push_fails_all() {
     let w = World::new();
     let (c1, _) = server_with_history(&w);
-    let mut input = refs_only_request(
+    let mut input = common::request(
         &[
             format!("{ZERO} {c1} refs/heads/d"),
             format!("{ZERO} {c1} refs/heads/d"),
@@ -376,7 +353,7 @@ fn pack_lacking_an_object_is_refused_and_leaves_nothing() {
                 if with_good_ref {
                     cmds.push(format!("{ZERO} {c1} refs/heads/fine"));
                 }
-                let mut v = refs_only_request(&cmds, &format!(" report-status{atomic}"));
+                let mut v = common::request(&cmds, &format!(" report-status{atomic}"));
                 v.extend(pack);
                 v
             },
@@ -410,7 +387,7 @@ fn bad_packs_are_unpacker_errors() {
             |w| {
                 let (c1, c2) = server_with_history(w);
                 let mut v =
-                    refs_only_request(&[format!("{c1} {c2} refs/heads/main")], " report-status");
+                    common::request(&[format!("{c1} {c2} refs/heads/main")], " report-status");
                 v.extend(pack);
                 v
             },
@@ -430,7 +407,7 @@ fn full_push_with_sideband_matches_git_byte_for_byte() {
     let (run, w) = differential(
         |w| {
             let (c1, c2) = server_with_history(w);
-            let mut v = refs_only_request(
+            let mut v = common::request(
                 &[
                     format!("{c1} {c2} refs/heads/main"),
                     format!("{c1} {ZERO} refs/heads/topic"),

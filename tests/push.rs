@@ -245,15 +245,7 @@ fn ten_thousand_refs_in_one_push() {
         w.bare("srv.git");
         w.work("src");
         let head = w.commit("src", "a", "1");
-        let mut stdin = String::new();
-        for i in 0..10_000 {
-            stdin.push_str(&format!("create refs/heads/b/{i:05} {head}\n"));
-        }
-        assert!(
-            w.git_with_stdin("src", &["update-ref", "--stdin"], stdin.as_bytes())
-                .status
-                .success()
-        );
+        w.create_refs("src", "refs/heads/b/", 10_000, &head);
         vec![w.push("src", r, "srv.git", &["refs/heads/*:refs/heads/*"])]
     });
     ok(&o.pushes[0]);

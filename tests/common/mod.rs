@@ -5,6 +5,33 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// The all-zero object id.
+pub const ZERO: &str = "0000000000000000000000000000000000000000";
+
+/// The 32-byte pack without objects that `git push` sends when the server has everything.
+pub const EMPTY_PACK: &[u8] = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e";
+
+/// One pkt-line carrying `s`.
+pub fn pkt(s: &str) -> Vec<u8> {
+    let mut v = format!("{:04x}", s.len() + 4).into_bytes();
+    v.extend_from_slice(s.as_bytes());
+    v
+}
+
+/// A command list as a client sends it: `caps` after a NUL on the first command, then a flush.
+pub fn request(cmds: &[String], caps: &str) -> Vec<u8> {
+    let mut v = Vec::new();
+    for (i, c) in cmds.iter().enumerate() {
+        if i == 0 {
+            v.extend(pkt(&format!("{c}\0{caps}")));
+        } else {
+            v.extend(pkt(c));
+        }
+    }
+    v.extend(b"0000");
+    v
+}
+
 /// Which receive-pack the client talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Receiver {
@@ -132,6 +159,20 @@ impl World {
         let out = child.wait_with_output().unwrap();
         writer.join().unwrap();
         out
+    }
+
+    /// Create `n` refs `<prefix><i>` (zero-padded to 5 digits) at `oid` in `repo`, in one
+    /// `git update-ref --stdin`.
+    pub fn create_refs(&self, repo: &str, prefix: &str, n: usize, oid: &str) {
+        let stdin: String = (0..n)
+            .map(|i| format!("create {prefix}{i:05} {oid}\n"))
+            .collect();
+        let out = self.git_with_stdin(repo, &["update-ref", "--stdin"], stdin.as_bytes());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// `git init --bare <name>` in the world, and return its name.
