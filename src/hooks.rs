@@ -236,7 +236,10 @@ pub struct Invocation<'a> {
     pub args: &'a [BString],
     /// Bytes for the hook's stdin (`None` for `/dev/null`).
     pub stdin: Option<&'a [u8]>,
-    /// Extra environment.
+    /// Environment for every hook of the session (`berth serve` sets git-http-backend's
+    /// `REMOTE_USER`, `REMOTE_ADDR`, `GIT_PROTOCOL` here), set before `env`.
+    pub base_env: &'a [(String, BString)],
+    /// Extra environment for this hook.
     pub env: &'a [(String, BString)],
     /// Environment variables to remove.
     pub env_remove: &'a [&'a str],
@@ -283,7 +286,7 @@ fn run_one(
     for k in inv.env_remove {
         process.env_remove(k);
     }
-    for (k, v) in inv.env {
+    for (k, v) in inv.base_env.iter().chain(inv.env) {
         process.env(k, std::ffi::OsStr::from_bytes(v));
     }
     run_process(process, inv.stdin, inv.keepalive, sink)
@@ -509,7 +512,7 @@ impl Conversation {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        for (k, v) in inv.env {
+        for (k, v) in inv.base_env.iter().chain(inv.env) {
             p.env(k, std::ffi::OsStr::from_bytes(v));
         }
         let mut child = p.spawn()?;

@@ -195,6 +195,7 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
             .unwrap_or(0),
         committer: None,
         in_process: None,
+        hook_env: Vec::new(),
     };
     let result = berth::session::run(
         &dir,

@@ -986,13 +986,12 @@ async fn serve_git(
         Service::ReceivePack => {
             let user = identity.unwrap_or(Identity::Anonymous);
             let host = remote.ip().to_string();
+            let email = format!("{}@http.{host}", user.name());
             let options = session::Options {
                 stateless_rpc: true,
                 protocol_version: version,
-                committer: Some((
-                    user.name().to_owned(),
-                    format!("{}@http.{host}", user.name()),
-                )),
+                hook_env: hook_env(&user, &host, &email, protocol.as_deref()),
+                committer: Some((user.name().to_owned(), email)),
                 ..Default::default()
             };
             // Wait for a push slot; the permit travels with the blocking session.
@@ -1023,6 +1022,29 @@ async fn serve_git(
             upload_pack(dir, false, protocol, Some(body), &result_type, None, access).await
         }
     }
+}
+
+/// What git-http-backend's hooks find in their environment, from the web server's CGI
+/// variables and its own setup: `REMOTE_USER` (only when authenticated), `REMOTE_ADDR`,
+/// `GIT_PROTOCOL` (the `Git-Protocol` header), and the reflog identity as
+/// `GIT_COMMITTER_NAME`/`GIT_COMMITTER_EMAIL`.
+fn hook_env(
+    user: &Identity,
+    remote_addr: &str,
+    email: &str,
+    protocol: Option<&str>,
+) -> Vec<(String, gix_object::bstr::BString)> {
+    let mut env = Vec::new();
+    if let Identity::User(u) = user {
+        env.push(("REMOTE_USER".to_owned(), u.as_str().into()));
+    }
+    env.push(("REMOTE_ADDR".to_owned(), remote_addr.into()));
+    if let Some(p) = protocol {
+        env.push(("GIT_PROTOCOL".to_owned(), p.into()));
+    }
+    env.push(("GIT_COMMITTER_NAME".to_owned(), user.name().into()));
+    env.push(("GIT_COMMITTER_EMAIL".to_owned(), email.into()));
+    env
 }
 
 /// A push slot and the in-flight gauge, released when the push session ends.

@@ -46,6 +46,9 @@ pub struct Options {
     pub committer: Option<(String, String)>,
     /// In-process hooks of an embedding program, run before the process hooks.
     pub in_process: Option<hooks::InProcessHooks>,
+    /// Environment for every hook the session runs (`berth serve` passes git-http-backend's
+    /// CGI variables: `REMOTE_USER`, `REMOTE_ADDR`, `GIT_PROTOCOL`).
+    pub hook_env: Vec<(String, BString)>,
 }
 
 /// What ends a session without a report: git's receive-pack `die()`s in these cases, so the
@@ -197,6 +200,10 @@ pub fn run(
         &repo,
         &req.push_options,
     );
+    let hooks = Hooks {
+        base_env: &options.hook_env,
+        ..hooks
+    };
     let atomic = req.capabilities.atomic;
     let mut cmds: Vec<Cmd> = req
         .commands
@@ -835,6 +842,8 @@ struct Hooks<'a> {
     objects_dir: &'a std::path::Path,
     push_options: &'a [BString],
     keepalive: Option<std::time::Duration>,
+    /// [`Options::hook_env`].
+    base_env: &'a [(String, BString)],
 }
 
 impl<'a> Hooks<'a> {
@@ -852,6 +861,7 @@ impl<'a> Hooks<'a> {
             push_options,
             keepalive: (repo.config.keep_alive > 0)
                 .then(|| std::time::Duration::from_secs(repo.config.keep_alive as u64)),
+            base_env: &[],
         }
     }
 
@@ -880,6 +890,7 @@ impl<'a> Hooks<'a> {
             git_dir: self.git_dir,
             args,
             stdin,
+            base_env: self.base_env,
             env,
             env_remove: &[],
             keepalive: self.keepalive,

@@ -577,6 +577,46 @@ fn credentials_wrong_refused_right_lands_with_user_as_reflog_identity() {
 }
 
 #[test]
+fn hooks_get_git_http_backends_cgi_environment() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let line = credentials(&w, "alice", "s3cret");
+    std::fs::write(w.path("creds"), line).unwrap();
+    let creds = w.path("creds");
+    let srv = Serve::start(&w, &["--credentials", creds.to_str().unwrap()]);
+    w.bare("repos/h.git");
+    let seen = w.path("seen");
+    let hook = w.path("repos/h.git/hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\nprintf '%s|%s|%s|%s|%s\\n' \"$REMOTE_USER\" \"$REMOTE_ADDR\" \
+             \"$GIT_PROTOCOL\" \"$GIT_COMMITTER_NAME\" \"$GIT_COMMITTER_EMAIL\" >> '{}'\n",
+            seen.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    let url = format!("http://alice:s3cret@{}/h.git", srv.addr);
+    // protocol.version=1 makes git send `Git-Protocol: version=1` (it downgrades v2 for push).
+    ok(git(
+        &w,
+        "src",
+        &["-c", "protocol.version=1", "push", &url, "main"],
+    ));
+    assert_eq!(
+        server_refs(&w, "repos/h.git"),
+        format!("{c} commit refs/heads/main\n")
+    );
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        "alice|127.0.0.1|version=1|alice|alice@http.127.0.0.1\n"
+    );
+}
+
+#[test]
 fn trusted_user_header_and_no_anonymous_push() {
     let w = World::new();
     let srv = Serve::start(&w, &["--trusted-user-header", "X-Remote-User"]);
