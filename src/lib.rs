@@ -17,6 +17,7 @@
 #![deny(missing_docs, unsafe_code)]
 
 pub mod advertise;
+pub mod bench;
 pub mod config;
 pub mod connectivity;
 pub mod fsck;

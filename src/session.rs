@@ -14,7 +14,7 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 
 use gix_hash::ObjectId;
 use gix_object::bstr::{BString, ByteSlice};
-use gix_object::{Exists, Find, Kind};
+use gix_object::{Find, Kind};
 use gix_odb::Header;
 use tracing::info_span;
 
@@ -352,6 +352,7 @@ pub fn run(
                     objects: &objects,
                     worktrees: repo.worktrees(),
                     refs: store.snapshot().map_err(Fatal::Refs)?,
+                    kinds: Default::default(),
                 };
                 let committer = committer(config, options.committer.as_ref());
                 if atomic {
@@ -457,8 +458,9 @@ fn check_aliased_updates<W: Write, E: Write>(
         .enumerate()
         .map(|(i, c)| (c.command.name.clone(), i))
         .collect();
+    let mut loose = crate::refs::LooseFiles::new(&repo.git_dir);
     for i in 0..cmds.len() {
-        if cmds[i].error.is_some() {
+        if cmds[i].error.is_some() || !loose.exists(&cmds[i].command.name) {
             continue;
         }
         let Some(target) = repo.symref_target(&cmds[i].command.name) else {
@@ -507,6 +509,19 @@ struct Decide<'a> {
     worktrees: Vec<crate::repository::Worktree>,
     /// The refs as the update stage starts.
     refs: Refs,
+    /// Object kinds looked up so far: many refs of one push often point at one object.
+    kinds: std::cell::RefCell<std::collections::HashMap<ObjectId, Option<Kind>>>,
+}
+
+impl Decide<'_> {
+    /// The kind of the object `id`, `None` if it does not exist; looked up once per push.
+    fn kind(&self, id: &ObjectId) -> Option<Kind> {
+        *self
+            .kinds
+            .borrow_mut()
+            .entry(*id)
+            .or_insert_with(|| self.objects.try_header(id).ok().flatten().map(|h| h.kind()))
+    }
 }
 
 /// git's `update()`: the built-in checks for one command, returning the ref update to queue or
@@ -548,7 +563,7 @@ fn decide<W: Write, E: Write>(
             DenyAction::UpdateInstead => update_worktree = Some(wt),
         }
     }
-    if !c.is_delete() && !ctx.objects.exists(&c.new) {
+    if !c.is_delete() && ctx.kind(&c.new).is_none() {
         // git prints this with error(), on its own stderr.
         eprintln!(
             "error: unpack should have generated {}, but I can't find it!",
@@ -582,8 +597,7 @@ fn decide<W: Write, E: Write>(
         && !c.is_create()
         && name.starts_with(b"refs/heads/")
     {
-        let kind = |id: &ObjectId| ctx.objects.try_header(id).ok().flatten().map(|h| h.kind());
-        if kind(&c.old) != Some(Kind::Commit) || kind(&c.new) != Some(Kind::Commit) {
+        if ctx.kind(&c.old) != Some(Kind::Commit) || ctx.kind(&c.new) != Some(Kind::Commit) {
             eprintln!("error: bad sha1 objects for {name}");
             return Ok(Err("bad ref".into()));
         }
@@ -605,7 +619,7 @@ fn decide<W: Write, E: Write>(
     }
     if c.is_delete() {
         let mut skip_old_check = false;
-        if c.old.is_null() || !ctx.objects.exists(&c.old) {
+        if c.old.is_null() || ctx.kind(&c.old).is_none() {
             skip_old_check = true;
             if ctx.refs.get(name).is_some() {
                 sb.warning("allowing deletion of corrupt ref")?;
@@ -622,21 +636,13 @@ fn decide<W: Write, E: Write>(
             skip_old_check,
         })));
     }
-    if name.starts_with(b"refs/heads/") {
-        let kind = ctx
-            .objects
-            .try_header(&c.new)
-            .ok()
-            .flatten()
-            .map(|h| h.kind());
-        if kind != Some(Kind::Commit) {
-            let e = RefError::NonCommitToBranch {
-                name: c.name.clone(),
-                new: c.new,
-            };
-            sb.error(&e)?;
-            return Ok(Err(e.reason().into()));
-        }
+    if name.starts_with(b"refs/heads/") && ctx.kind(&c.new) != Some(Kind::Commit) {
+        let e = RefError::NonCommitToBranch {
+            name: c.name.clone(),
+            new: c.new,
+        };
+        sb.error(&e)?;
+        return Ok(Err(e.reason().into()));
     }
     if !cmd.new_shallow.is_empty() && ctx.repo.add_shallow(&cmd.new_shallow).is_err() {
         return Ok(Err("shallow error".into()));

@@ -1,0 +1,700 @@
+//! `berth bench many-refs`: the same many-ref push, byte for byte what `git push` sends, fed to
+//! any number of receive-pack commands side by side.
+//!
+//! It builds a source repository (K distinct commits, N refs pointing at them round-robin) and a
+//! target repository (files or reftable), generates the request `git push` sends for N ref
+//! creations (commands with the chosen capabilities, flush, the pack: the 32-byte empty pack when
+//! the objects are already on the server, else the pack of the K commits), and runs each receiver
+//! `R` times as `<command> --stateless-rpc <target>` on that input, restoring the target from a
+//! pristine copy before every run. After each run every ref must have its value and the report
+//! must say `ok` for each; a receiver that fails this is reported as failed, with the reason, and
+//! not timed.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The empty pack `git push` sends when the server has every object already.
+const EMPTY_PACK: &[u8] = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e";
+
+/// The target repository's ref storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RefFormat {
+    /// Loose refs and `packed-refs`.
+    Files,
+    /// reftable (berth refuses these repositories until its reftable issue lands).
+    Reftable,
+}
+
+/// Where the objects the new refs point at come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// Already on the server: the push carries the empty pack.
+    Server,
+    /// In the pushed pack (the target starts empty).
+    Pack,
+}
+
+/// The report-status version the client asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Report {
+    /// `report-status`
+    V1,
+    /// `report-status-v2`
+    V2,
+}
+
+/// What to benchmark.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// N: refs created by the push.
+    pub refs: usize,
+    /// K: distinct commits the refs point at (ref i points at commit i mod K).
+    pub commits: usize,
+    /// Timed runs per receiver.
+    pub runs: usize,
+    /// The target's ref storage.
+    pub ref_format: RefFormat,
+    /// Ask for `side-band-64k`.
+    pub sideband: bool,
+    /// The report-status version.
+    pub report: Report,
+    /// Ask for an atomic push.
+    pub atomic: bool,
+    /// Install an `update` hook (`exit 0`) in the target, and time spawning it N times.
+    pub update_hook: bool,
+    /// Where the objects come from.
+    pub objects: Scenario,
+    /// Receiver commands, each run as `<command> --stateless-rpc <target>` through `sh -c`.
+    pub receivers: Vec<String>,
+    /// Where to build the repositories (a temporary directory under it; default `$TMPDIR`).
+    pub workdir: Option<PathBuf>,
+}
+
+/// Why the benchmark could not be run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Setting up the repositories failed.
+    #[error("setting up: {0}")]
+    Setup(String),
+    /// The options make no sense.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// One receiver's result.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The receiver command.
+    pub command: String,
+    /// Wall-clock time of each run (empty when it failed).
+    pub times: Vec<Duration>,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    fn stat(&self, f: impl Fn(&[Duration]) -> Duration) -> Option<Duration> {
+        let mut t = self.times.clone();
+        t.sort();
+        (self.error.is_none() && !t.is_empty()).then(|| f(&t))
+    }
+    /// The fastest run.
+    pub fn min(&self) -> Option<Duration> {
+        self.stat(|t| t[0])
+    }
+    /// The median run.
+    pub fn median(&self) -> Option<Duration> {
+        self.stat(|t| t[t.len() / 2])
+    }
+    /// The slowest run.
+    pub fn max(&self) -> Option<Duration> {
+        self.stat(|t| t[t.len() - 1])
+    }
+}
+
+/// The results of one benchmark.
+#[derive(Debug, Clone)]
+pub struct Results {
+    /// What was run.
+    pub options: Options,
+    /// One per receiver, in the order given.
+    pub receivers: Vec<Outcome>,
+    /// With `update_hook`: the median time of spawning the hook N times in a row, once per run.
+    pub hook_spawn: Option<Duration>,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+impl Results {
+    /// Each receiver's median over the first receiver's median.
+    pub fn ratio(&self, i: usize) -> Option<f64> {
+        let base = self.receivers.first()?.median()?;
+        Some(self.receivers.get(i)?.median()?.as_secs_f64() / base.as_secs_f64())
+    }
+
+    /// Whether every receiver passed verification.
+    pub fn all_ok(&self) -> bool {
+        self.receivers.iter().all(|r| r.error.is_none())
+    }
+
+    fn title(&self) -> String {
+        let o = &self.options;
+        let mut t = format!(
+            "{} new refs, {} commit{}, objects {}, {} backend, report-status {}",
+            o.refs,
+            o.commits,
+            if o.commits == 1 { "" } else { "s" },
+            match o.objects {
+                Scenario::Server => "already on the server",
+                Scenario::Pack => "in the pack",
+            },
+            match o.ref_format {
+                RefFormat::Files => "files",
+                RefFormat::Reftable => "reftable",
+            },
+            match o.report {
+                Report::V1 => "v1",
+                Report::V2 => "v2",
+            },
+        );
+        for (on, what) in [
+            (o.sideband, "side-band-64k"),
+            (o.atomic, "atomic"),
+            (o.update_hook, "update hook"),
+        ] {
+            if on {
+                t.push_str(", ");
+                t.push_str(what);
+            }
+        }
+        let _ = write!(t, "; {} runs each", o.runs);
+        t
+    }
+
+    /// The human-readable table.
+    pub fn table(&self) -> String {
+        let width = self
+            .receivers
+            .iter()
+            .map(|r| r.command.len())
+            .max()
+            .unwrap_or(8)
+            .max(20);
+        let mut out = format!("{}\n", self.title());
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>11} {:>11} {:>11} {:>8}",
+            "receiver", "min", "median", "max", "ratio"
+        );
+        for (i, r) in self.receivers.iter().enumerate() {
+            match (&r.error, r.min(), r.median(), r.max()) {
+                (None, Some(min), Some(med), Some(max)) => {
+                    let _ = writeln!(
+                        out,
+                        "{:<width$}  {:>8.1} ms {:>8.1} ms {:>8.1} ms {:>7}",
+                        r.command,
+                        ms(min),
+                        ms(med),
+                        ms(max),
+                        self.ratio(i).map_or("-".to_owned(), |x| format!("{x:.3}x")),
+                    );
+                }
+                (e, ..) => {
+                    let _ = writeln!(
+                        out,
+                        "{:<width$}  FAILED: {}",
+                        r.command,
+                        e.as_deref().unwrap_or("no runs")
+                    );
+                }
+            }
+        }
+        if let Some(h) = self.hook_spawn {
+            let _ = writeln!(
+                out,
+                "spawning the update hook {} times in a row: {:.1} ms (median)",
+                self.options.refs,
+                ms(h)
+            );
+        }
+        out
+    }
+
+    /// The results as JSON.
+    pub fn json(&self) -> String {
+        let o = &self.options;
+        let num = |d: Option<Duration>| d.map_or("null".to_owned(), |d| format!("{:.3}", ms(d)));
+        let mut out = String::from("{");
+        let _ = write!(
+            out,
+            "\"refs\":{},\"commits\":{},\"runs\":{},\"ref_format\":\"{}\",\"objects\":\"{}\",\
+             \"report\":\"{}\",\"sideband\":{},\"atomic\":{},\"update_hook\":{},",
+            o.refs,
+            o.commits,
+            o.runs,
+            match o.ref_format {
+                RefFormat::Files => "files",
+                RefFormat::Reftable => "reftable",
+            },
+            match o.objects {
+                Scenario::Server => "server",
+                Scenario::Pack => "pack",
+            },
+            match o.report {
+                Report::V1 => "v1",
+                Report::V2 => "v2",
+            },
+            o.sideband,
+            o.atomic,
+            o.update_hook
+        );
+        out.push_str("\"receivers\":[");
+        for (i, r) in self.receivers.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let times: Vec<String> = r.times.iter().map(|t| format!("{:.3}", ms(*t))).collect();
+            let _ = write!(
+                out,
+                "{{\"command\":{},\"ok\":{},\"error\":{},\"min_ms\":{},\"median_ms\":{},\"max_ms\":{},\"ratio\":{},\"times_ms\":[{}]}}",
+                json_string(&r.command),
+                r.error.is_none(),
+                r.error.as_deref().map_or("null".to_owned(), json_string),
+                num(r.min()),
+                num(r.median()),
+                num(r.max()),
+                self.ratio(i)
+                    .map_or("null".to_owned(), |x| format!("{x:.4}")),
+                times.join(",")
+            );
+        }
+        let _ = write!(out, "],\"hook_spawn_ms\":{}}}", num(self.hook_spawn));
+        out
+    }
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A git command with the benchmark's fixed environment.
+fn git(dir: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "berth bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@berth")
+        .env("GIT_COMMITTER_NAME", "berth bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@berth")
+        .env("GIT_AUTHOR_DATE", "1700000000 +0000")
+        .env("GIT_COMMITTER_DATE", "1700000000 +0000");
+    c
+}
+
+fn run(mut c: Command, stdin: Option<&[u8]>) -> Result<Vec<u8>, Error> {
+    let what = format!("{c:?}");
+    c.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = c
+        .spawn()
+        .map_err(|e| Error::Setup(format!("{what}: {e}")))?;
+    let writer = stdin.map(|input| {
+        let mut pipe = child.stdin.take();
+        let input = input.to_vec();
+        std::thread::spawn(move || {
+            if let Some(p) = pipe.as_mut() {
+                let _ = p.write_all(&input);
+            }
+        })
+    });
+    let out = child
+        .wait_with_output()
+        .map_err(|e| Error::Setup(format!("{what}: {e}")))?;
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
+    if !out.status.success() {
+        return Err(Error::Setup(format!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(out.stdout)
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let t = e.file_type()?;
+        let dest = to.join(e.file_name());
+        if t.is_dir() {
+            copy_dir(&e.path(), &dest)?;
+        } else if t.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path())?, &dest)?;
+        } else {
+            std::fs::copy(e.path(), &dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// The repositories and the request of one benchmark.
+struct Setup {
+    _tmp: tempfile::TempDir,
+    pristine: PathBuf,
+    target: PathBuf,
+    input: Vec<u8>,
+    /// `ref name → value` every run must leave.
+    expected: Vec<(String, String)>,
+    hook: Option<PathBuf>,
+}
+
+fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
+    let tmp = match &o.workdir {
+        Some(d) => tempfile::Builder::new()
+            .prefix("berth-bench-")
+            .tempdir_in(d),
+        None => tempfile::Builder::new().prefix("berth-bench-").tempdir(),
+    }
+    .map_err(|e| Error::Setup(format!("temporary directory: {e}")))?;
+    let root = tmp.path().to_owned();
+    let src = root.join("src");
+    let pristine = root.join("pristine.git");
+    let target = root.join("target.git");
+    let _ = writeln!(progress, "bench: building {} commits", o.commits);
+    run(
+        {
+            let mut c = git(&root);
+            c.args(["init", "-q", "--bare", "src"]);
+            c
+        },
+        None,
+    )?;
+    // K commits in a line, made by fast-import (distinct messages, empty trees).
+    let mut stream = String::with_capacity(o.commits * 120);
+    for i in 1..=o.commits {
+        let _ = write!(
+            stream,
+            "commit refs/heads/main\nmark :{i}\ncommitter berth bench <bench@berth> 1700000000 +0000\ndata <<EOF\ncommit {i}\nEOF\n"
+        );
+        if i > 1 {
+            let _ = writeln!(stream, "from :{}", i - 1);
+        }
+        stream.push('\n');
+    }
+    let _ = writeln!(stream, "done");
+    run(
+        {
+            let mut c = git(&src);
+            c.args(["fast-import", "--quiet", "--done", "--export-marks=marks"]);
+            c
+        },
+        Some(stream.as_bytes()),
+    )?;
+    let marks = std::fs::read_to_string(src.join("marks"))
+        .map_err(|e| Error::Setup(format!("fast-import marks: {e}")))?;
+    let mut commits: Vec<(usize, String)> = marks
+        .lines()
+        .filter_map(|l| {
+            let (m, oid) = l.split_once(' ')?;
+            Some((m.strip_prefix(':')?.parse().ok()?, oid.to_owned()))
+        })
+        .collect();
+    commits.sort();
+    let commits: Vec<String> = commits.into_iter().map(|(_, o)| o).collect();
+    if commits.len() != o.commits {
+        return Err(Error::Setup(
+            "fast-import made the wrong number of commits".into(),
+        ));
+    }
+
+    let mut init = git(&root);
+    init.args(["init", "-q", "--bare"]);
+    if o.ref_format == RefFormat::Reftable {
+        init.arg("--ref-format=reftable");
+    }
+    init.arg("pristine.git");
+    run(init, None)?;
+    let pack = match o.objects {
+        Scenario::Server => {
+            let _ = writeln!(progress, "bench: pushing the commits to the target");
+            let mut c = git(&src);
+            c.args(["push", "-q", pristine.to_str().unwrap_or_default(), "main"]);
+            run(c, None)?;
+            EMPTY_PACK.to_vec()
+        }
+        Scenario::Pack => {
+            let mut c = git(&src);
+            c.args(["pack-objects", "--stdout", "--revs", "-q"]);
+            run(c, Some(b"refs/heads/main\n"))?
+        }
+    };
+    let hook = if o.update_hook {
+        let h = pristine.join("hooks/update");
+        std::fs::create_dir_all(pristine.join("hooks"))
+            .and_then(|_| std::fs::write(&h, "#!/bin/sh\nexit 0\n"))
+            .and_then(|_| {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&h, std::fs::Permissions::from_mode(0o755))
+            })
+            .map_err(|e| Error::Setup(format!("update hook: {e}")))?;
+        Some(h)
+    } else {
+        None
+    };
+
+    // The request, as git push writes it.
+    let zero = "0".repeat(40);
+    let mut caps = String::from(match o.report {
+        Report::V1 => "report-status",
+        Report::V2 => "report-status-v2",
+    });
+    if o.sideband {
+        caps.push_str(" side-band-64k");
+    }
+    caps.push_str(" quiet");
+    if o.atomic {
+        caps.push_str(" atomic");
+    }
+    caps.push_str(" object-format=sha1 agent=git/2.47.3");
+    let mut input = Vec::with_capacity(o.refs * 110 + pack.len());
+    let mut expected = Vec::with_capacity(o.refs);
+    for i in 0..o.refs {
+        let name = format!("refs/heads/b/{i:07}");
+        let oid = &commits[i % commits.len()];
+        let line = if i == 0 {
+            format!("{zero} {oid} {name}\0 {caps}")
+        } else {
+            format!("{zero} {oid} {name}")
+        };
+        let _ = write!(input, "{:04x}{line}", line.len() + 4);
+        expected.push((name, oid.clone()));
+    }
+    input.extend_from_slice(b"0000");
+    input.extend_from_slice(&pack);
+    Ok(Setup {
+        _tmp: tmp,
+        pristine,
+        target,
+        input,
+        expected,
+        hook,
+    })
+}
+
+/// The payload of the pkt-lines in `data` (stops at the end or a malformed length).
+fn pkt_lines(data: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos + 4 <= data.len() {
+        let Some(len) = std::str::from_utf8(&data[pos..pos + 4])
+            .ok()
+            .and_then(|h| usize::from_str_radix(h, 16).ok())
+        else {
+            break;
+        };
+        if len < 4 {
+            pos += 4;
+            continue;
+        }
+        if pos + len > data.len() {
+            break;
+        }
+        out.push(&data[pos + 4..pos + len]);
+        pos += len;
+    }
+    out
+}
+
+/// Check one run: the report says `unpack ok` and `ok` for every ref, and the target holds
+/// exactly the expected values.
+fn verify(setup: &Setup, sideband: bool, stdout: &[u8]) -> Result<(), String> {
+    let report: Vec<u8> = if sideband {
+        pkt_lines(stdout)
+            .into_iter()
+            .filter(|p| p.first() == Some(&1))
+            .flat_map(|p| p[1..].to_vec())
+            .collect()
+    } else {
+        stdout.to_vec()
+    };
+    let lines = pkt_lines(&report);
+    let text = |l: &[u8]| String::from_utf8_lossy(l).trim_end().to_owned();
+    if lines.first().map(|l| text(l)) != Some("unpack ok".to_owned()) {
+        return Err(format!(
+            "report does not start with 'unpack ok': {:?}",
+            lines.first().map(|l| text(l))
+        ));
+    }
+    let mut ok = std::collections::HashSet::new();
+    for l in &lines[1..] {
+        let t = text(l);
+        if let Some(name) = t.strip_prefix("ok ") {
+            ok.insert(name.to_owned());
+        } else if t.starts_with("ng ") {
+            return Err(format!("report: {t}"));
+        }
+    }
+    if let Some((missing, _)) = setup.expected.iter().find(|(n, _)| !ok.contains(n)) {
+        return Err(format!(
+            "report has {} ok lines for {} refs (no ok for {missing})",
+            ok.len(),
+            setup.expected.len()
+        ));
+    }
+    let mut c = git(&setup.target);
+    c.args([
+        "for-each-ref",
+        "--format=%(refname) %(objectname)",
+        "refs/heads/b/",
+    ]);
+    let listed = run(c, None).map_err(|e| e.to_string())?;
+    let listed = String::from_utf8_lossy(&listed);
+    let actual: HashMap<&str, &str> = listed.lines().filter_map(|l| l.split_once(' ')).collect();
+    for (name, oid) in &setup.expected {
+        match actual.get(name.as_str()) {
+            None => return Err(format!("ref {name} is missing")),
+            Some(v) if v != oid => return Err(format!("ref {name} is {v}, expected {oid}")),
+            _ => {}
+        }
+    }
+    if actual.len() != setup.expected.len() {
+        return Err(format!(
+            "{} refs under refs/heads/b/, expected {}",
+            actual.len(),
+            setup.expected.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Run the benchmark, with progress on `progress`.
+pub fn many_refs(o: &Options, progress: &mut dyn Write) -> Result<Results, Error> {
+    if o.refs == 0 || o.commits == 0 || o.runs == 0 {
+        return Err(Error::Usage(
+            "--refs, --commits and --runs must be at least 1".into(),
+        ));
+    }
+    if o.receivers.is_empty() {
+        return Err(Error::Usage("no receiver to run".into()));
+    }
+    let setup = setup(o, progress)?;
+    let mut receivers = Vec::new();
+    for cmd in &o.receivers {
+        let mut outcome = Outcome {
+            command: cmd.clone(),
+            times: Vec::new(),
+            error: None,
+        };
+        for run_no in 1..=o.runs {
+            let _ = writeln!(progress, "bench: {cmd}: run {run_no}/{}", o.runs);
+            let _ = std::fs::remove_dir_all(&setup.target);
+            if let Err(e) = copy_dir(&setup.pristine, &setup.target) {
+                return Err(Error::Setup(format!("resetting the target: {e}")));
+            }
+            let script = format!("{cmd} --stateless-rpc \"$1\"");
+            let mut c = Command::new("sh");
+            c.args(["-c", &script, "sh"])
+                .arg(&setup.target)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let start = Instant::now();
+            let result = c.spawn().and_then(|mut child| {
+                let mut stdin = child.stdin.take();
+                let input = setup.input.clone();
+                let writer = std::thread::spawn(move || {
+                    if let Some(s) = stdin.as_mut() {
+                        let _ = s.write_all(&input);
+                    }
+                });
+                let mut stdout = Vec::new();
+                if let Some(mut out) = child.stdout.take() {
+                    out.read_to_end(&mut stdout)?;
+                }
+                let mut stderr = Vec::new();
+                if let Some(mut err) = child.stderr.take() {
+                    err.read_to_end(&mut stderr)?;
+                }
+                let status = child.wait()?;
+                let _ = writer.join();
+                Ok((status, stdout, stderr))
+            });
+            let elapsed = start.elapsed();
+            let failure = match result {
+                Err(e) => Some(format!("cannot run: {e}")),
+                Ok((status, _, stderr)) if !status.success() => Some(format!(
+                    "exit status {}: {}",
+                    status.code().unwrap_or(-1),
+                    String::from_utf8_lossy(&stderr).trim()
+                )),
+                Ok((_, stdout, _)) => verify(&setup, o.sideband, &stdout).err(),
+            };
+            if let Some(f) = failure {
+                let _ = writeln!(progress, "bench: {cmd}: FAILED: {f}");
+                outcome.error = Some(f);
+                outcome.times.clear();
+                break;
+            }
+            outcome.times.push(elapsed);
+        }
+        receivers.push(outcome);
+    }
+    let hook_spawn = match &setup.hook {
+        None => None,
+        Some(h) => {
+            let mut times = Vec::new();
+            for run_no in 1..=o.runs {
+                let _ = writeln!(
+                    progress,
+                    "bench: spawning the update hook {} times: run {run_no}/{}",
+                    o.refs, o.runs
+                );
+                let start = Instant::now();
+                let zero = "0".repeat(40);
+                for (name, oid) in &setup.expected {
+                    let _ = Command::new(h)
+                        .args([name.as_str(), zero.as_str(), oid.as_str()])
+                        .current_dir(&setup.pristine)
+                        .stdin(Stdio::null())
+                        .status();
+                }
+                times.push(start.elapsed());
+            }
+            times.sort();
+            Some(times[times.len() / 2])
+        }
+    };
+    Ok(Results {
+        options: o.clone(),
+        receivers,
+        hook_spawn,
+    })
+}

@@ -1,0 +1,145 @@
+//! `berth bench many-refs`: both receivers verified and timed, and a receiver that drops refs
+//! reported as failed.
+
+use std::process::Command;
+
+fn berth() -> &'static str {
+    env!("CARGO_BIN_EXE_berth")
+}
+
+fn bench(args: &[&str]) -> std::process::Output {
+    let tmp = tempfile::tempdir().unwrap();
+    Command::new(berth())
+        .args(["bench", "many-refs"])
+        .args(args)
+        .arg("--workdir")
+        .arg(tmp.path())
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn both_receivers_succeed_with_a_ratio() {
+    let out = bench(&["--refs", "200", "--runs", "2", "--json"]);
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{json}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(json.starts_with("{\"refs\":200,"), "{json}");
+    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
+    assert!(json.contains("\"command\":\"git receive-pack\""), "{json}");
+    assert!(json.contains("receive-pack\",\"ok\":true"), "{json}");
+    assert!(json.contains("\"ratio\":1.0000"), "{json}");
+    // The second receiver's ratio is a number, not null.
+    let second = json.split("\"command\":").nth(2).unwrap();
+    assert!(!second.contains("\"ratio\":null"), "{json}");
+    assert_eq!(
+        second
+            .split("\"times_ms\":[")
+            .nth(1)
+            .unwrap()
+            .split(']')
+            .next()
+            .unwrap()
+            .split(',')
+            .count(),
+        2
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("run 2/2"), "progress on stderr: {stderr}");
+}
+
+#[test]
+fn table_with_sideband_v1_atomic_and_objects_in_the_pack() {
+    let out = bench(&[
+        "--refs",
+        "150",
+        "--commits",
+        "30",
+        "--runs",
+        "1",
+        "--sideband",
+        "--report",
+        "v1",
+        "--atomic",
+        "--objects",
+        "pack",
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        table.contains("150 new refs, 30 commits, objects in the pack"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("git receive-pack") && l.ends_with("1.000x")),
+        "{table}"
+    );
+    assert!(!table.contains("FAILED"), "{table}");
+}
+
+#[test]
+fn a_receiver_that_drops_refs_is_reported_failed() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Runs git receive-pack on a copy of the request without its last command.
+    let script = tmp.path().join("dropper");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n# usage: dropper --stateless-rpc DIR\npython3 -c '\nimport sys\nd=sys.stdin.buffer.read()\nout=[];p=0\nwhile True:\n    n=int(d[p:p+4],16)\n    if n==0: break\n    out.append(d[p:p+n]);p+=n\nrest=d[p:]\nsys.stdout.buffer.write(b\"\".join(out[:-1])+rest)\n' | git receive-pack \"$@\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = bench(&[
+        "--refs",
+        "120",
+        "--runs",
+        "1",
+        "--json",
+        "--receiver",
+        "git receive-pack",
+        "--receiver",
+        script.to_str().unwrap(),
+    ]);
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{json}");
+    assert_eq!(json.matches("\"ok\":true").count(), 1, "{json}");
+    assert_eq!(json.matches("\"ok\":false").count(), 1, "{json}");
+    assert!(
+        json.contains("refs/heads/b/0000119"),
+        "the dropped ref is named: {json}"
+    );
+    assert!(
+        json.contains("\"median_ms\":null"),
+        "a failed receiver is not timed: {json}"
+    );
+}
+
+#[test]
+fn reftable_is_refused_by_berth_with_a_clear_message() {
+    let out = bench(&[
+        "--refs",
+        "100",
+        "--runs",
+        "1",
+        "--ref-format",
+        "reftable",
+        "--json",
+    ]);
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{json}");
+    assert!(
+        json.contains("\"command\":\"git receive-pack\",\"ok\":true"),
+        "{json}"
+    );
+    assert!(json.contains("reftable"), "{json}");
+}
