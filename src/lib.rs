@@ -27,6 +27,7 @@ pub mod ingest;
 pub mod pktline;
 pub mod policy;
 pub mod refs;
+pub mod reftable;
 pub mod report;
 pub mod repository;
 pub mod request;

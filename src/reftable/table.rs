@@ -1,0 +1,893 @@
+//! One table: [`TableWriter`] lays records out as git's `reftable/writer.c` does (block size,
+//! padding, ref index when there are more than 3 ref blocks, obj section only when a ref index
+//! was written, multi-level indexes, log section last, unpadded last block), and [`Table`]
+//! parses a table's bytes (`reftable/table.c`): header, footer with CRC-32, ref iteration in
+//! order, lookups through the index, log iteration.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use gix_hash::ObjectId;
+use gix_object::bstr::{BString, ByteSlice};
+
+use super::block::{Block, BlockWriter};
+use super::record::{
+    self, BLOCK_TYPE_INDEX, BLOCK_TYPE_LOG, BLOCK_TYPE_OBJ, BLOCK_TYPE_REF, common_prefix,
+    decode_obj_value, decode_string, encode_obj_value, encode_string, get_varint, put_varint,
+};
+use super::{Error, LogRecord, LogUpdate, LogValue, RefRecord, RefValue, Result};
+
+/// git's default block size.
+pub const DEFAULT_BLOCK_SIZE: u32 = 4096;
+/// git's default restart interval.
+pub const DEFAULT_RESTART_INTERVAL: u16 = 16;
+/// Header size of a version 1 table.
+pub const HEADER_SIZE_V1: usize = 24;
+/// Footer size of a version 1 table.
+pub const FOOTER_SIZE_V1: usize = 68;
+/// The largest block size the format allows.
+pub const MAX_BLOCK_SIZE: u32 = (1 << 24) - 1;
+const HASH_SIZE: usize = 20;
+
+fn header_size(version: u8) -> usize {
+    if version == 2 { 28 } else { 24 }
+}
+
+fn footer_size(version: u8) -> usize {
+    if version == 2 { 72 } else { 68 }
+}
+
+/// Options of a table writer, with git's defaults (`reftable.*` config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// `reftable.blockSize`, default 4096.
+    pub block_size: u32,
+    /// `reftable.restartInterval`, default 16.
+    pub restart_interval: u16,
+    /// `reftable.indexObjects`, default true: write obj blocks when there is a ref index.
+    pub index_objects: bool,
+    /// Do not pad blocks (git's `unpadded` option; not settable through git's config).
+    pub unpadded: bool,
+    /// Store log messages as given instead of normalizing to one line ending in `\n`.
+    pub exact_log_message: bool,
+    /// `reftable.geometricFactor`, default 2.
+    pub geometric_factor: u8,
+    /// Disable auto-compaction after an addition (`GIT_TEST_REFTABLE_AUTOCOMPACTION=false`).
+    pub disable_auto_compact: bool,
+    /// `reftable.lockTimeout` in milliseconds, default 100; negative waits forever.
+    pub lock_timeout_ms: i64,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            block_size: DEFAULT_BLOCK_SIZE,
+            restart_interval: DEFAULT_RESTART_INTERVAL,
+            index_objects: true,
+            unpadded: false,
+            exact_log_message: false,
+            geometric_factor: 2,
+            disable_auto_compact: false,
+            lock_timeout_ms: 100,
+        }
+    }
+}
+
+#[derive(Default)]
+struct SectionStats {
+    blocks: usize,
+    offset: u64,
+    index_offset: u64,
+    index_blocks: usize,
+}
+
+/// Writes one table into memory. Records must be added in key order: all refs (sorted by
+/// name), then all logs (sorted by name, newest update index first).
+pub struct TableWriter {
+    opts: WriteOptions,
+    min_update_index: u64,
+    max_update_index: u64,
+    out: Vec<u8>,
+    pending_padding: usize,
+    block: Option<BlockWriter>,
+    last_key: Vec<u8>,
+    index: Vec<(Vec<u8>, u64)>,
+    obj_index: BTreeMap<[u8; HASH_SIZE], Vec<u64>>,
+    ref_stats: SectionStats,
+    obj_stats: SectionStats,
+    log_stats: SectionStats,
+    idx_blocks: usize,
+    object_id_len: u64,
+    value: Vec<u8>,
+}
+
+impl TableWriter {
+    /// A writer for a table covering update indexes `min..=max`.
+    pub fn new(opts: WriteOptions, min_update_index: u64, max_update_index: u64) -> Result<Self> {
+        if opts.block_size == 0 || opts.block_size > MAX_BLOCK_SIZE {
+            return Err(Error::InvalidRecord(format!(
+                "block size {} out of range",
+                opts.block_size
+            )));
+        }
+        let mut w = TableWriter {
+            opts,
+            min_update_index,
+            max_update_index,
+            out: Vec::new(),
+            pending_padding: 0,
+            block: None,
+            last_key: Vec::new(),
+            index: Vec::new(),
+            obj_index: BTreeMap::new(),
+            ref_stats: SectionStats::default(),
+            obj_stats: SectionStats::default(),
+            log_stats: SectionStats::default(),
+            idx_blocks: 0,
+            object_id_len: 0,
+            value: Vec::new(),
+        };
+        w.reinit_block(BLOCK_TYPE_REF);
+        Ok(w)
+    }
+
+    /// The logical write position: bytes written plus padding queued for the next write.
+    fn next(&self) -> u64 {
+        (self.out.len() + self.pending_padding) as u64
+    }
+
+    fn reinit_block(&mut self, typ: u8) {
+        let header_off = if self.next() == 0 { HEADER_SIZE_V1 } else { 0 };
+        self.last_key.clear();
+        self.block = Some(BlockWriter::new(
+            typ,
+            self.opts.block_size as usize,
+            header_off,
+            usize::from(self.opts.restart_interval.max(1)),
+        ));
+    }
+
+    fn write_header(&self, dest: &mut [u8]) {
+        dest[..4].copy_from_slice(b"REFT");
+        dest[4] = 1;
+        dest[5..8].copy_from_slice(&self.opts.block_size.to_be_bytes()[1..]);
+        dest[8..16].copy_from_slice(&self.min_update_index.to_be_bytes());
+        dest[16..24].copy_from_slice(&self.max_update_index.to_be_bytes());
+    }
+
+    fn padded_write(&mut self, data: &[u8], padding: usize) {
+        self.out.resize(self.out.len() + self.pending_padding, 0);
+        self.pending_padding = padding;
+        self.out.extend_from_slice(data);
+    }
+
+    fn add_record(&mut self, typ: u8, key: &[u8], extra: u8, value: &[u8]) -> Result<()> {
+        if !self.last_key.is_empty() && self.last_key.as_slice() >= key {
+            return Err(Error::InvalidRecord(format!(
+                "key {:?} not after {:?}",
+                key.as_bstr(),
+                self.last_key.as_bstr()
+            )));
+        }
+        if key.is_empty() {
+            return Err(Error::InvalidRecord("empty key".into()));
+        }
+        self.last_key.clear();
+        self.last_key.extend_from_slice(key);
+        if self.block.is_none() {
+            self.reinit_block(typ);
+            self.last_key.extend_from_slice(key);
+        }
+        let block = self.block.as_mut().expect("initialized above");
+        if block.typ != typ {
+            return Err(Error::InvalidRecord(format!(
+                "record of type {:?} in a {:?} section",
+                typ as char, block.typ as char
+            )));
+        }
+        if block.add(key, extra, value) {
+            return Ok(());
+        }
+        self.flush_block();
+        self.reinit_block(typ);
+        self.last_key.extend_from_slice(key);
+        if self
+            .block
+            .as_mut()
+            .expect("initialized")
+            .add(key, extra, value)
+        {
+            Ok(())
+        } else {
+            Err(Error::InvalidRecord(format!(
+                "record {:?} does not fit in a block of {} bytes",
+                key.as_bstr(),
+                self.opts.block_size
+            )))
+        }
+    }
+
+    fn flush_block(&mut self) {
+        let Some(block) = self.block.take() else {
+            return;
+        };
+        if block.entries == 0 {
+            self.block = Some(block);
+            return;
+        }
+        let typ = block.typ;
+        let last_key = block.last_key.clone();
+        let mut raw = block.finish();
+        let padding = if !self.opts.unpadded && typ != BLOCK_TYPE_LOG {
+            (self.opts.block_size as usize).saturating_sub(raw.len())
+        } else {
+            0
+        };
+        let next = self.next();
+        let stats = match typ {
+            BLOCK_TYPE_REF => Some(&mut self.ref_stats),
+            BLOCK_TYPE_OBJ => Some(&mut self.obj_stats),
+            BLOCK_TYPE_LOG => Some(&mut self.log_stats),
+            _ => None,
+        };
+        match stats {
+            Some(s) => {
+                if s.blocks == 0 && next > 0 {
+                    s.offset = next;
+                }
+                s.blocks += 1;
+            }
+            None => self.idx_blocks += 1,
+        }
+        if next == 0 {
+            self.write_header(&mut raw[..HEADER_SIZE_V1]);
+        }
+        self.padded_write(&raw, padding);
+        self.index.push((last_key, next));
+    }
+
+    fn finish_section(&mut self) -> Result<()> {
+        let typ = self.block.as_ref().map_or(BLOCK_TYPE_REF, |b| b.typ);
+        let before = self.idx_blocks;
+        self.flush_block();
+        let threshold = if self.opts.unpadded { 1 } else { 3 };
+        let mut index_start = 0;
+        while self.index.len() > threshold {
+            index_start = self.next();
+            self.reinit_block(BLOCK_TYPE_INDEX);
+            let idx = std::mem::take(&mut self.index);
+            for (key, off) in &idx {
+                let mut v = Vec::new();
+                put_varint(&mut v, *off);
+                self.add_record(BLOCK_TYPE_INDEX, key, 0, &v)?;
+            }
+            self.flush_block();
+        }
+        self.index.clear();
+        let stats = match typ {
+            BLOCK_TYPE_OBJ => &mut self.obj_stats,
+            BLOCK_TYPE_LOG => &mut self.log_stats,
+            _ => &mut self.ref_stats,
+        };
+        stats.index_blocks = self.idx_blocks - before;
+        stats.index_offset = index_start;
+        self.last_key.clear();
+        Ok(())
+    }
+
+    fn dump_object_index(&mut self) -> Result<()> {
+        let mut max = 1;
+        let mut prev: Option<&[u8; HASH_SIZE]> = None;
+        for h in self.obj_index.keys() {
+            if let Some(p) = prev {
+                max = max.max(common_prefix(p, h));
+            }
+            prev = Some(h);
+        }
+        let id_len = max + 1;
+        self.object_id_len = id_len as u64;
+        self.reinit_block(BLOCK_TYPE_OBJ);
+        let entries = std::mem::take(&mut self.obj_index);
+        let mut value = Vec::new();
+        for (hash, offsets) in &entries {
+            let key = &hash[..id_len];
+            value.clear();
+            encode_obj_value(&mut value, offsets);
+            let extra = record::obj_val_type(offsets);
+            let block = self.block.as_mut().expect("obj block initialized");
+            if block.add(key, extra, &value) {
+                continue;
+            }
+            self.flush_block();
+            self.reinit_block(BLOCK_TYPE_OBJ);
+            let block = self.block.as_mut().expect("obj block initialized");
+            if block.add(key, extra, &value) {
+                continue;
+            }
+            value.clear();
+            encode_obj_value(&mut value, &[]);
+            if !block.add(key, 0, &value) {
+                return Err(Error::InvalidRecord(
+                    "obj record does not fit in an empty block".into(),
+                ));
+            }
+        }
+        self.finish_section()
+    }
+
+    fn finish_public_section(&mut self) -> Result<()> {
+        let Some(typ) = self.block.as_ref().map(|b| b.typ) else {
+            return Ok(());
+        };
+        self.finish_section()?;
+        if typ == BLOCK_TYPE_REF && self.opts.index_objects && self.ref_stats.index_blocks > 0 {
+            self.dump_object_index()?;
+        }
+        self.obj_index.clear();
+        self.block = None;
+        Ok(())
+    }
+
+    /// Add a ref record; its `update_index` must lie within the table's limits.
+    pub fn add_ref(&mut self, rec: &RefRecord) -> Result<()> {
+        if rec.update_index < self.min_update_index || rec.update_index > self.max_update_index {
+            return Err(Error::InvalidRecord(format!(
+                "ref {} has update index {} outside {}..={}",
+                rec.name, rec.update_index, self.min_update_index, self.max_update_index
+            )));
+        }
+        let mut value = std::mem::take(&mut self.value);
+        value.clear();
+        put_varint(&mut value, rec.update_index - self.min_update_index);
+        match &rec.value {
+            RefValue::Deletion => {}
+            RefValue::Val1(id) => value.extend_from_slice(id.as_bytes()),
+            RefValue::Val2(id, peeled) => {
+                value.extend_from_slice(id.as_bytes());
+                value.extend_from_slice(peeled.as_bytes());
+            }
+            RefValue::Symref(target) => encode_string(&mut value, target),
+        }
+        let res = self.add_record(BLOCK_TYPE_REF, &rec.name, rec.value.value_type(), &value);
+        self.value = value;
+        res?;
+        if self.opts.index_objects {
+            let off = self.next();
+            let ids: &[&ObjectId] = match &rec.value {
+                RefValue::Val1(id) => &[id],
+                RefValue::Val2(id, peeled) => &[id, peeled],
+                _ => &[],
+            };
+            for id in ids {
+                let Ok(hash) = <[u8; HASH_SIZE]>::try_from(id.as_bytes()) else {
+                    return Err(Error::InvalidRecord("object id is not SHA-1".into()));
+                };
+                let offsets = self.obj_index.entry(hash).or_default();
+                if offsets.last() != Some(&off) {
+                    offsets.push(off);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Add a log record. An update's message is normalized as git does (trailing newlines
+    /// stripped, one `\n` appended; a multi-line message is refused) unless
+    /// [`WriteOptions::exact_log_message`] is set.
+    pub fn add_log(&mut self, rec: &LogRecord) -> Result<()> {
+        let mut value = Vec::new();
+        let extra = match &rec.value {
+            LogValue::Deletion => 0,
+            LogValue::Update(u) => {
+                if rec.update_index > self.max_update_index {
+                    return Err(Error::InvalidRecord(format!(
+                        "log of {} has update index {} above {}",
+                        rec.refname, rec.update_index, self.max_update_index
+                    )));
+                }
+                let mut msg: &[u8] = &u.message;
+                let cleaned;
+                if !self.opts.exact_log_message {
+                    while let [rest @ .., b'\n'] = msg {
+                        msg = rest;
+                    }
+                    if msg.contains(&b'\n') {
+                        return Err(Error::InvalidRecord(format!(
+                            "multi-line reflog message for {}",
+                            rec.refname
+                        )));
+                    }
+                    let mut m = msg.to_vec();
+                    m.push(b'\n');
+                    cleaned = m;
+                    msg = &cleaned;
+                }
+                value.extend_from_slice(u.old.as_bytes());
+                value.extend_from_slice(u.new.as_bytes());
+                encode_string(&mut value, &u.name);
+                encode_string(&mut value, &u.email);
+                put_varint(&mut value, u.time);
+                value.extend_from_slice(&u.tz_offset.to_be_bytes());
+                encode_string(&mut value, msg);
+                1
+            }
+        };
+        if self.block.as_ref().is_some_and(|b| b.typ == BLOCK_TYPE_REF) {
+            self.finish_public_section()?;
+        }
+        // The section before the logs is not padded at its end.
+        self.pending_padding = 0;
+        self.add_record(BLOCK_TYPE_LOG, &rec.key(), extra, &value)
+    }
+
+    /// Finish the table: the last section, then the footer. Returns the table's bytes and
+    /// whether it is empty (git does not add empty tables to a stack).
+    pub fn finish(mut self) -> Result<(Vec<u8>, bool)> {
+        self.finish_public_section()?;
+        self.pending_padding = 0;
+        let empty = self.next() == 0;
+        let mut header = [0u8; HEADER_SIZE_V1];
+        self.write_header(&mut header);
+        if empty {
+            self.out.extend_from_slice(&header);
+        }
+        let mut footer = Vec::with_capacity(FOOTER_SIZE_V1);
+        footer.extend_from_slice(&header);
+        footer.extend_from_slice(&self.ref_stats.index_offset.to_be_bytes());
+        footer
+            .extend_from_slice(&((self.obj_stats.offset << 5) | self.object_id_len).to_be_bytes());
+        footer.extend_from_slice(&self.obj_stats.index_offset.to_be_bytes());
+        footer.extend_from_slice(&self.log_stats.offset.to_be_bytes());
+        footer.extend_from_slice(&self.log_stats.index_offset.to_be_bytes());
+        let crc = zlib_rs::crc32::crc32(0, &footer);
+        footer.extend_from_slice(&crc.to_be_bytes());
+        self.out.extend_from_slice(&footer);
+        Ok((self.out, empty))
+    }
+}
+
+/// A parsed table.
+#[derive(Debug, Clone)]
+pub struct Table {
+    name: String,
+    data: Vec<u8>,
+    /// Table bytes without the footer.
+    size: usize,
+    version: u8,
+    block_size: usize,
+    min_update_index: u64,
+    max_update_index: u64,
+    ref_index_offset: u64,
+    obj_offset: u64,
+    object_id_len: u8,
+    obj_index_offset: u64,
+    log_offset: u64,
+    log_index_offset: u64,
+    refs_present: bool,
+    logs_present: bool,
+}
+
+impl Table {
+    /// Read and parse the table file at `path`.
+    pub fn open(path: &Path) -> Result<Table> {
+        let data = std::fs::read(path).map_err(|source| Error::Io {
+            op: "read",
+            path: path.to_owned(),
+            source,
+        })?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Table::from_bytes(name, data)
+    }
+
+    /// Parse a table from its bytes; `name` is used in errors.
+    pub fn from_bytes(name: impl Into<String>, data: Vec<u8>) -> Result<Table> {
+        let name = name.into();
+        let corrupt = |reason: &str| Error::Corrupt {
+            table: name.clone(),
+            reason: reason.to_owned(),
+        };
+        if data.len() < 5 || &data[..4] != b"REFT" {
+            return Err(corrupt("no REFT magic"));
+        }
+        let version = data[4];
+        if version != 1 && version != 2 {
+            return Err(corrupt(&format!("unknown format version {version}")));
+        }
+        let (hs, fs) = (header_size(version), footer_size(version));
+        if data.len() < hs + fs {
+            return Err(corrupt(&format!(
+                "{} bytes is shorter than a header and a footer",
+                data.len()
+            )));
+        }
+        let size = data.len() - fs;
+        let footer = &data[size..];
+        if footer[..hs] != data[..hs] {
+            return Err(corrupt("footer does not repeat the header"));
+        }
+        let crc = zlib_rs::crc32::crc32(0, &footer[..fs - 4]);
+        let stored = u32::from_be_bytes(footer[fs - 4..].try_into().expect("4 bytes"));
+        if crc != stored {
+            return Err(corrupt(&format!(
+                "footer CRC-32 {stored:08x} does not match {crc:08x}"
+            )));
+        }
+        if version == 2 {
+            let id = &footer[24..28];
+            return Err(Error::Unsupported {
+                table: name,
+                reason: format!("format version 2 (hash {:?})", id.as_bstr()),
+            });
+        }
+        let be64 = |at: usize| u64::from_be_bytes(footer[at..at + 8].try_into().expect("8 bytes"));
+        let block_size = u32::from_be_bytes([0, footer[5], footer[6], footer[7]]) as usize;
+        let obj = be64(hs + 8);
+        let first_block_type = data[hs];
+        let t = Table {
+            size,
+            version,
+            block_size,
+            min_update_index: be64(8),
+            max_update_index: be64(16),
+            ref_index_offset: be64(hs),
+            obj_offset: obj >> 5,
+            object_id_len: (obj & 0x1f) as u8,
+            obj_index_offset: be64(hs + 16),
+            log_offset: be64(hs + 24),
+            log_index_offset: be64(hs + 32),
+            refs_present: size > hs && first_block_type == BLOCK_TYPE_REF,
+            logs_present: (size > hs && first_block_type == BLOCK_TYPE_LOG) || be64(hs + 24) > 0,
+            name,
+            data,
+        };
+        if t.obj_offset > 0 && t.object_id_len == 0 {
+            return Err(t.corrupt("obj section without an object id length".into()));
+        }
+        if t.min_update_index > t.max_update_index {
+            return Err(t.corrupt("min_update_index above max_update_index".into()));
+        }
+        Ok(t)
+    }
+
+    /// The table's file name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The table's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// The smallest update index of the table.
+    pub fn min_update_index(&self) -> u64 {
+        self.min_update_index
+    }
+
+    /// The largest update index of the table.
+    pub fn max_update_index(&self) -> u64 {
+        self.max_update_index
+    }
+
+    /// The table's size without the footer (git's `table->size`).
+    pub fn size(&self) -> u64 {
+        self.size as u64
+    }
+
+    /// The block size in the header (0 for unaligned tables).
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// Position of the ref index (0: none).
+    pub fn ref_index_offset(&self) -> u64 {
+        self.ref_index_offset
+    }
+
+    /// Position of the first obj block (0: none) and the object id abbreviation length.
+    pub fn obj_section(&self) -> (u64, u8) {
+        (self.obj_offset, self.object_id_len)
+    }
+
+    fn corrupt(&self, reason: String) -> Error {
+        Error::Corrupt {
+            table: self.name.clone(),
+            reason,
+        }
+    }
+
+    fn block_at(&self, off: u64, want: Option<u8>) -> Result<Option<Block<'_>>> {
+        let file = &self.data[..self.size];
+        let Ok(off) = usize::try_from(off) else {
+            return Err(self.corrupt(format!("offset {off} out of range")));
+        };
+        let header_off = if off == 0 {
+            header_size(self.version)
+        } else {
+            0
+        };
+        Block::parse(file, off, header_off, self.block_size, want).map_err(|r| self.corrupt(r))
+    }
+
+    /// Walk the blocks of type `typ` from `start` to the end of that section, calling `f` for
+    /// each block.
+    fn for_each_block(
+        &self,
+        start: u64,
+        typ: u8,
+        mut f: impl FnMut(&Block<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        let mut off = start;
+        while let Some(block) = self.block_at(off, Some(typ))? {
+            if !f(&block)? {
+                break;
+            }
+            off += block.full_size as u64;
+        }
+        Ok(())
+    }
+
+    fn decode_ref(&self, key: &[u8], extra: u8, v: &[u8]) -> Option<(RefRecord, usize)> {
+        let (delta, mut n) = get_varint(v)?;
+        let value = match extra {
+            record::REF_DELETION => RefValue::Deletion,
+            record::REF_VAL1 => {
+                let id = ObjectId::try_from(v.get(n..n + HASH_SIZE)?).ok()?;
+                n += HASH_SIZE;
+                RefValue::Val1(id)
+            }
+            record::REF_VAL2 => {
+                let id = ObjectId::try_from(v.get(n..n + HASH_SIZE)?).ok()?;
+                let peeled = ObjectId::try_from(v.get(n + HASH_SIZE..n + 2 * HASH_SIZE)?).ok()?;
+                n += 2 * HASH_SIZE;
+                RefValue::Val2(id, peeled)
+            }
+            record::REF_SYMREF => {
+                let (target, m) = decode_string(v.get(n..)?)?;
+                n += m;
+                RefValue::Symref(target.into())
+            }
+            _ => return None,
+        };
+        Some((
+            RefRecord {
+                name: BString::from(key),
+                update_index: self.min_update_index.checked_add(delta)?,
+                value,
+            },
+            n,
+        ))
+    }
+
+    fn decode_log(key: &[u8], extra: u8, v: &[u8]) -> Option<(LogRecord, usize)> {
+        let (refname, update_index) = record::split_log_key(key)?;
+        let refname = BString::from(refname);
+        match extra {
+            0 => Some((
+                LogRecord {
+                    refname,
+                    update_index,
+                    value: LogValue::Deletion,
+                },
+                0,
+            )),
+            1 => {
+                let old = ObjectId::try_from(v.get(..HASH_SIZE)?).ok()?;
+                let new = ObjectId::try_from(v.get(HASH_SIZE..2 * HASH_SIZE)?).ok()?;
+                let mut n = 2 * HASH_SIZE;
+                let (name, m) = decode_string(v.get(n..)?)?;
+                n += m;
+                let (email, m) = decode_string(v.get(n..)?)?;
+                n += m;
+                let (time, m) = get_varint(v.get(n..)?)?;
+                n += m;
+                let tz = v.get(n..n + 2)?;
+                let tz_offset = i16::from_be_bytes([tz[0], tz[1]]);
+                n += 2;
+                let (message, m) = decode_string(v.get(n..)?)?;
+                n += m;
+                Some((
+                    LogRecord {
+                        refname,
+                        update_index,
+                        value: LogValue::Update(LogUpdate {
+                            old,
+                            new,
+                            name: name.into(),
+                            email: email.into(),
+                            time,
+                            tz_offset,
+                            message: message.into(),
+                        }),
+                    },
+                    n,
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// All ref records of the table in name order, tombstones included.
+    pub fn refs(&self) -> Result<Vec<RefRecord>> {
+        let mut out = Vec::new();
+        if !self.refs_present {
+            return Ok(out);
+        }
+        self.for_each_block(0, BLOCK_TYPE_REF, |block| {
+            let mut it = block.iter();
+            while let Some(rec) = it
+                .next_record(|k, e, v| self.decode_ref(k, e, v))
+                .map_err(|r| self.corrupt(r))?
+            {
+                if out.last().is_some_and(|p: &RefRecord| p.name >= rec.name) {
+                    return Err(self.corrupt(format!("ref {} out of order", rec.name)));
+                }
+                out.push(rec);
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// All log records of the table in key order (by name, newest first), tombstones included.
+    pub fn logs(&self) -> Result<Vec<LogRecord>> {
+        let mut out = Vec::new();
+        if !self.logs_present {
+            return Ok(out);
+        }
+        let mut last_key: Vec<u8> = Vec::new();
+        self.for_each_block(self.log_offset, BLOCK_TYPE_LOG, |block| {
+            let mut it = block.iter();
+            while let Some(rec) = it
+                .next_record(Self::decode_log)
+                .map_err(|r| self.corrupt(r))?
+            {
+                let key = rec.key();
+                if !last_key.is_empty() && last_key >= key {
+                    return Err(self.corrupt(format!("log of {} out of order", rec.refname)));
+                }
+                last_key = key;
+                out.push(rec);
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Find the block that may hold `key` through the index whose top level starts at
+    /// `index_offset`: returns the block position, or `None` when the key is past the last one.
+    fn seek_index(&self, index_offset: u64, key: &[u8]) -> Result<Option<u64>> {
+        let mut level_start = index_offset;
+        for _depth in 0..64 {
+            let mut target = None;
+            self.for_each_block(level_start, BLOCK_TYPE_INDEX, |block| {
+                let mut it = block.iter();
+                while let Some(off) = it
+                    .next_record(|_, _, v| get_varint(v))
+                    .map_err(|r| self.corrupt(r))?
+                {
+                    if it.key.as_slice() >= key {
+                        target = Some(off);
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            })?;
+            let Some(off) = target else {
+                return Ok(None);
+            };
+            match self.block_at(off, None)? {
+                Some(b) if b.typ == BLOCK_TYPE_INDEX => level_start = off,
+                Some(_) => return Ok(Some(off)),
+                None => return Err(self.corrupt(format!("index points past the end: {off}"))),
+            }
+        }
+        Err(self.corrupt("index deeper than 64 levels".into()))
+    }
+
+    /// Look up one ref record (a tombstone included) by name.
+    pub fn read_ref(&self, name: &[u8]) -> Result<Option<RefRecord>> {
+        if !self.refs_present {
+            return Ok(None);
+        }
+        let mut found = None;
+        let mut scan = |block: &Block<'_>| -> Result<bool> {
+            let mut it = block.iter();
+            while let Some(rec) = it
+                .next_record(|k, e, v| self.decode_ref(k, e, v))
+                .map_err(|r| self.corrupt(r))?
+            {
+                match rec.name.as_slice().cmp(name) {
+                    std::cmp::Ordering::Less => {}
+                    std::cmp::Ordering::Equal => {
+                        found = Some(rec);
+                        return Ok(false);
+                    }
+                    std::cmp::Ordering::Greater => return Ok(false),
+                }
+            }
+            Ok(true)
+        };
+        if self.ref_index_offset > 0 {
+            let Some(off) = self.seek_index(self.ref_index_offset, name)? else {
+                return Ok(None);
+            };
+            match self.block_at(off, Some(BLOCK_TYPE_REF))? {
+                Some(block) => {
+                    scan(&block)?;
+                }
+                None => {
+                    return Err(self.corrupt(format!("ref index points at {off}, no ref block")));
+                }
+            }
+        } else {
+            self.for_each_block(0, BLOCK_TYPE_REF, scan)?;
+        }
+        Ok(found)
+    }
+
+    /// The obj section: abbreviated object ids and the ref block positions that reference them.
+    pub fn objects(&self) -> Result<Vec<(Vec<u8>, Vec<u64>)>> {
+        let mut out = Vec::new();
+        if self.obj_offset == 0 {
+            return Ok(out);
+        }
+        self.for_each_block(self.obj_offset, BLOCK_TYPE_OBJ, |block| {
+            let mut it = block.iter();
+            while let Some(offsets) = it
+                .next_record(|_, e, v| decode_obj_value(e, v))
+                .map_err(|r| self.corrupt(r))?
+            {
+                out.push((it.key.clone(), offsets));
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Check the whole table: every ref, log, obj and index record decodes, keys are ordered.
+    pub fn verify(&self) -> Result<()> {
+        self.refs()?;
+        self.logs()?;
+        self.objects()?;
+        for start in [
+            self.ref_index_offset,
+            self.obj_index_offset,
+            self.log_index_offset,
+        ] {
+            if start > 0 {
+                self.for_each_block(start, BLOCK_TYPE_INDEX, |block| {
+                    let mut it = block.iter();
+                    while it
+                        .next_record(|_, _, v| get_varint(v))
+                        .map_err(|r| self.corrupt(r))?
+                        .is_some()
+                    {}
+                    Ok(true)
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Write one table from records already sorted (refs by name, logs by key).
+pub fn write_table(
+    opts: WriteOptions,
+    min_update_index: u64,
+    max_update_index: u64,
+    refs: &[RefRecord],
+    logs: &[LogRecord],
+) -> Result<(Vec<u8>, bool)> {
+    let mut w = TableWriter::new(opts, min_update_index, max_update_index)?;
+    for r in refs {
+        w.add_ref(r)?;
+    }
+    for l in logs {
+        w.add_log(l)?;
+    }
+    w.finish()
+}
