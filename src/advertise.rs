@@ -45,11 +45,15 @@ pub fn agent() -> String {
     }
 }
 
-/// Write the advertisement of `refs` (hidden ones left out by `is_hidden`) and `alternate_tips`.
+/// Write the advertisement of `refs` and `alternate_tips`. With a `namespace` prefix
+/// (`GIT_NAMESPACE`), refs inside it are advertised without it and the others as `.have`;
+/// `is_hidden(name inside the namespace, full name)` leaves refs out.
+#[allow(clippy::too_many_arguments)]
 pub fn write(
     out: &mut impl Write,
     refs: &Refs,
-    is_hidden: impl Fn(&[u8]) -> bool,
+    namespace: &str,
+    is_hidden: impl Fn(Option<&[u8]>, &[u8]) -> bool,
     alternate_tips: &[ObjectId],
     capabilities: &str,
     shallow: &[ObjectId],
@@ -71,12 +75,22 @@ pub fn write(
         line.push(b'\n');
         pktline::write_data(buf, &line)
     };
-    for (name, oid) in refs.iter() {
-        if is_hidden(name) {
+    for (full, oid) in refs.iter() {
+        let name = full.strip_prefix(namespace.as_bytes());
+        if is_hidden(name, full) {
             continue;
         }
-        seen.insert(*oid);
-        emit(&mut buf, oid, name)?;
+        match name {
+            Some(name) => {
+                seen.insert(*oid);
+                emit(&mut buf, oid, name)?;
+            }
+            None => {
+                if seen.insert(*oid) {
+                    emit(&mut buf, oid, b".have")?;
+                }
+            }
+        }
     }
     for oid in alternate_tips {
         if seen.insert(*oid) {
@@ -97,4 +111,83 @@ pub fn write(
     pktline::write_flush(&mut buf)?;
     out.write_all(&buf)?;
     out.flush()
+}
+
+/// The tips of every repository this one borrows objects from (transitively), for `.have`
+/// lines, as git's `odb_for_each_alternate_ref`: each alternate whose objects directory is
+/// `<repo>/objects` of a repository with `refs/` contributes its refs' values, or, with
+/// `core.alternateRefsCommand`, what that command prints for the repository's path (one object
+/// id per line); `core.alternateRefsPrefixes` limits the refs.
+pub fn alternate_tips(repo: &crate::repository::Repository) -> Vec<ObjectId> {
+    let command = repo
+        .config_file
+        .string("core.alternateRefsCommand")
+        .map(|c| c.to_string());
+    let prefixes: Vec<String> = repo
+        .config_file
+        .string("core.alternateRefsPrefixes")
+        .map(|p| {
+            p.to_string()
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut tips = Vec::new();
+    for objects in crate::ingest::alternates_of(&repo.objects_dir) {
+        let Some(path) = objects
+            .to_str()
+            .and_then(|p| p.strip_suffix("/objects"))
+            .map(std::path::Path::new)
+        else {
+            continue;
+        };
+        if !path.join("refs").is_dir() {
+            continue;
+        }
+        match &command {
+            Some(command) => {
+                let out = std::process::Command::new("/bin/sh")
+                    .arg("-c")
+                    .arg(format!("{command} \"$@\""))
+                    .arg(command)
+                    .arg(path)
+                    // receive-pack runs from the git directory, so a relative command is found there.
+                    .current_dir(&repo.git_dir)
+                    .env_remove("GIT_DIR")
+                    .env_remove("GIT_OBJECT_DIRECTORY")
+                    .env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES")
+                    .env_remove("GIT_QUARANTINE_PATH")
+                    .stdin(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::inherit())
+                    .output();
+                let Ok(out) = out else { continue };
+                for line in String::from_utf8_lossy(&out.stdout).lines() {
+                    match ObjectId::from_hex(line.as_bytes()) {
+                        Ok(id) => tips.push(id),
+                        Err(_) => {
+                            eprintln!("warning: invalid line while parsing alternate refs: {line}");
+                            break;
+                        }
+                    }
+                }
+            }
+            None => {
+                let store =
+                    crate::refs::FilesStore::open(path, crate::config::LogRefUpdates::Never);
+                let Ok(refs) = store.snapshot() else { continue };
+                for (name, id) in refs.iter() {
+                    let wanted = prefixes.is_empty()
+                        || prefixes.iter().any(|p| {
+                            name.strip_prefix(p.trim_end_matches('/').as_bytes())
+                                .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
+                        });
+                    if wanted {
+                        tips.push(*id);
+                    }
+                }
+            }
+        }
+    }
+    tips
 }

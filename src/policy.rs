@@ -22,19 +22,38 @@ pub fn is_valid_refname(name: &BStr, delete: bool) -> bool {
 /// Whether `name` is hidden by `patterns` (git's `ref_is_hidden`: the last matching pattern
 /// wins; `!` negates; `^` matches the full name, which equals `name` without namespaces).
 pub fn is_hidden(name: &BStr, patterns: &[String]) -> bool {
+    is_hidden_in_namespace(Some(name), name, patterns)
+}
+
+/// [`is_hidden`] under `GIT_NAMESPACE`: `name` is the ref's name inside the namespace (`None`
+/// for a ref outside it), `full` its name in the repository; `^` patterns match `full`.
+pub fn is_hidden_in_namespace(name: Option<&BStr>, full: &BStr, patterns: &[String]) -> bool {
     for pattern in patterns.iter().rev() {
         let (neg, pattern) = match pattern.strip_prefix('!') {
             Some(p) => (true, p),
             None => (false, pattern.as_str()),
         };
-        let pattern = pattern.strip_prefix('^').unwrap_or(pattern);
-        if let Some(rest) = name.strip_prefix(pattern.as_bytes())
+        let (subject, pattern) = match pattern.strip_prefix('^') {
+            Some(p) => (Some(full), p),
+            None => (name, pattern),
+        };
+        if let Some(rest) = subject.and_then(|s| s.strip_prefix(pattern.as_bytes()))
             && (rest.is_empty() || rest[0] == b'/')
         {
             return !neg;
         }
     }
     false
+}
+
+/// The prefix `GIT_NAMESPACE` puts before every ref name (git's `expand_namespace`):
+/// `a/b` is `refs/namespaces/a/refs/namespaces/b/`; empty without a namespace.
+pub fn namespace_prefix(namespace: &str) -> String {
+    namespace
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .map(|c| format!("refs/namespaces/{c}/"))
+        .collect()
 }
 
 /// The explanation git prints when `receive.denyCurrentBranch` is not configured.

@@ -148,6 +148,9 @@ pub fn run(
     let repo = Repository::open(dir)?;
     let config = &repo.config;
     let hook_set = HookSet::discover(&repo.git_dir, &repo.config_file)?;
+    // As git: every ref operation happens under `GIT_NAMESPACE`'s prefix; clients, reports and
+    // hooks see the names without it.
+    let namespace = policy::namespace_prefix(&std::env::var("GIT_NAMESPACE").unwrap_or_default());
     let store = FilesStore::open(&repo.git_dir, config.log_ref_updates);
     let mut out = BufWriter::with_capacity(64 * 1024, output);
 
@@ -157,12 +160,19 @@ pub fn run(
         if options.protocol_version == 1 {
             pktline::write_data(&mut out, b"version 1\n")?;
         }
-        let alternates = alternate_tips(&repo.objects_dir);
+        let alternates = advertise::alternate_tips(&repo);
         let caps = advertise::capabilities(config);
         advertise::write(
             &mut out,
             &refs,
-            |n| policy::is_hidden(n.as_bstr(), &config.hide_refs),
+            &namespace,
+            |name, full| {
+                policy::is_hidden_in_namespace(
+                    name.map(|n| n.as_bstr()),
+                    full.as_bstr(),
+                    &config.hide_refs,
+                )
+            },
             &alternates,
             &caps,
             &repo.shallow(),
@@ -291,7 +301,12 @@ pub fn run(
             )?;
         }
         for c in cmds.iter_mut().filter(|c| c.pending()) {
-            if policy::is_hidden(c.command.name.as_bstr(), &config.hide_refs) {
+            let full = [namespace.as_bytes(), c.command.name.as_slice()].concat();
+            if policy::is_hidden_in_namespace(
+                Some(c.command.name.as_bstr()),
+                full.as_bstr(),
+                &config.hide_refs,
+            ) {
                 c.error = Some(if c.command.is_delete() {
                     "deny deleting a hidden ref".into()
                 } else {
@@ -334,7 +349,7 @@ pub fn run(
             }
             if cmds.iter().any(Cmd::pending) {
                 let _span = info_span!("update").entered();
-                check_aliased_updates(&mut cmds, &repo, &mut sb)?;
+                check_aliased_updates(&mut cmds, &repo, &namespace, &mut sb)?;
                 if proc_receive {
                     let _span = info_span!("proc_receive").entered();
                     let advertised_options = req.capabilities.push_options;
@@ -348,6 +363,7 @@ pub fn run(
                 }
                 let ctx = Decide {
                     repo: &repo,
+                    namespace: &namespace,
                     hooks: &hooks,
                     objects: &objects,
                     worktrees: repo.worktrees(),
@@ -451,6 +467,7 @@ fn check_connectivity<W: Write, E: Write>(
 fn check_aliased_updates<W: Write, E: Write>(
     cmds: &mut [Cmd],
     repo: &Repository,
+    namespace: &str,
     sb: &mut Sideband<W, E>,
 ) -> io::Result<()> {
     let by_name: std::collections::HashMap<BString, usize> = cmds
@@ -460,10 +477,11 @@ fn check_aliased_updates<W: Write, E: Write>(
         .collect();
     let mut loose = crate::refs::LooseFiles::new(&repo.git_dir);
     for i in 0..cmds.len() {
-        if cmds[i].error.is_some() || !loose.exists(&cmds[i].command.name) {
+        let full = [namespace.as_bytes(), cmds[i].command.name.as_slice()].concat();
+        if cmds[i].error.is_some() || !loose.exists(full.as_bstr()) {
             continue;
         }
-        let Some(target) = repo.symref_target(&cmds[i].command.name) else {
+        let Some(target) = repo.symref_target(&full) else {
             continue;
         };
         let Some(target) = target else {
@@ -475,7 +493,10 @@ fn check_aliased_updates<W: Write, E: Write>(
             cmds[i].error = Some("broken symref".into());
             continue;
         };
-        let Some(&j) = by_name.get(target.as_bytes().as_bstr()) else {
+        let in_push = target
+            .strip_prefix(namespace)
+            .and_then(|t| by_name.get(t.as_bytes().as_bstr()));
+        let Some(&j) = in_push else {
             cmds[i].target = Some(target.into());
             continue;
         };
@@ -504,6 +525,8 @@ fn check_aliased_updates<W: Write, E: Write>(
 /// What the per-ref decision needs to know.
 struct Decide<'a> {
     repo: &'a Repository,
+    /// `GIT_NAMESPACE`'s prefix, or empty.
+    namespace: &'a str,
     hooks: &'a Hooks<'a>,
     objects: &'a gix_odb::Handle,
     worktrees: Vec<crate::repository::Worktree>,
@@ -514,6 +537,16 @@ struct Decide<'a> {
 }
 
 impl Decide<'_> {
+    /// The ref a command really updates: its symref target, or its name in the namespace.
+    fn full_name(&self, cmd: &Cmd) -> BString {
+        match &cmd.target {
+            Some(target) => target.clone(),
+            None => [self.namespace.as_bytes(), cmd.command.name.as_slice()]
+                .concat()
+                .into(),
+        }
+    }
+
     /// The kind of the object `id`, `None` if it does not exist; looked up once per push.
     fn kind(&self, id: &ObjectId) -> Option<Kind> {
         *self
@@ -576,7 +609,12 @@ fn decide<W: Write, E: Write>(
             sb.error(format_args!("denying ref deletion for {name}"))?;
             return Ok(Err("deletion prohibited".into()));
         }
-        if worktree.is_some() {
+        // The checked-out branch, or, in a namespace, the branch the repository's HEAD names.
+        let main_head = ctx.worktrees.first().and_then(|w| w.head.as_deref());
+        if worktree.is_some()
+            || (!ctx.namespace.is_empty()
+                && main_head.is_some_and(|h| h.as_bytes() == ctx.full_name(cmd).as_slice()))
+        {
             match config.deny_delete_current {
                 DenyAction::Ignore => {}
                 DenyAction::Warn => sb.warning("deleting the current branch")?,
@@ -621,7 +659,7 @@ fn decide<W: Write, E: Write>(
         let mut skip_old_check = false;
         if c.old.is_null() || ctx.kind(&c.old).is_none() {
             skip_old_check = true;
-            if ctx.refs.get(name).is_some() {
+            if ctx.refs.get(&ctx.full_name(cmd)).is_some() {
                 sb.warning("allowing deletion of corrupt ref")?;
             } else {
                 sb.warning("deleting a non-existent ref")?;
@@ -630,7 +668,7 @@ fn decide<W: Write, E: Write>(
             }
         }
         return Ok(Ok(Some(RefUpdate {
-            name: cmd.target.clone().unwrap_or_else(|| c.name.clone()),
+            name: ctx.full_name(cmd),
             old: c.old,
             new: c.new,
             skip_old_check,
@@ -648,7 +686,7 @@ fn decide<W: Write, E: Write>(
         return Ok(Err("shallow error".into()));
     }
     Ok(Ok(Some(RefUpdate {
-        name: cmd.target.clone().unwrap_or_else(|| c.name.clone()),
+        name: ctx.full_name(cmd),
         old: c.old,
         new: c.new,
         skip_old_check: false,
@@ -784,18 +822,6 @@ fn is_ancestor(objects: &gix_odb::Handle, ancestor: ObjectId, tip: ObjectId) -> 
         }
     }
     false
-}
-
-/// The tips of the repositories this one borrows objects from, for `.have` lines.
-fn alternate_tips(objects_dir: &std::path::Path) -> Vec<ObjectId> {
-    let Ok(list) = std::fs::read_to_string(objects_dir.join("info/alternates")) else {
-        return Vec::new();
-    };
-    list.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .flat_map(|l| crate::refs::alternate_tips(&objects_dir.join(l)))
-        .collect()
 }
 
 /// The protocol version a `GIT_PROTOCOL` value (or `Git-Protocol` header) asks for: the highest

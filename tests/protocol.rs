@@ -456,3 +456,95 @@ fn protocol_errors_die_like_git() {
         "fatal: 'nothing-here' does not appear to be a git repository\n"
     );
 }
+
+/// `GIT_NAMESPACE`: refs inside the namespace are advertised without its prefix and the others
+/// as `.have`; updates land under the prefix; reports speak of the client's names.
+#[test]
+fn namespace_advertisement_and_updates() {
+    let env = [("GIT_NAMESPACE", "ns")];
+    let (run, w) = differential(
+        |w| {
+            let (c1, c2) = server_with_history(w);
+            w.git(
+                "srv.git",
+                &["update-ref", "refs/namespaces/ns/refs/heads/main", &c1],
+            );
+            w.git(
+                "srv.git",
+                &["update-ref", "refs/namespaces/ns/refs/heads/hidden", &c1],
+            );
+            w.git(
+                "srv.git",
+                &["config", "receive.hideRefs", "refs/heads/hidden"],
+            );
+            let mut v = common::request(
+                &[
+                    format!("{c1} {c2} refs/heads/main"),
+                    format!("{ZERO} {c1} refs/heads/new"),
+                    format!("{ZERO} {c1} refs/heads/hidden/x"),
+                ],
+                " report-status",
+            );
+            v.extend(pack_of(w, &format!("{c2}\n^{c1}\n")));
+            v
+        },
+        &[],
+        &env,
+    );
+    assert!(run.stdout.contains(" refs/heads/main\n"), "{run:?}");
+    assert!(run.stdout.contains(" .have\0"), "{run:?}");
+    assert!(
+        run.stdout.contains("ok refs/heads/main\n") && run.stdout.contains("ok refs/heads/new\n"),
+        "{run:?}"
+    );
+    assert!(
+        run.stdout
+            .contains("ng refs/heads/hidden/x deny updating a hidden ref"),
+        "{run:?}"
+    );
+    assert!(
+        run.refs.contains(" refs/namespaces/ns/refs/heads/new\n"),
+        "{run:?}"
+    );
+    w.assert_clean("srv.git");
+}
+
+/// `core.alternateRefsCommand` and `core.alternateRefsPrefixes` choose the alternates' `.have`s.
+#[test]
+fn alternate_refs_command_and_prefixes() {
+    for (key, value) in [
+        ("core.alternateRefsPrefixes", "refs/heads/public"),
+        (
+            "core.alternateRefsCommand",
+            "git --git-dir=\"$1\" rev-parse refs/heads/public/x #",
+        ),
+    ] {
+        let (run, _) = differential(
+            |w| {
+                let (c1, c2) = server_with_history(w);
+                w.bare("alt.git");
+                w.git(
+                    "src",
+                    &[
+                        "push",
+                        "-q",
+                        "../alt.git",
+                        "main:refs/heads/public/x",
+                        "main~1:refs/heads/private",
+                    ],
+                );
+                let _ = (c1, c2);
+                std::fs::write(
+                    w.path("srv.git/objects/info/alternates"),
+                    format!("{}\n", w.path("alt.git/objects").display()),
+                )
+                .unwrap();
+                w.git("srv.git", &["config", key, value]);
+                b"0000".to_vec()
+            },
+            &[],
+            &[],
+        );
+        assert_eq!(run.stdout.matches(" .have\n").count(), 1, "{key}: {run:?}");
+    }
+}

@@ -643,3 +643,201 @@ fn corrupt_git_tables_give_errors_not_panics() {
     }
     println!("random flips: {rejected} of {flips} corrupted tables rejected, none panicked");
 }
+
+#[test]
+fn stack_auto_compacts_like_git_and_interleaves_with_git_writers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let git_dir = init(tmp.path(), true);
+    let (commit, tag) = objects(&git_dir);
+    let reftable = git_dir.join("reftable");
+    let mut stack = Stack::open(&reftable).unwrap();
+    let twin_tmp = tempfile::tempdir().unwrap();
+    let twin = init(twin_tmp.path(), true);
+    objects(&twin);
+    let mut git_writes = 0;
+    for i in 0..40 {
+        let value = if i % 2 == 0 {
+            RefValue::Val1(commit)
+        } else {
+            RefValue::Val2(tag, commit)
+        };
+        let ts = stack
+            .add(
+                &[RefRecord {
+                    name: if i % 2 == 0 {
+                        format!("refs/heads/t{i:02}").into()
+                    } else {
+                        format!("refs/tags/t{i:02}").into()
+                    },
+                    update_index: 0,
+                    value,
+                }],
+                &[],
+            )
+            .unwrap();
+        assert_eq!(ts, i + 2 + git_writes, "one update index per transaction");
+        let (name, target) = if i % 2 == 0 {
+            (format!("refs/heads/t{i:02}"), commit)
+        } else {
+            (format!("refs/tags/t{i:02}"), tag)
+        };
+        git_ok(&twin, &["update-ref", &name, &target.to_string()], None);
+        if i % 10 == 5 {
+            // git writes between berth's transactions.
+            git_ok(
+                &git_dir,
+                &[
+                    "update-ref",
+                    &format!("refs/heads/g{i}"),
+                    &commit.to_string(),
+                ],
+                None,
+            );
+            git_writes += 1;
+            git_ok(
+                &twin,
+                &[
+                    "update-ref",
+                    &format!("refs/heads/g{i}"),
+                    &commit.to_string(),
+                ],
+                None,
+            );
+        }
+        let list = std::fs::read_to_string(reftable.join("tables.list")).unwrap();
+        // git's geometric rule keeps the stack logarithmic.
+        assert!(list.lines().count() <= 6, "after {i}: {list}");
+        for name in list.lines() {
+            let ok = name.len() == "0x000000000001-0x000000000002-12345678.ref".len()
+                && name.starts_with("0x")
+                && name.ends_with(".ref");
+            assert!(ok, "git's naming: {name}");
+        }
+        assert!(
+            !stack.compaction_required(),
+            "after {i}: auto-compaction left nothing to do"
+        );
+    }
+    // The same transactions done by git alone leave the same stack, table for table, byte for
+    // byte (names differ only in their random part).
+    let stack_of = |dir: &Path| -> Vec<(String, Vec<u8>)> {
+        let list = std::fs::read_to_string(dir.join("reftable/tables.list")).unwrap();
+        list.lines()
+            .map(|n| {
+                (
+                    n[..29].to_owned(),
+                    std::fs::read(dir.join("reftable").join(n)).unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert!(
+        stack_of(&git_dir) == stack_of(&twin),
+        "berth's stack differs from git's"
+    );
+    let entries = std::fs::read_dir(&reftable).unwrap().count();
+    assert_eq!(
+        entries,
+        stack.tables().len() + 1,
+        "no stale tables or locks left behind"
+    );
+    assert_eq!(
+        berth_for_each_ref(&stack),
+        git_ok(&git_dir, FOR_EACH_REF, None)
+    );
+    git_ok(&git_dir, &["refs", "verify", "--strict"], None);
+    git_ok(&git_dir, &["fsck", "--no-dangling"], None);
+    // A held tables.list.lock makes an addition fail with a lock error after the timeout.
+    std::fs::write(reftable.join("tables.list.lock"), "").unwrap();
+    let err = stack.add(
+        &[RefRecord {
+            name: "refs/heads/blocked".into(),
+            update_index: 0,
+            value: RefValue::Val1(commit),
+        }],
+        &[],
+    );
+    assert!(
+        matches!(err, Err(berth::reftable::Error::Locked(_))),
+        "{err:?}"
+    );
+    std::fs::remove_file(reftable.join("tables.list.lock")).unwrap();
+    stack.compact_all().unwrap();
+    assert_eq!(stack.tables().len(), 1);
+    assert_eq!(
+        berth_for_each_ref(&stack),
+        git_ok(&git_dir, FOR_EACH_REF, None)
+    );
+}
+
+#[test]
+fn obj_section_with_distinct_objects_matches_git() {
+    // Many distinct blobs make git abbreviate object ids to more than 2 bytes.
+    let tmp = tempfile::tempdir().unwrap();
+    let git_dir = init(tmp.path(), true);
+    let n = 600;
+    let mut import = String::new();
+    for i in 0..n {
+        let data = format!("blob number {i}\n");
+        import.push_str(&format!(
+            "blob\nmark :{}\ndata {}\n{data}\n",
+            i + 1,
+            data.len()
+        ));
+    }
+    let marks = tmp.path().join("marks");
+    git_ok(
+        &git_dir,
+        &[
+            "fast-import",
+            "--quiet",
+            &format!("--export-marks={}", marks.display()),
+        ],
+        Some(&import),
+    );
+    let marks = std::fs::read_to_string(&marks).unwrap();
+    let mut ids: Vec<(usize, ObjectId)> = marks
+        .lines()
+        .map(|l| {
+            let (m, h) = l.split_once(' ').unwrap();
+            (m[1..].parse::<usize>().unwrap() - 1, oid(h))
+        })
+        .collect();
+    ids.sort();
+    let mut script = String::new();
+    let mut refs = Vec::new();
+    for (i, id) in &ids {
+        let name = format!("refs/blobs/{i:04}");
+        script.push_str(&format!("create {name} {id}\n"));
+        refs.push(RefRecord {
+            name: name.into(),
+            update_index: 2,
+            value: RefValue::Val1(*id),
+        });
+    }
+    git_ok(
+        &git_dir,
+        &["-c", "reftable.blockSize=1024", "update-ref", "--stdin"],
+        Some(&script),
+    );
+    let (_, git_bytes) = only_table(&git_dir.join("reftable"));
+    refs.push(RefRecord {
+        name: "HEAD".into(),
+        update_index: 1,
+        value: RefValue::Symref("refs/heads/main".into()),
+    });
+    refs.sort_by(|a, b| a.name.cmp(&b.name));
+    let opts = WriteOptions {
+        block_size: 1024,
+        ..WriteOptions::default()
+    };
+    let (ours, _) = write_table(opts, 1, 2, &refs, &[]).unwrap();
+    let table = Table::from_bytes("git", git_bytes.clone()).unwrap();
+    let (obj, id_len) = table.obj_section();
+    println!(
+        "{n} distinct objects: obj section at {obj}, object ids abbreviated to {id_len} bytes"
+    );
+    assert!(obj > 0 && id_len > 2);
+    assert_eq!(table.objects().unwrap().len(), n);
+    assert!(ours == git_bytes, "{}", first_difference(&ours, &git_bytes));
+}

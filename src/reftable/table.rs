@@ -891,3 +891,157 @@ pub fn write_table(
     }
     w.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(i: u32) -> ObjectId {
+        let mut b = [0u8; 20];
+        b[..4].copy_from_slice(&i.wrapping_mul(2_654_435_761).to_be_bytes());
+        b[19] = i as u8;
+        ObjectId::try_from(&b[..]).expect("20 bytes")
+    }
+
+    /// A table with every section: several ref blocks, a ref index, obj blocks, log blocks
+    /// and a log index.
+    fn full_table() -> (Vec<u8>, Vec<RefRecord>, Vec<LogRecord>) {
+        let opts = WriteOptions {
+            block_size: 512,
+            ..WriteOptions::default()
+        };
+        let refs: Vec<RefRecord> = (0..300)
+            .map(|i| RefRecord {
+                name: format!("refs/heads/r{i:04}").into(),
+                update_index: 5 + (i % 3) as u64,
+                value: match i % 4 {
+                    0 => RefValue::Val2(id(i), id(i + 1000)),
+                    1 => RefValue::Symref("refs/heads/r0000".into()),
+                    2 => RefValue::Deletion,
+                    _ => RefValue::Val1(id(i)),
+                },
+            })
+            .collect();
+        let logs: Vec<LogRecord> = (0..200)
+            .map(|i| LogRecord {
+                refname: format!("refs/heads/r{:04}", i / 2).into(),
+                update_index: 7 - (i % 2) as u64,
+                value: if i % 7 == 3 {
+                    LogValue::Deletion
+                } else {
+                    LogValue::Update(LogUpdate {
+                        old: id(i),
+                        new: id(i + 1),
+                        name: "N".into(),
+                        email: "e@x".into(),
+                        time: 1_700_000_000 + u64::from(i),
+                        tz_offset: -700,
+                        message: format!("message {i}\n").into(),
+                    })
+                },
+            })
+            .collect();
+        let (bytes, empty) = write_table(opts, 5, 7, &refs, &logs).expect("write");
+        assert!(!empty);
+        (bytes, refs, logs)
+    }
+
+    #[test]
+    fn full_table_round_trips() {
+        let (bytes, refs, logs) = full_table();
+        let t = Table::from_bytes("t", bytes).expect("parse");
+        assert!(t.ref_index_offset() > 0, "ref index written");
+        let (obj, id_len) = t.obj_section();
+        assert!(obj > 0 && id_len >= 2, "obj section written");
+        assert!(t.log_index_offset > 0, "log index written");
+        assert_eq!(t.refs().expect("refs"), refs);
+        assert_eq!(t.logs().expect("logs"), logs);
+        for r in &refs {
+            assert_eq!(t.read_ref(&r.name).expect("lookup").as_ref(), Some(r));
+        }
+        assert_eq!(t.read_ref(b"refs/heads/zzz").expect("lookup"), None);
+        t.verify().expect("verify");
+        // Every object id of a Val1/Val2 ref is in the obj section, abbreviated.
+        let objects = t.objects().expect("objects");
+        for r in &refs {
+            if let RefValue::Val1(x) | RefValue::Val2(x, _) = &r.value {
+                let key = &x.as_bytes()[..usize::from(id_len)];
+                assert!(objects.iter().any(|(k, _)| k == key), "{x} indexed");
+            }
+        }
+    }
+
+    #[test]
+    fn empty_table_is_header_and_footer() {
+        let (bytes, empty) = write_table(WriteOptions::default(), 1, 1, &[], &[]).expect("write");
+        assert!(empty);
+        assert_eq!(bytes.len(), HEADER_SIZE_V1 + FOOTER_SIZE_V1);
+        let t = Table::from_bytes("e", bytes).expect("parse");
+        assert!(t.refs().expect("refs").is_empty() && t.logs().expect("logs").is_empty());
+    }
+
+    #[test]
+    fn writer_refuses_bad_input() {
+        let r = |name: &str, ui| RefRecord {
+            name: name.into(),
+            update_index: ui,
+            value: RefValue::Deletion,
+        };
+        let opts = WriteOptions::default();
+        assert!(
+            write_table(opts, 1, 1, &[r("b", 1), r("a", 1)], &[]).is_err(),
+            "unsorted"
+        );
+        assert!(
+            write_table(opts, 1, 1, &[r("a", 1), r("a", 1)], &[]).is_err(),
+            "duplicate"
+        );
+        assert!(
+            write_table(opts, 2, 3, &[r("a", 1)], &[]).is_err(),
+            "below min"
+        );
+        let long = "x".repeat(5000);
+        assert!(
+            write_table(opts, 1, 1, &[r(&long, 1)], &[]).is_err(),
+            "too big"
+        );
+    }
+
+    #[test]
+    fn truncated_and_corrupted_tables_never_panic() {
+        let (bytes, _, _) = full_table();
+        let exercise = |data: Vec<u8>| -> bool {
+            match Table::from_bytes("c", data) {
+                Ok(t) => {
+                    let ok = [
+                        t.refs().is_ok(),
+                        t.logs().is_ok(),
+                        t.objects().is_ok(),
+                        t.read_ref(b"refs/heads/r0150").is_ok(),
+                        t.verify().is_ok(),
+                    ];
+                    ok.iter().all(|&x| x)
+                }
+                Err(e) => {
+                    assert!(e.to_string().contains("table c"), "{e}");
+                    false
+                }
+            }
+        };
+        for len in 0..bytes.len() {
+            assert!(!exercise(bytes[..len].to_vec()), "prefix {len} accepted");
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..1000 {
+            let mut data = bytes.clone();
+            for _ in 0..1 + seed % 4 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let at = (seed % data.len() as u64) as usize;
+                data[at] = (seed >> 56) as u8;
+            }
+            exercise(data);
+        }
+    }
+}
