@@ -564,7 +564,12 @@ fn ms(d: Duration) -> String {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; any other argument (a filter) is ignored.
+    // `cargo bench` passes `--bench`; `cargo test --benches` (or `--all-targets`) does not, and
+    // a load run has no place in a test run.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("http_load: a load run; run it with `cargo bench --bench http_load`");
+        return;
+    }
     let workers = env_usize("BERTH_LOAD_WORKERS", 8).max(1);
     let total = env_usize("BERTH_LOAD_PUSHES", 1024).max(workers);
     let per_worker = total / workers;
