@@ -14,13 +14,17 @@ use crate::pktline;
 use crate::refs::Refs;
 
 /// The capability list, in git's order.
-pub fn capabilities(config: &Config) -> String {
+pub fn capabilities(config: &Config, push_cert_nonce: Option<&str>) -> String {
     let mut caps = String::from("report-status report-status-v2 delete-refs side-band-64k quiet");
     if config.advertise_atomic {
         caps.push_str(" atomic");
     }
     if config.use_delta_base_offset {
         caps.push_str(" ofs-delta");
+    }
+    if let Some(nonce) = push_cert_nonce {
+        caps.push_str(" push-cert=");
+        caps.push_str(nonce);
     }
     if config.advertise_push_options {
         caps.push_str(" push-options");

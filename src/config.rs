@@ -99,6 +99,10 @@ pub struct Config {
     pub advertise_push_options: bool,
     /// `transfer.advertiseSID`: advertise `session-id`.
     pub advertise_sid: bool,
+    /// `receive.certNonceSeed`: enables signed pushes (`push-cert=<nonce>`).
+    pub cert_nonce_seed: Option<String>,
+    /// `receive.certNonceSlop`: seconds by which another request's nonce may differ.
+    pub cert_nonce_slop: i64,
     /// `repack.useDeltaBaseOffset` (advertises `ofs-delta`)
     pub use_delta_base_offset: bool,
     /// `receive.maxInputSize`, 0 for no limit.
@@ -155,6 +159,8 @@ impl Default for Config {
             advertise_atomic: true,
             advertise_push_options: false,
             advertise_sid: false,
+            cert_nonce_seed: None,
+            cert_nonce_slop: 0,
             use_delta_base_offset: true,
             max_input_size: 0,
             unpack_limit: 100,
@@ -259,6 +265,8 @@ impl Config {
         c.advertise_atomic = b("receive.advertiseAtomic", true)?;
         c.advertise_push_options = b("receive.advertisePushOptions", false)?;
         c.advertise_sid = b("transfer.advertiseSID", false)?;
+        c.cert_nonce_seed = s("receive.certNonceSeed");
+        c.cert_nonce_slop = n("receive.certNonceSlop", 0)?;
         c.use_delta_base_offset = b("repack.useDeltaBaseOffset", true)?;
         c.max_input_size = n("receive.maxInputSize", 0)?.max(0) as u64;
         c.unpack_limit = n("receive.unpackLimit", n("transfer.unpackLimit", 100)?)?

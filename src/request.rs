@@ -78,6 +78,9 @@ pub struct Request {
     pub shallow: Vec<ObjectId>,
     /// Push options, when negotiated.
     pub push_options: Vec<BString>,
+    /// The push certificate of a signed push (between `push-cert` and `push-cert-end`), whose
+    /// body carried the commands.
+    pub push_cert: Option<Vec<u8>>,
 }
 
 /// A request git's receive-pack would die on. The `Display` text is git's.
@@ -95,6 +98,15 @@ pub enum Error {
     /// `object-format=` names another hash than the repository's.
     #[error("error: unsupported object format '{0}'")]
     UnsupportedObjectFormat(String),
+    /// A non-data packet inside a push certificate.
+    #[error("protocol error: got an unexpected packet")]
+    UnexpectedPacket,
+    /// Commands both signed and unsigned.
+    #[error("protocol error: got both push certificate and unsigned commands")]
+    CertAndCommands,
+    /// A certificate without the blank line before its commands.
+    #[error("malformed push certificate {0}")]
+    MalformedCert(String),
     /// More commands than `berth.maxCommands`.
     #[error("protocol error: too many commands (more than {0}, see berth.maxCommands)")]
     TooManyCommands(usize),
@@ -146,6 +158,30 @@ pub fn read<R: Read>(reader: &mut pktline::Reader<R>, limits: &Limits) -> Result
         if let Some(features) = features {
             parse_capabilities(features, limits, &mut req.capabilities)?;
         }
+        if line == b"push-cert" {
+            // A signed push: the certificate's lines are kept as they are (not chomped); a
+            // flush inside it ends the whole request.
+            let cert = req.push_cert.get_or_insert_with(Vec::new);
+            let mut true_flush = false;
+            loop {
+                if reader.bytes_read() - start > limits.max_bytes {
+                    return Err(Error::TooLarge(limits.max_bytes));
+                }
+                match reader.read()? {
+                    Packet::Flush => {
+                        true_flush = true;
+                        break;
+                    }
+                    Packet::Data(b"push-cert-end\n") => break,
+                    Packet::Data(d) => cert.extend_from_slice(d),
+                    _ => return Err(Error::UnexpectedPacket),
+                }
+            }
+            if true_flush {
+                break;
+            }
+            continue;
+        }
         if req.commands.len() >= limits.max_commands {
             return Err(Error::TooManyCommands(limits.max_commands));
         }
@@ -153,6 +189,25 @@ pub fn read<R: Read>(reader: &mut pktline::Reader<R>, limits: &Limits) -> Result
     }
     if !saw_any {
         return Ok(Start::Nothing);
+    }
+    if let Some(cert) = &req.push_cert {
+        if !req.commands.is_empty() {
+            return Err(Error::CertAndCommands);
+        }
+        let body = cert
+            .find(b"\n\n")
+            .map(|i| i + 2)
+            .ok_or_else(|| Error::MalformedCert(lossy(&cert[..cert.len().min(100)])))?;
+        let end = crate::push_cert::signature_start(cert).max(body);
+        for line in cert[body..end]
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+        {
+            if req.commands.len() >= limits.max_commands {
+                return Err(Error::TooManyCommands(limits.max_commands));
+            }
+            req.commands.push(parse_command(line, hex_len)?);
+        }
     }
     if req.capabilities.push_options {
         loop {

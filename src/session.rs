@@ -148,6 +148,14 @@ pub fn run(
     let repo = Repository::open(dir)?;
     let config = &repo.config;
     let hook_set = HookSet::discover(&repo.git_dir, &repo.config_file)?;
+    // Signed pushes: the nonce is issued when the session starts, as git does.
+    let push_cert_nonce = config.cert_nonce_seed.as_deref().map(|seed| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        crate::push_cert::nonce(dir, now, seed)
+    });
     // As git: every ref operation happens under `GIT_NAMESPACE`'s prefix; clients, reports and
     // hooks see the names without it.
     let namespace = policy::namespace_prefix(&std::env::var("GIT_NAMESPACE").unwrap_or_default());
@@ -161,7 +169,7 @@ pub fn run(
             pktline::write_data(&mut out, b"version 1\n")?;
         }
         let alternates = advertise::alternate_tips(&repo);
-        let caps = advertise::capabilities(config);
+        let caps = advertise::capabilities(config, push_cert_nonce.as_deref());
         advertise::write(
             &mut out,
             &refs,
@@ -210,8 +218,20 @@ pub fn run(
         &repo,
         &req.push_options,
     );
+    let certificate = req
+        .push_cert
+        .as_deref()
+        .map(|bytes| crate::push_cert::Certificate {
+            bytes,
+            issued_nonce: push_cert_nonce.clone(),
+            stateless: options.stateless_rpc,
+            dir,
+            seed: config.cert_nonce_seed.as_deref().unwrap_or_default(),
+            slop: config.cert_nonce_slop,
+        });
     let hooks = Hooks {
         base_env: &options.hook_env,
+        certificate,
         ..hooks
     };
     let atomic = req.capabilities.atomic;
@@ -229,6 +249,13 @@ pub fn run(
             new_shallow: Vec::new(),
         })
         .collect();
+    if let Some(cert) = &hooks.certificate
+        && !cert.options_match(&req.push_options)
+    {
+        for c in &mut cmds {
+            c.error = Some("inconsistent push options".into());
+        }
+    }
 
     let objects = gix_odb::at(&repo.objects_dir, gix_hash::Kind::Sha1).map_err(Fatal::Objects)?;
 
@@ -876,6 +903,12 @@ struct Hooks<'a> {
     keepalive: Option<std::time::Duration>,
     /// [`Options::hook_env`].
     base_env: &'a [(String, BString)],
+    /// A signed push's certificate.
+    certificate: Option<crate::push_cert::Certificate<'a>>,
+    /// Its `GIT_PUSH_CERT*` variables, worked out (blob written, signature checked) the first
+    /// time a hook needs them.
+    certificate_env: std::cell::OnceCell<Vec<(String, BString)>>,
+    config_file: &'a gix_config::File,
 }
 
 impl<'a> Hooks<'a> {
@@ -894,6 +927,20 @@ impl<'a> Hooks<'a> {
             keepalive: (repo.config.keep_alive > 0)
                 .then(|| std::time::Duration::from_secs(repo.config.keep_alive as u64)),
             base_env: &[],
+            certificate: None,
+            certificate_env: std::cell::OnceCell::new(),
+            config_file: &repo.config_file,
+        }
+    }
+
+    /// `GIT_PUSH_CERT*` for pre- and post-receive of a signed push; the certificate blob goes
+    /// into `objects_dir` (the quarantine during pre-receive).
+    fn certificate_env(&self, objects_dir: &std::path::Path) -> &[(String, BString)] {
+        match &self.certificate {
+            Some(cert) => self
+                .certificate_env
+                .get_or_init(|| cert.env(objects_dir, self.config_file)),
+            None => &[],
         }
     }
 
@@ -963,6 +1010,9 @@ impl<'a> Hooks<'a> {
         }
         let stdin = command_lines(cmds.iter());
         let mut env = self.push_option_env();
+        env.extend_from_slice(
+            self.certificate_env(quarantine.map_or(self.objects_dir, Quarantine::path)),
+        );
         if let Some(q) = quarantine {
             env.extend(quarantine_env(q.path(), self.objects_dir));
         }
@@ -1181,7 +1231,8 @@ impl<'a> Hooks<'a> {
             return Ok(());
         }
         let stdin = command_lines(updated());
-        let env = self.push_option_env();
+        let mut env = self.push_option_env();
+        env.extend_from_slice(self.certificate_env(self.objects_dir));
         self.set.run(
             Event::PostReceive,
             &self.invocation(&[], Some(&stdin), &env),

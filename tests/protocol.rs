@@ -548,3 +548,69 @@ fn alternate_refs_command_and_prefixes() {
         assert_eq!(run.stdout.matches(" .have\n").count(), 1, "{key}: {run:?}");
     }
 }
+
+/// Signed pushes: the certificate's commands, its push options checked against the pushed ones,
+/// the nonce's HMAC (a nonce of another request passes in stateless mode within
+/// `receive.certNonceSlop`), and the `GIT_PUSH_CERT*` variables post-receive gets — the same from
+/// git and from berth.
+#[test]
+fn signed_push_certificate() {
+    for options_match in [true, false] {
+        let (run, w) = differential(
+            |w| {
+                let (c1, c2) = server_with_history(w);
+                w.git("srv.git", &["config", "receive.certNonceSeed", "sekrit"]);
+                w.git("srv.git", &["config", "receive.certNonceSlop", "100000000"]);
+                w.git(
+                    "srv.git",
+                    &["config", "receive.advertisePushOptions", "true"],
+                );
+                let hook = w.path("srv.git/hooks/post-receive");
+                std::fs::write(
+                    &hook,
+                    "#!/bin/sh\ncat >/dev/null\n{ git cat-file blob $GIT_PUSH_CERT | head -3; env | grep '^GIT_PUSH_CERT_' | grep -v '^GIT_PUSH_CERT=' | sort; } >../cert.log\n",
+                )
+                .unwrap();
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+                let nonce = berth::push_cert::nonce("srv.git", 1_700_000_000, "sekrit");
+                let cert_lines = [
+                    "certificate version 0.1\n".to_owned(),
+                    "pusher C O Mitter <committer@example.com> 1700000000 +0000\n".to_owned(),
+                    "pushee srv.git\n".to_owned(),
+                    format!("nonce {nonce}\n"),
+                    "push-option ci.skip\n".to_owned(),
+                    "\n".to_owned(),
+                    format!("{c1} {c2} refs/heads/main\n"),
+                    "-----BEGIN PGP SIGNATURE-----\n".to_owned(),
+                    "not a real signature\n".to_owned(),
+                    "-----END PGP SIGNATURE-----\n".to_owned(),
+                ];
+                let mut v = pkt("push-cert\0 report-status push-options");
+                for l in &cert_lines {
+                    v.extend(pkt(l));
+                }
+                v.extend(pkt("push-cert-end\n"));
+                v.extend(b"0000");
+                v.extend(pkt(if options_match { "ci.skip" } else { "other" }));
+                v.extend(b"0000");
+                v.extend(pack_of(w, &format!("{c2}\n^{c1}\n")));
+                v
+            },
+            &["--stateless-rpc"],
+            &[],
+        );
+        if options_match {
+            assert!(run.stdout.contains("ok refs/heads/main"), "{run:?}");
+            let log = std::fs::read_to_string(w.path("cert.log")).unwrap();
+            assert!(log.starts_with("certificate version 0.1\n"), "{log}");
+            assert!(log.contains("GIT_PUSH_CERT_NONCE_STATUS=OK"), "{log}");
+        } else {
+            assert!(
+                run.stdout
+                    .contains("ng refs/heads/main inconsistent push options"),
+                "{run:?}"
+            );
+        }
+    }
+}
