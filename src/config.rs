@@ -492,8 +492,9 @@ pub fn parse_config_parameters(s: &str) -> Vec<(String, Option<String>)> {
             break;
         };
         if chars.next_if_eq(&'=').is_some() {
-            let value = quoted(&mut chars).unwrap_or_default();
-            out.push((first, Some(value)));
+            // `'key'=` without a quoted value is git's encoding of a key without a value.
+            let value = quoted(&mut chars);
+            out.push((first, value));
         } else if let Some((k, v)) = first.split_once('=') {
             out.push((k.to_owned(), Some(v.to_owned())));
         } else {
@@ -516,6 +517,14 @@ mod tests {
                 ("a.b".into(), Some("c".into())),
                 ("x.y".into(), None),
                 ("q.r".into(), Some("it's".into())),
+            ]
+        );
+        // git master writes a key given without a value as `'key'=`.
+        assert_eq!(
+            parse_config_parameters("'receive.fsck.skiplist'= 'a.b'=''"),
+            vec![
+                ("receive.fsck.skiplist".into(), None),
+                ("a.b".into(), Some(String::new()))
             ]
         );
     }

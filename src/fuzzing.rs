@@ -67,6 +67,7 @@ pub fn pack(data: &[u8]) {
         fsck: Some(Vec::new()),
         max_object_size: 16 << 20,
         shallow: Default::default(),
+        reject_thin_pack: false,
     };
     let mut input = data;
     if let Ok(received) = crate::ingest::receive_pack(&mut input, &quarantine, &objects, options)

@@ -227,6 +227,8 @@ pub struct Options {
     pub count_deltas: bool,
     /// `receive.unpackLimit`: packs of fewer objects become loose objects.
     pub unpack_limit: u32,
+    /// Do not complete thin packs from the repository (`--reject-thin-pack-for-testing`).
+    pub reject_thin_pack: bool,
     /// `receive.fsckObjects` with its `receive.fsck.*` settings: check every received object
     /// as git's `index-pack --strict` does. `None`: no checks.
     pub fsck: Option<Vec<crate::fsck::Setting>>,
@@ -320,7 +322,7 @@ pub fn receive_pack(
         Some(&quarantine.pack_dir()),
         &mut gix_features::progress::Discard,
         &interrupt,
-        Some(repo_objects.clone()),
+        (!options.reject_thin_pack).then(|| repo_objects.clone()),
         gix_hash::Kind::Sha1,
         gix_pack::bundle::write::Options {
             thread_limit: options.thread_limit,

@@ -125,6 +125,9 @@ struct ReceivePackArgs {
     /// Do not check that the pushed objects are complete.
     #[arg(long)]
     skip_connectivity_check: bool,
+    /// Refuse thin packs (git's test option).
+    #[arg(long, hide = true)]
+    reject_thin_pack_for_testing: bool,
     /// The repository.
     directory: Vec<String>,
 }
@@ -285,6 +288,7 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
         advertise_refs: a.http_backend_info_refs,
         quiet: a.quiet,
         skip_connectivity_check: a.skip_connectivity_check,
+        reject_thin_pack: a.reject_thin_pack_for_testing,
         protocol_version: std::env::var("GIT_PROTOCOL")
             .map(|p| berth::session::protocol_version(&p))
             .unwrap_or(0),

@@ -39,6 +39,8 @@ pub struct Options {
     pub quiet: bool,
     /// `--skip-connectivity-check`.
     pub skip_connectivity_check: bool,
+    /// `--reject-thin-pack-for-testing`: do not complete thin packs (git's test option).
+    pub reject_thin_pack: bool,
     /// The protocol version the client asked for (see [`protocol_version`]); 0 for none.
     pub protocol_version: u32,
     /// The reflog identity `(name, email)`, taking precedence over `GIT_COMMITTER_*` and
@@ -274,6 +276,7 @@ pub fn run(
                     // git shows index-pack's progress only through the sideband.
                     count_deltas: !quiet && mode == Mode::Band64k,
                     unpack_limit: config.unpack_limit,
+                    reject_thin_pack: options.reject_thin_pack,
                     fsck: config.fsck_objects.then(|| config.fsck.clone()),
                     max_object_size: config.max_object_size,
                     shallow: repo
