@@ -541,3 +541,41 @@ fn pushes_from_shallow_clones_need_receive_shallow_update() {
     );
     assert!(o.pushes[1].success, "{:#?}", o.pushes[1]);
 }
+
+/// A stale `<ref>.lock` (a crashed writer) fails that ref alone, with git's wording, as
+/// git receive-pack does; the other refs of the push land.
+#[test]
+fn stale_ref_lock_fails_only_that_ref() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.work("src");
+        w.commit("src", "a", "1");
+        w.git("src", &["branch", "locked"]);
+        let mut p = vec![w.push("src", r, "srv.git", &["main", "locked"])];
+        std::fs::write(w.path("srv.git/refs/heads/locked.lock"), "").unwrap();
+        w.commit("src", "a", "2");
+        w.git("src", &["branch", "-f", "locked"]);
+        let mut last = w.push("src", r, "srv.git", &["main", "locked"]);
+        // git 2.47 names the lock through `./` and explains at length; the verdicts are the same.
+        last.stderr = last
+            .stderr
+            .lines()
+            .filter(|l| !l.starts_with("remote:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        p.push(last);
+        std::fs::remove_file(w.path("srv.git/refs/heads/locked.lock")).unwrap();
+        p
+    });
+    let p = &o.pushes[1];
+    assert!(
+        p.stdout.contains(" \trefs/heads/main:refs/heads/main\t"),
+        "{p:#?}"
+    );
+    assert!(
+        p.stdout.contains(
+            "!\trefs/heads/locked:refs/heads/locked\t[remote rejected] (failed to update ref)"
+        ),
+        "{p:#?}"
+    );
+}

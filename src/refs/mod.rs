@@ -338,7 +338,7 @@ impl FilesStore {
                             hook(TransactionState::Committed, &batch);
                             Ok(results)
                         }
-                        Err(e) => Err(TransactionError::Store(one_line(&e.to_string()))),
+                        Err(e) => Err(TransactionError::Store(describe(&e))),
                     };
                 }
                 Err(e) => {
@@ -346,7 +346,7 @@ impl FilesStore {
                     match failed {
                         Some((i, err)) if !atomic => results[i] = Err(err),
                         Some((_, err)) => return Err(err.into()),
-                        None => return Err(TransactionError::Store(one_line(&format!("{e:#}")))),
+                        None => return Err(TransactionError::Store(describe(&e))),
                     }
                 }
             }
@@ -480,14 +480,19 @@ fn classify(
     for meta in e.metadata() {
         for (key, value) in meta.iter() {
             if key.as_ref() as &str == "reference" {
-                let name = value.to_string();
-                if let Some(i) = find(name.as_bytes()) {
+                let name: Vec<u8> = match value {
+                    gix_error::MetadataValue::Bytes(b) => b.clone(),
+                    gix_error::MetadataValue::String(s) => s.clone().into_bytes(),
+                    other => other.to_string().into_bytes(),
+                };
+                if let Some(i) = find(&name) {
                     return Some((
                         i,
                         RefError::Other {
                             message: format!(
-                                "cannot lock ref '{name}': {}",
-                                one_line(&e.to_string())
+                                "cannot lock ref '{}': {}",
+                                name.as_bstr(),
+                                describe(e)
                             ),
                         },
                     ));
@@ -500,6 +505,29 @@ fn classify(
 
 fn one_line(s: &str) -> String {
     s.lines().next().unwrap_or_default().to_owned()
+}
+
+/// One line for the client from a gix error: git's wording for a lock held by someone else
+/// (`Unable to create '<path>.lock': File exists.`), else the innermost message.
+fn describe(e: &gix_error::Error) -> String {
+    for err in e.iter_errors() {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::AlreadyExists
+        {
+            return "Unable to create lock file: File exists.".into();
+        }
+        let text = err.to_string();
+        if let Some(at) = text.find(".lock")
+            && let Some(start) = text[..at].rfind(['\'', '"', '`'])
+        {
+            let path = &text[start + 1..at + 5];
+            return format!("Unable to create '{path}': File exists.");
+        }
+    }
+    e.iter_errors()
+        .last()
+        .map(|err| one_line(&err.to_string()))
+        .unwrap_or_else(|| one_line(&e.to_string()))
 }
 
 /// Which ref names exist as loose files, answered from one directory listing per directory
