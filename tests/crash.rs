@@ -21,6 +21,8 @@
 //! left by a kill are left alone, as git leaves its own (`git gc` / `git prune` remove them).
 #![allow(clippy::type_complexity)]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::os::unix::process::ExitStatusExt;
@@ -62,17 +64,16 @@ struct Env {
 
 impl Env {
     fn new() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("berth-crash-")
-            .tempdir()
-            .unwrap();
-        std::fs::create_dir(dir.path().join("home")).unwrap();
-        std::fs::write(
-            dir.path().join("home/.gitconfig"),
-            "[pack]\n\tthreads = 1\n[init]\n\tdefaultBranch = main\n",
-        )
-        .unwrap();
-        Env { dir }
+        Env {
+            dir: common::scratch(
+                "berth-crash-",
+                "[pack]
+	threads = 1
+[init]
+	defaultBranch = main
+",
+            ),
+        }
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -80,23 +81,7 @@ impl Env {
     }
 
     fn cmd(&self, program: impl AsRef<OsStr>, cwd: &Path) -> Command {
-        let mut c = Command::new(program);
-        c.current_dir(cwd)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.path("home"))
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", self.path("home/.gitconfig"))
-            .env("GIT_AUTHOR_NAME", "A U Thor")
-            .env("GIT_AUTHOR_EMAIL", "author@example.com")
-            .env("GIT_COMMITTER_NAME", "C O Mitter")
-            .env("GIT_COMMITTER_EMAIL", "committer@example.com")
-            .env("GIT_AUTHOR_DATE", "1700000000 +0000")
-            .env("GIT_COMMITTER_DATE", "1700000000 +0000")
-            .env("LANG", "C")
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null());
-        c
+        common::isolated_command(program, cwd, &self.path("home"), "1700000000 +0000")
     }
 
     fn git_out(&self, cwd: &Path, args: &[&str]) -> Output {
@@ -118,7 +103,7 @@ impl Env {
     fn git_stdin(&self, cwd: &Path, args: &[&str], input: &[u8]) -> Output {
         let mut cmd = self.cmd("git", cwd);
         cmd.args(args);
-        run_with_stdin(cmd, input)
+        common::run_with_stdin(cmd, input)
     }
 
     /// The refs of `repo` (`name → id`), asserting git reads every one of them without a
@@ -162,24 +147,6 @@ impl Env {
             ))
         }
     }
-}
-
-fn run_with_stdin(mut cmd: Command, input: &[u8]) -> Output {
-    use std::io::Write;
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let input = input.to_vec();
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(&input);
-    });
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
-    out
 }
 
 fn pkt(s: &str) -> Vec<u8> {

@@ -5,6 +5,8 @@
 //! Ignored by default (it writes ~600 MiB to the temp directory and takes about a minute with a
 //! debug build): `cargo test --test memory -- --ignored --nocapture`.
 
+mod common;
+
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,19 +26,12 @@ impl Env {
     }
 
     fn cmd(&self, program: impl AsRef<OsStr>) -> Command {
-        let mut c = Command::new(program);
-        c.current_dir(self.dir.path())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_COMMITTER_NAME", "C O Mitter")
-            .env("GIT_COMMITTER_EMAIL", "committer@example.com")
-            .env("GIT_COMMITTER_DATE", "1700000000 +0000")
-            .env("LANG", "C")
-            .stdin(Stdio::null());
-        c
+        common::isolated_command(
+            program,
+            self.dir.path(),
+            self.dir.path(),
+            "1700000000 +0000",
+        )
     }
 
     fn git(&self, args: &[&str]) -> String {

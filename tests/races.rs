@@ -7,10 +7,12 @@
 //! winner's value (no lost update), an atomic push wins all its refs or none, and the repository
 //! stays `git fsck --strict` clean with no lock left behind.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Barrier};
 
 const ZERO: &str = "0000000000000000000000000000000000000000";
@@ -21,17 +23,16 @@ struct Env {
 
 impl Env {
     fn new() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("berth-races-")
-            .tempdir()
-            .unwrap();
-        std::fs::create_dir(dir.path().join("home")).unwrap();
-        std::fs::write(
-            dir.path().join("home/.gitconfig"),
-            "[pack]\n\tthreads = 1\n[init]\n\tdefaultBranch = main\n",
-        )
-        .unwrap();
-        Env { dir }
+        Env {
+            dir: common::scratch(
+                "berth-races-",
+                "[pack]
+	threads = 1
+[init]
+	defaultBranch = main
+",
+            ),
+        }
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -39,23 +40,12 @@ impl Env {
     }
 
     fn cmd(&self, program: impl AsRef<OsStr>) -> Command {
-        let mut c = Command::new(program);
-        c.current_dir(self.dir.path())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.path("home"))
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", self.path("home/.gitconfig"))
-            .env("GIT_AUTHOR_NAME", "A U Thor")
-            .env("GIT_AUTHOR_EMAIL", "author@example.com")
-            .env("GIT_COMMITTER_NAME", "C O Mitter")
-            .env("GIT_COMMITTER_EMAIL", "committer@example.com")
-            .env("GIT_AUTHOR_DATE", "1700000000 +0000")
-            .env("GIT_COMMITTER_DATE", "1700000000 +0000")
-            .env("LANG", "C")
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null());
-        c
+        common::isolated_command(
+            program,
+            self.dir.path(),
+            &self.path("home"),
+            "1700000000 +0000",
+        )
     }
 
     fn git(&self, args: &[&str]) -> String {
@@ -117,23 +107,6 @@ impl Env {
             }
         }
     }
-}
-
-fn run_with_stdin(mut cmd: Command, input: Vec<u8>) -> Output {
-    use std::io::Write;
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(&input);
-    });
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
-    out
 }
 
 fn pkt(s: &str) -> Vec<u8> {
@@ -275,7 +248,7 @@ fn contend(env: &Env, c: &Contender, pack: &[u8], barrier: &Barrier) -> Verdicts
         }
     };
     barrier.wait();
-    let out = run_with_stdin(cmd, input);
+    let out = common::run_with_stdin(cmd, &input);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let mut verdicts = Verdicts::new();

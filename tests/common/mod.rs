@@ -32,6 +32,61 @@ pub fn request(cmds: &[String], caps: &str) -> Vec<u8> {
     v
 }
 
+/// A scratch directory holding `home/` with `gitconfig` as its global git configuration.
+pub fn scratch(prefix: &str, gitconfig: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("home")).unwrap();
+    std::fs::write(dir.path().join("home/.gitconfig"), gitconfig).unwrap();
+    dir
+}
+
+/// `program` in `cwd` with an isolated git environment: no system configuration, `home` as
+/// HOME holding the only global one, a fixed identity and `date`, the C locale, stdin closed.
+pub fn isolated_command(
+    program: impl AsRef<std::ffi::OsStr>,
+    cwd: &Path,
+    home: &Path,
+    date: &str,
+) -> Command {
+    let mut c = Command::new(program);
+    c.current_dir(cwd)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
+        .env("GIT_AUTHOR_NAME", "A U Thor")
+        .env("GIT_AUTHOR_EMAIL", "author@example.com")
+        .env("GIT_COMMITTER_NAME", "C O Mitter")
+        .env("GIT_COMMITTER_EMAIL", "committer@example.com")
+        .env("GIT_AUTHOR_DATE", date)
+        .env("GIT_COMMITTER_DATE", date)
+        .env("LANG", "C")
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null());
+    c
+}
+
+/// Run `cmd` with `input` on its stdin (written from a thread, so a command that answers while
+/// reading cannot deadlock) and return its output whatever the status.
+pub fn run_with_stdin(mut cmd: Command, input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
 /// Which receive-pack the client talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Receiver {
@@ -64,17 +119,13 @@ pub struct World {
 
 impl World {
     pub fn new() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("berth-test-")
-            .tempdir()
-            .unwrap();
-        std::fs::create_dir(dir.path().join("home")).unwrap();
         // One pack thread: the client's delta search, and so the packs it sends, are deterministic.
-        std::fs::write(
-            dir.path().join("home/.gitconfig"),
-            "[pack]\n\tthreads = 1\n",
-        )
-        .unwrap();
+        let dir = scratch(
+            "berth-test-",
+            "[pack]
+	threads = 1
+",
+        );
         World {
             dir,
             tick: std::cell::Cell::new(0),
@@ -96,26 +147,10 @@ impl World {
 
     /// `program` in `cwd` with the same isolated environment as [`World::git_cmd`].
     pub fn cmd(&self, program: impl AsRef<std::ffi::OsStr>, cwd: &str) -> Command {
-        let mut c = Command::new(program);
         let t = self.tick.get() + 1;
         self.tick.set(t);
         let date = format!("{} +0000", 1_700_000_000 + t * 60);
-        c.current_dir(self.path(cwd))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.path("home"))
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", self.path("home/.gitconfig"))
-            .env("GIT_AUTHOR_NAME", "A U Thor")
-            .env("GIT_AUTHOR_EMAIL", "author@example.com")
-            .env("GIT_COMMITTER_NAME", "C O Mitter")
-            .env("GIT_COMMITTER_EMAIL", "committer@example.com")
-            .env("GIT_AUTHOR_DATE", &date)
-            .env("GIT_COMMITTER_DATE", &date)
-            .env("LANG", "C")
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null());
-        c
+        isolated_command(program, &self.path(cwd), &self.path("home"), &date)
     }
 
     /// Run git, panicking with its output if it fails.
@@ -143,22 +178,8 @@ impl World {
     }
 
     /// Run `cmd` with `input` on its stdin and return its output whatever the status.
-    pub fn git_with_stdin_cmd(&self, mut cmd: Command, input: &[u8]) -> Output {
-        use std::io::Write;
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let input = input.to_vec();
-        let writer = std::thread::spawn(move || {
-            let _ = stdin.write_all(&input);
-        });
-        let out = child.wait_with_output().unwrap();
-        writer.join().unwrap();
-        out
+    pub fn git_with_stdin_cmd(&self, cmd: Command, input: &[u8]) -> Output {
+        run_with_stdin(cmd, input)
     }
 
     /// Create `n` refs `<prefix><i>` (zero-padded to 5 digits) at `oid` in `repo`, in one
