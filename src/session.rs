@@ -731,6 +731,9 @@ fn execute_non_atomic<W: Write, E: Write>(
     sb: &mut Sideband<W, E>,
 ) -> Result<(), Fatal> {
     // Deletions first, in their own batch, so a deleted `a/b` does not conflict with a new `a`.
+    // The first batch is checked against the refs read for the decisions; a later one against
+    // the refs as the earlier batch left them.
+    let mut after_first: Option<Refs> = None;
     for deletions in [true, false] {
         let mut queued: Vec<(usize, RefUpdate)> = Vec::new();
         for (i, cmd) in cmds.iter_mut().enumerate() {
@@ -746,7 +749,15 @@ fn execute_non_atomic<W: Write, E: Write>(
         if queued.is_empty() {
             continue;
         }
-        match commit(store, &queued, false, ctx, committer) {
+        let current = match &after_first {
+            Some(refs) => refs,
+            None => &ctx.refs,
+        };
+        let result = commit(store, &queued, false, current, ctx, committer);
+        if deletions {
+            after_first = Some(store.snapshot().map_err(Fatal::Refs)?);
+        }
+        match result {
             Ok(results) => {
                 for ((i, _), result) in queued.iter().zip(results) {
                     if let Err(e) = result {
@@ -792,7 +803,7 @@ fn execute_atomic<W: Write, E: Write>(
     }
     if failure.is_none()
         && !queued.is_empty()
-        && let Err(e) = commit(store, &queued, true, ctx, committer)
+        && let Err(e) = commit(store, &queued, true, &ctx.refs, ctx, committer)
     {
         sb.error(&e)?;
         failure = Some("atomic transaction failed");
@@ -809,6 +820,7 @@ fn commit(
     store: &FilesStore,
     queued: &[(usize, RefUpdate)],
     atomic: bool,
+    current: &Refs,
     ctx: &Decide<'_>,
     committer: &gix_actor::Signature,
 ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
@@ -821,11 +833,10 @@ fn commit(
             )));
         }
     }
-    let current: Refs = store.snapshot().map_err(TransactionError::Store)?;
     let updates: Vec<RefUpdate> = queued.iter().map(|(_, u)| u.clone()).collect();
     store.commit(
         &updates,
-        &current,
+        current,
         atomic,
         committer,
         ctx.objects,
