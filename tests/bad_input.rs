@@ -34,14 +34,7 @@ struct Ids {
 /// A server `srv.git` with `main` and `topic` at c1, and a client `src` one commit ahead.
 fn world() -> (World, Ids) {
     let w = World::new();
-    w.bare("srv.git");
-    w.work("src");
-    let c1 = w.commit("src", "a", "1");
-    w.git(
-        "src",
-        &["push", "-q", "../srv.git", "main", "main:refs/heads/topic"],
-    );
-    let c2 = w.commit("src", "a", "2");
+    let (c1, c2) = w.server_with_history();
     (w, Ids { c1, c2 })
 }
 
@@ -240,23 +233,30 @@ fn create_ref(ids: &Ids, name: &[u8]) -> Vec<u8> {
 
 /// `git pack-objects --stdout` of the objects listed (ids, one per line) in `src`.
 fn pack_objects(w: &World, ids: &[String]) -> Vec<u8> {
-    let out = w.git_with_stdin(
-        "src",
-        &["pack-objects", "--stdout", "-q"],
-        format!("{}\n", ids.join("\n")).as_bytes(),
-    );
-    assert!(out.status.success());
-    out.stdout
+    w.pack(
+        false,
+        &format!(
+            "{}
+",
+            ids.join(
+                "
+"
+            )
+        ),
+    )
 }
 
 /// The pack of c2 (what the server lacks), as `git push` would send it.
 fn c2_pack(w: &World, ids: &Ids) -> Vec<u8> {
-    let out = w.git_with_stdin(
-        "src",
-        &["pack-objects", "--stdout", "--revs", "-q"],
-        format!("{}\n^{}\n", ids.c2, ids.c1).as_bytes(),
-    );
-    out.stdout
+    w.pack(
+        true,
+        &format!(
+            "{}
+^{}
+",
+            ids.c2, ids.c1
+        ),
+    )
 }
 
 fn update_main(ids: &Ids, pack: &[u8]) -> Vec<u8> {

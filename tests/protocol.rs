@@ -160,33 +160,11 @@ fn as_git_2_47(run: &Run) -> Run {
     }
 }
 
-/// A server with `main` and `topic`, and a source with one more commit on main.
-fn server_with_history(w: &World) -> (String, String) {
-    w.bare("srv.git");
-    w.work("src");
-    let c1 = w.commit("src", "a", "1");
-    w.git(
-        "src",
-        &["push", "-q", "../srv.git", "main", "main:refs/heads/topic"],
-    );
-    let c2 = w.commit("src", "a", "2");
-    (c1, c2)
-}
-
-fn pack_of(w: &World, revs: &str) -> Vec<u8> {
-    w.git_with_stdin(
-        "src",
-        &["pack-objects", "--stdout", "--revs", "-q"],
-        revs.as_bytes(),
-    )
-    .stdout
-}
-
 #[test]
 fn advertisement_is_byte_identical() {
     let (run, _) = differential(
         |w| {
-            server_with_history(w);
+            w.server_with_history();
             w.git("srv.git", &["tag", "-a", "-m", "t", "v1", "main"]);
             w.git(
                 "srv.git",
@@ -262,7 +240,7 @@ fn empty_repository_advertises_capabilities_line_and_version_1() {
 fn bare_flush_in_stateless_rpc_writes_nothing() {
     let (run, _) = differential(
         |w| {
-            server_with_history(w);
+            w.server_with_history();
             b"0000".to_vec()
         },
         &["--stateless-rpc"],
@@ -281,7 +259,7 @@ fn report_for_stale_missing_duplicate_and_funny_commands() {
     ] {
         let (run, w) = differential(
             |w| {
-                let (c1, c2) = server_with_history(w);
+                let (c1, c2) = w.server_with_history();
                 let mut v = common::request(
                     &[
                         format!("{ZERO} {c1} refs/heads/new"),
@@ -310,7 +288,7 @@ fn report_for_stale_missing_duplicate_and_funny_commands() {
 #[test]
 fn duplicate_ref_in_one_push_fails_all() {
     let w = World::new();
-    let (c1, _) = server_with_history(&w);
+    let (c1, _) = w.server_with_history();
     let mut input = common::request(
         &[
             format!("{ZERO} {c1} refs/heads/d"),
@@ -336,19 +314,15 @@ fn pack_lacking_an_object_is_refused_and_leaves_nothing() {
     for (atomic, with_good_ref) in [("", true), (" atomic", true), ("", false)] {
         let (run, w) = differential(
             |w| {
-                let (c1, c2) = server_with_history(w);
+                let (c1, c2) = w.server_with_history();
                 // A pack with the new commit but without its tree.
-                let pack = w
-                    .git_with_stdin(
-                        "src",
-                        &["pack-objects", "--stdout", "-q"],
-                        format!(
-                            "{c2}
+                let pack = w.pack(
+                    false,
+                    &format!(
+                        "{c2}
 "
-                        )
-                        .as_bytes(),
-                    )
-                    .stdout;
+                    ),
+                );
                 let mut cmds = vec![format!("{c1} {c2} refs/heads/main")];
                 if with_good_ref {
                     cmds.push(format!("{ZERO} {c1} refs/heads/fine"));
@@ -385,7 +359,7 @@ fn bad_packs_are_unpacker_errors() {
     for pack in [&b""[..], b"JUNK", b"PACK\x00\x00\x00\x09\x00\x00\x00\x00"] {
         let (run, w) = differential(
             |w| {
-                let (c1, c2) = server_with_history(w);
+                let (c1, c2) = w.server_with_history();
                 let mut v =
                     common::request(&[format!("{c1} {c2} refs/heads/main")], " report-status");
                 v.extend(pack);
@@ -406,7 +380,7 @@ fn bad_packs_are_unpacker_errors() {
 fn full_push_with_sideband_matches_git_byte_for_byte() {
     let (run, w) = differential(
         |w| {
-            let (c1, c2) = server_with_history(w);
+            let (c1, c2) = w.server_with_history();
             let mut v = common::request(
                 &[
                     format!("{c1} {c2} refs/heads/main"),
@@ -414,7 +388,7 @@ fn full_push_with_sideband_matches_git_byte_for_byte() {
                 ],
                 " report-status-v2 side-band-64k quiet object-format=sha1 agent=git/2.47.3",
             );
-            v.extend(pack_of(w, &format!("{c2}\n^{c1}\n")));
+            v.extend(w.pack(true, &format!("{c2}\n^{c1}\n")));
             v
         },
         &[],
@@ -464,7 +438,7 @@ fn namespace_advertisement_and_updates() {
     let env = [("GIT_NAMESPACE", "ns")];
     let (run, w) = differential(
         |w| {
-            let (c1, c2) = server_with_history(w);
+            let (c1, c2) = w.server_with_history();
             w.git(
                 "srv.git",
                 &["update-ref", "refs/namespaces/ns/refs/heads/main", &c1],
@@ -485,7 +459,7 @@ fn namespace_advertisement_and_updates() {
                 ],
                 " report-status",
             );
-            v.extend(pack_of(w, &format!("{c2}\n^{c1}\n")));
+            v.extend(w.pack(true, &format!("{c2}\n^{c1}\n")));
             v
         },
         &[],
@@ -521,7 +495,7 @@ fn alternate_refs_command_and_prefixes() {
     ] {
         let (run, _) = differential(
             |w| {
-                let (c1, c2) = server_with_history(w);
+                let (c1, c2) = w.server_with_history();
                 w.bare("alt.git");
                 w.git(
                     "src",
@@ -558,7 +532,7 @@ fn signed_push_certificate() {
     for options_match in [true, false] {
         let (run, w) = differential(
             |w| {
-                let (c1, c2) = server_with_history(w);
+                let (c1, c2) = w.server_with_history();
                 w.git("srv.git", &["config", "receive.certNonceSeed", "sekrit"]);
                 w.git("srv.git", &["config", "receive.certNonceSlop", "100000000"]);
                 w.git(
@@ -594,7 +568,7 @@ fn signed_push_certificate() {
                 v.extend(b"0000");
                 v.extend(pkt(if options_match { "ci.skip" } else { "other" }));
                 v.extend(b"0000");
-                v.extend(pack_of(w, &format!("{c2}\n^{c1}\n")));
+                v.extend(w.pack(true, &format!("{c2}\n^{c1}\n")));
                 v
             },
             &["--stateless-rpc"],

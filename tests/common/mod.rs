@@ -196,6 +196,36 @@ impl World {
         );
     }
 
+    /// A server `srv.git` with `main` and `topic` at one commit, and a client `src` one commit
+    /// ahead on `main`: `(server's commit, client's new commit)`.
+    pub fn server_with_history(&self) -> (String, String) {
+        self.bare("srv.git");
+        self.work("src");
+        let c1 = self.commit("src", "a", "1");
+        self.git(
+            "src",
+            &["push", "-q", "../srv.git", "main", "main:refs/heads/topic"],
+        );
+        let c2 = self.commit("src", "a", "2");
+        (c1, c2)
+    }
+
+    /// `git pack-objects --stdout` in `src`: with `revs`, of the revisions listed (as `git
+    /// push` builds its pack), else of exactly the objects listed.
+    pub fn pack(&self, revs: bool, list: &str) -> Vec<u8> {
+        let mut args = vec!["pack-objects", "--stdout", "-q"];
+        if revs {
+            args.push("--revs");
+        }
+        let out = self.git_with_stdin("src", &args, list.as_bytes());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
     /// `git init --bare <name>` in the world, and return its name.
     pub fn bare(&self, name: &str) -> String {
         self.git(".", &["init", "-q", "--bare", "-b", "main", name]);
