@@ -177,9 +177,9 @@ pub fn alternate_tips(repo: &crate::repository::Repository) -> Vec<ObjectId> {
                 }
             }
             None => {
-                let store =
-                    crate::refs::FilesStore::open(path, crate::config::LogRefUpdates::Never);
-                let Ok(refs) = store.snapshot() else { continue };
+                let Ok(refs) = crate::refs::open_other(path).snapshot() else {
+                    continue;
+                };
                 for (name, id) in refs.iter() {
                     let wanted = prefixes.is_empty()
                         || prefixes.iter().any(|p| {

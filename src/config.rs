@@ -68,6 +68,9 @@ pub enum Error {
     /// A `receive.fsck.*` key without a value, given with `git -c`.
     #[error("unable to parse '{0}' from command-line config")]
     MissingValueParameter(String),
+    /// A `reftable.*` value out of the range git accepts.
+    #[error("{0}")]
+    ReftableOption(String),
     /// A `receive.fsck.*` key without a value in a configuration file.
     #[error("bad config variable '{key}' in file '{file}' at line {line}")]
     MissingValue {
@@ -119,6 +122,10 @@ pub struct Config {
     pub log_ref_updates: LogRefUpdates,
     /// `core.bare`, if set.
     pub bare: Option<bool>,
+    /// `reftable.blockSize`, `restartInterval`, `indexObjects`, `geometricFactor`,
+    /// `autoCompaction`, `lockTimeout` (and `GIT_TEST_REFTABLE_AUTOCOMPACTION`, which git's own
+    /// tests set), for reftable repositories.
+    pub reftable: crate::reftable::WriteOptions,
     /// `berth.maxCommands`: how many commands one push may carry.
     pub max_commands: usize,
     /// `berth.maxRequestBytes`: how many bytes the command list and push options may take.
@@ -169,6 +176,7 @@ impl Default for Config {
             shallow_update: false,
             log_ref_updates: LogRefUpdates::Never,
             bare: None,
+            reftable: Default::default(),
             max_commands: 4_000_000,
             max_request_bytes: 1 << 30,
             max_push_options: 10_000,
@@ -294,6 +302,34 @@ impl Config {
                 None => return Err(Error::BadBool(v)),
             },
         };
+        let rt = &mut c.reftable;
+        let block_size = n("reftable.blockSize", rt.block_size.into())?;
+        if !(0..=16_777_215).contains(&block_size) {
+            return Err(Error::ReftableOption(
+                "reftable block size cannot exceed 16MB".into(),
+            ));
+        }
+        if block_size > 0 {
+            rt.block_size = block_size as u32;
+        }
+        let restart_interval = n("reftable.restartInterval", rt.restart_interval.into())?;
+        if !(0..=i64::from(u16::MAX)).contains(&restart_interval) {
+            return Err(Error::ReftableOption(format!(
+                "reftable block size cannot exceed {}",
+                u16::MAX
+            )));
+        }
+        if restart_interval > 0 {
+            rt.restart_interval = restart_interval as u16;
+        }
+        rt.index_objects = b("reftable.indexObjects", true)?;
+        rt.geometric_factor = n("reftable.geometricFactor", 2)?.clamp(0, 255) as u8;
+        rt.lock_timeout_ms = n("reftable.lockTimeout", 100)?;
+        rt.disable_auto_compact = !b("reftable.autoCompaction", true)?
+            || std::env::var("GIT_TEST_REFTABLE_AUTOCOMPACTION")
+                .ok()
+                .and_then(|v| parse_bool(&v))
+                == Some(false);
         c.max_commands = n("berth.maxCommands", c.max_commands as i64)?.max(1) as usize;
         c.max_request_bytes = n("berth.maxRequestBytes", c.max_request_bytes as i64)?.max(1) as u64;
         c.max_push_options = n("berth.maxPushOptions", c.max_push_options as i64)?.max(0) as usize;

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::{self, Config};
+use crate::refs::{RefFormat, RefStore};
 
 /// Why the repository cannot be served.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,8 @@ pub struct Repository {
     pub config: Config,
     /// The whole configuration, for what is looked up by pattern (hooks).
     pub config_file: gix_config::File,
+    /// Where its refs live (`extensions.refStorage`).
+    pub ref_format: RefFormat,
 }
 
 impl Repository {
@@ -61,12 +64,13 @@ impl Repository {
             .ok_or_else(not_repo)?;
         let git_dir = git_dir.canonicalize().map_err(|_| not_repo())?;
         let (config, file) = Config::load(&git_dir)?;
-        check_format(&file)?;
+        let ref_format = check_format(&file)?;
         Ok(Repository {
             objects_dir: git_dir.join("objects"),
             git_dir,
             config,
             config_file: file,
+            ref_format,
         })
     }
 
@@ -77,28 +81,14 @@ impl Repository {
             .unwrap_or_else(|| self.git_dir.file_name().is_none_or(|n| n != ".git"))
     }
 
-    /// If the ref `name` is a symbolic ref: the name of the ref it finally points to (`None`
-    /// when the chain is too long to resolve). Symbolic refs are always loose files.
-    pub fn symref_target(&self, name: &[u8]) -> Option<Option<String>> {
-        let read = |n: &str| -> Option<String> {
-            let content = std::fs::read_to_string(self.git_dir.join(n)).ok()?;
-            content
-                .strip_prefix("ref: ")
-                .map(|t| t.trim_end().to_owned())
-        };
-        let name = std::str::from_utf8(name).ok()?;
-        if name.contains("..") {
-            return None;
-        }
-        let mut target = read(name)?;
-        for _ in 0..5 {
-            match read(&target) {
-                Some(next) if !next.contains("..") => target = next,
-                Some(_) => return Some(None),
-                None => return Some(Some(target)),
-            }
-        }
-        Some(None)
+    /// The repository's ref store.
+    pub fn ref_store(&self) -> Box<dyn RefStore> {
+        crate::refs::open(
+            &self.git_dir,
+            self.ref_format,
+            self.config.log_ref_updates,
+            self.config.reftable,
+        )
     }
 
     /// The repository's shallow commits (`$GIT_DIR/shallow`), in file order.
@@ -157,7 +147,7 @@ impl Repository {
         out.push(Worktree {
             path: if bare { None } else { main_path },
             git_dir: self.git_dir.clone(),
-            head: read_symbolic_head(&self.git_dir.join("HEAD")),
+            head: read_symbolic_head(&self.git_dir, self.ref_format),
         });
         if let Ok(dir) = std::fs::read_dir(self.git_dir.join("worktrees")) {
             for entry in dir.flatten() {
@@ -167,7 +157,7 @@ impl Repository {
                     .and_then(|p| Path::new(p.trim_end()).parent().map(Path::to_owned));
                 out.push(Worktree {
                     path,
-                    head: read_symbolic_head(&wt_git_dir.join("HEAD")),
+                    head: read_symbolic_head(&wt_git_dir, self.ref_format),
                     git_dir: wt_git_dir,
                 });
             }
@@ -194,8 +184,17 @@ impl Worktree {
     }
 }
 
-fn read_symbolic_head(path: &Path) -> Option<String> {
-    let content = std::fs::read_to_string(path).ok()?;
+/// The branch the `HEAD` of the worktree whose git directory is `git_dir` names: a file in the
+/// files backend, a record of that worktree's own stack in reftable.
+fn read_symbolic_head(git_dir: &Path, format: RefFormat) -> Option<String> {
+    if format == RefFormat::Reftable {
+        let stack = crate::reftable::Stack::open(git_dir.join("reftable")).ok()?;
+        return match stack.read_ref(b"HEAD").ok()?? {
+            crate::reftable::RefValue::Symref(target) => String::from_utf8(target.into()).ok(),
+            _ => None,
+        };
+    }
+    let content = std::fs::read_to_string(git_dir.join("HEAD")).ok()?;
     content
         .strip_prefix("ref: ")
         .map(|r| r.trim_end().to_owned())
@@ -216,7 +215,8 @@ fn is_git_dir(path: &Path) -> bool {
     path.join("objects").is_dir() && path.join("refs").is_dir() && path.join("HEAD").is_file()
 }
 
-fn check_format(file: &gix_config::File) -> Result<(), Error> {
+/// The repository's ref format, or why berth cannot write it.
+fn check_format(file: &gix_config::File) -> Result<RefFormat, Error> {
     if let Some(format) = file.string("extensions.objectFormat")
         && !format.eq_ignore_ascii_case(b"sha1")
     {
@@ -224,12 +224,12 @@ fn check_format(file: &gix_config::File) -> Result<(), Error> {
             "berth does not yet support repositories with extensions.objectFormat={format}; refusing to write"
         )));
     }
-    if let Some(storage) = file.string("extensions.refStorage")
-        && !storage.eq_ignore_ascii_case(b"files")
-    {
-        return Err(Error::Unsupported(format!(
-            "berth does not yet support repositories with extensions.refStorage={storage}; refusing to write"
-        )));
+    match file.string("extensions.refStorage") {
+        None => Ok(RefFormat::Files),
+        Some(s) if s.eq_ignore_ascii_case(b"files") => Ok(RefFormat::Files),
+        Some(s) if s.eq_ignore_ascii_case(b"reftable") => Ok(RefFormat::Reftable),
+        Some(storage) => Err(Error::Unsupported(format!(
+            "berth does not support repositories with extensions.refStorage={storage}; refusing to write"
+        ))),
     }
-    Ok(())
 }

@@ -22,7 +22,7 @@ use crate::config::DenyAction;
 use crate::connectivity::{self, Check};
 use crate::hooks::{self, Event, HookSet, Invocation, TransactionState, Verdict};
 use crate::ingest::{self, Quarantine};
-use crate::refs::{FilesStore, RefError, RefUpdate, Refs, TransactionError};
+use crate::refs::{RefError, RefStore, RefUpdate, Refs, TransactionError};
 use crate::repository::Repository;
 use crate::request::{self, Command, Start};
 use crate::sideband::{Mode, Sideband};
@@ -161,7 +161,7 @@ pub fn run(
     // As git: every ref operation happens under `GIT_NAMESPACE`'s prefix; clients, reports and
     // hooks see the names without it.
     let namespace = policy::namespace_prefix(&std::env::var("GIT_NAMESPACE").unwrap_or_default());
-    let store = FilesStore::open(&repo.git_dir, config.log_ref_updates);
+    let store = repo.ref_store();
     let mut out = BufWriter::with_capacity(64 * 1024, output);
 
     if options.advertise_refs || !options.stateless_rpc {
@@ -379,7 +379,7 @@ pub fn run(
             }
             if cmds.iter().any(Cmd::pending) {
                 let _span = info_span!("update").entered();
-                check_aliased_updates(&mut cmds, &repo, &namespace, &mut sb)?;
+                check_aliased_updates(&mut cmds, store.as_ref(), &namespace, &mut sb)?;
                 if proc_receive {
                     let _span = info_span!("proc_receive").entered();
                     let advertised_options = req.capabilities.push_options;
@@ -402,9 +402,9 @@ pub fn run(
                 };
                 let committer = committer(config, options.committer.as_ref());
                 if atomic {
-                    execute_atomic(&mut cmds, &ctx, &store, &committer, &mut sb)?;
+                    execute_atomic(&mut cmds, &ctx, store.as_ref(), &committer, &mut sb)?;
                 } else {
-                    execute_non_atomic(&mut cmds, &ctx, &store, &committer, &mut sb)?;
+                    execute_non_atomic(&mut cmds, &ctx, store.as_ref(), &committer, &mut sb)?;
                 }
             }
         }
@@ -496,7 +496,7 @@ fn check_connectivity<W: Write, E: Write>(
 /// `check_aliased_updates`).
 fn check_aliased_updates<W: Write, E: Write>(
     cmds: &mut [Cmd],
-    repo: &Repository,
+    store: &dyn RefStore,
     namespace: &str,
     sb: &mut Sideband<W, E>,
 ) -> io::Result<()> {
@@ -505,13 +505,20 @@ fn check_aliased_updates<W: Write, E: Write>(
         .enumerate()
         .map(|(i, c)| (c.command.name.clone(), i))
         .collect();
-    let mut loose = crate::refs::LooseFiles::new(&repo.git_dir);
-    for i in 0..cmds.len() {
-        let full = [namespace.as_bytes(), cmds[i].command.name.as_slice()].concat();
-        if cmds[i].error.is_some() || !loose.exists(full.as_bstr()) {
+    let names: Vec<BString> = cmds
+        .iter()
+        .map(|c| {
+            [namespace.as_bytes(), c.command.name.as_slice()]
+                .concat()
+                .into()
+        })
+        .collect();
+    let symrefs = store.symref_targets(&names);
+    for (i, target) in symrefs.into_iter().enumerate() {
+        if cmds[i].error.is_some() {
             continue;
         }
-        let Some(target) = repo.symref_target(&full) else {
+        let Some(target) = target else {
             continue;
         };
         let Some(target) = target else {
@@ -524,10 +531,10 @@ fn check_aliased_updates<W: Write, E: Write>(
             continue;
         };
         let in_push = target
-            .strip_prefix(namespace)
-            .and_then(|t| by_name.get(t.as_bytes().as_bstr()));
+            .strip_prefix(namespace.as_bytes())
+            .and_then(|t| by_name.get(t.as_bstr()));
         let Some(&j) = in_push else {
-            cmds[i].target = Some(target.into());
+            cmds[i].target = Some(target);
             continue;
         };
         cmds[i].skip_update = true;
@@ -726,7 +733,7 @@ fn decide<W: Write, E: Write>(
 fn execute_non_atomic<W: Write, E: Write>(
     cmds: &mut [Cmd],
     ctx: &Decide<'_>,
-    store: &FilesStore,
+    store: &dyn RefStore,
     committer: &gix_actor::Signature,
     sb: &mut Sideband<W, E>,
 ) -> Result<(), Fatal> {
@@ -781,7 +788,7 @@ fn execute_non_atomic<W: Write, E: Write>(
 fn execute_atomic<W: Write, E: Write>(
     cmds: &mut [Cmd],
     ctx: &Decide<'_>,
-    store: &FilesStore,
+    store: &dyn RefStore,
     committer: &gix_actor::Signature,
     sb: &mut Sideband<W, E>,
 ) -> Result<(), Fatal> {
@@ -817,7 +824,7 @@ fn execute_atomic<W: Write, E: Write>(
 }
 
 fn commit(
-    store: &FilesStore,
+    store: &dyn RefStore,
     queued: &[(usize, RefUpdate)],
     atomic: bool,
     current: &Refs,

@@ -20,6 +20,57 @@ use crate::config::LogRefUpdates;
 use crate::hooks::TransactionState;
 
 mod packed;
+mod reftable;
+
+pub use reftable::ReftableStore;
+
+/// Where a repository keeps its refs (`extensions.refStorage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefFormat {
+    /// Loose files and `packed-refs`.
+    Files,
+    /// A reftable stack in `$GIT_DIR/reftable`.
+    Reftable,
+}
+
+/// A repository's ref storage, as a push uses it: one snapshot of the refs, the symbolic refs
+/// among the pushed names, and one transaction for the push's updates.
+pub trait RefStore {
+    /// Every ref under `refs/`; symbolic refs resolve to their target's value, broken ones are
+    /// left out.
+    fn snapshot(&self) -> Result<Refs, String>;
+
+    /// For each of `names`: `None` if it is not a symbolic ref, else the name of the ref it
+    /// finally points to (`Some(None)` when the chain is broken or too long).
+    fn symref_targets(&self, names: &[BString]) -> Vec<Option<Option<BString>>>;
+
+    /// Commit `updates` as one transaction. With `atomic`, any failure fails all and nothing
+    /// is written; otherwise the result has one entry per update, and only failed refs are
+    /// left unchanged. `current` is the snapshot taken at the start of the push. `hook` is
+    /// told the transaction's states (git's `reference-transaction` hook).
+    fn commit(
+        &self,
+        updates: &[RefUpdate],
+        current: &Refs,
+        atomic: bool,
+        committer: &gix_actor::Signature,
+        objects: &gix_odb::Handle,
+        hook: &mut TransactionHook<'_>,
+    ) -> Result<Vec<Result<(), RefError>>, TransactionError>;
+}
+
+/// The ref store of the repository at `git_dir`.
+pub fn open(
+    git_dir: &Path,
+    format: RefFormat,
+    log: LogRefUpdates,
+    reftable: crate::reftable::WriteOptions,
+) -> Box<dyn RefStore> {
+    match format {
+        RefFormat::Files => Box::new(FilesStore::open(git_dir, log)),
+        RefFormat::Reftable => Box::new(ReftableStore::open(git_dir, log, reftable)),
+    }
+}
 
 /// A snapshot of the refs under `refs/`, sorted by name, symbolic refs resolved to the object
 /// id they point to.
@@ -117,6 +168,23 @@ pub enum RefError {
         /// The ref in the way.
         existing: BString,
     },
+    /// A directory/file conflict as the reftable backend words it (git's
+    /// `refs_verify_refnames_available`, without the `cannot lock ref` prefix).
+    #[error("'{existing}' exists; cannot create '{name}'")]
+    NameUnavailable {
+        /// The ref.
+        name: BString,
+        /// The ref in the way.
+        existing: BString,
+    },
+    /// Two refs of the same push conflict with each other, as the reftable backend words it.
+    #[error("cannot process '{name}' and '{other}' at the same time")]
+    UnavailableInPush {
+        /// The ref.
+        name: BString,
+        /// The other ref.
+        other: BString,
+    },
     /// Two refs of the same push conflict with each other.
     #[error("cannot lock ref '{name}': cannot process '{other}' and '{name}' at the same time")]
     ConflictInPush {
@@ -148,7 +216,10 @@ impl RefError {
             RefError::IncorrectOldValue { .. } => "incorrect old value provided",
             RefError::AlreadyExists { .. } => "reference already exists",
             RefError::DoesNotExist { .. } => "reference does not exist",
-            RefError::NameConflict { .. } | RefError::ConflictInPush { .. } => "refname conflict",
+            RefError::NameConflict { .. }
+            | RefError::NameUnavailable { .. }
+            | RefError::UnavailableInPush { .. }
+            | RefError::ConflictInPush { .. } => "refname conflict",
             RefError::NonCommitToBranch { .. } => "invalid new value provided",
             RefError::Other { .. } => "failed to update ref",
         }
@@ -335,6 +406,24 @@ impl FilesStore {
                     }
                     return match tx.commit(committer) {
                         Ok(_) => {
+                            // gix-ref logs the ref itself; git also logs `HEAD` when the ref it
+                            // names moves.
+                            if let Some(head) = packed::head_target(&self.git_dir)
+                                && let Some(u) = batch.iter().find(|u| u.name == head)
+                                && !u.new.is_null()
+                            {
+                                let mut who = Vec::new();
+                                let _ = committer.write_to(&mut who);
+                                packed::append_reflog(
+                                    &self.git_dir.join("logs"),
+                                    b"HEAD",
+                                    None,
+                                    self.log,
+                                    u.old,
+                                    u.new,
+                                    &who,
+                                );
+                            }
                             hook(TransactionState::Committed, &batch);
                             Ok(results)
                         }
@@ -530,6 +619,64 @@ fn describe(e: &gix_error::Error) -> String {
         .unwrap_or_else(|| one_line(&e.to_string()))
 }
 
+impl RefStore for FilesStore {
+    fn snapshot(&self) -> Result<Refs, String> {
+        FilesStore::snapshot(self)
+    }
+
+    fn symref_targets(&self, names: &[BString]) -> Vec<Option<Option<BString>>> {
+        let mut loose = LooseFiles::new(&self.git_dir);
+        names
+            .iter()
+            .map(|n| {
+                if loose.exists(n) {
+                    self.symref_target(n)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    fn commit(
+        &self,
+        updates: &[RefUpdate],
+        current: &Refs,
+        atomic: bool,
+        committer: &gix_actor::Signature,
+        objects: &gix_odb::Handle,
+        hook: &mut TransactionHook<'_>,
+    ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
+        FilesStore::commit(self, updates, current, atomic, committer, objects, hook)
+    }
+}
+
+impl FilesStore {
+    /// If the loose file `name` is a symbolic ref: the name of the ref it finally points to
+    /// (`None` inside when the chain is too long to resolve). Symbolic refs are always loose
+    /// files.
+    fn symref_target(&self, name: &[u8]) -> Option<Option<BString>> {
+        let read = |n: &[u8]| -> Option<BString> {
+            let content = std::fs::read(self.git_dir.join(n.to_path().ok()?)).ok()?;
+            content
+                .strip_prefix(b"ref: ")
+                .map(|t| t.trim_end().as_bstr().to_owned())
+        };
+        if name.find(b"..").is_some() {
+            return None;
+        }
+        let mut target = read(name)?;
+        for _ in 0..5 {
+            match read(&target) {
+                Some(next) if next.find(b"..").is_none() => target = next,
+                Some(_) => return Some(None),
+                None => return Some(Some(target)),
+            }
+        }
+        Some(None)
+    }
+}
+
 /// Which ref names exist as loose files, answered from one directory listing per directory
 /// asked about instead of one `open` per name (a symbolic ref is always a loose file, so a
 /// push of 10,000 new names needs no file system call per name to know none is one).
@@ -568,17 +715,13 @@ impl LooseFiles {
     }
 }
 
-/// The tips of the repository whose objects directory is `objects_dir`, for `.have` lines:
-/// every ref's value, as `git for-each-ref --format=%(objectname)` in that repository gives.
-pub fn alternate_tips(objects_dir: &Path) -> Vec<ObjectId> {
-    let Some(repo) = objects_dir.parent() else {
-        return Vec::new();
+/// The ref store of another repository (an alternate), its format found from its directory,
+/// read-only use.
+pub fn open_other(git_dir: &Path) -> Box<dyn RefStore> {
+    let format = if git_dir.join("reftable").join("tables.list").is_file() {
+        RefFormat::Reftable
+    } else {
+        RefFormat::Files
     };
-    if !repo.join("refs").is_dir() {
-        return Vec::new();
-    }
-    FilesStore::open(repo, LogRefUpdates::Never)
-        .snapshot()
-        .map(|refs| refs.iter().map(|(_, oid)| *oid).collect())
-        .unwrap_or_default()
+    open(git_dir, format, LogRefUpdates::Never, Default::default())
 }

@@ -261,16 +261,26 @@ impl Packed {
 }
 
 /// Peels object ids through the object database, remembering what it found.
-struct Peeler<'a> {
+pub(super) struct Peeler<'a> {
     objects: &'a gix_odb::Handle,
     last: Option<(ObjectId, Option<ObjectId>)>,
     cache: HashMap<ObjectId, Option<ObjectId>>,
     buf: Vec<u8>,
 }
 
-impl Peeler<'_> {
+impl<'a> Peeler<'a> {
+    /// A peeler reading from `objects`.
+    pub(super) fn new(objects: &'a gix_odb::Handle) -> Self {
+        Peeler {
+            objects,
+            last: None,
+            cache: HashMap::new(),
+            buf: Vec::new(),
+        }
+    }
+
     /// The non-tag object `oid` peels to, if `oid` is an annotated tag.
-    fn peel(&mut self, oid: ObjectId) -> Option<ObjectId> {
+    pub(super) fn peel(&mut self, oid: ObjectId) -> Option<ObjectId> {
         if let Some((id, p)) = self.last
             && id == oid
         {
@@ -665,12 +675,7 @@ pub(super) fn commit(
         return Err(TransactionError::HookAborted("prepared"));
     }
 
-    let mut peeler = Peeler {
-        objects,
-        last: None,
-        cache: HashMap::new(),
-        buf: Vec::new(),
-    };
+    let mut peeler = Peeler::new(objects);
     let new_path = git_dir.join("packed-refs.new");
     let content = render(&packed, updates, &items, &mut peeler);
     replace(&new_path, &packed_path, &content)?;
@@ -1158,44 +1163,71 @@ fn write_reflogs(
     committer: &gix_actor::SignatureRef<'_>,
 ) {
     let logs = git_dir.join("logs");
+    let head = head_target(git_dir);
     let names = items.iter().map(|it| updates[it.index].name.as_slice());
     let scan = Scan::new(&logs, dirs_of(names).into_iter());
     let mut view = scan.view();
     let mut who = Vec::new();
     let _ = committer.write_to(&mut who);
-    let mut hex = [0u8; 40];
     for it in items {
         let u = &updates[it.index];
         let name = u.name.as_slice();
-        let exists = view.at(name).0 == Some(Seen::File);
-        let create = !u.new.is_null() && autocreate_reflog(log, name);
-        if !exists && !create {
-            continue;
-        }
-        let path = logs.join(path_of(name));
-        if u.new.is_null() {
-            let _ = fs::remove_file(&path);
-            continue;
-        }
-        let mut line = Vec::with_capacity(100 + who.len());
         let old = it
             .before
             .unwrap_or_else(|| ObjectId::null(gix_hash::Kind::Sha1));
-        line.extend_from_slice(old.hex_to_buf(&mut hex).as_bytes());
-        line.push(b' ');
-        line.extend_from_slice(u.new.hex_to_buf(&mut hex).as_bytes());
-        line.push(b' ');
-        line.extend_from_slice(&who);
-        line.extend_from_slice(b"\tpush\n");
-        if !exists && let Some(parent) = path.parent() {
-            let _ = fs::create_dir_all(parent);
+        if head.as_deref() == Some(name) && !u.new.is_null() {
+            append_reflog(&logs, b"HEAD", None, log, old, u.new, &who);
         }
-        let file = fs::OpenOptions::new()
-            .append(true)
-            .create(create)
-            .open(&path);
-        if let Ok(mut f) = file {
-            let _ = f.write_all(&line);
+        let exists = view.at(name).0 == Some(Seen::File);
+        if u.new.is_null() {
+            if exists {
+                let _ = fs::remove_file(logs.join(path_of(name)));
+            }
+            continue;
         }
+        append_reflog(&logs, name, Some(exists), log, old, u.new, &who);
+    }
+}
+
+/// The ref the repository's `HEAD` file names, if it is symbolic.
+pub(super) fn head_target(git_dir: &Path) -> Option<Vec<u8>> {
+    let content = fs::read(git_dir.join("HEAD")).ok()?;
+    Some(content.strip_prefix(b"ref: ")?.trim_ascii_end().to_vec())
+}
+
+/// Append git's reflog line (`<old> <new> <who>\tpush`) to the reflog of `name` under `logs`
+/// if it exists or git would create it. `exists` is what is known of the file (`None`: look).
+pub(super) fn append_reflog(
+    logs: &Path,
+    name: &[u8],
+    exists: Option<bool>,
+    log: LogRefUpdates,
+    old: ObjectId,
+    new: ObjectId,
+    who: &[u8],
+) {
+    let path = logs.join(path_of(name));
+    let exists = exists.unwrap_or_else(|| path.is_file());
+    let create = autocreate_reflog(log, name);
+    if !exists && !create {
+        return;
+    }
+    let mut hex = [0u8; 40];
+    let mut line = Vec::with_capacity(100 + who.len());
+    line.extend_from_slice(old.hex_to_buf(&mut hex).as_bytes());
+    line.push(b' ');
+    line.extend_from_slice(new.hex_to_buf(&mut hex).as_bytes());
+    line.push(b' ');
+    line.extend_from_slice(who);
+    line.extend_from_slice(b"\tpush\n");
+    if !exists && let Some(parent) = path.parent() {
+        let _ = fs::create_dir_all(parent);
+    }
+    let file = fs::OpenOptions::new()
+        .append(true)
+        .create(create)
+        .open(&path);
+    if let Ok(mut f) = file {
+        let _ = f.write_all(&line);
     }
 }

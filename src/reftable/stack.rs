@@ -316,75 +316,27 @@ impl Stack {
             .collect())
     }
 
-    /// Write one new table holding `updates` and `logs` and append it to the stack, under
-    /// `tables.list.lock`, with git's update index rules: every ref record gets the stack's
-    /// next update index; a log update with update index 0 gets it too (others keep theirs, at
-    /// most the next index); log tombstones keep theirs. Then auto-compact as git does. Returns
-    /// the update index used; adding nothing writes nothing.
-    pub fn add(&mut self, updates: &[RefRecord], logs: &[LogRecord]) -> Result<u64> {
+    /// Take `tables.list.lock` (waiting up to `reftable.lockTimeout`) and reload the stack under
+    /// it: what the caller reads through [`Locked::stack`] is what [`Locked::commit`] writes on
+    /// top of, so a compare-and-swap checked there cannot lose to a concurrent writer.
+    pub fn lock(&mut self) -> Result<Locked<'_>> {
         let lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout_ms)?;
         self.reload()?;
-        let ts = self.next_update_index();
-        let mut refs: Vec<RefRecord> = updates
-            .iter()
-            .map(|r| RefRecord {
-                update_index: ts,
-                ..r.clone()
-            })
-            .collect();
-        refs.sort_by(|a, b| a.name.cmp(&b.name));
-        if let Some(w) = refs.windows(2).find(|w| w[0].name == w[1].name) {
-            return Err(Error::InvalidRecord(format!(
-                "ref {} updated twice",
-                w[0].name
-            )));
-        }
-        let mut logs: Vec<LogRecord> = logs
-            .iter()
-            .map(|l| {
-                let mut l = l.clone();
-                if l.update_index == 0 {
-                    l.update_index = ts;
-                }
-                l
-            })
-            .collect();
-        logs.sort_by_key(LogRecord::key);
-        if let Some(w) = logs.windows(2).find(|w| w[0].key() == w[1].key()) {
-            return Err(Error::InvalidRecord(format!(
-                "two log records for {} at update index {}",
-                w[0].refname, w[0].update_index
-            )));
-        }
-        let (bytes, empty) = write_table(self.opts, ts, ts, &refs, &logs)?;
-        if empty {
-            return Ok(ts);
-        }
-        let name = self.install_table(ts, ts, &bytes)?;
-        let mut list = String::new();
-        for n in self.names().iter().chain(std::iter::once(&name)) {
-            list.push_str(n);
-            list.push('\n');
-        }
-        if let Err(e) = lock.write_all_and_commit(list.as_bytes()) {
-            let _ = std::fs::remove_file(self.dir.join(&name));
-            return Err(e);
-        }
-        self.reload()?;
-        if !self.opts.disable_auto_compact {
-            match self.auto_compact() {
-                Ok(()) | Err(Error::Locked(_)) | Err(Error::Outdated(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(ts)
+        Ok(Locked { stack: self, lock })
     }
 
+    /// Write one new table holding `updates` and `logs` and append it to the stack, under
+    /// `tables.list.lock`: [`Stack::lock`] then [`Locked::commit`].
+    pub fn add(&mut self, updates: &[RefRecord], logs: &[LogRecord]) -> Result<u64> {
+        self.lock()?.commit(updates, logs)
+    }
     /// Write `bytes` to a temporary file and rename it to a fresh `<min>-<max>-<rnd>.ref` name.
     fn install_table(&self, min: u64, max: u64, bytes: &[u8]) -> Result<String> {
         let mut tmp = tempfile::Builder::new()
             .prefix(&format!("{}.temp.", format_name(min, max)))
             .rand_bytes(6)
+            // As git's `mks_tempfile_m(…, 0666)`: readable by all unless the umask says otherwise.
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
             .tempfile_in(&self.dir)
             .map_err(io_err("create temporary table in", &self.dir))?;
         tmp.write_all(bytes)
@@ -522,6 +474,82 @@ impl Stack {
         }
         drop(table_locks);
         Ok(())
+    }
+}
+
+/// The stack with `tables.list.lock` held; dropping it releases the lock and writes nothing.
+pub struct Locked<'s> {
+    stack: &'s mut Stack,
+    lock: LockFile,
+}
+
+impl Locked<'_> {
+    /// The stack as reloaded under the lock.
+    pub fn stack(&self) -> &Stack {
+        self.stack
+    }
+
+    /// Write one new table holding `updates` and `logs`, append it to the stack and release
+    /// the lock, with git's update index rules: every ref record gets the stack's
+    /// next update index; a log update with update index 0 gets it too (others keep theirs, at
+    /// most the next index); log tombstones keep theirs. Then auto-compact as git does. Returns
+    /// the update index used; adding nothing writes nothing.
+    pub fn commit(self, updates: &[RefRecord], logs: &[LogRecord]) -> Result<u64> {
+        let Locked { stack, lock } = self;
+        let ts = stack.next_update_index();
+        let mut refs: Vec<RefRecord> = updates
+            .iter()
+            .map(|r| RefRecord {
+                update_index: ts,
+                ..r.clone()
+            })
+            .collect();
+        refs.sort_by(|a, b| a.name.cmp(&b.name));
+        if let Some(w) = refs.windows(2).find(|w| w[0].name == w[1].name) {
+            return Err(Error::InvalidRecord(format!(
+                "ref {} updated twice",
+                w[0].name
+            )));
+        }
+        let mut logs: Vec<LogRecord> = logs
+            .iter()
+            .map(|l| {
+                let mut l = l.clone();
+                if l.update_index == 0 {
+                    l.update_index = ts;
+                }
+                l
+            })
+            .collect();
+        logs.sort_by_key(LogRecord::key);
+        if let Some(w) = logs.windows(2).find(|w| w[0].key() == w[1].key()) {
+            return Err(Error::InvalidRecord(format!(
+                "two log records for {} at update index {}",
+                w[0].refname, w[0].update_index
+            )));
+        }
+        let (bytes, empty) = write_table(stack.opts, ts, ts, &refs, &logs)?;
+        if empty {
+            return Ok(ts);
+        }
+        let name = stack.install_table(ts, ts, &bytes)?;
+        let mut list = String::new();
+        for n in stack.names().iter().chain(std::iter::once(&name)) {
+            list.push_str(n);
+            list.push('\n');
+        }
+        if let Err(e) = lock.write_all_and_commit(list.as_bytes()) {
+            let _ = std::fs::remove_file(stack.dir.join(&name));
+            return Err(e);
+        }
+        stack.reload()?;
+        if !stack.opts.disable_auto_compact {
+            match stack.auto_compact() {
+                Ok(()) | Err(Error::Locked(_)) | Err(Error::Outdated(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(ts)
     }
 }
 

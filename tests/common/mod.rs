@@ -64,7 +64,23 @@ pub fn isolated_command(
         .env("LANG", "C")
         .env("LC_ALL", "C")
         .stdin(Stdio::null());
+    if let Some(format) = ref_format() {
+        c.env("GIT_DEFAULT_REF_FORMAT", format);
+    }
     c
+}
+
+/// The ref format every repository of the tests is created with: `BERTH_TEST_REF_FORMAT`
+/// (`files` or `reftable`), else git's default. CI runs the push suites once with each.
+pub fn ref_format() -> Option<String> {
+    std::env::var("BERTH_TEST_REF_FORMAT")
+        .ok()
+        .filter(|f| !f.is_empty())
+}
+
+/// Whether the tests' repositories are reftable repositories.
+pub fn reftable() -> bool {
+    ref_format().as_deref() == Some("reftable")
 }
 
 /// Run `cmd` with `input` on its stdin (written from a thread, so a command that answers while
@@ -286,8 +302,19 @@ impl World {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        let out = self.git_out(repo, &["refs", "verify", "--strict"]);
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "git refs verify of {repo}:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let leftovers = leftovers(&self.path(repo));
         assert!(leftovers.is_empty(), "left behind in {repo}: {leftovers:?}");
+    }
+
+    /// Every reflog of `repo`, newest entry first per ref: `<selector> <oid> <message>` lines.
+    pub fn reflogs(&self, repo: &str) -> String {
+        self.git(repo, &["reflog", "show", "--all", "--format=%gD %H %gs"])
     }
 }
 
@@ -304,6 +331,7 @@ pub fn leftovers(repo: &Path) -> Vec<PathBuf> {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.starts_with("tmp_objdir")
                 || name.ends_with(".lock")
+                || name.contains(".temp.")
                 || name.ends_with(".keep")
                 || name.starts_with("incoming-")
             {

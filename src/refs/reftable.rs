@@ -1,0 +1,375 @@
+//! The reftable backend of the ref store: a push's refs read from the repository's reftable stack
+//! and its updates written as one new table, as git's `refs/reftable-backend.c` does.
+//!
+//! A transaction takes `tables.list.lock`, reloads the stack under it, checks every update's old
+//! value against what the stack then holds (so a concurrent writer, berth or git, cannot be
+//! overwritten unseen), and appends one table with the ref records and the reflog records
+//! git's rules call for: a log entry per updated ref when `core.logAllRefUpdates` (or an
+//! existing reflog) says so, one for `HEAD` when the ref it points to is updated, and
+//! tombstones for every reflog entry of a deleted ref.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use gix_hash::ObjectId;
+use gix_object::bstr::{BString, ByteSlice};
+
+use super::{RefError, RefStore, RefUpdate, Refs, TransactionError, TransactionHook, precheck};
+use crate::config::LogRefUpdates;
+use crate::hooks::TransactionState;
+use crate::reftable::{
+    Error, LogRecord, LogUpdate, LogValue, RefRecord, RefValue, Stack, WriteOptions,
+};
+
+/// How many symbolic refs are followed before a chain counts as broken (git's limit is 5).
+const MAX_SYMREF_DEPTH: usize = 5;
+
+/// git's reftable backend for one repository.
+pub struct ReftableStore {
+    dir: PathBuf,
+    opts: WriteOptions,
+    log: LogRefUpdates,
+}
+
+impl ReftableStore {
+    /// The store of the repository at `git_dir`, writing tables with `opts` (git's
+    /// `reftable.*` configuration).
+    pub fn open(git_dir: &Path, log: LogRefUpdates, opts: WriteOptions) -> Self {
+        ReftableStore {
+            dir: git_dir.join("reftable"),
+            opts,
+            log,
+        }
+    }
+
+    fn stack(&self) -> Result<Stack, String> {
+        Stack::open_with(&self.dir, self.opts).map_err(|e| e.to_string())
+    }
+}
+
+/// The refs of `stack` by name, deletions applied.
+fn merged(stack: &Stack) -> Result<BTreeMap<BString, RefValue>, Error> {
+    Ok(stack.refs()?.into_iter().collect())
+}
+
+/// The object `name` finally points to, following symbolic refs.
+fn resolve(all: &BTreeMap<BString, RefValue>, name: &[u8]) -> Option<ObjectId> {
+    let mut name = name;
+    for _ in 0..=MAX_SYMREF_DEPTH {
+        match all.get(name.as_bstr())? {
+            RefValue::Val1(oid) | RefValue::Val2(oid, _) => return Some(*oid),
+            RefValue::Symref(target) => name = target.as_slice(),
+            RefValue::Deletion => return None,
+        }
+    }
+    None
+}
+
+/// The refs under `refs/`, symbolic ones resolved, dangling ones left out.
+fn snapshot_of(all: &BTreeMap<BString, RefValue>) -> Refs {
+    let entries = all
+        .iter()
+        .filter(|(name, _)| name.starts_with(b"refs/"))
+        .filter_map(|(name, value)| {
+            let oid = match value {
+                RefValue::Val1(oid) | RefValue::Val2(oid, _) => *oid,
+                _ => resolve(all, name)?,
+            };
+            Some((name.clone(), oid))
+        })
+        .collect();
+    // A BTreeMap iterates in name order already.
+    Refs { entries }
+}
+
+impl RefStore for ReftableStore {
+    fn snapshot(&self) -> Result<Refs, String> {
+        let stack = self.stack()?;
+        Ok(snapshot_of(&merged(&stack).map_err(|e| e.to_string())?))
+    }
+
+    fn symref_targets(&self, names: &[BString]) -> Vec<Option<Option<BString>>> {
+        let Ok(stack) = self.stack() else {
+            return vec![None; names.len()];
+        };
+        names
+            .iter()
+            .map(|name| {
+                let Ok(Some(RefValue::Symref(mut target))) = stack.read_ref(name) else {
+                    return None;
+                };
+                for _ in 0..MAX_SYMREF_DEPTH {
+                    match stack.read_ref(&target) {
+                        Ok(Some(RefValue::Symref(next))) => target = next,
+                        Ok(_) => return Some(Some(target)),
+                        Err(_) => return Some(None),
+                    }
+                }
+                Some(None)
+            })
+            .collect()
+    }
+
+    fn commit(
+        &self,
+        updates: &[RefUpdate],
+        current: &Refs,
+        atomic: bool,
+        committer: &gix_actor::Signature,
+        objects: &gix_odb::Handle,
+        hook: &mut TransactionHook<'_>,
+    ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
+        let _span = tracing::info_span!("ref_transaction", refs = updates.len()).entered();
+        let mut results: Vec<Result<(), RefError>> =
+            updates.iter().map(|u| check(u, current)).collect();
+        if atomic && let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
+            return Err(e.clone().into());
+        }
+        let live = |results: &[Result<(), RefError>]| -> Vec<RefUpdate> {
+            (0..updates.len())
+                .filter(|&i| results[i].is_ok())
+                .map(|i| updates[i].clone())
+                .collect()
+        };
+        let batch = live(&results);
+        if batch.is_empty() {
+            return Ok(results);
+        }
+        if !hook(TransactionState::Preparing, &batch) {
+            hook(TransactionState::Aborted, &batch);
+            return Err(TransactionError::HookAborted("preparing"));
+        }
+
+        let mut stack = self.stack().map_err(TransactionError::Store)?;
+        let locked = match stack.lock() {
+            Ok(l) => l,
+            Err(Error::Locked(_)) => {
+                hook(TransactionState::Aborted, &batch);
+                return Err(TransactionError::Store("cannot lock references".into()));
+            }
+            Err(e) => {
+                hook(TransactionState::Aborted, &batch);
+                return Err(TransactionError::Store(e.to_string()));
+            }
+        };
+        let store_err = |e: Error| TransactionError::Store(e.to_string());
+        let all = merged(locked.stack()).map_err(store_err)?;
+        let now = snapshot_of(&all);
+        // Checked again under the lock: a ref that moved since the push began fails on its own.
+        let mut changed = false;
+        for (i, u) in updates.iter().enumerate() {
+            if results[i].is_ok()
+                && let Err(e) = check(u, &now)
+            {
+                if atomic {
+                    hook(TransactionState::Aborted, &batch);
+                    return Err(e.into());
+                }
+                results[i] = Err(e);
+                changed = true;
+            }
+        }
+        changed |= conflicts_in_batch(updates, &mut results, &now, atomic).map_err(|e| {
+            hook(TransactionState::Aborted, &batch);
+            TransactionError::Ref(e)
+        })?;
+        let batch = if changed { live(&results) } else { batch };
+        if batch.is_empty() {
+            return Ok(results);
+        }
+        if !hook(TransactionState::Prepared, &batch) {
+            drop(locked);
+            hook(TransactionState::Aborted, &batch);
+            return Err(TransactionError::HookAborted("prepared"));
+        }
+
+        let (refs, logs) = self
+            .records(locked.stack(), &all, &now, &batch, committer, objects)
+            .map_err(store_err)?;
+        locked.commit(&refs, &logs).map_err(store_err)?;
+        hook(TransactionState::Committed, &batch);
+        Ok(results)
+    }
+}
+
+impl ReftableStore {
+    /// The ref and log records of one transaction, as git's `write_transaction_table` makes them.
+    fn records(
+        &self,
+        stack: &Stack,
+        all: &BTreeMap<BString, RefValue>,
+        now: &Refs,
+        batch: &[RefUpdate],
+        committer: &gix_actor::Signature,
+        objects: &gix_odb::Handle,
+    ) -> Result<(Vec<RefRecord>, Vec<LogRecord>), Error> {
+        let mut peeler = super::packed::Peeler::new(objects);
+        // Only read the reflogs when a rule depends on which exist.
+        let need_logs = batch.iter().any(|u| u.new.is_null()) || self.log != LogRefUpdates::Always;
+        let existing_logs = if need_logs { stack.logs()? } else { Vec::new() };
+        let has_log: HashSet<&[u8]> = existing_logs.iter().map(|l| l.refname.as_slice()).collect();
+        let should_log = |name: &[u8]| match self.log {
+            LogRefUpdates::Always => true,
+            LogRefUpdates::Normal if autocreates_reflog(name) => true,
+            _ => has_log.contains(name),
+        };
+        let head = match all.get(b"HEAD".as_bstr()) {
+            Some(RefValue::Symref(target)) => Some(target.clone()),
+            _ => None,
+        };
+        let entry = |old: ObjectId, new: ObjectId| LogUpdate {
+            old,
+            new,
+            name: committer.name.clone(),
+            email: committer.email.clone(),
+            time: committer.time.seconds.max(0) as u64,
+            tz_offset: tz_hhmm(committer.time.offset),
+            message: "push".into(),
+        };
+
+        let mut refs = Vec::with_capacity(batch.len());
+        let mut logs = Vec::new();
+        for u in batch {
+            let before = now
+                .get(&u.name)
+                .unwrap_or(ObjectId::null(gix_hash::Kind::Sha1));
+            if u.new.is_null() {
+                if before.is_null() {
+                    continue; // deleting what does not exist writes nothing
+                }
+                refs.push(RefRecord {
+                    name: u.name.clone(),
+                    update_index: 0,
+                    value: RefValue::Deletion,
+                });
+                logs.extend(
+                    existing_logs
+                        .iter()
+                        .filter(|l| l.refname == u.name)
+                        .map(|l| LogRecord {
+                            refname: l.refname.clone(),
+                            update_index: l.update_index,
+                            value: LogValue::Deletion,
+                        }),
+                );
+            } else {
+                if before == u.new {
+                    continue; // a no-op update writes neither a ref nor a reflog entry
+                }
+                refs.push(RefRecord {
+                    name: u.name.clone(),
+                    update_index: 0,
+                    // As git master: an annotated tag is stored with the object it peels to.
+                    value: match peeler.peel(u.new) {
+                        Some(peeled) => RefValue::Val2(u.new, peeled),
+                        None => RefValue::Val1(u.new),
+                    },
+                });
+                if should_log(&u.name) {
+                    logs.push(LogRecord {
+                        refname: u.name.clone(),
+                        update_index: 0,
+                        value: LogValue::Update(entry(before, u.new)),
+                    });
+                }
+            }
+            if head.as_ref().is_some_and(|h| *h == u.name) && should_log(b"HEAD") {
+                logs.push(LogRecord {
+                    refname: "HEAD".into(),
+                    update_index: 0,
+                    value: LogValue::Update(entry(before, u.new)),
+                });
+            }
+        }
+        Ok((refs, logs))
+    }
+}
+
+/// git's check of new names against the other names of the same transaction
+/// (`refs_verify_refnames_available` with the transaction's names as extras): a new ref may not
+/// be a directory of another one of the batch, nor have one below it. Names are checked in
+/// the order of the push, and a rejected name stops counting (so of `x` then `x/y`, `x` fails
+/// and `x/y` lands, as with git master). Returns whether a ref failed; for an atomic batch, the first failure.
+fn conflicts_in_batch(
+    updates: &[RefUpdate],
+    results: &mut [Result<(), RefError>],
+    now: &Refs,
+    atomic: bool,
+) -> Result<bool, RefError> {
+    let mut names: std::collections::BTreeSet<&[u8]> = (0..updates.len())
+        .filter(|&i| results[i].is_ok())
+        .map(|i| updates[i].name.as_slice())
+        .collect();
+    if names.len() < 2 {
+        return Ok(false);
+    }
+    let order: Vec<usize> = (0..updates.len())
+        .filter(|&i| results[i].is_ok() && !updates[i].new.is_null())
+        .filter(|&i| now.get(&updates[i].name).is_none())
+        .collect();
+    let mut failed = false;
+    for i in order {
+        let name = updates[i].name.as_slice();
+        let slashes = name.iter().enumerate().filter(|(_, b)| **b == b'/');
+        let mut dirs = slashes.map(|(at, _)| &name[..at]);
+        let mut prefix = name.to_vec();
+        prefix.push(b'/');
+        let other = dirs.find(|dir| names.contains(dir)).or_else(|| {
+            names
+                .range(prefix.as_slice()..)
+                .next()
+                .copied()
+                .filter(|m| m.starts_with(&prefix))
+        });
+        if let Some(other) = other {
+            let e = RefError::UnavailableInPush {
+                name: name.into(),
+                other: other.into(),
+            };
+            if atomic {
+                return Err(e);
+            }
+            names.remove(name);
+            results[i] = Err(e);
+            failed = true;
+        }
+    }
+    Ok(failed)
+}
+
+/// [`precheck`] with the reftable backend's wording for name conflicts.
+fn check(u: &RefUpdate, refs: &Refs) -> Result<(), RefError> {
+    precheck(u, refs).map_err(|e| match e {
+        RefError::NameConflict { name, existing } => RefError::NameUnavailable { name, existing },
+        e => e,
+    })
+}
+
+/// git's `should_autocreate_reflog` for `core.logAllRefUpdates=true`.
+fn autocreates_reflog(name: &[u8]) -> bool {
+    name.starts_with(b"refs/heads/")
+        || name.starts_with(b"refs/remotes/")
+        || name.starts_with(b"refs/notes/")
+        || name == b"HEAD"
+}
+
+/// A time zone offset in seconds as the `±hhmm` number reftable stores (`-0130` is `-130`).
+fn tz_hhmm(offset_seconds: i32) -> i16 {
+    let minutes = offset_seconds.abs() / 60;
+    let hhmm = (minutes / 60) * 100 + minutes % 60;
+    (offset_seconds.signum() * hhmm).clamp(i16::MIN as i32, i16::MAX as i32) as i16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tz_hhmm;
+
+    #[test]
+    fn time_zones_as_git_stores_them() {
+        assert_eq!(tz_hhmm(0), 0);
+        assert_eq!(tz_hhmm(3600), 100);
+        assert_eq!(tz_hhmm(-(7 * 3600)), -700);
+        assert_eq!(tz_hhmm(-(3600 + 30 * 60)), -130);
+        assert_eq!(tz_hhmm(5 * 3600 + 45 * 60), 545);
+    }
+}
