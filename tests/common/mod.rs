@@ -356,7 +356,7 @@ pub struct Push {
 }
 
 impl Push {
-    fn from_output(out: &Output, root: &Path) -> Self {
+    pub fn from_output(out: &Output, root: &Path) -> Self {
         let root = root.to_str().unwrap();
         let clean = |b: &[u8]| String::from_utf8_lossy(b).replace(root, "$ROOT");
         let stderr = clean(&out.stderr)
