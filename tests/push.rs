@@ -549,8 +549,7 @@ fn pushes_from_shallow_clones_need_receive_shallow_update() {
 }
 
 /// A stale `<ref>.lock` (a crashed writer) fails that ref alone, with git's wording, as
-/// git receive-pack does; the other refs of the push land. (In a reftable repository the lock
-/// that matters is the stack's: see `held_stack_lock_fails_the_push_as_git_master_does`.)
+/// git receive-pack does; the other refs of the push land.
 #[test]
 fn stale_ref_lock_fails_only_that_ref() {
     if common::reftable() {
@@ -588,6 +587,217 @@ fn stale_ref_lock_fails_only_that_ref() {
         ),
         "{p:#?}"
     );
+}
+
+/// A server with `packed` and `delpacked` only in `packed-refs`, `loose` and `delloose` only as
+/// loose files, `both` in both, all at the client's first commit, and a stale
+/// `packed-refs.lock` (a crashed `git pack-refs`); the client is one commit ahead.
+fn server_with_stale_packed_refs_lock(w: &World) {
+    w.bare("srv.git");
+    w.work("src");
+    w.commit("src", "a", "1");
+    let packed = ["main:refs/heads/packed", "main:refs/heads/delpacked"];
+    w.git(
+        "src",
+        &[
+            &["push", "-q", "../srv.git", "main:refs/heads/both"][..],
+            &packed,
+        ]
+        .concat(),
+    );
+    w.git("srv.git", &["pack-refs", "--all"]);
+    w.git(
+        "src",
+        &[
+            "push",
+            "-q",
+            "../srv.git",
+            "main:refs/heads/loose",
+            "main:refs/heads/delloose",
+        ],
+    );
+    w.git(
+        "srv.git",
+        &["update-ref", "refs/heads/both", "refs/heads/loose"],
+    );
+    std::fs::write(w.path("srv.git/packed-refs.lock"), "").unwrap();
+    w.commit("src", "a", "2");
+}
+
+/// The client's view of a push without git's explanation of a lock: git 2.47 explains at
+/// length, git master (and berth) in one line; the first line is the same.
+fn without_lock_explanation(mut p: Push) -> Push {
+    p.stderr = p
+        .stderr
+        .lines()
+        .filter(|l| !l.starts_with("remote:") || l.starts_with("remote: error:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    p
+}
+
+const PACKED_REFS_LOCKED: &str =
+    "remote: error: Unable to create '$ROOT/srv.git/./packed-refs.lock': File exists.\n";
+
+/// With `packed-refs.lock` held, git takes it only to delete refs: creations and updates of
+/// loose and packed refs land, each deletion fails with git's lock message (once per
+/// deletion, as git 2.47's one transaction per ref), and once the lock is gone they succeed.
+#[test]
+fn stale_packed_refs_lock_fails_only_deletions() {
+    if common::reftable() {
+        return; // packed-refs is the files backend's
+    }
+    let o = differential(|w, r| {
+        server_with_stale_packed_refs_lock(w);
+        let mut p = vec![without_lock_explanation(w.push(
+            "src",
+            r,
+            "srv.git",
+            &[
+                "main:refs/heads/new",
+                "main:refs/heads/loose",
+                "main:refs/heads/packed",
+                "main:refs/heads/both",
+                ":refs/heads/delloose",
+                ":refs/heads/delpacked",
+            ],
+        ))];
+        std::fs::remove_file(w.path("srv.git/packed-refs.lock")).unwrap();
+        p.push(w.push(
+            "src",
+            r,
+            "srv.git",
+            &[":refs/heads/delloose", ":refs/heads/delpacked"],
+        ));
+        p
+    });
+    let p = &o.pushes[0];
+    assert!(!p.success, "{p:#?}");
+    for name in ["loose", "packed", "both"] {
+        assert!(
+            p.stdout
+                .contains(&format!(" \trefs/heads/main:refs/heads/{name}\t")),
+            "{name}: {p:#?}"
+        );
+    }
+    assert!(
+        p.stdout
+            .contains("*\trefs/heads/main:refs/heads/new\t[new branch]"),
+        "{p:#?}"
+    );
+    for name in ["delloose", "delpacked"] {
+        assert!(
+            p.stdout.contains(&format!(
+                "!\t:refs/heads/{name}\t[remote rejected] (failed to update ref)"
+            )),
+            "{name}: {p:#?}"
+        );
+    }
+    assert_eq!(
+        p.remote_lines(),
+        [PACKED_REFS_LOCKED.trim_end(); 2],
+        "{p:#?}"
+    );
+    assert!(ok(&o.pushes[1]).stdout.contains("[deleted]"));
+    let heads: Vec<&str> = o
+        .refs
+        .lines()
+        .map(|l| &l[l.rfind('/').unwrap() + 1..])
+        .collect();
+    assert_eq!(heads, ["both", "loose", "new", "packed"], "{}", o.refs);
+    let tips: std::collections::BTreeSet<&str> = o.refs.lines().map(|l| &l[..40]).collect();
+    assert_eq!(tips.len(), 1, "every ref at the pushed commit: {}", o.refs);
+}
+
+/// An atomic push under a stale `packed-refs.lock`: without deletions it lands whole; with one
+/// it fails whole, with git's lock message once.
+#[test]
+fn stale_packed_refs_lock_fails_an_atomic_push_only_if_it_deletes() {
+    if common::reftable() {
+        return; // packed-refs is the files backend's
+    }
+    let o = differential(|w, r| {
+        server_with_stale_packed_refs_lock(w);
+        let mut p = vec![without_lock_explanation(w.push(
+            "src",
+            r,
+            "srv.git",
+            &[
+                "--atomic",
+                "main:refs/heads/loose",
+                "main:refs/heads/delpacked",
+                ":refs/heads/delloose",
+            ],
+        ))];
+        p.push(w.push(
+            "src",
+            r,
+            "srv.git",
+            &[
+                "--atomic",
+                "main:refs/heads/new",
+                "main:refs/heads/loose",
+                "main:refs/heads/packed",
+            ],
+        ));
+        std::fs::remove_file(w.path("srv.git/packed-refs.lock")).unwrap();
+        p
+    });
+    let p = &o.pushes[0];
+    assert!(!p.success, "{p:#?}");
+    assert_eq!(
+        p.stdout
+            .matches("[remote rejected] (atomic transaction failed)")
+            .count(),
+        3,
+        "{p:#?}"
+    );
+    assert_eq!(p.remote_lines(), [PACKED_REFS_LOCKED.trim_end()], "{p:#?}");
+    let p = ok(&o.pushes[1]);
+    assert!(p.stdout.contains("[new branch]"), "{p:#?}");
+    assert_eq!(o.refs.lines().count(), 6, "{}", o.refs);
+}
+
+/// A deletion waits for a `packed-refs.lock` held by a live writer (git's
+/// `core.packedRefsTimeout`, one second) and goes through once it is released; an update of a
+/// loose ref does not wait at all.
+#[test]
+fn deletion_waits_for_a_held_packed_refs_lock() {
+    if common::reftable() {
+        return; // packed-refs is the files backend's
+    }
+    let w = World::new();
+    server_with_stale_packed_refs_lock(&w);
+    let lock = w.path("srv.git/packed-refs.lock");
+    let start = std::time::Instant::now();
+    let p = w.push(
+        "src",
+        Receiver::Berth,
+        "srv.git",
+        &["main:refs/heads/loose"],
+    );
+    assert!(p.success, "{p:#?}");
+    let released = std::thread::spawn({
+        let lock = lock.clone();
+        move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            std::fs::remove_file(lock).unwrap();
+        }
+    });
+    let p = w.push(
+        "src",
+        Receiver::Berth,
+        "srv.git",
+        &[":refs/heads/delpacked", ":refs/heads/delloose"],
+    );
+    released.join().unwrap();
+    assert!(p.success, "{p:#?}");
+    assert!(start.elapsed() >= std::time::Duration::from_millis(300));
+    let refs = w.refs("srv.git");
+    assert!(!refs.contains("refs/heads/del"), "{refs}");
+    let packed = std::fs::read_to_string(w.path("srv.git/packed-refs")).unwrap();
+    assert!(!packed.contains("delpacked"), "{packed}");
+    w.assert_clean("srv.git");
 }
 
 /// In a reftable repository a held `tables.list.lock` fails the whole transaction: git master

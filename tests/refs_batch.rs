@@ -128,6 +128,65 @@ fn batch_over_loose_and_packed_refs_with_deletions_matches_git() {
     }
 }
 
+/// A batch of 100 refs or more while `packed-refs.lock` is held (here stale) cannot be one
+/// `packed-refs` rewrite; its creations and updates land as loose refs, as git writes them,
+/// and in a non-atomic push only its deletions fail, each with git's lock message.
+#[test]
+fn batch_under_a_held_packed_refs_lock_lands_as_loose_refs_as_git() {
+    let scenario = |r: Receiver| {
+        let w = World::new();
+        w.bare("srv.git");
+        w.work("src");
+        let one = w.commit("src", "a", "1");
+        w.git("src", &["push", "-q", "../srv.git", "main"]);
+        make_refs(&w, "srv.git", "refs/heads/p/", 60, &one);
+        w.git("srv.git", &["pack-refs", "--all"]);
+        std::fs::write(w.path("srv.git/packed-refs.lock"), "").unwrap();
+        let two = w.commit("src", "a", "2");
+        let mut specs: Vec<String> = Vec::new();
+        for i in 0..50 {
+            specs.push(format!("{two}:refs/heads/p/{i:05}"));
+            specs.push(format!("{two}:refs/heads/n/{i:05}"));
+        }
+        for i in 50..52 {
+            specs.push(format!(":refs/heads/p/{i:05}"));
+        }
+        let args: Vec<&str> = specs.iter().map(String::as_str).collect();
+        let mut push = w.push("src", r, "srv.git", &args);
+        // git 2.47 explains the lock at length, berth as git master in one line.
+        push.stderr = push
+            .stderr
+            .lines()
+            .filter(|l| !l.starts_with("remote:") || l.starts_with("remote: error:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::remove_file(w.path("srv.git/packed-refs.lock")).unwrap();
+        if r == Receiver::Berth {
+            w.assert_clean("srv.git");
+            assert_eq!(files_under(&w.path("srv.git/refs/heads/n")).len(), 50);
+        }
+        (push, w.refs("srv.git"))
+    };
+    let git = scenario(Receiver::Git);
+    let berth = scenario(Receiver::Berth);
+    assert_eq!(git, berth, "git (left) and berth (right) differ");
+    let (push, refs) = berth;
+    assert!(!push.success);
+    assert_eq!(
+        push.stdout
+            .matches("[remote rejected] (failed to update ref)")
+            .count(),
+        2,
+        "{push:#?}"
+    );
+    assert_eq!(
+        push.remote_lines().len(),
+        2,
+        "one lock message per deletion: {push:#?}"
+    );
+    assert_eq!(refs.lines().count(), 1 + 60 + 50, "{refs}");
+}
+
 #[test]
 fn annotated_tags_are_peeled_as_git_pack_refs_writes_them() {
     let w = World::new();

@@ -1,24 +1,26 @@
-//! The ref store: reading the repository's refs once per push, and committing a push's ref
-//! updates as one transaction on git's files backend (loose refs + `packed-refs`, git's `.lock`
-//! protocol): small batches through `gix-ref` (one loose file per ref), batches of
-//! [`PACKED_BATCH_THRESHOLD`] refs or more through [`packed`], one `packed-refs` rewrite without a
-//! lock file per ref.
+//! The ref store: [`RefStore`], the one interface a push uses to read the repository's refs and
+//! commit its updates as one transaction, with two backends: [`reftable`] (a reftable stack, one
+//! new table per transaction) and [`FilesStore`], git's files backend (loose refs + `packed-refs`, git's `.lock`
+//! protocol): small batches through [`loose`] (git's transaction, one `<ref>.lock` and loose file
+//! per ref; `packed-refs.lock` only for deletions), batches of [`PACKED_BATCH_THRESHOLD`] refs or
+//! more through [`packed`], one `packed-refs` rewrite without a lock file per ref. Refs are read
+//! through `gix-ref`.
 //!
 //! A non-atomic push is one batch in which each ref may fail on its own: the batch is checked
-//! against the refs read at the start (giving git's per-ref messages), then prepared under the
-//! locks; a ref that changed in between drops out of the batch with its own error and the rest
-//! is prepared again. An atomic push fails as a whole.
+//! against the refs read at the start (giving git's per-ref messages), then again under the
+//! locks; a ref that changed in between, or whose lock is held, drops out of the batch with its
+//! own error. An atomic push fails as a whole.
 
 use std::path::Path;
 
 use gix_hash::ObjectId;
 use gix_object::bstr::{BStr, BString, ByteSlice};
-use gix_ref::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
-use gix_ref::{FullName, Target};
+use gix_ref::Target;
 
 use crate::config::LogRefUpdates;
 use crate::hooks::TransactionState;
 
+mod loose;
 mod packed;
 mod reftable;
 
@@ -244,7 +246,8 @@ pub enum TransactionError {
 /// hook); returning `false` in `Preparing` or `Prepared` aborts the transaction.
 pub type TransactionHook<'h> = dyn FnMut(TransactionState, &[RefUpdate]) -> bool + 'h;
 
-/// git's files backend: `gix-ref` for reading and small batches, [`packed`] for large ones.
+/// git's files backend: `gix-ref` for reading, [`loose`] for small batches, [`packed`] for
+/// large ones.
 pub struct FilesStore {
     store: gix_ref::file::Store,
     git_dir: std::path::PathBuf,
@@ -258,18 +261,10 @@ pub const PACKED_BATCH_THRESHOLD: usize = 100;
 impl FilesStore {
     /// Open the store of the repository at `git_dir`.
     pub fn open(git_dir: &Path, log: LogRefUpdates) -> Self {
-        let write_reflog = match log {
-            LogRefUpdates::Never => gix_ref::store::WriteReflog::Disable,
-            LogRefUpdates::Normal => gix_ref::store::WriteReflog::Normal,
-            LogRefUpdates::Always => gix_ref::store::WriteReflog::Always,
-        };
         let store = gix_ref::file::Store::at_opts(
             git_dir.to_owned(),
             gix_hash::Kind::Sha1,
-            gix_ref::store::init::Options {
-                write_reflog,
-                ..Default::default()
-            },
+            Default::default(),
         );
         FilesStore {
             store,
@@ -332,14 +327,15 @@ impl FilesStore {
         }
         let mut time_buf = gix_date::parse::TimeBuf::default();
         let committer = committer.to_ref(&mut time_buf);
-        let mut announced = false;
         let live: Vec<usize> = (0..updates.len()).filter(|&i| results[i].is_ok()).collect();
+        if live.is_empty() {
+            return Ok(results);
+        }
+        if !packed::announce(hook, TransactionState::Preparing, updates, &live) {
+            packed::announce(hook, TransactionState::Aborted, updates, &live);
+            return Err(TransactionError::HookAborted("preparing"));
+        }
         if live.len() >= PACKED_BATCH_THRESHOLD {
-            announced = true;
-            if !packed::announce(hook, TransactionState::Preparing, updates, &live) {
-                packed::announce(hook, TransactionState::Aborted, updates, &live);
-                return Err(TransactionError::HookAborted("preparing"));
-            }
             let done = packed::commit(
                 &self.git_dir,
                 self.log,
@@ -353,93 +349,19 @@ impl FilesStore {
             if done.is_ok() {
                 return Ok(results);
             }
-            // A symbolic ref is involved: gix-ref handles those.
+            // A symbolic ref is involved, or packed-refs.lock is held: one lock per ref, as git.
         }
-        loop {
-            let live: Vec<usize> = (0..updates.len()).filter(|&i| results[i].is_ok()).collect();
-            if live.is_empty() {
-                return Ok(results);
-            }
-            let mut edits = Vec::with_capacity(live.len());
-            for &i in &live {
-                match edit(&updates[i]) {
-                    Ok(e) => edits.push(e),
-                    Err(e) if atomic => return Err(e.into()),
-                    Err(e) => results[i] = Err(e),
-                }
-            }
-            if edits.len() != live.len() {
-                continue;
-            }
-            let batch: Vec<RefUpdate> = live.iter().map(|&i| updates[i].clone()).collect();
-            if !announced {
-                announced = true;
-                if !hook(TransactionState::Preparing, &batch) {
-                    hook(TransactionState::Aborted, &batch);
-                    return Err(TransactionError::HookAborted("preparing"));
-                }
-            }
-            let updated = live.iter().filter(|&&i| !updates[i].new.is_null()).count();
-            let packed = if updated >= PACKED_BATCH_THRESHOLD {
-                gix_ref::file::transaction::PackedRefs::DeletionsAndNonSymbolicUpdatesRemoveLooseSourceReference(
-                    Box::new(objects.clone()),
-                )
-            } else {
-                gix_ref::file::transaction::PackedRefs::DeletionsOnly
-            };
-            let lock_wait = gix_lock::acquire::Fail::AfterDurationWithBackoff(
-                std::time::Duration::from_millis(100),
-            );
-            let prepared = self.store.transaction().packed_refs(packed).prepare(
-                edits,
-                lock_wait,
-                gix_lock::acquire::Fail::AfterDurationWithBackoff(std::time::Duration::from_secs(
-                    1,
-                )),
-            );
-            match prepared {
-                Ok(tx) => {
-                    if !hook(TransactionState::Prepared, &batch) {
-                        drop(tx); // releases every lock, writes nothing
-                        hook(TransactionState::Aborted, &batch);
-                        return Err(TransactionError::HookAborted("prepared"));
-                    }
-                    return match tx.commit(committer) {
-                        Ok(_) => {
-                            // gix-ref logs the ref itself; git also logs `HEAD` when the ref it
-                            // names moves.
-                            if let Some(head) = packed::head_target(&self.git_dir)
-                                && let Some(u) = batch.iter().find(|u| u.name == head)
-                                && !u.new.is_null()
-                            {
-                                let mut who = Vec::new();
-                                let _ = committer.write_to(&mut who);
-                                packed::append_reflog(
-                                    &self.git_dir.join("logs"),
-                                    b"HEAD",
-                                    None,
-                                    self.log,
-                                    u.old,
-                                    u.new,
-                                    &who,
-                                );
-                            }
-                            hook(TransactionState::Committed, &batch);
-                            Ok(results)
-                        }
-                        Err(e) => Err(TransactionError::Store(describe(&e))),
-                    };
-                }
-                Err(e) => {
-                    let failed = classify(&e, updates, &live);
-                    match failed {
-                        Some((i, err)) if !atomic => results[i] = Err(err),
-                        Some((_, err)) => return Err(err.into()),
-                        None => return Err(TransactionError::Store(describe(&e))),
-                    }
-                }
-            }
-        }
+        loose::commit(
+            &self.git_dir,
+            self.log,
+            updates,
+            &mut results,
+            atomic,
+            &committer,
+            objects,
+            hook,
+        )?;
+        Ok(results)
     }
 }
 
@@ -495,128 +417,6 @@ fn precheck(u: &RefUpdate, current: &Refs) -> Result<(), RefError> {
         });
     }
     Ok(())
-}
-
-fn edit(u: &RefUpdate) -> Result<RefEdit, RefError> {
-    let name = FullName::try_from(u.name.as_bstr()).map_err(|e| RefError::Other {
-        message: one_line(&e.to_string()),
-    })?;
-    let expected = if u.skip_old_check {
-        PreviousValue::Any
-    } else if u.old.is_null() {
-        PreviousValue::MustNotExist
-    } else {
-        PreviousValue::MustExistAndMatch(Target::Object(u.old))
-    };
-    let change = if u.new.is_null() {
-        Change::Delete {
-            expected,
-            log: RefLog::AndReference,
-        }
-    } else {
-        Change::Update {
-            log: LogChange {
-                mode: RefLog::AndReference,
-                force_create_reflog: false,
-                message: "push".into(),
-            },
-            expected,
-            new: Target::Object(u.new),
-        }
-    };
-    Ok(RefEdit {
-        change,
-        name,
-        deref: false,
-    })
-}
-
-/// Which of the `live` updates a failed `prepare` is about, and the error to report for it.
-fn classify(
-    e: &gix_error::Error,
-    updates: &[RefUpdate],
-    live: &[usize],
-) -> Option<(usize, RefError)> {
-    use gix_ref::file::transaction::prepare::{MustNotExist, ReferenceOutOfDate};
-    let find = |name: &[u8]| {
-        live.iter()
-            .copied()
-            .find(|&i| updates[i].name.as_slice() == name)
-    };
-    if let Some(ood) = e.downcast_any_ref::<ReferenceOutOfDate>() {
-        let i = find(&ood.full_name)?;
-        let err = match &ood.actual {
-            Target::Object(actual) if !actual.is_null() => RefError::IncorrectOldValue {
-                name: updates[i].name.clone(),
-                actual: *actual,
-                expected: updates[i].old,
-            },
-            _ => RefError::DoesNotExist {
-                name: updates[i].name.clone(),
-            },
-        };
-        return Some((i, err));
-    }
-    if let Some(mne) = e.downcast_any_ref::<MustNotExist>() {
-        let i = find(&mne.full_name)?;
-        return Some((
-            i,
-            RefError::AlreadyExists {
-                name: updates[i].name.clone(),
-            },
-        ));
-    }
-    for meta in e.metadata() {
-        for (key, value) in meta.iter() {
-            if key.as_ref() as &str == "reference" {
-                let name: Vec<u8> = match value {
-                    gix_error::MetadataValue::Bytes(b) => b.clone(),
-                    gix_error::MetadataValue::String(s) => s.clone().into_bytes(),
-                    other => other.to_string().into_bytes(),
-                };
-                if let Some(i) = find(&name) {
-                    return Some((
-                        i,
-                        RefError::Other {
-                            message: format!(
-                                "cannot lock ref '{}': {}",
-                                name.as_bstr(),
-                                describe(e)
-                            ),
-                        },
-                    ));
-                }
-            }
-        }
-    }
-    None
-}
-
-fn one_line(s: &str) -> String {
-    s.lines().next().unwrap_or_default().to_owned()
-}
-
-/// One line for the client from a gix error: git's wording for a lock held by someone else
-/// (`Unable to create '<path>.lock': File exists.`), else the innermost message.
-fn describe(e: &gix_error::Error) -> String {
-    for err in e.iter_errors() {
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::AlreadyExists
-        {
-            return "Unable to create lock file: File exists.".into();
-        }
-        let text = err.to_string();
-        if let Some(at) = text.find(".lock")
-            && let Some(start) = text[..at].rfind(['\'', '"', '`'])
-        {
-            let path = &text[start + 1..at + 5];
-            return format!("Unable to create '{path}': File exists.");
-        }
-    }
-    e.iter_errors()
-        .last()
-        .map(|err| one_line(&err.to_string()))
-        .unwrap_or_else(|| one_line(&e.to_string()))
 }
 
 impl RefStore for FilesStore {

@@ -89,24 +89,32 @@ use crate::config::LogRefUpdates;
 use crate::hooks::TransactionState;
 
 /// git's `core.packedRefsTimeout` default.
-const PACKED_LOCK_TIMEOUT: Duration = Duration::from_millis(1000);
+pub(super) const PACKED_LOCK_TIMEOUT: Duration = Duration::from_millis(1000);
 /// git's `core.filesRefLockTimeout` default.
-const LOOSE_LOCK_TIMEOUT: Duration = Duration::from_millis(100);
+pub(super) const LOOSE_LOCK_TIMEOUT: Duration = Duration::from_millis(100);
 /// How long the second scan waits for concurrent writers' locks to go.
 const CONTESTED_TIMEOUT: Duration = Duration::from_millis(1000);
 
 const HEADER: &[u8] = b"# pack-refs with: peeled fully-peeled sorted \n";
 
-/// The batch path cannot take this batch (a symbolic ref is involved); the caller uses gix-ref.
+/// The batch path cannot take this batch: a symbolic ref is involved, or `packed-refs.lock` is
+/// held by someone else; the caller commits it with one lock per ref ([`super::loose`]).
 pub(super) struct Fallback;
 
-/// A lock file (git's `<path>.lock`), removed when dropped.
-struct Lock {
+/// A lock file (git's `<path>.lock`), removed when dropped unless committed.
+pub(super) struct Lock {
     path: PathBuf,
 }
 
 impl Lock {
-    fn acquire(path: PathBuf, timeout: Duration) -> io::Result<Lock> {
+    /// Create `<git_dir>/<rel>.lock` (`O_CREAT|O_EXCL`), retrying for up to `timeout` while
+    /// someone else holds it (git's `hold_lock_file_for_update_timeout`).
+    pub(super) fn acquire(
+        git_dir: &Path,
+        rel: &[u8],
+        timeout: Duration,
+    ) -> Result<Lock, LockError> {
+        let path = git_dir.join(lock_name(rel));
         let start = Instant::now();
         let mut wait = Duration::from_millis(1);
         loop {
@@ -118,14 +126,27 @@ impl Lock {
                 Ok(_) => return Ok(Lock { path }),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                     if start.elapsed() >= timeout {
-                        return Err(e);
+                        return Err(LockError::held(git_dir, rel));
                     }
                     std::thread::sleep(wait);
                     wait = (wait * 2).min(Duration::from_millis(50));
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(LockError::new(git_dir, rel, &e)),
             }
         }
+    }
+
+    /// The lock file's path.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Rename the lock file over `target` (git's `commit_lock_file_to`); on failure the lock
+    /// is removed.
+    pub(super) fn commit_to(self, target: &Path) -> io::Result<()> {
+        fs::rename(&self.path, target)?;
+        std::mem::forget(self);
+        Ok(())
     }
 }
 
@@ -135,37 +156,88 @@ impl Drop for Lock {
     }
 }
 
-/// git's message for a lock that could not be taken.
-fn lock_message(path: &Path, e: &io::Error) -> String {
-    if e.kind() == io::ErrorKind::AlreadyExists {
-        format!(
-            "Unable to create '{}': File exists.\n\nAnother git process seems to be running in this repository",
-            path.display()
-        )
-    } else {
-        format!("Unable to create '{}': {e}", path.display())
+/// A lock file that could not be created, in git's words (`unable_to_lock_message`). The path
+/// is named as git receive-pack names it: its git directory is `.`, made absolute.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum LockError {
+    /// Someone else holds the lock, or a crashed writer left it.
+    #[error(
+        "Unable to create '{path}': File exists.\n\nAnother git process seems to be running in \
+         this repository, or the lock file may be stale"
+    )]
+    Held {
+        /// The lock file.
+        path: String,
+    },
+    /// The lock file could not be created for another reason.
+    #[error("Unable to create '{path}': {reason}")]
+    Io {
+        /// The lock file.
+        path: String,
+        /// `strerror` of the failure.
+        reason: String,
+    },
+}
+
+impl LockError {
+    /// `<git_dir>/<rel>.lock` exists.
+    pub(super) fn held(git_dir: &Path, rel: &[u8]) -> LockError {
+        LockError::Held {
+            path: git_path(git_dir, rel),
+        }
+    }
+
+    fn new(git_dir: &Path, rel: &[u8], e: &io::Error) -> LockError {
+        if e.kind() == io::ErrorKind::AlreadyExists {
+            return LockError::held(git_dir, rel);
+        }
+        LockError::Io {
+            path: git_path(git_dir, rel),
+            reason: strerror(e),
+        }
     }
 }
 
+/// An I/O error as git's `strerror` words it (without Rust's " (os error N)").
+pub(super) fn strerror(e: &io::Error) -> String {
+    let s = e.to_string();
+    match s.rfind(" (os error ") {
+        Some(i) => s[..i].to_owned(),
+        None => s,
+    }
+}
+
+/// git's error for a ref whose lock could not be taken.
+pub(super) fn cannot_lock(u: &RefUpdate, e: LockError) -> RefError {
+    RefError::Other {
+        message: format!("cannot lock ref '{}': {e}", u.name),
+    }
+}
+
+/// How git receive-pack names the lock of `rel`: `<absolute git dir>/./<rel>.lock`.
+fn git_path(git_dir: &Path, rel: &[u8]) -> String {
+    format!("{}/./{}.lock", git_dir.display(), rel.as_bstr())
+}
+
 /// One entry of a `packed-refs` file.
-struct Entry {
+pub(super) struct Entry {
     name: Range<usize>,
-    oid: ObjectId,
+    pub(super) oid: ObjectId,
     peeled: Option<ObjectId>,
     /// The entry's bytes (its line and its `^` line), copied as they are when unchanged.
     raw: Range<usize>,
 }
 
 /// A parsed `packed-refs` file.
-struct Packed {
-    existed: bool,
-    buf: Vec<u8>,
+pub(super) struct Packed {
+    pub(super) existed: bool,
+    pub(super) buf: Vec<u8>,
     entries: Vec<Entry>,
     fully_peeled: bool,
 }
 
 impl Packed {
-    fn read(path: &Path) -> Result<Packed, TransactionError> {
+    pub(super) fn read(path: &Path) -> Result<Packed, TransactionError> {
         let (existed, buf) = match fs::read(path) {
             Ok(b) => (true, b),
             Err(e) if e.kind() == io::ErrorKind::NotFound => (false, Vec::new()),
@@ -243,12 +315,12 @@ impl Packed {
             .binary_search_by(|e| self.buf[e.name.clone()].cmp(name))
     }
 
-    fn get(&self, name: &[u8]) -> Option<&Entry> {
+    pub(super) fn get(&self, name: &[u8]) -> Option<&Entry> {
         self.find(name).ok().map(|i| &self.entries[i])
     }
 
     /// The first entry named `name/…` that `skip` does not rule out, if any.
-    fn first_below(&self, name: &[u8], skip: impl Fn(&[u8]) -> bool) -> Option<&[u8]> {
+    pub(super) fn first_below(&self, name: &[u8], skip: impl Fn(&[u8]) -> bool) -> Option<&[u8]> {
         let i = self
             .entries
             .partition_point(|e| cmp_below(&self.buf[e.name.clone()], name).is_lt());
@@ -416,7 +488,7 @@ fn split(name: &[u8]) -> (&[u8], &[u8]) {
     }
 }
 
-fn path_of(name: &[u8]) -> PathBuf {
+pub(super) fn path_of(name: &[u8]) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
     PathBuf::from(std::ffi::OsStr::from_bytes(name))
 }
@@ -459,7 +531,7 @@ pub(super) fn is_below(a: &[u8], name: &[u8]) -> bool {
 }
 
 /// The first loose ref file below the directory `name/`, and whether a lock file is there.
-fn loose_below(git_dir: &Path, name: &[u8]) -> (Option<BString>, bool) {
+pub(super) fn loose_below(git_dir: &Path, name: &[u8]) -> (Option<BString>, bool) {
     let mut first: Option<BString> = None;
     let mut locked = false;
     let mut stack = vec![name.to_vec()];
@@ -490,13 +562,13 @@ fn loose_below(git_dir: &Path, name: &[u8]) -> (Option<BString>, bool) {
 
 /// The value of a loose ref file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Loose {
+pub(super) enum Loose {
     Object(ObjectId),
     Symbolic,
     Broken,
 }
 
-fn read_loose(path: &Path) -> Option<Loose> {
+pub(super) fn read_loose(path: &Path) -> Option<Loose> {
     let data = fs::read(path).ok()?;
     if data.starts_with(b"ref:") {
         return Some(Loose::Symbolic);
@@ -508,19 +580,19 @@ fn read_loose(path: &Path) -> Option<Loose> {
 }
 
 /// One live update of the batch, with what the locked checks found.
-struct Item {
+pub(super) struct Item {
     /// Index into `updates`.
-    index: usize,
+    pub(super) index: usize,
     /// The loose file's lock, held when the ref exists as a loose file.
-    lock: Option<Lock>,
+    pub(super) lock: Option<Lock>,
     /// The value before this batch (loose, else packed).
-    before: Option<ObjectId>,
+    pub(super) before: Option<ObjectId>,
 }
 
 /// The live updates of a batch in name order, for conflicts within the batch.
-struct Sorted<'u> {
-    updates: &'u [RefUpdate],
-    order: Vec<usize>,
+pub(super) struct Sorted<'u> {
+    pub(super) updates: &'u [RefUpdate],
+    pub(super) order: Vec<usize>,
 }
 
 impl Sorted<'_> {
@@ -528,19 +600,19 @@ impl Sorted<'_> {
         self.updates[self.order[k]].name.as_slice()
     }
 
-    fn get(&self, name: &[u8]) -> Option<&RefUpdate> {
+    pub(super) fn get(&self, name: &[u8]) -> Option<&RefUpdate> {
         self.order
             .binary_search_by(|&i| self.updates[i].name.as_slice().cmp(name))
             .ok()
             .map(|k| &self.updates[self.order[k]])
     }
 
-    fn deleted(&self, name: &[u8]) -> bool {
+    pub(super) fn deleted(&self, name: &[u8]) -> bool {
         self.get(name).is_some_and(|u| u.new.is_null())
     }
 
     /// A ref of the batch that is created or updated below `name/`; `k` is `name`'s position.
-    fn written_below(&self, k: usize, name: &[u8]) -> Option<&[u8]> {
+    pub(super) fn written_below(&self, k: usize, name: &[u8]) -> Option<&[u8]> {
         // The names that start with `name` follow it; when the next one does not, none does.
         if k + 1 >= self.order.len() || !self.name(k + 1).starts_with(name) {
             return None;
@@ -595,9 +667,12 @@ pub(super) fn commit(
     let names = || sorted.order.iter().map(|&i| updates[i].name.as_slice());
 
     let packed_path = git_dir.join("packed-refs");
-    let lock_path = git_dir.join("packed-refs.lock");
-    let packed_lock = Lock::acquire(lock_path.clone(), PACKED_LOCK_TIMEOUT)
-        .map_err(|e| TransactionError::Store(lock_message(&lock_path, &e)))?;
+    // Held by someone else: git would not need it for updates and creations, so neither do we.
+    let packed_lock = match Lock::acquire(git_dir, b"packed-refs", PACKED_LOCK_TIMEOUT) {
+        Ok(l) => l,
+        Err(LockError::Held { .. }) => return Ok(Err(Fallback)),
+        Err(e) => return Err(TransactionError::Store(e.to_string())),
+    };
     let packed = Packed::read(&packed_path)?;
 
     let dirs = dirs_of(names());
@@ -618,7 +693,7 @@ pub(super) fn commit(
             }
         }
     }
-    // Loose files that are symbolic refs: leave the batch to gix-ref, which handles them.
+    // Loose files that are symbolic refs: leave the batch to the loose path, which handles them.
     if symbolic {
         return Ok(Err(Fallback));
     }
@@ -721,12 +796,7 @@ pub(super) fn commit(
             if let Some(e) = lost_to(git_dir, u, it.before) {
                 lost.insert(k, e);
             } else if lock_path.exists() {
-                let message = format!(
-                    "cannot lock ref '{}': {}",
-                    u.name,
-                    lock_message(&lock_path, &io::ErrorKind::AlreadyExists.into())
-                );
-                lost.insert(k, RefError::Other { message });
+                lost.insert(k, cannot_lock(u, LockError::held(git_dir, &u.name)));
             }
         }
     }
@@ -803,7 +873,7 @@ fn lock_name(name: &[u8]) -> PathBuf {
 
 /// The proper prefixes of `name` below `refs/`, as git checks them: `refs/heads`, `refs/heads/a`
 /// for `refs/heads/a/b`.
-fn prefixes(name: &[u8]) -> impl Iterator<Item = &[u8]> {
+pub(super) fn prefixes(name: &[u8]) -> impl Iterator<Item = &[u8]> {
     name.iter()
         .enumerate()
         .filter(|(_, b)| **b == b'/')
@@ -838,16 +908,8 @@ impl Checker<'_> {
         let mut exists = current.is_some();
         let (seen, locked) = self.view.at(name);
         if seen == Some(Seen::File) {
-            let lock_path = git_dir.join(lock_name(name));
-            let l = Lock::acquire(lock_path.clone(), LOOSE_LOCK_TIMEOUT).map_err(|e| {
-                RefError::Other {
-                    message: format!(
-                        "cannot lock ref '{}': {}",
-                        u.name,
-                        lock_message(&lock_path, &e)
-                    ),
-                }
-            })?;
+            let l =
+                Lock::acquire(git_dir, name, LOOSE_LOCK_TIMEOUT).map_err(|e| cannot_lock(u, e))?;
             match read_loose(&git_dir.join(path_of(name))) {
                 Some(Loose::Object(oid)) => {
                     current = Some(oid);
@@ -867,14 +929,7 @@ impl Checker<'_> {
             }
             lock = Some(l);
         } else if locked {
-            let lock_path = git_dir.join(lock_name(name));
-            return Err(RefError::Other {
-                message: format!(
-                    "cannot lock ref '{}': {}",
-                    u.name,
-                    lock_message(&lock_path, &io::ErrorKind::AlreadyExists.into())
-                ),
-            });
+            return Err(cannot_lock(u, LockError::held(git_dir, name)));
         }
         if !u.skip_old_check {
             match (exists, current, u.old.is_null()) {
@@ -1041,7 +1096,7 @@ fn lost_to(git_dir: &Path, u: &RefUpdate, before: Option<ObjectId>) -> Option<Re
 }
 
 /// The new `packed-refs`: the old entries merged with the batch, in git's format.
-fn render(
+pub(super) fn render(
     packed: &Packed,
     updates: &[RefUpdate],
     items: &[Item],
@@ -1107,7 +1162,7 @@ fn copy_entry(
 }
 
 /// Write `content` to `tmp` (git's `packed-refs.new`) and rename it over `target`.
-fn replace(tmp: &Path, target: &Path, content: &[u8]) -> Result<(), TransactionError> {
+pub(super) fn replace(tmp: &Path, target: &Path, content: &[u8]) -> Result<(), TransactionError> {
     let fail = |what: &str, e: io::Error| {
         let _ = fs::remove_file(tmp);
         TransactionError::Store(format!("unable to {what} {}: {e}", tmp.display()))
@@ -1126,7 +1181,7 @@ fn replace(tmp: &Path, target: &Path, content: &[u8]) -> Result<(), TransactionE
 
 /// git's `try_remove_empty_parents`: remove the now-empty directories of `name`, keeping
 /// `refs/` and `refs/<kind>/`.
-fn remove_empty_parents(git_dir: &Path, name: &[u8]) {
+pub(super) fn remove_empty_parents(git_dir: &Path, name: &[u8]) {
     let mut end = name.len();
     while let Some(i) = name[..end].rfind_byte(b'/') {
         if name[..i].iter().filter(|&&b| b == b'/').count() < 2 {
@@ -1155,7 +1210,7 @@ fn autocreate_reflog(log: LogRefUpdates, name: &[u8]) -> bool {
 
 /// Append git's reflog line (`<old> <new> <committer>\tpush`) for each update that gets one:
 /// refs git would log on its own, and refs whose reflog exists. A deleted ref loses its reflog.
-fn write_reflogs(
+pub(super) fn write_reflogs(
     git_dir: &Path,
     log: LogRefUpdates,
     updates: &[RefUpdate],

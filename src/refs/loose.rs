@@ -1,0 +1,313 @@
+//! The few-ref path of the files backend: git's loose-ref transaction
+//! (`files_transaction_prepare` / `files_transaction_finish` in `refs/files-backend.c`), one
+//! `<ref>.lock` per ref.
+//!
+//! # Protocol
+//!
+//! 1. For each ref, in name order: create `<ref>.lock` (`O_CREAT|O_EXCL`, retried for 100 ms,
+//!    git's `core.filesRefLockTimeout`) and the directories it needs; under the lock read the
+//!    current value (the loose file, else `packed-refs`), compare it with the expected old value,
+//!    check a new ref for directory/file conflicts, and write the new value into the lock.
+//! 2. Only when the batch deletes refs, take `packed-refs.lock` (retried for 1 s, git's
+//!    `core.packedRefsTimeout`): a deleted ref may have a `packed-refs` entry to remove, and no
+//!    one may pack it meanwhile. Updates and creations never take it, so a held or stale
+//!    `packed-refs.lock` fails only deletions, as in git: in a non-atomic push each deletion
+//!    fails with git's lock message (git 2.47 runs one transaction per ref), in an atomic push
+//!    the whole push fails.
+//! 3. The `prepared` hook.
+//! 4. Append the reflogs; rename each update's lock over its ref; rewrite `packed-refs` without
+//!    the deleted refs (only if one of them is in it, as git's `is_packed_transaction_needed`);
+//!    remove the deleted refs' loose files under their locks, then their empty directories;
+//!    release the locks.
+//!
+//! A failure in step 1 fails that ref alone in a non-atomic push and the whole push in an atomic
+//! one; every lock taken so far is removed.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+
+use gix_hash::ObjectId;
+use gix_object::bstr::ByteSlice;
+
+use super::packed::{
+    self, Item, LOOSE_LOCK_TIMEOUT, Lock, Loose, PACKED_LOCK_TIMEOUT, Packed, Peeler, Sorted,
+    cannot_lock, loose_below, path_of, prefixes, read_loose, remove_empty_parents, strerror,
+};
+use super::{RefError, RefUpdate, TransactionError, TransactionHook};
+use crate::config::LogRefUpdates;
+use crate::hooks::TransactionState;
+
+/// Commit the live updates (`results[i].is_ok()`) with one lock per ref. The caller has run the
+/// `preparing` hook; this runs `prepared` and `committed` (or `aborted`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn commit(
+    git_dir: &Path,
+    log: LogRefUpdates,
+    updates: &[RefUpdate],
+    results: &mut [Result<(), RefError>],
+    atomic: bool,
+    committer: &gix_actor::SignatureRef<'_>,
+    objects: &gix_odb::Handle,
+    hook: &mut TransactionHook<'_>,
+) -> Result<(), TransactionError> {
+    let mut order: Vec<usize> = (0..updates.len()).filter(|&i| results[i].is_ok()).collect();
+    order.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
+    let batch = Sorted { updates, order };
+    let packed_path = git_dir.join("packed-refs");
+    let packed = Packed::read(&packed_path)?;
+
+    let mut items: Vec<Item> = Vec::with_capacity(batch.order.len());
+    for (k, &i) in batch.order.iter().enumerate() {
+        match lock(git_dir, &packed, &batch, k, &updates[i]) {
+            Ok((lock, before)) => items.push(Item {
+                index: i,
+                lock: Some(lock),
+                before,
+            }),
+            Err(e) if atomic => return Err(e.into()),
+            Err(e) => results[i] = Err(e),
+        }
+    }
+
+    let deletes = |it: &Item| updates[it.index].new.is_null();
+    let mut packed_lock = None;
+    if items.iter().any(deletes) {
+        match Lock::acquire(git_dir, b"packed-refs", PACKED_LOCK_TIMEOUT) {
+            Ok(l) => packed_lock = Some(l),
+            Err(e) if atomic => return Err(TransactionError::Store(e.to_string())),
+            Err(e) => {
+                let (deletions, rest): (Vec<Item>, Vec<Item>) =
+                    items.into_iter().partition(deletes);
+                for it in deletions {
+                    results[it.index] = Err(RefError::Other {
+                        message: e.to_string(),
+                    });
+                }
+                items = rest;
+            }
+        }
+    }
+    if items.is_empty() {
+        return Ok(());
+    }
+
+    let mut live: Vec<usize> = items.iter().map(|it| it.index).collect();
+    live.sort_unstable();
+    if !packed::announce(hook, TransactionState::Prepared, updates, &live) {
+        drop(items);
+        drop(packed_lock);
+        packed::announce(hook, TransactionState::Aborted, updates, &live);
+        return Err(TransactionError::HookAborted("prepared"));
+    }
+
+    packed::write_reflogs(git_dir, log, updates, &items, committer);
+    let (deletions, writes): (Vec<Item>, Vec<Item>) = items.into_iter().partition(deletes);
+    let mut failed = Vec::new();
+    for mut it in writes {
+        let u = &updates[it.index];
+        let target = git_dir.join(path_of(&u.name));
+        let Some(lock) = it.lock.take() else { continue };
+        if target.is_dir() {
+            remove_empty_dirs(&target);
+        }
+        if let Err(e) = lock.commit_to(&target) {
+            let message = format!("couldn't set '{}': {}", u.name, strerror(&e));
+            if atomic {
+                return Err(TransactionError::Store(message));
+            }
+            results[it.index] = Err(RefError::Other { message });
+            failed.push(it.index);
+        }
+    }
+
+    if !deletions.is_empty() {
+        let logs = git_dir.join("logs");
+        for it in &deletions {
+            remove_empty_parents(&logs, &updates[it.index].name);
+        }
+        // Under packed-refs.lock: what is in packed-refs now.
+        let current = Packed::read(&packed_path)?;
+        if deletions
+            .iter()
+            .any(|it| current.get(&updates[it.index].name).is_some())
+        {
+            let content = packed::render(&current, updates, &deletions, &mut Peeler::new(objects));
+            packed::replace(&git_dir.join("packed-refs.new"), &packed_path, &content)?;
+        }
+        for mut it in deletions {
+            let name = updates[it.index].name.as_slice();
+            if let Err(e) = fs::remove_file(git_dir.join(path_of(name)))
+                && e.kind() != io::ErrorKind::NotFound
+            {
+                let message = format!("unable to remove '{}': {}", name.as_bstr(), strerror(&e));
+                if atomic {
+                    return Err(TransactionError::Store(message));
+                }
+                results[it.index] = Err(RefError::Other { message });
+                failed.push(it.index);
+            }
+            drop(it.lock.take());
+            remove_empty_parents(git_dir, name);
+        }
+    }
+    drop(packed_lock);
+    live.retain(|i| !failed.contains(i));
+    packed::announce(hook, TransactionState::Committed, updates, &live);
+    Ok(())
+}
+
+/// Take the lock of update `k` of `batch` and check the ref under it; the lock (holding the new
+/// value, unless the ref is deleted) and the ref's current value.
+fn lock(
+    git_dir: &Path,
+    packed: &Packed,
+    batch: &Sorted<'_>,
+    k: usize,
+    u: &RefUpdate,
+) -> Result<(Lock, Option<ObjectId>), RefError> {
+    let name = u.name.as_slice();
+    gix_ref::FullName::try_from(u.name.as_bstr()).map_err(|e| RefError::Other {
+        message: format!("cannot lock ref '{}': {e}", u.name),
+    })?;
+    let path = git_dir.join(path_of(name));
+    if let Some(parent) = path.parent()
+        && let Err(e) = fs::create_dir_all(parent)
+    {
+        if let Some(p) = prefixes(name).find(|p| git_dir.join(path_of(p)).is_file()) {
+            return Err(RefError::NameConflict {
+                name: u.name.clone(),
+                existing: p.into(),
+            });
+        }
+        return Err(RefError::Other {
+            message: format!(
+                "cannot lock ref '{}': unable to create directory for '{}': {}",
+                u.name,
+                u.name,
+                strerror(&e)
+            ),
+        });
+    }
+    let lock = Lock::acquire(git_dir, name, LOOSE_LOCK_TIMEOUT).map_err(|e| cannot_lock(u, e))?;
+
+    // git's rule: a loose file takes precedence over packed-refs.
+    let (exists, current) = match read_loose(&path) {
+        Some(Loose::Object(oid)) => (true, Some(oid)),
+        Some(Loose::Broken | Loose::Symbolic) => (true, None),
+        None => match packed.get(name) {
+            Some(e) => (true, Some(e.oid)),
+            None => (false, None),
+        },
+    };
+    if !u.skip_old_check {
+        match (exists, current, u.old.is_null()) {
+            (true, _, true) => {
+                return Err(RefError::AlreadyExists {
+                    name: u.name.clone(),
+                });
+            }
+            (false, _, false) | (true, None, false) => {
+                return Err(RefError::DoesNotExist {
+                    name: u.name.clone(),
+                });
+            }
+            (true, Some(actual), false) if actual != u.old => {
+                return Err(RefError::IncorrectOldValue {
+                    name: u.name.clone(),
+                    actual,
+                    expected: u.old,
+                });
+            }
+            _ => {}
+        }
+    }
+    if u.new.is_null() {
+        return Ok((lock, current));
+    }
+    if !exists {
+        check_new(git_dir, packed, batch, k, u, &path)?;
+    }
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .open(lock.path())
+        .and_then(|mut f| writeln!(f, "{}", u.new));
+    if let Err(e) = written {
+        return Err(RefError::Other {
+            message: format!(
+                "couldn't write '{}': {}",
+                lock.path().display(),
+                strerror(&e)
+            ),
+        });
+    }
+    Ok((lock, current))
+}
+
+/// A new ref must not collide with an existing ref, or another ref the batch writes, as a file
+/// and a directory. (A conflict with a ref the batch deletes was refused before, against the
+/// refs read at the start of the push.)
+fn check_new(
+    git_dir: &Path,
+    packed: &Packed,
+    batch: &Sorted<'_>,
+    k: usize,
+    u: &RefUpdate,
+    path: &Path,
+) -> Result<(), RefError> {
+    let name = u.name.as_slice();
+    for p in prefixes(name) {
+        if packed.get(p).is_some() || git_dir.join(path_of(p)).is_file() {
+            return Err(RefError::NameConflict {
+                name: u.name.clone(),
+                existing: p.into(),
+            });
+        }
+        if batch.get(p).is_some_and(|o| !o.new.is_null()) {
+            return Err(RefError::ConflictInPush {
+                name: u.name.clone(),
+                other: p.into(),
+            });
+        }
+    }
+    if let Some(below) = packed.first_below(name, |_| false) {
+        return Err(RefError::NameConflict {
+            name: u.name.clone(),
+            existing: below.into(),
+        });
+    }
+    if let Some(below) = batch.written_below(k, name) {
+        return Err(RefError::ConflictInPush {
+            name: u.name.clone(),
+            other: below.into(),
+        });
+    }
+    // A directory where the ref goes: empty ones are removed, as git does.
+    if path.is_dir() && !remove_empty_dirs(path) {
+        if let (Some(existing), _) = loose_below(git_dir, name) {
+            return Err(RefError::NameConflict {
+                name: u.name.clone(),
+                existing,
+            });
+        }
+        return Err(RefError::Other {
+            message: format!(
+                "cannot lock ref '{}': there is a non-empty directory './{}' blocking reference '{}'",
+                u.name, u.name, u.name
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Remove `dir` and the directories below it if they hold nothing else; whether `dir` went.
+fn remove_empty_dirs(dir: &Path) -> bool {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_empty_dirs(&e.path());
+            }
+        }
+    }
+    fs::remove_dir(dir).is_ok()
+}
