@@ -25,7 +25,7 @@ const EMPTY_PACK: &[u8] = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00\x02\x9d\x08\x82
 pub enum RefFormat {
     /// Loose refs and `packed-refs`.
     Files,
-    /// reftable (berth refuses these repositories until its reftable issue lands).
+    /// A reftable stack.
     Reftable,
 }
 

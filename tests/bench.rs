@@ -125,21 +125,22 @@ fn a_receiver_that_drops_refs_is_reported_failed() {
 }
 
 #[test]
-fn reftable_is_refused_by_berth_with_a_clear_message() {
+fn reftable_targets_verified_for_both_receivers() {
     let out = bench(&[
         "--refs",
-        "100",
+        "300",
         "--runs",
-        "1",
+        "2",
         "--ref-format",
         "reftable",
         "--json",
     ]);
     let json = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{json}");
     assert!(
-        json.contains("\"command\":\"git receive-pack\",\"ok\":true"),
-        "{json}"
+        out.status.success(),
+        "{json}\n{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(json.contains("reftable"), "{json}");
+    assert!(json.contains("\"ref_format\":\"reftable\""), "{json}");
+    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
 }
