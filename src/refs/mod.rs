@@ -79,13 +79,19 @@ pub fn open(
 #[derive(Debug, Default, Clone)]
 pub struct Refs {
     entries: Vec<(BString, ObjectId)>,
+    /// Which state of the store the refs were read from, when the store can tell (the
+    /// reftable stack's table names): a transaction on an unchanged store need not check again.
+    version: Option<Vec<String>>,
 }
 
 impl Refs {
     /// Build from `(name, id)` pairs in any order.
     pub fn from_unsorted(mut entries: Vec<(BString, ObjectId)>) -> Self {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
-        Refs { entries }
+        Refs {
+            entries,
+            version: None,
+        }
     }
 
     /// The number of refs.

@@ -8,11 +8,12 @@
 //! existing reflog) says so, one for `HEAD` when the ref it points to is updated, and
 //! tombstones for every reflog entry of a deleted ref.
 
-use std::collections::{BTreeMap, HashSet};
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use gix_hash::ObjectId;
-use gix_object::bstr::{BString, ByteSlice};
+use gix_object::bstr::BString;
 
 use super::{RefError, RefStore, RefUpdate, Refs, TransactionError, TransactionHook, precheck};
 use crate::config::LogRefUpdates;
@@ -29,6 +30,70 @@ pub struct ReftableStore {
     dir: PathBuf,
     opts: WriteOptions,
     log: LogRefUpdates,
+    /// The merged refs as last read, with the stack they were read from: the symbolic-ref
+    /// lookups of the same push use them, and a transaction whose stack has not changed since
+    /// needs neither to merge nor to check again.
+    read: RefCell<Option<Merged>>,
+}
+
+/// Every ref of the stack whose tables are `tables`, by name, deletions applied.
+struct Merged {
+    tables: Vec<String>,
+    refs: Vec<(BString, RefValue)>,
+}
+
+impl Merged {
+    fn of(stack: &Stack) -> Result<Merged, Error> {
+        Ok(Merged {
+            tables: table_names(stack),
+            refs: stack.refs()?,
+        })
+    }
+
+    fn get(&self, name: &[u8]) -> Option<&RefValue> {
+        self.refs
+            .binary_search_by(|(n, _)| n.as_slice().cmp(name))
+            .ok()
+            .map(|i| &self.refs[i].1)
+    }
+
+    /// The object `name` finally points to, following symbolic refs.
+    fn resolve(&self, name: &[u8]) -> Option<ObjectId> {
+        let mut name = name;
+        for _ in 0..=MAX_SYMREF_DEPTH {
+            match self.get(name)? {
+                RefValue::Val1(oid) | RefValue::Val2(oid, _) => return Some(*oid),
+                RefValue::Symref(target) => name = target.as_slice(),
+                RefValue::Deletion => return None,
+            }
+        }
+        None
+    }
+
+    /// The refs under `refs/`, symbolic ones resolved, dangling ones left out, marked with
+    /// the stack they were read from.
+    fn snapshot(&self) -> Refs {
+        let entries = self
+            .refs
+            .iter()
+            .filter(|(name, _)| name.starts_with(b"refs/"))
+            .filter_map(|(name, value)| {
+                let oid = match value {
+                    RefValue::Val1(oid) | RefValue::Val2(oid, _) => *oid,
+                    _ => self.resolve(name)?,
+                };
+                Some((name.clone(), oid))
+            })
+            .collect();
+        Refs {
+            entries,
+            version: Some(self.tables.clone()),
+        }
+    }
+}
+
+fn table_names(stack: &Stack) -> Vec<String> {
+    stack.tables().iter().map(|t| t.name().to_owned()).collect()
 }
 
 impl ReftableStore {
@@ -39,6 +104,7 @@ impl ReftableStore {
             dir: git_dir.join("reftable"),
             opts,
             log,
+            read: RefCell::new(None),
         }
     }
 
@@ -47,62 +113,33 @@ impl ReftableStore {
     }
 }
 
-/// The refs of `stack` by name, deletions applied.
-fn merged(stack: &Stack) -> Result<BTreeMap<BString, RefValue>, Error> {
-    Ok(stack.refs()?.into_iter().collect())
-}
-
-/// The object `name` finally points to, following symbolic refs.
-fn resolve(all: &BTreeMap<BString, RefValue>, name: &[u8]) -> Option<ObjectId> {
-    let mut name = name;
-    for _ in 0..=MAX_SYMREF_DEPTH {
-        match all.get(name.as_bstr())? {
-            RefValue::Val1(oid) | RefValue::Val2(oid, _) => return Some(*oid),
-            RefValue::Symref(target) => name = target.as_slice(),
-            RefValue::Deletion => return None,
-        }
-    }
-    None
-}
-
-/// The refs under `refs/`, symbolic ones resolved, dangling ones left out.
-fn snapshot_of(all: &BTreeMap<BString, RefValue>) -> Refs {
-    let entries = all
-        .iter()
-        .filter(|(name, _)| name.starts_with(b"refs/"))
-        .filter_map(|(name, value)| {
-            let oid = match value {
-                RefValue::Val1(oid) | RefValue::Val2(oid, _) => *oid,
-                _ => resolve(all, name)?,
-            };
-            Some((name.clone(), oid))
-        })
-        .collect();
-    // A BTreeMap iterates in name order already.
-    Refs { entries }
-}
-
 impl RefStore for ReftableStore {
     fn snapshot(&self) -> Result<Refs, String> {
-        let stack = self.stack()?;
-        Ok(snapshot_of(&merged(&stack).map_err(|e| e.to_string())?))
+        let merged = Merged::of(&self.stack()?).map_err(|e| e.to_string())?;
+        let refs = merged.snapshot();
+        *self.read.borrow_mut() = Some(merged);
+        Ok(refs)
     }
 
     fn symref_targets(&self, names: &[BString]) -> Vec<Option<Option<BString>>> {
-        let Ok(stack) = self.stack() else {
+        if self.read.borrow().is_none() && self.snapshot().is_err() {
+            return vec![None; names.len()];
+        }
+        let read = self.read.borrow();
+        let Some(merged) = read.as_ref() else {
             return vec![None; names.len()];
         };
         names
             .iter()
             .map(|name| {
-                let Ok(Some(RefValue::Symref(mut target))) = stack.read_ref(name) else {
+                let Some(RefValue::Symref(target)) = merged.get(name) else {
                     return None;
                 };
+                let mut target = target;
                 for _ in 0..MAX_SYMREF_DEPTH {
-                    match stack.read_ref(&target) {
-                        Ok(Some(RefValue::Symref(next))) => target = next,
-                        Ok(_) => return Some(Some(target)),
-                        Err(_) => return Some(None),
+                    match merged.get(target) {
+                        Some(RefValue::Symref(next)) => target = next,
+                        _ => return Some(Some(target.clone())),
                     }
                 }
                 Some(None)
@@ -153,23 +190,32 @@ impl RefStore for ReftableStore {
             }
         };
         let store_err = |e: Error| TransactionError::Store(e.to_string());
-        let all = merged(locked.stack()).map_err(store_err)?;
-        let now = snapshot_of(&all);
-        // Checked again under the lock: a ref that moved since the push began fails on its own.
+        // Checked again under the lock, unless the stack is still the one `current` was read
+        // from: a ref that moved since the push began fails on its own.
+        let unchanged = current.version.as_ref() == Some(&table_names(locked.stack()));
+        let fresh;
+        let now = if unchanged {
+            current
+        } else {
+            fresh = Merged::of(locked.stack()).map_err(store_err)?.snapshot();
+            &fresh
+        };
         let mut changed = false;
-        for (i, u) in updates.iter().enumerate() {
-            if results[i].is_ok()
-                && let Err(e) = check(u, &now)
-            {
-                if atomic {
-                    hook(TransactionState::Aborted, &batch);
-                    return Err(e.into());
+        if !unchanged {
+            for (i, u) in updates.iter().enumerate() {
+                if results[i].is_ok()
+                    && let Err(e) = check(u, now)
+                {
+                    if atomic {
+                        hook(TransactionState::Aborted, &batch);
+                        return Err(e.into());
+                    }
+                    results[i] = Err(e);
+                    changed = true;
                 }
-                results[i] = Err(e);
-                changed = true;
             }
         }
-        changed |= conflicts_in_batch(updates, &mut results, &now, atomic).map_err(|e| {
+        changed |= conflicts_in_batch(updates, &mut results, now, atomic).map_err(|e| {
             hook(TransactionState::Aborted, &batch);
             TransactionError::Ref(e)
         })?;
@@ -184,7 +230,7 @@ impl RefStore for ReftableStore {
         }
 
         let (refs, logs) = self
-            .records(locked.stack(), &all, &now, &batch, committer, objects)
+            .records(locked.stack(), now, &batch, committer, objects)
             .map_err(store_err)?;
         locked.commit(&refs, &logs).map_err(store_err)?;
         hook(TransactionState::Committed, &batch);
@@ -197,7 +243,6 @@ impl ReftableStore {
     fn records(
         &self,
         stack: &Stack,
-        all: &BTreeMap<BString, RefValue>,
         now: &Refs,
         batch: &[RefUpdate],
         committer: &gix_actor::Signature,
@@ -213,8 +258,8 @@ impl ReftableStore {
             LogRefUpdates::Normal if autocreates_reflog(name) => true,
             _ => has_log.contains(name),
         };
-        let head = match all.get(b"HEAD".as_bstr()) {
-            Some(RefValue::Symref(target)) => Some(target.clone()),
+        let head = match stack.read_ref(b"HEAD")? {
+            Some(RefValue::Symref(target)) => Some(target),
             _ => None,
         };
         let entry = |old: ObjectId, new: ObjectId| LogUpdate {
@@ -296,13 +341,24 @@ fn conflicts_in_batch(
     now: &Refs,
     atomic: bool,
 ) -> Result<bool, RefError> {
-    let mut names: std::collections::BTreeSet<&[u8]> = (0..updates.len())
+    let mut names: HashSet<&[u8]> = (0..updates.len())
         .filter(|&i| results[i].is_ok())
         .map(|i| updates[i].name.as_slice())
         .collect();
     if names.len() < 2 {
         return Ok(false);
     }
+    // Nothing to decide unless some name of the batch is a directory of another.
+    let dir_of_another = names.iter().any(|n| {
+        n.iter()
+            .enumerate()
+            .any(|(at, b)| *b == b'/' && names.contains(&n[..at]))
+    });
+    if !dir_of_another {
+        return Ok(false);
+    }
+    let mut sorted: Vec<&[u8]> = names.iter().copied().collect();
+    sorted.sort_unstable();
     let order: Vec<usize> = (0..updates.len())
         .filter(|&i| results[i].is_ok() && !updates[i].new.is_null())
         .filter(|&i| now.get(&updates[i].name).is_none())
@@ -315,11 +371,12 @@ fn conflicts_in_batch(
         let mut prefix = name.to_vec();
         prefix.push(b'/');
         let other = dirs.find(|dir| names.contains(dir)).or_else(|| {
-            names
-                .range(prefix.as_slice()..)
-                .next()
+            let from = sorted.partition_point(|m| *m < prefix.as_slice());
+            sorted[from..]
+                .iter()
+                .take_while(|m| m.starts_with(&prefix))
+                .find(|m| names.contains(*m))
                 .copied()
-                .filter(|m| m.starts_with(&prefix))
         });
         if let Some(other) = other {
             let e = RefError::UnavailableInPush {

@@ -162,15 +162,32 @@ fn parse_names(data: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// Merge the ref records of `tables` (oldest first): the newest record of each name wins.
-fn merge_refs(tables: &[Table]) -> Result<BTreeMap<BString, RefRecord>> {
-    let mut merged = BTreeMap::new();
+/// Merge the ref records of `tables` (oldest first) in name order: the newest record of each
+/// name wins. Each table is sorted already, so this is one linear merge per table.
+fn merge_refs(tables: &[Table]) -> Result<Vec<RefRecord>> {
+    let mut merged: Vec<RefRecord> = Vec::new();
     for t in tables {
-        for r in t.refs()? {
-            merged.insert(r.name.clone(), r);
-        }
+        merged = merge_newer(merged, t.refs()?);
     }
     Ok(merged)
+}
+
+/// `older` and `newer` (each sorted by name) merged, `newer` winning.
+fn merge_newer(older: Vec<RefRecord>, newer: Vec<RefRecord>) -> Vec<RefRecord> {
+    if older.is_empty() {
+        return newer;
+    }
+    let mut out = Vec::with_capacity(older.len() + newer.len());
+    let mut older = older.into_iter().peekable();
+    for rec in newer {
+        while let Some(o) = older.next_if(|o| o.name < rec.name) {
+            out.push(o);
+        }
+        older.next_if(|o| o.name == rec.name);
+        out.push(rec);
+    }
+    out.extend(older);
+    out
 }
 
 /// Merge the log records of `tables` (oldest first), keyed by their log key.
@@ -282,15 +299,15 @@ impl Stack {
     pub fn refs(&self) -> Result<Vec<(BString, RefValue)>> {
         Ok(merge_refs(&self.tables)?
             .into_iter()
-            .filter(|(_, r)| r.value != RefValue::Deletion)
-            .map(|(n, r)| (n, r.value))
+            .filter(|r| r.value != RefValue::Deletion)
+            .map(|r| (r.name, r.value))
             .collect())
     }
 
     /// All ref records (with their update indexes) of the stack, deletions applied.
     pub fn ref_records(&self) -> Result<Vec<RefRecord>> {
         Ok(merge_refs(&self.tables)?
-            .into_values()
+            .into_iter()
             .filter(|r| r.value != RefValue::Deletion)
             .collect())
     }
@@ -347,6 +364,85 @@ impl Stack {
         tmp.persist(&path)
             .map_err(|e| io_err("rename temporary table to", &path)(e.error))?;
         Ok(name)
+    }
+
+    /// With `tables.list` locked (`lock`) and the new table of update index `ts` encoded
+    /// (`bytes`, holding `refs` and `logs`): if auto-compaction after adding it would compact a
+    /// segment ending with it, and that segment's tables can be locked, write the compacted
+    /// table instead and commit the list; else give the lock back.
+    fn add_compacted(
+        &mut self,
+        lock: LockFile,
+        ts: u64,
+        bytes: &[u8],
+        refs: &[RefRecord],
+        logs: &[LogRecord],
+    ) -> Result<std::result::Result<(), LockFile>> {
+        if self.opts.disable_auto_compact || self.tables.is_empty() {
+            return Ok(Err(lock));
+        }
+        let mut sizes = self.compaction_sizes();
+        let new_size = (bytes.len() - super::table::FOOTER_SIZE_V1)
+            .saturating_sub(super::table::HEADER_SIZE_V1 - 1);
+        sizes.push(new_size as u64);
+        let (first, end) = suggest_compaction_segment(&sizes, self.opts.geometric_factor);
+        if end <= first + 1 || end != sizes.len() {
+            return Ok(Err(lock));
+        }
+        let mut table_locks = Vec::new();
+        for t in self.tables[first..].iter().rev() {
+            match LockFile::acquire(&self.dir.join(t.name()), 0) {
+                Ok(mut l) => {
+                    l.close();
+                    table_locks.push(l);
+                }
+                Err(Error::Locked(_)) => return Ok(Err(lock)),
+                Err(e) => return Err(e),
+            }
+        }
+        let range = &self.tables[first..];
+        let min = range[0].min_update_index();
+        let mut merged = merge_newer(merge_refs(range)?, refs.to_vec());
+        let mut merged_logs = merge_logs(range)?;
+        for l in logs {
+            let mut l = l.clone();
+            if let LogValue::Update(u) = &mut l.value {
+                u.message = super::table::normalize_log_message(&l.refname, &u.message)?.into();
+            }
+            merged_logs.insert(l.key(), l);
+        }
+        let mut merged_logs: Vec<LogRecord> = merged_logs.into_values().collect();
+        if first == 0 {
+            merged.retain(|r| r.value != RefValue::Deletion);
+            merged_logs.retain(|l| l.value != LogValue::Deletion);
+        }
+        let opts = WriteOptions {
+            exact_log_message: true,
+            ..self.opts
+        };
+        let (bytes, empty) = write_table(opts, min, ts, &merged, &merged_logs)?;
+        let compacted: Vec<String> = range.iter().map(|t| t.name().to_owned()).collect();
+        let mut list: Vec<String> = self.names()[..first].to_vec();
+        let installed = if empty {
+            None
+        } else {
+            let name = self.install_table(min, ts, &bytes)?;
+            list.push(name.clone());
+            Some(name)
+        };
+        let text: String = list.iter().map(|n| format!("{n}\n")).collect();
+        if let Err(e) = lock.write_all_and_commit(text.as_bytes()) {
+            if let Some(n) = installed {
+                let _ = std::fs::remove_file(self.dir.join(n));
+            }
+            return Err(e);
+        }
+        self.reload()?;
+        for n in &compacted {
+            let _ = std::fs::remove_file(self.dir.join(n));
+        }
+        drop(table_locks);
+        Ok(Ok(()))
     }
 
     /// Table sizes as git's auto-compaction weighs them: size without footer, minus the header
@@ -427,7 +523,7 @@ impl Stack {
         let min = range[0].min_update_index();
         let max = range[range.len() - 1].max_update_index();
         let refs: Vec<RefRecord> = merge_refs(range)?
-            .into_values()
+            .into_iter()
             .filter(|r| !(first == 0 && r.value == RefValue::Deletion))
             .collect();
         let logs: Vec<LogRecord> = merge_logs(range)?
@@ -532,6 +628,12 @@ impl Locked<'_> {
         if empty {
             return Ok(ts);
         }
+        // When the auto-compaction that would follow takes in the new table, write its result
+        // at once: the same stack as adding the table and then compacting, one write fewer.
+        let lock = match stack.add_compacted(lock, ts, &bytes, &refs, &logs)? {
+            Ok(()) => return Ok(ts),
+            Err(lock) => lock,
+        };
         let name = stack.install_table(ts, ts, &bytes)?;
         let mut list = String::new();
         for n in stack.names().iter().chain(std::iter::once(&name)) {

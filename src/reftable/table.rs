@@ -388,18 +388,7 @@ impl TableWriter {
                 let mut msg: &[u8] = &u.message;
                 let cleaned;
                 if !self.opts.exact_log_message {
-                    while let [rest @ .., b'\n'] = msg {
-                        msg = rest;
-                    }
-                    if msg.contains(&b'\n') {
-                        return Err(Error::InvalidRecord(format!(
-                            "multi-line reflog message for {}",
-                            rec.refname
-                        )));
-                    }
-                    let mut m = msg.to_vec();
-                    m.push(b'\n');
-                    cleaned = m;
+                    cleaned = normalize_log_message(&rec.refname, msg)?;
                     msg = &cleaned;
                 }
                 value.extend_from_slice(u.old.as_bytes());
@@ -875,6 +864,25 @@ impl Table {
 }
 
 /// Write one table from records already sorted (refs by name, logs by key).
+/// A reflog message as git stores it: trailing newlines stripped and one `\n` appended; a
+/// message of several lines is refused.
+pub fn normalize_log_message(refname: &[u8], msg: &[u8]) -> Result<Vec<u8>> {
+    let mut msg = msg;
+    while let [rest @ .., b'\n'] = msg {
+        msg = rest;
+    }
+    if msg.contains(&b'\n') {
+        return Err(Error::InvalidRecord(format!(
+            "multi-line reflog message for {}",
+            refname.as_bstr()
+        )));
+    }
+    let mut m = msg.to_vec();
+    m.push(b'\n');
+    Ok(m)
+}
+
+/// Write one table holding `refs` then `logs` (each in key order).
 pub fn write_table(
     opts: WriteOptions,
     min_update_index: u64,
