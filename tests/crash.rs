@@ -8,7 +8,8 @@
 //! the same push is replayed under `strace -e inject=<syscall>:signal=SIGKILL:when=<n>`, which
 //! kills the process exactly at the n-th such syscall of the main thread: during ingest (pack
 //! and index writes in the quarantine), during the migration out of the quarantine, between a
-//! ref's `.lock` and its rename, during the `packed-refs` rewrite, during reflog writes. Each
+//! ref's `.lock` and its rename, during the `packed-refs` rewrite, during reflog writes, and in a
+//! reftable repository while the new table and `tables.list` are written and compacted. Each
 //! scenario's output says how many points were tried, how many really killed berth, and where.
 //!
 //! Stale locks: git never removes a stale `*.lock` by itself (its message says "remove the file
@@ -170,6 +171,8 @@ struct Shape {
     delete: usize,
     /// An atomic push.
     atomic: bool,
+    /// A reftable repository (the ref kinds are then only names: `pack-refs` compacts the stack).
+    reftable: bool,
 }
 
 /// One push to crash: a server to start from, the request, and the refs before and after.
@@ -183,6 +186,7 @@ struct Scenario {
     request: PathBuf,
     before: BTreeMap<String, String>,
     after: BTreeMap<String, String>,
+    reftable: bool,
 }
 
 /// A fast-import commit on `refs/heads/<name>` with one file, from `parent` (an id) if any.
@@ -214,9 +218,14 @@ fn build(env: &Env, name: &'static str, shape: &Shape) -> Scenario {
     let client = env.path(&format!("{name}-client"));
     let template = env.path(&format!("{name}-template.git"));
     env.git(env.dir.path(), &["init", "-q", client.to_str().unwrap()]);
+    let format = if shape.reftable {
+        "--ref-format=reftable"
+    } else {
+        "--ref-format=files"
+    };
     env.git(
         env.dir.path(),
-        &["init", "-q", "--bare", template.to_str().unwrap()],
+        &["init", "-q", "--bare", format, template.to_str().unwrap()],
     );
     for (k, v) in [
         ("receive.autogc", "false"),
@@ -335,6 +344,7 @@ fn build(env: &Env, name: &'static str, shape: &Shape) -> Scenario {
         request: request_path,
         before,
         after,
+        reftable: shape.reftable,
     }
 }
 
@@ -407,6 +417,8 @@ fn phase(site: &str) -> &'static str {
         "ingest (quarantine)"
     } else if site.starts_with("objects/") || site.contains(" -> objects/") {
         "migrate (objects)"
+    } else if site.starts_with("reftable/") {
+        "reftable stack (table, tables.list, compaction)"
     } else if site.contains("packed-refs") {
         "packed-refs rewrite"
     } else if site.starts_with("logs/") {
@@ -606,11 +618,16 @@ fn run_point(env: &Env, sc: &Scenario, point: &Point, work: &Path) -> Outcome {
         let now = env.refs(&repo);
         let pending = commands(sc, &now);
         // git's rule: a ref whose `<ref>.lock` exists cannot be updated, and no ref can be
-        // deleted while `packed-refs.lock` exists.
+        // deleted while `packed-refs.lock` exists. In reftable, nothing can be written while
+        // `tables.list.lock` exists (a table's own lock only keeps compaction away).
         let packed_locked = stale_locks.iter().any(|l| l == "packed-refs.lock");
+        let stack_locked = stale_locks.iter().any(|l| l == "reftable/tables.list.lock");
         let locked: BTreeSet<String> = pending
             .iter()
             .filter(|r| {
+                if sc.reftable {
+                    return stack_locked;
+                }
                 stale_locks.contains(&format!("{r}.lock"))
                     || (packed_locked && !sc.after.contains_key(*r))
             })
@@ -801,6 +818,7 @@ fn kill_anywhere_in_a_large_push() {
             update: 10,
             delete: 10,
             atomic: false,
+            reftable: false,
         },
         130,
     );
@@ -821,8 +839,30 @@ fn kill_anywhere_in_a_small_push() {
             update: 3,
             delete: 2,
             atomic: false,
+            reftable: false,
         },
         95,
     );
     assert!(hit >= 85, "only {hit} kill points hit");
+}
+
+#[test]
+fn kill_anywhere_in_a_reftable_push() {
+    // Creates, updates and deletions in a reftable repository whose stack holds a compacted
+    // table and a newer one: the push writes one table, and its compaction rewrites the stack.
+    let hit = crash_sweep(
+        "reftable",
+        Shape {
+            packed: 20,
+            loose: 10,
+            both: 6,
+            create: 40,
+            update: 5,
+            delete: 4,
+            atomic: false,
+            reftable: true,
+        },
+        60,
+    );
+    assert!(hit >= 50, "only {hit} kill points hit");
 }
