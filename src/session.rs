@@ -500,11 +500,6 @@ fn check_aliased_updates<W: Write, E: Write>(
     namespace: &str,
     sb: &mut Sideband<W, E>,
 ) -> io::Result<()> {
-    let by_name: std::collections::HashMap<BString, usize> = cmds
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.command.name.clone(), i))
-        .collect();
     let names: Vec<BString> = cmds
         .iter()
         .map(|c| {
@@ -514,6 +509,15 @@ fn check_aliased_updates<W: Write, E: Write>(
         })
         .collect();
     let symrefs = store.symref_targets(&names);
+    drop(names);
+    if symrefs.iter().all(Option::is_none) {
+        return Ok(());
+    }
+    let by_name: std::collections::HashMap<BString, usize> = cmds
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.command.name.clone(), i))
+        .collect();
     for (i, target) in symrefs.into_iter().enumerate() {
         if cmds[i].error.is_some() {
             continue;

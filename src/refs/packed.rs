@@ -433,6 +433,7 @@ impl Scan {
             scan: self,
             dir: Vec::new(),
             listing: None,
+            locks: false,
         }
     }
 }
@@ -450,6 +451,8 @@ struct View<'s> {
     scan: &'s Scan,
     dir: Vec<u8>,
     listing: Option<&'s Listing>,
+    /// Whether the current directory holds any `*.lock` file (most hold none).
+    locks: bool,
 }
 
 impl View<'_> {
@@ -459,11 +462,14 @@ impl View<'_> {
         if dir != self.dir.as_slice() {
             self.dir.clear();
             self.dir.extend_from_slice(dir);
-            self.listing = self.scan.listing(dir);
+            self.listing = self.scan.listing(dir).filter(|l| !l.is_empty());
+            self.locks = self
+                .listing
+                .is_some_and(|l| l.keys().any(|k| k.ends_with(b".lock")));
         }
         match self.listing {
             None => (None, false),
-            Some(l) => (l.get(base).copied(), has_lock(l, base)),
+            Some(l) => (l.get(base).copied(), self.locks && has_lock(l, base)),
         }
     }
 }
