@@ -746,13 +746,16 @@ fn execute_non_atomic<W: Write, E: Write>(
     // the refs as the earlier batch left them.
     let mut after_first: Option<Refs> = None;
     for deletions in [true, false] {
-        let mut queued: Vec<(usize, RefUpdate)> = Vec::new();
+        let (mut queued, mut updates): (Vec<usize>, Vec<RefUpdate>) = Default::default();
         for (i, cmd) in cmds.iter_mut().enumerate() {
             if !cmd.for_berth() || cmd.command.is_delete() != deletions {
                 continue;
             }
             match decide(cmd, ctx, sb)? {
-                Ok(Some(u)) => queued.push((i, u)),
+                Ok(Some(u)) => {
+                    queued.push(i);
+                    updates.push(u);
+                }
                 Ok(None) => {}
                 Err(reason) => cmd.error = Some(reason),
             }
@@ -764,13 +767,13 @@ fn execute_non_atomic<W: Write, E: Write>(
             Some(refs) => refs,
             None => &ctx.refs,
         };
-        let result = commit(store, &queued, false, current, ctx, committer);
+        let result = commit(store, &updates, false, current, ctx, committer);
         if deletions {
             after_first = Some(store.snapshot().map_err(Fatal::Refs)?);
         }
         match result {
             Ok(results) => {
-                for ((i, _), result) in queued.iter().zip(results) {
+                for (i, result) in queued.iter().zip(results) {
                     if let Err(e) = result {
                         sb.error(&e)?;
                         cmds[*i].error = Some(e.reason().into());
@@ -796,14 +799,14 @@ fn execute_atomic<W: Write, E: Write>(
     committer: &gix_actor::Signature,
     sb: &mut Sideband<W, E>,
 ) -> Result<(), Fatal> {
-    let mut queued: Vec<(usize, RefUpdate)> = Vec::new();
+    let mut updates: Vec<RefUpdate> = Vec::new();
     let mut failure: Option<&'static str> = None;
-    for (i, cmd) in cmds.iter_mut().enumerate() {
+    for cmd in cmds.iter_mut() {
         if !cmd.for_berth() {
             continue;
         }
         match decide(cmd, ctx, sb)? {
-            Ok(Some(u)) => queued.push((i, u)),
+            Ok(Some(u)) => updates.push(u),
             Ok(None) => {}
             Err(reason) => {
                 cmd.error = Some(reason);
@@ -813,8 +816,8 @@ fn execute_atomic<W: Write, E: Write>(
         }
     }
     if failure.is_none()
-        && !queued.is_empty()
-        && let Err(e) = commit(store, &queued, true, &ctx.refs, ctx, committer)
+        && !updates.is_empty()
+        && let Err(e) = commit(store, &updates, true, &ctx.refs, ctx, committer)
     {
         sb.error(&e)?;
         failure = Some("atomic transaction failed");
@@ -829,14 +832,14 @@ fn execute_atomic<W: Write, E: Write>(
 
 fn commit(
     store: &dyn RefStore,
-    queued: &[(usize, RefUpdate)],
+    updates: &[RefUpdate],
     atomic: bool,
     current: &Refs,
     ctx: &Decide<'_>,
     committer: &gix_actor::Signature,
 ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
-    let mut names = HashSet::with_capacity(queued.len());
-    for (_, u) in queued {
+    let mut names = HashSet::with_capacity(updates.len());
+    for u in updates {
         if !names.insert(u.name.as_bstr()) {
             return Err(TransactionError::Store(format!(
                 "multiple updates for ref '{}' not allowed",
@@ -844,7 +847,6 @@ fn commit(
             )));
         }
     }
-    let updates: Vec<RefUpdate> = queued.iter().map(|(_, u)| u.clone()).collect();
     store.commit(
         &updates,
         current,

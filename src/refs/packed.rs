@@ -1267,9 +1267,12 @@ pub(super) fn append_reflog(
     new: ObjectId,
     who: &[u8],
 ) {
+    let create = autocreate_reflog(log, name);
+    if exists == Some(false) && !create {
+        return;
+    }
     let path = logs.join(path_of(name));
     let exists = exists.unwrap_or_else(|| path.is_file());
-    let create = autocreate_reflog(log, name);
     if !exists && !create {
         return;
     }
