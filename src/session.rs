@@ -848,7 +848,7 @@ fn commit(
         }
     }
     store.commit(
-        &updates,
+        updates,
         current,
         atomic,
         committer,
