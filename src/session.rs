@@ -838,12 +838,15 @@ fn commit(
     ctx: &Decide<'_>,
     committer: &gix_actor::Signature,
 ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
-    let mut names = HashSet::with_capacity(updates.len());
-    for u in updates {
-        if !names.insert(u.name.as_bstr()) {
+    // As git's `ref_update_reject_duplicates`: the first duplicate in name order. Pushes come
+    // sorted, so this is one pass.
+    if !updates.is_sorted_by(|a, b| a.name < b.name) {
+        let mut names: Vec<&BString> = updates.iter().map(|u| &u.name).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
             return Err(TransactionError::Store(format!(
                 "multiple updates for ref '{}' not allowed",
-                u.name
+                w[0]
             )));
         }
     }

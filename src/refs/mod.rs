@@ -507,6 +507,9 @@ impl LooseFiles {
             Some(i) => (&name[..i], &name[i + 1..]),
             None => (&[][..], name),
         };
+        if let Some(listing) = self.dirs.get(dir) {
+            return listing.as_ref().is_some_and(|l| l.contains(base));
+        }
         let git_dir = &self.git_dir;
         let listing = self.dirs.entry(dir.to_vec()).or_insert_with(|| {
             let entries = std::fs::read_dir(git_dir.join(std::ffi::OsStr::from_bytes(dir))).ok()?;
