@@ -429,16 +429,7 @@ impl Certificate<'_> {
             return env;
         };
         let sig = verify(self.bytes, config);
-        let text = String::from_utf8_lossy(&self.bytes[..signature_start(self.bytes)]).into_owned();
-        let mut issued = self.issued_nonce.clone();
-        let status = check_nonce(
-            &text,
-            &mut issued,
-            self.stateless,
-            self.dir,
-            self.seed,
-            self.slop,
-        );
+        let (issued, status) = self.nonce_status();
         env.push(("GIT_PUSH_CERT".into(), blob.to_string().into()));
         env.push(("GIT_PUSH_CERT_SIGNER".into(), sig.signer.into()));
         env.push(("GIT_PUSH_CERT_KEY".into(), sig.key.into()));
@@ -451,6 +442,23 @@ impl Certificate<'_> {
             }
         }
         env
+    }
+
+    /// The nonce as `GIT_PUSH_CERT_NONCE` gives it (the issued one, or the received one when
+    /// stateless slop accepted it) and `GIT_PUSH_CERT_NONCE_STATUS`: the certificate's headers
+    /// (before its signature) checked with [`check_nonce`].
+    pub fn nonce_status(&self) -> (Option<String>, NonceStatus) {
+        let text = String::from_utf8_lossy(&self.bytes[..signature_start(self.bytes)]).into_owned();
+        let mut issued = self.issued_nonce.clone();
+        let status = check_nonce(
+            &text,
+            &mut issued,
+            self.stateless,
+            self.dir,
+            self.seed,
+            self.slop,
+        );
+        (issued, status)
     }
 
     /// Whether the certificate's `push-option` headers are exactly `options` (git's
