@@ -138,12 +138,14 @@ pub fn check_nonce(
         .next()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let slop = ours_stamp - stamp as i64;
-    if slop_limit != 0 && slop.abs() <= slop_limit {
+    // In 128 bits: the received stamp is any u64 (git's `(long)ostamp - (long)stamp` overflows
+    // for a stamp near 2^63, and `labs` of the result may stay negative).
+    let slop = i128::from(ours_stamp) - i128::from(stamp);
+    if slop_limit != 0 && slop.abs() <= i128::from(slop_limit) {
         *issued = Some(received.to_owned());
         NonceStatus::Ok
     } else {
-        NonceStatus::Slop(slop)
+        NonceStatus::Slop(i64::try_from(slop).unwrap_or(if slop < 0 { i64::MIN } else { i64::MAX }))
     }
 }
 
@@ -383,6 +385,36 @@ mod tests {
             hex(&hmac_sha1(b"Jefe", b"what do ya want for nothing?")),
             "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79"
         );
+    }
+
+    #[test]
+    fn stateless_slop_with_a_stamp_near_2_pow_63() {
+        // A nonce whose HMAC is right (the seed is known here) but whose stamp is 2^63 or
+        // ours + 2^63: the slop is out of i64 range; it used to overflow (a panic with overflow
+        // checks, else a wrapped slop whose `abs` stayed negative and passed as within the
+        // limit).
+        let ours = nonce("/srv/repo.git", 1_700_000_000, "seed");
+        for stamp in [1u64 << 63, 1_700_000_000 + (1u64 << 63), u64::MAX] {
+            let received = nonce("/srv/repo.git", stamp, "seed");
+            let cert = format!("certificate version 0.1\nnonce {received}\n\n");
+            let mut issued = Some(ours.clone());
+            let status = check_nonce(&cert, &mut issued, true, "/srv/repo.git", "seed", 60);
+            assert!(
+                matches!(status, NonceStatus::Slop(_)),
+                "{stamp}: {status:?}"
+            );
+            assert_eq!(issued.as_deref(), Some(ours.as_str()));
+        }
+        // Within the limit it is accepted, and becomes the nonce.
+        let received = nonce("/srv/repo.git", 1_700_000_030, "seed");
+        let cert = format!("nonce {received}\n\n");
+        let mut issued = Some(ours.clone());
+        let status = check_nonce(&cert, &mut issued, true, "/srv/repo.git", "seed", 60);
+        assert_eq!(status, NonceStatus::Ok);
+        assert_eq!(issued.as_deref(), Some(received.as_str()));
+        let mut issued = Some(ours);
+        let status = check_nonce(&cert, &mut issued, true, "/srv/repo.git", "seed", 10);
+        assert_eq!(status, NonceStatus::Slop(-30));
     }
 
     #[test]
