@@ -1,7 +1,9 @@
 //! Entry points for the fuzz targets in `fuzz/`, shared with `tests/fuzz_corpus.rs`, which replays
 //! the corpora on stable Rust. Each must return (not panic, not hang) on any input.
 
-use crate::{pktline, request};
+use gix_object::bstr::{BString, ByteSlice};
+
+use crate::{pktline, proc_receive, push_cert, reftable, report, request};
 
 /// Read pkt-lines until the input is exhausted or malformed.
 pub fn pktline(data: &[u8]) {
@@ -80,5 +82,201 @@ pub fn pack(data: &[u8]) {
                 let _ = check.tip(entry.oid);
             }
         }
+    }
+}
+
+/// A push certificate as a signed push brings it and the session handles it, short of the
+/// signature check (which runs gpg): through the request parser as `push-cert` ..
+/// `push-cert-end` (the commands come from its body), then its headers, nonce check (stateful,
+/// stateless, with and without slop) and `push-option` headers against the request's options.
+pub fn push_cert(data: &[u8]) {
+    const DIR: &str = "/srv/repo.git";
+    const SEED: &str = "fuzz-seed";
+    // As `git push --signed` sends it: the certificate a line per pkt-line, then the push
+    // options the certificate names.
+    let text = String::from_utf8_lossy(data);
+    let mut stream = Vec::new();
+    let mut put = |line: &[u8]| {
+        for chunk in line.chunks(pktline::LARGE_PACKET_DATA_MAX) {
+            let _ = pktline::write_data(&mut stream, chunk);
+        }
+    };
+    put(b"push-cert\0report-status-v2 side-band-64k atomic push-options agent=git/2.47.3\n");
+    for line in data.split_inclusive(|&b| b == b'\n') {
+        put(line);
+    }
+    put(b"push-cert-end\n");
+    for option in push_cert::push_options(&text) {
+        put(option.as_bytes());
+    }
+    let _ = pktline::write_flush(&mut stream);
+    let options: Vec<BString> = match request::read(
+        &mut pktline::Reader::new(&stream[..]),
+        &request::Limits {
+            atomic: true,
+            push_options: true,
+            max_commands: 1000,
+            max_push_options: 100,
+            max_bytes: 1 << 20,
+        },
+    ) {
+        Ok(request::Start::Request(req)) => req.push_options,
+        _ => Vec::new(),
+    };
+
+    let headers = String::from_utf8_lossy(&data[..push_cert::signature_start(data)]);
+    for name in ["certificate version", "pusher", "pushee", "nonce"] {
+        let _ = push_cert::header(&headers, name);
+    }
+    let issued = push_cert::nonce(DIR, 1_700_000_000, SEED);
+    for (issued_nonce, stateless, slop) in [
+        (None, false, 0),
+        (Some(issued.clone()), false, 0),
+        (Some(issued.clone()), true, 0),
+        (Some(issued.clone()), true, 60),
+    ] {
+        let cert = push_cert::Certificate {
+            bytes: data,
+            issued_nonce,
+            stateless,
+            dir: DIR,
+            seed: SEED,
+            slop,
+        };
+        let _ = cert.nonce_status();
+        let _ = cert.options_match(&options);
+        let _ = cert.options_match(&[]);
+    }
+    // A nonce whose HMAC is right for its stamp, which fuzzing cannot forge: the stateless
+    // slop check on whatever stamp the input has.
+    if let Some(received) = push_cert::header(&headers, "nonce")
+        && let Some((stamp, _)) = received.split_once('-')
+        && let Ok(stamp) = stamp.parse::<u64>()
+    {
+        let good = push_cert::nonce(DIR, stamp, SEED);
+        let resigned = headers.replacen(&format!("nonce {received}"), &format!("nonce {good}"), 1);
+        for slop in [0, 60, i64::MAX] {
+            let _ =
+                push_cert::check_nonce(&resigned, &mut Some(issued.clone()), true, DIR, SEED, slop);
+        }
+    }
+}
+
+/// What a proc-receive hook wrote on its stdout, through the conversation the session has
+/// with it (version negotiation, then the report) over a fixed push of six commands, two of
+/// them not selected; then the report-status-v2 the session builds from it. The first byte
+/// chooses the session's side: bit 0 `atomic`, bit 1 `push-options`, bits 2-4 how many sends
+/// the hook accepts before it stops reading (7: all), bit 5 a selected command that already
+/// failed, bit 6 a selected command handled through another (a symref's target).
+pub fn proc_receive(data: &[u8]) {
+    let Some((&mode, output)) = data.split_first() else {
+        return;
+    };
+    let id = |hex: &str| {
+        gix_hash::ObjectId::from_hex(hex.as_bytes()).unwrap_or(gix_hash::Kind::Sha1.null())
+    };
+    let (a, b) = (
+        id("ce858e653cdbf70f7c1ae1f2a6c2a1a9d4b0e1e8"),
+        id("102939797ab91a4f201d131418d2c9d919dcdd2c"),
+    );
+    let zero = gix_hash::Kind::Sha1.null();
+    let commands: Vec<request::Command> = [
+        (a, b, "refs/heads/main"),
+        (zero, b, "refs/for/main/topic"),
+        (a, zero, "refs/for/next/topic"),
+        (b, a, "refs/heads/foo"),
+        (zero, a, "refs/for/a/b/c/my/topic"),
+        (zero, b, "refs/for/main/topic"),
+    ]
+    .into_iter()
+    .map(|(old, new, name)| request::Command {
+        old,
+        new,
+        name: name.into(),
+    })
+    .collect();
+    let mut slots: Vec<proc_receive::Slot<'_>> = commands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| proc_receive::Slot {
+            command: c,
+            skip_update: i == 4 && mode & 0x40 != 0,
+            proc: if c.name.starts_with(b"refs/for/") {
+                proc_receive::Proc::Scheduled
+            } else {
+                proc_receive::Proc::No
+            },
+            error: (i == 2 && mode & 0x20 != 0).then(|| "failed".into()),
+            rewrites: Vec::new(),
+        })
+        .collect();
+    let sends = match (mode >> 2) & 7 {
+        7 => None,
+        n => Some(usize::from(n)),
+    };
+    let options = [BString::from("issue=123"), BString::from("reviewer=user1")];
+    let mut errmsg = String::new();
+    let _ = proc_receive::converse(
+        &mut proc_receive::Replay::new(output, sends),
+        &mut slots,
+        mode & 1 != 0,
+        mode & 2 != 0,
+        &options,
+        &mut errmsg,
+    );
+    let _ = report::build(
+        report::Kind::V2,
+        None,
+        slots.iter().map(|s| report::Entry {
+            name: s.command.name.as_bstr(),
+            error: s.error.as_deref(),
+            rewrites: &s.rewrites,
+        }),
+    );
+}
+
+/// One reftable table's bytes: parsed, every ref, log, obj and index record read, and a few
+/// names looked up (through the ref index when there is one). A second pass gives the same
+/// bytes a footer that matches (the header repeated, the CRC-32 recomputed), so that mutations
+/// of the header and footer fields reach the reader instead of stopping at the footer check.
+pub fn reftable(data: &[u8]) {
+    reftable_table(data.to_vec());
+    const HEADER: usize = 24;
+    const FOOTER: usize = 68;
+    if data.len() >= HEADER + FOOTER && data.get(4) == Some(&1) {
+        let mut fixed = data.to_vec();
+        let footer = fixed.len() - FOOTER;
+        fixed.copy_within(..HEADER, footer);
+        let crc = zlib_rs::crc32::crc32(0, &fixed[footer..fixed.len() - 4]);
+        let n = fixed.len();
+        fixed[n - 4..].copy_from_slice(&crc.to_be_bytes());
+        if fixed != data {
+            reftable_table(fixed);
+        }
+    }
+}
+
+fn reftable_table(bytes: Vec<u8>) {
+    let Ok(table) = reftable::Table::from_bytes("fuzz.ref", bytes) else {
+        return;
+    };
+    let refs = table.refs();
+    let _ = table.logs();
+    let _ = table.objects();
+    let _ = table.verify();
+    let mut names: Vec<BString> = ["HEAD", "refs/heads/main", "refs/heads/zzzz", ""]
+        .into_iter()
+        .map(BString::from)
+        .collect();
+    if let Ok(refs) = &refs {
+        for r in refs.iter().take(3).chain(refs.last()) {
+            names.push(r.name.clone());
+            let mut after = r.name.clone();
+            after.push(0);
+            names.push(after);
+        }
+    }
+    for name in &names {
+        let _ = table.read_ref(name);
     }
 }

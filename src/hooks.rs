@@ -495,6 +495,39 @@ pub enum HookPacket {
     Eof,
 }
 
+/// What the start of a hook's output holds, as [`frame`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Framed {
+    /// A whole packet, and how many bytes it took.
+    Packet(HookPacket, usize),
+    /// Not a pkt-line (a bad length): the conversation is over, as at EOF.
+    Bad,
+    /// Not a whole packet yet: more output is needed.
+    Incomplete,
+}
+
+/// Take the first pkt-line from `buf`, the hook's output read so far. A data line loses its
+/// trailing LF; lengths 0 to 2 are a flush (or delimiter), 3 and non-hex are [`Framed::Bad`].
+pub fn frame(buf: &[u8]) -> Framed {
+    let Some(head) = buf.get(..4) else {
+        return Framed::Incomplete;
+    };
+    let len = std::str::from_utf8(head)
+        .ok()
+        .and_then(|h| usize::from_str_radix(h, 16).ok());
+    match len {
+        None | Some(3) => Framed::Bad,
+        Some(0..=2) => Framed::Packet(HookPacket::Flush, 4),
+        Some(n) => match buf.get(4..n) {
+            Some(line) => {
+                let line = line.strip_suffix(b"\n").unwrap_or(line);
+                Framed::Packet(HookPacket::Data(line.to_vec()), n)
+            }
+            None => Framed::Incomplete,
+        },
+    }
+}
+
 impl Conversation {
     /// Start the first hook of `event` from `set`, if there is one.
     pub fn start(set: &HookSet, event: Event, inv: &Invocation<'_>) -> io::Result<Option<Self>> {
@@ -641,29 +674,17 @@ impl Conversation {
         sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
     ) -> io::Result<HookPacket> {
         loop {
-            if self.buf.len() >= 4 {
-                let len = std::str::from_utf8(&self.buf[..4])
-                    .ok()
-                    .and_then(|h| usize::from_str_radix(h, 16).ok());
-                match len {
-                    None | Some(3) => {
-                        self.stdout_eof = true;
-                        self.buf.clear();
-                        return Ok(HookPacket::Eof);
-                    }
-                    Some(0..=2) => {
-                        self.buf.drain(..4);
-                        return Ok(HookPacket::Flush);
-                    }
-                    Some(n) if self.buf.len() >= n => {
-                        let mut line: Vec<u8> = self.buf.drain(..n).skip(4).collect();
-                        if line.last() == Some(&b'\n') {
-                            line.pop();
-                        }
-                        return Ok(HookPacket::Data(line));
-                    }
-                    Some(_) => {}
+            match frame(&self.buf) {
+                Framed::Packet(packet, used) => {
+                    self.buf.drain(..used);
+                    return Ok(packet);
                 }
+                Framed::Bad => {
+                    self.stdout_eof = true;
+                    self.buf.clear();
+                    return Ok(HookPacket::Eof);
+                }
+                Framed::Incomplete => {}
             }
             if self.stdout_eof {
                 return Ok(HookPacket::Eof);

@@ -26,6 +26,7 @@ pub mod hooks;
 pub mod ingest;
 pub mod pktline;
 pub mod policy;
+pub mod proc_receive;
 pub mod push_cert;
 pub mod refs;
 pub mod reftable;

@@ -138,12 +138,14 @@ pub fn check_nonce(
         .next()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let slop = ours_stamp - stamp as i64;
-    if slop_limit != 0 && slop.abs() <= slop_limit {
+    // In 128 bits: the received stamp is any u64 (git's `(long)ostamp - (long)stamp` overflows
+    // for a stamp near 2^63, and `labs` of the result may stay negative).
+    let slop = i128::from(ours_stamp) - i128::from(stamp);
+    if slop_limit != 0 && slop.abs() <= i128::from(slop_limit) {
         *issued = Some(received.to_owned());
         NonceStatus::Ok
     } else {
-        NonceStatus::Slop(slop)
+        NonceStatus::Slop(i64::try_from(slop).unwrap_or(if slop < 0 { i64::MIN } else { i64::MAX }))
     }
 }
 
@@ -386,6 +388,36 @@ mod tests {
     }
 
     #[test]
+    fn stateless_slop_with_a_stamp_near_2_pow_63() {
+        // A nonce whose HMAC is right (the seed is known here) but whose stamp is 2^63 or
+        // ours + 2^63: the slop is out of i64 range; it used to overflow (a panic with overflow
+        // checks, else a wrapped slop whose `abs` stayed negative and passed as within the
+        // limit).
+        let ours = nonce("/srv/repo.git", 1_700_000_000, "seed");
+        for stamp in [1u64 << 63, 1_700_000_000 + (1u64 << 63), u64::MAX] {
+            let received = nonce("/srv/repo.git", stamp, "seed");
+            let cert = format!("certificate version 0.1\nnonce {received}\n\n");
+            let mut issued = Some(ours.clone());
+            let status = check_nonce(&cert, &mut issued, true, "/srv/repo.git", "seed", 60);
+            assert!(
+                matches!(status, NonceStatus::Slop(_)),
+                "{stamp}: {status:?}"
+            );
+            assert_eq!(issued.as_deref(), Some(ours.as_str()));
+        }
+        // Within the limit it is accepted, and becomes the nonce.
+        let received = nonce("/srv/repo.git", 1_700_000_030, "seed");
+        let cert = format!("nonce {received}\n\n");
+        let mut issued = Some(ours.clone());
+        let status = check_nonce(&cert, &mut issued, true, "/srv/repo.git", "seed", 60);
+        assert_eq!(status, NonceStatus::Ok);
+        assert_eq!(issued.as_deref(), Some(received.as_str()));
+        let mut issued = Some(ours);
+        let status = check_nonce(&cert, &mut issued, true, "/srv/repo.git", "seed", 10);
+        assert_eq!(status, NonceStatus::Slop(-30));
+    }
+
+    #[test]
     fn headers_and_signature() {
         let cert = "certificate version 0.1\npusher A <a@b> 1 +0000\nnonce 1-ab\npush-option x\n\n0 1 refs/heads/a\n-----BEGIN PGP SIGNATURE-----\nzz\n-----END PGP SIGNATURE-----\n";
         assert_eq!(header(cert, "nonce"), Some("1-ab"));
@@ -429,16 +461,7 @@ impl Certificate<'_> {
             return env;
         };
         let sig = verify(self.bytes, config);
-        let text = String::from_utf8_lossy(&self.bytes[..signature_start(self.bytes)]).into_owned();
-        let mut issued = self.issued_nonce.clone();
-        let status = check_nonce(
-            &text,
-            &mut issued,
-            self.stateless,
-            self.dir,
-            self.seed,
-            self.slop,
-        );
+        let (issued, status) = self.nonce_status();
         env.push(("GIT_PUSH_CERT".into(), blob.to_string().into()));
         env.push(("GIT_PUSH_CERT_SIGNER".into(), sig.signer.into()));
         env.push(("GIT_PUSH_CERT_KEY".into(), sig.key.into()));
@@ -451,6 +474,23 @@ impl Certificate<'_> {
             }
         }
         env
+    }
+
+    /// The nonce as `GIT_PUSH_CERT_NONCE` gives it (the issued one, or the received one when
+    /// stateless slop accepted it) and `GIT_PUSH_CERT_NONCE_STATUS`: the certificate's headers
+    /// (before its signature) checked with [`check_nonce`].
+    pub fn nonce_status(&self) -> (Option<String>, NonceStatus) {
+        let text = String::from_utf8_lossy(&self.bytes[..signature_start(self.bytes)]).into_owned();
+        let mut issued = self.issued_nonce.clone();
+        let status = check_nonce(
+            &text,
+            &mut issued,
+            self.stateless,
+            self.dir,
+            self.seed,
+            self.slop,
+        );
+        (issued, status)
     }
 
     /// Whether the certificate's `push-option` headers are exactly `options` (git's

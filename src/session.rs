@@ -22,6 +22,7 @@ use crate::config::DenyAction;
 use crate::connectivity::{self, Check};
 use crate::hooks::{self, Event, HookSet, Invocation, TransactionState, Verdict};
 use crate::ingest::{self, Quarantine};
+use crate::proc_receive::{self, Proc};
 use crate::refs::{RefError, RefStore, RefUpdate, Refs, TransactionError};
 use crate::repository::Repository;
 use crate::request::{self, Command, Start};
@@ -108,17 +109,6 @@ struct Cmd {
     /// The client's shallow commits this update makes shallow roots of the repository
     /// (`receive.shallowUpdate`).
     new_shallow: Vec<ObjectId>,
-}
-
-/// A command's relation to the proc-receive hook.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Proc {
-    /// Not selected (or handed back with `option fall-through`): berth updates the ref.
-    No,
-    /// Selected by `receive.procReceiveRefs`.
-    Scheduled,
-    /// Selected, and the hook reported on it.
-    Returned,
 }
 
 impl Cmd {
@@ -1222,15 +1212,44 @@ impl<'a> Hooks<'a> {
                 sb.error("cannot find hook 'proc-receive'")?;
                 return Ok(false);
             };
-            let ok = proc_receive_conversation(
-                &mut conv,
-                cmds,
+            // The conversation works on slots holding the commands' proc-receive state, which
+            // go back into the commands afterwards, whatever the outcome.
+            let states: Vec<_> = cmds
+                .iter_mut()
+                .map(|c| (c.proc, c.error.take(), std::mem::take(&mut c.rewrites)))
+                .collect();
+            let mut slots: Vec<proc_receive::Slot<'_>> = cmds
+                .iter()
+                .zip(states)
+                .map(|(c, (proc, error, rewrites))| proc_receive::Slot {
+                    command: &c.command,
+                    skip_update: c.skip_update,
+                    proc,
+                    error,
+                    rewrites,
+                })
+                .collect();
+            let ok = proc_receive::converse(
+                &mut proc_receive::Running {
+                    conversation: &mut conv,
+                    sink: &mut sink,
+                },
+                &mut slots,
                 atomic,
                 push_options,
                 self.push_options,
                 &mut errmsg,
-                &mut sink,
-            )?;
+            );
+            let states: Vec<_> = slots
+                .into_iter()
+                .map(|s| (s.proc, s.error, s.rewrites))
+                .collect();
+            for (c, (proc, error, rewrites)) in cmds.iter_mut().zip(states) {
+                c.proc = proc;
+                c.error = error;
+                c.rewrites = rewrites;
+            }
+            let ok = ok?;
             conv.finish(&mut sink)? && ok
         };
         if !errmsg.is_empty() {
@@ -1327,222 +1346,6 @@ fn housekeeping<W: Write, E: Write>(
         let _ = p.status();
     }
     Ok(())
-}
-
-/// The proc-receive pkt-line protocol: version negotiation, the commands, the push options if
-/// the hook wants them, then its report (git's `read_proc_receive_report`).
-fn proc_receive_conversation(
-    conv: &mut hooks::Conversation,
-    cmds: &mut [Cmd],
-    atomic: bool,
-    push_options: bool,
-    options: &[BString],
-    errmsg: &mut String,
-    sink: &mut dyn FnMut(hooks::Output<'_>) -> io::Result<()>,
-) -> io::Result<bool> {
-    use hooks::HookPacket;
-    let caps: Vec<&str> = [
-        atomic.then_some("atomic"),
-        push_options.then_some("push-options"),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    let first = if caps.is_empty() {
-        "version=1\n".to_owned()
-    } else {
-        format!("version=1\0{}\n", caps.join(" "))
-    };
-    let mut version = 0;
-    let mut hook_push_options = false;
-    let mut negotiated = conv
-        .send_line(first.as_bytes(), sink)
-        .and_then(|_| conv.send(b"0000", sink))
-        .is_ok();
-    while negotiated {
-        match conv.read_packet(sink)? {
-            HookPacket::Data(line) => {
-                if line.len() > 8 && line.starts_with(b"version=") {
-                    let (v, features) = match line.iter().position(|&b| b == 0) {
-                        Some(nul) => (&line[8..nul], Some(&line[nul + 1..])),
-                        None => (&line[8..], None),
-                    };
-                    let digits: Vec<u8> =
-                        v.iter().copied().take_while(u8::is_ascii_digit).collect();
-                    version = std::str::from_utf8(&digits)
-                        .ok()
-                        .and_then(|d| d.parse().ok())
-                        .unwrap_or(0);
-                    hook_push_options = features
-                        .is_some_and(|f| f.split(|&b| b == b' ').any(|w| w == b"push-options"));
-                }
-            }
-            HookPacket::Flush => break,
-            HookPacket::Eof => negotiated = false,
-        }
-    }
-    if !negotiated {
-        errmsg.push_str("fail to negotiate version with proc-receive hook");
-        return Ok(false);
-    }
-    if version > 1 {
-        errmsg.push_str(&format!(
-            "proc-receive version '{version}' is not supported"
-        ));
-        return Ok(false);
-    }
-    let mut sent: io::Result<()> = Ok(());
-    for c in cmds
-        .iter()
-        .filter(|c| c.proc != Proc::No && c.should_process())
-    {
-        let line = format!("{} {} {}", c.command.old, c.command.new, c.command.name);
-        sent = conv.send_line(line.as_bytes(), sink);
-        if sent.is_err() {
-            break;
-        }
-    }
-    if sent.and_then(|_| conv.send(b"0000", sink)).is_err() {
-        errmsg.push_str("fail to write commands to proc-receive hook");
-        return Ok(false);
-    }
-    if hook_push_options {
-        let mut sent: io::Result<()> = Ok(());
-        for o in options {
-            sent = conv.send_line(o, sink);
-            if sent.is_err() {
-                break;
-            }
-        }
-        if sent.and_then(|_| conv.send(b"0000", sink)).is_err() {
-            errmsg.push_str("fail to write push-options to proc-receive hook");
-            return Ok(false);
-        }
-    }
-    // The report.
-    let mut ok = true;
-    let mut hint: Option<usize> = None;
-    let mut have_report = false;
-    let mut new_report = false;
-    let mut warned_option = false;
-    let mut responses = 0;
-    loop {
-        let line = match conv.read_packet(sink)? {
-            HookPacket::Data(line) => line,
-            HookPacket::Eof if responses == 0 => {
-                errmsg.push_str("proc-receive exited abnormally");
-                return Ok(false);
-            }
-            HookPacket::Eof | HookPacket::Flush => break,
-        };
-        responses += 1;
-        let line = String::from_utf8_lossy(&line).into_owned();
-        let Some((head, rest)) = line.split_once(' ') else {
-            errmsg.push_str(&format!(
-                "proc-receive reported incomplete status line: '{line}'\n"
-            ));
-            ok = false;
-            continue;
-        };
-        if head == "option" {
-            let Some(h) = hint.filter(|_| have_report || new_report) else {
-                if !warned_option {
-                    warned_option = true;
-                    errmsg.push_str(
-                        "proc-receive reported 'option' without a matching 'ok/ng' directive\n",
-                    );
-                }
-                ok = false;
-                continue;
-            };
-            if new_report {
-                cmds[h].rewrites.push(report::Rewrite::default());
-                new_report = false;
-                have_report = true;
-            }
-            let (key, val) = match rest.split_once(' ') {
-                Some((k, v)) => (k, Some(v)),
-                None => (rest, None),
-            };
-            let parse =
-                |v: Option<&str>| v.and_then(|v| ObjectId::from_hex(v.get(..40)?.as_bytes()).ok());
-            let cmd = &mut cmds[h];
-            match key {
-                "refname" => {
-                    if let Some(r) = cmd.rewrites.last_mut() {
-                        r.refname = val.map(BString::from);
-                    }
-                }
-                "old-oid" => {
-                    if let (Some(r), Some(id)) = (cmd.rewrites.last_mut(), parse(val)) {
-                        r.old = Some(id);
-                    }
-                }
-                "new-oid" => {
-                    if let (Some(r), Some(id)) = (cmd.rewrites.last_mut(), parse(val)) {
-                        r.new = Some(id);
-                    }
-                }
-                "forced-update" => {
-                    if let Some(r) = cmd.rewrites.last_mut() {
-                        r.forced = true;
-                    }
-                }
-                "fall-through" => cmd.proc = Proc::No,
-                _ => {}
-            }
-            continue;
-        }
-        have_report = false;
-        new_report = false;
-        let (refname, reason) = match rest.split_once(' ') {
-            Some((r, reason)) => (r, Some(reason)),
-            None => (rest, None),
-        };
-        if head != "ok" && head != "ng" {
-            errmsg.push_str(&format!(
-                "proc-receive reported bad status '{head}' on ref '{refname}'\n"
-            ));
-            ok = false;
-            continue;
-        }
-        let find =
-            |from: usize| (from..cmds.len()).find(|&i| cmds[i].command.name == refname.as_bytes());
-        hint = hint.and_then(find).or_else(|| find(0));
-        let Some(h) = hint else {
-            errmsg.push_str(&format!(
-                "proc-receive reported status on unknown ref: {refname}\n"
-            ));
-            ok = false;
-            continue;
-        };
-        if cmds[h].proc == Proc::No {
-            errmsg.push_str(&format!(
-                "proc-receive reported status on unexpected ref: {refname}\n"
-            ));
-            ok = false;
-            continue;
-        }
-        cmds[h].proc = Proc::Returned;
-        if head == "ng" {
-            cmds[h].error = Some(
-                reason
-                    .map(|r| r.to_owned())
-                    .unwrap_or_else(|| "failed".into())
-                    .into(),
-            );
-            ok = false;
-            continue;
-        }
-        new_report = true;
-    }
-    for c in cmds.iter_mut() {
-        if c.proc == Proc::Scheduled && c.error.is_none() {
-            c.error = Some("proc-receive failed to report status".into());
-            ok = false;
-        }
-    }
-    Ok(ok)
 }
 
 /// `<old> <new> <ref>` lines, as pre- and post-receive read them; a command the proc-receive

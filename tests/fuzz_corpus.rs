@@ -34,3 +34,18 @@ fn pktline_corpus() {
 fn pack_corpus() {
     assert!(replay("pack", berth::fuzzing::pack) >= 4);
 }
+
+#[test]
+fn push_cert_corpus() {
+    assert!(replay("push_cert", berth::fuzzing::push_cert) >= 3);
+}
+
+#[test]
+fn proc_receive_corpus() {
+    assert!(replay("proc_receive", berth::fuzzing::proc_receive) >= 4);
+}
+
+#[test]
+fn reftable_corpus() {
+    assert!(replay("reftable", berth::fuzzing::reftable) >= 3);
+}
