@@ -500,23 +500,31 @@ pub enum HookPacket {
 pub enum Framed {
     /// A whole packet, and how many bytes it took.
     Packet(HookPacket, usize),
-    /// Not a pkt-line (a bad length): the conversation is over, as at EOF.
-    Bad,
+    /// Not a pkt-line (a bad length): git dies with this message (`fatal: protocol error: …`).
+    Bad(String),
     /// Not a whole packet yet: more output is needed.
     Incomplete,
 }
 
 /// Take the first pkt-line from `buf`, the hook's output read so far. A data line loses its
-/// trailing LF; lengths 0 to 2 are a flush (or delimiter), 3 and non-hex are [`Framed::Bad`].
+/// trailing LF; lengths 0 to 2 are a flush (or delimiter); anything but four hex digits, 3, and
+/// lengths above git's 65520 are [`Framed::Bad`], with git's message.
 pub fn frame(buf: &[u8]) -> Framed {
     let Some(head) = buf.get(..4) else {
         return Framed::Incomplete;
     };
-    let len = std::str::from_utf8(head)
-        .ok()
+    let len = head
+        .iter()
+        .all(u8::is_ascii_hexdigit)
+        .then(|| std::str::from_utf8(head).ok())
+        .flatten()
         .and_then(|h| usize::from_str_radix(h, 16).ok());
     match len {
-        None | Some(3) => Framed::Bad,
+        None => Framed::Bad(format!(
+            "protocol error: bad line length character: {}",
+            String::from_utf8_lossy(head)
+        )),
+        Some(n @ (3 | 65521..)) => Framed::Bad(format!("protocol error: bad line length {n}")),
         Some(0..=2) => Framed::Packet(HookPacket::Flush, 4),
         Some(n) => match buf.get(4..n) {
             Some(line) => {
@@ -679,10 +687,9 @@ impl Conversation {
                     self.buf.drain(..used);
                     return Ok(packet);
                 }
-                Framed::Bad => {
-                    self.stdout_eof = true;
-                    self.buf.clear();
-                    return Ok(HookPacket::Eof);
+                // git reads the hook's output gently only at EOF: a bad length is fatal.
+                Framed::Bad(message) => {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, message));
                 }
                 Framed::Incomplete => {}
             }

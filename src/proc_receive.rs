@@ -107,7 +107,11 @@ impl Peer for Replay<'_> {
                 self.output = self.output.get(used..).unwrap_or_default();
                 Ok(packet)
             }
-            hooks::Framed::Bad | hooks::Framed::Incomplete => {
+            hooks::Framed::Bad(message) => {
+                self.output = &[];
+                Err(io::Error::new(io::ErrorKind::InvalidData, message))
+            }
+            hooks::Framed::Incomplete => {
                 self.output = &[];
                 Ok(HookPacket::Eof)
             }
@@ -462,9 +466,18 @@ mod tests {
         assert_eq!(errmsg, "proc-receive exited abnormally");
         assert_eq!(
             hooks::frame(b"0003ok"),
-            hooks::Framed::Bad,
+            hooks::Framed::Bad("protocol error: bad line length 3".into()),
             "length 3 is not a pkt-line"
         );
         assert_eq!(hooks::frame(b"000aok"), hooks::Framed::Incomplete);
+        assert_eq!(
+            hooks::frame(b"+00aok"),
+            hooks::Framed::Bad("protocol error: bad line length character: +00a".into()),
+            "only hex digits, as git's hex2chr"
+        );
+        assert_eq!(
+            hooks::frame(b"fff1"),
+            hooks::Framed::Bad("protocol error: bad line length 65521".into())
+        );
     }
 }

@@ -466,3 +466,32 @@ fn proc_receive_handles_the_refs_it_is_given() {
         o.refs
     );
 }
+
+/// A proc-receive hook whose report has a malformed pkt-line length: git reads the report
+/// strictly and dies with `fatal: protocol error: bad line length character: …`; berth the same,
+/// with no ref changed.
+#[test]
+fn proc_receive_report_with_a_bad_length_is_fatal_as_in_git() {
+    let bad = PROC_RECEIVE.replace(
+        "        write(\"ok \" + ref)\n        write(\"option refname",
+        "        out.write(b\"+00aok \" + ref.encode() + b\"\\n\")\n        write(\"option refname",
+    );
+    assert_ne!(bad, PROC_RECEIVE);
+    let o = differential(|w, r| {
+        setup(w, &[]);
+        install(w, "srv.git", "proc-receive", &bad);
+        w.git(
+            "srv.git",
+            &["config", "receive.procReceiveRefs", "refs/for"],
+        );
+        vec![w.push("src", r, "srv.git", &["main", "main:refs/for/main/topic"])]
+    });
+    let p = &o.pushes[0];
+    assert!(!p.success, "{p:#?}");
+    assert!(
+        p.stderr
+            .contains("fatal: protocol error: bad line length character: +00a"),
+        "{p:#?}"
+    );
+    assert_eq!(o.refs, "");
+}
