@@ -6,8 +6,16 @@
 //! or git itself, so an object that was there before is taken as complete, exactly as git's
 //! `fsck` requires of every object in a healthy repository. The walk costs what the push brought,
 //! not what the repository holds, and a tip that is already the value of a ref costs one lookup.
+//!
+//! All tips of a push are first walked together ([`Check::prewalk`]), the received objects
+//! decoded in pack order through a cache of decoded deltas: a delta's base comes before it in a
+//! pack, so each delta costs one delta application instead of its whole chain (the walk of one
+//! tip at a time meets old objects first, whose chains run through all newer versions). Blobs in
+//! the pack are not decoded: indexing the pack already resolved and hashed them, and they link
+//! to nothing. Only when the joint walk finds something missing are the tips walked one by one,
+//! for git's per-ref verdicts.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use gix_hash::ObjectId;
 use gix_object::{Exists, Find, Kind};
@@ -60,7 +68,7 @@ impl Missing {
 
 /// Checks tips against a push's objects.
 pub struct Check<'a> {
-    objects: &'a gix_odb::Handle,
+    objects: gix_odb::Handle,
     pack: Option<&'a gix_pack::index::File>,
     known: HashSet<ObjectId>,
     buf: Vec<u8>,
@@ -80,6 +88,8 @@ impl<'a> Check<'a> {
         pack: Option<&'a gix_pack::index::File>,
         tips: impl IntoIterator<Item = ObjectId>,
     ) -> Self {
+        let mut objects = objects.clone();
+        objects.set_pack_cache(|| Box::new(DeltaCache::default()));
         Check {
             objects,
             pack,
@@ -117,6 +127,55 @@ impl<'a> Check<'a> {
         self.pack.is_some_and(|p| p.lookup(id).is_some())
     }
 
+    /// Walk all `tips` together, the received objects in pack order. When everything they reach
+    /// is there, every object walked is remembered, so that [`Check::tip`] answers each tip with
+    /// one lookup, and `true` is returned. When something is missing (or shallow commits are
+    /// involved, which need the walk of each tip), nothing is remembered and [`Check::tip`]
+    /// walks each tip on its own.
+    pub fn prewalk(&mut self, tips: &[ObjectId]) -> bool {
+        let Some(pack) = self.pack else {
+            return false;
+        };
+        if !self.shallow.is_empty() || !self.client_shallow.is_empty() {
+            return false;
+        }
+        let mut seen: HashSet<ObjectId> = HashSet::new();
+        let mut frontier: Vec<(ObjectId, Kind)> = tips.iter().map(|t| (*t, Kind::Commit)).collect();
+        let mut wave: Vec<(u64, ObjectId)> = Vec::new();
+        while !frontier.is_empty() {
+            wave.clear();
+            for (id, kind) in frontier.drain(..) {
+                if self.known.contains(&id) || !seen.insert(id) {
+                    continue;
+                }
+                match pack.lookup(id) {
+                    // A blob links to nothing, and indexing the pack resolved it already.
+                    Some(_) if kind == Kind::Blob => {}
+                    Some(i) => wave.push((pack.pack_offset_at_index(i), id)),
+                    None if self.objects.exists(&id) => {}
+                    None => return false,
+                }
+            }
+            // Bases before their deltas.
+            wave.sort_unstable();
+            for (_, id) in &wave {
+                let Ok(Some(data)) = self.objects.try_find(id, &mut self.buf) else {
+                    return false;
+                };
+                let Some(links) = crate::fsck::links(data.kind, data.data) else {
+                    return false;
+                };
+                frontier.extend(
+                    links
+                        .into_iter()
+                        .filter(|(l, _)| !self.known.contains(l) && !seen.contains(l)),
+                );
+            }
+        }
+        self.known.extend(seen);
+        true
+    }
+
     /// Check one tip. Objects found complete are remembered for the following tips.
     pub fn tip(&mut self, tip: ObjectId) -> Status {
         self.new_roots.clear();
@@ -135,6 +194,9 @@ impl<'a> Check<'a> {
                     return missing(id, role);
                 }
                 continue;
+            }
+            if role == Role::Blob {
+                continue; // resolved and hashed when the pack was indexed; it links to nothing
             }
             let data = match self.objects.try_find(&id, &mut self.buf) {
                 Ok(Some(data)) => data,
@@ -174,5 +236,49 @@ impl<'a> Check<'a> {
             self.known.extend(seen);
         }
         Status::Connected
+    }
+}
+
+/// The decoded deltas of the received pack, the oldest dropped first when full: gix-pack asks it for
+/// each delta of a chain before decoding it, and stores each object it decoded from a delta.
+#[derive(Default)]
+struct DeltaCache {
+    entries: HashMap<(u32, u64), (Kind, usize, Vec<u8>)>,
+    order: VecDeque<(u32, u64)>,
+    bytes: usize,
+}
+
+impl DeltaCache {
+    /// The decoded bytes it holds at most.
+    const CAPACITY: usize = 64 << 20;
+    /// Larger objects are not kept.
+    const LARGEST: usize = 4 << 20;
+}
+
+impl gix_pack::cache::DecodeEntry for DeltaCache {
+    fn put(&mut self, pack_id: u32, offset: u64, data: &[u8], kind: Kind, compressed_size: usize) {
+        let key = (pack_id, offset);
+        if data.len() > Self::LARGEST || self.entries.contains_key(&key) {
+            return;
+        }
+        while self.bytes + data.len() > Self::CAPACITY {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some((_, _, d)) = self.entries.remove(&old) {
+                self.bytes -= d.len();
+            }
+        }
+        self.bytes += data.len();
+        self.order.push_back(key);
+        self.entries
+            .insert(key, (kind, compressed_size, data.to_vec()));
+    }
+
+    fn get(&mut self, pack_id: u32, offset: u64, out: &mut Vec<u8>) -> Option<(Kind, usize)> {
+        let (kind, compressed_size, data) = self.entries.get(&(pack_id, offset))?;
+        out.clear();
+        out.extend_from_slice(data);
+        Some((*kind, *compressed_size))
     }
 }

@@ -194,11 +194,13 @@ pub fn walk_fixture(dir: &Path, k: usize, shape: Shape) -> Walk {
 
 impl Walk {
     /// berth's check, as the session runs it: the quarantine's object database opened, then
-    /// every tip checked in the order of the commands.
+    /// all tips walked together, then each checked
+    /// in the order of the commands.
     pub fn berth(&self) {
         use berth::connectivity::{Check, Status};
         let objects = gix_odb::at(self.quarantine.path(), gix_hash::Kind::Sha1).expect("odb");
         let mut check = Check::new(&objects, self.received.index.as_ref(), std::iter::empty());
+        check.prewalk(&self.tips);
         for tip in &self.tips {
             assert_eq!(check.tip(*tip), Status::Connected);
         }
