@@ -5,7 +5,9 @@
 //! (a process: its start-up, ~1–2 ms, is part of git's cost). Runs alternate between the two.
 //!
 //! `TMPDIR=/dev/shm cargo bench --bench walk_vs_git` (commits from `BERTH_BENCH_COMMITS`, default
-//! 10000; runs from `BERTH_BENCH_RUNS`, default 11).
+//! 10000; runs from `BERTH_BENCH_RUNS`, default 11). With `BERTH_BENCH_REPO=<bare repo>`, also
+//! every branch and tag of that repository pushed to an empty one (a real history: a mirror of
+//! git.git is ~420,000 objects; `BERTH_BENCH_REPO_RUNS` runs, default 3).
 
 mod support;
 
@@ -30,12 +32,29 @@ fn main() {
     } else {
         env("BERTH_BENCH_RUNS", 11).max(1)
     };
-    for (name, shape) in [
-        ("empty trees", support::Shape::EmptyTrees),
-        ("one file changed per commit", support::Shape::Files),
-    ] {
+    let repo = std::env::var_os("BERTH_BENCH_REPO")
+        .filter(|_| !quick)
+        .map(std::path::PathBuf::from);
+    let cases = [
+        Some(("empty trees", support::Shape::EmptyTrees)),
+        Some(("one file changed per commit", support::Shape::Files)),
+        None,
+    ];
+    for case in cases {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let walk = support::walk_fixture(tmp.path(), k, shape);
+        let (name, walk, runs) = match (case, &repo) {
+            (Some((name, shape)), _) => (
+                format!("{k} tips, {k} commits, {name}"),
+                support::walk_fixture(tmp.path(), k, shape),
+                runs,
+            ),
+            (None, Some(repo)) => (
+                format!("every branch and tag of {}", repo.display()),
+                support::walk_of_repo(tmp.path(), repo),
+                runs.min(env("BERTH_BENCH_REPO_RUNS", 3)),
+            ),
+            (None, None) => continue,
+        };
         let (mut berth, mut git) = (Vec::new(), Vec::new());
         for _ in 0..runs {
             let t = Instant::now();
@@ -48,10 +67,11 @@ fn main() {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         let (b, g) = (support::median(&mut berth), support::median(&mut git));
         println!(
-            "{k} tips, {k} commits, {name} ({} objects), median of {runs}:\n  \
+            "{name} ({} tips, {} objects), median of {runs}:\n  \
              git rev-list --objects --stdin --not --all  {:>8.1} ms  (min {:.1}, max {:.1})\n  \
              berth connectivity::Check                   {:>8.1} ms  (min {:.1}, max {:.1})  \
              ratio {:.3}x",
+            walk.tips.len(),
             walk.objects,
             ms(g),
             ms(git[0]),

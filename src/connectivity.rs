@@ -139,6 +139,7 @@ impl<'a> Check<'a> {
         if !self.shallow.is_empty() || !self.client_shallow.is_empty() {
             return false;
         }
+        let mut data = PackData::open(pack);
         let mut seen: HashSet<ObjectId> = HashSet::new();
         let mut frontier: Vec<(ObjectId, Kind)> = tips.iter().map(|t| (*t, Kind::Commit)).collect();
         let mut wave: Vec<(u64, ObjectId)> = Vec::new();
@@ -158,11 +159,22 @@ impl<'a> Check<'a> {
             }
             // Bases before their deltas.
             wave.sort_unstable();
-            for (_, id) in &wave {
-                let Ok(Some(data)) = self.objects.try_find(id, &mut self.buf) else {
-                    return false;
+            for (offset, id) in &wave {
+                let decoded = data
+                    .as_mut()
+                    .and_then(|d| d.decode(pack, *offset, &mut self.buf));
+                let (kind, len) = match decoded {
+                    Some(k) => k,
+                    None => match self.objects.try_find(id, &mut self.buf) {
+                        Ok(Some(d)) => (d.kind, d.data.len()),
+                        _ => return false,
+                    },
                 };
-                let Some(links) = crate::fsck::links(data.kind, data.data) else {
+                let Some(links) = self
+                    .buf
+                    .get(..len)
+                    .and_then(|b| crate::fsck::links(kind, b))
+                else {
                     return false;
                 };
                 frontier.extend(
@@ -239,20 +251,114 @@ impl<'a> Check<'a> {
     }
 }
 
-/// The decoded deltas of the received pack, the oldest dropped first when full: gix-pack asks it for
-/// each delta of a chain before decoding it, and stores each object it decoded from a delta.
-#[derive(Default)]
-struct DeltaCache {
-    entries: HashMap<(u32, u64), (Kind, usize, Vec<u8>)>,
-    order: VecDeque<(u32, u64)>,
-    bytes: usize,
+/// The received pack's data, its objects decoded with the result of every delta cached: a chain
+/// is decoded from its oldest uncached delta up, so that each delta in it is applied once per
+/// walk (as git's delta base cache does), not once per object whose chain runs through it.
+struct PackData {
+    file: gix_pack::data::File,
+    inflate: gix_zlib::Inflate,
+    cache: DeltaCache,
+    scratch: Vec<u8>,
 }
 
+impl PackData {
+    /// `None` when the pack is gone (a small push's objects were unpacked as loose objects).
+    fn open(index: &gix_pack::index::File) -> Option<Self> {
+        let path = index.path().with_extension("pack");
+        Some(PackData {
+            file: gix_pack::data::File::at(path, gix_hash::Kind::Sha1).ok()?,
+            inflate: Default::default(),
+            cache: DeltaCache::default(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Decode the object at `offset` into `out`: its kind and size, or `None` if it cannot be
+    /// decoded here (the caller then asks the object database).
+    fn decode(
+        &mut self,
+        index: &gix_pack::index::File,
+        offset: u64,
+        out: &mut Vec<u8>,
+    ) -> Option<(Kind, usize)> {
+        use gix_pack::data::entry::Header;
+        let PackData {
+            file,
+            inflate,
+            cache,
+            scratch,
+        } = self;
+        // The deltas above the first cached one (or the chain's base), the requested one first.
+        let mut chain = vec![file.entry(offset).ok()?];
+        while let Some(last) = chain.last()
+            && let Header::OfsDelta { base_distance } = last.header
+            && !cache.contains(file.id, last.data_offset)
+        {
+            let base = last.checked_base_pack_offset(base_distance)?;
+            if base >= last.pack_offset() {
+                return None;
+            }
+            chain.push(file.entry(base).ok()?);
+        }
+        let resolve = |id: &gix_hash::oid, _: &mut Vec<u8>| {
+            Ok(index
+                .lookup(id)
+                .and_then(|i| file.entry(index.pack_offset_at_index(i)).ok())
+                .map(gix_pack::data::decode::entry::ResolvedBase::InPack))
+        };
+        // Oldest first, each put into the cache for the next; the first entry last, into `out`.
+        let requested = chain.remove(0);
+        for entry in chain.into_iter().rev() {
+            if entry.header.is_delta() && !cache.contains(file.id, entry.data_offset) {
+                file.decode_entry(entry, scratch, inflate, &resolve, cache)
+                    .ok()?;
+            }
+        }
+        let outcome = file
+            .decode_entry(requested, out, inflate, &resolve, cache)
+            .ok()?;
+        // (`out` holds exactly the object; `Outcome::object_size` is not its size after a
+        // cache hit.)
+        Some((outcome.kind, out.len()))
+    }
+}
+
+/// The decoded deltas of the received pack, the least recently used dropped first when full:
+/// gix-pack asks it for each delta of a chain before decoding it, and stores each object it
+/// decoded from a delta.
+#[derive(Default)]
+struct DeltaCache {
+    /// Kind, compressed size, data and the last use of each entry.
+    entries: HashMap<(u32, u64), Cached>,
+    /// Uses, oldest first; a use older than its entry's last one is stale.
+    order: VecDeque<((u32, u64), u64)>,
+    bytes: usize,
+    clock: u64,
+}
+
+/// A [`DeltaCache`] entry: kind, compressed size, data, last use.
+type Cached = (Kind, usize, Vec<u8>, u64);
+
 impl DeltaCache {
-    /// The decoded bytes it holds at most.
-    const CAPACITY: usize = 64 << 20;
+    /// The decoded bytes it holds at most (git's `core.deltaBaseCacheLimit` default).
+    const CAPACITY: usize = 96 << 20;
     /// Larger objects are not kept.
     const LARGEST: usize = 4 << 20;
+
+    fn contains(&self, pack_id: u32, offset: u64) -> bool {
+        self.entries.contains_key(&(pack_id, offset))
+    }
+
+    fn touch(&mut self, key: (u32, u64)) -> u64 {
+        self.clock += 1;
+        self.order.push_back((key, self.clock));
+        if self.order.len() > 4 * self.entries.len() + 1024 {
+            let entries = &self.entries;
+            self.order
+                .retain(|(k, used)| entries.get(k).is_some_and(|e| e.3 == *used));
+        }
+        self.clock
+    }
 }
 
 impl gix_pack::cache::DecodeEntry for DeltaCache {
@@ -262,21 +368,29 @@ impl gix_pack::cache::DecodeEntry for DeltaCache {
             return;
         }
         while self.bytes + data.len() > Self::CAPACITY {
-            let Some(old) = self.order.pop_front() else {
+            let Some((old, used)) = self.order.pop_front() else {
                 break;
             };
-            if let Some((_, _, d)) = self.entries.remove(&old) {
+            if self.entries.get(&old).is_some_and(|e| e.3 == used)
+                && let Some((_, _, d, _)) = self.entries.remove(&old)
+            {
                 self.bytes -= d.len();
             }
         }
         self.bytes += data.len();
-        self.order.push_back(key);
+        let used = self.touch(key);
         self.entries
-            .insert(key, (kind, compressed_size, data.to_vec()));
+            .insert(key, (kind, compressed_size, data.to_vec(), used));
     }
 
     fn get(&mut self, pack_id: u32, offset: u64, out: &mut Vec<u8>) -> Option<(Kind, usize)> {
-        let (kind, compressed_size, data) = self.entries.get(&(pack_id, offset))?;
+        let key = (pack_id, offset);
+        if !self.entries.contains_key(&key) {
+            return None;
+        }
+        let used = self.touch(key);
+        let (kind, compressed_size, data, last) = self.entries.get_mut(&key)?;
+        *last = used;
         out.clear();
         out.extend_from_slice(data);
         Some((*kind, *compressed_size))

@@ -155,7 +155,7 @@ pub struct Walk {
     pub quarantine: berth::ingest::Quarantine,
     /// What ingestion produced (the pack's index).
     pub received: berth::ingest::Received,
-    /// The new ref values: every commit, oldest first.
+    /// The new ref values (every commit, oldest first, for [`walk_fixture`]).
     pub tips: Vec<ObjectId>,
     /// The number of objects in the pack.
     pub objects: u32,
@@ -170,10 +170,56 @@ pub fn walk_fixture(dir: &Path, k: usize, shape: Shape) -> Walk {
     init(&srv);
     let tips = commits(&src, k, shape);
     let pack = pack(&src, "refs/heads/main");
+    receive(srv, &mut &pack[..], tips)
+}
+
+/// Every branch and tag of the bare repository `repo` pushed to the empty `srv.git` under
+/// `dir`: the pack (written to `dir/pack`, not held) received into a quarantine.
+pub fn walk_of_repo(dir: &Path, repo: &Path) -> Walk {
+    let srv = dir.join("srv.git");
+    init(&srv);
+    let mut c = git(repo);
+    c.args([
+        "for-each-ref",
+        "--format=%(objectname)",
+        "refs/heads/",
+        "refs/tags/",
+    ]);
+    let tips: Vec<ObjectId> = String::from_utf8_lossy(&run(c, None))
+        .lines()
+        .filter_map(|l| ObjectId::from_hex(l.as_bytes()).ok())
+        .collect();
+    let path = dir.join("pack");
+    let mut po = git(repo)
+        .args([
+            "pack-objects",
+            "--stdout",
+            "--revs",
+            "--delta-base-offset",
+            "-q",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create(&path).expect("pack file"))
+        .spawn()
+        .expect("pack-objects");
+    {
+        let mut stdin = po.stdin.take().expect("stdin");
+        for t in &tips {
+            writeln!(stdin, "{t}").expect("write");
+        }
+    }
+    assert!(po.wait().expect("wait").success(), "pack-objects");
+    let mut pack = std::io::BufReader::new(std::fs::File::open(&path).expect("pack"));
+    let walk = receive(srv, &mut pack, tips);
+    let _ = std::fs::remove_file(&path);
+    walk
+}
+
+fn receive(srv: std::path::PathBuf, pack: &mut dyn std::io::BufRead, tips: Vec<ObjectId>) -> Walk {
     let quarantine = berth::ingest::Quarantine::create(&srv.join("objects")).expect("quarantine");
     let repo_objects = gix_odb::at(srv.join("objects"), gix_hash::Kind::Sha1).expect("odb");
     let received = berth::ingest::receive_pack(
-        &mut &pack[..],
+        pack,
         &quarantine,
         &repo_objects,
         berth::ingest::Options {
