@@ -160,21 +160,14 @@ impl<'a> Check<'a> {
             // Bases before their deltas.
             wave.sort_unstable();
             for (offset, id) in &wave {
-                let decoded = data
-                    .as_mut()
-                    .and_then(|d| d.decode(pack, *offset, &mut self.buf));
-                let (kind, len) = match decoded {
-                    Some(k) => k,
+                let links = match data.as_mut().and_then(|d| d.decode(pack, *offset)) {
+                    Some((kind, bytes)) => crate::fsck::links(kind, &bytes),
                     None => match self.objects.try_find(id, &mut self.buf) {
-                        Ok(Some(d)) => (d.kind, d.data.len()),
+                        Ok(Some(d)) => crate::fsck::links(d.kind, d.data),
                         _ => return false,
                     },
                 };
-                let Some(links) = self
-                    .buf
-                    .get(..len)
-                    .and_then(|b| crate::fsck::links(kind, b))
-                else {
+                let Some(links) = links else {
                     return false;
                 };
                 frontier.extend(
@@ -251,14 +244,15 @@ impl<'a> Check<'a> {
     }
 }
 
-/// The received pack's data, its objects decoded with the result of every delta cached: a chain
-/// is decoded from its oldest uncached delta up, so that each delta in it is applied once per
-/// walk (as git's delta base cache does), not once per object whose chain runs through it.
+/// The received pack's data, decoded for the walk as git's delta base cache does it: every object
+/// decoded (base or delta result) is kept in an LRU cache by pack offset, so that a delta costs
+/// inflating its instructions and applying them to a cached base, and a base shared by many
+/// deltas is inflated once. (gix-pack's decoder caches only the deltas it was asked for, never
+/// the rest of a chain nor a base.)
 struct PackData {
     file: gix_pack::data::File,
     inflate: gix_zlib::Inflate,
     cache: DeltaCache,
-    scratch: Vec<u8>,
 }
 
 impl PackData {
@@ -269,58 +263,126 @@ impl PackData {
             file: gix_pack::data::File::at(path, gix_hash::Kind::Sha1).ok()?,
             inflate: Default::default(),
             cache: DeltaCache::default(),
-            scratch: Vec::new(),
         })
     }
 
-    /// Decode the object at `offset` into `out`: its kind and size, or `None` if it cannot be
-    /// decoded here (the caller then asks the object database).
+    /// The inflated data of `entry` (an object, or a delta's instructions).
+    fn inflate(&mut self, entry: &gix_pack::data::Entry) -> Option<Vec<u8>> {
+        let size = usize::try_from(entry.decompressed_size).ok()?;
+        if size as u64 > crate::ingest::MAX_OBJECT_SIZE {
+            return None;
+        }
+        let mut out = vec![0; size];
+        self.file
+            .decompress_entry(entry, &mut self.inflate, &mut out)
+            .ok()?;
+        Some(out)
+    }
+
+    /// The object at pack offset `offset`, or `None` if it cannot be decoded here (the caller
+    /// then asks the object database).
     fn decode(
         &mut self,
         index: &gix_pack::index::File,
         offset: u64,
-        out: &mut Vec<u8>,
-    ) -> Option<(Kind, usize)> {
+    ) -> Option<(Kind, std::sync::Arc<[u8]>)> {
         use gix_pack::data::entry::Header;
-        let PackData {
-            file,
-            inflate,
-            cache,
-            scratch,
-        } = self;
-        // The deltas above the first cached one (or the chain's base), the requested one first.
-        let mut chain = vec![file.entry(offset).ok()?];
-        while let Some(last) = chain.last()
-            && let Header::OfsDelta { base_distance } = last.header
-            && !cache.contains(file.id, last.data_offset)
-        {
-            let base = last.checked_base_pack_offset(base_distance)?;
-            if base >= last.pack_offset() {
+        // The deltas down to the first cached object or the chain's base, the requested first.
+        let mut chain = Vec::new();
+        let mut at = offset;
+        let (kind, mut data) = loop {
+            if let Some(hit) = self.cache.get_shared((0, at)) {
+                break hit;
+            }
+            let entry = self.file.entry(at).ok()?;
+            let base = match entry.header {
+                Header::OfsDelta { base_distance } => {
+                    let base = entry.checked_base_pack_offset(base_distance)?;
+                    if base >= at {
+                        return None;
+                    }
+                    base
+                }
+                Header::RefDelta { base_id } => index.pack_offset_at_index(index.lookup(base_id)?),
+                _ => {
+                    let kind = entry.header.as_kind()?;
+                    let data: std::sync::Arc<[u8]> = self.inflate(&entry)?.into();
+                    self.cache.put_shared((0, at), kind, data.clone());
+                    break (kind, data);
+                }
+            };
+            // A ref-delta may name an object of its own chain; git packs are at most ~4,000 deep.
+            if chain.len() > 10_000 {
                 return None;
             }
-            chain.push(file.entry(base).ok()?);
-        }
-        let resolve = |id: &gix_hash::oid, _: &mut Vec<u8>| {
-            Ok(index
-                .lookup(id)
-                .and_then(|i| file.entry(index.pack_offset_at_index(i)).ok())
-                .map(gix_pack::data::decode::entry::ResolvedBase::InPack))
+            chain.push((at, entry));
+            at = base;
         };
-        // Oldest first, each put into the cache for the next; the first entry last, into `out`.
-        let requested = chain.remove(0);
-        for entry in chain.into_iter().rev() {
-            if entry.header.is_delta() && !cache.contains(file.id, entry.data_offset) {
-                file.decode_entry(entry, scratch, inflate, &resolve, cache)
-                    .ok()?;
+        while let Some((at, entry)) = chain.pop() {
+            let delta = self.inflate(&entry)?;
+            data = apply_delta(&data, &delta)?.into();
+            self.cache.put_shared((0, at), kind, data.clone());
+        }
+        Some((kind, data))
+    }
+}
+
+/// git's delta format: the base's and the result's sizes, then copy (from the base) and insert
+/// instructions. `None` for a malformed delta or one that does not fit `base`.
+fn apply_delta(base: &[u8], delta: &[u8]) -> Option<Vec<u8>> {
+    fn size(d: &[u8]) -> Option<(u64, &[u8])> {
+        let mut value = 0u64;
+        for (i, &b) in d.iter().enumerate() {
+            let shift = 7 * i;
+            if shift > 63 {
+                return None;
+            }
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some((value, &d[i + 1..]));
             }
         }
-        let outcome = file
-            .decode_entry(requested, out, inflate, &resolve, cache)
-            .ok()?;
-        // (`out` holds exactly the object; `Outcome::object_size` is not its size after a
-        // cache hit.)
-        Some((outcome.kind, out.len()))
+        None
     }
+    let (base_size, rest) = size(delta)?;
+    let (result_size, mut ops) = size(rest)?;
+    if base_size != base.len() as u64 || result_size > crate::ingest::MAX_OBJECT_SIZE {
+        return None;
+    }
+    let result_size = usize::try_from(result_size).ok()?;
+    let mut out = Vec::with_capacity(result_size);
+    while let Some((&cmd, rest)) = ops.split_first() {
+        ops = rest;
+        if cmd & 0x80 != 0 {
+            let mut field = |bits: &[u8]| -> Option<usize> {
+                let mut v = 0usize;
+                for (i, &bit) in bits.iter().enumerate() {
+                    if cmd & bit != 0 {
+                        let (&b, rest) = ops.split_first()?;
+                        ops = rest;
+                        v |= usize::from(b) << (8 * i);
+                    }
+                }
+                Some(v)
+            };
+            let start = field(&[0x01, 0x02, 0x04, 0x08])?;
+            let len = match field(&[0x10, 0x20, 0x40])? {
+                0 => 0x10000,
+                n => n,
+            };
+            out.extend_from_slice(base.get(start..start.checked_add(len)?)?);
+        } else if cmd != 0 {
+            let n = usize::from(cmd);
+            out.extend_from_slice(ops.get(..n)?);
+            ops = &ops[n..];
+        } else {
+            return None;
+        }
+        if out.len() > result_size {
+            return None;
+        }
+    }
+    (out.len() == result_size).then_some(out)
 }
 
 /// The decoded deltas of the received pack, the least recently used dropped first when full:
@@ -337,7 +399,7 @@ struct DeltaCache {
 }
 
 /// A [`DeltaCache`] entry: kind, compressed size, data, last use.
-type Cached = (Kind, usize, Vec<u8>, u64);
+type Cached = (Kind, usize, std::sync::Arc<[u8]>, u64);
 
 impl DeltaCache {
     /// The decoded bytes it holds at most (git's `core.deltaBaseCacheLimit` default).
@@ -345,8 +407,34 @@ impl DeltaCache {
     /// Larger objects are not kept.
     const LARGEST: usize = 4 << 20;
 
-    fn contains(&self, pack_id: u32, offset: u64) -> bool {
-        self.entries.contains_key(&(pack_id, offset))
+    /// An object decoded by [`PackData`], shared rather than copied.
+    fn get_shared(&mut self, key: (u32, u64)) -> Option<(Kind, std::sync::Arc<[u8]>)> {
+        if !self.entries.contains_key(&key) {
+            return None;
+        }
+        let used = self.touch(key);
+        let (kind, _, data, last) = self.entries.get_mut(&key)?;
+        *last = used;
+        Some((*kind, data.clone()))
+    }
+
+    fn put_shared(&mut self, key: (u32, u64), kind: Kind, data: std::sync::Arc<[u8]>) {
+        if data.len() > Self::LARGEST || self.entries.contains_key(&key) {
+            return;
+        }
+        while self.bytes + data.len() > Self::CAPACITY {
+            let Some((old, used)) = self.order.pop_front() else {
+                break;
+            };
+            if self.entries.get(&old).is_some_and(|e| e.3 == used)
+                && let Some((_, _, d, _)) = self.entries.remove(&old)
+            {
+                self.bytes -= d.len();
+            }
+        }
+        self.bytes += data.len();
+        let used = self.touch(key);
+        self.entries.insert(key, (kind, 0, data, used));
     }
 
     fn touch(&mut self, key: (u32, u64)) -> u64 {
@@ -363,24 +451,10 @@ impl DeltaCache {
 
 impl gix_pack::cache::DecodeEntry for DeltaCache {
     fn put(&mut self, pack_id: u32, offset: u64, data: &[u8], kind: Kind, compressed_size: usize) {
-        let key = (pack_id, offset);
-        if data.len() > Self::LARGEST || self.entries.contains_key(&key) {
-            return;
+        self.put_shared((pack_id, offset), kind, data.into());
+        if let Some(e) = self.entries.get_mut(&(pack_id, offset)) {
+            e.1 = compressed_size;
         }
-        while self.bytes + data.len() > Self::CAPACITY {
-            let Some((old, used)) = self.order.pop_front() else {
-                break;
-            };
-            if self.entries.get(&old).is_some_and(|e| e.3 == used)
-                && let Some((_, _, d, _)) = self.entries.remove(&old)
-            {
-                self.bytes -= d.len();
-            }
-        }
-        self.bytes += data.len();
-        let used = self.touch(key);
-        self.entries
-            .insert(key, (kind, compressed_size, data.to_vec(), used));
     }
 
     fn get(&mut self, pack_id: u32, offset: u64, out: &mut Vec<u8>) -> Option<(Kind, usize)> {
@@ -394,5 +468,30 @@ impl gix_pack::cache::DecodeEntry for DeltaCache {
         out.clear();
         out.extend_from_slice(data);
         Some((*kind, *compressed_size))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::apply_delta;
+
+    #[test]
+    fn deltas_apply_as_git_and_malformed_ones_are_refused() {
+        let base = b"hello world";
+        // Copy 5 bytes from offset 6, then insert "!".
+        assert_eq!(
+            apply_delta(base, &[11, 6, 0x91, 6, 5, 1, b'!']).as_deref(),
+            Some(&b"world!"[..])
+        );
+        // A copy of size 0 means 0x10000 bytes: past this base's end.
+        assert_eq!(apply_delta(base, &[11, 5, 0x80]), None);
+        // The wrong base size, a reserved 0 instruction, a copy out of range, a short insert,
+        // a result of the wrong size, a truncated size.
+        assert_eq!(apply_delta(base, &[10, 5, 0x91, 6, 5]), None);
+        assert_eq!(apply_delta(base, &[11, 5, 0]), None);
+        assert_eq!(apply_delta(base, &[11, 5, 0x91, 8, 5]), None);
+        assert_eq!(apply_delta(base, &[11, 3, 3, b'a']), None);
+        assert_eq!(apply_delta(base, &[11, 4, 0x91, 6, 5]), None);
+        assert_eq!(apply_delta(base, &[0x8b]), None);
     }
 }
