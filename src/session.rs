@@ -450,6 +450,13 @@ fn check_connectivity<W: Write, E: Write>(
         std::iter::empty(),
     )
     .with_shallow(repo.shallow().into_iter().collect(), client_shallow);
+    // All tips at once first, as git's combined rev-list; each on its own only if that fails.
+    let tips: Vec<ObjectId> = cmds
+        .iter()
+        .filter(|c| c.pending() && !c.command.is_delete())
+        .map(|c| c.command.new)
+        .collect();
+    check.prewalk(&tips);
     let mut failed = Vec::new();
     for c in cmds
         .iter_mut()

@@ -4,6 +4,10 @@
 //!
 //! Ignored by default (it writes ~600 MiB to the temp directory and takes about a minute with a
 //! debug build): `cargo test --test memory -- --ignored --nocapture`.
+//!
+//! [`a_multi_gib_push_keeps_memory_bounded`] does the same with 3 GiB, the pack made on the fly
+//! by a streaming pack writer instead of git (meant for a release build: `cargo test --release
+//! --test memory -- --ignored --nocapture multi_gib`).
 
 mod common;
 
@@ -174,6 +178,292 @@ fn a_300_mib_push_is_streamed_not_buffered() {
     // it, so the file-backed part of the RSS grows with it; those pages are the page cache's.)
     assert!(
         anon < size / 1024 / 5,
+        "peak anonymous RSS {anon} KiB for a pack of {size} bytes"
+    );
+}
+
+/// Adler-32 (zlib's trailer), updated over `data`.
+fn adler32(mut state: (u32, u32), data: &[u8]) -> (u32, u32) {
+    const MOD: u32 = 65521;
+    let (mut a, mut b) = state;
+    for chunk in data.chunks(5552) {
+        for &byte in chunk {
+            a += u32::from(byte);
+            b += a;
+        }
+        a %= MOD;
+        b %= MOD;
+    }
+    state = (a, b);
+    state
+}
+
+/// Writes a pack to `inner` without holding it: entries go out as they are made, the pack's
+/// SHA-1 trailer is computed on the way, objects are zlib streams of stored (uncompressed)
+/// blocks, which cost no compression time and stay incompressible.
+struct PackWriter<W: Write> {
+    inner: W,
+    hash: sha1::Sha1,
+}
+
+impl<W: Write> PackWriter<W> {
+    fn new(inner: W, objects: u32) -> Self {
+        use sha1::Digest;
+        let mut w = PackWriter {
+            inner,
+            hash: sha1::Sha1::new(),
+        };
+        w.put(b"PACK\0\0\0\x02");
+        w.put(&objects.to_be_bytes());
+        w
+    }
+
+    fn put(&mut self, data: &[u8]) {
+        use sha1::Digest;
+        self.hash.update(data);
+        self.inner.write_all(data).unwrap();
+    }
+
+    /// One whole object (`kind`: 1 commit, 2 tree, 3 blob) of `size` bytes, its data made by
+    /// `fill` one chunk (at most 65,535 bytes, a stored block) at a time.
+    fn object(&mut self, kind: u8, size: u64, mut fill: impl FnMut(&mut [u8])) {
+        let mut header = vec![(kind << 4) | (size & 0x0f) as u8];
+        let mut rest = size >> 4;
+        while rest > 0 {
+            *header.last_mut().unwrap() |= 0x80;
+            header.push((rest & 0x7f) as u8);
+            rest >>= 7;
+        }
+        self.put(&header);
+        self.put(&[0x78, 0x01]);
+        let mut adler = (1, 0);
+        let mut left = size;
+        let mut block = vec![0u8; 65535];
+        loop {
+            let n = left.min(65535) as usize;
+            left -= n as u64;
+            let data = &mut block[..n];
+            fill(data);
+            adler = adler32(adler, data);
+            let len = n as u16;
+            self.put(&[u8::from(left == 0)]);
+            self.put(&len.to_le_bytes());
+            self.put(&(!len).to_le_bytes());
+            self.put(data);
+            if left == 0 {
+                break;
+            }
+        }
+        self.put(&((adler.1 << 16) | adler.0).to_be_bytes());
+    }
+
+    fn finish(mut self) -> W {
+        use sha1::Digest;
+        let digest = self.hash.clone().finalize();
+        self.inner.write_all(&digest).unwrap();
+        self.inner.flush().unwrap();
+        self.inner
+    }
+}
+
+/// xorshift64 noise for blob `i`: one byte stream, however it is cut into chunks.
+struct Noise {
+    x: u64,
+    word: [u8; 8],
+    used: usize,
+}
+
+impl Noise {
+    fn new(i: usize) -> Self {
+        Noise {
+            x: 0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1).wrapping_mul(0xff51_afd7_ed55_8ccd),
+            word: [0; 8],
+            used: 8,
+        }
+    }
+
+    fn fill(&mut self, mut buf: &mut [u8]) {
+        while !buf.is_empty() {
+            if self.used == 8 {
+                let x = &mut self.x;
+                *x ^= *x << 13;
+                *x ^= *x >> 7;
+                *x ^= *x << 17;
+                self.word = x.to_le_bytes();
+                self.used = 0;
+            }
+            let n = (8 - self.used).min(buf.len());
+            buf[..n].copy_from_slice(&self.word[self.used..self.used + n]);
+            self.used += n;
+            buf = &mut buf[n..];
+        }
+    }
+}
+
+/// A `fill` for [`PackWriter::object`] copying `data`, chunk after chunk.
+fn from(data: &[u8]) -> impl FnMut(&mut [u8]) + '_ {
+    let mut at = 0;
+    move |b| {
+        b.copy_from_slice(&data[at..at + b.len()]);
+        at += b.len();
+    }
+}
+
+fn object_id(kind: &str, size: u64, feed: impl FnOnce(&mut sha1::Sha1)) -> [u8; 20] {
+    use sha1::Digest;
+    let mut h = sha1::Sha1::new();
+    h.update(format!("{kind} {size}\0").as_bytes());
+    feed(&mut h);
+    h.finalize().into()
+}
+
+fn hex(id: &[u8; 20]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A multi-gigabyte push: `BERTH_MEMORY_TEST_MIB` (default 3072) MiB of incompressible 16 MiB
+/// blobs in one commit, the pack generated on the fly by [`PackWriter`] straight into berth's
+/// stdin (neither this test nor berth holds it). berth's anonymous memory (heap, stacks) must
+/// stay under 200 MiB, and the ref and every object must be there afterwards.
+///
+/// Run it with a release build (SHA-1 and inflate in a debug build take minutes for 3 GiB):
+/// `cargo test --release --test memory -- --ignored --nocapture multi_gib`.
+#[test]
+#[ignore = "pushes 3 GiB (~30 s with --release, minutes in a debug build); run with --ignored"]
+fn a_multi_gib_push_keeps_memory_bounded() {
+    const BLOB: u64 = 16 << 20;
+    const BOUND_MIB: u64 = 200;
+    let total_mib: u64 = std::env::var("BERTH_MEMORY_TEST_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3072);
+    let blobs = (total_mib << 20).div_ceil(BLOB) as usize;
+    let env = Env {
+        dir: tempfile::Builder::new()
+            .prefix("berth-memory-")
+            .tempdir()
+            .unwrap(),
+    };
+    env.git(&["init", "-q", "--bare", "srv.git"]);
+    env.git(&["-C", "srv.git", "config", "receive.autogc", "false"]);
+
+    // The ids first (the command names the commit before the pack comes): one pass of noise
+    // through SHA-1 per blob, nothing kept but the ids.
+    let t = std::time::Instant::now();
+    let mut buf = vec![0u8; 1 << 20];
+    let ids: Vec<[u8; 20]> = (0..blobs)
+        .map(|i| {
+            object_id("blob", BLOB, |h| {
+                use sha1::Digest;
+                let mut noise = Noise::new(i);
+                for _ in 0..BLOB / (1 << 20) {
+                    noise.fill(&mut buf);
+                    h.update(&buf);
+                }
+            })
+        })
+        .collect();
+    let mut tree = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        tree.extend_from_slice(format!("100644 f{i:05}\0").as_bytes());
+        tree.extend_from_slice(id);
+    }
+    let tree_id = object_id("tree", tree.len() as u64, |h| {
+        use sha1::Digest;
+        h.update(&tree)
+    });
+    let commit = format!(
+        "tree {}\nauthor A U Thor <author@example.com> 1700000000 +0000\ncommitter C O Mitter \
+         <committer@example.com> 1700000000 +0000\n\n{total_mib} MiB of noise\n",
+        hex(&tree_id)
+    );
+    let commit_id = hex(&object_id("commit", commit.len() as u64, |h| {
+        use sha1::Digest;
+        h.update(commit.as_bytes())
+    }));
+    println!("ids of {blobs} blobs computed in {:.1?}", t.elapsed());
+
+    let start = std::time::Instant::now();
+    let mut child = env
+        .cmd(env!("CARGO_BIN_EXE_berth"))
+        .args(["receive-pack", "--stateless-rpc", "srv.git"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let mut w = std::io::BufWriter::with_capacity(1 << 16, stdin);
+        let line =
+            format!("{ZERO} {commit_id} refs/heads/main\0report-status quiet object-format=sha1\n");
+        write!(w, "{:04x}{line}0000", line.len() + 4).unwrap();
+        let mut pack = PackWriter::new(w, blobs as u32 + 2);
+        for i in 0..blobs {
+            let mut noise = Noise::new(i);
+            pack.object(3, BLOB, |b| noise.fill(b));
+        }
+        pack.object(2, tree.len() as u64, from(&tree));
+        pack.object(1, commit.len() as u64, from(commit.as_bytes()));
+        drop(pack.finish());
+        commit_id
+    });
+    let (mut hwm, mut anon, mut file) = (0, 0, 0);
+    while child.try_wait().unwrap().is_none() {
+        if let Some((h, a, f)) = memory(pid) {
+            hwm = hwm.max(h);
+            anon = anon.max(a);
+            file = file.max(f);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().unwrap();
+    let elapsed = start.elapsed();
+    let commit_id = writer.join().unwrap();
+    fn du(dir: &std::path::Path) -> u64 {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| match e.file_type().unwrap().is_dir() {
+                true => du(&e.path()),
+                false => e.metadata().unwrap().len(),
+            })
+            .sum()
+    }
+    // The objects as stored (a pack, or loose objects for a push of fewer than 100).
+    let size = du(&env.path("srv.git/objects"));
+    println!(
+        "pushed {} MiB ({} objects) in {elapsed:.1?}; berth's peak RSS {} MiB (VmHWM), \
+         of which at most {} MiB anonymous (heap, stacks) and {} MiB file-backed (the mapped \
+         pack and index, page cache)",
+        size >> 20,
+        blobs + 2,
+        hwm >> 10,
+        anon >> 10,
+        file >> 10
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert_eq!(
+        stdout, "000eunpack ok\n0017ok refs/heads/main\n0000",
+        "berth's report"
+    );
+    assert!(size >= blobs as u64 * BLOB, "{size} bytes of objects");
+    assert_eq!(
+        env.git(&["-C", "srv.git", "rev-parse", "refs/heads/main"])
+            .trim(),
+        commit_id
+    );
+    let count = env.git(&["-C", "srv.git", "rev-list", "--objects", "--count", "main"]);
+    assert_eq!(count.trim(), (blobs + 2).to_string());
+    for i in [0, blobs - 1] {
+        let blob = env.git(&["-C", "srv.git", "rev-parse", &format!("main:f{i:05}")]);
+        assert_eq!(blob.trim(), hex(&ids[i]));
+        let s = env.git(&["-C", "srv.git", "cat-file", "-s", blob.trim()]);
+        assert_eq!(s.trim(), BLOB.to_string());
+    }
+    assert!(
+        anon < BOUND_MIB << 10,
         "peak anonymous RSS {anon} KiB for a pack of {size} bytes"
     );
 }
