@@ -1,5 +1,5 @@
 //! Criterion benchmark of the ref transaction: N new refs (1,000 and 10,000) committed through
-//! `refs::FilesStore::commit` into a files-backend repository that already has 110 refs (100 in
+//! `RefStore::commit` of `refs::FilesStore` into a files-backend repository that already has 110 refs (100 in
 //! `packed-refs`, 10 loose). Every iteration gets a fresh copy of the repository (made outside
 //! the timing); the time is the store's commit alone: checks against the snapshot, locks, the
 //! `packed-refs` rewrite, the rename.
@@ -8,7 +8,7 @@
 
 mod support;
 
-use berth::refs::{FilesStore, RefUpdate};
+use berth::refs::{FilesStore, RefStore, RefUpdate};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use std::fmt::Write as _;
 

@@ -200,28 +200,7 @@ fn lock(
             None => (false, None),
         },
     };
-    if !u.skip_old_check {
-        match (exists, current, u.old.is_null()) {
-            (true, _, true) => {
-                return Err(RefError::AlreadyExists {
-                    name: u.name.clone(),
-                });
-            }
-            (false, _, false) | (true, None, false) => {
-                return Err(RefError::DoesNotExist {
-                    name: u.name.clone(),
-                });
-            }
-            (true, Some(actual), false) if actual != u.old => {
-                return Err(RefError::IncorrectOldValue {
-                    name: u.name.clone(),
-                    actual,
-                    expected: u.old,
-                });
-            }
-            _ => {}
-        }
-    }
+    super::check_old(u, exists, current)?;
     if u.new.is_null() {
         return Ok((lock, current));
     }

@@ -279,9 +279,93 @@ impl FilesStore {
         }
     }
 
-    /// Read every ref under `refs/`; symbolic refs resolve to their target's value, broken ones
-    /// are left out.
-    pub fn snapshot(&self) -> Result<Refs, String> {
+    fn resolve(&self, name: &BStr) -> Option<ObjectId> {
+        let mut name: BString = name.to_owned();
+        for _ in 0..5 {
+            let r = self.store.try_find(name.as_bstr()).ok()??;
+            match r.target {
+                Target::Object(oid) => return Some(oid),
+                Target::Symbolic(next) => name = next.as_bstr().to_owned(),
+            }
+        }
+        None
+    }
+}
+
+/// Check every update with `check` against `current`: one result per update, or the first
+/// refusal of an atomic batch.
+fn check_all(
+    updates: &[RefUpdate],
+    current: &Refs,
+    atomic: bool,
+    check: fn(&RefUpdate, &Refs) -> Result<(), RefError>,
+) -> Result<Vec<Result<(), RefError>>, TransactionError> {
+    let results: Vec<Result<(), RefError>> = updates.iter().map(|u| check(u, current)).collect();
+    if atomic && let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
+        return Err(e.clone().into());
+    }
+    Ok(results)
+}
+
+/// The compare-and-swap of one update, with git's messages: the ref `exists` (as a file or an
+/// entry) with the value `current` (`None` when unreadable), and the update expects `u.old`.
+fn check_old(u: &RefUpdate, exists: bool, current: Option<ObjectId>) -> Result<(), RefError> {
+    if u.skip_old_check {
+        return Ok(());
+    }
+    match (exists, current, u.old.is_null()) {
+        (true, _, true) => Err(RefError::AlreadyExists {
+            name: u.name.clone(),
+        }),
+        (false, _, false) | (true, None, false) => Err(RefError::DoesNotExist {
+            name: u.name.clone(),
+        }),
+        (true, Some(actual), false) if actual != u.old => Err(RefError::IncorrectOldValue {
+            name: u.name.clone(),
+            actual,
+            expected: u.old,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Check one update against the snapshot, with git's messages.
+fn precheck(u: &RefUpdate, current: &Refs) -> Result<(), RefError> {
+    let actual = current.get(&u.name);
+    if u.skip_old_check {
+        return Ok(());
+    }
+    check_old(u, actual.is_some(), actual)?;
+    if u.new.is_null() || actual.is_some() {
+        return Ok(());
+    }
+    // A new ref must not collide with an existing one as a file and a directory.
+    let slashes = u
+        .name
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'/')
+        .map(|(i, _)| i);
+    for i in slashes.skip(1) {
+        let prefix = &u.name[..i];
+        if current.get(prefix).is_some() {
+            return Err(RefError::NameConflict {
+                name: u.name.clone(),
+                existing: prefix.into(),
+            });
+        }
+    }
+    if let Some(below) = current.first_below(&u.name) {
+        return Err(RefError::NameConflict {
+            name: u.name.clone(),
+            existing: below.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+impl RefStore for FilesStore {
+    fn snapshot(&self) -> Result<Refs, String> {
         let platform = self.store.iter().map_err(|e| e.to_string())?;
         let mut entries = Vec::new();
         for r in platform.all().map_err(|e| e.to_string())? {
@@ -301,22 +385,21 @@ impl FilesStore {
         Ok(Refs::from_unsorted(entries))
     }
 
-    fn resolve(&self, name: &BStr) -> Option<ObjectId> {
-        let mut name: BString = name.to_owned();
-        for _ in 0..5 {
-            let r = self.store.try_find(name.as_bstr()).ok()??;
-            match r.target {
-                Target::Object(oid) => return Some(oid),
-                Target::Symbolic(next) => name = next.as_bstr().to_owned(),
-            }
-        }
-        None
+    fn symref_targets(&self, names: &[BString]) -> Vec<Option<Option<BString>>> {
+        let mut loose = LooseFiles::new(&self.git_dir);
+        names
+            .iter()
+            .map(|n| {
+                if loose.exists(n) {
+                    self.symref_target(n)
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 
-    /// Commit `updates` as one transaction. With `atomic`, any failure fails all and nothing is
-    /// written; otherwise the result has one entry per update, and only failed refs are left
-    /// unchanged. `current` is the snapshot taken at the start of the push.
-    pub fn commit(
+    fn commit(
         &self,
         updates: &[RefUpdate],
         current: &Refs,
@@ -326,11 +409,7 @@ impl FilesStore {
         hook: &mut TransactionHook<'_>,
     ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
         let _span = tracing::info_span!("ref_transaction", refs = updates.len()).entered();
-        let mut results: Vec<Result<(), RefError>> =
-            updates.iter().map(|u| precheck(u, current)).collect();
-        if atomic && let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
-            return Err(e.clone().into());
-        }
+        let mut results = check_all(updates, current, atomic, precheck)?;
         let mut time_buf = gix_date::parse::TimeBuf::default();
         let committer = committer.to_ref(&mut time_buf);
         let live: Vec<usize> = (0..updates.len()).filter(|&i| results[i].is_ok()).collect();
@@ -368,92 +447,6 @@ impl FilesStore {
             hook,
         )?;
         Ok(results)
-    }
-}
-
-/// Check one update against the snapshot, with git's messages.
-fn precheck(u: &RefUpdate, current: &Refs) -> Result<(), RefError> {
-    let actual = current.get(&u.name);
-    if u.skip_old_check {
-        return Ok(());
-    }
-    match (actual, u.old.is_null()) {
-        (Some(_), true) => {
-            return Err(RefError::AlreadyExists {
-                name: u.name.clone(),
-            });
-        }
-        (None, false) => {
-            return Err(RefError::DoesNotExist {
-                name: u.name.clone(),
-            });
-        }
-        (Some(actual), false) if actual != u.old => {
-            return Err(RefError::IncorrectOldValue {
-                name: u.name.clone(),
-                actual,
-                expected: u.old,
-            });
-        }
-        _ => {}
-    }
-    if u.new.is_null() || actual.is_some() {
-        return Ok(());
-    }
-    // A new ref must not collide with an existing one as a file and a directory.
-    let slashes = u
-        .name
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'/')
-        .map(|(i, _)| i);
-    for i in slashes.skip(1) {
-        let prefix = &u.name[..i];
-        if current.get(prefix).is_some() {
-            return Err(RefError::NameConflict {
-                name: u.name.clone(),
-                existing: prefix.into(),
-            });
-        }
-    }
-    if let Some(below) = current.first_below(&u.name) {
-        return Err(RefError::NameConflict {
-            name: u.name.clone(),
-            existing: below.to_owned(),
-        });
-    }
-    Ok(())
-}
-
-impl RefStore for FilesStore {
-    fn snapshot(&self) -> Result<Refs, String> {
-        FilesStore::snapshot(self)
-    }
-
-    fn symref_targets(&self, names: &[BString]) -> Vec<Option<Option<BString>>> {
-        let mut loose = LooseFiles::new(&self.git_dir);
-        names
-            .iter()
-            .map(|n| {
-                if loose.exists(n) {
-                    self.symref_target(n)
-                } else {
-                    None
-                }
-            })
-            .collect()
-    }
-
-    fn commit(
-        &self,
-        updates: &[RefUpdate],
-        current: &Refs,
-        atomic: bool,
-        committer: &gix_actor::Signature,
-        objects: &gix_odb::Handle,
-        hook: &mut TransactionHook<'_>,
-    ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
-        FilesStore::commit(self, updates, current, atomic, committer, objects, hook)
     }
 }
 

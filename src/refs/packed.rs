@@ -937,28 +937,7 @@ impl Checker<'_> {
         } else if locked {
             return Err(cannot_lock(u, LockError::held(git_dir, name)));
         }
-        if !u.skip_old_check {
-            match (exists, current, u.old.is_null()) {
-                (true, _, true) => {
-                    return Err(RefError::AlreadyExists {
-                        name: u.name.clone(),
-                    });
-                }
-                (false, _, false) | (true, None, false) => {
-                    return Err(RefError::DoesNotExist {
-                        name: u.name.clone(),
-                    });
-                }
-                (true, Some(actual), false) if actual != u.old => {
-                    return Err(RefError::IncorrectOldValue {
-                        name: u.name.clone(),
-                        actual,
-                        expected: u.old,
-                    });
-                }
-                _ => {}
-            }
-        }
+        super::check_old(u, exists, current)?;
         if !u.new.is_null() && !exists {
             self.check_new(k, u, seen)?;
         }

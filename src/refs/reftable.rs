@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use gix_hash::ObjectId;
 use gix_object::bstr::BString;
 
-use super::{RefError, RefStore, RefUpdate, Refs, TransactionError, TransactionHook, precheck};
+use super::{
+    RefError, RefStore, RefUpdate, Refs, TransactionError, TransactionHook, check_all, precheck,
+};
 use crate::config::LogRefUpdates;
 use crate::hooks::TransactionState;
 use crate::reftable::{
@@ -157,11 +159,7 @@ impl RefStore for ReftableStore {
         hook: &mut TransactionHook<'_>,
     ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
         let _span = tracing::info_span!("ref_transaction", refs = updates.len()).entered();
-        let mut results: Vec<Result<(), RefError>> =
-            updates.iter().map(|u| check(u, current)).collect();
-        if atomic && let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
-            return Err(e.clone().into());
-        }
+        let mut results = check_all(updates, current, atomic, check)?;
         let live = |results: &[Result<(), RefError>]| -> Vec<RefUpdate> {
             (0..updates.len())
                 .filter(|&i| results[i].is_ok())
