@@ -68,9 +68,7 @@ fn max_input_size_refuses_large_packs() {
         w.assert_clean("srv.git");
         p
     };
-    let git = run(Receiver::Git);
-    let berth = run(Receiver::Berth);
-    assert_eq!(git, berth);
+    let berth = common::differential(run);
     assert!(
         berth
             .stderr

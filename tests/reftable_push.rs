@@ -142,9 +142,7 @@ fn reflog_rules_match_git() {
         w.assert_clean("srv.git");
         (none, logged, after_delete, w.refs("srv.git"))
     };
-    let git = run(Receiver::Git);
-    let berth = run(Receiver::Berth);
-    assert_eq!(git, berth);
+    let berth = common::differential(run);
     let (none, logged, after_delete, _) = berth;
     assert_eq!(none, "");
     assert!(logged.contains("refs/heads/gone@{0}"), "{logged}");

@@ -18,13 +18,7 @@ fn both(scenario: impl Fn(&World, Receiver) -> Vec<Push>) -> Vec<Push> {
         let p = scenario(&w, r);
         (p, w.refs("srv.git"))
     };
-    let git = run(Receiver::Git);
-    let berth = run(Receiver::Berth);
-    assert_eq!(
-        git, berth,
-        "git receive-pack (left) and berth (right) differ"
-    );
-    berth.0
+    common::differential(run).0
 }
 
 #[test]

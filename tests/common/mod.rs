@@ -122,6 +122,18 @@ impl Receiver {
     }
 }
 
+/// Run `run` once against git receive-pack and once against berth and insist that what each
+/// observed is the same; return berth's.
+pub fn differential<T: PartialEq + std::fmt::Debug>(run: impl Fn(Receiver) -> T) -> T {
+    let git = run(Receiver::Git);
+    let berth = run(Receiver::Berth);
+    assert_eq!(
+        git, berth,
+        "git receive-pack (left) and berth (right) differ"
+    );
+    berth
+}
+
 /// The berth binary under test.
 pub fn berth() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_berth"))
