@@ -743,7 +743,10 @@ fn execute_non_atomic<W: Write, E: Write>(
     // the refs as the earlier batch left them.
     let mut after_first: Option<Refs> = None;
     for deletions in [true, false] {
-        let (mut queued, mut updates): (Vec<usize>, Vec<RefUpdate>) = Default::default();
+        let (mut queued, mut updates) = (
+            Vec::with_capacity(cmds.len()),
+            Vec::with_capacity(cmds.len()),
+        );
         for (i, cmd) in cmds.iter_mut().enumerate() {
             if !cmd.for_berth() || cmd.command.is_delete() != deletions {
                 continue;
@@ -796,7 +799,7 @@ fn execute_atomic<W: Write, E: Write>(
     committer: &gix_actor::Signature,
     sb: &mut Sideband<W, E>,
 ) -> Result<(), Fatal> {
-    let mut updates: Vec<RefUpdate> = Vec::new();
+    let mut updates: Vec<RefUpdate> = Vec::with_capacity(cmds.len());
     let mut failure: Option<&'static str> = None;
     for cmd in cmds.iter_mut() {
         if !cmd.for_berth() {

@@ -51,7 +51,7 @@ pub(super) fn commit(
     objects: &gix_odb::Handle,
     hook: &mut TransactionHook<'_>,
 ) -> Result<(), TransactionError> {
-    let mut order: Vec<usize> = (0..updates.len()).filter(|&i| results[i].is_ok()).collect();
+    let mut order = super::live(results);
     order.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
     let batch = Sorted { updates, order };
     let packed_path = git_dir.join("packed-refs");

@@ -292,6 +292,13 @@ impl FilesStore {
     }
 }
 
+/// The indexes of the updates that have not failed, in order.
+fn live(results: &[Result<(), RefError>]) -> Vec<usize> {
+    let mut live = Vec::with_capacity(results.len());
+    live.extend((0..results.len()).filter(|&i| results[i].is_ok()));
+    live
+}
+
 /// Check every update with `check` against `current`: one result per update, or the first
 /// refusal of an atomic batch.
 fn check_all(
@@ -412,7 +419,7 @@ impl RefStore for FilesStore {
         let mut results = check_all(updates, current, atomic, precheck)?;
         let mut time_buf = gix_date::parse::TimeBuf::default();
         let committer = committer.to_ref(&mut time_buf);
-        let live: Vec<usize> = (0..updates.len()).filter(|&i| results[i].is_ok()).collect();
+        let live = live(&results);
         if live.is_empty() {
             return Ok(results);
         }

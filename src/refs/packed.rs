@@ -662,7 +662,7 @@ pub(super) fn commit(
     objects: &gix_odb::Handle,
     hook: &mut TransactionHook<'_>,
 ) -> Result<Result<(), Fallback>, TransactionError> {
-    let mut order: Vec<usize> = (0..updates.len()).filter(|&i| results[i].is_ok()).collect();
+    let mut order = super::live(results);
     if order.is_empty() {
         return Ok(Ok(()));
     }
@@ -747,7 +747,7 @@ pub(super) fn commit(
         l.sort_unstable();
         l
     } else {
-        (0..updates.len()).filter(|&i| results[i].is_ok()).collect()
+        super::live(results)
     };
     if !announce(hook, TransactionState::Prepared, updates, &live) {
         drop(items);
