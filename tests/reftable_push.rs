@@ -374,3 +374,29 @@ fn concurrent_berth_pushes_and_git_update_ref_lose_nothing() {
         "compaction kept the stack short:\n{list}"
     );
 }
+
+/// A ref record larger than a block fails the transaction with git's words, and nothing is
+/// written (git master fails the whole batch; checked by hand against 1a3e64c6c4).
+#[test]
+fn a_ref_too_large_for_a_block_fails_the_transaction_as_in_git() {
+    let w = World::new();
+    reftable_bare(&w, "srv.git");
+    w.work("src");
+    w.commit("src", "a", "1");
+    let long = format!("main:refs/heads/{}", "x".repeat(4200));
+    let p = w.push("src", Receiver::Berth, "srv.git", &[&long, "main"]);
+    assert!(!p.success, "{p:#?}");
+    assert_eq!(
+        p.remote_lines(),
+        ["remote: error: reftable: transaction failure: entry too large"],
+        "{p:#?}"
+    );
+    assert!(
+        p.stdout.contains(
+            "!\trefs/heads/main:refs/heads/main\t[remote rejected] (failed to update refs)"
+        ),
+        "{p:#?}"
+    );
+    assert_eq!(w.refs("srv.git"), "");
+    w.assert_clean("srv.git");
+}

@@ -227,10 +227,15 @@ impl RefStore for ReftableStore {
             return Err(TransactionError::HookAborted("prepared"));
         }
 
-        let (refs, logs) = self
+        // As git's transaction finish: a failure to write the table fails the transaction.
+        let failure = |e: Error| {
+            TransactionError::Store(format!("reftable: transaction failure: {}", e.git_str()))
+        };
+        let written = self
             .records(locked.stack(), now, &batch, committer, objects)
-            .map_err(store_err)?;
-        locked.commit(&refs, &logs).map_err(store_err)?;
+            .and_then(|(refs, logs)| locked.commit(&refs, &logs));
+        // (git runs no `aborted` hook then: the transaction was prepared.)
+        written.map_err(failure)?;
         hook(TransactionState::Committed, &batch);
         Ok(results)
     }

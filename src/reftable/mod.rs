@@ -75,9 +75,29 @@ pub enum Error {
     /// The stack changed under us (another writer committed or compacted).
     #[error("reftable: the stack in {0} changed concurrently")]
     Outdated(PathBuf),
-    /// The caller passed records the writer refuses (unsorted, duplicate, out of range, too big).
+    /// The caller passed records the writer refuses (unsorted, duplicate, out of range).
     #[error("reftable: invalid record: {0}")]
     InvalidRecord(String),
+    /// A record does not fit in one block (git's `REFTABLE_ENTRY_TOO_BIG_ERROR`).
+    #[error("reftable: entry too large: {0}")]
+    EntryTooLarge(String),
+}
+
+impl Error {
+    /// git's `reftable_error_str` for the class of this error, the words git puts in its
+    /// `reftable: transaction failure: …` message.
+    pub fn git_str(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "I/O error",
+            Error::Corrupt { .. } | Error::CorruptStack { .. } | Error::Unsupported { .. } => {
+                "corrupt reftable file"
+            }
+            Error::Locked(_) => "data is locked",
+            Error::Outdated(_) => "data concurrently modified",
+            Error::InvalidRecord(_) => "misuse of the reftable API",
+            Error::EntryTooLarge(_) => "entry too large",
+        }
+    }
 }
 
 /// Result of the reftable module.

@@ -199,7 +199,7 @@ impl TableWriter {
         {
             Ok(())
         } else {
-            Err(Error::InvalidRecord(format!(
+            Err(Error::EntryTooLarge(format!(
                 "record {:?} does not fit in a block of {} bytes",
                 key.as_bstr(),
                 self.opts.block_size
@@ -307,7 +307,7 @@ impl TableWriter {
             value.clear();
             encode_obj_value(&mut value, &[]);
             if !block.add(key, 0, &value) {
-                return Err(Error::InvalidRecord(
+                return Err(Error::EntryTooLarge(
                     "obj record does not fit in an empty block".into(),
                 ));
             }
@@ -1010,7 +1010,10 @@ mod tests {
         );
         let long = "x".repeat(5000);
         assert!(
-            write_table(opts, 1, 1, &[r(&long, 1)], &[]).is_err(),
+            matches!(
+                write_table(opts, 1, 1, &[r(&long, 1)], &[]),
+                Err(Error::EntryTooLarge(_))
+            ),
             "too big"
         );
     }
