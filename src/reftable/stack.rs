@@ -190,6 +190,33 @@ fn merge_newer(older: Vec<RefRecord>, newer: Vec<RefRecord>) -> Vec<RefRecord> {
     out
 }
 
+/// The table compaction writes for `range` with `refs` and `logs` (already normalized) of a
+/// newer table on top, covering update indexes `min..=max`: the newest record of each key,
+/// tombstones dropped when the range is the bottom of the stack, log messages kept exactly.
+fn compacted_table(
+    opts: WriteOptions,
+    range: &[Table],
+    at_bottom: bool,
+    min: u64,
+    max: u64,
+    refs: &[RefRecord],
+    logs: Vec<LogRecord>,
+) -> Result<(Vec<u8>, bool)> {
+    let mut merged = merge_newer(merge_refs(range)?, refs.to_vec());
+    let mut merged_logs = merge_logs(range)?;
+    merged_logs.extend(logs.into_iter().map(|l| (l.key(), l)));
+    let mut merged_logs: Vec<LogRecord> = merged_logs.into_values().collect();
+    if at_bottom {
+        merged.retain(|r| r.value != RefValue::Deletion);
+        merged_logs.retain(|l| l.value != LogValue::Deletion);
+    }
+    let opts = WriteOptions {
+        exact_log_message: true,
+        ..opts
+    };
+    write_table(opts, min, max, &merged, &merged_logs)
+}
+
 /// Merge the log records of `tables` (oldest first), keyed by their log key.
 fn merge_logs(tables: &[Table]) -> Result<BTreeMap<Vec<u8>, LogRecord>> {
     let mut merged = BTreeMap::new();
@@ -402,47 +429,56 @@ impl Stack {
         }
         let range = &self.tables[first..];
         let min = range[0].min_update_index();
-        let mut merged = merge_newer(merge_refs(range)?, refs.to_vec());
-        let mut merged_logs = merge_logs(range)?;
-        for l in logs {
-            let mut l = l.clone();
+        let mut newer_logs = logs.to_vec();
+        for l in &mut newer_logs {
             if let LogValue::Update(u) = &mut l.value {
                 u.message = super::table::normalize_log_message(&l.refname, &u.message)?.into();
             }
-            merged_logs.insert(l.key(), l);
         }
-        let mut merged_logs: Vec<LogRecord> = merged_logs.into_values().collect();
-        if first == 0 {
-            merged.retain(|r| r.value != RefValue::Deletion);
-            merged_logs.retain(|l| l.value != LogValue::Deletion);
-        }
-        let opts = WriteOptions {
-            exact_log_message: true,
-            ..self.opts
-        };
-        let (bytes, empty) = write_table(opts, min, ts, &merged, &merged_logs)?;
+        let (bytes, empty) =
+            compacted_table(self.opts, range, first == 0, min, ts, refs, newer_logs)?;
         let compacted: Vec<String> = range.iter().map(|t| t.name().to_owned()).collect();
-        let mut list: Vec<String> = self.names()[..first].to_vec();
+        let before = self.names()[..first].to_vec();
+        self.swap_in(lock, (&before, &[]), &compacted, (min, ts), &bytes, empty)?;
+        drop(table_locks);
+        Ok(Ok(()))
+    }
+
+    /// With `tables.list` locked: put the compacted table (`bytes`, update indexes `min..=max`;
+    /// none when `empty`) where the tables named `compacted` were, between the names `around`,
+    /// commit the list, and delete the compacted tables.
+    fn swap_in(
+        &mut self,
+        list_lock: LockFile,
+        around: (&[String], &[String]),
+        compacted: &[String],
+        (min, max): (u64, u64),
+        bytes: &[u8],
+        empty: bool,
+    ) -> Result<()> {
         let installed = if empty {
             None
         } else {
-            let name = self.install_table(min, ts, &bytes)?;
-            list.push(name.clone());
-            Some(name)
+            Some(self.install_table(min, max, bytes)?)
         };
-        let text: String = list.iter().map(|n| format!("{n}\n")).collect();
-        if let Err(e) = lock.write_all_and_commit(text.as_bytes()) {
+        let text: String = around
+            .0
+            .iter()
+            .chain(&installed)
+            .chain(around.1)
+            .map(|n| format!("{n}\n"))
+            .collect();
+        if let Err(e) = list_lock.write_all_and_commit(text.as_bytes()) {
             if let Some(n) = installed {
                 let _ = std::fs::remove_file(self.dir.join(n));
             }
             return Err(e);
         }
         self.reload()?;
-        for n in &compacted {
+        for n in compacted {
             let _ = std::fs::remove_file(self.dir.join(n));
         }
-        drop(table_locks);
-        Ok(Ok(()))
+        Ok(())
     }
 
     /// Table sizes as git's auto-compaction weighs them: size without footer, minus the header
@@ -522,19 +558,8 @@ impl Stack {
         let range = &self.tables[first..=last];
         let min = range[0].min_update_index();
         let max = range[range.len() - 1].max_update_index();
-        let refs: Vec<RefRecord> = merge_refs(range)?
-            .into_iter()
-            .filter(|r| !(first == 0 && r.value == RefValue::Deletion))
-            .collect();
-        let logs: Vec<LogRecord> = merge_logs(range)?
-            .into_values()
-            .filter(|l| !(first == 0 && l.value == LogValue::Deletion))
-            .collect();
-        let opts = WriteOptions {
-            exact_log_message: true,
-            ..self.opts
-        };
-        let (bytes, empty) = write_table(opts, min, max, &refs, &logs)?;
+        let (bytes, empty) =
+            compacted_table(self.opts, range, first == 0, min, max, &[], Vec::new())?;
         let compacted: Vec<String> = range.iter().map(|t| t.name().to_owned()).collect();
 
         let list_lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout_ms)?;
@@ -545,29 +570,8 @@ impl Stack {
         if current.get(at..at + compacted.len()) != Some(&compacted[..]) {
             return Err(Error::Outdated(self.dir.clone()));
         }
-        let mut new_list: Vec<String> = current[..at].to_vec();
-        let mut installed = None;
-        if !empty {
-            let name = self.install_table(min, max, &bytes)?;
-            new_list.push(name.clone());
-            installed = Some(name);
-        }
-        new_list.extend_from_slice(&current[at + compacted.len()..]);
-        let mut text = String::new();
-        for n in &new_list {
-            text.push_str(n);
-            text.push('\n');
-        }
-        if let Err(e) = list_lock.write_all_and_commit(text.as_bytes()) {
-            if let Some(n) = installed {
-                let _ = std::fs::remove_file(self.dir.join(n));
-            }
-            return Err(e);
-        }
-        self.reload()?;
-        for n in &compacted {
-            let _ = std::fs::remove_file(self.dir.join(n));
-        }
+        let around = (&current[..at], &current[at + compacted.len()..]);
+        self.swap_in(list_lock, around, &compacted, (min, max), &bytes, empty)?;
         drop(table_locks);
         Ok(())
     }
