@@ -35,22 +35,23 @@ use super::packed::{
     cannot_lock, loose_below, path_of, prefixes, read_loose, remove_empty_parents, strerror,
 };
 use super::{RefError, RefUpdate, TransactionError, TransactionHook};
-use crate::config::LogRefUpdates;
 use crate::hooks::TransactionState;
 
 /// Commit the live updates (`results[i].is_ok()`) with one lock per ref. The caller has run the
 /// `preparing` hook; this runs `prepared` and `committed` (or `aborted`).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn commit(
-    git_dir: &Path,
-    log: LogRefUpdates,
+    batch: &super::Batch<'_>,
     updates: &[RefUpdate],
     results: &mut [Result<(), RefError>],
-    atomic: bool,
-    committer: &gix_actor::SignatureRef<'_>,
-    objects: &gix_odb::Handle,
     hook: &mut TransactionHook<'_>,
 ) -> Result<(), TransactionError> {
+    let super::Batch {
+        git_dir,
+        log,
+        atomic,
+        committer,
+        objects,
+    } = *batch;
     let mut order = super::live(results);
     order.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
     let batch = Sorted { updates, order };

@@ -292,6 +292,17 @@ impl FilesStore {
     }
 }
 
+/// What the files backend's two batch writers ([`loose`], [`packed`]) need besides the updates.
+#[derive(Clone, Copy)]
+struct Batch<'a> {
+    git_dir: &'a Path,
+    log: LogRefUpdates,
+    atomic: bool,
+    /// The reflog identity.
+    committer: &'a gix_actor::SignatureRef<'a>,
+    objects: &'a gix_odb::Handle,
+}
+
 /// The indexes of the updates that have not failed, in order.
 fn live(results: &[Result<(), RefError>]) -> Vec<usize> {
     let mut live = Vec::with_capacity(results.len());
@@ -427,32 +438,21 @@ impl RefStore for FilesStore {
             packed::announce(hook, TransactionState::Aborted, updates, &live);
             return Err(TransactionError::HookAborted("preparing"));
         }
+        let batch = Batch {
+            git_dir: &self.git_dir,
+            log: self.log,
+            atomic,
+            committer: &committer,
+            objects,
+        };
         if live.len() >= PACKED_BATCH_THRESHOLD {
-            let done = packed::commit(
-                &self.git_dir,
-                self.log,
-                updates,
-                &mut results,
-                atomic,
-                &committer,
-                objects,
-                hook,
-            )?;
+            let done = packed::commit(&batch, updates, &mut results, hook)?;
             if done.is_ok() {
                 return Ok(results);
             }
             // A symbolic ref is involved, or packed-refs.lock is held: one lock per ref, as git.
         }
-        loose::commit(
-            &self.git_dir,
-            self.log,
-            updates,
-            &mut results,
-            atomic,
-            &committer,
-            objects,
-            hook,
-        )?;
+        loose::commit(&batch, updates, &mut results, hook)?;
         Ok(results)
     }
 }

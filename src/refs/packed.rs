@@ -651,17 +651,19 @@ pub(super) fn announce(
 /// Commit the live updates (`results[i].is_ok()`) as one `packed-refs` rewrite. See the module
 /// documentation for the protocol. The caller has run the `preparing` hook; this runs
 /// `prepared` and `committed` (or `aborted`).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn commit(
-    git_dir: &Path,
-    log: LogRefUpdates,
+    batch: &super::Batch<'_>,
     updates: &[RefUpdate],
     results: &mut [Result<(), RefError>],
-    atomic: bool,
-    committer: &gix_actor::SignatureRef<'_>,
-    objects: &gix_odb::Handle,
     hook: &mut TransactionHook<'_>,
 ) -> Result<Result<(), Fallback>, TransactionError> {
+    let super::Batch {
+        git_dir,
+        log,
+        atomic,
+        committer,
+        objects,
+    } = *batch;
     let mut order = super::live(results);
     if order.is_empty() {
         return Ok(Ok(()));
