@@ -497,14 +497,19 @@ fn check_aliased_updates<W: Write, E: Write>(
     namespace: &str,
     sb: &mut Sideband<W, E>,
 ) -> io::Result<()> {
-    let names: Vec<BString> = cmds
-        .iter()
-        .map(|c| {
-            [namespace.as_bytes(), c.command.name.as_slice()]
-                .concat()
-                .into()
-        })
-        .collect();
+    // The names as stored: under the namespace's prefix, if any (copied only then).
+    let prefixed: Vec<Vec<u8>> = if namespace.is_empty() {
+        Vec::new()
+    } else {
+        cmds.iter()
+            .map(|c| [namespace.as_bytes(), c.command.name.as_slice()].concat())
+            .collect()
+    };
+    let names: Vec<&[u8]> = if namespace.is_empty() {
+        cmds.iter().map(|c| c.command.name.as_slice()).collect()
+    } else {
+        prefixed.iter().map(Vec::as_slice).collect()
+    };
     let symrefs = store.symref_targets(&names);
     drop(names);
     if symrefs.iter().all(Option::is_none) {

@@ -44,7 +44,7 @@ pub trait RefStore {
 
     /// For each of `names`: `None` if it is not a symbolic ref, else the name of the ref it
     /// finally points to (`Some(None)` when the chain is broken or too long).
-    fn symref_targets(&self, names: &[BString]) -> Vec<Option<Option<BString>>>;
+    fn symref_targets(&self, names: &[&[u8]]) -> Vec<Option<Option<BString>>>;
 
     /// Commit `updates` as one transaction. With `atomic`, any failure fails all and nothing
     /// is written; otherwise the result has one entry per update, and only failed refs are
@@ -403,7 +403,7 @@ impl RefStore for FilesStore {
         Ok(Refs::from_unsorted(entries))
     }
 
-    fn symref_targets(&self, names: &[BString]) -> Vec<Option<Option<BString>>> {
+    fn symref_targets(&self, names: &[&[u8]]) -> Vec<Option<Option<BString>>> {
         let mut loose = LooseFiles::new(&self.git_dir);
         names
             .iter()

@@ -123,7 +123,7 @@ impl RefStore for ReftableStore {
         Ok(refs)
     }
 
-    fn symref_targets(&self, names: &[BString]) -> Vec<Option<Option<BString>>> {
+    fn symref_targets(&self, names: &[&[u8]]) -> Vec<Option<Option<BString>>> {
         if self.read.borrow().is_none() && self.snapshot().is_err() {
             return vec![None; names.len()];
         }
