@@ -23,7 +23,7 @@ fn request_bytes(n: usize) -> Vec<u8> {
 
 fn bench(c: &mut Criterion) {
     let input = request_bytes(10_000);
-    let limits = berth::request::Limits {
+    let limits = berth::protocol::request::Limits {
         atomic: true,
         push_options: true,
         max_commands: 1_000_000,
@@ -32,8 +32,8 @@ fn bench(c: &mut Criterion) {
     };
     c.bench_function("parse 10k commands", |b| {
         b.iter(|| {
-            let mut r = berth::pktline::Reader::new(&input[..]);
-            berth::request::read(&mut r, &limits).unwrap()
+            let mut r = berth::protocol::pktline::Reader::new(&input[..]);
+            berth::protocol::request::read(&mut r, &limits).unwrap()
         })
     });
     let names: Vec<String> = (0..10_000)
@@ -41,12 +41,16 @@ fn bench(c: &mut Criterion) {
         .collect();
     c.bench_function("report 10k refs", |b| {
         b.iter(|| {
-            let entries = names.iter().enumerate().map(|(i, n)| berth::report::Entry {
-                name: n.as_str().into(),
-                error: (i % 100 == 99).then_some("non-fast-forward"),
-                rewrites: &[],
-            });
-            berth::report::build(berth::report::Kind::V2, None, entries).unwrap()
+            let entries = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| berth::protocol::report::Entry {
+                    name: n.as_str().into(),
+                    error: (i % 100 == 99).then_some("non-fast-forward"),
+                    rewrites: &[],
+                });
+            berth::protocol::report::build(berth::protocol::report::Kind::V2, None, entries)
+                .unwrap()
         })
     });
 }

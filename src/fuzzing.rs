@@ -3,7 +3,9 @@
 
 use gix_object::bstr::{BString, ByteSlice};
 
-use crate::{pktline, proc_receive, push_cert, reftable, report, request};
+use crate::hooks::proc_receive;
+use crate::protocol::{pktline, push_cert, report, request};
+use crate::reftable;
 
 /// Read pkt-lines until the input is exhausted or malformed.
 pub fn pktline(data: &[u8]) {
@@ -58,10 +60,10 @@ pub fn pack(data: &[u8]) {
     let Ok(objects) = gix_odb::at(&objects_dir, gix_hash::Kind::Sha1) else {
         return;
     };
-    let Ok(quarantine) = crate::ingest::Quarantine::create(&objects_dir) else {
+    let Ok(quarantine) = crate::objects::ingest::Quarantine::create(&objects_dir) else {
         return;
     };
-    let options = crate::ingest::Options {
+    let options = crate::objects::ingest::Options {
         max_input_size: 16 << 20,
         thread_limit: Some(1),
         count_deltas: true,
@@ -72,12 +74,14 @@ pub fn pack(data: &[u8]) {
         reject_thin_pack: false,
     };
     let mut input = data;
-    if let Ok(received) = crate::ingest::receive_pack(&mut input, &quarantine, &objects, options)
+    if let Ok(received) =
+        crate::objects::ingest::receive_pack(&mut input, &quarantine, &objects, options)
         && let Some(index) = received.index.as_ref()
     {
         // What the session does next: the connectivity walk over what arrived.
         if let Ok(q) = gix_odb::at(quarantine.path(), gix_hash::Kind::Sha1) {
-            let mut check = crate::connectivity::Check::new(&q, Some(index), std::iter::empty());
+            let mut check =
+                crate::objects::connectivity::Check::new(&q, Some(index), std::iter::empty());
             for entry in index.iter().take(64) {
                 let _ = check.tip(entry.oid);
             }

@@ -6,7 +6,7 @@
 //! and reports back per ref. This crate is that server side, written to be byte-compatible with
 //! `git receive-pack` and to leave an ordinary git repository behind.
 //!
-//! A push flows one way through the modules, driven by [`session::Session`]:
+//! A push flows one way through the modules, driven by [`receive::run`]:
 //!
 //! ```text
 //! advertise → request → ingest (quarantine) → connectivity → policy/decide → refs (one transaction) → report
@@ -16,27 +16,15 @@
 //! its stages.
 #![deny(missing_docs, unsafe_code)]
 
-pub mod advertise;
-pub mod bench;
-pub mod config;
-pub mod connectivity;
-pub mod fsck;
 pub mod fuzzing;
 pub mod hooks;
-pub mod ingest;
-pub mod pktline;
-pub mod policy;
-pub mod proc_receive;
-pub mod push_cert;
+pub mod objects;
+pub mod protocol;
+pub mod receive;
 pub mod refs;
 pub mod reftable;
-pub mod report;
-pub mod repository;
-pub mod request;
+pub mod repo;
 pub mod serve;
-pub mod session;
-pub mod sideband;
-pub mod trace2;
 
 pub use gix_hash::ObjectId;
 

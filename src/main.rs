@@ -1,5 +1,8 @@
 //! The `berth` command line: argument parsing only; the work is in the library.
 
+#[path = "cli/bench.rs"]
+mod bench;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -43,13 +46,13 @@ struct ManyRefsArgs {
     runs: usize,
     /// The target repository's ref storage.
     #[arg(long, value_enum, default_value = "files")]
-    ref_format: berth::bench::RefFormat,
+    ref_format: bench::RefFormat,
     /// Ask for side-band-64k.
     #[arg(long)]
     sideband: bool,
     /// The report-status version.
     #[arg(long, value_enum, default_value = "v2")]
-    report: berth::bench::Report,
+    report: bench::Report,
     /// Push atomically.
     #[arg(long)]
     atomic: bool,
@@ -58,7 +61,7 @@ struct ManyRefsArgs {
     update_hook: bool,
     /// Where the objects come from: already on the server, or in the pushed pack.
     #[arg(long, value_enum, default_value = "server")]
-    objects: berth::bench::Scenario,
+    objects: bench::Scenario,
     /// A receiver command, run as `<command> --stateless-rpc <repo>` (repeat; default:
     /// `git receive-pack` and this berth).
     #[arg(long = "receiver")]
@@ -178,7 +181,7 @@ fn bench_many_refs(a: ManyRefsArgs) -> ExitCode {
             format!("'{}' receive-pack", me.replace('\'', "'\\''")),
         ];
     }
-    let options = berth::bench::Options {
+    let options = bench::Options {
         refs: a.refs,
         commits: a.commits,
         runs: a.runs,
@@ -191,7 +194,7 @@ fn bench_many_refs(a: ManyRefsArgs) -> ExitCode {
         receivers,
         workdir: a.workdir,
     };
-    match berth::bench::many_refs(&options, &mut std::io::stderr()) {
+    match bench::many_refs(&options, &mut std::io::stderr()) {
         Ok(r) => {
             if a.json {
                 println!("{}", r.json());
@@ -283,20 +286,20 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
         [dir] => dir.clone(),
         _ => return usage("too many arguments"),
     };
-    let options = berth::session::Options {
+    let options = berth::receive::Options {
         stateless_rpc: a.stateless_rpc,
         advertise_refs: a.http_backend_info_refs,
         quiet: a.quiet,
         skip_connectivity_check: a.skip_connectivity_check,
         reject_thin_pack: a.reject_thin_pack_for_testing,
         protocol_version: std::env::var("GIT_PROTOCOL")
-            .map(|p| berth::session::protocol_version(&p))
+            .map(|p| berth::receive::protocol_version(&p))
             .unwrap_or(0),
         committer: None,
         in_process: None,
         hook_env: Vec::new(),
     };
-    let result = berth::session::run(
+    let result = berth::receive::run(
         &dir,
         &options,
         std::io::stdin().lock(),
@@ -306,8 +309,10 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ =
-                std::io::Write::write_all(&mut std::io::stderr(), &berth::sideband::die_line(e));
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                &berth::protocol::sideband::die_line(e),
+            );
             ExitCode::from(128)
         }
     }

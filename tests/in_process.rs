@@ -4,8 +4,8 @@
 
 mod common;
 use berth::hooks::{InProcess, InProcessHooks, Push, TransactionState, Verdict};
+use berth::protocol::request::Command;
 use berth::refs::RefUpdate;
-use berth::request::Command;
 use common::{EMPTY_PACK, World, ZERO, pkt};
 use std::sync::{Arc, Mutex};
 
@@ -70,17 +70,17 @@ fn in_process_hooks_run_in_gits_places_and_can_refuse() {
     w.git("src", &["push", "-q", "../srv.git", "main"]);
 
     let recorder = Arc::new(Recorder::default());
-    let options = berth::session::Options {
+    let options = berth::receive::Options {
         stateless_rpc: true,
         in_process: Some(InProcessHooks(recorder.clone())),
         ..Default::default()
     };
     let processes = berth::hooks::processes_started();
-    let muxers = berth::sideband::muxers_created();
+    let muxers = berth::protocol::sideband::muxers_created();
     let mut out = Vec::new();
     let mut err = Vec::new();
     let dir = w.path("srv.git");
-    berth::session::run(
+    berth::receive::run(
         dir.to_str().unwrap(),
         &options,
         &creations(&head, &["refs/heads/a", "refs/heads/protected"])[..],
@@ -114,7 +114,7 @@ fn in_process_hooks_run_in_gits_places_and_can_refuse() {
         "no process for in-process hooks"
     );
     assert_eq!(
-        berth::sideband::muxers_created(),
+        berth::protocol::sideband::muxers_created(),
         muxers + 1,
         "one muxer per session"
     );

@@ -152,9 +152,9 @@ pub struct Walk {
     /// The target repository (`srv.git`).
     pub srv: std::path::PathBuf,
     /// The quarantine holding the received pack.
-    pub quarantine: berth::ingest::Quarantine,
+    pub quarantine: berth::objects::ingest::Quarantine,
     /// What ingestion produced (the pack's index).
-    pub received: berth::ingest::Received,
+    pub received: berth::objects::ingest::Received,
     /// The new ref values (every commit, oldest first, for [`walk_fixture`]).
     pub tips: Vec<ObjectId>,
     /// The number of objects in the pack.
@@ -216,14 +216,15 @@ pub fn walk_of_repo(dir: &Path, repo: &Path) -> Walk {
 }
 
 fn receive(srv: std::path::PathBuf, pack: &mut dyn std::io::BufRead, tips: Vec<ObjectId>) -> Walk {
-    let quarantine = berth::ingest::Quarantine::create(&srv.join("objects")).expect("quarantine");
+    let quarantine =
+        berth::objects::ingest::Quarantine::create(&srv.join("objects")).expect("quarantine");
     let repo_objects = gix_odb::at(srv.join("objects"), gix_hash::Kind::Sha1).expect("odb");
-    let received = berth::ingest::receive_pack(
+    let received = berth::objects::ingest::receive_pack(
         pack,
         &quarantine,
         &repo_objects,
-        berth::ingest::Options {
-            unpack_limit: berth::ingest::UNPACK_LIMIT,
+        berth::objects::ingest::Options {
+            unpack_limit: berth::objects::ingest::UNPACK_LIMIT,
             ..Default::default()
         },
     )
@@ -243,7 +244,7 @@ impl Walk {
     /// all tips walked together, then each checked
     /// in the order of the commands.
     pub fn berth(&self) {
-        use berth::connectivity::{Check, Status};
+        use berth::objects::connectivity::{Check, Status};
         let objects = gix_odb::at(self.quarantine.path(), gix_hash::Kind::Sha1).expect("odb");
         let mut check = Check::new(&objects, self.received.index.as_ref(), std::iter::empty());
         check.prewalk(&self.tips);

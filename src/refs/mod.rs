@@ -17,8 +17,8 @@ use gix_hash::ObjectId;
 use gix_object::bstr::{BStr, BString, ByteSlice};
 use gix_ref::Target;
 
-use crate::config::LogRefUpdates;
 use crate::hooks::TransactionState;
+use crate::repo::config::LogRefUpdates;
 
 mod loose;
 mod packed;

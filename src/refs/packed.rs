@@ -85,8 +85,8 @@ use gix_object::Kind;
 use gix_object::bstr::{BString, ByteSlice};
 
 use super::{RefError, RefUpdate, TransactionError, TransactionHook};
-use crate::config::LogRefUpdates;
 use crate::hooks::TransactionState;
+use crate::repo::config::LogRefUpdates;
 
 /// git's `core.packedRefsTimeout` default.
 pub(super) const PACKED_LOCK_TIMEOUT: Duration = Duration::from_millis(1000);

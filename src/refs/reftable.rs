@@ -18,11 +18,11 @@ use gix_object::bstr::BString;
 use super::{
     RefError, RefStore, RefUpdate, Refs, TransactionError, TransactionHook, check_all, precheck,
 };
-use crate::config::LogRefUpdates;
 use crate::hooks::TransactionState;
 use crate::reftable::{
     Error, LogRecord, LogUpdate, LogValue, RefRecord, RefValue, Stack, WriteOptions,
 };
+use crate::repo::config::LogRefUpdates;
 
 /// How many symbolic refs are followed before a chain counts as broken (git's limit is 5).
 const MAX_SYMREF_DEPTH: usize = 5;

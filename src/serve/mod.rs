@@ -6,7 +6,7 @@
 //! escaping it, creating repositories on first push (`--auto-init`), authenticating pushes (HTTP
 //! Basic against argon2 hashes, or a header set by a trusted reverse proxy), request limits,
 //! streaming bodies between the network and the blocking push session, the access log and the
-//! metrics. A push itself is [`crate::session::run`], exactly as for `berth receive-pack`;
+//! metrics. A push itself is [`crate::receive::run`], exactly as for `berth receive-pack`;
 //! fetches and clones run git's own `git upload-pack --stateless-rpc`.
 //!
 //! What git-http-backend does and this module copies: the `# service=` preamble (left out when
@@ -32,7 +32,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::io::{ReaderStream, StreamReader, SyncIoBridge};
 
-use crate::session;
+use crate::receive;
 
 /// How `berth serve` was configured.
 #[derive(Debug, Clone)]
@@ -923,7 +923,7 @@ async fn serve_git(
     let protocol = git_protocol(&headers);
     let version = protocol
         .as_deref()
-        .map(session::protocol_version)
+        .map(receive::protocol_version)
         .unwrap_or(0);
 
     if !rpc {
@@ -938,7 +938,7 @@ async fn serve_git(
         };
         return match service {
             Service::ReceivePack => {
-                let options = session::Options {
+                let options = receive::Options {
                     advertise_refs: true,
                     stateless_rpc: true,
                     protocol_version: version,
@@ -987,7 +987,7 @@ async fn serve_git(
             let user = identity.unwrap_or(Identity::Anonymous);
             let host = remote.ip().to_string();
             let email = format!("{}@http.{host}", user.name());
-            let options = session::Options {
+            let options = receive::Options {
                 stateless_rpc: true,
                 protocol_version: version,
                 hook_env: hook_env(&user, &host, &email, protocol.as_deref()),
@@ -1183,7 +1183,7 @@ fn streaming_response(
 /// git-http-backend's `die()` before the headers.
 async fn run_session(
     dir: String,
-    options: session::Options,
+    options: receive::Options,
     input: Option<BodyReader>,
     content_type: &str,
     preamble: Option<Bytes>,
@@ -1203,8 +1203,8 @@ async fn run_session(
         };
         let mut stderr = Capped::default();
         let result = match input {
-            Some(r) => session::run(&dir, &options, r, writer, &mut stderr),
-            None => session::run(&dir, &options, io::empty(), writer, &mut stderr),
+            Some(r) => receive::run(&dir, &options, r, writer, &mut stderr),
+            None => receive::run(&dir, &options, io::empty(), writer, &mut stderr),
         };
         let msg = String::from_utf8_lossy(&stderr.0);
         if !msg.trim().is_empty() {

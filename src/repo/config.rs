@@ -147,7 +147,7 @@ pub struct Config {
     pub fsck_objects: bool,
     /// `receive.fsck.<msg-id>` and `receive.fsck.skipList`, in configuration order (unknown ids
     /// already dropped with git's warning; skip lists relative to the repository).
-    pub fsck: Vec<crate::fsck::Setting>,
+    pub fsck: Vec<crate::objects::fsck::Setting>,
     /// Warnings git's receive-pack prints while reading this configuration.
     pub warnings: Vec<String>,
     /// `berth.maxObjectSize`: the largest object (or delta result) the pack may inflate to;
@@ -223,7 +223,7 @@ impl Config {
         }
         let mut config = config;
         for s in &mut config.fsck {
-            if let crate::fsck::Setting::SkipList { path, .. } = s {
+            if let crate::objects::fsck::Setting::SkipList { path, .. } = s {
                 *path = git_dir.join(expand_home(path));
             }
         }
@@ -379,21 +379,21 @@ fn read_fsck_settings(file: &File, c: &mut Config) -> Result<(), Error> {
             };
             let value = value.to_string();
             if lower == "skiplist" {
-                c.fsck.push(crate::fsck::Setting::SkipList {
+                c.fsck.push(crate::objects::fsck::Setting::SkipList {
                     path: std::path::PathBuf::from(&value),
                     configured: value,
                 });
                 continue;
             }
-            if crate::fsck::Msg::parse(&lower).is_none() {
+            if crate::objects::fsck::Msg::parse(&lower).is_none() {
                 c.warnings
                     .push(format!("skipping unknown msg id '{lower}'"));
                 continue;
             }
-            if crate::fsck::parse_severity(&value).is_none() {
+            if crate::objects::fsck::parse_severity(&value).is_none() {
                 return Err(Error::FsckSeverity(value));
             }
-            c.fsck.push(crate::fsck::Setting::Severity {
+            c.fsck.push(crate::objects::fsck::Setting::Severity {
                 id: lower,
                 severity: value,
             });

@@ -7,7 +7,7 @@
 //! (`receive.fsck.skipList`), the checks of commits, tags, trees and `.gitmodules` /
 //! `.gitattributes` blobs, and the wording of every finding (`object <oid>: <msgId>: <text>`).
 //! It parses raw object bytes itself where git is stricter than gix-object's parsers, and reads
-//! objects through any [`gix_object::Find`]: [`crate::ingest`] runs it over the received pack.
+//! objects through any [`gix_object::Find`]: [`crate::objects::ingest`] runs it over the received pack.
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -14,6 +14,8 @@
 //! process and nothing else: no relay thread, no feeder thread, no muxer of its own. While a hook
 //! is silent for `receive.keepAlive` seconds the sink is told, so the session can send keepalives.
 
+pub mod proc_receive;
+
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -430,7 +432,7 @@ impl TransactionState {
 #[derive(Debug, Clone, Copy)]
 pub struct Push<'a> {
     /// The commands, in the client's order (for post-receive: those that succeeded).
-    pub commands: &'a [crate::request::Command],
+    pub commands: &'a [crate::protocol::request::Command],
     /// The push options.
     pub push_options: &'a [BString],
     /// The quarantine, while the pushed objects are in it (pre-receive only).
@@ -446,7 +448,7 @@ pub trait InProcess: Send + Sync {
         Verdict::Accept
     }
     /// Per ref, after the built-in checks. Refusing declines this ref (`hook declined`).
-    fn update(&self, _command: &crate::request::Command) -> Verdict {
+    fn update(&self, _command: &crate::protocol::request::Command) -> Verdict {
         Verdict::Accept
     }
     /// Around the ref transaction; refusing in `Preparing` or `Prepared` aborts it.
@@ -461,7 +463,7 @@ pub trait InProcess: Send + Sync {
     fn post_receive(&self, _push: &Push<'_>) {}
 }
 
-/// An [`InProcess`] hook set, shareable and printable, for [`crate::session::Options`].
+/// An [`InProcess`] hook set, shareable and printable, for [`crate::receive::Options`].
 #[derive(Clone)]
 pub struct InProcessHooks(pub std::sync::Arc<dyn InProcess>);
 
@@ -672,7 +674,7 @@ impl Conversation {
         sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
     ) -> io::Result<()> {
         let mut pkt = Vec::with_capacity(line.len() + 4);
-        crate::pktline::write_data(&mut pkt, line)?;
+        crate::protocol::pktline::write_data(&mut pkt, line)?;
         self.send(&pkt, sink)
     }
 

@@ -5,8 +5,8 @@ use std::io::{self, Write};
 use gix_hash::ObjectId;
 use gix_object::bstr::{BStr, BString};
 
-use crate::pktline;
-use crate::sideband::Sideband;
+use crate::protocol::pktline;
+use crate::protocol::sideband::Sideband;
 
 /// Which report the client asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

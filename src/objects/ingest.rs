@@ -231,7 +231,7 @@ pub struct Options {
     pub reject_thin_pack: bool,
     /// `receive.fsckObjects` with its `receive.fsck.*` settings: check every received object
     /// as git's `index-pack --strict` does. `None`: no checks.
-    pub fsck: Option<Vec<crate::fsck::Setting>>,
+    pub fsck: Option<Vec<crate::objects::fsck::Setting>>,
     /// The largest object (or delta base/result) inflated while indexing; 0 for
     /// [`MAX_OBJECT_SIZE`]. A larger one fails the push instead of allocating.
     pub max_object_size: u64,
@@ -283,7 +283,7 @@ pub fn receive_pack(
     let fsck = match &options.fsck {
         None => None,
         Some(settings) => Some(
-            crate::fsck::Options::from_settings(settings, Path::new("."))
+            crate::objects::fsck::Options::from_settings(settings, Path::new("."))
                 .map_err(|e| failed(e.to_string()))?,
         ),
     };
@@ -413,7 +413,7 @@ fn check_order(pack: Option<&Path>, index: &gix_pack::index::File) -> Vec<gix_ha
 fn check_objects(
     quarantine: &Quarantine,
     order: &[gix_hash::ObjectId],
-    options: crate::fsck::Options,
+    options: crate::objects::fsck::Options,
     alloc_limit: usize,
     explode: bool,
     shallow: &std::collections::HashSet<gix_hash::ObjectId>,
@@ -422,7 +422,7 @@ fn check_objects(
     use gix_odb::Header;
     use std::collections::HashMap;
 
-    let lines = |c: &crate::fsck::Checker| -> Vec<String> {
+    let lines = |c: &crate::objects::fsck::Checker| -> Vec<String> {
         c.findings.iter().map(|f| f.line.clone()).collect()
     };
     let objects = gix_odb::at_opts(
@@ -435,7 +435,7 @@ fn check_objects(
         },
     )
     .map_err(|e| (Vec::new(), e.to_string()))?;
-    let mut checker = crate::fsck::Checker::new(options);
+    let mut checker = crate::objects::fsck::Checker::new(options);
     let mut kinds: HashMap<gix_hash::ObjectId, Kind> = HashMap::with_capacity(order.len());
     let mut links: Vec<(gix_hash::ObjectId, Kind)> = Vec::new();
     let mut buf = Vec::new();
@@ -453,7 +453,7 @@ fn check_objects(
             Ok(None) => return Err((lines(&checker), format!("unable to read {oid}"))),
             Err(e) => return Err((lines(&checker), e.to_string())),
         };
-        if let Err(line) = crate::fsck::parse_check(oid, kind, data.data) {
+        if let Err(line) = crate::objects::fsck::parse_check(oid, kind, data.data) {
             let mut out = lines(&checker);
             out.extend(line);
             return Err((out, format!("invalid {kind}")));
@@ -463,7 +463,7 @@ fn check_objects(
         }
         let is_shallow = kind == Kind::Commit && shallow.contains(oid);
         links.extend(
-            crate::fsck::links(kind, data.data)
+            crate::objects::fsck::links(kind, data.data)
                 .unwrap_or_default()
                 .into_iter()
                 .filter(|(_, k)| !(is_shallow && *k == Kind::Commit)),

@@ -18,16 +18,17 @@ use gix_object::{Find, Kind};
 use gix_odb::Header;
 use tracing::info_span;
 
-use crate::config::DenyAction;
-use crate::connectivity::{self, Check};
+use crate::hooks::proc_receive::{self, Proc};
 use crate::hooks::{self, Event, HookSet, Invocation, TransactionState, Verdict};
-use crate::ingest::{self, Quarantine};
-use crate::proc_receive::{self, Proc};
+use crate::objects::connectivity::{self, Check};
+use crate::objects::ingest::{self, Quarantine};
+use crate::protocol::request::{self, Command, Start};
+use crate::protocol::sideband::{Mode, Sideband};
+use crate::protocol::{advertise, pktline, report};
 use crate::refs::{RefError, RefStore, RefUpdate, Refs, TransactionError};
-use crate::repository::Repository;
-use crate::request::{self, Command, Start};
-use crate::sideband::{Mode, Sideband};
-use crate::{advertise, pktline, policy, report};
+use crate::repo::Repository;
+use crate::repo::config::DenyAction;
+use crate::repo::policy;
 
 /// How receive-pack was invoked.
 #[derive(Debug, Clone, Default)]
@@ -60,7 +61,7 @@ pub struct Options {
 pub enum Fatal {
     /// The repository cannot be served.
     #[error(transparent)]
-    Repository(#[from] crate::repository::Error),
+    Repository(#[from] crate::repo::Error),
     /// The request is malformed or over a limit.
     #[error(transparent)]
     Request(#[from] request::Error),
@@ -146,7 +147,7 @@ pub fn run(
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        crate::push_cert::nonce(dir, now, seed)
+        crate::protocol::push_cert::nonce(dir, now, seed)
     });
     // As git: every ref operation happens under `GIT_NAMESPACE`'s prefix; clients, reports and
     // hooks see the names without it.
@@ -210,17 +211,17 @@ pub fn run(
         &repo,
         &req.push_options,
     );
-    let certificate = req
-        .push_cert
-        .as_deref()
-        .map(|bytes| crate::push_cert::Certificate {
-            bytes,
-            issued_nonce: push_cert_nonce.clone(),
-            stateless: options.stateless_rpc,
-            dir,
-            seed: config.cert_nonce_seed.as_deref().unwrap_or_default(),
-            slop: config.cert_nonce_slop,
-        });
+    let certificate =
+        req.push_cert
+            .as_deref()
+            .map(|bytes| crate::protocol::push_cert::Certificate {
+                bytes,
+                issued_nonce: push_cert_nonce.clone(),
+                stateless: options.stateless_rpc,
+                dir,
+                seed: config.cert_nonce_seed.as_deref().unwrap_or_default(),
+                slop: config.cert_nonce_slop,
+            });
     let hooks = Hooks {
         base_env: &options.hook_env,
         certificate,
@@ -336,7 +337,7 @@ pub fn run(
         }
         let mut proc_receive = false;
         for c in cmds.iter_mut().filter(|c| c.should_process()) {
-            let selected = crate::config::ProcReceiveRef::selects(
+            let selected = crate::repo::config::ProcReceiveRef::selects(
                 &config.proc_receive_refs,
                 &c.command.name,
                 c.command.old.is_null(),
@@ -572,7 +573,7 @@ struct Decide<'a> {
     namespace: &'a str,
     hooks: &'a Hooks<'a>,
     objects: &'a gix_odb::Handle,
-    worktrees: Vec<crate::repository::Worktree>,
+    worktrees: Vec<crate::repo::Worktree>,
     /// The refs as the update stage starts.
     refs: Refs,
     /// Object kinds looked up so far: many refs of one push often point at one object.
@@ -899,7 +900,7 @@ pub fn protocol_version(git_protocol: &str) -> u32 {
 /// The identity git would write into reflogs: `over` (the session's override), else
 /// `GIT_COMMITTER_*`, else `user.*`, else the login name at the host.
 fn committer(
-    config: &crate::config::Config,
+    config: &crate::repo::config::Config,
     over: Option<&(String, String)>,
 ) -> gix_actor::Signature {
     let user = std::env::var("USER").unwrap_or_else(|_| "berth".into());
@@ -939,7 +940,7 @@ struct Hooks<'a> {
     /// [`Options::hook_env`].
     base_env: &'a [(String, BString)],
     /// A signed push's certificate.
-    certificate: Option<crate::push_cert::Certificate<'a>>,
+    certificate: Option<crate::protocol::push_cert::Certificate<'a>>,
     /// Its `GIT_PUSH_CERT*` variables, worked out (blob written, signature checked) the first
     /// time a hook needs them.
     certificate_env: std::cell::OnceCell<Vec<(String, BString)>>,
@@ -1123,7 +1124,7 @@ impl<'a> Hooks<'a> {
     fn update_worktree(
         &self,
         new: ObjectId,
-        wt: &crate::repository::Worktree,
+        wt: &crate::repo::Worktree,
         refs: &Refs,
     ) -> Result<(), &'static str> {
         let Some(path) = wt.path.as_deref() else {

@@ -13,8 +13,8 @@ use gix_hash::ObjectId;
 use gix_object::bstr::BString;
 
 use crate::hooks::{self, HookPacket};
-use crate::report::Rewrite;
-use crate::request::Command;
+use crate::protocol::report::Rewrite;
+use crate::protocol::request::Command;
 
 /// A command's relation to the proc-receive hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +121,7 @@ impl Peer for Replay<'_> {
 
 fn send_line(peer: &mut dyn Peer, line: &[u8]) -> io::Result<()> {
     let mut pkt = Vec::with_capacity(line.len() + 4);
-    crate::pktline::write_data(&mut pkt, line)?;
+    crate::protocol::pktline::write_data(&mut pkt, line)?;
     peer.send(&pkt)
 }
 
@@ -350,7 +350,7 @@ mod tests {
 
     fn pkt(s: &str) -> Vec<u8> {
         let mut out = Vec::new();
-        crate::pktline::write_data(&mut out, s.as_bytes()).unwrap();
+        crate::protocol::pktline::write_data(&mut out, s.as_bytes()).unwrap();
         out
     }
 

@@ -1,9 +1,12 @@
 //! Finding and opening the repository a push goes to, as git's `enter_repo` does, and refusing
 //! repository formats berth cannot yet write correctly.
 
+pub mod config;
+pub mod policy;
+
 use std::path::{Path, PathBuf};
 
-use crate::config::{self, Config};
+use self::config::Config;
 use crate::refs::{RefFormat, RefStore};
 
 /// Why the repository cannot be served.

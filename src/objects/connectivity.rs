@@ -161,9 +161,9 @@ impl<'a> Check<'a> {
             wave.sort_unstable();
             for (offset, id) in &wave {
                 let links = match data.as_mut().and_then(|d| d.decode(pack, *offset)) {
-                    Some((kind, bytes)) => crate::fsck::links(kind, &bytes),
+                    Some((kind, bytes)) => crate::objects::fsck::links(kind, &bytes),
                     None => match self.objects.try_find(id, &mut self.buf) {
-                        Ok(Some(d)) => crate::fsck::links(d.kind, d.data),
+                        Ok(Some(d)) => crate::objects::fsck::links(d.kind, d.data),
                         _ => return false,
                     },
                 };
@@ -210,7 +210,7 @@ impl<'a> Check<'a> {
             // git's own lenient reading of raw objects (bad modes, broken idents and the
             // like are fsck's business, not the walk's).
             let obj_kind = data.kind;
-            let Some(links) = crate::fsck::links(data.kind, data.data) else {
+            let Some(links) = crate::objects::fsck::links(data.kind, data.data) else {
                 return missing(id, role);
             };
             let is_commit = obj_kind == Kind::Commit;
@@ -269,7 +269,7 @@ impl PackData {
     /// The inflated data of `entry` (an object, or a delta's instructions).
     fn inflate(&mut self, entry: &gix_pack::data::Entry) -> Option<Vec<u8>> {
         let size = usize::try_from(entry.decompressed_size).ok()?;
-        if size as u64 > crate::ingest::MAX_OBJECT_SIZE {
+        if size as u64 > crate::objects::ingest::MAX_OBJECT_SIZE {
             return None;
         }
         let mut out = vec![0; size];
@@ -346,7 +346,7 @@ fn apply_delta(base: &[u8], delta: &[u8]) -> Option<Vec<u8>> {
     }
     let (base_size, rest) = size(delta)?;
     let (result_size, mut ops) = size(rest)?;
-    if base_size != base.len() as u64 || result_size > crate::ingest::MAX_OBJECT_SIZE {
+    if base_size != base.len() as u64 || result_size > crate::objects::ingest::MAX_OBJECT_SIZE {
         return None;
     }
     let result_size = usize::try_from(result_size).ok()?;

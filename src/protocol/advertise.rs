@@ -9,9 +9,9 @@ use std::io::{self, Write};
 
 use gix_hash::ObjectId;
 
-use crate::config::Config;
-use crate::pktline;
+use crate::protocol::pktline;
 use crate::refs::Refs;
+use crate::repo::config::Config;
 
 /// The capability list, in git's order.
 pub fn capabilities(config: &Config, push_cert_nonce: Option<&str>) -> String {
@@ -31,7 +31,7 @@ pub fn capabilities(config: &Config, push_cert_nonce: Option<&str>) -> String {
     }
     if config.advertise_sid {
         caps.push_str(" session-id=");
-        caps.push_str(crate::trace2::session_id());
+        caps.push_str(crate::protocol::trace2::session_id());
     }
     caps.push_str(" object-format=sha1 agent=");
     caps.push_str(&agent());
@@ -122,7 +122,7 @@ pub fn write(
 /// `<repo>/objects` of a repository with `refs/` contributes its refs' values, or, with
 /// `core.alternateRefsCommand`, what that command prints for the repository's path (one object
 /// id per line); `core.alternateRefsPrefixes` limits the refs.
-pub fn alternate_tips(repo: &crate::repository::Repository) -> Vec<ObjectId> {
+pub fn alternate_tips(repo: &crate::repo::Repository) -> Vec<ObjectId> {
     let command = repo
         .config_file
         .string("core.alternateRefsCommand")
@@ -138,7 +138,7 @@ pub fn alternate_tips(repo: &crate::repository::Repository) -> Vec<ObjectId> {
         })
         .unwrap_or_default();
     let mut tips = Vec::new();
-    for objects in crate::ingest::alternates_of(&repo.objects_dir) {
+    for objects in crate::objects::ingest::alternates_of(&repo.objects_dir) {
         let Some(path) = objects
             .to_str()
             .and_then(|p| p.strip_suffix("/objects"))

@@ -9,7 +9,7 @@ use std::io::Read;
 use gix_hash::ObjectId;
 use gix_object::bstr::{BString, ByteSlice};
 
-use crate::pktline::{self, Packet};
+use crate::protocol::pktline::{self, Packet};
 
 /// One `<old> <new> <ref>` command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,7 +198,7 @@ pub fn read<R: Read>(reader: &mut pktline::Reader<R>, limits: &Limits) -> Result
             .find(b"\n\n")
             .map(|i| i + 2)
             .ok_or_else(|| Error::MalformedCert(lossy(&cert[..cert.len().min(100)])))?;
-        let end = crate::push_cert::signature_start(cert).max(body);
+        let end = crate::protocol::push_cert::signature_start(cert).max(body);
         for line in cert[body..end]
             .split(|&b| b == b'\n')
             .filter(|l| !l.is_empty())
@@ -263,7 +263,7 @@ fn parse_capabilities(
                     caps.agent = Some(lossy(agent));
                 } else if let Some(sid) = word.strip_prefix(b"session-id=") {
                     // Logged as git does (trace2 `transfer/client-sid`); not otherwise used.
-                    crate::trace2::data("transfer", "client-sid", &lossy(sid));
+                    crate::protocol::trace2::data("transfer", "client-sid", &lossy(sid));
                 }
                 // Unknown capabilities are ignored, as git does.
             }

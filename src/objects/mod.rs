@@ -1,0 +1,7 @@
+//! The objects a push brings: the quarantine they are received into, the pack ingest
+//! (`index-pack` / `unpack-objects`), fsck on receive and the connectivity check that every new
+//! ref value is complete.
+
+pub mod connectivity;
+pub mod fsck;
+pub mod ingest;
