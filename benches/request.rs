@@ -39,6 +39,8 @@ fn bench(c: &mut Criterion) {
     let names: Vec<String> = (0..10_000)
         .map(|i| format!("refs/heads/b/{i:07}"))
         .collect();
+    use berth::protocol::report::{Reason, Status};
+    let (ok, ng) = (Status::Updated, Status::Rejected(Reason::NonFastForward));
     c.bench_function("report 10k refs", |b| {
         b.iter(|| {
             let entries = names
@@ -46,8 +48,7 @@ fn bench(c: &mut Criterion) {
                 .enumerate()
                 .map(|(i, n)| berth::protocol::report::Entry {
                     name: n.as_str().into(),
-                    error: (i % 100 == 99).then_some("non-fast-forward"),
-                    rewrites: &[],
+                    status: if i % 100 == 99 { &ng } else { &ok },
                 });
             berth::protocol::report::build(berth::protocol::report::Kind::V2, None, entries)
                 .unwrap()

@@ -210,7 +210,8 @@ pub fn proc_receive(data: &[u8]) {
             } else {
                 proc_receive::Proc::No
             },
-            error: (i == 2 && mode & 0x20 != 0).then(|| "failed".into()),
+            error: (i == 2 && mode & 0x20 != 0)
+                .then(|| report::Reason::ProcReceive("failed".into())),
             rewrites: Vec::new(),
         })
         .collect();
@@ -228,13 +229,22 @@ pub fn proc_receive(data: &[u8]) {
         &options,
         &mut errmsg,
     );
+    let statuses: Vec<_> = slots
+        .iter()
+        .map(|s| {
+            let status = match &s.error {
+                Some(reason) => report::Status::Rejected(reason.clone()),
+                None => report::Status::ProcReceive(s.rewrites.clone()),
+            };
+            (s.command.name.clone(), status)
+        })
+        .collect();
     let _ = report::build(
         report::Kind::V2,
         None,
-        slots.iter().map(|s| report::Entry {
-            name: s.command.name.as_bstr(),
-            error: s.error.as_deref(),
-            rewrites: &s.rewrites,
+        statuses.iter().map(|(name, status)| report::Entry {
+            name: name.as_bstr(),
+            status,
         }),
     );
 }

@@ -295,9 +295,9 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
         protocol_version: std::env::var("GIT_PROTOCOL")
             .map(|p| berth::receive::protocol_version(&p))
             .unwrap_or(0),
-        committer: None,
         in_process: None,
         hook_env: Vec::new(),
+        env: berth::receive::Environment::from_process(),
     };
     let result = berth::receive::run(
         &dir,
@@ -307,7 +307,7 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
         std::io::stderr(),
     );
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             let _ = std::io::Write::write_all(
                 &mut std::io::stderr(),

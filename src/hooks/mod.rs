@@ -117,8 +117,13 @@ pub fn processes_started() -> usize {
 }
 
 impl HookSet {
-    /// Look up every receive-side hook of the repository at `git_dir`.
-    pub fn discover(git_dir: &Path, config: &gix_config::File) -> Result<Self, Error> {
+    /// Look up every receive-side hook of the repository at `git_dir`. git's hint about a hook
+    /// that is not executable goes to `diagnostics` (receive-pack's stderr).
+    pub fn discover(
+        git_dir: &Path,
+        config: &gix_config::File,
+        diagnostics: &mut dyn Write,
+    ) -> Result<Self, Error> {
         let mut set = HookSet::default();
         // Configured hooks, in the order their `event` keys are met.
         let mut order: Vec<(String, String)> = Vec::new(); // (friendly name, event)
@@ -186,7 +191,8 @@ impl HookSet {
                             .flatten()
                             .unwrap_or(true) =>
                 {
-                    eprintln!(
+                    let _ = writeln!(
+                        diagnostics,
                         "hint: The '{argv0}' hook was ignored because it's not set as executable.\n\
                          hint: You can disable this warning with `git config set advice.ignoredHook false`."
                     );
@@ -256,6 +262,9 @@ pub enum Output<'a> {
     Data(&'a [u8]),
     /// It has been silent for the keepalive interval.
     Idle,
+    /// A message of receive-pack's own about the hook (git's `error: cannot run <hook>: …`),
+    /// for receive-pack's stderr rather than the hook's output channel.
+    Diagnostic(&'a str),
 }
 
 fn run_one(
@@ -317,10 +326,11 @@ pub fn run_process(
         Ok(child) => child,
         Err(e) => {
             // As git: a program that cannot start is a failure, reported on stderr.
-            eprintln!(
-                "error: cannot run {}: {e}",
+            let msg = format!(
+                "error: cannot run {}: {e}\n",
                 process.get_program().to_string_lossy()
             );
+            sink(Output::Diagnostic(&msg))?;
             return Ok(false);
         }
     };

@@ -6,14 +6,13 @@
 //! [`converse`] talks to a [`Peer`]: the session's is the running hook
 //! ([`crate::hooks::Conversation`]), the fuzz target's ([`Replay`]) is the bytes a hook wrote.
 
-use std::borrow::Cow;
 use std::io;
 
 use gix_hash::ObjectId;
 use gix_object::bstr::BString;
 
 use crate::hooks::{self, HookPacket};
-use crate::protocol::report::Rewrite;
+use crate::protocol::report::{Reason, Rewrite};
 use crate::protocol::request::Command;
 
 /// A command's relation to the proc-receive hook.
@@ -37,7 +36,7 @@ pub struct Slot<'a> {
     /// Whether the hook handles it; the report may change it.
     pub proc: Proc,
     /// The command's error, if any; `ng` and a missing report set it.
-    pub error: Option<Cow<'static, str>>,
+    pub error: Option<Reason>,
     /// What the hook reported it did (`option` lines after `ok`).
     pub rewrites: Vec<Rewrite>,
 }
@@ -324,12 +323,9 @@ pub fn converse(
         }
         slot.proc = Proc::Returned;
         if head == "ng" {
-            slot.error = Some(
-                reason
-                    .map(|r| r.to_owned())
-                    .unwrap_or_else(|| "failed".into())
-                    .into(),
-            );
+            slot.error = Some(Reason::ProcReceive(
+                reason.map_or_else(|| "failed".to_owned(), str::to_owned),
+            ));
             ok = false;
             continue;
         }
@@ -337,7 +333,7 @@ pub fn converse(
     }
     for s in slots.iter_mut() {
         if s.proc == Proc::Scheduled && s.error.is_none() {
-            s.error = Some("proc-receive failed to report status".into());
+            s.error = Some(Reason::ProcReceiveNoReport);
             ok = false;
         }
     }
@@ -426,7 +422,10 @@ mod tests {
             Some("refs/pull/123/head".into())
         );
         assert!(slots[1].rewrites[0].forced && slots[1].rewrites[0].old.is_some());
-        assert_eq!(slots[2].error.as_deref(), Some("target branch not exist"));
+        assert_eq!(
+            slots[2].error.as_ref().map(Reason::as_str),
+            Some("target branch not exist")
+        );
 
         let out = [
             pkt("version=1\n"),
@@ -446,10 +445,7 @@ mod tests {
              proc-receive reported status on unexpected ref: refs/heads/main\n"
         );
         assert_eq!(slots[2].proc, Proc::No, "fall-through hands the ref back");
-        assert_eq!(
-            slots[1].error.as_deref(),
-            Some("proc-receive failed to report status")
-        );
+        assert_eq!(slots[1].error, Some(Reason::ProcReceiveNoReport));
     }
 
     #[test]

@@ -13,8 +13,12 @@ use crate::protocol::pktline;
 use crate::refs::Refs;
 use crate::repo::config::Config;
 
-/// The capability list, in git's order.
-pub fn capabilities(config: &Config, push_cert_nonce: Option<&str>) -> String {
+/// The capability list, in git's order; `user_agent` is `GIT_USER_AGENT`.
+pub fn capabilities(
+    config: &Config,
+    push_cert_nonce: Option<&str>,
+    user_agent: Option<&str>,
+) -> String {
     let mut caps = String::from("report-status report-status-v2 delete-refs side-band-64k quiet");
     if config.advertise_atomic {
         caps.push_str(" atomic");
@@ -34,18 +38,19 @@ pub fn capabilities(config: &Config, push_cert_nonce: Option<&str>) -> String {
         caps.push_str(crate::protocol::trace2::session_id());
     }
     caps.push_str(" object-format=sha1 agent=");
-    caps.push_str(&agent());
+    caps.push_str(&agent(user_agent));
     caps
 }
 
-/// `berth/<version>`, or `GIT_USER_AGENT` with non-printable bytes replaced, as git does.
-pub fn agent() -> String {
-    match std::env::var("GIT_USER_AGENT") {
-        Ok(a) => a
+/// `berth/<version>`, or `user_agent` (`GIT_USER_AGENT`) with non-printable bytes replaced, as
+/// git does.
+pub fn agent(user_agent: Option<&str>) -> String {
+    match user_agent {
+        Some(a) => a
             .chars()
             .map(|c| if c.is_ascii_graphic() { c } else { '.' })
             .collect(),
-        Err(_) => crate::AGENT.to_owned(),
+        None => crate::AGENT.to_owned(),
     }
 }
 
@@ -115,83 +120,4 @@ pub fn write(
     pktline::write_flush(&mut buf)?;
     out.write_all(&buf)?;
     out.flush()
-}
-
-/// The tips of every repository this one borrows objects from (transitively), for `.have`
-/// lines, as git's `odb_for_each_alternate_ref`: each alternate whose objects directory is
-/// `<repo>/objects` of a repository with `refs/` contributes its refs' values, or, with
-/// `core.alternateRefsCommand`, what that command prints for the repository's path (one object
-/// id per line); `core.alternateRefsPrefixes` limits the refs.
-pub fn alternate_tips(repo: &crate::repo::Repository) -> Vec<ObjectId> {
-    let command = repo
-        .config_file
-        .string("core.alternateRefsCommand")
-        .map(|c| c.to_string());
-    let prefixes: Vec<String> = repo
-        .config_file
-        .string("core.alternateRefsPrefixes")
-        .map(|p| {
-            p.to_string()
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut tips = Vec::new();
-    for objects in crate::objects::ingest::alternates_of(&repo.objects_dir) {
-        let Some(path) = objects
-            .to_str()
-            .and_then(|p| p.strip_suffix("/objects"))
-            .map(std::path::Path::new)
-        else {
-            continue;
-        };
-        if !path.join("refs").is_dir() {
-            continue;
-        }
-        match &command {
-            Some(command) => {
-                let out = std::process::Command::new("/bin/sh")
-                    .arg("-c")
-                    .arg(format!("{command} \"$@\""))
-                    .arg(command)
-                    .arg(path)
-                    // receive-pack runs from the git directory, so a relative command is found there.
-                    .current_dir(&repo.git_dir)
-                    .env_remove("GIT_DIR")
-                    .env_remove("GIT_OBJECT_DIRECTORY")
-                    .env_remove("GIT_ALTERNATE_OBJECT_DIRECTORIES")
-                    .env_remove("GIT_QUARANTINE_PATH")
-                    .stdin(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::inherit())
-                    .output();
-                let Ok(out) = out else { continue };
-                for line in String::from_utf8_lossy(&out.stdout).lines() {
-                    match ObjectId::from_hex(line.as_bytes()) {
-                        Ok(id) => tips.push(id),
-                        Err(_) => {
-                            eprintln!("warning: invalid line while parsing alternate refs: {line}");
-                            break;
-                        }
-                    }
-                }
-            }
-            None => {
-                let Ok(refs) = crate::refs::open_other(path).snapshot() else {
-                    continue;
-                };
-                for (name, id) in refs.iter() {
-                    let wanted = prefixes.is_empty()
-                        || prefixes.iter().any(|p| {
-                            name.strip_prefix(p.trim_end_matches('/').as_bytes())
-                                .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
-                        });
-                    if wanted {
-                        tips.push(*id);
-                    }
-                }
-            }
-        }
-    }
-    tips
 }

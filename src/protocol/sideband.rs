@@ -91,6 +91,14 @@ impl<W: Write, E: Write> Sideband<W, E> {
         self.progress(&line)
     }
 
+    /// receive-pack's own stderr, outside the muxer: what git writes there with `error()` (a
+    /// missing object after the unpack, a hook that cannot start, the output of the
+    /// reference-transaction and push-to-checkout hooks). The client sees it over ssh and a
+    /// local push, not over smart HTTP.
+    pub fn stderr(&mut self) -> &mut E {
+        &mut self.err
+    }
+
     /// The keepalive packet `0005\1`; nothing without sideband.
     pub fn keepalive(&mut self) -> io::Result<()> {
         if self.mode == Mode::Band64k {

@@ -41,7 +41,8 @@ impl Repository {
     /// Open the repository named by `dir` as `git receive-pack <dir>` would: a trailing `/` is
     /// ignored, a leading `~/` is the home directory, and `<dir>/.git`, `<dir>`, `<dir>.git/.git`
     /// and `<dir>.git` are tried in that order; a `.git` file is followed.
-    pub fn open(dir: &str) -> Result<Self, Error> {
+    /// `home` is `HOME`, for a leading `~/`.
+    pub fn open(dir: &str, home: Option<&str>) -> Result<Self, Error> {
         let not_repo = || Error::NotARepository(dir.to_owned());
         let mut base = dir.trim_end_matches('/').to_owned();
         if base.is_empty() {
@@ -52,7 +53,7 @@ impl Repository {
             };
         }
         if let Some(rest) = base.strip_prefix("~/") {
-            let home = std::env::var("HOME").map_err(|_| not_repo())?;
+            let home = home.ok_or_else(not_repo)?;
             base = format!("{home}/{rest}");
         }
         let candidates = [

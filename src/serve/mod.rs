@@ -246,6 +246,8 @@ struct Server {
     pushes: Arc<Semaphore>,
     init_lock: tokio::sync::Mutex<()>,
     metrics: Arc<Metrics>,
+    /// The environment every push session gets, read once at start.
+    env: receive::Environment,
 }
 
 /// The users allowed to push and their argon2 hashes.
@@ -313,8 +315,10 @@ pub fn hash_password(password: &str) -> Result<String, Error> {
 #[derive(Default)]
 struct Metrics {
     requests: Mutex<HashMap<(&'static str, u16), u64>>,
-    pushes_ok: AtomicU64,
-    pushes_failed: AtomicU64,
+    /// Pushes by [`receive::PushResult`]: ok, partial, rejected, error.
+    pushes: [AtomicU64; 4],
+    refs_updated: AtomicU64,
+    refs_refused: AtomicU64,
     push_bytes: AtomicU64,
     push_micros: AtomicU64,
     pushes_in_flight: AtomicU64,
@@ -338,12 +342,21 @@ impl Metrics {
             ));
         }
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        s.push_str("# HELP berth_pushes_total Push sessions (POST git-receive-pack) by result.\n");
+        s.push_str("# HELP berth_pushes_total Pushes (POST git-receive-pack with commands) by result: every ref accepted (ok), some (partial), none (rejected), or the pack or session failed (error).\n");
         s.push_str("# TYPE berth_pushes_total counter\n");
+        for (i, result) in PUSH_RESULTS.iter().enumerate() {
+            s.push_str(&format!(
+                "berth_pushes_total{{result=\"{}\"}} {}\n",
+                result.as_str(),
+                get(&self.pushes[i])
+            ));
+        }
+        s.push_str("# HELP berth_push_refs_total Pushed refs by what the client was told: updated (ok) or refused (ng).\n");
+        s.push_str("# TYPE berth_push_refs_total counter\n");
         s.push_str(&format!(
-            "berth_pushes_total{{result=\"ok\"}} {}\nberth_pushes_total{{result=\"error\"}} {}\n",
-            get(&self.pushes_ok),
-            get(&self.pushes_failed)
+            "berth_push_refs_total{{result=\"updated\"}} {}\nberth_push_refs_total{{result=\"refused\"}} {}\n",
+            get(&self.refs_updated),
+            get(&self.refs_refused)
         ));
         s.push_str("# TYPE berth_push_request_bytes_total counter\n");
         s.push_str(&format!(
@@ -383,8 +396,26 @@ struct Access {
     bytes_out: AtomicU64,
     too_large: std::sync::atomic::AtomicBool,
     outcome: Mutex<Option<String>>,
+    /// What the push session did, when it read a request.
+    push: Mutex<Option<PushSummary>>,
     metrics: Arc<Metrics>,
 }
+
+/// A push's outcome as the access log and the metrics count it.
+#[derive(Debug, Clone, Copy)]
+struct PushSummary {
+    result: receive::PushResult,
+    updated: usize,
+    refused: usize,
+}
+
+/// The results in `berth_pushes_total`'s order.
+const PUSH_RESULTS: [receive::PushResult; 4] = [
+    receive::PushResult::Ok,
+    receive::PushResult::Partial,
+    receive::PushResult::Rejected,
+    receive::PushResult::Error,
+];
 
 impl Access {
     fn set_status(&self, s: StatusCode) {
@@ -396,6 +427,18 @@ impl Access {
             && g.is_none()
         {
             *g = Some(o.into());
+        }
+    }
+    fn set_push(&self, outcome: &receive::Outcome) {
+        if !outcome.requested {
+            return;
+        }
+        if let Ok(mut g) = self.push.lock() {
+            *g = Some(PushSummary {
+                result: outcome.result(),
+                updated: outcome.updated(),
+                refused: outcome.refused(),
+            });
         }
     }
     fn set_user(&self, u: &str) {
@@ -411,12 +454,22 @@ impl Drop for Access {
         let duration = self.start.elapsed();
         let bytes_in = self.bytes_in.load(Ordering::Relaxed);
         let bytes_out = self.bytes_out.load(Ordering::Relaxed);
-        let outcome = self
-            .outcome
-            .lock()
-            .ok()
-            .and_then(|g| g.clone())
-            .unwrap_or_else(|| "ok".into());
+        let failure = self.outcome.lock().ok().and_then(|g| g.clone());
+        let push = self.push.lock().ok().and_then(|g| *g);
+        // A push that failed after its answer started is an error whatever the session said.
+        let push = push.map(|p| match &failure {
+            Some(_) => PushSummary {
+                result: receive::PushResult::Error,
+                ..p
+            },
+            None => p,
+        });
+        let outcome = match (&failure, push) {
+            (Some(f), _) => f.clone(),
+            (None, Some(p)) => p.result.as_str().to_owned(),
+            (None, None) => "ok".to_owned(),
+        };
+        let (refs_updated, refs_refused) = push.map_or((0, 0), |p| (p.updated, p.refused));
         let user = self.user.lock().map(|g| g.clone()).unwrap_or_default();
         tracing::info!(
             target: "berth::serve",
@@ -429,6 +482,8 @@ impl Drop for Access {
             bytes_in,
             bytes_out,
             duration_ms = %format_args!("{:.3}", duration.as_secs_f64() * 1e3),
+            refs_updated,
+            refs_refused,
             outcome = %outcome,
             "request"
         );
@@ -440,11 +495,20 @@ impl Drop for Access {
             m.push_bytes.fetch_add(bytes_in, Ordering::Relaxed);
             m.push_micros
                 .fetch_add(duration.as_micros() as u64, Ordering::Relaxed);
-            if status == 200 && outcome == "ok" {
-                m.pushes_ok.fetch_add(1, Ordering::Relaxed);
-            } else {
-                m.pushes_failed.fetch_add(1, Ordering::Relaxed);
+            let result = match push {
+                Some(p) if status == 200 => Some(p.result),
+                // A flush-only probe, or a request the session never read: not a push.
+                None if status == 200 && failure.is_none() => None,
+                _ => Some(receive::PushResult::Error),
+            };
+            if let Some(result) = result {
+                let i = PUSH_RESULTS.iter().position(|r| *r == result).unwrap_or(3);
+                m.pushes[i].fetch_add(1, Ordering::Relaxed);
             }
+            m.refs_updated
+                .fetch_add(refs_updated as u64, Ordering::Relaxed);
+            m.refs_refused
+                .fetch_add(refs_refused as u64, Ordering::Relaxed);
         } else if self.route == "upload-pack" {
             m.fetch_bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
         }
@@ -513,6 +577,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         pushes: Arc::new(Semaphore::new(config.max_concurrent_pushes.max(1))),
         init_lock: tokio::sync::Mutex::new(()),
         metrics: Arc::new(Metrics::default()),
+        env: receive::Environment::from_process(),
     });
 
     let app = axum::Router::new()
@@ -867,6 +932,7 @@ async fn handle(
         bytes_out: AtomicU64::new(0),
         too_large: Default::default(),
         outcome: Mutex::new(None),
+        push: Mutex::new(None),
         metrics: server.metrics.clone(),
     });
     let result = match routed {
@@ -942,6 +1008,7 @@ async fn serve_git(
                     advertise_refs: true,
                     stateless_rpc: true,
                     protocol_version: version,
+                    env: server.env.clone(),
                     ..Default::default()
                 };
                 Ok(run_session(
@@ -991,7 +1058,11 @@ async fn serve_git(
                 stateless_rpc: true,
                 protocol_version: version,
                 hook_env: hook_env(&user, &host, &email, protocol.as_deref()),
-                committer: Some((user.name().to_owned(), email)),
+                env: receive::Environment {
+                    committer_name: Some(user.name().to_owned()),
+                    committer_email: Some(email),
+                    ..server.env.clone()
+                },
                 ..Default::default()
             };
             // Wait for a push slot; the permit travels with the blocking session.
@@ -1210,10 +1281,11 @@ async fn run_session(
         if !msg.trim().is_empty() {
             tracing::debug!(target: "berth::serve", repo = %task_access.repo, stderr = %msg.trim(), "session stderr");
         }
-        if let Err(e) = &result {
-            task_access.set_outcome(format!("fatal: {e}"));
+        match &result {
+            Ok(outcome) => task_access.set_push(outcome),
+            Err(e) => task_access.set_outcome(format!("fatal: {e}")),
         }
-        let _ = done_tx.send(result.map_err(|e| e.to_string()));
+        let _ = done_tx.send(result.map(drop).map_err(|e| e.to_string()));
     });
     match rx.recv().await {
         Some(first) => {

@@ -1,0 +1,78 @@
+//! The connectivity phase: every object reachable from a new ref value must be in the
+//! repository or the quarantine (git's `check_connected` over `rev-list --objects <tips> --not
+//! --all`), and a push that makes the repository shallow needs `receive.shallowUpdate`.
+
+use std::collections::HashSet;
+use std::io::Write;
+
+use gix_hash::ObjectId;
+use tracing::info_span;
+
+use super::Fatal;
+use super::command::Cmd;
+use crate::objects::connectivity::{self, Check};
+use crate::objects::ingest::{self, Quarantine};
+use crate::protocol::report::Reason;
+use crate::protocol::sideband::Sideband;
+use crate::repo::Repository;
+
+/// Refuse the commands whose new value is not connected, with git's messages: the first
+/// problem through the muxer, then each culprit's on receive-pack's stderr.
+pub(super) fn check_connectivity<W: Write, E: Write>(
+    cmds: &mut [Cmd],
+    repo: &Repository,
+    quarantine: Option<&Quarantine>,
+    received: Option<&ingest::Received>,
+    shallow: &[ObjectId],
+    sb: &mut Sideband<W, E>,
+) -> Result<(), Fatal> {
+    let _span = info_span!("connectivity").entered();
+    let objects = match quarantine {
+        Some(q) => gix_odb::at(q.path(), gix_hash::Kind::Sha1),
+        None => gix_odb::at(&repo.objects_dir, gix_hash::Kind::Sha1),
+    }
+    .map_err(Fatal::Objects)?;
+    let client_shallow: HashSet<ObjectId> = shallow.iter().copied().collect();
+    let mut check = Check::new(
+        &objects,
+        received.and_then(|r| r.index.as_ref()),
+        std::iter::empty(),
+    )
+    .with_shallow(repo.shallow().into_iter().collect(), client_shallow);
+    // All tips at once first, as git's combined rev-list; each on its own only if that fails.
+    let tips: Vec<ObjectId> = cmds
+        .iter()
+        .filter(|c| c.pending() && !c.command.is_delete())
+        .map(|c| c.command.new)
+        .collect();
+    check.prewalk(&tips);
+    let mut failed = Vec::new();
+    for c in cmds
+        .iter_mut()
+        .filter(|c| c.pending() && !c.command.is_delete())
+    {
+        match check.tip(c.command.new) {
+            connectivity::Status::Missing(m) => {
+                failed.push(m);
+                c.error = Some(Reason::MissingObjects);
+            }
+            connectivity::Status::Connected if !check.new_roots().is_empty() => {
+                if repo.config.shallow_update {
+                    c.new_shallow = check.new_roots().to_vec();
+                } else {
+                    c.error = Some(Reason::ShallowUpdateNotAllowed);
+                }
+            }
+            connectivity::Status::Connected => {}
+        }
+    }
+    // git's combined rev-list run reports the first problem through the muxer, then each
+    // culprit's own run reports on receive-pack's stderr.
+    if let Some(first) = failed.first() {
+        sb.progress(first.message().as_bytes())?;
+        for m in &failed {
+            sb.stderr().write_all(m.message().as_bytes())?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! Housekeeping after every push, whatever its outcome (git's `cmd_receive_pack` tail).
+
+use std::io::{self, Write};
+
+use tracing::info_span;
+
+use super::run_hooks::Hooks;
+use crate::hooks;
+use crate::protocol::sideband::Sideband;
+use crate::repo::Repository;
+
+/// What git's receive-pack does after every push, whatever its outcome: `git maintenance run
+/// --auto` (`receive.autogc`; it decides itself whether there is anything to do, e.g. too many
+/// packs) with its output relayed to the client, and `git update-server-info` when
+/// `receive.updateServerInfo` asks for it.
+pub(super) fn housekeeping<W: Write, E: Write>(
+    repo: &Repository,
+    keepalive: Option<std::time::Duration>,
+    sb: &mut Sideband<W, E>,
+) -> io::Result<()> {
+    let git = |args: &[&str]| {
+        let mut p = std::process::Command::new("git");
+        p.args(args).current_dir(&repo.git_dir).env("GIT_DIR", ".");
+        p
+    };
+    if repo.config.auto_gc {
+        let _span = info_span!("auto_gc").entered();
+        let detach = if repo.config.auto_detach {
+            "--detach"
+        } else {
+            "--no-detach"
+        };
+        let maintenance = git(&["maintenance", "run", "--auto", "--quiet", detach]);
+        hooks::run_process(maintenance, None, keepalive, &mut Hooks::to_client(sb))?;
+    }
+    if repo.config.update_server_info {
+        let mut p = git(&["update-server-info"]);
+        p.stdin(std::process::Stdio::null());
+        if let Ok(out) = p.output() {
+            sb.stderr().write_all(&out.stderr)?;
+        }
+    }
+    Ok(())
+}

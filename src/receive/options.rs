@@ -1,0 +1,119 @@
+//! How a push is run: the invocation ([`Options`]) and the process environment it depends on
+//! ([`Environment`]), read once by the binary or the server, never by the session itself.
+
+use gix_object::bstr::BString;
+
+use crate::hooks;
+
+/// How receive-pack was invoked.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `--stateless-rpc`: no advertisement; read the request, answer, exit (smart HTTP POST).
+    pub stateless_rpc: bool,
+    /// `--advertise-refs` / `--http-backend-info-refs`: only advertise (smart HTTP GET).
+    pub advertise_refs: bool,
+    /// `-q` / `--quiet`.
+    pub quiet: bool,
+    /// `--skip-connectivity-check`.
+    pub skip_connectivity_check: bool,
+    /// `--reject-thin-pack-for-testing`: do not complete thin packs (git's test option).
+    pub reject_thin_pack: bool,
+    /// The protocol version the client asked for (see [`protocol_version`]); 0 for none.
+    pub protocol_version: u32,
+    /// In-process hooks of an embedding program, run before the process hooks.
+    pub in_process: Option<hooks::InProcessHooks>,
+    /// Environment for every hook the session runs (`berth serve` passes git-http-backend's
+    /// CGI variables: `REMOTE_USER`, `REMOTE_ADDR`, `GIT_PROTOCOL`).
+    pub hook_env: Vec<(String, BString)>,
+    /// What the session takes from the process environment.
+    pub env: Environment,
+}
+
+/// The part of the process environment a push depends on, as git's receive-pack reads it.
+/// [`Environment::from_process`] reads it; an embedder may fill it itself.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    /// `GIT_NAMESPACE`: every ref operation happens under its prefix (empty for none).
+    pub namespace: String,
+    /// The reflog identity's name: `GIT_COMMITTER_NAME` (smart HTTP puts the authenticated
+    /// user here, as git-http-backend does); `user.name` or the login name when `None`.
+    pub committer_name: Option<String>,
+    /// The reflog identity's email: `GIT_COMMITTER_EMAIL`; `user.email` or
+    /// `<login>@<host>` when `None`.
+    pub committer_email: Option<String>,
+    /// `GIT_COMMITTER_DATE`, the reflog time; now when `None`.
+    pub committer_date: Option<String>,
+    /// The login name (`USER`), for the default reflog identity.
+    pub user: Option<String>,
+    /// The host name (`/etc/hostname`), for the default reflog email.
+    pub host: Option<String>,
+    /// `GIT_ALTERNATE_OBJECT_DIRECTORIES` as inherited: hooks that see the quarantine get it
+    /// with the repository's object directory appended.
+    pub alternate_object_directories: Option<String>,
+    /// `GIT_USER_AGENT`: the `agent=` capability instead of berth's own.
+    pub user_agent: Option<String>,
+    /// `HOME`, for a repository named `~/<path>`.
+    pub home: Option<String>,
+}
+
+impl Environment {
+    /// Read the environment of this process.
+    pub fn from_process() -> Self {
+        let var = |k: &str| std::env::var(k).ok();
+        Environment {
+            namespace: var("GIT_NAMESPACE").unwrap_or_default(),
+            committer_name: var("GIT_COMMITTER_NAME"),
+            committer_email: var("GIT_COMMITTER_EMAIL"),
+            committer_date: var("GIT_COMMITTER_DATE"),
+            user: var("USER"),
+            host: std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned()),
+            alternate_object_directories: var("GIT_ALTERNATE_OBJECT_DIRECTORIES"),
+            user_agent: var("GIT_USER_AGENT"),
+            home: var("HOME"),
+        }
+    }
+
+    /// The identity git would write into reflogs: `GIT_COMMITTER_*`, else `user.*`, else the
+    /// login name at the host.
+    pub(crate) fn committer(
+        &self,
+        user_name: Option<&str>,
+        user_email: Option<&str>,
+    ) -> gix_actor::Signature {
+        let user = self.user.as_deref().unwrap_or("berth");
+        let host = self.host.as_deref().unwrap_or("localhost");
+        let name = self
+            .committer_name
+            .as_deref()
+            .or(user_name)
+            .unwrap_or(user)
+            .to_owned();
+        let email = self
+            .committer_email
+            .clone()
+            .or_else(|| user_email.map(str::to_owned))
+            .unwrap_or_else(|| format!("{user}@{host}"));
+        let time = self
+            .committer_date
+            .as_deref()
+            .and_then(|d| gix_date::parse(d, None).ok())
+            .unwrap_or_else(gix_date::Time::now_local_or_utc);
+        gix_actor::Signature {
+            name: BString::from(name),
+            email: BString::from(email),
+            time,
+        }
+    }
+}
+
+/// The protocol version a `GIT_PROTOCOL` value (or `Git-Protocol` header) asks for: the highest
+/// `version=N`, 0 when none.
+pub fn protocol_version(git_protocol: &str) -> u32 {
+    git_protocol
+        .split(':')
+        .filter_map(|kv| kv.strip_prefix("version=")?.parse::<u32>().ok())
+        .max()
+        .unwrap_or(0)
+}

@@ -1,0 +1,94 @@
+//! The unpack phase: the pack that follows the commands is received into a quarantine (git's
+//! `unpack` with `index-pack` / `unpack-objects`), with index-pack's progress relayed to the
+//! client. Nothing is visible to the repository until the quarantine is migrated.
+
+use std::io::{BufRead, Write};
+
+use gix_hash::ObjectId;
+use tracing::info_span;
+
+use super::Options;
+use super::outcome::Unpack;
+use crate::objects::ingest::{self, Quarantine, Received};
+use crate::protocol::sideband::{Mode, Sideband};
+use crate::repo::Repository;
+
+/// What the unpack phase leaves for the next ones.
+pub(super) struct Unpacked {
+    /// How it went.
+    pub(super) status: Unpack,
+    /// The quarantine holding the received objects; removed when dropped unmigrated.
+    pub(super) quarantine: Option<Quarantine>,
+    /// The received pack's index, for the connectivity walk.
+    pub(super) received: Option<Received>,
+}
+
+/// Receive the pack from `input` when the commands need one (anything but deletions).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn unpack<W: Write, E: Write>(
+    input: &mut impl BufRead,
+    needs_pack: bool,
+    repo: &Repository,
+    objects: &gix_odb::Handle,
+    client_shallow: &[ObjectId],
+    quiet: bool,
+    options: &Options,
+    sb: &mut Sideband<W, E>,
+) -> std::io::Result<Unpacked> {
+    let mut unpacked = Unpacked {
+        status: Unpack::NotNeeded,
+        quarantine: None,
+        received: None,
+    };
+    if !needs_pack {
+        return Ok(unpacked);
+    }
+    let _span = info_span!("ingest").entered();
+    let config = &repo.config;
+    let q = match Quarantine::create(&repo.objects_dir) {
+        Ok(q) => q,
+        Err(e) => {
+            unpacked.status = Unpack::Failed(ingest::UnpackError::Quarantine(e).to_string());
+            return Ok(unpacked);
+        }
+    };
+    let opts = ingest::Options {
+        max_input_size: config.max_input_size,
+        thread_limit: None,
+        // git shows index-pack's progress only through the sideband.
+        count_deltas: !quiet && sb.mode() == Mode::Band64k,
+        unpack_limit: config.unpack_limit,
+        reject_thin_pack: options.reject_thin_pack,
+        fsck: config.fsck_objects.then(|| config.fsck.clone()),
+        max_object_size: config.max_object_size,
+        shallow: repo
+            .shallow()
+            .into_iter()
+            .chain(client_shallow.iter().copied())
+            .collect(),
+    };
+    match ingest::receive_pack(input, &q, objects, opts) {
+        Ok(r) => {
+            for m in &r.messages {
+                sb.progress(format!("{m}\n").as_bytes())?;
+            }
+            // git's index-pack (used from receive.unpackLimit objects on) prints this.
+            if let Some(d) = r.deltas.filter(|&d| d > 0) {
+                sb.progress(format!("Resolving deltas: 100% ({d}/{d}), done.\n").as_bytes())?;
+            }
+            unpacked.status = Unpack::Ok;
+            unpacked.received = Some(r);
+        }
+        Err(e) => {
+            for m in e.messages() {
+                sb.progress(format!("{m}\n").as_bytes())?;
+            }
+            if let Some(detail) = e.detail() {
+                sb.progress(format!("fatal: {detail}\n").as_bytes())?;
+            }
+            unpacked.status = Unpack::Failed(e.to_string());
+        }
+    }
+    unpacked.quarantine = Some(q);
+    Ok(unpacked)
+}

@@ -1,0 +1,151 @@
+//! The update phase (git's `execute_commands_non_atomic` / `execute_commands_atomic`): each
+//! ref decided, then the queued updates committed as one ref transaction. A non-atomic push
+//! writes its deletions first, in their own batch, then everything else; an atomic one is one
+//! transaction that fails as a whole.
+
+use std::io::Write;
+
+use gix_object::bstr::BString;
+
+use super::Fatal;
+use super::command::{Cmd, refuse_pending};
+use super::decide::{Decide, decide};
+use crate::protocol::report::Reason;
+use crate::protocol::sideband::Sideband;
+use crate::refs::{RefError, RefStore, RefUpdate, Refs, TransactionError};
+
+pub(super) fn execute_non_atomic<W: Write, E: Write>(
+    cmds: &mut [Cmd],
+    ctx: &Decide<'_>,
+    store: &dyn RefStore,
+    committer: &gix_actor::Signature,
+    sb: &mut Sideband<W, E>,
+) -> Result<(), Fatal> {
+    // Deletions first, in their own batch, so a deleted `a/b` does not conflict with a new `a`.
+    // The first batch is checked against the refs read for the decisions; a later one against
+    // the refs as the earlier batch left them.
+    let mut after_first: Option<Refs> = None;
+    for deletions in [true, false] {
+        let (mut queued, mut updates) = (
+            Vec::with_capacity(cmds.len()),
+            Vec::with_capacity(cmds.len()),
+        );
+        for (i, cmd) in cmds.iter_mut().enumerate() {
+            if !cmd.for_berth() || cmd.command.is_delete() != deletions {
+                continue;
+            }
+            match decide(cmd, ctx, sb)? {
+                Ok(Some(u)) => {
+                    queued.push(i);
+                    updates.push(u);
+                }
+                Ok(None) => {}
+                Err(reason) => cmd.error = Some(reason),
+            }
+        }
+        if queued.is_empty() {
+            continue;
+        }
+        let current = match &after_first {
+            Some(refs) => refs,
+            None => &ctx.refs,
+        };
+        let result = commit(store, &updates, false, current, ctx, committer, sb.stderr());
+        if deletions {
+            after_first = Some(store.snapshot().map_err(Fatal::Refs)?);
+        }
+        match result {
+            Ok(results) => {
+                for (i, result) in queued.iter().zip(results) {
+                    if let Err(e) = result {
+                        sb.error(&e)?;
+                        cmds[*i].error = Some(Reason::Transaction(e.reason()));
+                    }
+                }
+            }
+            Err(TransactionError::HookAborted(state)) => return Err(Fatal::TransactionHook(state)),
+            Err(e) => {
+                sb.error(&e)?;
+                for c in cmds.iter_mut() {
+                    c.error = Some(Reason::FailedToUpdateRefs);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn execute_atomic<W: Write, E: Write>(
+    cmds: &mut [Cmd],
+    ctx: &Decide<'_>,
+    store: &dyn RefStore,
+    committer: &gix_actor::Signature,
+    sb: &mut Sideband<W, E>,
+) -> Result<(), Fatal> {
+    let mut updates: Vec<RefUpdate> = Vec::with_capacity(cmds.len());
+    let mut failure: Option<Reason> = None;
+    for cmd in cmds.iter_mut() {
+        if !cmd.for_berth() {
+            continue;
+        }
+        match decide(cmd, ctx, sb)? {
+            Ok(Some(u)) => updates.push(u),
+            Ok(None) => {}
+            Err(reason) => {
+                cmd.error = Some(reason);
+                failure = Some(Reason::AtomicPushFailure);
+                break;
+            }
+        }
+    }
+    if failure.is_none()
+        && !updates.is_empty()
+        && let Err(e) = commit(
+            store,
+            &updates,
+            true,
+            &ctx.refs,
+            ctx,
+            committer,
+            sb.stderr(),
+        )
+    {
+        sb.error(&e)?;
+        failure = Some(Reason::AtomicTransactionFailed);
+    }
+    if let Some(reason) = failure {
+        refuse_pending(cmds, reason);
+    }
+    Ok(())
+}
+
+fn commit(
+    store: &dyn RefStore,
+    updates: &[RefUpdate],
+    atomic: bool,
+    current: &Refs,
+    ctx: &Decide<'_>,
+    committer: &gix_actor::Signature,
+    diagnostics: &mut dyn Write,
+) -> Result<Vec<Result<(), RefError>>, TransactionError> {
+    // As git's `ref_update_reject_duplicates`: the first duplicate in name order. Pushes come
+    // sorted, so this is one pass.
+    if !updates.is_sorted_by(|a, b| a.name < b.name) {
+        let mut names: Vec<&BString> = updates.iter().map(|u| &u.name).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(TransactionError::Store(format!(
+                "multiple updates for ref '{}' not allowed",
+                w[0]
+            )));
+        }
+    }
+    store.commit(
+        updates,
+        current,
+        atomic,
+        committer,
+        ctx.objects,
+        &mut |state, batch| ctx.hooks.transaction(state, batch, diagnostics),
+    )
+}
