@@ -14,16 +14,37 @@
 //!
 //! Transports (stdio in `main.rs`, smart HTTP in [`serve`]) feed one session each and do not know
 //! its stages.
+//!
+//! The public API is what an embedder needs: [`receive::run`] with its [`receive::Options`] and
+//! [`receive::Outcome`], in-process [`hooks`], the [`refs`] store and the [`reftable`] format, and
+//! (feature `serve`, on by default) the smart HTTP server in [`serve`]. With
+//! `default-features = false` the library has no web stack. The feature `internals` makes the
+//! other modules public for berth's own tests, benches and fuzz targets; they are not a stable API.
 #![deny(missing_docs, unsafe_code)]
 
+/// A module that is public with the `internals` feature and private to the crate without it.
+macro_rules! internal {
+    ($(#[$meta:meta])* mod $name:ident;) => {
+        $(#[$meta])*
+        #[cfg(feature = "internals")]
+        pub mod $name;
+        $(#[$meta])*
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code, unreachable_pub)]
+        pub(crate) mod $name;
+    };
+}
+
+#[cfg(feature = "internals")]
 pub mod fuzzing;
 pub mod hooks;
-pub mod objects;
-pub mod protocol;
+internal! { mod objects; }
+internal! { mod protocol; }
 pub mod receive;
 pub mod refs;
 pub mod reftable;
-pub mod repo;
+internal! { mod repo; }
+#[cfg(feature = "serve")]
 pub mod serve;
 
 pub use gix_hash::ObjectId;

@@ -19,8 +19,10 @@ enum Cmd {
     /// Receive what `git push` sends into a repository (a drop-in for `git receive-pack`).
     ReceivePack(ReceivePackArgs),
     /// Serve pushes (and fetches) of the repositories under a root over git's smart HTTP.
+    #[cfg(feature = "serve")]
     Serve(ServeArgs),
     /// Print a credentials-file line `USER:<argon2 hash>` for the password read from stdin.
+    #[cfg(feature = "serve")]
     Passwd(PasswdArgs),
     /// Benchmark receive-pack commands side by side on identical input.
     #[command(subcommand)]
@@ -74,6 +76,7 @@ struct ManyRefsArgs {
     workdir: Option<std::path::PathBuf>,
 }
 
+#[cfg(feature = "serve")]
 #[derive(clap::Args)]
 struct ServeArgs {
     /// The directory holding the repositories (created if missing).
@@ -108,6 +111,7 @@ struct ServeArgs {
     idle_timeout: u64,
 }
 
+#[cfg(feature = "serve")]
 #[derive(clap::Args)]
 struct PasswdArgs {
     /// The user name (no `:`, no whitespace).
@@ -164,7 +168,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(args);
     match cli.command {
         Cmd::ReceivePack(a) => receive_pack(a),
+        #[cfg(feature = "serve")]
         Cmd::Serve(a) => serve(a),
+        #[cfg(feature = "serve")]
         Cmd::Passwd(a) => passwd(a),
         Cmd::Bench(BenchCmd::ManyRefs(a)) => bench_many_refs(a),
     }
@@ -214,6 +220,7 @@ fn bench_many_refs(a: ManyRefsArgs) -> ExitCode {
     }
 }
 
+#[cfg(feature = "serve")]
 fn serve(a: ServeArgs) -> ExitCode {
     let config = berth::serve::Config {
         root: a.root,
@@ -236,7 +243,12 @@ fn serve(a: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(berth::serve::run(config)) {
+    let announce = |local| {
+        // Tests and scripts wait for this line to know the port.
+        println!("berth serve: listening on http://{local}/");
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+    };
+    match runtime.block_on(berth::serve::run(config, announce)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("berth serve: {e}");
@@ -245,6 +257,7 @@ fn serve(a: ServeArgs) -> ExitCode {
     }
 }
 
+#[cfg(feature = "serve")]
 fn passwd(a: PasswdArgs) -> ExitCode {
     use std::io::{BufRead, IsTerminal};
     if a.user.is_empty()
@@ -309,10 +322,7 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
     match result {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                &berth::protocol::sideband::die_line(e),
-            );
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), &berth::receive::die_line(e));
             ExitCode::from(128)
         }
     }

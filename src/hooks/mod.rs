@@ -112,6 +112,7 @@ static PROCESSES: AtomicUsize = AtomicUsize::new(0);
 
 /// How many hook processes this process has started, for tests that prove absent hooks cost
 /// nothing.
+#[cfg(feature = "internals")]
 pub fn processes_started() -> usize {
     PROCESSES.load(Ordering::Relaxed)
 }

@@ -199,7 +199,12 @@ pub struct Signature {
 /// Check the signature over the certificate's payload with the tool git would use
 /// (`gpg.program` / `gpg.openpgp.program`, `gpg.x509.program`, and for ssh signatures
 /// `gpg.ssh.program` against `gpg.ssh.allowedSignersFile`).
-pub fn verify(cert: &[u8], config: &gix_config::File) -> Signature {
+/// git's own errors on the way (a missing `gpg.ssh.allowedSignersFile`) go to `diagnostics`.
+pub fn verify(
+    cert: &[u8],
+    config: &gix_config::File,
+    diagnostics: &mut dyn std::io::Write,
+) -> Signature {
     let mut sig = Signature {
         result: 'N',
         signer: String::new(),
@@ -217,7 +222,7 @@ pub fn verify(cert: &[u8], config: &gix_config::File) -> Signature {
             .string("gpg.x509.program")
             .map(|p| p.to_string())
             .unwrap_or_else(|| "gpgsm".into()),
-        Some(Format::Ssh) => return verify_ssh(payload, signature, config),
+        Some(Format::Ssh) => return verify_ssh(payload, signature, config, diagnostics),
         None => return sig,
     };
     let Ok(mut sigfile) = tempfile::Builder::new().prefix(".git_vtag_tmp").tempfile() else {
@@ -273,7 +278,12 @@ pub fn verify(cert: &[u8], config: &gix_config::File) -> Signature {
 
 /// git's `verify_ssh_signed_buffer`: find the principals the allowed-signers file has for the
 /// signature, verify against each until one is good.
-fn verify_ssh(payload: &[u8], signature: &[u8], config: &gix_config::File) -> Signature {
+fn verify_ssh(
+    payload: &[u8],
+    signature: &[u8],
+    config: &gix_config::File,
+    diagnostics: &mut dyn std::io::Write,
+) -> Signature {
     let mut sig = Signature {
         result: 'N',
         signer: String::new(),
@@ -287,7 +297,8 @@ fn verify_ssh(payload: &[u8], signature: &[u8], config: &gix_config::File) -> Si
         .path("gpg.ssh.allowedSignersFile")
         .and_then(|p| p.interpolate(Default::default()).ok())
     else {
-        eprintln!(
+        let _ = writeln!(
+            diagnostics,
             "error: gpg.ssh.allowedSignersFile needs to be configured and exist for ssh signature verification"
         );
         return sig;
@@ -453,6 +464,7 @@ impl Certificate<'_> {
         &self,
         objects_dir: &std::path::Path,
         config: &gix_config::File,
+        diagnostics: &mut dyn std::io::Write,
     ) -> Vec<(String, gix_object::bstr::BString)> {
         use gix_object::Write as _;
         let mut env = Vec::new();
@@ -460,7 +472,7 @@ impl Certificate<'_> {
         let Ok(blob) = loose.write_buf(gix_object::Kind::Blob, self.bytes) else {
             return env;
         };
-        let sig = verify(self.bytes, config);
+        let sig = verify(self.bytes, config, diagnostics);
         let (issued, status) = self.nonce_status();
         env.push(("GIT_PUSH_CERT".into(), blob.to_string().into()));
         env.push(("GIT_PUSH_CERT_SIGNER".into(), sig.signer.into()));

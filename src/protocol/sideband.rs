@@ -31,6 +31,7 @@ pub fn die_line(msg: impl std::fmt::Display) -> Vec<u8> {
 static MUXERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// How many muxers this process has created (one per session), for tests.
+#[cfg(feature = "internals")]
 pub fn muxers_created() -> usize {
     MUXERS.load(std::sync::atomic::Ordering::Relaxed)
 }

@@ -30,6 +30,9 @@ mod run_hooks;
 mod unpack;
 mod update;
 
+pub use crate::protocol::report::{Reason, Rewrite, Status};
+pub use crate::protocol::request::Command;
+pub use crate::protocol::sideband::die_line;
 pub use options::{Environment, Options, protocol_version};
 pub use outcome::{CommandOutcome, Fatal, Outcome, PushResult, Unpack};
 
@@ -40,7 +43,7 @@ use run_hooks::Hooks;
 use crate::hooks::HookSet;
 use crate::hooks::proc_receive::Proc;
 use crate::objects::ingest::Quarantine;
-use crate::protocol::report::{self, Reason, Status};
+use crate::protocol::report;
 use crate::protocol::request::{self, Start};
 use crate::protocol::sideband::{Mode, Sideband};
 use crate::protocol::{pktline, push_cert};

@@ -65,11 +65,15 @@ impl<'a> Hooks<'a> {
 
     /// `GIT_PUSH_CERT*` for pre- and post-receive of a signed push; the certificate blob goes
     /// into `objects_dir` (the quarantine during pre-receive).
-    fn certificate_env(&self, objects_dir: &std::path::Path) -> &[(String, BString)] {
+    fn certificate_env(
+        &self,
+        objects_dir: &std::path::Path,
+        diagnostics: &mut dyn Write,
+    ) -> &[(String, BString)] {
         match &self.certificate {
             Some(cert) => self
                 .certificate_env
-                .get_or_init(|| cert.env(objects_dir, self.config_file)),
+                .get_or_init(|| cert.env(objects_dir, self.config_file, diagnostics)),
             None => &[],
         }
     }
@@ -153,9 +157,10 @@ impl<'a> Hooks<'a> {
         }
         let stdin = command_lines(cmds.iter());
         let mut env = self.push_option_env();
-        env.extend_from_slice(
-            self.certificate_env(quarantine.map_or(self.objects_dir, Quarantine::path)),
-        );
+        env.extend_from_slice(self.certificate_env(
+            quarantine.map_or(self.objects_dir, Quarantine::path),
+            sb.stderr(),
+        ));
         if let Some(q) = quarantine {
             env.extend(quarantine_env(
                 q.path(),
@@ -410,7 +415,7 @@ impl<'a> Hooks<'a> {
         }
         let stdin = command_lines(updated());
         let mut env = self.push_option_env();
-        env.extend_from_slice(self.certificate_env(self.objects_dir));
+        env.extend_from_slice(self.certificate_env(self.objects_dir, sb.stderr()));
         self.set.run(
             Event::PostReceive,
             &self.invocation(&[], Some(&stdin), &env),

@@ -527,9 +527,9 @@ fn resolve_listen(listen: &str) -> Result<Vec<SocketAddr>, Error> {
     Ok(addrs)
 }
 
-/// Run the server until SIGINT or SIGTERM, then let in-flight requests finish. Prints
-/// `berth serve: listening on http://<addr>/` on stdout once the socket is bound.
-pub async fn run(config: Config) -> Result<(), Error> {
+/// Run the server until SIGINT or SIGTERM, then let in-flight requests finish. `on_listening`
+/// is told the bound address once the socket listens (the binary prints it).
+pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Result<(), Error> {
     let addrs = resolve_listen(&config.listen)?;
     let loopback = addrs.iter().all(|a| a.ip().is_loopback());
     let auth_configured = config.credentials.is_some() || config.trusted_user_header.is_some();
@@ -610,11 +610,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         auto_init,
         "serving"
     );
-    {
-        let mut out = io::stdout().lock();
-        let _ = writeln!(out, "berth serve: listening on http://{local}/");
-        let _ = out.flush();
-    }
+    on_listening(local);
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
