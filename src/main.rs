@@ -309,10 +309,14 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                &berth::protocol::sideband::die_line(e),
-            );
+            let mut stderr = std::io::stderr();
+            // git's `error: ...` line before it dies of a configuration error.
+            if let berth::receive::Fatal::Repository(berth::repo::Error::Config(c)) = &e
+                && let Some(line) = c.preamble()
+            {
+                let _ = std::io::Write::write_all(&mut stderr, format!("{line}\n").as_bytes());
+            }
+            let _ = std::io::Write::write_all(&mut stderr, &berth::protocol::sideband::die_line(e));
             ExitCode::from(128)
         }
     }

@@ -139,10 +139,12 @@ pub fn run(
     stderr: impl Write,
 ) -> Result<(), Fatal> {
     let repo = Repository::open(dir)?;
+    let mut stderr = stderr;
+    crate::repo::config::write_warnings(&mut stderr, &repo.config_warnings)?;
     let config = &repo.config;
     let hook_set = HookSet::discover(&repo.git_dir, &repo.config_file)?;
     // Signed pushes: the nonce is issued when the session starts, as git does.
-    let push_cert_nonce = config.cert_nonce_seed.as_deref().map(|seed| {
+    let push_cert_nonce = config.advertisement.cert_nonce_seed.as_deref().map(|seed| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -162,7 +164,7 @@ pub fn run(
             pktline::write_data(&mut out, b"version 1\n")?;
         }
         let alternates = advertise::alternate_tips(&repo);
-        let caps = advertise::capabilities(config, push_cert_nonce.as_deref());
+        let caps = advertise::capabilities(&config.advertisement, push_cert_nonce.as_deref());
         advertise::write(
             &mut out,
             &refs,
@@ -171,7 +173,7 @@ pub fn run(
                 policy::is_hidden_in_namespace(
                     name.map(|n| n.as_bstr()),
                     full.as_bstr(),
-                    &config.hide_refs,
+                    &config.policy.hide_refs,
                 )
             },
             &alternates,
@@ -185,11 +187,11 @@ pub fn run(
 
     let mut reader = pktline::Reader::new(BufReader::with_capacity(64 * 1024, input));
     let limits = request::Limits {
-        atomic: config.advertise_atomic,
-        push_options: config.advertise_push_options,
-        max_commands: config.max_commands,
-        max_push_options: config.max_push_options,
-        max_bytes: config.max_request_bytes,
+        atomic: config.advertisement.atomic,
+        push_options: config.advertisement.push_options,
+        max_commands: config.limits.max_commands,
+        max_push_options: config.limits.max_push_options,
+        max_bytes: config.limits.max_request_bytes,
     };
     let req = {
         let _span = info_span!("read_commands").entered();
@@ -219,8 +221,12 @@ pub fn run(
                 issued_nonce: push_cert_nonce.clone(),
                 stateless: options.stateless_rpc,
                 dir,
-                seed: config.cert_nonce_seed.as_deref().unwrap_or_default(),
-                slop: config.cert_nonce_slop,
+                seed: config
+                    .advertisement
+                    .cert_nonce_seed
+                    .as_deref()
+                    .unwrap_or_default(),
+                slop: config.advertisement.cert_nonce_slop,
             });
     let hooks = Hooks {
         base_env: &options.hook_env,
@@ -262,14 +268,17 @@ pub fn run(
             Err(e) => unpack_error = Some(ingest::UnpackError::Quarantine(e).to_string()),
             Ok(q) => {
                 let opts = ingest::Options {
-                    max_input_size: config.max_input_size,
+                    max_input_size: config.ingest.max_input_size,
                     thread_limit: None,
                     // git shows index-pack's progress only through the sideband.
                     count_deltas: !quiet && mode == Mode::Band64k,
-                    unpack_limit: config.unpack_limit,
+                    unpack_limit: config.ingest.unpack_limit,
                     reject_thin_pack: options.reject_thin_pack,
-                    fsck: config.fsck_objects.then(|| config.fsck.clone()),
-                    max_object_size: config.max_object_size,
+                    fsck: config
+                        .ingest
+                        .fsck_objects
+                        .then(|| config.ingest.fsck.clone()),
+                    max_object_size: config.ingest.max_object_size,
                     shallow: repo
                         .shallow()
                         .into_iter()
@@ -326,7 +335,7 @@ pub fn run(
             if policy::is_hidden_in_namespace(
                 Some(c.command.name.as_bstr()),
                 full.as_bstr(),
-                &config.hide_refs,
+                &config.policy.hide_refs,
             ) {
                 c.error = Some(if c.command.is_delete() {
                     "deny deleting a hidden ref".into()
@@ -338,7 +347,7 @@ pub fn run(
         let mut proc_receive = false;
         for c in cmds.iter_mut().filter(|c| c.should_process()) {
             let selected = crate::repo::config::ProcReceiveRef::selects(
-                &config.proc_receive_refs,
+                &config.hooks.proc_receive_refs,
                 &c.command.name,
                 c.command.old.is_null(),
                 c.command.new.is_null(),
@@ -469,7 +478,7 @@ fn check_connectivity<W: Write, E: Write>(
                 c.error = Some("missing necessary objects".into());
             }
             connectivity::Status::Connected if !check.new_roots().is_empty() => {
-                if repo.config.shallow_update {
+                if repo.config.policy.shallow_update {
                     c.new_shallow = check.new_roots().to_vec();
                 } else {
                     c.error = Some("shallow update not allowed".into());
@@ -624,14 +633,14 @@ fn decide<W: Write, E: Write>(
     });
     let mut update_worktree = None;
     if let Some(wt) = worktree.filter(|w| !w.is_bare()) {
-        match config.deny_current_branch {
+        match config.policy.deny_current_branch {
             DenyAction::Ignore => {}
             DenyAction::Warn => sb.warning("updating the current branch")?,
             DenyAction::Refuse | DenyAction::Unconfigured => {
                 sb.error(format_args!(
                     "refusing to update checked out branch: {name}"
                 ))?;
-                if config.deny_current_branch == DenyAction::Unconfigured {
+                if config.policy.deny_current_branch == DenyAction::Unconfigured {
                     sb.error(policy::REFUSE_CURRENT_BRANCH_MSG)?;
                 }
                 return Ok(Err("branch is currently checked out".into()));
@@ -649,7 +658,7 @@ fn decide<W: Write, E: Write>(
         return Ok(Err("bad pack".into()));
     }
     if !c.old.is_null() && c.is_delete() {
-        if config.deny_deletes && name.starts_with(b"refs/heads/") {
+        if config.policy.deny_deletes && name.starts_with(b"refs/heads/") {
             sb.error(format_args!("denying ref deletion for {name}"))?;
             return Ok(Err("deletion prohibited".into()));
         }
@@ -659,11 +668,11 @@ fn decide<W: Write, E: Write>(
             || (!ctx.namespace.is_empty()
                 && main_head.is_some_and(|h| h.as_bytes() == ctx.full_name(cmd).as_slice()))
         {
-            match config.deny_delete_current {
+            match config.policy.deny_delete_current {
                 DenyAction::Ignore => {}
                 DenyAction::Warn => sb.warning("deleting the current branch")?,
                 DenyAction::Refuse | DenyAction::Unconfigured | DenyAction::UpdateInstead => {
-                    if config.deny_delete_current == DenyAction::Unconfigured {
+                    if config.policy.deny_delete_current == DenyAction::Unconfigured {
                         sb.error(policy::REFUSE_DELETE_CURRENT_MSG)?;
                     }
                     sb.error(format_args!(
@@ -674,7 +683,7 @@ fn decide<W: Write, E: Write>(
             }
         }
     }
-    if config.deny_non_fast_forwards
+    if config.policy.deny_non_fast_forwards
         && !c.is_delete()
         && !c.is_create()
         && name.starts_with(b"refs/heads/")
@@ -910,12 +919,12 @@ fn committer(
     let name = over
         .map(|o| o.0.clone())
         .or_else(|| std::env::var("GIT_COMMITTER_NAME").ok())
-        .or_else(|| config.user_name.clone())
+        .or_else(|| config.identity.name.clone())
         .unwrap_or_else(|| user.clone());
     let email = over
         .map(|o| o.1.clone())
         .or_else(|| std::env::var("GIT_COMMITTER_EMAIL").ok())
-        .or_else(|| config.user_email.clone())
+        .or_else(|| config.identity.email.clone())
         .unwrap_or_else(|| format!("{user}@{host}"));
     let time = std::env::var("GIT_COMMITTER_DATE")
         .ok()
@@ -960,8 +969,7 @@ impl<'a> Hooks<'a> {
             git_dir: &repo.git_dir,
             objects_dir: &repo.objects_dir,
             push_options,
-            keepalive: (repo.config.keep_alive > 0)
-                .then(|| std::time::Duration::from_secs(repo.config.keep_alive as u64)),
+            keepalive: repo.config.hooks.keep_alive,
             base_env: &[],
             certificate: None,
             certificate_env: std::cell::OnceCell::new(),
@@ -1346,9 +1354,9 @@ fn housekeeping<W: Write, E: Write>(
         p.args(args).current_dir(&repo.git_dir).env("GIT_DIR", ".");
         p
     };
-    if repo.config.auto_gc {
+    if repo.config.housekeeping.auto_gc {
         let _span = info_span!("auto_gc").entered();
-        let detach = if repo.config.auto_detach {
+        let detach = if repo.config.housekeeping.auto_detach {
             "--detach"
         } else {
             "--no-detach"
@@ -1356,7 +1364,7 @@ fn housekeeping<W: Write, E: Write>(
         let maintenance = git(&["maintenance", "run", "--auto", "--quiet", detach]);
         hooks::run_process(maintenance, None, keepalive, &mut Hooks::to_client(sb))?;
     }
-    if repo.config.update_server_info {
+    if repo.config.housekeeping.update_server_info {
         let mut p = git(&["update-server-info"]);
         p.stdout(std::process::Stdio::null());
         let _ = p.status();
