@@ -985,6 +985,423 @@ pub fn parse_config_parameters(s: &str) -> Vec<(String, Option<String>)> {
 mod tests {
     use super::*;
 
+    fn parse(text: &str) -> Result<(Config, Vec<Warning>), Error> {
+        parse_with(text, &Environment::default())
+    }
+
+    fn parse_with(text: &str, env: &Environment) -> Result<(Config, Vec<Warning>), Error> {
+        Config::from_file(&File::try_from(text).unwrap(), env)
+    }
+
+    /// Per key of [`KEYS`]: a value and what it must do (something other than the default).
+    #[allow(clippy::type_complexity)]
+    const SAMPLES: &[(&str, &str, fn(&Config) -> bool)] = &[
+        ("receive.denyDeletes", "true", |c| c.policy.deny_deletes),
+        ("receive.denyNonFastForwards", "yes", |c| {
+            c.policy.deny_non_fast_forwards
+        }),
+        ("receive.denyCurrentBranch", "updateInstead", |c| {
+            c.policy.deny_current_branch == DenyAction::UpdateInstead
+        }),
+        ("receive.denyDeleteCurrent", "warn", |c| {
+            c.policy.deny_delete_current == DenyAction::Warn
+        }),
+        ("receive.hideRefs", "refs/x//", |c| {
+            c.policy.hide_refs == ["refs/x"]
+        }),
+        ("transfer.hideRefs", "!refs/y", |c| {
+            c.policy.hide_refs == ["!refs/y"]
+        }),
+        ("receive.advertiseAtomic", "false", |c| {
+            !c.advertisement.atomic
+        }),
+        ("receive.advertisePushOptions", "on", |c| {
+            c.advertisement.push_options
+        }),
+        ("transfer.advertiseSID", "1", |c| c.advertisement.session_id),
+        ("receive.certNonceSeed", "seed", |c| {
+            c.advertisement.cert_nonce_seed.as_deref() == Some("seed")
+        }),
+        ("receive.certNonceSlop", "30", |c| {
+            c.advertisement.cert_nonce_slop == 30
+        }),
+        ("repack.useDeltaBaseOffset", "off", |c| {
+            !c.advertisement.delta_base_offset
+        }),
+        ("receive.maxInputSize", "1k", |c| {
+            c.ingest.max_input_size == 1024
+        }),
+        ("transfer.unpackLimit", "7", |c| c.ingest.unpack_limit == 7),
+        ("receive.unpackLimit", "8", |c| c.ingest.unpack_limit == 8),
+        ("receive.procReceiveRefs", "ad:refs/for/", |c| {
+            c.hooks.proc_receive_refs
+                == [ProcReceiveRef {
+                    prefix: "refs/for".into(),
+                    add: true,
+                    delete: true,
+                    modify: false,
+                    negative: false,
+                }]
+        }),
+        ("receive.keepAlive", "0", |c| c.hooks.keep_alive.is_none()),
+        ("receive.shallowUpdate", "true", |c| c.policy.shallow_update),
+        ("core.bare", "true", |c| {
+            c.storage.bare == Some(true) && c.storage.log_ref_updates == LogRefUpdates::Never
+        }),
+        ("core.logAllRefUpdates", "always", |c| {
+            c.storage.log_ref_updates == LogRefUpdates::Always
+        }),
+        ("reftable.blockSize", "8k", |c| {
+            c.storage.reftable.block_size == 8192
+        }),
+        ("reftable.restartInterval", "5", |c| {
+            c.storage.reftable.restart_interval == 5
+        }),
+        ("reftable.indexObjects", "false", |c| {
+            !c.storage.reftable.index_objects
+        }),
+        ("reftable.geometricFactor", "3", |c| {
+            c.storage.reftable.geometric_factor == 3
+        }),
+        ("reftable.lockTimeout", "-1", |c| {
+            c.storage.reftable.lock_timeout_ms == -1
+        }),
+        ("reftable.autoCompaction", "false", |c| {
+            c.storage.reftable.disable_auto_compact
+        }),
+        ("berth.maxCommands", "10", |c| c.limits.max_commands == 10),
+        ("berth.maxRequestBytes", "1m", |c| {
+            c.limits.max_request_bytes == 1 << 20
+        }),
+        ("berth.maxPushOptions", "0", |c| {
+            c.limits.max_push_options == 0
+        }),
+        ("receive.autogc", "false", |c| !c.housekeeping.auto_gc),
+        ("maintenance.auto", "false", |c| !c.housekeeping.auto_gc),
+        ("maintenance.autoDetach", "false", |c| {
+            !c.housekeeping.auto_detach
+        }),
+        ("gc.autoDetach", "false", |c| !c.housekeeping.auto_detach),
+        ("receive.updateServerInfo", "true", |c| {
+            c.housekeeping.update_server_info
+        }),
+        ("user.name", "A U Thor", |c| {
+            c.identity.name.as_deref() == Some("A U Thor")
+        }),
+        ("user.email", "a@b", |c| {
+            c.identity.email.as_deref() == Some("a@b")
+        }),
+        ("receive.fsckObjects", "true", |c| c.ingest.fsck_objects),
+        ("transfer.fsckObjects", "true", |c| c.ingest.fsck_objects),
+        ("receive.fsck.<msg-id>", "warn", |c| {
+            c.ingest.fsck
+                == [FsckSetting::Severity {
+                    id: "missingemail".into(),
+                    severity: "warn".into(),
+                }]
+        }),
+        ("berth.maxObjectSize", "2g", |c| {
+            c.ingest.max_object_size == 2 << 30
+        }),
+    ];
+
+    /// `[section "sub"] var = value` for `section.var` or `section.sub.var`, the names spelled by
+    /// `case`.
+    fn config_text(name: &str, value: &str, case: fn(&str) -> String) -> String {
+        let name = name.replace("<msg-id>", "missingEmail");
+        let mut parts: Vec<&str> = name.split('.').collect();
+        let var = parts.pop().unwrap();
+        let header = match parts.as_slice() {
+            [section] => format!("[{}]", case(section)),
+            // Subsections are case-sensitive: only the section and the variable change.
+            [section, sub] => format!("[{} \"{sub}\"]", case(section)),
+            _ => unreachable!("{name}"),
+        };
+        format!("{header}\n\t{} = {value}\n", case(var))
+    }
+
+    #[test]
+    fn every_key_parses_its_git_spellings() {
+        let names: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
+        let sampled: Vec<&str> = SAMPLES.iter().map(|s| s.0).collect();
+        assert_eq!(names, sampled, "every key has a sample, in table order");
+        let defaults = parse("").unwrap().0;
+        for (name, value, check) in SAMPLES {
+            assert!(
+                !check(&defaults),
+                "{name}: the sample must change the default"
+            );
+            let spellings: [fn(&str) -> String; 3] = [
+                str::to_owned,
+                str::to_ascii_lowercase,
+                str::to_ascii_uppercase,
+            ];
+            for case in spellings {
+                let text = config_text(name, value, case);
+                let (c, warnings) = parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+                assert!(check(&c), "{text}: {c:#?}");
+                assert!(warnings.is_empty(), "{text}");
+            }
+        }
+        for key in KEYS {
+            assert!(!key.doc.is_empty(), "{}", key.name);
+        }
+    }
+
+    #[test]
+    fn boolean_and_number_spellings() {
+        for v in ["true", "yes", "on", "1", "-1", "1k", "TRUE", "On", ""] {
+            assert_eq!(parse_bool(v), Some(true), "{v}");
+        }
+        for v in ["false", "no", "off", "0", "FALSE", "Off"] {
+            assert_eq!(parse_bool(v), Some(false), "{v}");
+        }
+        assert_eq!(parse_bool("nope"), None);
+        assert_eq!(parse_int("1k"), Some(1024));
+        assert_eq!(parse_int("2M"), Some(2 << 20));
+        assert_eq!(parse_int("1g"), Some(1 << 30));
+        assert_eq!(parse_int(" -3 "), Some(-3));
+        assert_eq!(parse_int("1x"), None);
+        for (v, d) in [
+            ("ignore", DenyAction::Ignore),
+            ("false", DenyAction::Ignore),
+            ("WARN", DenyAction::Warn),
+            ("refuse", DenyAction::Refuse),
+            ("yes", DenyAction::Refuse),
+            ("updateInstead", DenyAction::UpdateInstead),
+        ] {
+            assert_eq!(DenyAction::parse(v).unwrap(), d, "{v}");
+        }
+        assert!(matches!(DenyAction::parse("maybe"), Err(Error::BadBool(v)) if v == "maybe"));
+    }
+
+    /// The defaults of `builtin/receive-pack.c`, `refs/reftable-backend.c` and
+    /// `Documentation/config/*.adoc`, and berth's own limits.
+    #[test]
+    fn defaults_equal_gits() {
+        let c = Config::default();
+        assert_eq!(
+            c.advertisement,
+            Advertisement {
+                atomic: true,
+                push_options: false,
+                session_id: false,
+                delta_base_offset: true,
+                cert_nonce_seed: None,
+                cert_nonce_slop: 0,
+            }
+        );
+        assert_eq!(
+            c.policy,
+            RefPolicy {
+                deny_deletes: false,
+                deny_non_fast_forwards: false,
+                deny_current_branch: DenyAction::Unconfigured,
+                deny_delete_current: DenyAction::Unconfigured,
+                hide_refs: vec![],
+                shallow_update: false,
+            }
+        );
+        assert_eq!(
+            c.ingest,
+            Ingest {
+                max_input_size: 0,
+                unpack_limit: 100,
+                max_object_size: 1 << 30,
+                fsck_objects: false,
+                fsck: vec![],
+            }
+        );
+        assert_eq!(c.hooks.keep_alive, Some(Duration::from_secs(5)));
+        assert!(c.hooks.proc_receive_refs.is_empty());
+        assert_eq!(
+            c.limits,
+            Limits {
+                max_commands: 4_000_000,
+                max_request_bytes: 1 << 30,
+                max_push_options: 10_000,
+            }
+        );
+        assert_eq!(
+            c.housekeeping,
+            Housekeeping {
+                auto_gc: true,
+                auto_detach: true,
+                update_server_info: false,
+            }
+        );
+        assert_eq!(c.identity, Identity::default());
+        let rt = c.storage.reftable;
+        assert_eq!(
+            (rt.block_size, rt.restart_interval, rt.index_objects),
+            (4096, 16, true)
+        );
+        assert_eq!(
+            (
+                rt.geometric_factor,
+                rt.lock_timeout_ms,
+                rt.disable_auto_compact
+            ),
+            (2, 100, false)
+        );
+
+        // An empty configuration is the defaults, but for what depends on bareness: reflogs
+        // are written unless the repository is bare.
+        let (read, warnings) = parse("").unwrap();
+        assert!(warnings.is_empty());
+        let expected = Config {
+            storage: Storage {
+                log_ref_updates: LogRefUpdates::Normal,
+                ..c.storage
+            },
+            ..c.clone()
+        };
+        assert_eq!(read, expected);
+        let bare = parse("[core]\n\tbare = true\n").unwrap().0;
+        assert_eq!(bare.storage.log_ref_updates, LogRefUpdates::Never);
+        let non_bare = parse("[core]\n\tbare = false\n").unwrap().0;
+        assert_eq!(non_bare.storage.log_ref_updates, LogRefUpdates::Normal);
+    }
+
+    #[test]
+    fn last_one_wins_and_receive_over_transfer() {
+        let c = parse("[receive]\n\tdenyDeletes = true\n\tdenydeletes = false\n")
+            .unwrap()
+            .0;
+        assert!(!c.policy.deny_deletes);
+        // Only the last value is parsed.
+        let c = parse("[receive]\n\tdenyDeletes = bogus\n[receive]\n\tdenyDeletes = on\n")
+            .unwrap()
+            .0;
+        assert!(c.policy.deny_deletes);
+        // receive.* wins over transfer.* whatever their order.
+        for text in [
+            "[receive]\n\tunpackLimit = 3\n[transfer]\n\tunpackLimit = 9\n",
+            "[transfer]\n\tunpackLimit = 9\n[receive]\n\tunpackLimit = 3\n",
+        ] {
+            assert_eq!(parse(text).unwrap().0.ingest.unpack_limit, 3, "{text}");
+        }
+        for text in [
+            "[receive]\n\tfsckObjects = false\n[transfer]\n\tfsckObjects = true\n",
+            "[transfer]\n\tfsckObjects = true\n[receive]\n\tfsckObjects = false\n",
+        ] {
+            assert!(!parse(text).unwrap().0.ingest.fsck_objects, "{text}");
+        }
+        let c = parse("[gc]\n\tautoDetach = false\n[maintenance]\n\tautoDetach = true\n")
+            .unwrap()
+            .0;
+        assert!(c.housekeeping.auto_detach);
+        // maintenance.auto only matters when receive.autogc is on.
+        let c = parse("[receive]\n\tautogc = false\n[maintenance]\n\tauto = bogus\n")
+            .unwrap()
+            .0;
+        assert!(!c.housekeeping.auto_gc);
+        // Both hideRefs families, in configuration order.
+        let c = parse(
+            "[receive]\n\thideRefs = refs/a/\n[transfer]\n\thideRefs = !refs/a/b\n\
+             [receive]\n\thideRefs = refs/c\n[receive \"sub\"]\n\thideRefs = refs/no\n",
+        )
+        .unwrap()
+        .0;
+        assert_eq!(c.policy.hide_refs, ["refs/a", "!refs/a/b", "refs/c"]);
+    }
+
+    #[test]
+    fn errors_as_git() {
+        let err = |text: &str| parse(text).unwrap_err().to_string();
+        assert_eq!(
+            err("[receive]\n\tdenyDeletes = maybe\n"),
+            "bad boolean config value 'maybe'"
+        );
+        assert_eq!(
+            err("[receive]\n\tunpackLimit = lots\n"),
+            "bad numeric config value 'lots'"
+        );
+        assert_eq!(
+            err("[reftable]\n\tblockSize = 16m\n"),
+            "reftable block size cannot exceed 16MB"
+        );
+        assert_eq!(
+            err("[reftable]\n\trestartInterval = 65536\n"),
+            "reftable block size cannot exceed 65535"
+        );
+        assert_eq!(
+            err("[receive \"fsck\"]\n\tmissingEmail = bogus\n"),
+            "Unknown fsck message type: 'bogus'"
+        );
+        // Keys are checked in table order.
+        assert_eq!(
+            err("[receive]\n\tautogc = x\n\tdenyDeletes = y\n"),
+            "bad boolean config value 'y'"
+        );
+    }
+
+    #[test]
+    fn warnings_are_returned_not_printed() {
+        let (c, warnings) = parse(
+            "[receive \"fsck\"]\n\tnoSuchId = warn\n\tbadDate = ignore\n\tskipList = ~/skip\n",
+        )
+        .unwrap();
+        assert_eq!(
+            warnings,
+            [Warning("skipping unknown msg id 'nosuchid'".into())]
+        );
+        assert_eq!(c.ingest.fsck.len(), 2);
+        let mut out = Vec::new();
+        write_warnings(&mut out, &warnings).unwrap();
+        assert_eq!(out, b"warning: skipping unknown msg id 'nosuchid'\n");
+    }
+
+    #[test]
+    fn environment_is_the_loaders_input() {
+        let env = Environment {
+            test_reftable_autocompaction: Some("false".into()),
+            ..Default::default()
+        };
+        let c = parse_with("[reftable]\n\tautoCompaction = true\n", &env)
+            .unwrap()
+            .0;
+        assert!(c.storage.reftable.disable_auto_compact);
+        assert_eq!(
+            expand_home(Path::new("~/skip"), Some(Path::new("/home/u"))),
+            Path::new("/home/u/skip")
+        );
+        assert_eq!(expand_home(Path::new("~/skip"), None), Path::new("~/skip"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let git_dir = dir.path();
+        std::fs::write(git_dir.join("config"), "[receive]\n\tdenyDeletes = true\n").unwrap();
+        let env = Environment {
+            config_parameters: Some(
+                "'receive.denyDeletes'='false' 'receive.fsck.skipList'='~/s'".into(),
+            ),
+            home: Some("/home/u".into()),
+            ..Default::default()
+        };
+        let loaded = Config::load(git_dir, &env).unwrap();
+        assert!(!loaded.config.policy.deny_deletes);
+        assert_eq!(
+            loaded.config.ingest.fsck,
+            [FsckSetting::SkipList {
+                path: "/home/u/s".into(),
+                configured: "~/s".into(),
+            }]
+        );
+        let env = Environment {
+            config_parameters: Some("'receive.fsck.skipList'".into()),
+            ..Default::default()
+        };
+        let e = Config::load(git_dir, &env).unwrap_err();
+        assert_eq!(
+            e.preamble().as_deref(),
+            Some("error: missing value for 'receive.fsck.skiplist'")
+        );
+        assert_eq!(
+            e.to_string(),
+            "unable to parse 'receive.fsck.skiplist' from command-line config"
+        );
+    }
+
     #[test]
     fn config_parameters() {
         assert_eq!(
@@ -1003,25 +1420,6 @@ mod tests {
                 ("receive.fsck.skiplist".into(), None),
                 ("a.b".into(), Some(String::new()))
             ]
-        );
-    }
-
-    #[test]
-    fn values() {
-        assert_eq!(parse_int("1k"), Some(1024));
-        assert_eq!(parse_bool("On"), Some(true));
-        assert_eq!(
-            DenyAction::parse("updateInstead").unwrap(),
-            DenyAction::UpdateInstead
-        );
-        assert_eq!(DenyAction::parse("false").unwrap(), DenyAction::Ignore);
-        let file =
-            File::try_from("[receive]\n\thideRefs = refs/a/\n[transfer]\n\thideRefs = !refs/a/b\n")
-                .unwrap();
-        let c = Config::from_file(&file, &Environment::default()).unwrap().0;
-        assert_eq!(
-            c.policy.hide_refs,
-            vec!["refs/a".to_string(), "!refs/a/b".to_string()]
         );
     }
 }
