@@ -322,7 +322,7 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
     match result {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = std::io::Write::write_all(&mut std::io::stderr(), &berth::receive::die_line(e));
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), &e.die_lines());
             ExitCode::from(128)
         }
     }

@@ -499,7 +499,101 @@ fn content_type_probe_and_methods() {
         m.contains("berth_http_requests_total{service=\"receive-pack\",code=\"415\"} 1"),
         "{m}"
     );
-    assert!(m.contains("berth_pushes_total{result=\"ok\"} 1"), "{m}");
+    // The probe carries no commands: it is not a push. The refused content type is an error.
+    assert!(m.contains("berth_pushes_total{result=\"ok\"} 0"), "{m}");
+    assert!(m.contains("berth_pushes_total{result=\"error\"} 1"), "{m}");
+}
+
+/// A push's outcome decides how it is logged and counted: every ref accepted is `ok`, some
+/// `partial`, none `rejected` (a declining hook is not a success), a broken pack `error`.
+#[test]
+fn push_outcome_decides_log_line_and_metrics() {
+    let w = World::new();
+    let srv = Serve::start(&w, &[]);
+    w.work("src");
+    let c1 = w.commit("src", "a", "1");
+    ok(git(&w, "src", &["push", &srv.url("demo.git"), "main"]));
+    let hooks = w.path("repos/demo.git/hooks");
+    let hook = |name: &str, body: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = hooks.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    // Every ref refused by pre-receive.
+    hook("pre-receive", "exit 1");
+    let out = git(
+        &w,
+        "src",
+        &["push", &srv.url("demo.git"), "main:refs/heads/b1"],
+    );
+    assert!(!out.status.success());
+    std::fs::remove_file(hooks.join("pre-receive")).unwrap();
+    // One of two refs refused by update.
+    hook("update", "test \"$1\" != refs/heads/no");
+    let out = git(
+        &w,
+        "src",
+        &[
+            "push",
+            &srv.url("demo.git"),
+            "main:refs/heads/yes",
+            "main:refs/heads/no",
+        ],
+    );
+    assert!(!out.status.success());
+    // A pack that is cut short: the unpack fails, nothing is updated.
+    let mut body = push_request(&w, "src", &c1);
+    body.truncate(body.len() - 30);
+    let r = http(
+        &srv.addr,
+        "POST",
+        "/demo.git/git-receive-pack",
+        &[("Content-Type", "application/x-git-receive-pack-request")],
+        &body,
+    );
+    assert_eq!(r.status, 200);
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("unpack "),
+        "{:?}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(
+        server_refs(&w, "repos/demo.git").lines().count(),
+        2,
+        "only main and yes"
+    );
+
+    let outcomes: Vec<String> = srv
+        .push_log_lines()
+        .iter()
+        .filter_map(|l| {
+            let o = l.split("outcome=").nth(1)?;
+            Some(format!(
+                "{} {} {}",
+                o.split_whitespace().next()?,
+                field(l, "refs_updated")?,
+                field(l, "refs_refused")?
+            ))
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["ok 1 0", "rejected 0 1", "partial 1 1", "error 0 1"],
+        "{}",
+        srv.log()
+    );
+    let m = String::from_utf8(http(&srv.addr, "GET", "/metrics", &[], b"").body).unwrap();
+    for line in [
+        "berth_pushes_total{result=\"ok\"} 1",
+        "berth_pushes_total{result=\"partial\"} 1",
+        "berth_pushes_total{result=\"rejected\"} 1",
+        "berth_pushes_total{result=\"error\"} 1",
+        "berth_push_refs_total{result=\"updated\"} 2",
+        "berth_push_refs_total{result=\"refused\"} 3",
+    ] {
+        assert!(m.contains(line), "{line} in\n{m}");
+    }
 }
 
 #[test]

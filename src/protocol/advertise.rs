@@ -11,29 +11,29 @@ use gix_hash::ObjectId;
 
 use crate::protocol::pktline;
 use crate::refs::Refs;
-use crate::repo::config::Config;
+use crate::repo::config::Advertisement;
 
 /// The capability list, in git's order; `user_agent` is `GIT_USER_AGENT`.
 pub fn capabilities(
-    config: &Config,
+    config: &Advertisement,
     push_cert_nonce: Option<&str>,
     user_agent: Option<&str>,
 ) -> String {
     let mut caps = String::from("report-status report-status-v2 delete-refs side-band-64k quiet");
-    if config.advertise_atomic {
+    if config.atomic {
         caps.push_str(" atomic");
     }
-    if config.use_delta_base_offset {
+    if config.delta_base_offset {
         caps.push_str(" ofs-delta");
     }
     if let Some(nonce) = push_cert_nonce {
         caps.push_str(" push-cert=");
         caps.push_str(nonce);
     }
-    if config.advertise_push_options {
+    if config.push_options {
         caps.push_str(" push-options");
     }
-    if config.advertise_sid {
+    if config.session_id {
         caps.push_str(" session-id=");
         caps.push_str(crate::protocol::trace2::session_id());
     }

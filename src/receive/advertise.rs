@@ -30,7 +30,11 @@ pub(super) fn advertise(
         pktline::write_data(out, b"version 1\n")?;
     }
     let alternates = alternate_tips(repo, diagnostics);
-    let caps = advertise::capabilities(config, push_cert_nonce, options.env.user_agent.as_deref());
+    let caps = advertise::capabilities(
+        &config.advertisement,
+        push_cert_nonce,
+        options.env.user_agent.as_deref(),
+    );
     advertise::write(
         out,
         &refs,
@@ -39,7 +43,7 @@ pub(super) fn advertise(
             policy::is_hidden_in_namespace(
                 name.map(|n| n.as_bstr()),
                 full.as_bstr(),
-                &config.hide_refs,
+                &config.policy.hide_refs,
             )
         },
         &alternates,

@@ -57,7 +57,7 @@ pub(super) fn check_connectivity<W: Write, E: Write>(
                 c.error = Some(Reason::MissingObjects);
             }
             connectivity::Status::Connected if !check.new_roots().is_empty() => {
-                if repo.config.shallow_update {
+                if repo.config.policy.shallow_update {
                     c.new_shallow = check.new_roots().to_vec();
                 } else {
                     c.error = Some(Reason::ShallowUpdateNotAllowed);

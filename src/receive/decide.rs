@@ -76,14 +76,14 @@ pub(super) fn decide<W: Write, E: Write>(
     });
     let mut update_worktree = None;
     if let Some(wt) = worktree.filter(|w| !w.is_bare()) {
-        match config.deny_current_branch {
+        match config.policy.deny_current_branch {
             DenyAction::Ignore => {}
             DenyAction::Warn => sb.warning("updating the current branch")?,
             DenyAction::Refuse | DenyAction::Unconfigured => {
                 sb.error(format_args!(
                     "refusing to update checked out branch: {name}"
                 ))?;
-                if config.deny_current_branch == DenyAction::Unconfigured {
+                if config.policy.deny_current_branch == DenyAction::Unconfigured {
                     sb.error(policy::REFUSE_CURRENT_BRANCH_MSG)?;
                 }
                 return Ok(Err(Reason::CurrentBranch));
@@ -102,7 +102,7 @@ pub(super) fn decide<W: Write, E: Write>(
         return Ok(Err(Reason::BadPack));
     }
     if !c.old.is_null() && c.is_delete() {
-        if config.deny_deletes && name.starts_with(b"refs/heads/") {
+        if config.policy.deny_deletes && name.starts_with(b"refs/heads/") {
             sb.error(format_args!("denying ref deletion for {name}"))?;
             return Ok(Err(Reason::DeletionProhibited));
         }
@@ -112,11 +112,11 @@ pub(super) fn decide<W: Write, E: Write>(
             || (!ctx.namespace.is_empty()
                 && main_head.is_some_and(|h| h.as_bytes() == ctx.full_name(cmd).as_slice()))
         {
-            match config.deny_delete_current {
+            match config.policy.deny_delete_current {
                 DenyAction::Ignore => {}
                 DenyAction::Warn => sb.warning("deleting the current branch")?,
                 DenyAction::Refuse | DenyAction::Unconfigured | DenyAction::UpdateInstead => {
-                    if config.deny_delete_current == DenyAction::Unconfigured {
+                    if config.policy.deny_delete_current == DenyAction::Unconfigured {
                         sb.error(policy::REFUSE_DELETE_CURRENT_MSG)?;
                     }
                     sb.error(format_args!(
@@ -127,7 +127,7 @@ pub(super) fn decide<W: Write, E: Write>(
             }
         }
     }
-    if config.deny_non_fast_forwards
+    if config.policy.deny_non_fast_forwards
         && !c.is_delete()
         && !c.is_create()
         && name.starts_with(b"refs/heads/")

@@ -23,9 +23,9 @@ pub(super) fn housekeeping<W: Write, E: Write>(
         p.args(args).current_dir(&repo.git_dir).env("GIT_DIR", ".");
         p
     };
-    if repo.config.auto_gc {
+    if repo.config.housekeeping.auto_gc {
         let _span = info_span!("auto_gc").entered();
-        let detach = if repo.config.auto_detach {
+        let detach = if repo.config.housekeeping.auto_detach {
             "--detach"
         } else {
             "--no-detach"
@@ -33,7 +33,7 @@ pub(super) fn housekeeping<W: Write, E: Write>(
         let maintenance = git(&["maintenance", "run", "--auto", "--quiet", detach]);
         hooks::run_process(maintenance, None, keepalive, &mut Hooks::to_client(sb))?;
     }
-    if repo.config.update_server_info {
+    if repo.config.housekeeping.update_server_info {
         let mut p = git(&["update-server-info"]);
         p.stdin(std::process::Stdio::null());
         if let Ok(out) = p.output() {

@@ -32,7 +32,6 @@ mod update;
 
 pub use crate::protocol::report::{Reason, Rewrite, Status};
 pub use crate::protocol::request::Command;
-pub use crate::protocol::sideband::die_line;
 pub use options::{Environment, Options, protocol_version};
 pub use outcome::{CommandOutcome, Fatal, Outcome, PushResult, Unpack};
 
@@ -59,11 +58,12 @@ pub fn run(
     output: impl Write,
     mut stderr: impl Write,
 ) -> Result<Outcome, Fatal> {
-    let repo = Repository::open(dir, options.env.home.as_deref())?;
+    let repo = Repository::open(dir, &options.env.for_config())?;
+    crate::repo::config::write_warnings(&mut stderr, &repo.config_warnings)?;
     let config = &repo.config;
     let hook_set = HookSet::discover(&repo.git_dir, &repo.config_file, &mut stderr)?;
     // Signed pushes: the nonce is issued when the session starts, as git does.
-    let push_cert_nonce = config.cert_nonce_seed.as_deref().map(|seed| {
+    let push_cert_nonce = config.advertisement.cert_nonce_seed.as_deref().map(|seed| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -94,11 +94,11 @@ pub fn run(
 
     let mut reader = pktline::Reader::new(BufReader::with_capacity(64 * 1024, input));
     let limits = request::Limits {
-        atomic: config.advertise_atomic,
-        push_options: config.advertise_push_options,
-        max_commands: config.max_commands,
-        max_push_options: config.max_push_options,
-        max_bytes: config.max_request_bytes,
+        atomic: config.advertisement.atomic,
+        push_options: config.advertisement.push_options,
+        max_commands: config.limits.max_commands,
+        max_push_options: config.limits.max_push_options,
+        max_bytes: config.limits.max_request_bytes,
     };
     let req = {
         let _span = info_span!("read_commands").entered();
@@ -125,8 +125,12 @@ pub fn run(
             issued_nonce: push_cert_nonce.clone(),
             stateless: options.stateless_rpc,
             dir,
-            seed: config.cert_nonce_seed.as_deref().unwrap_or_default(),
-            slop: config.cert_nonce_slop,
+            seed: config
+                .advertisement
+                .cert_nonce_seed
+                .as_deref()
+                .unwrap_or_default(),
+            slop: config.advertisement.cert_nonce_slop,
         });
     let hooks = Hooks::new(
         &hook_set,
@@ -307,10 +311,10 @@ fn execute_commands<W: Write, E: Write>(
         kinds: Default::default(),
     };
     let config = &s.repo.config;
-    let committer = s
-        .options
-        .env
-        .committer(config.user_name.as_deref(), config.user_email.as_deref());
+    let committer = s.options.env.committer(
+        config.identity.name.as_deref(),
+        config.identity.email.as_deref(),
+    );
     if s.atomic {
         update::execute_atomic(cmds, &ctx, s.store, &committer, sb)
     } else {
@@ -325,7 +329,7 @@ fn refuse_hidden(s: &Session<'_>, cmds: &mut [Cmd]) {
         if policy::is_hidden_in_namespace(
             Some(c.command.name.as_bstr()),
             full.as_bstr(),
-            &s.repo.config.hide_refs,
+            &s.repo.config.policy.hide_refs,
         ) {
             c.error = Some(Reason::HiddenRef {
                 delete: c.command.is_delete(),
@@ -339,7 +343,7 @@ fn select_proc_receive(s: &Session<'_>, cmds: &mut [Cmd]) -> bool {
     let mut any = false;
     for c in cmds.iter_mut().filter(|c| c.should_process()) {
         if crate::repo::config::ProcReceiveRef::selects(
-            &s.repo.config.proc_receive_refs,
+            &s.repo.config.hooks.proc_receive_refs,
             &c.command.name,
             c.command.old.is_null(),
             c.command.new.is_null(),

@@ -52,8 +52,12 @@ pub struct Environment {
     pub alternate_object_directories: Option<String>,
     /// `GIT_USER_AGENT`: the `agent=` capability instead of berth's own.
     pub user_agent: Option<String>,
-    /// `HOME`, for a repository named `~/<path>`.
+    /// `HOME`, for a repository named `~/<path>` and a `~/` in `receive.fsck.skipList`.
     pub home: Option<String>,
+    /// `GIT_CONFIG_PARAMETERS`: the `git -c key=value` settings, applied over the files.
+    pub config_parameters: Option<String>,
+    /// `GIT_TEST_REFTABLE_AUTOCOMPACTION`: a false value turns reftable auto-compaction off.
+    pub test_reftable_autocompaction: Option<String>,
 }
 
 impl Environment {
@@ -72,6 +76,17 @@ impl Environment {
             alternate_object_directories: var("GIT_ALTERNATE_OBJECT_DIRECTORIES"),
             user_agent: var("GIT_USER_AGENT"),
             home: var("HOME"),
+            config_parameters: var("GIT_CONFIG_PARAMETERS"),
+            test_reftable_autocompaction: var("GIT_TEST_REFTABLE_AUTOCOMPACTION"),
+        }
+    }
+
+    /// What the configuration loader takes from it.
+    pub(crate) fn for_config(&self) -> crate::repo::config::Environment {
+        crate::repo::config::Environment {
+            config_parameters: self.config_parameters.clone(),
+            test_reftable_autocompaction: self.test_reftable_autocompaction.clone(),
+            home: self.home.as_ref().map(std::path::PathBuf::from),
         }
     }
 

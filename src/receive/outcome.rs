@@ -93,6 +93,22 @@ impl Outcome {
     }
 }
 
+impl Fatal {
+    /// What receive-pack prints on its stderr before it exits with 128: git's `error: …` line
+    /// for a configuration error that has one, then `fatal: <message>`.
+    pub fn die_lines(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Fatal::Repository(crate::repo::Error::Config(c)) = self
+            && let Some(line) = c.preamble()
+        {
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
+        out.extend(crate::protocol::sideband::die_line(self));
+        out
+    }
+}
+
 /// What ends a session without a report: git's receive-pack `die()`s in these cases, so the
 /// client sees `fatal: <message>` on stderr and exit code 128.
 #[derive(Debug, thiserror::Error)]

@@ -53,8 +53,7 @@ impl<'a> Hooks<'a> {
             git_dir: &repo.git_dir,
             objects_dir: &repo.objects_dir,
             push_options,
-            keepalive: (repo.config.keep_alive > 0)
-                .then(|| std::time::Duration::from_secs(repo.config.keep_alive as u64)),
+            keepalive: repo.config.hooks.keep_alive,
             base_env: &options.hook_env,
             certificate,
             certificate_env: std::cell::OnceCell::new(),

@@ -53,14 +53,17 @@ pub(super) fn unpack<W: Write, E: Write>(
         }
     };
     let opts = ingest::Options {
-        max_input_size: config.max_input_size,
+        max_input_size: config.ingest.max_input_size,
         thread_limit: None,
         // git shows index-pack's progress only through the sideband.
         count_deltas: !quiet && sb.mode() == Mode::Band64k,
-        unpack_limit: config.unpack_limit,
+        unpack_limit: config.ingest.unpack_limit,
         reject_thin_pack: options.reject_thin_pack,
-        fsck: config.fsck_objects.then(|| config.fsck.clone()),
-        max_object_size: config.max_object_size,
+        fsck: config
+            .ingest
+            .fsck_objects
+            .then(|| config.ingest.fsck.clone()),
+        max_object_size: config.ingest.max_object_size,
         shallow: repo
             .shallow()
             .into_iter()

@@ -1,11 +1,21 @@
-//! The configuration receive-pack reads, resolved once per session into a [`Config`].
+//! The configuration receive-pack reads, resolved once per session into a [`Config`] made of one
+//! typed part per consumer.
 //!
 //! Sources are git's: system, global, the repository's `config`, `GIT_CONFIG_COUNT`/`KEY_n`/`VALUE_n`
 //! and `GIT_CONFIG_PARAMETERS` (what `git -c k=v receive-pack` leaves in the environment), through
 //! `gix-config`. Values are parsed as git parses them (`builtin/receive-pack.c`,
 //! `receive_pack_config`).
+//!
+//! Every key is declared once, in [`KEYS`]: its name, what it means, and how its value is
+//! applied. Defaults live in each part's `Default`. Loading never prints: what git would warn
+//! about comes back as [`Warning`]s for the session to write to its stderr.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use gix_config::File;
+
+use crate::objects::fsck::Setting as FsckSetting;
 
 /// What to do when a push touches the checked-out branch (`receive.denyCurrentBranch`,
 /// `receive.denyDeleteCurrent`).
@@ -83,9 +93,93 @@ pub enum Error {
     },
 }
 
-/// Everything receive-pack consults, read once when the session starts.
-#[derive(Debug, Clone)]
+impl Error {
+    /// The `error: ...` line git prints before it dies of this error, if any (git's
+    /// `config_error_nonbool`), without its newline.
+    pub fn preamble(&self) -> Option<String> {
+        match self {
+            Error::MissingValueParameter(key) | Error::MissingValue { key, .. } => {
+                Some(format!("error: missing value for '{key}'"))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Something git's receive-pack warns about while reading its configuration; the session
+/// writes it to its stderr as `warning: <message>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning(pub String);
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "warning: {}", self.0)
+    }
+}
+
+/// Write `warnings` to `out` as git does, one `warning: ...` line each.
+pub fn write_warnings(out: &mut impl std::io::Write, warnings: &[Warning]) -> std::io::Result<()> {
+    for w in warnings {
+        writeln!(out, "{w}")?;
+    }
+    Ok(())
+}
+
+/// Everything receive-pack consults, read once when the session starts, one part per consumer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Config {
+    /// What the capability advertisement offers.
+    pub advertisement: Advertisement,
+    /// Which ref updates are refused, and which refs are hidden.
+    pub policy: RefPolicy,
+    /// How the pack is received and checked.
+    pub ingest: Ingest,
+    /// How hooks run.
+    pub hooks: HookSettings,
+    /// Bounds on the request.
+    pub limits: Limits,
+    /// What runs after a push.
+    pub housekeeping: Housekeeping,
+    /// Who writes reflog entries.
+    pub identity: Identity,
+    /// How the repository and its refs are laid out and written.
+    pub storage: Storage,
+}
+
+/// What the capability advertisement offers ([`crate::protocol::advertise::capabilities`]),
+/// and the signed-push nonce settings it implies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advertisement {
+    /// `receive.advertiseAtomic` (default true): `atomic`.
+    pub atomic: bool,
+    /// `receive.advertisePushOptions` (default false): `push-options`.
+    pub push_options: bool,
+    /// `transfer.advertiseSID` (default false): `session-id`.
+    pub session_id: bool,
+    /// `repack.useDeltaBaseOffset` (default true): `ofs-delta`.
+    pub delta_base_offset: bool,
+    /// `receive.certNonceSeed`: enables signed pushes (`push-cert=<nonce>`).
+    pub cert_nonce_seed: Option<String>,
+    /// `receive.certNonceSlop`: seconds by which another request's nonce may differ.
+    pub cert_nonce_slop: i64,
+}
+
+impl Default for Advertisement {
+    fn default() -> Self {
+        Advertisement {
+            atomic: true,
+            push_options: false,
+            session_id: false,
+            delta_base_offset: true,
+            cert_nonce_seed: None,
+            cert_nonce_slop: 0,
+        }
+    }
+}
+
+/// Which ref updates are refused ([`crate::repo::policy`] and the session's checks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefPolicy {
     /// `receive.denyDeletes`
     pub deny_deletes: bool,
     /// `receive.denyNonFastForwards`
@@ -94,123 +188,194 @@ pub struct Config {
     pub deny_current_branch: DenyAction,
     /// `receive.denyDeleteCurrent`
     pub deny_delete_current: DenyAction,
-    /// `transfer.hideRefs` and `receive.hideRefs`, in the order they were met.
+    /// `transfer.hideRefs` and `receive.hideRefs`, in the order they were met (trailing `/`
+    /// removed): hidden from the advertisement and refused for update.
     pub hide_refs: Vec<String>,
-    /// `receive.advertiseAtomic`
-    pub advertise_atomic: bool,
-    /// `receive.advertisePushOptions`
-    pub advertise_push_options: bool,
-    /// `transfer.advertiseSID`: advertise `session-id`.
-    pub advertise_sid: bool,
-    /// `receive.certNonceSeed`: enables signed pushes (`push-cert=<nonce>`).
-    pub cert_nonce_seed: Option<String>,
-    /// `receive.certNonceSlop`: seconds by which another request's nonce may differ.
-    pub cert_nonce_slop: i64,
-    /// `repack.useDeltaBaseOffset` (advertises `ofs-delta`)
-    pub use_delta_base_offset: bool,
+    /// `receive.shallowUpdate`: accept updates that make new shallow roots.
+    pub shallow_update: bool,
+}
+
+impl Default for RefPolicy {
+    fn default() -> Self {
+        RefPolicy {
+            deny_deletes: false,
+            deny_non_fast_forwards: false,
+            deny_current_branch: DenyAction::Unconfigured,
+            deny_delete_current: DenyAction::Unconfigured,
+            hide_refs: Vec::new(),
+            shallow_update: false,
+        }
+    }
+}
+
+/// How the pack is received and checked ([`crate::objects::ingest`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ingest {
     /// `receive.maxInputSize`, 0 for no limit.
     pub max_input_size: u64,
     /// `receive.unpackLimit`, else `transfer.unpackLimit`, else 100.
     pub unpack_limit: u32,
+    /// `berth.maxObjectSize`: the largest object (or delta result) the pack may inflate to;
+    /// bounds memory against deflate bombs.
+    pub max_object_size: u64,
+    /// `receive.fsckObjects`, else `transfer.fsckObjects`: check incoming objects as git's
+    /// `index-pack --strict` does.
+    pub fsck_objects: bool,
+    /// `receive.fsck.<msg-id>` and `receive.fsck.skipList`, in configuration order (unknown ids
+    /// already dropped with git's warning; skip lists relative to the repository).
+    pub fsck: Vec<FsckSetting>,
+}
+
+impl Default for Ingest {
+    fn default() -> Self {
+        Ingest {
+            max_input_size: 0,
+            unpack_limit: 100,
+            max_object_size: 1 << 30,
+            fsck_objects: false,
+            fsck: Vec::new(),
+        }
+    }
+}
+
+/// How hooks run ([`crate::hooks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookSettings {
+    /// `receive.keepAlive` (default 5 seconds): how long a silent hook may run before the
+    /// client is sent a keepalive; git's 0 or less disables them (`None`).
+    pub keep_alive: Option<Duration>,
     /// `receive.procReceiveRefs`: which commands the proc-receive hook handles.
     pub proc_receive_refs: Vec<ProcReceiveRef>,
-    /// `receive.keepAlive` in seconds; 0 or less disables keepalives.
-    pub keep_alive: i64,
-    /// `receive.shallowUpdate`
-    pub shallow_update: bool,
-    /// `core.logAllRefUpdates`, resolved against bareness.
-    pub log_ref_updates: LogRefUpdates,
-    /// `core.bare`, if set.
-    pub bare: Option<bool>,
-    /// `reftable.blockSize`, `restartInterval`, `indexObjects`, `geometricFactor`,
-    /// `autoCompaction`, `lockTimeout` (and `GIT_TEST_REFTABLE_AUTOCOMPACTION`, which git's own
-    /// tests set), for reftable repositories.
-    pub reftable: crate::reftable::WriteOptions,
+}
+
+impl Default for HookSettings {
+    fn default() -> Self {
+        HookSettings {
+            keep_alive: Some(Duration::from_secs(5)),
+            proc_receive_refs: Vec::new(),
+        }
+    }
+}
+
+/// Bounds on the request ([`crate::protocol::request`]); berth's own keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
     /// `berth.maxCommands`: how many commands one push may carry.
     pub max_commands: usize,
     /// `berth.maxRequestBytes`: how many bytes the command list and push options may take.
     pub max_request_bytes: u64,
     /// `berth.maxPushOptions`: how many push options one push may carry.
     pub max_push_options: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_commands: 4_000_000,
+            max_request_bytes: 1 << 30,
+            max_push_options: 10_000,
+        }
+    }
+}
+
+/// What runs after a push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Housekeeping {
     /// `receive.autogc` (and `maintenance.auto`): run `git maintenance run --auto` after a push.
     pub auto_gc: bool,
     /// `maintenance.autoDetach`, else `gc.autoDetach`: let that maintenance run in the background.
     pub auto_detach: bool,
     /// `receive.updateServerInfo`: refresh the dumb-HTTP info files after a push.
     pub update_server_info: bool,
-    /// `user.name`, for the reflog identity.
-    pub user_name: Option<String>,
-    /// `user.email`, for the reflog identity.
-    pub user_email: Option<String>,
-    /// `receive.fsckObjects`, else `transfer.fsckObjects`: check incoming objects as git's
-    /// `index-pack --strict` does.
-    pub fsck_objects: bool,
-    /// `receive.fsck.<msg-id>` and `receive.fsck.skipList`, in configuration order (unknown ids
-    /// already dropped with git's warning; skip lists relative to the repository).
-    pub fsck: Vec<crate::objects::fsck::Setting>,
-    /// Warnings git's receive-pack prints while reading this configuration.
-    pub warnings: Vec<String>,
-    /// `berth.maxObjectSize`: the largest object (or delta result) the pack may inflate to;
-    /// bounds memory against deflate bombs.
-    pub max_object_size: u64,
 }
 
-impl Default for Config {
+impl Default for Housekeeping {
     fn default() -> Self {
-        Config {
-            deny_deletes: false,
-            deny_non_fast_forwards: false,
-            deny_current_branch: DenyAction::Unconfigured,
-            deny_delete_current: DenyAction::Unconfigured,
-            hide_refs: Vec::new(),
-            advertise_atomic: true,
-            advertise_push_options: false,
-            advertise_sid: false,
-            cert_nonce_seed: None,
-            cert_nonce_slop: 0,
-            use_delta_base_offset: true,
-            max_input_size: 0,
-            unpack_limit: 100,
-            proc_receive_refs: Vec::new(),
-            keep_alive: 5,
-            shallow_update: false,
-            log_ref_updates: LogRefUpdates::Never,
-            bare: None,
-            reftable: Default::default(),
-            max_commands: 4_000_000,
-            max_request_bytes: 1 << 30,
-            max_push_options: 10_000,
+        Housekeeping {
             auto_gc: true,
             auto_detach: true,
             update_server_info: false,
-            user_name: None,
-            user_email: None,
-            fsck_objects: false,
-            fsck: Vec::new(),
-            warnings: Vec::new(),
-            max_object_size: 1 << 30,
         }
     }
 }
 
+/// The reflog identity's configured part (the environment's `GIT_COMMITTER_*` come first).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// `user.name`
+    pub name: Option<String>,
+    /// `user.email`
+    pub email: Option<String>,
+}
+
+/// How the repository and its refs are laid out and written ([`crate::refs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Storage {
+    /// `core.bare`, if set.
+    pub bare: Option<bool>,
+    /// `core.logAllRefUpdates`; when unset, resolved against `core.bare` as git does (logging
+    /// in a non-bare repository).
+    pub log_ref_updates: LogRefUpdates,
+    /// `reftable.blockSize`, `restartInterval`, `indexObjects`, `geometricFactor`,
+    /// `autoCompaction`, `lockTimeout` (and `GIT_TEST_REFTABLE_AUTOCOMPACTION`, which git's own
+    /// tests set), for reftable repositories.
+    pub reftable: crate::reftable::WriteOptions,
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Storage {
+            bare: None,
+            log_ref_updates: LogRefUpdates::Never,
+            reftable: Default::default(),
+        }
+    }
+}
+
+/// What the loader takes from the process environment, filled from
+/// [`crate::receive::Environment`], which reads it once. (`gix-config` itself also reads the
+/// variables that choose configuration files (`HOME`, `XDG_CONFIG_HOME`, `GIT_CONFIG_NOSYSTEM`,
+/// `GIT_CONFIG_COUNT`, ...).
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    /// `GIT_CONFIG_PARAMETERS`: the `git -c key=value` settings, applied over the files.
+    pub config_parameters: Option<String>,
+    /// `GIT_TEST_REFTABLE_AUTOCOMPACTION`: a false value turns reftable auto-compaction off
+    /// whatever `reftable.autoCompaction` says, as in git.
+    pub test_reftable_autocompaction: Option<String>,
+    /// `HOME`, for a `~/` at the start of `receive.fsck.skipList`.
+    pub home: Option<PathBuf>,
+}
+
+
+/// A loaded configuration: what receive-pack reads, the whole file (for what is looked up by
+/// pattern, such as hooks), and what git would have warned about while reading it.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The typed settings.
+    pub config: Config,
+    /// The configuration as read, `GIT_CONFIG_PARAMETERS` applied.
+    pub file: File,
+    /// Warnings for the session's stderr, in the order git prints them.
+    pub warnings: Vec<Warning>,
+}
+
 impl Config {
     /// Read the configuration of the repository at `git_dir` with git's precedence.
-    pub fn load(git_dir: &std::path::Path) -> Result<(Self, File), Error> {
+    pub fn load(git_dir: &Path, env: &Environment) -> Result<Loaded, Error> {
         let mut file =
             File::from_git_dir(git_dir.to_owned()).map_err(|e| Error::Read(e.to_string()))?;
-        if let Ok(params) = std::env::var("GIT_CONFIG_PARAMETERS") {
-            for (key, value) in parse_config_parameters(&params) {
+        if let Some(params) = &env.config_parameters {
+            for (key, value) in parse_config_parameters(params) {
                 let lower = key.to_ascii_lowercase();
                 if value.is_none() && lower.starts_with("receive.fsck.") {
-                    eprintln!("error: missing value for '{lower}'");
                     return Err(Error::MissingValueParameter(lower));
                 }
                 let _ = file.set_raw_value(key.as_str(), value.as_deref().unwrap_or("true"));
             }
         }
-        let config = match Self::from_file(&file) {
+        let (mut config, warnings) = match Self::from_file(&file, env) {
             Err(Error::MissingValue { key, .. }) => {
-                eprintln!("error: missing value for '{key}'");
                 let (file, line) = config_line(&git_dir.join("config"), &key)
                     .map(|l| ("config".to_owned(), l))
                     .unwrap_or_else(|| ("config".to_owned(), 0));
@@ -218,143 +383,409 @@ impl Config {
             }
             other => other?,
         };
-        for w in &config.warnings {
-            eprintln!("warning: {w}");
-        }
-        let mut config = config;
-        for s in &mut config.fsck {
-            if let crate::objects::fsck::Setting::SkipList { path, .. } = s {
-                *path = git_dir.join(expand_home(path));
+        for s in &mut config.ingest.fsck {
+            if let FsckSetting::SkipList { path, .. } = s {
+                *path = git_dir.join(expand_home(path, env.home.as_deref()));
             }
         }
-        Ok((config, file))
+        Ok(Loaded {
+            config,
+            file,
+            warnings,
+        })
     }
 
-    /// Interpret an already-loaded configuration.
-    pub fn from_file(file: &File) -> Result<Self, Error> {
-        let mut c = Config::default();
-        let s = |key: &str| file.string(key).map(|v| v.to_string());
-        let b = |key: &str, default: bool| -> Result<bool, Error> {
-            match s(key) {
-                None => Ok(default),
-                Some(v) if v.is_empty() && file.raw_value(key).is_ok() => Ok(true),
-                Some(v) => parse_bool(&v).ok_or(Error::BadBool(v)),
+    /// Interpret an already-loaded configuration: every key of [`KEYS`], in that order (which
+    /// is the order in which a bad value is found).
+    pub fn from_file(file: &File, env: &Environment) -> Result<(Self, Vec<Warning>), Error> {
+        let mut p = Parsing::default();
+        for key in KEYS {
+            match key.apply {
+                Apply::Last(apply) => {
+                    if let Some(v) = file.string(key.name) {
+                        apply(&mut p, &v.to_string())?;
+                    }
+                }
+                Apply::Each(_) => {}
+                Apply::Sections(read) => read(file, &mut p)?,
             }
-        };
-        let n = |key: &str, default: i64| -> Result<i64, Error> {
-            match s(key) {
-                None => Ok(default),
-                Some(v) => parse_int(&v).ok_or(Error::BadNumber(v)),
-            }
-        };
-        c.deny_deletes = b("receive.denyDeletes", false)?;
-        c.deny_non_fast_forwards = b("receive.denyNonFastForwards", false)?;
-        if let Some(v) = s("receive.denyCurrentBranch") {
-            c.deny_current_branch = DenyAction::parse(&v)?;
         }
-        if let Some(v) = s("receive.denyDeleteCurrent") {
-            c.deny_delete_current = DenyAction::parse(&v)?;
-        }
+        // Every value of a multi-valued key, in configuration order across sections
+        // (`transfer.hideRefs` and `receive.hideRefs` interleave).
         for section in file.sections() {
-            let name = section.header().name();
-            let ours =
-                name.eq_ignore_ascii_case(b"receive") || name.eq_ignore_ascii_case(b"transfer");
-            if !ours || section.header().subsection_name().is_some() {
+            if section.header().subsection_name().is_some() {
                 continue;
             }
-            for value in section.values("hideRefs") {
-                let mut v = value.to_string();
-                while v.len() > 1 && v.ends_with('/') {
-                    v.pop();
+            let section_name = section.header().name();
+            for key in KEYS {
+                let Apply::Each(apply) = key.apply else {
+                    continue;
+                };
+                let (sec, var) = key.name.split_once('.').expect("section.name");
+                if !section_name.eq_ignore_ascii_case(sec.as_bytes()) {
+                    continue;
                 }
-                c.hide_refs.push(v);
+                for v in section.body().values(var) {
+                    apply(&mut p, &v.to_string());
+                }
             }
         }
-        c.advertise_atomic = b("receive.advertiseAtomic", true)?;
-        c.advertise_push_options = b("receive.advertisePushOptions", false)?;
-        c.advertise_sid = b("transfer.advertiseSID", false)?;
-        c.cert_nonce_seed = s("receive.certNonceSeed");
-        c.cert_nonce_slop = n("receive.certNonceSlop", 0)?;
-        c.use_delta_base_offset = b("repack.useDeltaBaseOffset", true)?;
-        c.max_input_size = n("receive.maxInputSize", 0)?.max(0) as u64;
-        c.unpack_limit = n("receive.unpackLimit", n("transfer.unpackLimit", 100)?)?
-            .clamp(0, u32::MAX as i64) as u32;
-        c.proc_receive_refs = file
-            .strings("receive.procReceiveRefs")
-            .unwrap_or_default()
-            .iter()
-            .map(|v| ProcReceiveRef::parse(&v.to_string()))
-            .collect();
-        c.keep_alive = n("receive.keepAlive", 5)?;
-        c.shallow_update = b("receive.shallowUpdate", false)?;
-        c.bare = match s("core.bare") {
-            None => None,
-            Some(v) => Some(parse_bool(&v).ok_or(Error::BadBool(v))?),
-        };
-        let bare = c.bare.unwrap_or(false);
-        c.log_ref_updates = match s("core.logAllRefUpdates") {
-            None if bare => LogRefUpdates::Never,
-            None => LogRefUpdates::Normal,
-            Some(v) if v.eq_ignore_ascii_case("always") => LogRefUpdates::Always,
-            Some(v) => match parse_bool(&v) {
-                Some(true) => LogRefUpdates::Normal,
-                Some(false) => LogRefUpdates::Never,
-                None => return Err(Error::BadBool(v)),
-            },
-        };
-        let rt = &mut c.reftable;
-        let block_size = n("reftable.blockSize", rt.block_size.into())?;
-        if !(0..=16_777_215).contains(&block_size) {
-            return Err(Error::ReftableOption(
-                "reftable block size cannot exceed 16MB".into(),
-            ));
-        }
-        if block_size > 0 {
-            rt.block_size = block_size as u32;
-        }
-        let restart_interval = n("reftable.restartInterval", rt.restart_interval.into())?;
-        if !(0..=i64::from(u16::MAX)).contains(&restart_interval) {
-            return Err(Error::ReftableOption(format!(
-                "reftable block size cannot exceed {}",
-                u16::MAX
-            )));
-        }
-        if restart_interval > 0 {
-            rt.restart_interval = restart_interval as u16;
-        }
-        rt.index_objects = b("reftable.indexObjects", true)?;
-        rt.geometric_factor = n("reftable.geometricFactor", 2)?.clamp(0, 255) as u8;
-        rt.lock_timeout_ms = n("reftable.lockTimeout", 100)?;
-        rt.disable_auto_compact = !b("reftable.autoCompaction", true)?
-            || std::env::var("GIT_TEST_REFTABLE_AUTOCOMPACTION")
-                .ok()
-                .and_then(|v| parse_bool(&v))
-                == Some(false);
-        c.max_commands = n("berth.maxCommands", c.max_commands as i64)?.max(1) as usize;
-        c.max_request_bytes = n("berth.maxRequestBytes", c.max_request_bytes as i64)?.max(1) as u64;
-        c.max_push_options = n("berth.maxPushOptions", c.max_push_options as i64)?.max(0) as usize;
-        c.auto_gc = b("receive.autogc", true)? && b("maintenance.auto", true)?;
-        c.auto_detach = match s("maintenance.autoDetach") {
-            Some(_) => b("maintenance.autoDetach", true)?,
-            None => b("gc.autoDetach", true)?,
-        };
-        c.update_server_info = b("receive.updateServerInfo", false)?;
-        c.user_name = s("user.name");
-        c.user_email = s("user.email");
-        c.fsck_objects = match s("receive.fsckObjects") {
-            Some(_) => b("receive.fsckObjects", false)?,
-            None => b("transfer.fsckObjects", false)?,
-        };
-        read_fsck_settings(file, &mut c)?;
-        c.max_object_size = n("berth.maxObjectSize", c.max_object_size as i64)?.max(1) as u64;
-        Ok(c)
+        Ok(p.finish(env))
     }
+}
+
+/// One configuration key receive-pack reads.
+pub struct Key {
+    /// Its name as git's documentation spells it (keys are matched without regard to case).
+    pub name: &'static str,
+    /// What it does.
+    pub doc: &'static str,
+    apply: Apply,
+}
+
+/// How a key's values reach the [`Config`].
+#[derive(Clone, Copy)]
+enum Apply {
+    /// The last value wins; only it is parsed.
+    Last(fn(&mut Parsing, &str) -> Result<(), Error>),
+    /// Every value counts, in configuration order.
+    Each(fn(&mut Parsing, &str)),
+    /// A family of keys under a subsection (`receive.fsck.*`), read from the sections.
+    Sections(fn(&File, &mut Parsing) -> Result<(), Error>),
+}
+
+/// A [`Config`] being built, with what is resolved only once every key is read.
+#[derive(Default)]
+struct Parsing {
+    c: Config,
+    warnings: Vec<Warning>,
+    /// `core.logAllRefUpdates`, if set (its default depends on `core.bare`).
+    log_ref_updates: Option<LogRefUpdates>,
+    /// `receive.fsckObjects` was set: `transfer.fsckObjects` is not consulted.
+    receive_fsck_objects: bool,
+    /// `maintenance.autoDetach` was set: `gc.autoDetach` is not consulted.
+    maintenance_auto_detach: bool,
+}
+
+impl Parsing {
+    fn finish(mut self, env: &Environment) -> (Config, Vec<Warning>) {
+        let storage = &mut self.c.storage;
+        storage.log_ref_updates = self
+            .log_ref_updates
+            .unwrap_or(if storage.bare == Some(true) {
+                LogRefUpdates::Never
+            } else {
+                LogRefUpdates::Normal
+            });
+        if env
+            .test_reftable_autocompaction
+            .as_deref()
+            .and_then(parse_bool)
+            == Some(false)
+        {
+            storage.reftable.disable_auto_compact = true;
+        }
+        (self.c, self.warnings)
+    }
+}
+
+fn boolean(v: &str) -> Result<bool, Error> {
+    parse_bool(v).ok_or_else(|| Error::BadBool(v.to_owned()))
+}
+
+fn number(v: &str) -> Result<i64, Error> {
+    parse_int(v).ok_or_else(|| Error::BadNumber(v.to_owned()))
+}
+
+/// Declare a key whose last value is parsed: `key!("name", "doc", |p, v| ...)`.
+macro_rules! last {
+    ($name:literal, $doc:literal, |$p:ident, $v:ident| $body:expr) => {
+        Key {
+            name: $name,
+            doc: $doc,
+            apply: Apply::Last(|$p: &mut Parsing, $v: &str| {
+                $body;
+                Ok(())
+            }),
+        }
+    };
+}
+
+/// Declare a key every value of which counts.
+macro_rules! each {
+    ($name:literal, $doc:literal, |$p:ident, $v:ident| $body:expr) => {
+        Key {
+            name: $name,
+            doc: $doc,
+            apply: Apply::Each(|$p: &mut Parsing, $v: &str| $body),
+        }
+    };
+}
+
+/// Every key receive-pack reads, in the order their values are checked.
+pub static KEYS: &[Key] = &[
+    last!(
+        "receive.denyDeletes",
+        "Refuse to delete branches.",
+        |p, v| { p.c.policy.deny_deletes = boolean(v)? }
+    ),
+    last!(
+        "receive.denyNonFastForwards",
+        "Refuse branch updates that are not fast-forwards.",
+        |p, v| p.c.policy.deny_non_fast_forwards = boolean(v)?
+    ),
+    last!(
+        "receive.denyCurrentBranch",
+        "What to do with an update of a checked-out branch: refuse (the default, with git's \
+         explanation), ignore, warn or updateInstead.",
+        |p, v| p.c.policy.deny_current_branch = DenyAction::parse(v)?
+    ),
+    last!(
+        "receive.denyDeleteCurrent",
+        "What to do with a deletion of the checked-out branch: refuse (the default), ignore or warn.",
+        |p, v| p.c.policy.deny_delete_current = DenyAction::parse(v)?
+    ),
+    each!(
+        "receive.hideRefs",
+        "A ref prefix (`!` to except one) hidden from the advertisement and refused for update.",
+        |p, v| p.c.policy.hide_refs.push(hide_ref(v))
+    ),
+    each!(
+        "transfer.hideRefs",
+        "As receive.hideRefs, for every transfer command.",
+        |p, v| p.c.policy.hide_refs.push(hide_ref(v))
+    ),
+    last!(
+        "receive.advertiseAtomic",
+        "Advertise the atomic capability (default true).",
+        |p, v| p.c.advertisement.atomic = boolean(v)?
+    ),
+    last!(
+        "receive.advertisePushOptions",
+        "Advertise the push-options capability.",
+        |p, v| p.c.advertisement.push_options = boolean(v)?
+    ),
+    last!(
+        "transfer.advertiseSID",
+        "Advertise the session-id capability.",
+        |p, v| p.c.advertisement.session_id = boolean(v)?
+    ),
+    last!(
+        "receive.certNonceSeed",
+        "The secret signed-push nonces are made from; enables push-cert.",
+        |p, v| p.c.advertisement.cert_nonce_seed = Some(v.to_owned())
+    ),
+    last!(
+        "receive.certNonceSlop",
+        "Seconds by which a signed push's nonce may be off and still be SLOP rather than BAD.",
+        |p, v| p.c.advertisement.cert_nonce_slop = number(v)?
+    ),
+    last!(
+        "repack.useDeltaBaseOffset",
+        "Advertise ofs-delta (default true).",
+        |p, v| p.c.advertisement.delta_base_offset = boolean(v)?
+    ),
+    last!(
+        "receive.maxInputSize",
+        "The largest pack accepted, in bytes; 0 for no limit.",
+        |p, v| p.c.ingest.max_input_size = number(v)?.max(0) as u64
+    ),
+    last!(
+        "transfer.unpackLimit",
+        "Below this many objects a pack is unpacked to loose objects; receive.unpackLimit wins.",
+        |p, v| p.c.ingest.unpack_limit = unpack_limit(v)?
+    ),
+    last!(
+        "receive.unpackLimit",
+        "Below this many objects a pack is unpacked to loose objects (default 100).",
+        |p, v| p.c.ingest.unpack_limit = unpack_limit(v)?
+    ),
+    each!(
+        "receive.procReceiveRefs",
+        "`[<modifiers>:]<prefix>` of the commands the proc-receive hook handles.",
+        |p, v| p.c.hooks.proc_receive_refs.push(ProcReceiveRef::parse(v))
+    ),
+    last!(
+        "receive.keepAlive",
+        "Seconds a hook may be silent before a keepalive is sent (default 5); 0 or less disables.",
+        |p, v| p.c.hooks.keep_alive = match number(v)? {
+            s if s > 0 => Some(Duration::from_secs(s as u64)),
+            _ => None,
+        }
+    ),
+    last!(
+        "receive.shallowUpdate",
+        "Accept updates that need new shallow roots.",
+        |p, v| p.c.policy.shallow_update = boolean(v)?
+    ),
+    last!(
+        "core.bare",
+        "Whether the repository has no worktree.",
+        |p, v| p.c.storage.bare = Some(boolean(v)?)
+    ),
+    last!(
+        "core.logAllRefUpdates",
+        "Write reflogs: false, true (branches, remotes, notes, HEAD) or always; by default true \
+         unless the repository is bare.",
+        |p, v| p.log_ref_updates = Some(if v.eq_ignore_ascii_case("always") {
+            LogRefUpdates::Always
+        } else if boolean(v)? {
+            LogRefUpdates::Normal
+        } else {
+            LogRefUpdates::Never
+        })
+    ),
+    last!(
+        "reftable.blockSize",
+        "The reftable block size, at most 16MB; 0 keeps the default.",
+        |p, v| {
+            let n = number(v)?;
+            if !(0..=16_777_215).contains(&n) {
+                return Err(Error::ReftableOption(
+                    "reftable block size cannot exceed 16MB".into(),
+                ));
+            }
+            if n > 0 {
+                p.c.storage.reftable.block_size = n as u32;
+            }
+        }
+    ),
+    last!(
+        "reftable.restartInterval",
+        "Records between restart points, at most 65535; 0 keeps the default.",
+        |p, v| {
+            let n = number(v)?;
+            if !(0..=i64::from(u16::MAX)).contains(&n) {
+                return Err(Error::ReftableOption(format!(
+                    "reftable block size cannot exceed {}",
+                    u16::MAX
+                )));
+            }
+            if n > 0 {
+                p.c.storage.reftable.restart_interval = n as u16;
+            }
+        }
+    ),
+    last!(
+        "reftable.indexObjects",
+        "Write object index blocks (default true).",
+        |p, v| p.c.storage.reftable.index_objects = boolean(v)?
+    ),
+    last!(
+        "reftable.geometricFactor",
+        "The factor of the geometric auto-compaction (default 2).",
+        |p, v| p.c.storage.reftable.geometric_factor = number(v)?.clamp(0, 255) as u8
+    ),
+    last!(
+        "reftable.lockTimeout",
+        "Milliseconds to wait for the tables.list lock (default 100; negative waits forever).",
+        |p, v| p.c.storage.reftable.lock_timeout_ms = number(v)?
+    ),
+    last!(
+        "reftable.autoCompaction",
+        "Compact the stack after writing (default true).",
+        |p, v| p.c.storage.reftable.disable_auto_compact = !boolean(v)?
+    ),
+    last!(
+        "berth.maxCommands",
+        "How many commands one push may carry (default 4000000, at least 1).",
+        |p, v| p.c.limits.max_commands = number(v)?.max(1) as usize
+    ),
+    last!(
+        "berth.maxRequestBytes",
+        "How many bytes the command list and push options may take (default 1GiB, at least 1).",
+        |p, v| p.c.limits.max_request_bytes = number(v)?.max(1) as u64
+    ),
+    last!(
+        "berth.maxPushOptions",
+        "How many push options one push may carry (default 10000).",
+        |p, v| p.c.limits.max_push_options = number(v)?.max(0) as usize
+    ),
+    last!(
+        "receive.autogc",
+        "Run `git maintenance run --auto` after a push (default true).",
+        |p, v| p.c.housekeeping.auto_gc = boolean(v)?
+    ),
+    last!(
+        "maintenance.auto",
+        "With receive.autogc, whether that maintenance runs (default true); not consulted when \
+         receive.autogc is false.",
+        |p, v| if p.c.housekeeping.auto_gc {
+            p.c.housekeeping.auto_gc = boolean(v)?
+        }
+    ),
+    last!(
+        "maintenance.autoDetach",
+        "Let the maintenance after a push run in the background (default true).",
+        |p, v| {
+            p.c.housekeeping.auto_detach = boolean(v)?;
+            p.maintenance_auto_detach = true;
+        }
+    ),
+    last!(
+        "gc.autoDetach",
+        "As maintenance.autoDetach, when that is not set.",
+        |p, v| if !p.maintenance_auto_detach {
+            p.c.housekeeping.auto_detach = boolean(v)?
+        }
+    ),
+    last!(
+        "receive.updateServerInfo",
+        "Run `git update-server-info` after a push.",
+        |p, v| p.c.housekeeping.update_server_info = boolean(v)?
+    ),
+    last!("user.name", "The reflog identity's name.", |p, v| {
+        p.c.identity.name = Some(v.to_owned())
+    }),
+    last!("user.email", "The reflog identity's email.", |p, v| {
+        p.c.identity.email = Some(v.to_owned())
+    }),
+    last!(
+        "receive.fsckObjects",
+        "Check incoming objects as `index-pack --strict` does.",
+        |p, v| {
+            p.c.ingest.fsck_objects = boolean(v)?;
+            p.receive_fsck_objects = true;
+        }
+    ),
+    last!(
+        "transfer.fsckObjects",
+        "As receive.fsckObjects, when that is not set.",
+        |p, v| if !p.receive_fsck_objects {
+            p.c.ingest.fsck_objects = boolean(v)?
+        }
+    ),
+    Key {
+        name: "receive.fsck.<msg-id>",
+        doc: "The severity (error, warn, ignore) of an fsck finding; `receive.fsck.skipList` \
+              names a file of object ids not to check. An unknown id is skipped with a warning.",
+        apply: Apply::Sections(read_fsck_settings),
+    },
+    last!(
+        "berth.maxObjectSize",
+        "The largest object (or delta result) a pack may inflate to (default 1GiB, at least 1).",
+        |p, v| p.c.ingest.max_object_size = number(v)?.max(1) as u64
+    ),
+];
+
+/// A `hideRefs` value: trailing slashes do not count.
+fn hide_ref(v: &str) -> String {
+    let mut v = v.to_owned();
+    while v.len() > 1 && v.ends_with('/') {
+        v.pop();
+    }
+    v
+}
+
+/// An unpack limit as berth keeps it (negative is 0).
+fn unpack_limit(v: &str) -> Result<u32, Error> {
+    Ok(number(v)?.clamp(0, u32::MAX as i64) as u32)
 }
 
 /// `receive.fsck.*` as git's `receive_pack_config` reads it: `skipList` is a path, any other key
 /// a message id whose value must be `error`, `warn` or `ignore` (an unknown id is skipped with
 /// a warning; an unknown severity is fatal; a missing value is fatal).
-fn read_fsck_settings(file: &File, c: &mut Config) -> Result<(), Error> {
+fn read_fsck_settings(file: &File, p: &mut Parsing) -> Result<(), Error> {
     let Some(sections) = file.sections_by_name("receive") else {
         return Ok(());
     };
@@ -379,21 +810,21 @@ fn read_fsck_settings(file: &File, c: &mut Config) -> Result<(), Error> {
             };
             let value = value.to_string();
             if lower == "skiplist" {
-                c.fsck.push(crate::objects::fsck::Setting::SkipList {
-                    path: std::path::PathBuf::from(&value),
+                p.c.ingest.fsck.push(FsckSetting::SkipList {
+                    path: PathBuf::from(&value),
                     configured: value,
                 });
                 continue;
             }
             if crate::objects::fsck::Msg::parse(&lower).is_none() {
-                c.warnings
-                    .push(format!("skipping unknown msg id '{lower}'"));
+                p.warnings
+                    .push(Warning(format!("skipping unknown msg id '{lower}'")));
                 continue;
             }
             if crate::objects::fsck::parse_severity(&value).is_none() {
                 return Err(Error::FsckSeverity(value));
             }
-            c.fsck.push(crate::objects::fsck::Setting::Severity {
+            p.c.ingest.fsck.push(FsckSetting::Severity {
                 id: lower,
                 severity: value,
             });
@@ -404,7 +835,7 @@ fn read_fsck_settings(file: &File, c: &mut Config) -> Result<(), Error> {
 
 /// The line of `path` that sets `key` (`section.subsection.name`) without a value, for git's
 /// "bad config variable" message.
-fn config_line(path: &std::path::Path, key: &str) -> Option<usize> {
+fn config_line(path: &Path, key: &str) -> Option<usize> {
     let text = std::fs::read_to_string(path).ok()?;
     let name = key.rsplit('.').next()?;
     text.lines()
@@ -413,9 +844,9 @@ fn config_line(path: &std::path::Path, key: &str) -> Option<usize> {
 }
 
 /// git's `git_config_pathname`: a leading `~/` is the home directory.
-fn expand_home(p: &std::path::Path) -> std::path::PathBuf {
-    match (p.strip_prefix("~"), std::env::var_os("HOME")) {
-        (Ok(rest), Some(home)) => std::path::PathBuf::from(home).join(rest),
+fn expand_home(p: &Path, home: Option<&Path>) -> PathBuf {
+    match (p.strip_prefix("~"), home) {
+        (Ok(rest), Some(home)) => home.join(rest),
         _ => p.to_owned(),
     }
 }
@@ -544,6 +975,423 @@ pub fn parse_config_parameters(s: &str) -> Vec<(String, Option<String>)> {
 mod tests {
     use super::*;
 
+    fn parse(text: &str) -> Result<(Config, Vec<Warning>), Error> {
+        parse_with(text, &Environment::default())
+    }
+
+    fn parse_with(text: &str, env: &Environment) -> Result<(Config, Vec<Warning>), Error> {
+        Config::from_file(&File::try_from(text).unwrap(), env)
+    }
+
+    /// Per key of [`KEYS`]: a value and what it must do (something other than the default).
+    #[allow(clippy::type_complexity)]
+    const SAMPLES: &[(&str, &str, fn(&Config) -> bool)] = &[
+        ("receive.denyDeletes", "true", |c| c.policy.deny_deletes),
+        ("receive.denyNonFastForwards", "yes", |c| {
+            c.policy.deny_non_fast_forwards
+        }),
+        ("receive.denyCurrentBranch", "updateInstead", |c| {
+            c.policy.deny_current_branch == DenyAction::UpdateInstead
+        }),
+        ("receive.denyDeleteCurrent", "warn", |c| {
+            c.policy.deny_delete_current == DenyAction::Warn
+        }),
+        ("receive.hideRefs", "refs/x//", |c| {
+            c.policy.hide_refs == ["refs/x"]
+        }),
+        ("transfer.hideRefs", "!refs/y", |c| {
+            c.policy.hide_refs == ["!refs/y"]
+        }),
+        ("receive.advertiseAtomic", "false", |c| {
+            !c.advertisement.atomic
+        }),
+        ("receive.advertisePushOptions", "on", |c| {
+            c.advertisement.push_options
+        }),
+        ("transfer.advertiseSID", "1", |c| c.advertisement.session_id),
+        ("receive.certNonceSeed", "seed", |c| {
+            c.advertisement.cert_nonce_seed.as_deref() == Some("seed")
+        }),
+        ("receive.certNonceSlop", "30", |c| {
+            c.advertisement.cert_nonce_slop == 30
+        }),
+        ("repack.useDeltaBaseOffset", "off", |c| {
+            !c.advertisement.delta_base_offset
+        }),
+        ("receive.maxInputSize", "1k", |c| {
+            c.ingest.max_input_size == 1024
+        }),
+        ("transfer.unpackLimit", "7", |c| c.ingest.unpack_limit == 7),
+        ("receive.unpackLimit", "8", |c| c.ingest.unpack_limit == 8),
+        ("receive.procReceiveRefs", "ad:refs/for/", |c| {
+            c.hooks.proc_receive_refs
+                == [ProcReceiveRef {
+                    prefix: "refs/for".into(),
+                    add: true,
+                    delete: true,
+                    modify: false,
+                    negative: false,
+                }]
+        }),
+        ("receive.keepAlive", "0", |c| c.hooks.keep_alive.is_none()),
+        ("receive.shallowUpdate", "true", |c| c.policy.shallow_update),
+        ("core.bare", "true", |c| {
+            c.storage.bare == Some(true) && c.storage.log_ref_updates == LogRefUpdates::Never
+        }),
+        ("core.logAllRefUpdates", "always", |c| {
+            c.storage.log_ref_updates == LogRefUpdates::Always
+        }),
+        ("reftable.blockSize", "8k", |c| {
+            c.storage.reftable.block_size == 8192
+        }),
+        ("reftable.restartInterval", "5", |c| {
+            c.storage.reftable.restart_interval == 5
+        }),
+        ("reftable.indexObjects", "false", |c| {
+            !c.storage.reftable.index_objects
+        }),
+        ("reftable.geometricFactor", "3", |c| {
+            c.storage.reftable.geometric_factor == 3
+        }),
+        ("reftable.lockTimeout", "-1", |c| {
+            c.storage.reftable.lock_timeout_ms == -1
+        }),
+        ("reftable.autoCompaction", "false", |c| {
+            c.storage.reftable.disable_auto_compact
+        }),
+        ("berth.maxCommands", "10", |c| c.limits.max_commands == 10),
+        ("berth.maxRequestBytes", "1m", |c| {
+            c.limits.max_request_bytes == 1 << 20
+        }),
+        ("berth.maxPushOptions", "0", |c| {
+            c.limits.max_push_options == 0
+        }),
+        ("receive.autogc", "false", |c| !c.housekeeping.auto_gc),
+        ("maintenance.auto", "false", |c| !c.housekeeping.auto_gc),
+        ("maintenance.autoDetach", "false", |c| {
+            !c.housekeeping.auto_detach
+        }),
+        ("gc.autoDetach", "false", |c| !c.housekeeping.auto_detach),
+        ("receive.updateServerInfo", "true", |c| {
+            c.housekeeping.update_server_info
+        }),
+        ("user.name", "A U Thor", |c| {
+            c.identity.name.as_deref() == Some("A U Thor")
+        }),
+        ("user.email", "a@b", |c| {
+            c.identity.email.as_deref() == Some("a@b")
+        }),
+        ("receive.fsckObjects", "true", |c| c.ingest.fsck_objects),
+        ("transfer.fsckObjects", "true", |c| c.ingest.fsck_objects),
+        ("receive.fsck.<msg-id>", "warn", |c| {
+            c.ingest.fsck
+                == [FsckSetting::Severity {
+                    id: "missingemail".into(),
+                    severity: "warn".into(),
+                }]
+        }),
+        ("berth.maxObjectSize", "2g", |c| {
+            c.ingest.max_object_size == 2 << 30
+        }),
+    ];
+
+    /// `[section "sub"] var = value` for `section.var` or `section.sub.var`, the names spelled by
+    /// `case`.
+    fn config_text(name: &str, value: &str, case: fn(&str) -> String) -> String {
+        let name = name.replace("<msg-id>", "missingEmail");
+        let mut parts: Vec<&str> = name.split('.').collect();
+        let var = parts.pop().unwrap();
+        let header = match parts.as_slice() {
+            [section] => format!("[{}]", case(section)),
+            // Subsections are case-sensitive: only the section and the variable change.
+            [section, sub] => format!("[{} \"{sub}\"]", case(section)),
+            _ => unreachable!("{name}"),
+        };
+        format!("{header}\n\t{} = {value}\n", case(var))
+    }
+
+    #[test]
+    fn every_key_parses_its_git_spellings() {
+        let names: Vec<&str> = KEYS.iter().map(|k| k.name).collect();
+        let sampled: Vec<&str> = SAMPLES.iter().map(|s| s.0).collect();
+        assert_eq!(names, sampled, "every key has a sample, in table order");
+        let defaults = parse("").unwrap().0;
+        for (name, value, check) in SAMPLES {
+            assert!(
+                !check(&defaults),
+                "{name}: the sample must change the default"
+            );
+            let spellings: [fn(&str) -> String; 3] = [
+                str::to_owned,
+                str::to_ascii_lowercase,
+                str::to_ascii_uppercase,
+            ];
+            for case in spellings {
+                let text = config_text(name, value, case);
+                let (c, warnings) = parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+                assert!(check(&c), "{text}: {c:#?}");
+                assert!(warnings.is_empty(), "{text}");
+            }
+        }
+        for key in KEYS {
+            assert!(!key.doc.is_empty(), "{}", key.name);
+        }
+    }
+
+    #[test]
+    fn boolean_and_number_spellings() {
+        for v in ["true", "yes", "on", "1", "-1", "1k", "TRUE", "On", ""] {
+            assert_eq!(parse_bool(v), Some(true), "{v}");
+        }
+        for v in ["false", "no", "off", "0", "FALSE", "Off"] {
+            assert_eq!(parse_bool(v), Some(false), "{v}");
+        }
+        assert_eq!(parse_bool("nope"), None);
+        assert_eq!(parse_int("1k"), Some(1024));
+        assert_eq!(parse_int("2M"), Some(2 << 20));
+        assert_eq!(parse_int("1g"), Some(1 << 30));
+        assert_eq!(parse_int(" -3 "), Some(-3));
+        assert_eq!(parse_int("1x"), None);
+        for (v, d) in [
+            ("ignore", DenyAction::Ignore),
+            ("false", DenyAction::Ignore),
+            ("WARN", DenyAction::Warn),
+            ("refuse", DenyAction::Refuse),
+            ("yes", DenyAction::Refuse),
+            ("updateInstead", DenyAction::UpdateInstead),
+        ] {
+            assert_eq!(DenyAction::parse(v).unwrap(), d, "{v}");
+        }
+        assert!(matches!(DenyAction::parse("maybe"), Err(Error::BadBool(v)) if v == "maybe"));
+    }
+
+    /// The defaults of `builtin/receive-pack.c`, `refs/reftable-backend.c` and
+    /// `Documentation/config/*.adoc`, and berth's own limits.
+    #[test]
+    fn defaults_equal_gits() {
+        let c = Config::default();
+        assert_eq!(
+            c.advertisement,
+            Advertisement {
+                atomic: true,
+                push_options: false,
+                session_id: false,
+                delta_base_offset: true,
+                cert_nonce_seed: None,
+                cert_nonce_slop: 0,
+            }
+        );
+        assert_eq!(
+            c.policy,
+            RefPolicy {
+                deny_deletes: false,
+                deny_non_fast_forwards: false,
+                deny_current_branch: DenyAction::Unconfigured,
+                deny_delete_current: DenyAction::Unconfigured,
+                hide_refs: vec![],
+                shallow_update: false,
+            }
+        );
+        assert_eq!(
+            c.ingest,
+            Ingest {
+                max_input_size: 0,
+                unpack_limit: 100,
+                max_object_size: 1 << 30,
+                fsck_objects: false,
+                fsck: vec![],
+            }
+        );
+        assert_eq!(c.hooks.keep_alive, Some(Duration::from_secs(5)));
+        assert!(c.hooks.proc_receive_refs.is_empty());
+        assert_eq!(
+            c.limits,
+            Limits {
+                max_commands: 4_000_000,
+                max_request_bytes: 1 << 30,
+                max_push_options: 10_000,
+            }
+        );
+        assert_eq!(
+            c.housekeeping,
+            Housekeeping {
+                auto_gc: true,
+                auto_detach: true,
+                update_server_info: false,
+            }
+        );
+        assert_eq!(c.identity, Identity::default());
+        let rt = c.storage.reftable;
+        assert_eq!(
+            (rt.block_size, rt.restart_interval, rt.index_objects),
+            (4096, 16, true)
+        );
+        assert_eq!(
+            (
+                rt.geometric_factor,
+                rt.lock_timeout_ms,
+                rt.disable_auto_compact
+            ),
+            (2, 100, false)
+        );
+
+        // An empty configuration is the defaults, but for what depends on bareness: reflogs
+        // are written unless the repository is bare.
+        let (read, warnings) = parse("").unwrap();
+        assert!(warnings.is_empty());
+        let expected = Config {
+            storage: Storage {
+                log_ref_updates: LogRefUpdates::Normal,
+                ..c.storage
+            },
+            ..c.clone()
+        };
+        assert_eq!(read, expected);
+        let bare = parse("[core]\n\tbare = true\n").unwrap().0;
+        assert_eq!(bare.storage.log_ref_updates, LogRefUpdates::Never);
+        let non_bare = parse("[core]\n\tbare = false\n").unwrap().0;
+        assert_eq!(non_bare.storage.log_ref_updates, LogRefUpdates::Normal);
+    }
+
+    #[test]
+    fn last_one_wins_and_receive_over_transfer() {
+        let c = parse("[receive]\n\tdenyDeletes = true\n\tdenydeletes = false\n")
+            .unwrap()
+            .0;
+        assert!(!c.policy.deny_deletes);
+        // Only the last value is parsed.
+        let c = parse("[receive]\n\tdenyDeletes = bogus\n[receive]\n\tdenyDeletes = on\n")
+            .unwrap()
+            .0;
+        assert!(c.policy.deny_deletes);
+        // receive.* wins over transfer.* whatever their order.
+        for text in [
+            "[receive]\n\tunpackLimit = 3\n[transfer]\n\tunpackLimit = 9\n",
+            "[transfer]\n\tunpackLimit = 9\n[receive]\n\tunpackLimit = 3\n",
+        ] {
+            assert_eq!(parse(text).unwrap().0.ingest.unpack_limit, 3, "{text}");
+        }
+        for text in [
+            "[receive]\n\tfsckObjects = false\n[transfer]\n\tfsckObjects = true\n",
+            "[transfer]\n\tfsckObjects = true\n[receive]\n\tfsckObjects = false\n",
+        ] {
+            assert!(!parse(text).unwrap().0.ingest.fsck_objects, "{text}");
+        }
+        let c = parse("[gc]\n\tautoDetach = false\n[maintenance]\n\tautoDetach = true\n")
+            .unwrap()
+            .0;
+        assert!(c.housekeeping.auto_detach);
+        // maintenance.auto only matters when receive.autogc is on.
+        let c = parse("[receive]\n\tautogc = false\n[maintenance]\n\tauto = bogus\n")
+            .unwrap()
+            .0;
+        assert!(!c.housekeeping.auto_gc);
+        // Both hideRefs families, in configuration order.
+        let c = parse(
+            "[receive]\n\thideRefs = refs/a/\n[transfer]\n\thideRefs = !refs/a/b\n\
+             [receive]\n\thideRefs = refs/c\n[receive \"sub\"]\n\thideRefs = refs/no\n",
+        )
+        .unwrap()
+        .0;
+        assert_eq!(c.policy.hide_refs, ["refs/a", "!refs/a/b", "refs/c"]);
+    }
+
+    #[test]
+    fn errors_as_git() {
+        let err = |text: &str| parse(text).unwrap_err().to_string();
+        assert_eq!(
+            err("[receive]\n\tdenyDeletes = maybe\n"),
+            "bad boolean config value 'maybe'"
+        );
+        assert_eq!(
+            err("[receive]\n\tunpackLimit = lots\n"),
+            "bad numeric config value 'lots'"
+        );
+        assert_eq!(
+            err("[reftable]\n\tblockSize = 16m\n"),
+            "reftable block size cannot exceed 16MB"
+        );
+        assert_eq!(
+            err("[reftable]\n\trestartInterval = 65536\n"),
+            "reftable block size cannot exceed 65535"
+        );
+        assert_eq!(
+            err("[receive \"fsck\"]\n\tmissingEmail = bogus\n"),
+            "Unknown fsck message type: 'bogus'"
+        );
+        // Keys are checked in table order.
+        assert_eq!(
+            err("[receive]\n\tautogc = x\n\tdenyDeletes = y\n"),
+            "bad boolean config value 'y'"
+        );
+    }
+
+    #[test]
+    fn warnings_are_returned_not_printed() {
+        let (c, warnings) = parse(
+            "[receive \"fsck\"]\n\tnoSuchId = warn\n\tbadDate = ignore\n\tskipList = ~/skip\n",
+        )
+        .unwrap();
+        assert_eq!(
+            warnings,
+            [Warning("skipping unknown msg id 'nosuchid'".into())]
+        );
+        assert_eq!(c.ingest.fsck.len(), 2);
+        let mut out = Vec::new();
+        write_warnings(&mut out, &warnings).unwrap();
+        assert_eq!(out, b"warning: skipping unknown msg id 'nosuchid'\n");
+    }
+
+    #[test]
+    fn environment_is_the_loaders_input() {
+        let env = Environment {
+            test_reftable_autocompaction: Some("false".into()),
+            ..Default::default()
+        };
+        let c = parse_with("[reftable]\n\tautoCompaction = true\n", &env)
+            .unwrap()
+            .0;
+        assert!(c.storage.reftable.disable_auto_compact);
+        assert_eq!(
+            expand_home(Path::new("~/skip"), Some(Path::new("/home/u"))),
+            Path::new("/home/u/skip")
+        );
+        assert_eq!(expand_home(Path::new("~/skip"), None), Path::new("~/skip"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let git_dir = dir.path();
+        std::fs::write(git_dir.join("config"), "[receive]\n\tdenyDeletes = true\n").unwrap();
+        let env = Environment {
+            config_parameters: Some(
+                "'receive.denyDeletes'='false' 'receive.fsck.skipList'='~/s'".into(),
+            ),
+            home: Some("/home/u".into()),
+            ..Default::default()
+        };
+        let loaded = Config::load(git_dir, &env).unwrap();
+        assert!(!loaded.config.policy.deny_deletes);
+        assert_eq!(
+            loaded.config.ingest.fsck,
+            [FsckSetting::SkipList {
+                path: "/home/u/s".into(),
+                configured: "~/s".into(),
+            }]
+        );
+        let env = Environment {
+            config_parameters: Some("'receive.fsck.skipList'".into()),
+            ..Default::default()
+        };
+        let e = Config::load(git_dir, &env).unwrap_err();
+        assert_eq!(
+            e.preamble().as_deref(),
+            Some("error: missing value for 'receive.fsck.skiplist'")
+        );
+        assert_eq!(
+            e.to_string(),
+            "unable to parse 'receive.fsck.skiplist' from command-line config"
+        );
+    }
+
     #[test]
     fn config_parameters() {
         assert_eq!(
@@ -562,25 +1410,6 @@ mod tests {
                 ("receive.fsck.skiplist".into(), None),
                 ("a.b".into(), Some(String::new()))
             ]
-        );
-    }
-
-    #[test]
-    fn values() {
-        assert_eq!(parse_int("1k"), Some(1024));
-        assert_eq!(parse_bool("On"), Some(true));
-        assert_eq!(
-            DenyAction::parse("updateInstead").unwrap(),
-            DenyAction::UpdateInstead
-        );
-        assert_eq!(DenyAction::parse("false").unwrap(), DenyAction::Ignore);
-        let file =
-            File::try_from("[receive]\n\thideRefs = refs/a/\n[transfer]\n\thideRefs = !refs/a/b\n")
-                .unwrap();
-        let c = Config::from_file(&file).unwrap();
-        assert_eq!(
-            c.hide_refs,
-            vec!["refs/a".to_string(), "!refs/a/b".to_string()]
         );
     }
 }

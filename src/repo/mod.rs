@@ -6,7 +6,7 @@ pub mod policy;
 
 use std::path::{Path, PathBuf};
 
-use self::config::Config;
+use self::config::{Config, Environment, Warning};
 use crate::refs::{RefFormat, RefStore};
 
 /// Why the repository cannot be served.
@@ -33,6 +33,9 @@ pub struct Repository {
     pub config: Config,
     /// The whole configuration, for what is looked up by pattern (hooks).
     pub config_file: gix_config::File,
+    /// What git would have warned about while reading the configuration; the session writes
+    /// them to its stderr ([`config::write_warnings`]).
+    pub config_warnings: Vec<Warning>,
     /// Where its refs live (`extensions.refStorage`).
     pub ref_format: RefFormat,
 }
@@ -41,8 +44,9 @@ impl Repository {
     /// Open the repository named by `dir` as `git receive-pack <dir>` would: a trailing `/` is
     /// ignored, a leading `~/` is the home directory, and `<dir>/.git`, `<dir>`, `<dir>.git/.git`
     /// and `<dir>.git` are tried in that order; a `.git` file is followed.
-    /// `home` is `HOME`, for a leading `~/`.
-    pub fn open(dir: &str, home: Option<&str>) -> Result<Self, Error> {
+    /// `env` is what the configuration loader takes from the environment; its `HOME` also
+    /// expands a leading `~/`.
+    pub fn open(dir: &str, env: &Environment) -> Result<Self, Error> {
         let not_repo = || Error::NotARepository(dir.to_owned());
         let mut base = dir.trim_end_matches('/').to_owned();
         if base.is_empty() {
@@ -53,8 +57,8 @@ impl Repository {
             };
         }
         if let Some(rest) = base.strip_prefix("~/") {
-            let home = home.ok_or_else(not_repo)?;
-            base = format!("{home}/{rest}");
+            let home = env.home.as_ref().ok_or_else(not_repo)?;
+            base = format!("{}/{rest}", home.display());
         }
         let candidates = [
             format!("{base}/.git"),
@@ -67,13 +71,14 @@ impl Repository {
             .find_map(|c| resolve_git_dir(Path::new(c)))
             .ok_or_else(not_repo)?;
         let git_dir = git_dir.canonicalize().map_err(|_| not_repo())?;
-        let (config, file) = Config::load(&git_dir)?;
-        let ref_format = check_format(&file)?;
+        let loaded = Config::load(&git_dir, env)?;
+        let ref_format = check_format(&loaded.file)?;
         Ok(Repository {
             objects_dir: git_dir.join("objects"),
             git_dir,
-            config,
-            config_file: file,
+            config: loaded.config,
+            config_file: loaded.file,
+            config_warnings: loaded.warnings,
             ref_format,
         })
     }
@@ -81,6 +86,7 @@ impl Repository {
     /// Whether the main worktree is bare (`core.bare`, else guessed from the directory name).
     pub fn is_bare(&self) -> bool {
         self.config
+            .storage
             .bare
             .unwrap_or_else(|| self.git_dir.file_name().is_none_or(|n| n != ".git"))
     }
@@ -90,8 +96,8 @@ impl Repository {
         crate::refs::open(
             &self.git_dir,
             self.ref_format,
-            self.config.log_ref_updates,
-            self.config.reftable,
+            self.config.storage.log_ref_updates,
+            self.config.storage.reftable,
         )
     }
 
