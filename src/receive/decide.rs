@@ -210,3 +210,226 @@ fn is_ancestor(objects: &gix_odb::Handle, ancestor: ObjectId, tip: ObjectId) -> 
     }
     false
 }
+
+#[cfg(test)]
+mod tests {
+    //! The decision for one ref against a real repository made by git: each of git's built-in
+    //! refusals with its reason and message, and the ref update queued when nothing refuses.
+
+    use std::path::Path;
+    use std::process::Command as Process;
+
+    use super::*;
+    use crate::hooks::HookSet;
+    use crate::protocol::request::Command;
+    use crate::protocol::sideband::Mode;
+    use crate::receive::Options;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Process::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "A")
+            .env("GIT_AUTHOR_EMAIL", "a@example.com")
+            .env("GIT_COMMITTER_NAME", "C")
+            .env("GIT_COMMITTER_EMAIL", "c@example.com")
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {:?}", out);
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// A bare repository whose `main` has two commits; `config` is applied to it.
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        repo: Repository,
+        first: ObjectId,
+        second: ObjectId,
+        blob: ObjectId,
+    }
+
+    fn fixture(config: &[(&str, &str)]) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let bare = dir.path().join("srv.git");
+        git(
+            dir.path(),
+            &["init", "-q", "--bare", "-b", "main", "srv.git"],
+        );
+        for (k, v) in config {
+            git(&bare, &["config", k, v]);
+        }
+        let tree = git(&bare, &["mktree"]);
+        let first = git(&bare, &["commit-tree", "-m", "1", &tree]);
+        let second = git(&bare, &["commit-tree", "-m", "2", "-p", &first, &tree]);
+        git(&bare, &["update-ref", "refs/heads/main", &second]);
+        let blob = {
+            let out = Process::new("git")
+                .args(["hash-object", "-w", "--stdin"])
+                .current_dir(&bare)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        };
+        let repo = Repository::open(bare.to_str().unwrap(), &Default::default()).unwrap();
+        let id = |s: &str| ObjectId::from_hex(s.as_bytes()).unwrap();
+        Fixture {
+            repo,
+            first: id(&first),
+            second: id(&second),
+            blob: id(&blob),
+            _dir: dir,
+        }
+    }
+
+    /// The decision for `old new name`, and what it wrote to the client (band 2 without
+    /// sideband goes to the second sink) and to receive-pack's stderr.
+    fn decide_one(
+        f: &Fixture,
+        old: ObjectId,
+        new: ObjectId,
+        name: &str,
+    ) -> (Result<Option<RefUpdate>, Reason>, bool, String) {
+        let set = HookSet::default();
+        let options = Options::default();
+        let hooks = Hooks::new(&set, None, &f.repo, &[], &options, None);
+        let objects = gix_odb::at(&f.repo.objects_dir, gix_hash::Kind::Sha1).unwrap();
+        let ctx = Decide {
+            repo: &f.repo,
+            namespace: "",
+            hooks: &hooks,
+            objects: &objects,
+            worktrees: f.repo.worktrees(),
+            refs: f.repo.ref_store().snapshot().unwrap(),
+            kinds: Default::default(),
+        };
+        let mut cmd = Cmd::new(Command {
+            old,
+            new,
+            name: name.into(),
+        });
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut sb = Sideband::new(&mut out, &mut err, Mode::None);
+        let decision = decide(&mut cmd, &ctx, &mut sb).unwrap();
+        drop(sb);
+        (decision, cmd.did_not_exist, String::from_utf8(err).unwrap())
+    }
+
+    fn zero() -> ObjectId {
+        ObjectId::null(gix_hash::Kind::Sha1)
+    }
+
+    #[test]
+    fn a_fast_forward_is_queued_as_it_was_asked() {
+        let f = fixture(&[]);
+        let (d, _, msg) = decide_one(&f, zero(), f.first, "refs/heads/topic");
+        let u = d.unwrap().unwrap();
+        assert_eq!(
+            (u.name.as_slice(), u.old, u.new),
+            (&b"refs/heads/topic"[..], zero(), f.first)
+        );
+        assert_eq!(msg, "");
+    }
+
+    #[test]
+    fn funny_refnames_are_refused() {
+        let f = fixture(&[]);
+        for name in ["refs/heads/a..b", "HEAD", "refs/heads/x.lock", "main"] {
+            let (d, _, msg) = decide_one(&f, zero(), f.first, name);
+            assert_eq!(d.unwrap_err(), Reason::FunnyRefname, "{name}");
+            assert_eq!(
+                msg,
+                format!("error: refusing to update funny ref '{name}' remotely\n")
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_object_is_a_bad_pack_reported_on_stderr() {
+        let f = fixture(&[]);
+        let missing = ObjectId::from_hex(b"1111111111111111111111111111111111111111").unwrap();
+        let (d, _, msg) = decide_one(&f, zero(), missing, "refs/heads/x");
+        assert_eq!(d.unwrap_err(), Reason::BadPack);
+        // Not through the muxer: git prints it with error() on its own stderr. Here both
+        // sinks are the same stderr, so the line is there exactly once.
+        assert_eq!(
+            msg,
+            format!("error: unpack should have generated {missing}, but I can't find it!\n")
+        );
+    }
+
+    #[test]
+    fn deny_deletes_and_non_fast_forwards() {
+        let f = fixture(&[
+            ("receive.denyDeletes", "true"),
+            ("receive.denyNonFastForwards", "true"),
+        ]);
+        let (d, _, msg) = decide_one(&f, f.second, zero(), "refs/heads/main");
+        assert_eq!(d.unwrap_err(), Reason::DeletionProhibited);
+        assert_eq!(msg, "error: denying ref deletion for refs/heads/main\n");
+        let (d, _, msg) = decide_one(&f, f.second, f.first, "refs/heads/main");
+        assert_eq!(d.unwrap_err(), Reason::NonFastForward);
+        assert_eq!(
+            msg,
+            "error: denying non-fast-forward refs/heads/main (you should pull first)\n"
+        );
+        // Outside refs/heads/ neither applies.
+        let (d, _, _) = decide_one(&f, f.second, f.first, "refs/tags/v1");
+        assert!(d.unwrap().is_some());
+    }
+
+    #[test]
+    fn a_branch_must_point_at_a_commit() {
+        let f = fixture(&[]);
+        let (d, _, msg) = decide_one(&f, zero(), f.blob, "refs/heads/blob");
+        assert_eq!(
+            d.unwrap_err(),
+            Reason::Transaction("invalid new value provided")
+        );
+        assert_eq!(
+            msg,
+            format!(
+                "error: trying to write non-commit object {} to branch 'refs/heads/blob'\n",
+                f.blob
+            )
+        );
+        // A tag may point at a blob.
+        let (d, _, _) = decide_one(&f, zero(), f.blob, "refs/tags/blob");
+        assert!(d.unwrap().is_some());
+    }
+
+    #[test]
+    fn deleting_a_ref_that_does_not_exist_is_ok_and_not_queued() {
+        let f = fixture(&[]);
+        let (d, did_not_exist, msg) = decide_one(&f, zero(), zero(), "refs/heads/nothing");
+        assert!(matches!(d, Ok(None)));
+        assert!(did_not_exist);
+        assert_eq!(msg, "warning: deleting a non-existent ref\n");
+    }
+
+    #[test]
+    fn the_checked_out_branch_of_a_non_bare_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        git(dir.path(), &["init", "-q", "-b", "main", "wt"]);
+        let wt = dir.path().join("wt");
+        git(&wt, &["commit", "-q", "--allow-empty", "-m", "1"]);
+        let head = git(&wt, &["rev-parse", "HEAD"]);
+        let repo = Repository::open(wt.to_str().unwrap(), &Default::default()).unwrap();
+        let id = ObjectId::from_hex(head.as_bytes()).unwrap();
+        let f = Fixture {
+            repo,
+            first: id,
+            second: id,
+            blob: id,
+            _dir: dir,
+        };
+        let (d, _, msg) = decide_one(&f, id, zero(), "refs/heads/main");
+        assert_eq!(d.unwrap_err(), Reason::CurrentBranch);
+        assert!(
+            msg.starts_with("error: refusing to update checked out branch: refs/heads/main\n"),
+            "{msg}"
+        );
+    }
+}
