@@ -311,9 +311,10 @@ mod tests {
             name: name.into(),
         });
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let mut sb = Sideband::new(&mut out, &mut err, Mode::None);
-        let decision = decide(&mut cmd, &ctx, &mut sb).unwrap();
-        drop(sb);
+        let decision = {
+            let mut sb = Sideband::new(&mut out, &mut err, Mode::None);
+            decide(&mut cmd, &ctx, &mut sb).unwrap()
+        };
         (decision, cmd.did_not_exist, String::from_utf8(err).unwrap())
     }
 
