@@ -1,0 +1,296 @@
+//! Streaming between the network and the blocking git work: the request body into a push
+//! session or `git upload-pack`, and their output back as the response body.
+
+use super::*;
+
+/// A push slot and the in-flight gauge, released when the push session ends.
+pub(super) struct InFlight {
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.metrics
+            .pushes_in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A request body as an `AsyncRead`: gzip already inflated by the decompression layer, counted
+/// against `--max-request-bytes`, and abandoned when the client stalls past `--idle-timeout`.
+pub(super) type BodyReader = StreamReader<
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = io::Result<Bytes>> + Send>>,
+    Bytes,
+>;
+
+pub(super) fn body_reader(body: Body, server: &Server, access: &Arc<Access>) -> BodyReader {
+    let max = server.max_request_bytes;
+    let idle = server.idle_timeout;
+    let access = access.clone();
+    let stream = body.into_data_stream();
+    let s = futures_util::stream::unfold(Some((stream, 0u64)), move |state| {
+        let access = access.clone();
+        async move {
+            let (mut stream, mut n) = state?;
+            match tokio::time::timeout(idle, stream.next()).await {
+                Err(_) => {
+                    access.set_outcome("request body idle too long");
+                    Some((
+                        Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "request body idle too long",
+                        )),
+                        None,
+                    ))
+                }
+                Ok(None) => None,
+                Ok(Some(Err(e))) => Some((Err(io::Error::other(e)), None)),
+                Ok(Some(Ok(b))) => {
+                    n += b.len() as u64;
+                    access.bytes_in.store(n, Ordering::Relaxed);
+                    if n > max {
+                        access.too_large.store(true, Ordering::Relaxed);
+                        access.set_outcome(format!("request body larger than {max} bytes"));
+                        Some((
+                            Err(io::Error::other(format!(
+                                "request body larger than {max} bytes"
+                            ))),
+                            None,
+                        ))
+                    } else {
+                        Some((Ok(b), Some((stream, n))))
+                    }
+                }
+            }
+        }
+    });
+    StreamReader::new(Box::pin(s))
+}
+
+/// The session's output, handed to the response body chunk by chunk as it is written.
+pub(super) struct ChannelWriter {
+    pub(super) tx: mpsc::Sender<Bytes>,
+    pub(super) access: Arc<Access>,
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.tx
+            .blocking_send(Bytes::copy_from_slice(buf))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "client went away"))?;
+        self.access
+            .bytes_out
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What the session writes to its stderr (messages git would print on the server), kept for
+/// the log up to a bound.
+#[derive(Default)]
+pub(super) struct Capped(Vec<u8>);
+
+impl Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let room = (64 * 1024usize).saturating_sub(self.0.len());
+        self.0.extend_from_slice(&buf[..buf.len().min(room)]);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A 200 response with git's no-cache headers whose body is `head` then `rest`; `access` is
+/// held until the body is done, so the log line has the whole request.
+pub(super) fn streaming_response(
+    content_type: &str,
+    head: Vec<Bytes>,
+    rest: impl futures_util::Stream<Item = io::Result<Bytes>> + Send + 'static,
+    access: Arc<Access>,
+) -> Response {
+    let body = futures_util::stream::iter(head.into_iter().map(Ok))
+        .chain(rest)
+        .chain(futures_util::stream::once(async move {
+            drop(access);
+            Ok(Bytes::new())
+        }));
+    let mut r = Response::new(Body::from_stream(body));
+    let h = r.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    for (k, v) in NO_CACHE {
+        h.insert(k, HeaderValue::from_static(v));
+    }
+    r
+}
+
+/// Run a receive-pack session on a blocking thread with `input` as its request, and answer
+/// with its output as it comes. The status is decided by the first output: a session that
+/// fails before writing anything is a 500 (413 when the body was over the limit), as
+/// git-http-backend's `die()` before the headers.
+pub(super) async fn run_session(
+    dir: String,
+    options: receive::Options,
+    input: Option<BodyReader>,
+    content_type: &str,
+    preamble: Option<Bytes>,
+    access: Arc<Access>,
+    slot: Option<InFlight>,
+) -> Response {
+    let (tx, mut rx) = mpsc::channel::<Bytes>(8);
+    let (done_tx, done_rx) = oneshot::channel::<Result<(), String>>();
+    let input = input.map(SyncIoBridge::new);
+    let dir_shown = dir.clone();
+    let task_access = access.clone();
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        let writer = ChannelWriter {
+            tx,
+            access: task_access.clone(),
+        };
+        let mut stderr = Capped::default();
+        let result = match input {
+            Some(r) => receive::run(&dir, &options, r, writer, &mut stderr),
+            None => receive::run(&dir, &options, io::empty(), writer, &mut stderr),
+        };
+        let msg = String::from_utf8_lossy(&stderr.0);
+        if !msg.trim().is_empty() {
+            tracing::debug!(target: "berth::serve", repo = %task_access.repo, stderr = %msg.trim(), "session stderr");
+        }
+        match &result {
+            Ok(outcome) => task_access.set_push(outcome),
+            Err(e) => task_access.set_outcome(format!("fatal: {e}")),
+        }
+        let _ = done_tx.send(result.map(drop).map_err(|e| e.to_string()));
+    });
+    match rx.recv().await {
+        Some(first) => {
+            let head = preamble.into_iter().chain(Some(first)).collect();
+            let rest = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|b| (Ok(b), rx))
+            });
+            streaming_response(content_type, head, rest, access)
+        }
+        None => match done_rx.await {
+            Ok(Ok(())) => streaming_response(
+                content_type,
+                preamble.into_iter().collect(),
+                futures_util::stream::empty(),
+                access,
+            ),
+            Ok(Err(_)) if access.too_large.load(Ordering::Relaxed) => Reject::TooLarge.response(),
+            // As the client named it, not as the server's file system does.
+            Ok(Err(e)) => {
+                Reject::Internal(format!("fatal: {}", e.replace(&dir_shown, &access.repo)))
+                    .response()
+            }
+            Err(_) => Reject::Internal("push session failed".into()).response(),
+        },
+    }
+}
+
+/// Run `git upload-pack --stateless-rpc [--advertise-refs] <dir>` with the request on its stdin
+/// and its stdout streamed back: berth implements the receive side only.
+pub(super) async fn upload_pack(
+    dir: String,
+    advertise: bool,
+    protocol: Option<String>,
+    body: Option<BodyReader>,
+    content_type: &str,
+    preamble: Option<Bytes>,
+    access: &Arc<Access>,
+) -> Result<Response, Reject> {
+    use std::process::Stdio;
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.args(["upload-pack", "--stateless-rpc"]);
+    if advertise {
+        cmd.arg("--advertise-refs");
+    }
+    cmd.arg(&dir)
+        .stdin(if body.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    match &protocol {
+        Some(p) => cmd.env("GIT_PROTOCOL", p),
+        None => cmd.env_remove("GIT_PROTOCOL"),
+    };
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Reject::Internal(format!("cannot run git upload-pack: {e}")))?;
+    if let (Some(mut body), Some(mut stdin)) = (body, child.stdin.take()) {
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut body, &mut stdin).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| Reject::Internal("git upload-pack has no stdout".into()))?;
+    let stderr = child.stderr.take();
+    let stderr_task = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = Vec::new();
+        if let Some(e) = stderr {
+            let _ = e.take(64 * 1024).read_to_end(&mut buf).await;
+        }
+        String::from_utf8_lossy(&buf).trim().to_owned()
+    });
+    let mut out = ReaderStream::with_capacity(stdout, 64 * 1024);
+    match out.next().await {
+        Some(Ok(first)) => {
+            let a = access.clone();
+            tokio::spawn(async move {
+                let status = child.wait().await;
+                let err = stderr_task.await.unwrap_or_default();
+                if !status.map(|s| s.success()).unwrap_or(false) {
+                    a.set_outcome(format!("git upload-pack failed: {err}"));
+                }
+            });
+            let counter = access.clone();
+            let rest = out.map(move |r| {
+                if let Ok(b) = &r {
+                    counter
+                        .bytes_out
+                        .fetch_add(b.len() as u64, Ordering::Relaxed);
+                }
+                r
+            });
+            access
+                .bytes_out
+                .fetch_add(first.len() as u64, Ordering::Relaxed);
+            let head = preamble.into_iter().chain(Some(first)).collect();
+            Ok(streaming_response(content_type, head, rest, access.clone()))
+        }
+        _ => {
+            let status = child.wait().await;
+            let err = stderr_task.await.unwrap_or_default();
+            if status.map(|s| s.success()).unwrap_or(false) {
+                Ok(streaming_response(
+                    content_type,
+                    preamble.into_iter().collect(),
+                    futures_util::stream::empty(),
+                    access.clone(),
+                ))
+            } else if access.too_large.load(Ordering::Relaxed) {
+                Err(Reject::TooLarge)
+            } else {
+                Err(Reject::Internal(format!("git upload-pack failed: {err}")))
+            }
+        }
+    }
+}
