@@ -34,15 +34,15 @@ use tokio_util::io::{ReaderStream, StreamReader, SyncIoBridge};
 
 use crate::receive;
 
-mod access;
 mod auth;
+mod log;
 mod repos;
 mod routing;
 mod session;
 
-use access::*;
 pub use auth::hash_password;
 use auth::*;
+use log::*;
 use routing::*;
 use session::*;
 
