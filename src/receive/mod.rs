@@ -19,13 +19,16 @@ use gix_odb::Header;
 use tracing::info_span;
 
 use crate::hooks::proc_receive::{self, Proc};
-use crate::hooks::{self, Event, HookSet, Invocation, TransactionState, Verdict};
+use crate::hooks::{self, Event, HookSet, Invocation, Verdict};
 use crate::objects::connectivity::{self, Check};
 use crate::objects::ingest::{self, Quarantine};
 use crate::protocol::request::{self, Command, Start};
 use crate::protocol::sideband::{Mode, Sideband};
 use crate::protocol::{advertise, pktline, report};
-use crate::refs::{RefError, RefStore, RefUpdate, Refs, TransactionError};
+use crate::refs::{
+    Atomicity, Change, Expected, RefError, RefStore, RefUpdate, Refs, SnapshotError,
+    TransactionError, TransactionObserver, TransactionState,
+};
 use crate::repo::Repository;
 use crate::repo::config::DenyAction;
 use crate::repo::policy;
@@ -67,7 +70,7 @@ pub enum Fatal {
     Request(#[from] request::Error),
     /// The refs could not be read.
     #[error("unable to read refs: {0}")]
-    Refs(String),
+    Refs(SnapshotError),
     /// The object database could not be opened.
     #[error("unable to open object database: {0}")]
     Objects(io::Error),
@@ -700,9 +703,9 @@ fn decide<W: Write, E: Write>(
         return Ok(Err(reason.into()));
     }
     if c.is_delete() {
-        let mut skip_old_check = false;
+        let mut old = Expected::MustBe(c.old);
         if c.old.is_null() || ctx.kind(&c.old).is_none() {
-            skip_old_check = true;
+            old = Expected::Any;
             if ctx.refs.get(&ctx.full_name(cmd)).is_some() {
                 sb.warning("allowing deletion of corrupt ref")?;
             } else {
@@ -713,9 +716,7 @@ fn decide<W: Write, E: Write>(
         }
         return Ok(Ok(Some(RefUpdate {
             name: ctx.full_name(cmd),
-            old: c.old,
-            new: c.new,
-            skip_old_check,
+            change: Change::Delete { old },
         })));
     }
     if name.starts_with(b"refs/heads/") && ctx.kind(&c.new) != Some(Kind::Commit) {
@@ -729,11 +730,17 @@ fn decide<W: Write, E: Write>(
     if !cmd.new_shallow.is_empty() && ctx.repo.add_shallow(&cmd.new_shallow).is_err() {
         return Ok(Err("shallow error".into()));
     }
+    let change = if c.old.is_null() {
+        Change::Create { new: c.new }
+    } else {
+        Change::Update {
+            old: Expected::MustBe(c.old),
+            new: c.new,
+        }
+    };
     Ok(Ok(Some(RefUpdate {
         name: ctx.full_name(cmd),
-        old: c.old,
-        new: c.new,
-        skip_old_check: false,
+        change,
     })))
 }
 
@@ -786,8 +793,10 @@ fn execute_non_atomic<W: Write, E: Write>(
                     }
                 }
             }
-            Err(TransactionError::HookAborted(state)) => return Err(Fatal::TransactionHook(state)),
             Err(e) => {
+                if let Some(state) = e.hook_aborted() {
+                    return Err(Fatal::TransactionHook(state.name()));
+                }
                 sb.error(&e)?;
                 for c in cmds.iter_mut() {
                     c.error = Some("failed to update refs".into());
@@ -844,26 +853,19 @@ fn commit(
     ctx: &Decide<'_>,
     committer: &gix_actor::Signature,
 ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
-    // As git's `ref_update_reject_duplicates`: the first duplicate in name order. Pushes come
-    // sorted, so this is one pass.
-    if !updates.is_sorted_by(|a, b| a.name < b.name) {
-        let mut names: Vec<&BString> = updates.iter().map(|u| &u.name).collect();
-        names.sort_unstable();
-        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(TransactionError::Store(format!(
-                "multiple updates for ref '{}' not allowed",
-                w[0]
-            )));
-        }
-    }
-    store.commit(
-        updates,
+    let options = crate::refs::Options {
+        atomicity: if atomic {
+            Atomicity::AllOrNothing
+        } else {
+            Atomicity::PerRef
+        },
         current,
-        atomic,
         committer,
-        ctx.objects,
-        &mut |state, batch| ctx.hooks.transaction(state, batch),
-    )
+        objects: ctx.objects,
+    };
+    let mut observer = ctx.hooks;
+    let prepared = store.transaction(options).prepare(updates, &mut observer)?;
+    Ok(prepared.commit()?)
 }
 
 /// Whether `ancestor` is reachable from `tip` through parents.
@@ -945,6 +947,13 @@ struct Hooks<'a> {
     /// time a hook needs them.
     certificate_env: std::cell::OnceCell<Vec<(String, BString)>>,
     config_file: &'a gix_config::File,
+}
+
+/// The hooks are told the ref transaction's states (git's `reference-transaction` hook).
+impl TransactionObserver for &Hooks<'_> {
+    fn state(&mut self, state: TransactionState, updates: &[RefUpdate]) -> bool {
+        self.transaction(state, updates)
+    }
 }
 
 impl<'a> Hooks<'a> {
@@ -1096,12 +1105,7 @@ impl<'a> Hooks<'a> {
         }
         let mut stdin = Vec::with_capacity(updates.len() * 100);
         for u in updates {
-            let old = if u.skip_old_check {
-                ObjectId::null(gix_hash::Kind::Sha1)
-            } else {
-                u.old
-            };
-            let _ = writeln!(stdin, "{old} {} {}", u.new, u.name);
+            let _ = writeln!(stdin, "{} {} {}", u.old_id(), u.new_id(), u.name);
         }
         let args = [BString::from(state.name())];
         let mut to_stderr = |o: hooks::Output<'_>| match o {
