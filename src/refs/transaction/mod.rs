@@ -225,3 +225,6 @@ pub(super) fn live(results: &[Result<(), RefError>]) -> Vec<usize> {
     live.extend((0..results.len()).filter(|&i| results[i].is_ok()));
     live
 }
+
+#[cfg(test)]
+mod tests;
