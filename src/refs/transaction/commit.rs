@@ -48,7 +48,8 @@ impl Prepared<'_> {
     /// that dropped out while preparing, or while being written (with
     /// [`super::Atomicity::PerRef`]), carry their error.
     pub fn commit(mut self) -> Result<Vec<Result<(), RefError>>, Error> {
-        let _span = tracing::info_span!("ref_transaction_commit", refs = self.live.len()).entered();
+        let _span = tracing::info_span!("ref_transaction", step = "commit", refs = self.live.len())
+            .entered();
         let Some(locked) = self.locked.take() else {
             return Ok(std::mem::take(&mut self.results));
         };

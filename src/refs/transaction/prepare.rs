@@ -50,7 +50,8 @@ impl<'a> Transaction<'a> {
         updates: &'a [RefUpdate],
         observer: &'a mut dyn TransactionObserver,
     ) -> Result<Prepared<'a>, Error> {
-        let _span = tracing::info_span!("ref_transaction_prepare", refs = updates.len()).entered();
+        let _span = tracing::info_span!("ref_transaction", step = "prepare", refs = updates.len())
+            .entered();
         reject_duplicates(updates)?;
         let options = self.options;
         let check = match self.store {
