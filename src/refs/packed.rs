@@ -34,6 +34,9 @@
 //! 7. Check again (step 3's scan), then remove the replaced loose files, append reflogs, and
 //!    release the locks.
 //!
+//! Steps 1 to 5 are [`lock`], the files backend's half of the transaction's prepare step (the
+//! `prepared` state is announced after it, with the locks held); 6 and 7 are [`Locked::commit`].
+//!
 //! # What a concurrent git writer can do
 //!
 //! git changes a loose ref `X` only while holding `X.lock`, in this order: create `X.lock`,
