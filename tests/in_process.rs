@@ -3,9 +3,9 @@
 //! a hook is silent.
 
 mod common;
-use berth::hooks::{InProcess, InProcessHooks, Push, TransactionState, Verdict};
+use berth::hooks::{InProcess, InProcessHooks, Push, Verdict};
 use berth::protocol::request::Command;
-use berth::refs::RefUpdate;
+use berth::refs::{RefUpdate, TransactionState};
 use common::{EMPTY_PACK, World, ZERO, pkt};
 use std::sync::{Arc, Mutex};
 

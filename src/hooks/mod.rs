@@ -414,31 +414,6 @@ pub enum Verdict {
     Refuse(String),
 }
 
-/// The states of a ref transaction, as the `reference-transaction` hook sees them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TransactionState {
-    /// Before any lock is taken.
-    Preparing,
-    /// Every lock is held; nothing is written yet.
-    Prepared,
-    /// Written.
-    Committed,
-    /// Given up.
-    Aborted,
-}
-
-impl TransactionState {
-    /// The hook's argument.
-    pub fn name(self) -> &'static str {
-        match self {
-            TransactionState::Preparing => "preparing",
-            TransactionState::Prepared => "prepared",
-            TransactionState::Committed => "committed",
-            TransactionState::Aborted => "aborted",
-        }
-    }
-}
-
 /// What an in-process hook is told about the push.
 #[derive(Debug, Clone, Copy)]
 pub struct Push<'a> {
@@ -465,7 +440,7 @@ pub trait InProcess: Send + Sync {
     /// Around the ref transaction; refusing in `Preparing` or `Prepared` aborts it.
     fn reference_transaction(
         &self,
-        _state: TransactionState,
+        _state: crate::refs::TransactionState,
         _updates: &[crate::refs::RefUpdate],
     ) -> Verdict {
         Verdict::Accept

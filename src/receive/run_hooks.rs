@@ -10,11 +10,11 @@ use gix_object::bstr::BString;
 
 use super::command::Cmd;
 use crate::hooks::proc_receive;
-use crate::hooks::{self, Event, HookSet, Invocation, TransactionState, Verdict};
+use crate::hooks::{self, Event, HookSet, Invocation, Verdict};
 use crate::objects::ingest::Quarantine;
 use crate::protocol::request::Command;
 use crate::protocol::sideband::Sideband;
-use crate::refs::{RefUpdate, Refs};
+use crate::refs::{RefUpdate, Refs, TransactionState};
 use crate::repo::Repository;
 
 /// The receive-side hooks of one session with git's contract for each: when it runs, its
@@ -220,12 +220,7 @@ impl<'a> Hooks<'a> {
         }
         let mut stdin = Vec::with_capacity(updates.len() * 100);
         for u in updates {
-            let old = if u.skip_old_check {
-                ObjectId::null(gix_hash::Kind::Sha1)
-            } else {
-                u.old
-            };
-            let _ = writeln!(stdin, "{old} {} {}", u.new, u.name);
+            let _ = writeln!(stdin, "{} {} {}", u.old_id(), u.new_id(), u.name);
         }
         let args = [BString::from(state.name())];
         self.set
