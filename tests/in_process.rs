@@ -75,7 +75,7 @@ fn in_process_hooks_run_in_gits_places_and_can_refuse() {
         in_process: Some(InProcessHooks(recorder.clone())),
         ..Default::default()
     };
-    let processes = berth::hooks::processes_started();
+    let processes = berth::hooks::process::processes_started();
     let muxers = berth::protocol::sideband::muxers_created();
     let mut out = Vec::new();
     let mut err = Vec::new();
@@ -109,7 +109,7 @@ fn in_process_hooks_run_in_gits_places_and_can_refuse() {
         ]
     );
     assert_eq!(
-        berth::hooks::processes_started(),
+        berth::hooks::process::processes_started(),
         processes,
         "no process for in-process hooks"
     );
