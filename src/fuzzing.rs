@@ -220,14 +220,12 @@ pub fn proc_receive(data: &[u8]) {
         n => Some(usize::from(n)),
     };
     let options = [BString::from("issue=123"), BString::from("reviewer=user1")];
-    let mut errmsg = String::new();
     let _ = proc_receive::converse(
         &mut proc_receive::Replay::new(output, sends),
         &mut slots,
         mode & 1 != 0,
         mode & 2 != 0,
         &options,
-        &mut errmsg,
     );
     let statuses: Vec<_> = slots
         .iter()
