@@ -367,6 +367,57 @@ fn resolving_deltas_progress_on_band_2_unless_quiet() {
     assert_eq!(resolving(Receiver::Berth, true), None);
 }
 
+/// A thin pack completed from the repository ends index-pack's progress with `completed with
+/// N local object(s)` instead of `done` (JGit reads the line as the end of the progress).
+#[test]
+fn thin_pack_progress_counts_the_local_objects_that_completed_it() {
+    let big = |tag: &str| -> String {
+        (0..2000)
+            .map(|i| format!("line {i} of {tag}, a file that deltas well\n"))
+            .collect()
+    };
+    let resolving = |r: Receiver, files: &[&str]| {
+        let w = World::new();
+        w.bare("srv.git");
+        // index-pack for every pack, however small.
+        w.git("srv.git", &["config", "receive.unpackLimit", "1"]);
+        w.work("src");
+        for f in files {
+            w.commit("src", f, &big(f));
+        }
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        for f in files {
+            std::fs::write(w.path("src").join(f), format!("{}one more\n", big(f))).unwrap();
+        }
+        w.git("src", &["commit", "-q", "-am", "more"]);
+        let rp = format!("--receive-pack={}", r.command());
+        let url = w.path("srv.git");
+        let out = w.git_out(
+            "src",
+            &["push", "--progress", &rp, url.to_str().unwrap(), "main"],
+        );
+        assert!(out.status.success());
+        if r == Receiver::Berth {
+            w.assert_clean("srv.git");
+        }
+        String::from_utf8_lossy(&out.stderr)
+            .split(['\r', '\n'])
+            .filter(|l| l.starts_with("remote: Resolving deltas: 100%"))
+            .map(|l| l.trim_end().to_owned())
+            .next_back()
+    };
+    let one = common::differential(|r| resolving(r, &["a"]));
+    assert_eq!(
+        one.as_deref(),
+        Some("remote: Resolving deltas: 100% (1/1), completed with 1 local object.")
+    );
+    let two = common::differential(|r| resolving(r, &["a", "b"]));
+    assert_eq!(
+        two.as_deref(),
+        Some("remote: Resolving deltas: 100% (2/2), completed with 2 local objects.")
+    );
+}
+
 /// Like git, a push of fewer than `receive.unpackLimit` objects becomes loose objects and a
 /// larger one is kept as one pack.
 #[test]

@@ -209,6 +209,9 @@ pub struct Received {
     pub objects: u32,
     /// The number of deltas resolved, when [`Options::count_deltas`] asked for it.
     pub deltas: Option<u32>,
+    /// The objects of the repository appended to the pack to complete a thin pack (git's
+    /// `completed with N local objects`).
+    pub local_objects: u32,
     /// Lines for the client's band 2 (fsck warnings), without newlines.
     pub messages: Vec<String>,
 }
@@ -311,6 +314,7 @@ pub fn receive_pack(
             index: None,
             objects,
             deltas: None,
+            local_objects: 0,
             messages: Vec::new(),
         });
     }
@@ -350,6 +354,8 @@ pub fn receive_pack(
         .ok_or_else(|| failed("pack index was not written".into()))?;
     let index = gix_pack::index::File::at(&index_path, gix_hash::Kind::Sha1)
         .map_err(|e| failed(e.to_string()))?;
+    // The bases a thin pack lacked were appended from the repository (once each).
+    let local_objects = index.num_objects().saturating_sub(objects);
     let deltas = match (&outcome.data_path, options.count_deltas && !explode) {
         (Some(path), true) => count_deltas(path, &index),
         _ => None,
@@ -383,6 +389,7 @@ pub fn receive_pack(
         index: Some(index),
         objects,
         deltas,
+        local_objects,
         messages,
     })
 }
