@@ -418,6 +418,87 @@ fn thin_pack_progress_counts_the_local_objects_that_completed_it() {
     );
 }
 
+/// A kept pack is left as git's index-pack leaves it: `.pack`, `.idx` and `.rev` read-only,
+/// the mode adjusted by `core.sharedRepository`, no `.rev` with `pack.writeReverseIndex=false`;
+/// and berth's `.rev` is byte for byte what `git index-pack --rev-index` writes for that pack.
+#[test]
+fn kept_packs_are_read_only_with_a_reverse_index() {
+    use std::os::unix::fs::PermissionsExt;
+    let files = |w: &World, dir: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(w.path(dir))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let mode = e.metadata().unwrap().permissions().mode() & 0o7777;
+                format!("{:o} {}", mode, e.file_name().to_string_lossy())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let run = |r: Receiver, config: &[(&str, &str)]| {
+        let w = World::new();
+        w.bare("srv.git");
+        w.git("srv.git", &["config", "receive.unpackLimit", "1"]);
+        for (k, v) in config {
+            w.git("srv.git", &["config", k, v]);
+        }
+        w.work("src");
+        w.commit("src", "a", "1");
+        w.commit("src", "b", "2");
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        // A thin one too: completed from the repository, so berth's pack is its own.
+        let big: String = (0..500).map(|i| format!("line {i}\n")).collect();
+        w.commit("src", "big", &big);
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        w.commit("src", "big", &format!("{big}more\n"));
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        if r == Receiver::Berth {
+            w.assert_clean("srv.git");
+            let pack_dir = w.path("srv.git/objects/pack");
+            for e in std::fs::read_dir(&pack_dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.extension().is_some_and(|x| x == "idx") {
+                    let out = w.git_out("srv.git", &["verify-pack", p.to_str().unwrap()]);
+                    assert!(out.status.success(), "{out:?}");
+                }
+                if p.extension().is_some_and(|x| x == "rev") {
+                    let copy = w.path("copy.pack");
+                    std::fs::copy(p.with_extension("pack"), &copy).unwrap();
+                    w.git(".", &["index-pack", "--rev-index", "copy.pack"]);
+                    assert_eq!(
+                        std::fs::read(w.path("copy.rev")).unwrap(),
+                        std::fs::read(&p).unwrap(),
+                        "{}",
+                        p.display()
+                    );
+                    for f in ["copy.pack", "copy.idx", "copy.rev"] {
+                        std::fs::remove_file(w.path(f)).unwrap();
+                    }
+                }
+            }
+        }
+        // The names of the thin packs differ (each side completes the pack its own way).
+        files(&w, "srv.git/objects/pack")
+            .into_iter()
+            .map(|l| {
+                let (mode, name) = l.split_once(' ').unwrap();
+                let ext = name.rsplit('.').next().unwrap();
+                format!("{mode} {ext}")
+            })
+            .collect::<Vec<_>>()
+    };
+    let default = common::differential(|r| run(r, &[]));
+    assert!(default.iter().any(|l| l.ends_with(" rev")), "{default:?}");
+    assert!(default.iter().all(|l| !l.starts_with("600")), "{default:?}");
+    let group = common::differential(|r| run(r, &[("core.sharedRepository", "group")]));
+    assert!(group.iter().all(|l| l.starts_with("44")), "{group:?}");
+    let exact = common::differential(|r| run(r, &[("core.sharedRepository", "0640")]));
+    assert!(exact.iter().all(|l| l.starts_with("440 ")), "{exact:?}");
+    let no_rev = common::differential(|r| run(r, &[("pack.writeReverseIndex", "false")]));
+    assert!(no_rev.iter().all(|l| !l.ends_with(" rev")), "{no_rev:?}");
+}
+
 /// Like git, a push of fewer than `receive.unpackLimit` objects becomes loose objects and a
 /// larger one is kept as one pack.
 #[test]

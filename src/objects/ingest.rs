@@ -241,6 +241,9 @@ pub struct Options {
     /// Shallow commits (the repository's and the client's): their parents may be absent, as
     /// git's `--shallow-file` tells its unpacker.
     pub shallow: std::collections::HashSet<gix_hash::ObjectId>,
+    /// The `.rev` and the permissions of a kept pack (`pack.writeReverseIndex`,
+    /// `core.sharedRepository`); the latter also for loose objects.
+    pub files: crate::objects::pack_files::Options,
 }
 
 impl Options {
@@ -382,7 +385,15 @@ pub fn receive_pack(
         }
     }
     if explode {
-        unpack_objects(quarantine, &index, options.alloc_limit())
+        unpack_objects(
+            quarantine,
+            &index,
+            options.alloc_limit(),
+            options.files.shared,
+        )
+        .map_err(|e| failed(e.to_string()))?;
+    } else if let Some(pack_path) = &outcome.data_path {
+        crate::objects::pack_files::finish(&index_path, pack_path, &index, options.files)
             .map_err(|e| failed(e.to_string()))?;
     }
     Ok(Received {
@@ -521,7 +532,9 @@ fn unpack_objects(
     quarantine: &Quarantine,
     index: &gix_pack::index::File,
     alloc_limit: usize,
+    shared: crate::objects::pack_files::SharedRepository,
 ) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     use gix_object::{Find, Write};
     let objects = gix_odb::at_opts(
         quarantine.path(),
@@ -544,9 +557,16 @@ fn unpack_objects(
                     entry.oid
                 ))
             })?;
-        loose
+        let id = loose
             .write_buf(data.kind, data.data)
             .map_err(io::Error::other)?;
+        if shared != crate::objects::pack_files::SharedRepository::Umask {
+            // git's `adjust_shared_perm` on the read-only loose object.
+            let hex = id.to_hex().to_string();
+            let path = quarantine.path().join(&hex[..2]).join(&hex[2..]);
+            let mode = std::fs::metadata(&path)?.permissions().mode() & 0o7777;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(shared.adjust(mode)))?;
+        }
     }
     for file in std::fs::read_dir(quarantine.pack_dir())? {
         std::fs::remove_file(file?.path())?;

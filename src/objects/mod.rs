@@ -5,3 +5,4 @@
 pub mod connectivity;
 pub mod fsck;
 pub mod ingest;
+pub mod pack_files;

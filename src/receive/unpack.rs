@@ -69,6 +69,10 @@ pub(super) fn unpack<W: Write, E: Write>(
             .into_iter()
             .chain(client_shallow.iter().copied())
             .collect(),
+        files: crate::objects::pack_files::Options {
+            write_reverse_index: config.ingest.write_reverse_index,
+            shared: config.ingest.shared_repository,
+        },
     };
     match ingest::receive_pack(input, &q, objects, opts) {
         Ok(r) => {
