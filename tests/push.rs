@@ -376,11 +376,15 @@ fn thin_pack_progress_counts_the_local_objects_that_completed_it() {
             .map(|i| format!("line {i} of {tag}, a file that deltas well\n"))
             .collect()
     };
-    let resolving = |r: Receiver, files: &[&str]| {
+    let resolving = |r: Receiver, files: &[&str], ofs_delta: bool| {
         let w = World::new();
         w.bare("srv.git");
         // index-pack for every pack, however small.
         w.git("srv.git", &["config", "receive.unpackLimit", "1"]);
+        if !ofs_delta {
+            // Every delta a REF_DELTA, those against objects of the pack too.
+            w.git("srv.git", &["config", "repack.useDeltaBaseOffset", "false"]);
+        }
         w.work("src");
         for f in files {
             w.commit("src", f, &big(f));
@@ -406,16 +410,17 @@ fn thin_pack_progress_counts_the_local_objects_that_completed_it() {
             .map(|l| l.trim_end().to_owned())
             .next_back()
     };
-    let one = common::differential(|r| resolving(r, &["a"]));
+    let one = common::differential(|r| resolving(r, &["a"], true));
     assert_eq!(
         one.as_deref(),
         Some("remote: Resolving deltas: 100% (1/1), completed with 1 local object.")
     );
-    let two = common::differential(|r| resolving(r, &["a", "b"]));
+    let two = common::differential(|r| resolving(r, &["a", "b"], true));
     assert_eq!(
         two.as_deref(),
         Some("remote: Resolving deltas: 100% (2/2), completed with 2 local objects.")
     );
+    common::differential(|r| resolving(r, &["a", "b", "c"], false));
 }
 
 /// A kept pack is left as git's index-pack leaves it: `.pack`, `.idx` and `.rev` read-only,
