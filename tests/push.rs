@@ -504,6 +504,58 @@ fn kept_packs_are_read_only_with_a_reverse_index() {
     assert!(no_rev.iter().all(|l| !l.ends_with(" rev")), "{no_rev:?}");
 }
 
+/// `core.sharedRepository` as git applies it to what a push writes: loose objects, the
+/// directories they go to, and kept packs (mode of every path under `objects/`).
+#[test]
+fn shared_repository_modes_of_what_a_push_writes() {
+    use std::os::unix::fs::PermissionsExt;
+    fn modes(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o7777;
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            // Pack names differ where each side completes a thin pack its own way.
+            let rel = match rel.strip_prefix("pack/pack-") {
+                Some(name) => format!("pack/{}", name.rsplit('.').next().unwrap()),
+                None => rel,
+            };
+            out.push(format!("{mode:o} {rel}"));
+            if p.is_dir() {
+                modes(root, &p, out);
+            }
+        }
+    }
+    for shared in ["group", "all", "0640", "umask"] {
+        let run = |r: Receiver| {
+            let w = World::new();
+            w.bare("srv.git");
+            w.git("srv.git", &["config", "core.sharedRepository", shared]);
+            w.work("src");
+            w.commit("src", "a", "1");
+            ok(&w.push("src", r, "srv.git", &["main"]));
+            // The next push is kept as a pack.
+            w.git("srv.git", &["config", "receive.unpackLimit", "1"]);
+            w.commit("src", "b", "2");
+            ok(&w.push("src", r, "srv.git", &["main"]));
+            if r == Receiver::Berth {
+                w.assert_clean("srv.git");
+            }
+            let root = w.path("srv.git/objects");
+            let mut out = Vec::new();
+            modes(&root, &root, &mut out);
+            out
+        };
+        let berth = common::differential(run);
+        if shared == "group" {
+            assert!(berth.iter().any(|l| l.starts_with("2775 ")), "{berth:?}");
+        }
+    }
+}
+
 /// Like git, a push of fewer than `receive.unpackLimit` objects becomes loose objects and a
 /// larger one is kept as one pack.
 #[test]

@@ -66,6 +66,8 @@ impl UnpackError {
 pub struct Quarantine {
     dir: PathBuf,
     migrated: bool,
+    /// `core.sharedRepository`, for the directories [`Quarantine::migrate`] creates.
+    shared: crate::objects::pack_files::SharedRepository,
 }
 
 impl Quarantine {
@@ -79,6 +81,7 @@ impl Quarantine {
         let q = Quarantine {
             dir,
             migrated: false,
+            shared: Default::default(),
         };
         std::fs::create_dir(q.pack_dir())?;
         std::fs::create_dir(q.dir.join("info"))?;
@@ -89,6 +92,29 @@ impl Quarantine {
         }
         std::fs::write(q.dir.join("info/alternates"), alt)?;
         Ok(q)
+    }
+
+    /// Give the directories [`Quarantine::migrate`] creates in the repository the permissions
+    /// `core.sharedRepository` asks for (git's `adjust_shared_perm`).
+    pub fn with_shared_repository(mut self, shared: crate::objects::pack_files::SharedRepository) -> Self {
+        self.shared = shared;
+        self
+    }
+
+    /// Create `dir` (and its parents) unless it exists, with `core.sharedRepository`'s
+    /// permissions.
+    fn create_shared_dir(&self, dir: &Path) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        if dir.is_dir() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(dir)?;
+        if self.shared != crate::objects::pack_files::SharedRepository::Umask {
+            let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
+            let mode = self.shared.adjust_dir(mode);
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+        }
+        Ok(())
     }
 
     /// The quarantine's object directory (`GIT_QUARANTINE_PATH`).
@@ -116,7 +142,7 @@ impl Quarantine {
                 continue;
             }
             let dest = objects_dir.join(&name);
-            std::fs::create_dir_all(&dest)?;
+            self.create_shared_dir(&dest)?;
             for object in std::fs::read_dir(entry.path())? {
                 let object = object?;
                 let target = dest.join(object.file_name());
@@ -126,7 +152,7 @@ impl Quarantine {
             }
         }
         let dest = objects_dir.join("pack");
-        std::fs::create_dir_all(&dest)?;
+        self.create_shared_dir(&dest)?;
         let mut files: Vec<PathBuf> = std::fs::read_dir(self.pack_dir())?
             .map(|e| e.map(|e| e.path()))
             .collect::<io::Result<_>>()?;

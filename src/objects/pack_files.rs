@@ -104,6 +104,22 @@ impl SharedRepository {
     }
 }
 
+impl SharedRepository {
+    /// git's `adjust_shared_perm` for a directory of mode `mode`: as a file, the read bits
+    /// copied to the execute bits, and set-group-id when the group gains access.
+    pub fn adjust_dir(self, mode: u32) -> u32 {
+        if self == SharedRepository::Umask {
+            return mode;
+        }
+        let mut mode = self.adjust(mode);
+        mode |= (mode & 0o444) >> 2;
+        if mode & 0o060 != 0 {
+            mode |= 0o2000;
+        }
+        mode
+    }
+}
+
 /// What to write next to a received pack.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Options {
@@ -218,5 +234,8 @@ mod tests {
         assert_eq!(S::Add(0o664).adjust(0o444), 0o444);
         assert_eq!(S::Exactly(0o640).adjust(0o444), 0o440);
         assert_eq!(S::Exactly(0o600).adjust(0o444), 0o400);
+        assert_eq!(S::Add(0o660).adjust_dir(0o755), 0o2775);
+        assert_eq!(S::Exactly(0o600).adjust_dir(0o755), 0o700);
+        assert_eq!(S::Umask.adjust_dir(0o755), 0o755);
     }
 }

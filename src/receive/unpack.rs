@@ -46,7 +46,7 @@ pub(super) fn unpack<W: Write, E: Write>(
     let _span = info_span!("ingest").entered();
     let config = &repo.config;
     let q = match Quarantine::create(&repo.objects_dir) {
-        Ok(q) => q,
+        Ok(q) => q.with_shared_repository(config.ingest.shared_repository),
         Err(e) => {
             unpacked.status = Unpack::Failed(ingest::UnpackError::Quarantine(e).to_string());
             return Ok(unpacked);
