@@ -120,13 +120,22 @@ impl SharedRepository {
     }
 }
 
-/// What to write next to a received pack.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What to write next to a received pack; the default is git's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
     /// `pack.writeReverseIndex` (default true since git 2.41): write the `.rev` file.
     pub write_reverse_index: bool,
     /// `core.sharedRepository`.
     pub shared: SharedRepository,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            write_reverse_index: true,
+            shared: SharedRepository::Umask,
+        }
+    }
 }
 
 /// Write the `.rev` of the pack whose index is at `index_path` (when asked for) and make the
