@@ -63,10 +63,11 @@ impl SharedRepository {
             None
         };
         let Some(n) = parsed else {
-            return Ok(match crate::repo::config::parse_bool(value) {
-                Some(true) => GROUP,
-                _ => SharedRepository::Umask,
-            });
+            // git_config_bool: true, yes, on (any case) or a non-zero number.
+            let lower = value.to_ascii_lowercase();
+            let yes = matches!(lower.as_str(), "true" | "yes" | "on")
+                || lower.parse::<i64>().is_ok_and(|n| n != 0);
+            return Ok(if yes { GROUP } else { SharedRepository::Umask });
         };
         match n {
             0 => Ok(SharedRepository::Umask),
