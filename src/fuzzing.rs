@@ -72,6 +72,7 @@ pub fn pack(data: &[u8]) {
         max_object_size: 16 << 20,
         shallow: Default::default(),
         reject_thin_pack: false,
+        files: Default::default(),
     };
     let mut input = data;
     if let Ok(received) =
