@@ -3,7 +3,7 @@
 //! berth) named by the client. sshd must be installed (`/usr/sbin/sshd`, Debian's
 //! `openssh-server`; `.ci/run` installs it): without it this test fails, it does not skip.
 
-mod common;
+use crate::common;
 use common::World;
 
 use std::net::{TcpListener, TcpStream};

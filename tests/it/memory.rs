@@ -9,7 +9,7 @@
 //! by a streaming pack writer instead of git (meant for a release build: `cargo test --release
 //! --test memory -- --ignored --nocapture multi_gib`).
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::io::Write;

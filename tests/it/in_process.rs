@@ -2,7 +2,7 @@
 //! refuse with a message, and cost no process. Also: one muxer per session, and keepalives while
 //! a hook is silent.
 
-mod common;
+use crate::common;
 use berth::hooks::{InProcess, InProcessHooks, Push, TransactionState, Verdict};
 use berth::protocol::request::Command;
 use berth::refs::RefUpdate;

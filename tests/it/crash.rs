@@ -21,7 +21,7 @@
 //! left by a kill are left alone, as git leaves its own (`git gc` / `git prune` remove them).
 #![allow(clippy::type_complexity)]
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;

@@ -5,7 +5,7 @@
 //! same time lose no update. (The whole push differential also runs on reftable:
 //! `BERTH_TEST_REF_FORMAT=reftable cargo test --test push`, as CI does.)
 
-mod common;
+use crate::common;
 use std::path::Path;
 
 use berth::reftable::{RefValue, Stack};

@@ -1,6 +1,5 @@
 //! Test harness: isolated git environments, pushes with the real `git` client against either
 //! `git receive-pack` or berth, and observations of what the client saw and the server holds.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

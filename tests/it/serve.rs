@@ -2,7 +2,7 @@
 //! git client (push, clone, credentials) and by raw HTTP requests where the client cannot say
 //! what we need to (path escapes, gzip bodies, content types, byte-level answers).
 
-mod common;
+use crate::common;
 use common::World;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -7,7 +7,7 @@
 //! winner's value (no lost update), an atomic push wins all its refs or none, and the repository
 //! stays `git fsck --strict` clean with no lock left behind.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
