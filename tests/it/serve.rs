@@ -991,8 +991,20 @@ fn sigterm_lets_a_push_in_flight_finish() {
     };
     s.write_all(&chunk(a)).unwrap();
     s.flush().unwrap();
-    // Let the server start the session, then ask it to stop mid-request.
-    std::thread::sleep(Duration::from_millis(300));
+    // Once the server runs the session (a fixed wait is not enough on a loaded machine, with
+    // every test of the binary running at once), ask it to stop mid-request.
+    let start = Instant::now();
+    while !String::from_utf8(http(&srv.addr, "GET", "/metrics", &[], b"").body)
+        .unwrap()
+        .contains("berth_pushes_in_flight 1\n")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the push did not start:\n{}",
+            srv.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     srv.terminate();
     std::thread::sleep(Duration::from_millis(300));
     s.write_all(&chunk(b)).unwrap();
