@@ -916,6 +916,13 @@ fn eight_concurrent_pushes_to_one_and_to_different_repositories() {
     w.work("src");
     w.commit("src", "base", "0");
     ok(git(&w, "src", &["push", &srv.url("one.git"), "main"]));
+    // The four pushes to one.git take turns at its refs: in a reftable repository (CI's second
+    // pass) each waits for the stack's lock, by default git's 100 ms, which a loaded machine
+    // running every test at once can exceed ("cannot lock references").
+    w.git(
+        "repos/one.git",
+        &["config", "reftable.lockTimeout", "10000"],
+    );
     let mut tips = Vec::new();
     for i in 0..4 {
         w.git("src", &["checkout", "-q", "-b", &format!("b{i}"), "main"]);
