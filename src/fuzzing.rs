@@ -1,4 +1,4 @@
-//! Entry points for the fuzz targets in `fuzz/`, shared with `tests/fuzz_corpus.rs`, which replays
+//! Entry points for the fuzz targets in `fuzz/`, shared with `tests/it/fuzz_corpus.rs`, which replays
 //! the corpora on stable Rust. Each must return (not panic, not hang) on any input.
 
 use gix_object::bstr::{BString, ByteSlice};

@@ -2,7 +2,7 @@
 //! ssh forced command or in an exec-path would find it), repository formats it cannot write yet,
 //! and `receive.maxInputSize`.
 
-mod common;
+use crate::common;
 use common::{Receiver, World, leftovers};
 
 #[test]

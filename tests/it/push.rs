@@ -2,7 +2,7 @@
 //! and once against berth, on identical repositories. The client-visible result and the
 //! resulting refs must be the same, and the berth side is checked with `git fsck --strict`.
 
-mod common;
+use crate::common;
 use common::{Push, Receiver, World};
 
 /// What one scenario produced: every push as the client saw it, and the server's refs.

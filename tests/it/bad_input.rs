@@ -4,7 +4,7 @@
 //! deterministic), that the repository is unchanged (refs, objects, no quarantine, lock or keep
 //! file left), and that a normal push through berth still works afterwards.
 
-mod common;
+use crate::common;
 use common::{EMPTY_PACK, Receiver, World, ZERO, leftovers, pkt, request};
 use std::io::Write;
 use std::process::Stdio;
