@@ -311,6 +311,7 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
         in_process: None,
         hook_env: Vec::new(),
         env: berth::receive::Environment::from_process(),
+        ref_access: None,
     };
     let result = berth::receive::run(
         &dir,

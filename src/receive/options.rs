@@ -1,7 +1,10 @@
 //! How a push is run: the invocation ([`Options`]) and the process environment it depends on
 //! ([`Environment`]), read once by the binary or the server, never by the session itself.
 
-use gix_object::bstr::BString;
+use std::sync::Arc;
+
+use gix_hash::ObjectId;
+use gix_object::bstr::{BStr, BString};
 
 use crate::hooks;
 
@@ -27,6 +30,37 @@ pub struct Options {
     pub hook_env: Vec<(String, BString)>,
     /// What the session takes from the process environment.
     pub env: Environment,
+    /// Who may update which ref (`berth serve --access`): asked about every pushed ref after
+    /// the connectivity check and before any hook runs (git's order: ref refusals, then
+    /// pre-receive); a refused ref gets `ng <ref> <the checker's text>` and the others of a
+    /// non-atomic push go on. `None` lets every ref through to the usual checks.
+    pub ref_access: Option<Arc<dyn RefAccess>>,
+}
+
+/// What a pushed ref update does to the ref, for a [`RefAccess`] check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefChange {
+    /// The ref does not exist yet (old value is the null id).
+    Create,
+    /// The new value has the old one in its history.
+    FastForward,
+    /// The new value does not contain the old one (a force push), or either is not a commit.
+    Rewind,
+    /// The ref is deleted (new value is the null id).
+    Delete,
+}
+
+/// An access check for pushed refs, run in-process for each ref before any hook.
+pub trait RefAccess: Send + Sync + std::fmt::Debug {
+    /// `Ok(())` lets the update of `name` (as the client sent it, without `GIT_NAMESPACE`)
+    /// from `old` to `new` go on; `Err(text)` refuses it with `ng <name> <text>` (one line).
+    fn check(
+        &self,
+        name: &BStr,
+        old: ObjectId,
+        new: ObjectId,
+        change: RefChange,
+    ) -> Result<(), String>;
 }
 
 /// The part of the process environment a push depends on, as git's receive-pack reads it.
