@@ -260,11 +260,23 @@ fn serve(a: ServeArgs) -> ExitCode {
 #[cfg(feature = "serve")]
 fn passwd(a: PasswdArgs) -> ExitCode {
     use std::io::{BufRead, IsTerminal};
-    if a.user.is_empty()
-        || a.user.contains(':')
-        || a.user.chars().any(|c| c.is_whitespace() || c.is_control())
+    // The user becomes the reflog identity and a name in access rules: refuse what git would
+    // strip or drop from an identity (ident.c's crud and `<`, `>`), `:` (the file's
+    // separator), a leading `@` (a group in the rules) and `anonymous` (no authentication).
+    let u = &a.user;
+    if u.is_empty()
+        || u.len() > 255
+        || u.starts_with('@')
+        || u == "anonymous"
+        || u.chars().any(|c| {
+            c.is_whitespace() || c.is_control() || ",:;<>\"\\'".contains(c) || c == '\u{7f}'
+        })
     {
-        eprintln!("berth passwd: a user name must be non-empty, without ':' or whitespace");
+        eprintln!(
+            "berth passwd: a user name must be 1 to 255 characters without whitespace, control \
+             characters or any of , : ; < > \" \\ ' (git drops them from identities), not start \
+             with '@', and not be 'anonymous'"
+        );
         return ExitCode::from(2);
     }
     if std::io::stdin().is_terminal() {

@@ -150,11 +150,33 @@ impl Environment {
             .and_then(|d| gix_date::parse(d, None).ok())
             .unwrap_or_else(gix_date::Time::now_local_or_utc);
         gix_actor::Signature {
-            name: BString::from(name),
-            email: BString::from(email),
+            name: without_crud(name.as_bytes()),
+            email: without_crud(email.as_bytes()),
             time,
         }
     }
+}
+
+/// git's `crud()` (ident.c): what is stripped from both ends of an identity's name and email.
+fn is_crud(c: u8) -> bool {
+    c <= 32 || b",:;<>\"\\'".contains(&c)
+}
+
+/// A name or email as git writes it into an identity (ident.c's
+/// `strbuf_addstr_without_crud`): crud stripped from both ends, and `\n`, `<`, `>` removed
+/// everywhere, so that a reflog line always parses (whoever the client says it is).
+pub fn without_crud(s: &[u8]) -> BString {
+    let start = s.iter().position(|&c| !is_crud(c)).unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|&c| !is_crud(c))
+        .map_or(start, |e| e + 1);
+    s[start..end.max(start)]
+        .iter()
+        .copied()
+        .filter(|c| !b"\n<>".contains(c))
+        .collect::<Vec<u8>>()
+        .into()
 }
 
 /// The protocol version a `GIT_PROTOCOL` value (or `Git-Protocol` header) asks for: the highest
@@ -165,4 +187,24 @@ pub fn protocol_version(git_protocol: &str) -> u32 {
         .filter_map(|kv| kv.strip_prefix("version=")?.parse::<u32>().ok())
         .max()
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_as_git_writes_them() {
+        for (raw, clean) in [
+            ("alice", "alice"),
+            ("  <alice>  ", "alice"),
+            ("a<b>c\nd", "abcd"),
+            ("\"'x, y;:\\", "x, y"),
+            ("<>", ""),
+            ("\u{1b}[31mred\u{1b}", "[31mred"),
+            ("ev\til", "ev\til"),
+        ] {
+            assert_eq!(without_crud(raw.as_bytes()), clean, "{raw:?}");
+        }
+    }
 }
