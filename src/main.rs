@@ -109,6 +109,23 @@ struct ServeArgs {
     /// Seconds a request body may stall before the request is abandoned.
     #[arg(long, default_value_t = 300)]
     idle_timeout: u64,
+    /// Access rules in a subset of gitolite's `gitolite.conf` (groups, `repo`, R/RW/RW+/-/C,
+    /// refexes); re-read when the file changes.
+    #[arg(long, value_name = "FILE")]
+    access: Option<std::path::PathBuf>,
+    /// The log's format on stderr: `text` (key=value, client-controlled values escaped) or
+    /// `json` (one object per line).
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+/// `berth serve --log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// `key=value` lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[cfg(feature = "serve")]
@@ -140,21 +157,6 @@ struct ReceivePackArgs {
 }
 
 fn main() -> ExitCode {
-    let serving = std::env::args().nth(1).as_deref() == Some("serve");
-    if serving && std::env::var_os("RUST_LOG").is_none() {
-        // A server logs one line per request by default.
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("berth::serve=info"))
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_writer(std::io::stderr)
-            .init();
-    } else if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-            .with_writer(std::io::stderr)
-            .init();
-    }
     // Started as `git-receive-pack` (a symlink), behave as `berth receive-pack`.
     let mut args: Vec<String> = std::env::args().collect();
     let invoked = args
@@ -166,6 +168,43 @@ fn main() -> ExitCode {
         args.insert(1, "receive-pack".into());
     }
     let cli = Cli::parse_from(args);
+    #[cfg(feature = "serve")]
+    let serving = match &cli.command {
+        Cmd::Serve(a) => Some(a.log_format),
+        _ => None,
+    };
+    #[cfg(not(feature = "serve"))]
+    let serving: Option<LogFormat> = None;
+    let filter = match std::env::var_os("RUST_LOG") {
+        Some(_) => Some(tracing_subscriber::EnvFilter::from_default_env()),
+        // A server logs one line per request by default.
+        None if serving.is_some() => Some(tracing_subscriber::EnvFilter::new("berth::serve=info")),
+        None => None,
+    };
+    if let Some(filter) = filter {
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr);
+        let spans = if serving.is_some() && std::env::var_os("RUST_LOG").is_none() {
+            tracing_subscriber::fmt::format::FmtSpan::NONE
+        } else {
+            tracing_subscriber::fmt::format::FmtSpan::CLOSE
+        };
+        match serving {
+            // One JSON object per line for log shippers; every string properly escaped.
+            Some(LogFormat::Json) => builder
+                .json()
+                .flatten_event(true)
+                .with_span_events(spans)
+                .init(),
+            _ => builder
+                .with_ansi(
+                    serving.is_some() && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                )
+                .with_span_events(spans)
+                .init(),
+        }
+    }
     match cli.command {
         Cmd::ReceivePack(a) => receive_pack(a),
         #[cfg(feature = "serve")]
@@ -232,6 +271,7 @@ fn serve(a: ServeArgs) -> ExitCode {
         max_request_bytes: a.max_request_bytes,
         max_concurrent_pushes: a.max_concurrent_pushes,
         idle_timeout: std::time::Duration::from_secs(a.idle_timeout.max(1)),
+        access: a.access,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
