@@ -1333,11 +1333,11 @@ fn access_rules_each_kind_with_the_real_client() {
     assert!(porcelain(&out, "refs/heads/main").starts_with(' '), "{out}");
     assert!(
         porcelain(&out, "refs/tags/v1")
-            .contains("[remote rejected] (access denied by rule `- refs/tags/ = bob` ("),
+            .contains("[remote rejected] (access denied by `- refs/tags/ = bob` (access.conf:6))"),
         "{out}"
     );
     assert!(
-        porcelain(&out, "refs/heads/topic").contains("[remote rejected] (access no rule in "),
+        porcelain(&out, "refs/heads/topic").contains("[remote rejected] (access denied: no rule in access.conf gives RW on refs/heads/topic to bob)"),
         "{out}"
     );
     assert_eq!(

@@ -109,6 +109,6 @@ impl receive::RefAccess for PushAccess {
         let name = name.to_string();
         self.rules
             .ref_access(&self.repo, self.user.who(), &name, want)
-            .map_err(|d| format!("access {d}"))
+            .map_err(|d| d.to_string())
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! This module owns the HTTP side only: routing (`info/refs`, `git-receive-pack`,
 //! `git-upload-pack`, `/metrics`), resolving a URL to a repository under the root without
-//! escaping it, creating repositories on first push (`--auto-init`), authenticating pushes (HTTP
-//! Basic against argon2 hashes, or a header set by a trusted reverse proxy), request limits,
+//! escaping it, creating repositories on first push (`--auto-init`, or `C` in the access rules),
+//! authenticating pushes (HTTP Basic against argon2 hashes, or a header set by a trusted reverse
+//! proxy), access rules (`--access`: `rules.rs` parses and decides, `access.rs` applies), request limits,
 //! streaming bodies between the network and the blocking push session, the access log and the
 //! metrics. A push itself is [`crate::receive::run`], exactly as for `berth receive-pack`;
 //! fetches and clones run git's own `git upload-pack --stateless-rpc`.

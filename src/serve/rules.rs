@@ -51,6 +51,15 @@ pub(crate) enum Who<'a> {
     Anonymous,
 }
 
+impl fmt::Display for Who<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Who::User(u) => f.write_str(u),
+            Who::Anonymous => f.write_str("anonymous"),
+        }
+    }
+}
+
 /// What a request wants of a repository as a whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Want {
@@ -395,7 +404,7 @@ impl Rules {
 
     fn denied_by(&self, rule: &Rule) -> Denied {
         Denied(format!(
-            "denied by rule `{}` ({}:{})",
+            "access denied by `{}` ({}:{})",
             rule.text, self.file, rule.line
         ))
     }
@@ -411,7 +420,7 @@ impl Rules {
             }
         }
         Err(Denied(format!(
-            "no rule in {} gives {} access to {}",
+            "access denied: no rule in {} gives {} on {} to {who}",
             self.file,
             want.as_str(),
             repo_key(repo)
@@ -442,7 +451,7 @@ impl Rules {
             RefWant::Rewind => "RW+ (rewind or delete)",
         };
         Err(Denied(format!(
-            "no rule in {} gives {what} on {refname}",
+            "access denied: no rule in {} gives {what} on {refname} to {who}",
             self.file
         )))
     }
@@ -488,7 +497,13 @@ impl RulesFile {
     fn read(path: &Path) -> Result<(Stamp, Rules), String> {
         let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let rules = Rules::parse(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
+        let mut rules =
+            Rules::parse(&text, &path.display().to_string()).map_err(|e| e.to_string())?;
+        // Clients see refusals naming a rule: the file's name, not where it lives.
+        rules.file = path.file_name().map_or_else(
+            || "access rules".into(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         Ok((meta.modified().ok().map(|m| (m, meta.len())), rules))
     }
 
@@ -600,7 +615,7 @@ repo secret
         let e = r
             .repo_access("secret", Who::User("mallory"), Want::Read)
             .unwrap_err();
-        assert_eq!(e.0, "denied by rule `- = mallory` (access.conf:23)");
+        assert_eq!(e.0, "access denied by `- = mallory` (access.conf:23)");
         assert!(r.repo_access("secret", A, Want::Write).is_ok());
         assert!(r.repo_access("secret", B, Want::Read).is_ok());
         assert!(r.repo_access("secret", B, Want::Write).is_err());
@@ -622,11 +637,15 @@ repo secret
         let e = ok(A, "refs/heads/main", RefWant::Rewind).unwrap_err();
         assert_eq!(
             e.0,
-            "no rule in access.conf gives RW+ (rewind or delete) on refs/heads/main"
+            "access denied: no rule in access.conf gives RW+ (rewind or delete) on \
+             refs/heads/main to alice"
         );
         assert!(ok(A, "refs/heads/topic", RefWant::Write).is_err());
         let e = ok(B, "refs/tags/v1", RefWant::Write).unwrap_err();
-        assert_eq!(e.0, "denied by rule `- refs/tags/ = bob` (access.conf:10)");
+        assert_eq!(
+            e.0,
+            "access denied by `- refs/tags/ = bob` (access.conf:10)"
+        );
         // Alice is not denied tags, but no rule gives her any.
         assert!(ok(A, "refs/tags/v1", RefWant::Write).is_err());
         assert!(ok(Who::Anonymous, "refs/heads/main", RefWant::Write).is_err());
