@@ -1323,6 +1323,20 @@ fn access_rules_each_kind_with_the_real_client() {
     w.git("src", &["tag", "v1"]);
     w.git("src", &["branch", "topic"]);
     let bob = user_url(&srv, "bob", "bob-pw", "team/app.git");
+    // Atomic: one denied ref refuses them all.
+    let out = git(
+        &w,
+        "src",
+        &["push", "--porcelain", "--atomic", &bob, "main", "v1"],
+    );
+    assert!(!out.status.success());
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert!(porcelain(&out, "refs/heads/main").starts_with('!'), "{out}");
+    assert_eq!(
+        w.git("repos/team/app.git", &["rev-parse", "refs/heads/main"])
+            .trim(),
+        c1
+    );
     let out = git(
         &w,
         "src",
@@ -1469,7 +1483,7 @@ fn access_rules_each_kind_with_the_real_client() {
             "main:refs/heads/carol",
         ],
     ));
-    assert!(srv.log().contains("access rules reloaded"), "{}", srv.log());
+    wait_log(&srv, "access rules reloaded");
 }
 
 #[test]
@@ -1522,11 +1536,20 @@ fn missing_repository_get_creates_nothing_and_failed_creation_leaves_nothing() {
     let out = git(&w, "src", &["push", &srv.url("deep/er/new.git"), "main"]);
     assert!(!out.status.success());
     assert!(!w.path("repos/deep").exists());
-    assert!(
-        srv.log().contains("git init --bare failed"),
-        "{}",
-        srv.log()
-    );
+    wait_log(&srv, "git init --bare failed");
+}
+
+/// Wait up to 10 s for `needle` in the server's log (its stderr is read by another thread).
+fn wait_log(srv: &Serve, needle: &str) {
+    let start = Instant::now();
+    while !srv.log().contains(needle) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no {needle:?} in:\n{}",
+            srv.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -1634,11 +1657,7 @@ fn json_log_lines() {
         b"",
     );
     assert_eq!(r.status, 400);
-    let start = Instant::now();
-    while !srv.log().contains("\"route\"") {
-        assert!(start.elapsed() < Duration::from_secs(10), "{}", srv.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_log(&srv, "\"route\"");
     let log = srv.log();
     let line = log.lines().find(|l| l.contains("\"route\"")).unwrap();
     assert!(line.starts_with('{') && line.ends_with('}'), "{line}");

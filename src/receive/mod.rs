@@ -340,7 +340,7 @@ fn refuse_hidden(s: &Session<'_>, cmds: &mut [Cmd]) {
 }
 
 /// Refuse the updates the embedder's [`RefAccess`] check denies (`berth serve --access`),
-/// before any hook sees them. Whether an update is a fast-forward is decided against the
+/// before any hook sees them (all of an atomic push when one is denied). Whether an update is a fast-forward is decided against the
 /// quarantine, where the pushed objects are until the migration.
 fn refuse_by_access<W: Write, E: Write>(
     s: &Session<'_>,
@@ -353,6 +353,7 @@ fn refuse_by_access<W: Write, E: Write>(
     };
     let _span = info_span!("access").entered();
     let mut objects = None;
+    let mut denied = false;
     for c in cmds.iter_mut().filter(|c| c.pending()) {
         let (old, new) = (c.command.old, c.command.new);
         let change = if c.command.is_delete() {
@@ -381,7 +382,12 @@ fn refuse_by_access<W: Write, E: Write>(
                 .collect();
             sb.error(format_args!("{}: {text}", c.command.name))?;
             c.error = Some(Reason::AccessDenied(text));
+            denied = true;
         }
+    }
+    // An atomic push is all or nothing: one denied ref refuses the others.
+    if denied && s.atomic {
+        refuse_pending(cmds, Reason::AtomicPushFailure);
     }
     Ok(())
 }
