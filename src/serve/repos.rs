@@ -303,3 +303,62 @@ pub(super) fn head_to_first_branch(dir: &str, outcome: &receive::Outcome) {
         tracing::warn!(target: "berth::serve", branch = %Escaped::token(first), "cannot point HEAD at the first pushed branch");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_rule() {
+        for good in [
+            "a.git",
+            "team/app.git",
+            "team/app",
+            "A_b-c.1/x",
+            &"x".repeat(255),
+        ] {
+            assert_eq!(check_name(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "/abs",
+            "a//b",
+            "a/",
+            ".",
+            "..",
+            "a/../b",
+            ".hidden.git",
+            "team/.git",
+            "-upload-pack.git",
+            "team/-x",
+            "a\nb",
+            "a\u{1b}[31m",
+            "sp ace",
+            "tab\t",
+            "back\\slash",
+            "nul\0",
+            "ünïcode",
+            "\u{202e}evil",
+            "q?uery",
+            &"x".repeat(256),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn empty_advertisement_is_an_empty_repositorys() {
+        let adv = empty_advertisement(0, &receive::Environment::default());
+        let text = String::from_utf8_lossy(&adv);
+        assert!(
+            text.starts_with(&format!(
+                "{:04x}0000000000000000000000000000000000000000 capabilities^{{}}\0report-status ",
+                u16::try_from(adv.len() - 4).unwrap()
+            )),
+            "{text:?}"
+        );
+        assert!(text.ends_with("\n0000"), "{text:?}");
+        let v1 = empty_advertisement(1, &receive::Environment::default());
+        assert!(v1.starts_with(b"000eversion 1\n"));
+    }
+}
