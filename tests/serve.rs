@@ -1513,6 +1513,16 @@ fn missing_repository_get_creates_nothing_and_failed_creation_leaves_nothing() {
     );
     assert_eq!(lines[3], None);
     assert!(!w.path("repos/new.git").exists());
+    // A POST that is not a push (wrong content type) creates nothing either.
+    let r = http(
+        &srv.addr,
+        "POST",
+        "/new.git/git-receive-pack",
+        &[("Content-Type", "text/plain")],
+        b"0000",
+    );
+    assert_eq!(r.status, 415);
+    assert!(!w.path("repos/new.git").exists());
     // Fetching a missing repository: 404, nothing created either.
     let r = http(
         &srv.addr,

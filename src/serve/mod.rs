@@ -370,12 +370,11 @@ async fn serve_git(
         .as_deref()
         .map(receive::protocol_version)
         .unwrap_or(0);
-    let dir = match server
-        .target(&repo, service, rpc, identity.as_ref())
-        .await?
-    {
-        Target::Repo(dir) => dir,
-        Target::Creatable => {
+    let (dir, to_create) = match server.target(&repo, service, identity.as_ref())? {
+        Target::Repo(dir) => (Some(dir), None),
+        // Created once the POST is known to be a well-formed push (below).
+        Target::Creatable(path) if rpc => (None, Some(path)),
+        Target::Creatable(_) => {
             // A push may create it: advertise an empty repository, create nothing yet.
             let preamble = (version != 2).then(|| {
                 let line = format!("# service={}\n", service.name());
@@ -393,12 +392,14 @@ async fn serve_git(
             ));
         }
     };
-    let dir = dir
-        .to_str()
-        .ok_or(Reject::NotARepository(repo.clone()))?
-        .to_owned();
+    let as_dir = |dir: PathBuf| {
+        dir.to_str()
+            .map(str::to_owned)
+            .ok_or(Reject::NotARepository(repo.clone()))
+    };
 
-    if !rpc {
+    if let (false, Some(dir)) = (rpc, &dir) {
+        let dir = as_dir(dir.clone())?;
         // Discovery: the preamble, unless the client asked for v2 (as git-http-backend).
         let preamble = (version != 2).then(|| {
             let line = format!("# service={}\n", service.name());
@@ -453,6 +454,11 @@ async fn serve_git(
     {
         return Err(Reject::TooLarge);
     }
+    let dir = match (dir, to_create) {
+        (Some(dir), _) => as_dir(dir)?,
+        (None, Some(path)) => as_dir(server.create(&repo, &path).await?)?,
+        (None, None) => return Err(Reject::NotARepository(repo.clone())),
+    };
     let body = body_reader(req.into_body(), server, access);
     let result_type = format!("application/x-{}-result", service.name());
     match service {

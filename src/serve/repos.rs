@@ -124,20 +124,19 @@ pub(super) fn resolve(root: &Path, repo: &str) -> Result<Resolved, Reject> {
 pub(super) enum Target {
     /// An existing repository (its git directory).
     Repo(PathBuf),
-    /// None yet, and this client may create it by pushing: the push's POST will; a GET of
-    /// `info/refs` answers [`empty_advertisement`] and creates nothing.
-    Creatable,
+    /// None yet, and this client may create it by pushing, at this path: the push's POST
+    /// will ([`Server::create`]); a GET of `info/refs` answers [`empty_advertisement`] and
+    /// creates nothing.
+    Creatable(PathBuf),
 }
 
 impl Server {
-    /// The repository `repo` (URL name) for `service`: resolved under the root, the access
-    /// rules applied when there are any, and created when this is the push itself (`rpc`) to
-    /// a missing repository the client may create.
-    pub(super) async fn target(
+    /// The repository `repo` (URL name) for `service`: resolved under the root, with the
+    /// access rules applied when there are any. Creates nothing.
+    pub(super) fn target(
         &self,
         repo: &str,
         service: Service,
-        rpc: bool,
         identity: Option<&Identity>,
     ) -> Result<Target, Reject> {
         let resolved = resolve(&self.root, repo)?;
@@ -156,22 +155,19 @@ impl Server {
         if !(may_create && service == Service::ReceivePack) {
             return Err(Reject::NotARepository(repo.to_owned()));
         }
-        if !rpc {
-            return Ok(Target::Creatable);
-        }
         // `team/app` names `team/app.git` once created, as `resolve` tries it.
-        let path = if repo.ends_with(".git") {
+        Ok(Target::Creatable(if repo.ends_with(".git") {
             path
         } else {
             let mut p = path.into_os_string();
             p.push(".git");
             PathBuf::from(p)
-        };
-        self.create(repo, &path).await.map(Target::Repo)
+        }))
     }
 
-    /// Create the bare repository `path` for `repo`; a failure leaves no directory behind.
-    async fn create(&self, repo: &str, path: &Path) -> Result<PathBuf, Reject> {
+    /// Create the bare repository `path` for `repo` (a [`Target::Creatable`]); a failure
+    /// leaves no directory behind.
+    pub(super) async fn create(&self, repo: &str, path: &Path) -> Result<PathBuf, Reject> {
         let _guard = self.init_lock.lock().await;
         // Another request may have created it meanwhile.
         if let Resolved::Repo(p) = resolve(&self.root, repo)? {
