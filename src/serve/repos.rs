@@ -265,6 +265,14 @@ pub(super) fn head_to_first_branch(dir: &str, outcome: &receive::Outcome) {
     let Some(first) = created.first() else {
         return;
     };
+    // The common case without a process: HEAD names a loose branch that exists.
+    if let Ok(head) = std::fs::read_to_string(Path::new(dir).join("HEAD"))
+        && let Some(target) = head.trim_end().strip_prefix("ref: refs/heads/")
+        && !target.starts_with('.')
+        && Path::new(dir).join("refs/heads").join(target).is_file()
+    {
+        return;
+    }
     let git = |args: &[&str]| {
         std::process::Command::new("git")
             .arg("--git-dir")
