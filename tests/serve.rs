@@ -570,6 +570,11 @@ fn push_outcome_decides_log_line_and_metrics() {
         "only main and yes"
     );
 
+    // The last line is written as its response ends: wait for it rather than race it.
+    let start = Instant::now();
+    while srv.push_log_lines().len() < 4 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let outcomes: Vec<String> = srv
         .push_log_lines()
         .iter()

@@ -186,6 +186,9 @@ pub(crate) struct Rules {
     rules: Vec<Rule>,
 }
 
+/// gitolite's wild-repository words, which berth does not support.
+const WILD_KEYWORDS: [&str; 3] = ["CREATOR", "READERS", "WRITERS"];
+
 /// A plain repository name as gitolite tells names from patterns.
 fn is_plain_name(s: &str) -> bool {
     let mut chars = s.chars();
@@ -263,6 +266,12 @@ impl Rules {
                         return Err(err(start, "`repo` names no repository".into()));
                     }
                     let mut specs = Vec::new();
+                    if let Some(k) = WILD_KEYWORDS.iter().find(|k| line.contains(*k)) {
+                        return Err(err(
+                            start,
+                            format!("gitolite's wild-repository '{k}' is not supported"),
+                        ));
+                    }
                     for w in &words[1..] {
                         rules
                             .repo_specs(w, &mut specs, 0)
@@ -329,6 +338,12 @@ impl Rules {
             let users: Vec<String> = users.split_whitespace().map(str::to_owned).collect();
             if users.is_empty() {
                 return Err(err(start, "a rule names no user".into()));
+            }
+            if let Some(u) = users.iter().find(|u| WILD_KEYWORDS.contains(&u.as_str())) {
+                return Err(err(
+                    start,
+                    format!("gitolite's wild-repository '{u}' is not supported"),
+                ));
             }
             rules.rules.push(Rule {
                 line: start,
@@ -664,6 +679,8 @@ repo secret
             ("repo x\n C main = a\n", 2, "no refex"),
             ("repo x\n RW VREF/NAME/x = a\n", 2, "VREF"),
             ("repo x\n bogus\n", 2, "expected"),
+            ("repo u/CREATOR/..*\n", 1, "wild-repository"),
+            ("repo x\n RW+ = CREATOR\n", 2, "wild-repository"),
         ] {
             let e = Rules::parse(text, "f").unwrap_err();
             assert_eq!(e.line, line, "{text:?}: {e}");
