@@ -1,5 +1,5 @@
 //! Criterion benchmark of the ref transaction: N new refs (1,000 and 10,000) committed through
-//! `RefStore::commit` of `refs::FilesStore` into a files-backend repository that already has 110 refs (100 in
+//! `RefStore::transaction` (prepare, then commit) of `refs::FilesStore` into a files-backend repository that already has 110 refs (100 in
 //! `packed-refs`, 10 loose). Every iteration gets a fresh copy of the repository (made outside
 //! the timing); the time is the store's commit alone: checks against the snapshot, locks, the
 //! `packed-refs` rewrite, the rename.
@@ -8,7 +8,7 @@
 
 mod support;
 
-use berth::refs::{FilesStore, RefStore, RefUpdate};
+use berth::refs::{Atomicity, Change, FilesStore, Options, RefStore, RefUpdate};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use std::fmt::Write as _;
 
@@ -57,9 +57,7 @@ fn bench(c: &mut Criterion) {
         let updates: Vec<RefUpdate> = (0..n)
             .map(|i| RefUpdate {
                 name: format!("refs/heads/b/{i:07}").into(),
-                old: berth::ObjectId::null(gix_hash::Kind::Sha1),
-                new: commit,
-                skip_old_check: false,
+                change: Change::Create { new: commit },
             })
             .collect();
         group.bench_function(format!("{n} new refs"), |b| {
@@ -77,16 +75,7 @@ fn bench(c: &mut Criterion) {
                     (dir, store, current, objects)
                 },
                 |(dir, store, current, objects)| {
-                    let results = store
-                        .commit(
-                            &updates,
-                            &current,
-                            false,
-                            &committer,
-                            &objects,
-                            &mut |_, _| true,
-                        )
-                        .expect("transaction");
+                    let results = transact(&store, &updates, &current, &committer, &objects);
                     assert!(results.iter().all(Result::is_ok));
                     dir
                 },
@@ -99,19 +88,33 @@ fn bench(c: &mut Criterion) {
         let store = FilesStore::open(dir.path(), berth::repo::config::LogRefUpdates::Never);
         let current = store.snapshot().expect("snapshot");
         let objects = gix_odb::at(dir.path().join("objects"), gix_hash::Kind::Sha1).expect("odb");
-        store
-            .commit(
-                &updates,
-                &current,
-                false,
-                &committer,
-                &objects,
-                &mut |_, _| true,
-            )
-            .expect("transaction");
+        transact(&store, &updates, &current, &committer, &objects);
         assert_eq!(store.snapshot().expect("snapshot").len(), existing + n);
     }
     group.finish();
+}
+
+/// One non-atomic transaction of `updates`, prepared and committed, with no observer.
+fn transact(
+    store: &FilesStore,
+    updates: &[RefUpdate],
+    current: &berth::refs::Refs,
+    committer: &gix_actor::Signature,
+    objects: &gix_odb::Handle,
+) -> Vec<Result<(), berth::refs::RefError>> {
+    let options = Options {
+        atomicity: Atomicity::PerRef,
+        current,
+        committer,
+        objects,
+    };
+    let mut observer = |_: berth::refs::TransactionState, _: &[RefUpdate]| true;
+    store
+        .transaction(options)
+        .prepare(updates, &mut observer)
+        .expect("prepare")
+        .commit()
+        .expect("commit")
 }
 
 criterion_group!(benches, bench);

@@ -72,6 +72,7 @@ pub fn pack(data: &[u8]) {
         max_object_size: 16 << 20,
         shallow: Default::default(),
         reject_thin_pack: false,
+        files: Default::default(),
     };
     let mut input = data;
     if let Ok(received) =
@@ -220,14 +221,12 @@ pub fn proc_receive(data: &[u8]) {
         n => Some(usize::from(n)),
     };
     let options = [BString::from("issue=123"), BString::from("reviewer=user1")];
-    let mut errmsg = String::new();
     let _ = proc_receive::converse(
         &mut proc_receive::Replay::new(output, sends),
         &mut slots,
         mode & 1 != 0,
         mode & 2 != 0,
         &options,
-        &mut errmsg,
     );
     let statuses: Vec<_> = slots
         .iter()

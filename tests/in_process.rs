@@ -3,9 +3,9 @@
 //! a hook is silent.
 
 mod common;
-use berth::hooks::{InProcess, InProcessHooks, Push, TransactionState, Verdict};
+use berth::hooks::{InProcess, InProcessHooks, Push, Verdict};
 use berth::protocol::request::Command;
-use berth::refs::RefUpdate;
+use berth::refs::{RefUpdate, TransactionState};
 use common::{EMPTY_PACK, World, ZERO, pkt};
 use std::sync::{Arc, Mutex};
 
@@ -75,7 +75,7 @@ fn in_process_hooks_run_in_gits_places_and_can_refuse() {
         in_process: Some(InProcessHooks(recorder.clone())),
         ..Default::default()
     };
-    let processes = berth::hooks::processes_started();
+    let processes = berth::hooks::process::processes_started();
     let muxers = berth::protocol::sideband::muxers_created();
     let mut out = Vec::new();
     let mut err = Vec::new();
@@ -109,7 +109,7 @@ fn in_process_hooks_run_in_gits_places_and_can_refuse() {
         ]
     );
     assert_eq!(
-        berth::hooks::processes_started(),
+        berth::hooks::process::processes_started(),
         processes,
         "no process for in-process hooks"
     );

@@ -14,7 +14,7 @@ use super::command::Cmd;
 use super::run_hooks::Hooks;
 use crate::protocol::report::Reason;
 use crate::protocol::sideband::Sideband;
-use crate::refs::{RefError, RefUpdate, Refs};
+use crate::refs::{Change, Expected, RefError, RefUpdate, Refs};
 use crate::repo::config::DenyAction;
 use crate::repo::{Repository, policy};
 
@@ -153,9 +153,9 @@ pub(super) fn decide<W: Write, E: Write>(
         return Ok(Err(Reason::Worktree(reason)));
     }
     if c.is_delete() {
-        let mut skip_old_check = false;
+        let mut old = Expected::MustBe(c.old);
         if c.old.is_null() || ctx.kind(&c.old).is_none() {
-            skip_old_check = true;
+            old = Expected::Any;
             if ctx.refs.get(&ctx.full_name(cmd)).is_some() {
                 sb.warning("allowing deletion of corrupt ref")?;
             } else {
@@ -166,9 +166,7 @@ pub(super) fn decide<W: Write, E: Write>(
         }
         return Ok(Ok(Some(RefUpdate {
             name: ctx.full_name(cmd),
-            old: c.old,
-            new: c.new,
-            skip_old_check,
+            change: Change::Delete { old },
         })));
     }
     if name.starts_with(b"refs/heads/") && ctx.kind(&c.new) != Some(Kind::Commit) {
@@ -182,11 +180,17 @@ pub(super) fn decide<W: Write, E: Write>(
     if !cmd.new_shallow.is_empty() && ctx.repo.add_shallow(&cmd.new_shallow).is_err() {
         return Ok(Err(Reason::ShallowError));
     }
+    let change = if c.old.is_null() {
+        Change::Create { new: c.new }
+    } else {
+        Change::Update {
+            old: Expected::MustBe(c.old),
+            new: c.new,
+        }
+    };
     Ok(Ok(Some(RefUpdate {
         name: ctx.full_name(cmd),
-        old: c.old,
-        new: c.new,
-        skip_old_check: false,
+        change,
     })))
 }
 
@@ -302,7 +306,7 @@ mod tests {
             hooks: &hooks,
             objects: &objects,
             worktrees: f.repo.worktrees(),
-            refs: f.repo.ref_store().snapshot().unwrap(),
+            refs: crate::refs::of_repository(&f.repo).snapshot().unwrap(),
             kinds: Default::default(),
         };
         let mut cmd = Cmd::new(Command {
@@ -327,10 +331,8 @@ mod tests {
         let f = fixture(&[]);
         let (d, _, msg) = decide_one(&f, zero(), f.first, "refs/heads/topic");
         let u = d.unwrap().unwrap();
-        assert_eq!(
-            (u.name.as_slice(), u.old, u.new),
-            (&b"refs/heads/topic"[..], zero(), f.first)
-        );
+        assert_eq!(u.name, "refs/heads/topic");
+        assert!(matches!(u.change, Change::Create { new } if new == f.first));
         assert_eq!(msg, "");
     }
 

@@ -121,7 +121,7 @@ pub enum Fatal {
     Request(#[from] request::Error),
     /// The refs could not be read.
     #[error("unable to read refs: {0}")]
-    Refs(String),
+    Refs(crate::refs::SnapshotError),
     /// The object database could not be opened.
     #[error("unable to open object database: {0}")]
     Objects(io::Error),

@@ -10,11 +10,11 @@ use gix_object::bstr::BString;
 
 use super::command::Cmd;
 use crate::hooks::proc_receive;
-use crate::hooks::{self, Event, HookSet, Invocation, TransactionState, Verdict};
+use crate::hooks::{self, Event, HookSet, Invocation, Verdict};
 use crate::objects::ingest::Quarantine;
 use crate::protocol::request::Command;
 use crate::protocol::sideband::Sideband;
-use crate::refs::{RefUpdate, Refs};
+use crate::refs::{RefUpdate, Refs, TransactionState};
 use crate::repo::Repository;
 
 /// The receive-side hooks of one session with git's contract for each: when it runs, its
@@ -220,12 +220,7 @@ impl<'a> Hooks<'a> {
         }
         let mut stdin = Vec::with_capacity(updates.len() * 100);
         for u in updates {
-            let old = if u.skip_old_check {
-                ObjectId::null(gix_hash::Kind::Sha1)
-            } else {
-                u.old
-            };
-            let _ = writeln!(stdin, "{old} {} {}", u.new, u.name);
+            let _ = writeln!(stdin, "{} {} {}", u.old_id(), u.new_id(), u.name);
         }
         let args = [BString::from(state.name())];
         self.set
@@ -336,8 +331,7 @@ impl<'a> Hooks<'a> {
         sb: &mut Sideband<W, E>,
     ) -> io::Result<bool> {
         let inv = self.invocation(&[], None, &[]);
-        let mut errmsg = String::new();
-        let ok = {
+        let (ok, message) = {
             let mut sink = Self::to_client(sb);
             let Some(mut conv) = hooks::Conversation::start(self.set, Event::ProcReceive, &inv)?
             else {
@@ -362,7 +356,7 @@ impl<'a> Hooks<'a> {
                     rewrites,
                 })
                 .collect();
-            let ok = proc_receive::converse(
+            let reported = proc_receive::converse(
                 &mut proc_receive::Running {
                     conversation: &mut conv,
                     sink: &mut sink,
@@ -371,7 +365,6 @@ impl<'a> Hooks<'a> {
                 atomic,
                 push_options,
                 self.push_options,
-                &mut errmsg,
             );
             let states: Vec<_> = slots
                 .into_iter()
@@ -382,11 +375,12 @@ impl<'a> Hooks<'a> {
                 c.error = error;
                 c.rewrites = rewrites;
             }
-            let ok = ok?;
-            conv.finish(&mut sink)? && ok
+            let reported = reported?;
+            let finished = conv.finish(&mut sink)?;
+            (finished && reported.ok, reported.message())
         };
-        if !errmsg.is_empty() {
-            sb.error(errmsg.strip_suffix('\n').unwrap_or(&errmsg))?;
+        if let Some(message) = message {
+            sb.error(message)?;
         }
         Ok(ok)
     }

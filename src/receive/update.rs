@@ -5,14 +5,14 @@
 
 use std::io::Write;
 
-use gix_object::bstr::BString;
-
 use super::Fatal;
 use super::command::{Cmd, refuse_pending};
 use super::decide::{Decide, decide};
 use crate::protocol::report::Reason;
 use crate::protocol::sideband::Sideband;
-use crate::refs::{RefError, RefStore, RefUpdate, Refs, TransactionError};
+use crate::refs::{
+    self, Atomicity, RefError, RefStore, RefUpdate, Refs, TransactionError, TransactionState,
+};
 
 pub(super) fn execute_non_atomic<W: Write, E: Write>(
     cmds: &mut [Cmd],
@@ -63,8 +63,10 @@ pub(super) fn execute_non_atomic<W: Write, E: Write>(
                     }
                 }
             }
-            Err(TransactionError::HookAborted(state)) => return Err(Fatal::TransactionHook(state)),
             Err(e) => {
+                if let Some(state) = e.hook_aborted() {
+                    return Err(Fatal::TransactionHook(state.name()));
+                }
                 sb.error(&e)?;
                 for c in cmds.iter_mut() {
                     c.error = Some(Reason::FailedToUpdateRefs);
@@ -119,6 +121,8 @@ pub(super) fn execute_atomic<W: Write, E: Write>(
     Ok(())
 }
 
+/// One ref transaction: prepared (locks taken, old values checked), then committed, with the
+/// transaction's states told to the hooks (reference-transaction output on `diagnostics`).
 fn commit(
     store: &dyn RefStore,
     updates: &[RefUpdate],
@@ -128,24 +132,19 @@ fn commit(
     committer: &gix_actor::Signature,
     diagnostics: &mut dyn Write,
 ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
-    // As git's `ref_update_reject_duplicates`: the first duplicate in name order. Pushes come
-    // sorted, so this is one pass.
-    if !updates.is_sorted_by(|a, b| a.name < b.name) {
-        let mut names: Vec<&BString> = updates.iter().map(|u| &u.name).collect();
-        names.sort_unstable();
-        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(TransactionError::Store(format!(
-                "multiple updates for ref '{}' not allowed",
-                w[0]
-            )));
-        }
-    }
-    store.commit(
-        updates,
+    let options = refs::Options {
+        atomicity: if atomic {
+            Atomicity::AllOrNothing
+        } else {
+            Atomicity::PerRef
+        },
         current,
-        atomic,
         committer,
-        ctx.objects,
-        &mut |state, batch| ctx.hooks.transaction(state, batch, diagnostics),
-    )
+        objects: ctx.objects,
+    };
+    let mut observer = |state: TransactionState, batch: &[RefUpdate]| {
+        ctx.hooks.transaction(state, batch, diagnostics)
+    };
+    let prepared = store.transaction(options).prepare(updates, &mut observer)?;
+    Ok(prepared.commit()?)
 }

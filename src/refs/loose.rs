@@ -14,7 +14,8 @@
 //!    `packed-refs.lock` fails only deletions, as in git: in a non-atomic push each deletion
 //!    fails with git's lock message (git 2.47 runs one transaction per ref), in an atomic push
 //!    the whole push fails.
-//! 3. The `prepared` hook.
+//! 3. The `prepared` hook (announced by the [transaction](super::transaction), which holds
+//!    the locks until it is committed or dropped).
 //! 4. Append the reflogs; rename each update's lock over its ref; rewrite `packed-refs` without
 //!    the deleted refs (only if one of them is in it, as git's `is_packed_transaction_needed`);
 //!    remove the deleted refs' loose files under their locks, then their empty directories;
@@ -34,49 +35,52 @@ use super::packed::{
     self, Item, LOOSE_LOCK_TIMEOUT, Lock, Loose, PACKED_LOCK_TIMEOUT, Packed, Peeler, Sorted,
     cannot_lock, loose_below, path_of, prefixes, read_loose, remove_empty_parents, strerror,
 };
-use super::{RefError, RefUpdate, TransactionError, TransactionHook};
-use crate::hooks::TransactionState;
+use super::transaction::{Failed, commit, live, prepare};
+use super::{RefError, RefUpdate};
 
-/// Commit the live updates (`results[i].is_ok()`) with one lock per ref. The caller has run the
-/// `preparing` hook; this runs `prepared` and `committed` (or `aborted`).
-pub(super) fn commit(
-    batch: &super::Batch<'_>,
-    updates: &[RefUpdate],
+/// The batch with every lock held (steps 1 and 2), ready for [`Locked::commit`]; dropped, the
+/// locks are released.
+pub(super) struct Locked<'a> {
+    batch: super::Batch<'a>,
+    updates: &'a [RefUpdate],
+    items: Vec<Item>,
+    packed_lock: Option<Lock>,
+}
+
+/// Steps 1 and 2 for the live updates (`results[i].is_ok()`): a ref that fails drops out with
+/// its error, unless the batch is atomic.
+pub(super) fn lock<'a>(
+    batch: super::Batch<'a>,
+    updates: &'a [RefUpdate],
     results: &mut [Result<(), RefError>],
-    hook: &mut TransactionHook<'_>,
-) -> Result<(), TransactionError> {
+) -> Result<Locked<'a>, Failed<prepare::Error>> {
     let super::Batch {
-        git_dir,
-        log,
-        atomic,
-        committer,
-        objects,
-    } = *batch;
-    let mut order = super::live(results);
+        git_dir, atomic, ..
+    } = batch;
+    let mut order = live(results);
     order.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
-    let batch = Sorted { updates, order };
-    let packed_path = git_dir.join("packed-refs");
-    let packed = Packed::read(&packed_path)?;
+    let sorted = Sorted { updates, order };
+    let packed = Packed::read(&git_dir.join("packed-refs")).map_err(Failed::quietly)?;
 
-    let mut items: Vec<Item> = Vec::with_capacity(batch.order.len());
-    for (k, &i) in batch.order.iter().enumerate() {
-        match lock(git_dir, &packed, &batch, k, &updates[i]) {
+    let mut items: Vec<Item> = Vec::with_capacity(sorted.order.len());
+    for (k, &i) in sorted.order.iter().enumerate() {
+        match lock_one(git_dir, &packed, &sorted, k, &updates[i]) {
             Ok((lock, before)) => items.push(Item {
                 index: i,
                 lock: Some(lock),
                 before,
             }),
-            Err(e) if atomic => return Err(e.into()),
+            Err(e) if atomic => return Err(Failed::quietly(e)),
             Err(e) => results[i] = Err(e),
         }
     }
 
-    let deletes = |it: &Item| updates[it.index].new.is_null();
+    let deletes = |it: &Item| updates[it.index].is_delete();
     let mut packed_lock = None;
     if items.iter().any(deletes) {
         match Lock::acquire(git_dir, b"packed-refs", PACKED_LOCK_TIMEOUT) {
             Ok(l) => packed_lock = Some(l),
-            Err(e) if atomic => return Err(TransactionError::Store(e.to_string())),
+            Err(e) if atomic => return Err(Failed::quietly(e)),
             Err(e) => {
                 let (deletions, rest): (Vec<Item>, Vec<Item>) =
                     items.into_iter().partition(deletes);
@@ -89,78 +93,105 @@ pub(super) fn commit(
             }
         }
     }
-    if items.is_empty() {
-        return Ok(());
-    }
+    Ok(Locked {
+        batch,
+        updates,
+        items,
+        packed_lock,
+    })
+}
 
-    let mut live: Vec<usize> = items.iter().map(|it| it.index).collect();
-    live.sort_unstable();
-    if !packed::announce(hook, TransactionState::Prepared, updates, &live) {
-        drop(items);
-        drop(packed_lock);
-        packed::announce(hook, TransactionState::Aborted, updates, &live);
-        return Err(TransactionError::HookAborted("prepared"));
-    }
-
-    packed::write_reflogs(git_dir, log, updates, &items, committer);
-    let (deletions, writes): (Vec<Item>, Vec<Item>) = items.into_iter().partition(deletes);
-    let mut failed = Vec::new();
-    for mut it in writes {
-        let u = &updates[it.index];
-        let target = git_dir.join(path_of(&u.name));
-        let Some(lock) = it.lock.take() else { continue };
-        if target.is_dir() {
-            remove_empty_dirs(&target);
-        }
-        if let Err(e) = lock.commit_to(&target) {
-            let message = format!("couldn't set '{}': {}", u.name, strerror(&e));
-            if atomic {
-                return Err(TransactionError::Store(message));
+impl Locked<'_> {
+    /// Step 4; the indexes of the updates written. A ref that cannot be written fails alone
+    /// (`results`), unless the batch is atomic.
+    pub(super) fn commit(
+        self,
+        results: &mut [Result<(), RefError>],
+    ) -> Result<Vec<usize>, Failed<commit::Error>> {
+        let Locked {
+            batch,
+            updates,
+            items,
+            packed_lock,
+        } = self;
+        let super::Batch {
+            git_dir,
+            log,
+            atomic,
+            committer,
+            objects,
+        } = batch;
+        let mut live: Vec<usize> = items.iter().map(|it| it.index).collect();
+        live.sort_unstable();
+        let mut time_buf = gix_date::parse::TimeBuf::default();
+        let committer = committer.to_ref(&mut time_buf);
+        packed::write_reflogs(git_dir, log, updates, &items, &committer);
+        let deletes = |it: &Item| updates[it.index].is_delete();
+        let (deletions, writes): (Vec<Item>, Vec<Item>) = items.into_iter().partition(deletes);
+        let mut failed = Vec::new();
+        for mut it in writes {
+            let u = &updates[it.index];
+            let target = git_dir.join(path_of(&u.name));
+            let Some(lock) = it.lock.take() else { continue };
+            if target.is_dir() {
+                remove_empty_dirs(&target);
             }
-            results[it.index] = Err(RefError::Other { message });
-            failed.push(it.index);
-        }
-    }
-
-    if !deletions.is_empty() {
-        let logs = git_dir.join("logs");
-        for it in &deletions {
-            remove_empty_parents(&logs, &updates[it.index].name);
-        }
-        // Under packed-refs.lock: what is in packed-refs now.
-        let current = Packed::read(&packed_path)?;
-        if deletions
-            .iter()
-            .any(|it| current.get(&updates[it.index].name).is_some())
-        {
-            let content = packed::render(&current, updates, &deletions, &mut Peeler::new(objects));
-            packed::replace(&git_dir.join("packed-refs.new"), &packed_path, &content)?;
-        }
-        for mut it in deletions {
-            let name = updates[it.index].name.as_slice();
-            if let Err(e) = fs::remove_file(git_dir.join(path_of(name)))
-                && e.kind() != io::ErrorKind::NotFound
-            {
-                let message = format!("unable to remove '{}': {}", name.as_bstr(), strerror(&e));
+            if let Err(e) = lock.commit_to(&target) {
+                let (name, reason) = (u.name.clone(), strerror(&e));
                 if atomic {
-                    return Err(TransactionError::Store(message));
+                    return Err(Failed::quietly(commit::Error::SetRef { name, reason }));
                 }
-                results[it.index] = Err(RefError::Other { message });
+                results[it.index] = Err(RefError::Other {
+                    message: format!("couldn't set '{name}': {reason}"),
+                });
                 failed.push(it.index);
             }
-            drop(it.lock.take());
-            remove_empty_parents(git_dir, name);
         }
+
+        if !deletions.is_empty() {
+            let logs = git_dir.join("logs");
+            for it in &deletions {
+                remove_empty_parents(&logs, &updates[it.index].name);
+            }
+            // Under packed-refs.lock: what is in packed-refs now.
+            let packed_path = git_dir.join("packed-refs");
+            let current = Packed::read(&packed_path).map_err(Failed::quietly)?;
+            if deletions
+                .iter()
+                .any(|it| current.get(&updates[it.index].name).is_some())
+            {
+                let content =
+                    packed::render(&current, updates, &deletions, &mut Peeler::new(objects));
+                packed::replace(&git_dir.join("packed-refs.new"), &packed_path, &content)
+                    .map_err(Failed::quietly)?;
+            }
+            for mut it in deletions {
+                let name = updates[it.index].name.as_slice();
+                if let Err(e) = fs::remove_file(git_dir.join(path_of(name)))
+                    && e.kind() != io::ErrorKind::NotFound
+                {
+                    let (name, reason) = (name.as_bstr().to_owned(), strerror(&e));
+                    if atomic {
+                        return Err(Failed::quietly(commit::Error::RemoveRef { name, reason }));
+                    }
+                    results[it.index] = Err(RefError::Other {
+                        message: format!("unable to remove '{name}': {reason}"),
+                    });
+                    failed.push(it.index);
+                }
+                drop(it.lock.take());
+                remove_empty_parents(git_dir, name);
+            }
+        }
+        drop(packed_lock);
+        live.retain(|i| !failed.contains(i));
+        Ok(live)
     }
-    drop(packed_lock);
-    live.retain(|i| !failed.contains(i));
-    packed::announce(hook, TransactionState::Committed, updates, &live);
-    Ok(())
 }
 
 /// Take the lock of update `k` of `batch` and check the ref under it; the lock (holding the new
 /// value, unless the ref is deleted) and the ref's current value.
-fn lock(
+fn lock_one(
     git_dir: &Path,
     packed: &Packed,
     batch: &Sorted<'_>,
@@ -202,7 +233,7 @@ fn lock(
         },
     };
     super::check_old(u, exists, current)?;
-    if u.new.is_null() {
+    if u.is_delete() {
         return Ok((lock, current));
     }
     if !exists {
@@ -211,7 +242,7 @@ fn lock(
     let written = fs::OpenOptions::new()
         .write(true)
         .open(lock.path())
-        .and_then(|mut f| writeln!(f, "{}", u.new));
+        .and_then(|mut f| writeln!(f, "{}", u.new_id()));
     if let Err(e) = written {
         return Err(RefError::Other {
             message: format!(
@@ -243,7 +274,7 @@ fn check_new(
                 existing: p.into(),
             });
         }
-        if batch.get(p).is_some_and(|o| !o.new.is_null()) {
+        if batch.get(p).is_some_and(|o| !o.is_delete()) {
             return Err(RefError::ConflictInPush {
                 name: u.name.clone(),
                 other: p.into(),

@@ -1,5 +1,7 @@
 //! The ref store: [`RefStore`], the one interface a push uses to read the repository's refs and
-//! commit its updates as one transaction, with two backends: [`reftable`] (a reftable stack, one
+//! write its updates as one [`transaction`] of typed [`Change`]s, in two steps
+//! (`store.transaction(options).prepare(updates, observer)?` gives a [`Prepared`] that holds the
+//! locks; `.commit()` writes, dropping it aborts), with two backends: [`reftable`] (a reftable stack, one
 //! new table per transaction) and [`FilesStore`], git's files backend (loose refs + `packed-refs`, git's `.lock`
 //! protocol): small batches through [`loose`] (git's transaction, one `<ref>.lock` and loose file
 //! per ref; `packed-refs.lock` only for deletions), batches of [`PACKED_BATCH_THRESHOLD`] refs or
@@ -9,7 +11,8 @@
 //! A non-atomic push is one batch in which each ref may fail on its own: the batch is checked
 //! against the refs read at the start (giving git's per-ref messages), then again under the
 //! locks; a ref that changed in between, or whose lock is held, drops out of the batch with its
-//! own error. An atomic push fails as a whole.
+//! own error. An atomic push fails as a whole. The transaction's states are told to a
+//! [`TransactionObserver`] (git's `reference-transaction` hook, implemented by the hooks).
 
 use std::path::Path;
 
@@ -17,22 +20,29 @@ use gix_hash::ObjectId;
 use gix_object::bstr::{BStr, BString, ByteSlice};
 use gix_ref::Target;
 
-use crate::hooks::TransactionState;
 use crate::repo::config::LogRefUpdates;
 
 mod loose;
 mod packed;
 mod reftable;
+pub mod transaction;
 
+pub use packed::{LockError, PackedReadError, PackedWriteError};
 pub use reftable::ReftableStore;
+pub use transaction::{
+    Atomicity, Options, Prepared, Transaction, TransactionObserver, TransactionState,
+};
 
-/// Where a repository keeps its refs (`extensions.refStorage`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefFormat {
-    /// Loose files and `packed-refs`.
-    Files,
-    /// A reftable stack in `$GIT_DIR/reftable`.
-    Reftable,
+pub use crate::repo::RefFormat;
+
+/// The ref store of `repo`, as its format and configuration say.
+pub fn of_repository(repo: &crate::repo::Repository) -> Box<dyn RefStore> {
+    open(
+        &repo.git_dir,
+        repo.ref_format,
+        repo.config.storage.log_ref_updates,
+        repo.config.storage.reftable,
+    )
 }
 
 /// A repository's ref storage, as a push uses it: one snapshot of the refs, the symbolic refs
@@ -40,25 +50,29 @@ pub enum RefFormat {
 pub trait RefStore {
     /// Every ref under `refs/`; symbolic refs resolve to their target's value, broken ones are
     /// left out.
-    fn snapshot(&self) -> Result<Refs, String>;
+    fn snapshot(&self) -> Result<Refs, SnapshotError>;
 
     /// For each of `names`: `None` if it is not a symbolic ref, else the name of the ref it
     /// finally points to (`Some(None)` when the chain is broken or too long).
     fn symref_targets(&self, names: &[&[u8]]) -> Vec<Option<Option<BString>>>;
 
-    /// Commit `updates` as one transaction. With `atomic`, any failure fails all and nothing
-    /// is written; otherwise the result has one entry per update, and only failed refs are
-    /// left unchanged. `current` is the snapshot taken at the start of the push. `hook` is
-    /// told the transaction's states (git's `reference-transaction` hook).
-    fn commit(
-        &self,
-        updates: &[RefUpdate],
-        current: &Refs,
-        atomic: bool,
-        committer: &gix_actor::Signature,
-        objects: &gix_odb::Handle,
-        hook: &mut TransactionHook<'_>,
-    ) -> Result<Vec<Result<(), RefError>>, TransactionError>;
+    /// Begin a transaction: [`Transaction::prepare`] locks and checks its updates, and
+    /// [`Prepared::commit`] writes them (see [`transaction`]).
+    fn transaction<'a>(&'a self, options: Options<'a>) -> Transaction<'a>;
+}
+
+/// Why the refs could not be read, in the store's words.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// `packed-refs` could not be opened.
+    #[error(transparent)]
+    Packed(#[from] gix_error::Error),
+    /// The loose refs could not be listed.
+    #[error(transparent)]
+    Loose(#[from] std::io::Error),
+    /// The reftable stack could not be read.
+    #[error(transparent)]
+    Reftable(#[from] crate::reftable::Error),
 }
 
 /// The ref store of the repository at `git_dir`.
@@ -129,17 +143,79 @@ impl Refs {
     }
 }
 
-/// One ref update of a push, ready to commit.
-#[derive(Debug, Clone)]
+/// One ref update of a push, ready to commit: the ref and what happens to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefUpdate {
     /// The full ref name.
     pub name: BString,
-    /// The expected current value; zero means the ref must not exist.
-    pub old: ObjectId,
-    /// The new value; zero deletes the ref.
-    pub new: ObjectId,
-    /// Do not compare the old value (git's deletion of a corrupt ref).
-    pub skip_old_check: bool,
+    /// What happens to the ref.
+    pub change: Change,
+}
+
+/// What a [`RefUpdate`] does to its ref, with the value the ref must have before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Create the ref with the value `new`; it must not exist.
+    Create {
+        /// The value of the new ref.
+        new: ObjectId,
+    },
+    /// Set the ref to `new`.
+    Update {
+        /// What the ref must hold before.
+        old: Expected,
+        /// The new value.
+        new: ObjectId,
+    },
+    /// Delete the ref.
+    Delete {
+        /// What the ref must hold before.
+        old: Expected,
+    },
+}
+
+/// The value an [`Change::Update`] or [`Change::Delete`] expects its ref to have, compared under
+/// the ref's lock (git's compare-and-swap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expected {
+    /// The ref must exist and hold this value.
+    MustBe(ObjectId),
+    /// No check: whatever the ref holds, or whether it exists at all. git's receive-pack
+    /// deletes this way when the client's old value is zero or names an object it does not
+    /// have (the deletion of a corrupt ref); the `reference-transaction` hook shows the zero id.
+    Any,
+}
+
+impl RefUpdate {
+    /// The old value as git shows it (the `reference-transaction` hook's first column): the
+    /// expected value, zero for a create and for [`Expected::Any`].
+    pub fn old_id(&self) -> ObjectId {
+        match self.expected() {
+            Some(Expected::MustBe(id)) => id,
+            _ => ObjectId::null(gix_hash::Kind::Sha1),
+        }
+    }
+
+    /// The new value as git shows it: zero for a delete.
+    pub fn new_id(&self) -> ObjectId {
+        match self.change {
+            Change::Create { new } | Change::Update { new, .. } => new,
+            Change::Delete { .. } => ObjectId::null(gix_hash::Kind::Sha1),
+        }
+    }
+
+    /// What the ref must hold before: `None` for a create (it must not exist).
+    pub fn expected(&self) -> Option<Expected> {
+        match self.change {
+            Change::Create { .. } => None,
+            Change::Update { old, .. } | Change::Delete { old } => Some(old),
+        }
+    }
+
+    /// Whether the ref is deleted.
+    pub fn is_delete(&self) -> bool {
+        matches!(self.change, Change::Delete { .. })
+    }
 }
 
 /// Why one ref update failed. [`RefError::reason`] is the `ng` reason git reports,
@@ -234,23 +310,29 @@ impl RefError {
     }
 }
 
-/// Why a whole transaction failed.
+/// Why a whole transaction failed: at its first step or at its second.
 #[derive(Debug, thiserror::Error)]
 pub enum TransactionError {
-    /// A ref of an atomic transaction failed.
+    /// It could not be prepared; nothing was written.
     #[error(transparent)]
-    Ref(#[from] RefError),
-    /// The store failed as a whole.
-    #[error("{0}")]
-    Store(String),
-    /// The reference-transaction hook refused in this state.
-    #[error("in '{0}' phase, update aborted by the reference-transaction hook")]
-    HookAborted(&'static str),
+    Prepare(#[from] transaction::prepare::Error),
+    /// It could not be committed.
+    #[error(transparent)]
+    Commit(#[from] transaction::commit::Error),
 }
 
-/// Called around a transaction with its state and its updates (git's `reference-transaction`
-/// hook); returning `false` in `Preparing` or `Prepared` aborts the transaction.
-pub type TransactionHook<'h> = dyn FnMut(TransactionState, &[RefUpdate]) -> bool + 'h;
+impl TransactionError {
+    /// The state in which the observer (git's `reference-transaction` hook) refused, if that
+    /// is why the transaction failed.
+    pub fn hook_aborted(&self) -> Option<TransactionState> {
+        match self {
+            TransactionError::Prepare(transaction::prepare::Error::HookAborted(state)) => {
+                Some(*state)
+            }
+            _ => None,
+        }
+    }
+}
 
 /// git's files backend: `gix-ref` for reading, [`loose`] for small batches, [`packed`] for
 /// large ones.
@@ -299,62 +381,71 @@ struct Batch<'a> {
     log: LogRefUpdates,
     atomic: bool,
     /// The reflog identity.
-    committer: &'a gix_actor::SignatureRef<'a>,
+    committer: &'a gix_actor::Signature,
     objects: &'a gix_odb::Handle,
 }
 
-/// The indexes of the updates that have not failed, in order.
-fn live(results: &[Result<(), RefError>]) -> Vec<usize> {
-    let mut live = Vec::with_capacity(results.len());
-    live.extend((0..results.len()).filter(|&i| results[i].is_ok()));
-    live
-}
-
-/// Check every update with `check` against `current`: one result per update, or the first
-/// refusal of an atomic batch.
-fn check_all(
-    updates: &[RefUpdate],
-    current: &Refs,
-    atomic: bool,
-    check: fn(&RefUpdate, &Refs) -> Result<(), RefError>,
-) -> Result<Vec<Result<(), RefError>>, TransactionError> {
-    let results: Vec<Result<(), RefError>> = updates.iter().map(|u| check(u, current)).collect();
-    if atomic && let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
-        return Err(e.clone().into());
+impl FilesStore {
+    /// The files backend's half of [`Transaction::prepare`]: lock and check the live updates
+    /// (`results[i].is_ok()`), a large batch as one `packed-refs` rewrite unless it cannot be
+    /// ([`packed::Fallback`]), else one lock per ref.
+    fn lock<'a>(
+        &'a self,
+        updates: &'a [RefUpdate],
+        results: &mut [Result<(), RefError>],
+        options: &Options<'a>,
+    ) -> Result<transaction::Locked<'a>, transaction::Failed<transaction::prepare::Error>> {
+        let batch = Batch {
+            git_dir: &self.git_dir,
+            log: self.log,
+            atomic: options.atomic(),
+            committer: options.committer,
+            objects: options.objects,
+        };
+        // Else (`packed::Fallback`) a symbolic ref is involved, or packed-refs.lock is held: one
+        // lock per ref, as git.
+        if transaction::live(results).len() >= PACKED_BATCH_THRESHOLD
+            && let Ok(locked) = packed::lock(batch, updates, results)?
+        {
+            return Ok(transaction::Locked::Packed(locked));
+        }
+        loose::lock(batch, updates, results).map(transaction::Locked::Loose)
     }
-    Ok(results)
 }
 
 /// The compare-and-swap of one update, with git's messages: the ref `exists` (as a file or an
-/// entry) with the value `current` (`None` when unreadable), and the update expects `u.old`.
+/// entry) with the value `current` (`None` when unreadable), and the update expects what
+/// [`RefUpdate::expected`] says.
 fn check_old(u: &RefUpdate, exists: bool, current: Option<ObjectId>) -> Result<(), RefError> {
-    if u.skip_old_check {
-        return Ok(());
-    }
-    match (exists, current, u.old.is_null()) {
-        (true, _, true) => Err(RefError::AlreadyExists {
+    match (u.expected(), exists, current) {
+        (Some(Expected::Any), _, _) | (None, false, _) => Ok(()),
+        (None, true, _) => Err(RefError::AlreadyExists {
             name: u.name.clone(),
         }),
-        (false, _, false) | (true, None, false) => Err(RefError::DoesNotExist {
-            name: u.name.clone(),
-        }),
-        (true, Some(actual), false) if actual != u.old => Err(RefError::IncorrectOldValue {
-            name: u.name.clone(),
-            actual,
-            expected: u.old,
-        }),
-        _ => Ok(()),
+        (Some(Expected::MustBe(_)), false, _) | (Some(Expected::MustBe(_)), true, None) => {
+            Err(RefError::DoesNotExist {
+                name: u.name.clone(),
+            })
+        }
+        (Some(Expected::MustBe(expected)), true, Some(actual)) if actual != expected => {
+            Err(RefError::IncorrectOldValue {
+                name: u.name.clone(),
+                actual,
+                expected,
+            })
+        }
+        (Some(Expected::MustBe(_)), true, Some(_)) => Ok(()),
     }
 }
 
 /// Check one update against the snapshot, with git's messages.
 fn precheck(u: &RefUpdate, current: &Refs) -> Result<(), RefError> {
-    let actual = current.get(&u.name);
-    if u.skip_old_check {
+    if u.expected() == Some(Expected::Any) {
         return Ok(());
     }
+    let actual = current.get(&u.name);
     check_old(u, actual.is_some(), actual)?;
-    if u.new.is_null() || actual.is_some() {
+    if u.is_delete() || actual.is_some() {
         return Ok(());
     }
     // A new ref must not collide with an existing one as a file and a directory.
@@ -383,10 +474,10 @@ fn precheck(u: &RefUpdate, current: &Refs) -> Result<(), RefError> {
 }
 
 impl RefStore for FilesStore {
-    fn snapshot(&self) -> Result<Refs, String> {
-        let platform = self.store.iter().map_err(|e| e.to_string())?;
+    fn snapshot(&self) -> Result<Refs, SnapshotError> {
+        let platform = self.store.iter()?;
         let mut entries = Vec::new();
-        for r in platform.all().map_err(|e| e.to_string())? {
+        for r in platform.all()? {
             let Ok(r) = r else { continue };
             if !r.name.as_bstr().starts_with(b"refs/") {
                 continue;
@@ -417,43 +508,11 @@ impl RefStore for FilesStore {
             .collect()
     }
 
-    fn commit(
-        &self,
-        updates: &[RefUpdate],
-        current: &Refs,
-        atomic: bool,
-        committer: &gix_actor::Signature,
-        objects: &gix_odb::Handle,
-        hook: &mut TransactionHook<'_>,
-    ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
-        let _span = tracing::info_span!("ref_transaction", refs = updates.len()).entered();
-        let mut results = check_all(updates, current, atomic, precheck)?;
-        let mut time_buf = gix_date::parse::TimeBuf::default();
-        let committer = committer.to_ref(&mut time_buf);
-        let live = live(&results);
-        if live.is_empty() {
-            return Ok(results);
+    fn transaction<'a>(&'a self, options: Options<'a>) -> Transaction<'a> {
+        Transaction {
+            store: transaction::Store::Files(self),
+            options,
         }
-        if !packed::announce(hook, TransactionState::Preparing, updates, &live) {
-            packed::announce(hook, TransactionState::Aborted, updates, &live);
-            return Err(TransactionError::HookAborted("preparing"));
-        }
-        let batch = Batch {
-            git_dir: &self.git_dir,
-            log: self.log,
-            atomic,
-            committer: &committer,
-            objects,
-        };
-        if live.len() >= PACKED_BATCH_THRESHOLD {
-            let done = packed::commit(&batch, updates, &mut results, hook)?;
-            if done.is_ok() {
-                return Ok(results);
-            }
-            // A symbolic ref is involved, or packed-refs.lock is held: one lock per ref, as git.
-        }
-        loose::commit(&batch, updates, &mut results, hook)?;
-        Ok(results)
     }
 }
 

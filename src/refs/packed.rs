@@ -34,6 +34,9 @@
 //! 7. Check again (step 3's scan), then remove the replaced loose files, append reflogs, and
 //!    release the locks.
 //!
+//! Steps 1 to 5 are [`lock`], the files backend's half of the transaction's prepare step (the
+//! `prepared` state is announced after it, with the locks held); 6 and 7 are [`Locked::commit`].
+//!
 //! # What a concurrent git writer can do
 //!
 //! git changes a loose ref `X` only while holding `X.lock`, in this order: create `X.lock`,
@@ -84,8 +87,8 @@ use gix_hash::ObjectId;
 use gix_object::Kind;
 use gix_object::bstr::{BString, ByteSlice};
 
-use super::{RefError, RefUpdate, TransactionError, TransactionHook};
-use crate::hooks::TransactionState;
+use super::transaction::{Failed, commit, live, prepare};
+use super::{Change, Expected, RefError, RefUpdate};
 use crate::repo::config::LogRefUpdates;
 
 /// git's `core.packedRefsTimeout` default.
@@ -159,7 +162,7 @@ impl Drop for Lock {
 /// A lock file that could not be created, in git's words (`unable_to_lock_message`). The path
 /// is named as git receive-pack names it: its git directory is `.`, made absolute.
 #[derive(Debug, Clone, thiserror::Error)]
-pub(super) enum LockError {
+pub enum LockError {
     /// Someone else holds the lock, or a crashed writer left it.
     #[error(
         "Unable to create '{path}': File exists.\n\nAnother git process seems to be running in \
@@ -196,6 +199,39 @@ impl LockError {
             reason: strerror(e),
         }
     }
+}
+
+/// `packed-refs` could not be read, in git's words.
+#[derive(Debug, thiserror::Error)]
+pub enum PackedReadError {
+    /// The file exists but cannot be read.
+    #[error("unable to read {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The failure.
+        source: io::Error,
+    },
+    /// A line is not a `packed-refs` line.
+    #[error("unexpected line in {}: {line}", path.display())]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The line, without its newline.
+        line: BString,
+    },
+}
+
+/// `packed-refs` could not be replaced, in git's words: `what` failed on `path`.
+#[derive(Debug, thiserror::Error)]
+#[error("unable to {what} {}: {source}", path.display())]
+pub struct PackedWriteError {
+    /// What failed: `create`, `write`, `rename`, `remove`.
+    what: &'static str,
+    /// The file.
+    path: PathBuf,
+    /// The failure.
+    source: io::Error,
 }
 
 /// An I/O error as git's `strerror` words it (without Rust's " (os error N)").
@@ -237,23 +273,20 @@ pub(super) struct Packed {
 }
 
 impl Packed {
-    pub(super) fn read(path: &Path) -> Result<Packed, TransactionError> {
+    pub(super) fn read(path: &Path) -> Result<Packed, PackedReadError> {
         let (existed, buf) = match fs::read(path) {
             Ok(b) => (true, b),
             Err(e) if e.kind() == io::ErrorKind::NotFound => (false, Vec::new()),
-            Err(e) => {
-                return Err(TransactionError::Store(format!(
-                    "unable to read {}: {e}",
-                    path.display()
-                )));
+            Err(source) => {
+                return Err(PackedReadError::Io {
+                    path: path.to_owned(),
+                    source,
+                });
             }
         };
-        let bad = |line: &[u8]| {
-            TransactionError::Store(format!(
-                "unexpected line in {}: {}",
-                path.display(),
-                line.as_bstr()
-            ))
+        let bad = |line: &[u8]| PackedReadError::Syntax {
+            path: path.to_owned(),
+            line: line.into(),
         };
         let mut entries: Vec<Entry> = Vec::new();
         let (mut sorted, mut fully_peeled) = (false, false);
@@ -614,7 +647,7 @@ impl Sorted<'_> {
     }
 
     pub(super) fn deleted(&self, name: &[u8]) -> bool {
-        self.get(name).is_some_and(|u| u.new.is_null())
+        self.get(name).is_some_and(|u| u.is_delete())
     }
 
     /// A ref of the batch that is created or updated below `name/`; `k` is `name`'s position.
@@ -628,46 +661,37 @@ impl Sorted<'_> {
             .partition_point(|&i| cmp_below(&self.updates[i].name, name).is_lt());
         (start..self.order.len())
             .take_while(|&k| is_below(self.name(k), name))
-            .find(|&k| !self.updates[self.order[k]].new.is_null())
+            .find(|&k| !self.updates[self.order[k]].is_delete())
             .map(|k| self.name(k))
     }
 }
 
-/// Run `hook` for the updates at `live` (all of `updates` without copying when none failed).
-pub(super) fn announce(
-    hook: &mut TransactionHook<'_>,
-    state: TransactionState,
-    updates: &[RefUpdate],
-    live: &[usize],
-) -> bool {
-    if live.len() == updates.len() {
-        hook(state, updates)
-    } else {
-        let batch: Vec<RefUpdate> = live.iter().map(|&i| updates[i].clone()).collect();
-        hook(state, &batch)
-    }
+/// The batch with `packed-refs.lock` and the loose refs' locks held and every ref checked
+/// under them (steps 1 to 5), ready for [`Locked::commit`]; dropped, the locks are released.
+pub(super) struct Locked<'a> {
+    batch: super::Batch<'a>,
+    updates: &'a [RefUpdate],
+    packed_lock: Lock,
+    /// `packed-refs` as read under its lock.
+    packed: Packed,
+    /// The directories the batch touches, and what the first scan saw in them.
+    dirs: HashSet<&'a [u8]>,
+    scan: Scan,
+    /// The live updates in name order.
+    items: Vec<Item>,
 }
 
-/// Commit the live updates (`results[i].is_ok()`) as one `packed-refs` rewrite. See the module
-/// documentation for the protocol. The caller has run the `preparing` hook; this runs
-/// `prepared` and `committed` (or `aborted`).
-pub(super) fn commit(
-    batch: &super::Batch<'_>,
-    updates: &[RefUpdate],
+/// Steps 1 to 5 for the live updates (`results[i].is_ok()`): a ref that fails drops out with
+/// its error, unless the batch is atomic. See the module documentation for the protocol.
+pub(super) fn lock<'a>(
+    batch: super::Batch<'a>,
+    updates: &'a [RefUpdate],
     results: &mut [Result<(), RefError>],
-    hook: &mut TransactionHook<'_>,
-) -> Result<Result<(), Fallback>, TransactionError> {
+) -> Result<Result<Locked<'a>, Fallback>, Failed<prepare::Error>> {
     let super::Batch {
-        git_dir,
-        log,
-        atomic,
-        committer,
-        objects,
-    } = *batch;
-    let mut order = super::live(results);
-    if order.is_empty() {
-        return Ok(Ok(()));
-    }
+        git_dir, atomic, ..
+    } = batch;
+    let mut order = live(results);
     if !order.is_sorted_by(|&a, &b| updates[a].name <= updates[b].name) {
         order.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
     }
@@ -679,9 +703,9 @@ pub(super) fn commit(
     let packed_lock = match Lock::acquire(git_dir, b"packed-refs", PACKED_LOCK_TIMEOUT) {
         Ok(l) => l,
         Err(LockError::Held { .. }) => return Ok(Err(Fallback)),
-        Err(e) => return Err(TransactionError::Store(e.to_string())),
+        Err(e) => return Err(Failed::quietly(e)),
     };
-    let packed = Packed::read(&packed_path)?;
+    let packed = Packed::read(&packed_path).map_err(Failed::quietly)?;
 
     let dirs = dirs_of(names());
     let mut scan = Scan::new(git_dir, dirs.iter().copied());
@@ -716,7 +740,6 @@ pub(super) fn commit(
     }
 
     let mut items: Vec<Item> = Vec::with_capacity(sorted.order.len());
-    let mut failed = false;
     {
         let mut checker = Checker {
             git_dir,
@@ -733,144 +756,160 @@ pub(super) fn commit(
                     lock,
                     before,
                 }),
-                Err(e) if atomic => return Err(e.into()),
-                Err(e) => {
-                    results[i] = Err(e);
-                    failed = true;
+                Err(e) if atomic => return Err(Failed::quietly(e)),
+                Err(e) => results[i] = Err(e),
+            }
+        }
+    }
+    Ok(Ok(Locked {
+        batch,
+        updates,
+        packed_lock,
+        packed,
+        dirs,
+        scan,
+        items,
+    }))
+}
+
+impl Locked<'_> {
+    /// Steps 6 and 7; the indexes of the updates written. A ref lost to a concurrent writer
+    /// fails alone (`results`), unless the batch is atomic: then the previous `packed-refs` is
+    /// put back and the transaction fails (announcing `aborted`).
+    pub(super) fn commit(
+        self,
+        results: &mut [Result<(), RefError>],
+    ) -> Result<Vec<usize>, Failed<commit::Error>> {
+        let Locked {
+            batch,
+            updates,
+            packed_lock,
+            packed,
+            dirs,
+            scan,
+            mut items,
+        } = self;
+        let super::Batch {
+            git_dir,
+            log,
+            atomic,
+            committer,
+            objects,
+        } = batch;
+        let packed_path = git_dir.join("packed-refs");
+        let mut peeler = Peeler::new(objects);
+        let new_path = git_dir.join("packed-refs.new");
+        let content = render(&packed, updates, &items, &mut peeler);
+        replace(&new_path, &packed_path, &content).map_err(Failed::quietly)?;
+
+        // The second scan: writers that slipped in between our scan and our rename.
+        let rescan = Scan::new(git_dir, dirs.iter().copied());
+        let mut contested: Vec<usize> = Vec::new();
+        {
+            let mut before = scan.view();
+            let mut after = rescan.view();
+            let mut prefix_dir: Option<(Vec<u8>, bool)> = None;
+            for (k, it) in items.iter().enumerate() {
+                let u = &updates[it.index];
+                let n = u.name.as_slice();
+                let (was, _) = before.at(n);
+                let (is, locked) = after.at(n);
+                if it.lock.is_some() {
+                    continue;
+                }
+                let (dir, _) = split(n);
+                if prefix_dir.as_ref().is_none_or(|(d, _)| d.as_slice() != dir) {
+                    let file = prefixes(n).any(|p| rescan.seen(p) == Some(Seen::File));
+                    prefix_dir = Some((dir.to_vec(), file));
+                }
+                let prefix_file = !u.is_delete() && prefix_dir.as_ref().is_some_and(|(_, f)| *f);
+                let new_file = is == Some(Seen::File) && was != Some(Seen::File);
+                let new_below = is == Some(Seen::Dir) && !u.is_delete();
+                if locked || new_file || new_below || prefix_file {
+                    contested.push(k);
                 }
             }
         }
-    }
-    if items.is_empty() {
-        return Ok(Ok(()));
-    }
-    let live: Vec<usize> = if failed {
-        let mut l: Vec<usize> = items.iter().map(|it| it.index).collect();
-        l.sort_unstable();
-        l
-    } else {
-        super::live(results)
-    };
-    if !announce(hook, TransactionState::Prepared, updates, &live) {
+        let mut lost: HashMap<usize, RefError> = HashMap::new();
+        if !contested.is_empty() {
+            let start = Instant::now();
+            for &k in &contested {
+                let it = &items[k];
+                let u = &updates[it.index];
+                let lock_path = git_dir.join(lock_name(&u.name));
+                while start.elapsed() < CONTESTED_TIMEOUT && lock_path.exists() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if let Some(e) = lost_to(git_dir, u, it.before) {
+                    lost.insert(k, e);
+                } else if lock_path.exists() {
+                    lost.insert(k, cannot_lock(u, LockError::held(git_dir, &u.name)));
+                }
+            }
+        }
+        if !lost.is_empty() {
+            if atomic {
+                if packed.existed {
+                    replace(&new_path, &packed_path, &packed.buf).map_err(Failed::quietly)?;
+                } else {
+                    fs::remove_file(&packed_path).map_err(|source| {
+                        Failed::quietly(PackedWriteError {
+                            what: "remove",
+                            path: packed_path.clone(),
+                            source,
+                        })
+                    })?;
+                }
+                drop(items);
+                drop(packed_lock);
+                let first = contested.iter().find_map(|k| lost.remove(k));
+                return Err(Failed::aborted(first.unwrap_or(RefError::Other {
+                    message: "refs changed during the update".into(),
+                })));
+            }
+            let mut kept = Vec::with_capacity(items.len());
+            for (k, it) in items.into_iter().enumerate() {
+                match lost.remove(&k) {
+                    Some(e) => results[it.index] = Err(e),
+                    None => kept.push(it),
+                }
+            }
+            items = kept;
+            let content = render(&packed, updates, &items, &mut peeler);
+            replace(&new_path, &packed_path, &content).map_err(Failed::quietly)?;
+        }
+
+        // The loose files the new packed-refs replaces, removed under their locks.
+        for it in &items {
+            if it.lock.is_some() {
+                let name = updates[it.index].name.as_slice();
+                let path = git_dir.join(path_of(name));
+                if let Err(e) = fs::remove_file(&path)
+                    && e.kind() != io::ErrorKind::NotFound
+                {
+                    results[it.index] = Err(RefError::Other {
+                        message: format!(
+                            "cannot lock ref '{}': unable to remove loose ref: {e}",
+                            updates[it.index].name
+                        ),
+                    });
+                }
+            }
+        }
+        let mut time_buf = gix_date::parse::TimeBuf::default();
+        let committer = committer.to_ref(&mut time_buf);
+        write_reflogs(git_dir, log, updates, &items, &committer);
+        let mut committed: Vec<usize> = items.iter().map(|it| it.index).collect();
+        committed.sort_unstable();
+        for it in &items {
+            if it.lock.is_some() {
+                remove_empty_parents(git_dir, updates[it.index].name.as_slice());
+            }
+        }
         drop(items);
         drop(packed_lock);
-        announce(hook, TransactionState::Aborted, updates, &live);
-        return Err(TransactionError::HookAborted("prepared"));
+        Ok(committed)
     }
-
-    let mut peeler = Peeler::new(objects);
-    let new_path = git_dir.join("packed-refs.new");
-    let content = render(&packed, updates, &items, &mut peeler);
-    replace(&new_path, &packed_path, &content)?;
-
-    // The second scan: writers that slipped in between our scan and our rename.
-    let rescan = Scan::new(git_dir, dirs.iter().copied());
-    let mut contested: Vec<usize> = Vec::new();
-    {
-        let mut before = scan.view();
-        let mut after = rescan.view();
-        let mut prefix_dir: Option<(Vec<u8>, bool)> = None;
-        for (k, it) in items.iter().enumerate() {
-            let u = &updates[it.index];
-            let n = u.name.as_slice();
-            let (was, _) = before.at(n);
-            let (is, locked) = after.at(n);
-            if it.lock.is_some() {
-                continue;
-            }
-            let (dir, _) = split(n);
-            if prefix_dir.as_ref().is_none_or(|(d, _)| d.as_slice() != dir) {
-                let file = prefixes(n).any(|p| rescan.seen(p) == Some(Seen::File));
-                prefix_dir = Some((dir.to_vec(), file));
-            }
-            let prefix_file = !u.new.is_null() && prefix_dir.as_ref().is_some_and(|(_, f)| *f);
-            let new_file = is == Some(Seen::File) && was != Some(Seen::File);
-            let new_below = is == Some(Seen::Dir) && !u.new.is_null();
-            if locked || new_file || new_below || prefix_file {
-                contested.push(k);
-            }
-        }
-    }
-    let mut lost: HashMap<usize, RefError> = HashMap::new();
-    if !contested.is_empty() {
-        let start = Instant::now();
-        for &k in &contested {
-            let it = &items[k];
-            let u = &updates[it.index];
-            let lock_path = git_dir.join(lock_name(&u.name));
-            while start.elapsed() < CONTESTED_TIMEOUT && lock_path.exists() {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            if let Some(e) = lost_to(git_dir, u, it.before) {
-                lost.insert(k, e);
-            } else if lock_path.exists() {
-                lost.insert(k, cannot_lock(u, LockError::held(git_dir, &u.name)));
-            }
-        }
-    }
-    if !lost.is_empty() {
-        if atomic {
-            if packed.existed {
-                replace(&new_path, &packed_path, &packed.buf)?;
-            } else {
-                fs::remove_file(&packed_path).map_err(|e| {
-                    TransactionError::Store(format!(
-                        "unable to remove {}: {e}",
-                        packed_path.display()
-                    ))
-                })?;
-            }
-            drop(items);
-            drop(packed_lock);
-            announce(hook, TransactionState::Aborted, updates, &live);
-            let first = contested.iter().find_map(|k| lost.remove(k));
-            return Err(first
-                .unwrap_or(RefError::Other {
-                    message: "refs changed during the update".into(),
-                })
-                .into());
-        }
-        let mut kept = Vec::with_capacity(items.len());
-        for (k, it) in items.into_iter().enumerate() {
-            match lost.remove(&k) {
-                Some(e) => results[it.index] = Err(e),
-                None => kept.push(it),
-            }
-        }
-        items = kept;
-        let content = render(&packed, updates, &items, &mut peeler);
-        replace(&new_path, &packed_path, &content)?;
-    }
-
-    // The loose files the new packed-refs replaces, removed under their locks.
-    for it in &items {
-        if it.lock.is_some() {
-            let name = updates[it.index].name.as_slice();
-            let path = git_dir.join(path_of(name));
-            if let Err(e) = fs::remove_file(&path)
-                && e.kind() != io::ErrorKind::NotFound
-            {
-                results[it.index] = Err(RefError::Other {
-                    message: format!(
-                        "cannot lock ref '{}': unable to remove loose ref: {e}",
-                        updates[it.index].name
-                    ),
-                });
-            }
-        }
-    }
-    write_reflogs(git_dir, log, updates, &items, committer);
-    let mut committed: Vec<usize> = items.iter().map(|it| it.index).collect();
-    committed.sort_unstable();
-    for it in &items {
-        if it.lock.is_some() {
-            remove_empty_parents(git_dir, updates[it.index].name.as_slice());
-        }
-    }
-    drop(items);
-    drop(packed_lock);
-    announce(hook, TransactionState::Committed, updates, &committed);
-    Ok(Ok(()))
 }
 
 fn lock_name(name: &[u8]) -> PathBuf {
@@ -940,7 +979,7 @@ impl Checker<'_> {
             return Err(cannot_lock(u, LockError::held(git_dir, name)));
         }
         super::check_old(u, exists, current)?;
-        if !u.new.is_null() && !exists {
+        if !u.is_delete() && !exists {
             self.check_new(k, u, seen)?;
         }
         Ok((lock, current))
@@ -1017,7 +1056,7 @@ impl Checker<'_> {
                     existing: p.into(),
                 });
             }
-            if self.batch.get(p).is_some_and(|o| !o.new.is_null()) {
+            if self.batch.get(p).is_some_and(|o| !o.is_delete()) {
                 return Some(RefError::ConflictInPush {
                     name: name.into(),
                     other: p.into(),
@@ -1039,27 +1078,28 @@ fn lost_to(git_dir: &Path, u: &RefUpdate, before: Option<ObjectId>) -> Option<Re
                 Some(Loose::Object(oid)) => Some(oid),
                 _ => None,
             };
-            if u.old.is_null() && !u.skip_old_check {
-                return Some(RefError::AlreadyExists {
-                    name: u.name.clone(),
-                });
-            }
+            let expected = match u.expected() {
+                None => {
+                    return Some(RefError::AlreadyExists {
+                        name: u.name.clone(),
+                    });
+                }
+                Some(Expected::MustBe(old)) => old,
+                // Unchecked: the value it had when we looked.
+                Some(Expected::Any) => before.unwrap_or(u.old_id()),
+            };
             return Some(match actual {
                 Some(actual) => RefError::IncorrectOldValue {
                     name: u.name.clone(),
                     actual,
-                    expected: if u.skip_old_check {
-                        before.unwrap_or(u.old)
-                    } else {
-                        u.old
-                    },
+                    expected,
                 },
                 None => RefError::DoesNotExist {
                     name: u.name.clone(),
                 },
             });
         }
-        Ok(m) if m.is_dir() && !u.new.is_null() => {
+        Ok(m) if m.is_dir() && !u.is_delete() => {
             if let (Some(existing), _) = loose_below(git_dir, name) {
                 return Some(RefError::NameConflict {
                     name: u.name.clone(),
@@ -1069,7 +1109,7 @@ fn lost_to(git_dir: &Path, u: &RefUpdate, before: Option<ObjectId>) -> Option<Re
         }
         _ => {}
     }
-    if !u.new.is_null() {
+    if !u.is_delete() {
         for p in prefixes(name) {
             if git_dir.join(path_of(p)).is_file() {
                 return Some(RefError::NameConflict {
@@ -1119,9 +1159,9 @@ pub(super) fn render(
         if old.peek().is_some_and(|e| packed.name(e) == name) {
             old.next();
         }
-        if !u.new.is_null() {
-            let peeled = peeler.peel(u.new);
-            write_entry(&mut out, &u.new, name, peeled);
+        if let Change::Create { new } | Change::Update { new, .. } = u.change {
+            let peeled = peeler.peel(new);
+            write_entry(&mut out, &new, name, peeled);
         }
     }
     for e in old {
@@ -1149,10 +1189,14 @@ fn copy_entry(
 }
 
 /// Write `content` to `tmp` (git's `packed-refs.new`) and rename it over `target`.
-pub(super) fn replace(tmp: &Path, target: &Path, content: &[u8]) -> Result<(), TransactionError> {
-    let fail = |what: &str, e: io::Error| {
+pub(super) fn replace(tmp: &Path, target: &Path, content: &[u8]) -> Result<(), PackedWriteError> {
+    let fail = |what: &'static str, source: io::Error| {
         let _ = fs::remove_file(tmp);
-        TransactionError::Store(format!("unable to {what} {}: {e}", tmp.display()))
+        PackedWriteError {
+            what,
+            path: tmp.to_owned(),
+            source,
+        }
     };
     // A leftover from a writer that died is ours to remove: we hold packed-refs.lock.
     let _ = fs::remove_file(tmp);
@@ -1217,17 +1261,17 @@ pub(super) fn write_reflogs(
         let old = it
             .before
             .unwrap_or_else(|| ObjectId::null(gix_hash::Kind::Sha1));
-        if head.as_deref() == Some(name) && !u.new.is_null() {
-            append_reflog(&logs, b"HEAD", None, log, old, u.new, &who);
+        if head.as_deref() == Some(name) && !u.is_delete() {
+            append_reflog(&logs, b"HEAD", None, log, old, u.new_id(), &who);
         }
         let exists = view.at(name).0 == Some(Seen::File);
-        if u.new.is_null() {
+        if u.is_delete() {
             if exists {
                 let _ = fs::remove_file(logs.join(path_of(name)));
             }
             continue;
         }
-        append_reflog(&logs, name, Some(exists), log, old, u.new, &who);
+        append_reflog(&logs, name, Some(exists), log, old, u.new_id(), &who);
     }
 }
 

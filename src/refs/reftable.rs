@@ -8,6 +8,7 @@
 //! existing reflog) says so, one for `HEAD` when the ref it points to is updated, and
 //! tombstones for every reflog entry of a deleted ref.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -15,10 +16,8 @@ use std::path::{Path, PathBuf};
 use gix_hash::ObjectId;
 use gix_object::bstr::BString;
 
-use super::{
-    RefError, RefStore, RefUpdate, Refs, TransactionError, TransactionHook, check_all, precheck,
-};
-use crate::hooks::TransactionState;
+use super::transaction::{self, Failed, Options, Transaction, commit, live, prepare};
+use super::{RefError, RefStore, RefUpdate, Refs, SnapshotError, precheck};
 use crate::reftable::{
     Error, LogRecord, LogUpdate, LogValue, RefRecord, RefValue, Stack, WriteOptions,
 };
@@ -110,14 +109,14 @@ impl ReftableStore {
         }
     }
 
-    fn stack(&self) -> Result<Stack, String> {
-        Stack::open_with(&self.dir, self.opts).map_err(|e| e.to_string())
+    fn stack(&self) -> Result<Stack, Error> {
+        Stack::open_with(&self.dir, self.opts)
     }
 }
 
 impl RefStore for ReftableStore {
-    fn snapshot(&self) -> Result<Refs, String> {
-        let merged = Merged::of(&self.stack()?).map_err(|e| e.to_string())?;
+    fn snapshot(&self) -> Result<Refs, SnapshotError> {
+        let merged = Merged::of(&self.stack()?)?;
         let refs = merged.snapshot();
         *self.read.borrow_mut() = Some(merged);
         Ok(refs)
@@ -149,111 +148,115 @@ impl RefStore for ReftableStore {
             .collect()
     }
 
-    fn commit(
-        &self,
-        updates: &[RefUpdate],
-        current: &Refs,
-        atomic: bool,
-        committer: &gix_actor::Signature,
-        objects: &gix_odb::Handle,
-        hook: &mut TransactionHook<'_>,
-    ) -> Result<Vec<Result<(), RefError>>, TransactionError> {
-        let _span = tracing::info_span!("ref_transaction", refs = updates.len()).entered();
-        let mut results = check_all(updates, current, atomic, check)?;
-        let live = |results: &[Result<(), RefError>]| -> Vec<RefUpdate> {
-            (0..updates.len())
-                .filter(|&i| results[i].is_ok())
-                .map(|i| updates[i].clone())
-                .collect()
-        };
-        let batch = live(&results);
-        if batch.is_empty() {
-            return Ok(results);
+    fn transaction<'a>(&'a self, options: Options<'a>) -> Transaction<'a> {
+        Transaction {
+            store: transaction::Store::Reftable(self),
+            options,
         }
-        if !hook(TransactionState::Preparing, &batch) {
-            hook(TransactionState::Aborted, &batch);
-            return Err(TransactionError::HookAborted("preparing"));
-        }
+    }
+}
 
-        let mut stack = self.stack().map_err(TransactionError::Store)?;
-        let locked = match stack.lock() {
+/// A transaction's batch with `tables.list.lock` held and every ref checked under it, ready
+/// for [`Locked::commit`]; dropped, the lock is released.
+pub(super) struct Locked<'a> {
+    store: &'a ReftableStore,
+    updates: &'a [RefUpdate],
+    locked: crate::reftable::stack::Locked<Stack>,
+    /// The refs under the lock.
+    now: Cow<'a, Refs>,
+    /// The indexes of the updates to write, in order.
+    live: Vec<usize>,
+    committer: &'a gix_actor::Signature,
+    objects: &'a gix_odb::Handle,
+}
+
+impl ReftableStore {
+    /// The reftable half of [`Transaction::prepare`]: take `tables.list.lock` and check the
+    /// live updates (`results[i].is_ok()`) again under it.
+    pub(super) fn lock<'a>(
+        &'a self,
+        updates: &'a [RefUpdate],
+        results: &mut [Result<(), RefError>],
+        options: &Options<'a>,
+    ) -> Result<Locked<'a>, Failed<prepare::Error>> {
+        let atomic = options.atomic();
+        let stack = self.stack().map_err(Failed::quietly)?;
+        let locked = match stack.into_locked() {
             Ok(l) => l,
-            Err(Error::Locked(_)) => {
-                hook(TransactionState::Aborted, &batch);
-                return Err(TransactionError::Store("cannot lock references".into()));
-            }
-            Err(e) => {
-                hook(TransactionState::Aborted, &batch);
-                return Err(TransactionError::Store(e.to_string()));
-            }
+            Err(Error::Locked(_)) => return Err(Failed::aborted(prepare::Error::ReftableLocked)),
+            Err(e) => return Err(Failed::aborted(e)),
         };
-        let store_err = |e: Error| TransactionError::Store(e.to_string());
         // Checked again under the lock, unless the stack is still the one `current` was read
         // from: a ref that moved since the push began fails on its own.
+        let current = options.current;
         let unchanged = current.version.as_ref() == Some(&table_names(locked.stack()));
-        let fresh;
         let now = if unchanged {
-            current
+            Cow::Borrowed(current)
         } else {
-            fresh = Merged::of(locked.stack()).map_err(store_err)?.snapshot();
-            &fresh
+            let fresh = Merged::of(locked.stack()).map_err(Failed::quietly)?;
+            Cow::Owned(fresh.snapshot())
         };
-        let mut changed = false;
         if !unchanged {
             for (i, u) in updates.iter().enumerate() {
                 if results[i].is_ok()
-                    && let Err(e) = check(u, now)
+                    && let Err(e) = check(u, &now)
                 {
                     if atomic {
-                        hook(TransactionState::Aborted, &batch);
-                        return Err(e.into());
+                        return Err(Failed::aborted(e));
                     }
                     results[i] = Err(e);
-                    changed = true;
                 }
             }
         }
-        changed |= conflicts_in_batch(updates, &mut results, now, atomic).map_err(|e| {
-            hook(TransactionState::Aborted, &batch);
-            TransactionError::Ref(e)
-        })?;
-        let batch = if changed { live(&results) } else { batch };
-        if batch.is_empty() {
-            return Ok(results);
-        }
-        if !hook(TransactionState::Prepared, &batch) {
-            drop(locked);
-            hook(TransactionState::Aborted, &batch);
-            return Err(TransactionError::HookAborted("prepared"));
-        }
+        conflicts_in_batch(updates, results, &now, atomic).map_err(Failed::aborted)?;
+        Ok(Locked {
+            store: self,
+            updates,
+            locked,
+            now,
+            live: live(results),
+            committer: options.committer,
+            objects: options.objects,
+        })
+    }
+}
 
+impl Locked<'_> {
+    /// Write the batch as one table; the indexes of the updates written.
+    pub(super) fn commit(self) -> Result<Vec<usize>, Failed<commit::Error>> {
+        let Locked {
+            store,
+            updates,
+            locked,
+            now,
+            live,
+            committer,
+            objects,
+        } = self;
+        let batch = live.iter().map(|&i| &updates[i]);
         // As git's transaction finish: a failure to write the table fails the transaction.
-        let failure = |e: Error| {
-            TransactionError::Store(format!("reftable: transaction failure: {}", e.git_str()))
-        };
-        let written = self
-            .records(locked.stack(), now, &batch, committer, objects)
-            .and_then(|(refs, logs)| locked.commit(&refs, &logs));
         // (git runs no `aborted` hook then: the transaction was prepared.)
-        written.map_err(failure)?;
-        hook(TransactionState::Committed, &batch);
-        Ok(results)
+        let written = store
+            .records(locked.stack(), &now, batch, committer, objects)
+            .and_then(|(refs, logs)| locked.commit(&refs, &logs));
+        written.map_err(|e| Failed::quietly(commit::Error::Reftable(e)))?;
+        Ok(live)
     }
 }
 
 impl ReftableStore {
     /// The ref and log records of one transaction, as git's `write_transaction_table` makes them.
-    fn records(
+    fn records<'u>(
         &self,
         stack: &Stack,
         now: &Refs,
-        batch: &[RefUpdate],
+        batch: impl Iterator<Item = &'u RefUpdate> + Clone,
         committer: &gix_actor::Signature,
         objects: &gix_odb::Handle,
     ) -> Result<(Vec<RefRecord>, Vec<LogRecord>), Error> {
         let mut peeler = super::packed::Peeler::new(objects);
         // Only read the reflogs when a rule depends on which exist.
-        let need_logs = batch.iter().any(|u| u.new.is_null()) || self.log != LogRefUpdates::Always;
+        let need_logs = batch.clone().any(|u| u.is_delete()) || self.log != LogRefUpdates::Always;
         let existing_logs = if need_logs { stack.logs()? } else { Vec::new() };
         let has_log: HashSet<&[u8]> = existing_logs.iter().map(|l| l.refname.as_slice()).collect();
         let should_log = |name: &[u8]| match self.log {
@@ -275,13 +278,14 @@ impl ReftableStore {
             message: "push".into(),
         };
 
-        let mut refs = Vec::with_capacity(batch.len());
+        let mut refs = Vec::with_capacity(batch.size_hint().0);
         let mut logs = Vec::new();
         for u in batch {
             let before = now
                 .get(&u.name)
                 .unwrap_or(ObjectId::null(gix_hash::Kind::Sha1));
-            if u.new.is_null() {
+            let new = u.new_id();
+            if u.is_delete() {
                 if before.is_null() {
                     continue; // deleting what does not exist writes nothing
                 }
@@ -301,23 +305,23 @@ impl ReftableStore {
                         }),
                 );
             } else {
-                if before == u.new {
+                if before == new {
                     continue; // a no-op update writes neither a ref nor a reflog entry
                 }
                 refs.push(RefRecord {
                     name: u.name.clone(),
                     update_index: 0,
                     // As git master: an annotated tag is stored with the object it peels to.
-                    value: match peeler.peel(u.new) {
-                        Some(peeled) => RefValue::Val2(u.new, peeled),
-                        None => RefValue::Val1(u.new),
+                    value: match peeler.peel(new) {
+                        Some(peeled) => RefValue::Val2(new, peeled),
+                        None => RefValue::Val1(new),
                     },
                 });
                 if should_log(&u.name) {
                     logs.push(LogRecord {
                         refname: u.name.clone(),
                         update_index: 0,
-                        value: LogValue::Update(entry(before, u.new)),
+                        value: LogValue::Update(entry(before, new)),
                     });
                 }
             }
@@ -325,7 +329,7 @@ impl ReftableStore {
                 logs.push(LogRecord {
                     refname: "HEAD".into(),
                     update_index: 0,
-                    value: LogValue::Update(entry(before, u.new)),
+                    value: LogValue::Update(entry(before, new)),
                 });
             }
         }
@@ -363,7 +367,7 @@ fn conflicts_in_batch(
     let mut sorted: Vec<&[u8]> = names.iter().copied().collect();
     sorted.sort_unstable();
     let order: Vec<usize> = (0..updates.len())
-        .filter(|&i| results[i].is_ok() && !updates[i].new.is_null())
+        .filter(|&i| results[i].is_ok() && !updates[i].is_delete())
         .filter(|&i| now.get(&updates[i].name).is_none())
         .collect();
     let mut failed = false;
@@ -398,7 +402,7 @@ fn conflicts_in_batch(
 }
 
 /// [`precheck`] with the reftable backend's wording for name conflicts.
-fn check(u: &RefUpdate, refs: &Refs) -> Result<(), RefError> {
+pub(super) fn check(u: &RefUpdate, refs: &Refs) -> Result<(), RefError> {
     precheck(u, refs).map_err(|e| match e {
         RefError::NameConflict { name, existing } => RefError::NameUnavailable { name, existing },
         e => e,

@@ -363,7 +363,14 @@ impl Stack {
     /// Take `tables.list.lock` (waiting up to `reftable.lockTimeout`) and reload the stack under
     /// it: what the caller reads through [`Locked::stack`] is what [`Locked::commit`] writes on
     /// top of, so a compare-and-swap checked there cannot lose to a concurrent writer.
-    pub fn lock(&mut self) -> Result<Locked<'_>> {
+    pub fn lock(&mut self) -> Result<Locked<&mut Stack>> {
+        let lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout_ms)?;
+        self.reload()?;
+        Ok(Locked { stack: self, lock })
+    }
+
+    /// [`Stack::lock`], the lock owning the stack (to be kept beyond the caller's frame).
+    pub fn into_locked(mut self) -> Result<Locked<Stack>> {
         let lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout_ms)?;
         self.reload()?;
         Ok(Locked { stack: self, lock })
@@ -577,16 +584,17 @@ impl Stack {
     }
 }
 
-/// The stack with `tables.list.lock` held; dropping it releases the lock and writes nothing.
-pub struct Locked<'s> {
-    stack: &'s mut Stack,
+/// The stack (`S`: [`Stack`] or `&mut Stack`) with `tables.list.lock` held; dropping it
+/// releases the lock and writes nothing.
+pub struct Locked<S> {
+    stack: S,
     lock: LockFile,
 }
 
-impl Locked<'_> {
+impl<S: std::borrow::BorrowMut<Stack>> Locked<S> {
     /// The stack as reloaded under the lock.
     pub fn stack(&self) -> &Stack {
-        self.stack
+        self.stack.borrow()
     }
 
     /// Write one new table holding `updates` and `logs`, append it to the stack and release
@@ -595,7 +603,8 @@ impl Locked<'_> {
     /// most the next index); log tombstones keep theirs. Then auto-compact as git does. Returns
     /// the update index used; adding nothing writes nothing.
     pub fn commit(self, updates: &[RefRecord], logs: &[LogRecord]) -> Result<u64> {
-        let Locked { stack, lock } = self;
+        let Locked { mut stack, lock } = self;
+        let stack: &mut Stack = stack.borrow_mut();
         let ts = stack.next_update_index();
         let mut refs: Vec<RefRecord> = updates
             .iter()
