@@ -111,6 +111,23 @@ struct ServeArgs {
     /// Seconds a request body may stall before the request is abandoned.
     #[arg(long, default_value_t = 300)]
     idle_timeout: u64,
+    /// Access rules in a subset of gitolite's `gitolite.conf` (groups, `repo`, R/RW/RW+/-/C,
+    /// refexes); re-read when the file changes.
+    #[arg(long, value_name = "FILE")]
+    access: Option<std::path::PathBuf>,
+    /// The log's format on stderr: `text` (key=value, client-controlled values escaped) or
+    /// `json` (one object per line).
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+/// `berth serve --log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// `key=value` lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[cfg(feature = "serve")]
@@ -131,21 +148,6 @@ struct ReceivePackArgs {
 }
 
 fn main() -> ExitCode {
-    let serving = std::env::args_os().nth(1).is_some_and(|a| a == "serve");
-    if serving && std::env::var_os("RUST_LOG").is_none() {
-        // A server logs one line per request by default.
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("berth::serve=info"))
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_writer(std::io::stderr)
-            .init();
-    } else if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-            .with_writer(std::io::stderr)
-            .init();
-    }
     // Started as `git-receive-pack` (a symlink), behave as `berth receive-pack`.
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let invoked = args
@@ -158,9 +160,18 @@ fn main() -> ExitCode {
     }
     // receive-pack answers its command line as git's builtin does, not as clap would.
     if args.get(1).is_some_and(|a| a == "receive-pack") {
+        init_logging(None);
         return receive_pack(&args[2..]);
     }
     let cli = Cli::parse_from(args);
+    #[cfg(feature = "serve")]
+    let serving = match &cli.command {
+        Cmd::Serve(a) => Some(a.log_format),
+        _ => None,
+    };
+    #[cfg(not(feature = "serve"))]
+    let serving: Option<LogFormat> = None;
+    init_logging(serving);
     match cli.command {
         Cmd::ReceivePack(a) => receive_pack(&a.args),
         #[cfg(feature = "serve")]
@@ -168,6 +179,41 @@ fn main() -> ExitCode {
         #[cfg(feature = "serve")]
         Cmd::Passwd(a) => passwd(a),
         Cmd::Bench(BenchCmd::ManyRefs(a)) => bench_many_refs(a),
+    }
+}
+
+/// stderr logging: `RUST_LOG` when set (with each phase's span), else for `berth serve` one
+/// line per request, as text or JSON (`--log-format`); nothing otherwise.
+fn init_logging(serving: Option<LogFormat>) {
+    let filter = match std::env::var_os("RUST_LOG") {
+        Some(_) => Some(tracing_subscriber::EnvFilter::from_default_env()),
+        // A server logs one line per request by default.
+        None if serving.is_some() => Some(tracing_subscriber::EnvFilter::new("berth::serve=info")),
+        None => None,
+    };
+    if let Some(filter) = filter {
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr);
+        let spans = if serving.is_some() && std::env::var_os("RUST_LOG").is_none() {
+            tracing_subscriber::fmt::format::FmtSpan::NONE
+        } else {
+            tracing_subscriber::fmt::format::FmtSpan::CLOSE
+        };
+        match serving {
+            // One JSON object per line for log shippers; every string properly escaped.
+            Some(LogFormat::Json) => builder
+                .json()
+                .flatten_event(true)
+                .with_span_events(spans)
+                .init(),
+            _ => builder
+                .with_ansi(
+                    serving.is_some() && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                )
+                .with_span_events(spans)
+                .init(),
+        }
     }
 }
 
@@ -227,6 +273,7 @@ fn serve(a: ServeArgs) -> ExitCode {
         max_request_bytes: a.max_request_bytes,
         max_concurrent_pushes: a.max_concurrent_pushes,
         idle_timeout: std::time::Duration::from_secs(a.idle_timeout.max(1)),
+        access: a.access,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -255,11 +302,23 @@ fn serve(a: ServeArgs) -> ExitCode {
 #[cfg(feature = "serve")]
 fn passwd(a: PasswdArgs) -> ExitCode {
     use std::io::{BufRead, IsTerminal};
-    if a.user.is_empty()
-        || a.user.contains(':')
-        || a.user.chars().any(|c| c.is_whitespace() || c.is_control())
+    // The user becomes the reflog identity and a name in access rules: refuse what git would
+    // strip or drop from an identity (ident.c's crud and `<`, `>`), `:` (the file's
+    // separator), a leading `@` (a group in the rules) and `anonymous` (no authentication).
+    let u = &a.user;
+    if u.is_empty()
+        || u.len() > 255
+        || u.starts_with('@')
+        || u == "anonymous"
+        || u.chars().any(|c| {
+            c.is_whitespace() || c.is_control() || ",:;<>\"\\'".contains(c) || c == '\u{7f}'
+        })
     {
-        eprintln!("berth passwd: a user name must be non-empty, without ':' or whitespace");
+        eprintln!(
+            "berth passwd: a user name must be 1 to 255 characters without whitespace, control \
+             characters or any of , : ; < > \" \\ ' (git drops them from identities), not start \
+             with '@', and not be 'anonymous'"
+        );
         return ExitCode::from(2);
     }
     if std::io::stdin().is_terminal() {
@@ -317,6 +376,7 @@ fn receive_pack(args: &[std::ffi::OsString]) -> ExitCode {
         in_process: None,
         hook_env: Vec::new(),
         env: berth::receive::Environment::from_process(),
+        ref_access: None,
     };
     let result = berth::receive::run(
         &dir,

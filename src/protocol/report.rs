@@ -80,6 +80,9 @@ pub enum Reason {
     NonFastForward,
     /// The update hook (or an in-process one) refused the ref.
     HookDeclined,
+    /// The embedder's access check ([`crate::receive::RefAccess`]) refused the ref; its text
+    /// (one line, naming the rule that denied it).
+    AccessDenied(String),
     /// `receive.denyCurrentBranch=updateInstead` could not update the worktree; git's text.
     Worktree(&'static str),
     /// The new shallow roots could not be recorded.
@@ -119,6 +122,7 @@ impl Reason {
             Reason::BadRef => "bad ref",
             Reason::NonFastForward => "non-fast-forward",
             Reason::HookDeclined => "hook declined",
+            Reason::AccessDenied(text) => text,
             Reason::Worktree(text) | Reason::Transaction(text) => text,
             Reason::ShallowError => "shallow error",
             Reason::AtomicPushFailure => "atomic push failure",

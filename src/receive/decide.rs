@@ -195,7 +195,7 @@ pub(super) fn decide<W: Write, E: Write>(
 }
 
 /// Whether `ancestor` is reachable from `tip` through parents.
-fn is_ancestor(objects: &gix_odb::Handle, ancestor: ObjectId, tip: ObjectId) -> bool {
+pub(super) fn is_ancestor(objects: &gix_odb::Handle, ancestor: ObjectId, tip: ObjectId) -> bool {
     let mut seen = HashSet::new();
     let mut stack = vec![tip];
     let mut buf = Vec::new();

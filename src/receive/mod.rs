@@ -32,7 +32,7 @@ mod update;
 
 pub use crate::protocol::report::{Reason, Rewrite, Status};
 pub use crate::protocol::request::Command;
-pub use options::{Environment, Options, protocol_version};
+pub use options::{Environment, Options, RefAccess, RefChange, protocol_version};
 pub use outcome::{CommandOutcome, Fatal, Outcome, PushResult, Unpack};
 
 use command::{Cmd, refuse_pending};
@@ -255,6 +255,7 @@ fn execute_commands<W: Write, E: Write>(
     sb: &mut Sideband<W, E>,
 ) -> Result<(), Fatal> {
     refuse_hidden(s, cmds);
+    refuse_by_access(s, cmds, quarantine.as_deref(), sb)?;
     let proc_receive = select_proc_receive(s, cmds);
 
     let accepted = {
@@ -336,6 +337,59 @@ fn refuse_hidden(s: &Session<'_>, cmds: &mut [Cmd]) {
             });
         }
     }
+}
+
+/// Refuse the updates the embedder's [`RefAccess`] check denies (`berth serve --access`),
+/// before any hook sees them (all of an atomic push when one is denied). Whether an update is a fast-forward is decided against the
+/// quarantine, where the pushed objects are until the migration.
+fn refuse_by_access<W: Write, E: Write>(
+    s: &Session<'_>,
+    cmds: &mut [Cmd],
+    quarantine: Option<&Quarantine>,
+    sb: &mut Sideband<W, E>,
+) -> Result<(), Fatal> {
+    let Some(access) = &s.options.ref_access else {
+        return Ok(());
+    };
+    let _span = info_span!("access").entered();
+    let mut objects = None;
+    let mut denied = false;
+    for c in cmds.iter_mut().filter(|c| c.pending()) {
+        let (old, new) = (c.command.old, c.command.new);
+        let change = if c.command.is_delete() {
+            RefChange::Delete
+        } else if old.is_null() {
+            RefChange::Create
+        } else {
+            if objects.is_none() {
+                let odb = match quarantine {
+                    Some(q) => gix_odb::at(q.path(), gix_hash::Kind::Sha1),
+                    None => gix_odb::at(&s.repo.objects_dir, gix_hash::Kind::Sha1),
+                }
+                .map_err(Fatal::Objects)?;
+                objects = Some(odb);
+            }
+            match &objects {
+                Some(odb) if decide::is_ancestor(odb, old, new) => RefChange::FastForward,
+                _ => RefChange::Rewind,
+            }
+        };
+        if let Err(text) = access.check(c.command.name.as_bstr(), old, new, change) {
+            // One line for the report, whatever the checker wrote.
+            let text: String = text
+                .chars()
+                .map(|ch| if ch.is_control() { ' ' } else { ch })
+                .collect();
+            sb.error(format_args!("{}: {text}", c.command.name))?;
+            c.error = Some(Reason::AccessDenied(text));
+            denied = true;
+        }
+    }
+    // An atomic push is all or nothing: one denied ref refuses the others.
+    if denied && s.atomic {
+        refuse_pending(cmds, Reason::AtomicPushFailure);
+    }
+    Ok(())
 }
 
 /// Mark the commands `receive.procReceiveRefs` hands to the proc-receive hook; whether any is.

@@ -1,7 +1,10 @@
 //! How a push is run: the invocation ([`Options`]) and the process environment it depends on
 //! ([`Environment`]), read once by the binary or the server, never by the session itself.
 
-use gix_object::bstr::BString;
+use std::sync::Arc;
+
+use gix_hash::ObjectId;
+use gix_object::bstr::{BStr, BString};
 
 use crate::hooks;
 
@@ -27,6 +30,37 @@ pub struct Options {
     pub hook_env: Vec<(String, BString)>,
     /// What the session takes from the process environment.
     pub env: Environment,
+    /// Who may update which ref (`berth serve --access`): asked about every pushed ref after
+    /// the connectivity check and before any hook runs (git's order: ref refusals, then
+    /// pre-receive); a refused ref gets `ng <ref> <the checker's text>` and the others of a
+    /// non-atomic push go on. `None` lets every ref through to the usual checks.
+    pub ref_access: Option<Arc<dyn RefAccess>>,
+}
+
+/// What a pushed ref update does to the ref, for a [`RefAccess`] check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefChange {
+    /// The ref does not exist yet (old value is the null id).
+    Create,
+    /// The new value has the old one in its history.
+    FastForward,
+    /// The new value does not contain the old one (a force push), or either is not a commit.
+    Rewind,
+    /// The ref is deleted (new value is the null id).
+    Delete,
+}
+
+/// An access check for pushed refs, run in-process for each ref before any hook.
+pub trait RefAccess: Send + Sync + std::fmt::Debug {
+    /// `Ok(())` lets the update of `name` (as the client sent it, without `GIT_NAMESPACE`)
+    /// from `old` to `new` go on; `Err(text)` refuses it with `ng <name> <text>` (one line).
+    fn check(
+        &self,
+        name: &BStr,
+        old: ObjectId,
+        new: ObjectId,
+        change: RefChange,
+    ) -> Result<(), String>;
 }
 
 /// The part of the process environment a push depends on, as git's receive-pack reads it.
@@ -116,11 +150,33 @@ impl Environment {
             .and_then(|d| gix_date::parse(d, None).ok())
             .unwrap_or_else(gix_date::Time::now_local_or_utc);
         gix_actor::Signature {
-            name: BString::from(name),
-            email: BString::from(email),
+            name: without_crud(name.as_bytes()),
+            email: without_crud(email.as_bytes()),
             time,
         }
     }
+}
+
+/// git's `crud()` (ident.c): what is stripped from both ends of an identity's name and email.
+fn is_crud(c: u8) -> bool {
+    c <= 32 || b",:;<>\"\\'".contains(&c)
+}
+
+/// A name or email as git writes it into an identity (ident.c's
+/// `strbuf_addstr_without_crud`): crud stripped from both ends, and `\n`, `<`, `>` removed
+/// everywhere, so that a reflog line always parses (whoever the client says it is).
+pub fn without_crud(s: &[u8]) -> BString {
+    let start = s.iter().position(|&c| !is_crud(c)).unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|&c| !is_crud(c))
+        .map_or(start, |e| e + 1);
+    s[start..end.max(start)]
+        .iter()
+        .copied()
+        .filter(|c| !b"\n<>".contains(c))
+        .collect::<Vec<u8>>()
+        .into()
 }
 
 /// The protocol version a `GIT_PROTOCOL` value (or `Git-Protocol` header) asks for: the highest
@@ -131,4 +187,24 @@ pub fn protocol_version(git_protocol: &str) -> u32 {
         .filter_map(|kv| kv.strip_prefix("version=")?.parse::<u32>().ok())
         .max()
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_as_git_writes_them() {
+        for (raw, clean) in [
+            ("alice", "alice"),
+            ("  <alice>  ", "alice"),
+            ("a<b>c\nd", "abcd"),
+            ("\"'x, y;:\\", "x, y"),
+            ("<>", ""),
+            ("\u{1b}[31mred\u{1b}", "[31mred"),
+            ("ev\til", "ev\til"),
+        ] {
+            assert_eq!(without_crud(raw.as_bytes()), clean, "{raw:?}");
+        }
+    }
 }

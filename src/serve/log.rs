@@ -167,8 +167,8 @@ impl Drop for Access {
             target: "berth::serve",
             method = %self.method,
             route = self.route,
-            repo = %self.repo,
-            user = %user,
+            repo = %Escaped::token(&self.repo),
+            user = %Escaped::token(&user),
             remote = %self.remote.ip(),
             status,
             bytes_in,
@@ -176,7 +176,7 @@ impl Drop for Access {
             duration_ms = %format_args!("{:.3}", duration.as_secs_f64() * 1e3),
             refs_updated,
             refs_refused,
-            outcome = %outcome,
+            outcome = %Escaped::text(&outcome),
             "request"
         );
         let m = &self.metrics;

@@ -3,8 +3,9 @@
 //!
 //! This module owns the HTTP side only: routing (`info/refs`, `git-receive-pack`,
 //! `git-upload-pack`, `/metrics`), resolving a URL to a repository under the root without
-//! escaping it, creating repositories on first push (`--auto-init`), authenticating pushes (HTTP
-//! Basic against argon2 hashes, or a header set by a trusted reverse proxy), request limits,
+//! escaping it, creating repositories on first push (`--auto-init`, or `C` in the access rules),
+//! authenticating pushes (HTTP Basic against argon2 hashes, or a header set by a trusted reverse
+//! proxy), access rules (`--access`: `rules.rs` parses and decides, `access.rs` applies), request limits,
 //! streaming bodies between the network and the blocking push session, the access log and the
 //! metrics. A push itself is [`crate::receive::run`], exactly as for `berth receive-pack`;
 //! fetches and clones run git's own `git upload-pack --stateless-rpc`.
@@ -34,15 +35,20 @@ use tokio_util::io::{ReaderStream, StreamReader, SyncIoBridge};
 
 use crate::receive;
 
+mod access;
 mod auth;
+mod escape;
 mod log;
 mod repos;
 mod routing;
+mod rules;
 mod session;
 
 pub use auth::hash_password;
 use auth::*;
+use escape::Escaped;
 use log::*;
+use repos::Target;
 use routing::*;
 use session::*;
 
@@ -67,6 +73,9 @@ pub struct Config {
     pub max_concurrent_pushes: usize,
     /// How long a request body may stall before the request is abandoned.
     pub idle_timeout: Duration,
+    /// Access rules (a subset of gitolite's `gitolite.conf`, see the README): who may read,
+    /// push to which refs, and create which repositories; re-read when the file changes.
+    pub access: Option<PathBuf>,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -124,6 +133,9 @@ pub enum Error {
     /// Hashing a password failed.
     #[error("cannot hash password: {0}")]
     Hash(String),
+    /// The access rules file cannot be read or parsed.
+    #[error("access rules: {0}")]
+    Access(String),
 }
 
 /// The server's shared state.
@@ -138,6 +150,8 @@ struct Server {
     pushes: Arc<Semaphore>,
     init_lock: tokio::sync::Mutex<()>,
     metrics: Arc<Metrics>,
+    /// `--access`: the rules, re-read when their file changes.
+    rules: Option<rules::RulesFile>,
     /// The environment every push session gets, read once at start.
     env: receive::Environment,
 }
@@ -193,6 +207,10 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         ),
         None => None,
     };
+    let rules = match &config.access {
+        Some(p) => Some(rules::RulesFile::load(p).map_err(Error::Access)?),
+        None => None,
+    };
     let server = Arc::new(Server {
         root: root.clone(),
         auto_init,
@@ -204,6 +222,7 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         pushes: Arc::new(Semaphore::new(config.max_concurrent_pushes.max(1))),
         init_lock: tokio::sync::Mutex::new(()),
         metrics: Arc::new(Metrics::default()),
+        rules,
         env: receive::Environment::from_process(),
     });
 
@@ -341,25 +360,46 @@ async fn serve_git(
         Route::Metrics => return Err(Reject::NotFound),
     };
     let headers = req.headers().clone();
-    let identity = if service == Service::ReceivePack {
-        let id = server.authenticate(&headers).await?;
+    // Who asks, before the repository is looked at (a 401 says nothing of it).
+    let identity = server.identify(&headers, service).await?;
+    if let Some(id) = &identity {
         access.set_user(id.name());
-        Some(id)
-    } else {
-        None
-    };
-    let dir = server.repository(&repo, service).await?;
-    let dir = dir
-        .to_str()
-        .ok_or(Reject::NotARepository(repo.clone()))?
-        .to_owned();
+    }
     let protocol = git_protocol(&headers);
     let version = protocol
         .as_deref()
         .map(receive::protocol_version)
         .unwrap_or(0);
+    let (dir, to_create) = match server.target(&repo, service, identity.as_ref())? {
+        Target::Repo(dir) => (Some(dir), None),
+        // Created once the POST is known to be a well-formed push (below).
+        Target::Creatable(path) if rpc => (None, Some(path)),
+        Target::Creatable(_) => {
+            // A push may create it: advertise an empty repository, create nothing yet.
+            let preamble = (version != 2).then(|| {
+                let line = format!("# service={}\n", service.name());
+                Bytes::from(format!("{:04x}{line}0000", line.len() + 4))
+            });
+            let adv = repos::empty_advertisement(version, &server.env);
+            access
+                .bytes_out
+                .fetch_add(adv.len() as u64, Ordering::Relaxed);
+            return Ok(streaming_response(
+                "application/x-git-receive-pack-advertisement",
+                preamble.into_iter().chain(Some(adv)).collect(),
+                futures_util::stream::empty(),
+                access.clone(),
+            ));
+        }
+    };
+    let as_dir = |dir: PathBuf| {
+        dir.to_str()
+            .map(str::to_owned)
+            .ok_or(Reject::NotARepository(repo.clone()))
+    };
 
-    if !rpc {
+    if let (false, Some(dir)) = (rpc, &dir) {
+        let dir = as_dir(dir.clone())?;
         // Discovery: the preamble, unless the client asked for v2 (as git-http-backend).
         let preamble = (version != 2).then(|| {
             let line = format!("# service={}\n", service.name());
@@ -414,11 +454,23 @@ async fn serve_git(
     {
         return Err(Reject::TooLarge);
     }
+    let dir = match (dir, to_create) {
+        (Some(dir), _) => as_dir(dir)?,
+        (None, Some(path)) => as_dir(server.create(&repo, &path).await?)?,
+        (None, None) => return Err(Reject::NotARepository(repo.clone())),
+    };
     let body = body_reader(req.into_body(), server, access);
     let result_type = format!("application/x-{}-result", service.name());
     match service {
         Service::ReceivePack => {
             let user = identity.unwrap_or(Identity::Anonymous);
+            let ref_access = server.current_rules().map(|rules| {
+                Arc::new(access::PushAccess {
+                    rules,
+                    repo: repo.clone(),
+                    user: user.clone(),
+                }) as Arc<dyn receive::RefAccess>
+            });
             let host = remote.ip().to_string();
             let email = format!("{}@http.{host}", user.name());
             let options = receive::Options {
@@ -430,6 +482,7 @@ async fn serve_git(
                     committer_email: Some(email),
                     ..server.env.clone()
                 },
+                ref_access,
                 ..Default::default()
             };
             // Wait for a push slot; the permit travels with the blocking session.

@@ -1,7 +1,42 @@
-//! From a URL path to a repository under the root, without escaping it, and the creation of
-//! a repository on its first push (`--auto-init`).
+//! From a URL path to a repository under the root, without escaping it; the repository name
+//! rule; the creation of a repository by its first push (`--auto-init`, or `C` in the access
+//! rules), the empty advertisement a missing one answers before that, and its HEAD on the
+//! first branch pushed.
+//!
+//! **Name rule** (every request): the decoded path is at most [`MAX_NAME`] bytes of `/`-separated
+//! segments, each non-empty, of ASCII letters, digits, `.`, `_` and `-`, not starting with `.`
+//! or `-`. So no newline, escape sequence, space, option-like `-x` or hidden `.x` segment ever
+//! reaches a file name, a git command line or a log line.
 
 use super::*;
+
+/// The longest repository name (decoded URL path), in bytes.
+pub(super) const MAX_NAME: usize = 255;
+
+/// Whether `name` (decoded) follows the name rule; the reason when not.
+pub(super) fn check_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("empty");
+    }
+    if name.len() > MAX_NAME {
+        return Err("longer than 255 bytes");
+    }
+    for seg in name.split('/') {
+        match seg.as_bytes().first() {
+            None => return Err("absolute or empty segment"),
+            Some(b'.') if seg == "." || seg == ".." => return Err("'.' or '..' segment"),
+            Some(b'.' | b'-') => return Err("a segment starts with '.' or '-'"),
+            Some(_) => {}
+        }
+        if !seg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            return Err("only letters, digits, '.', '_' and '-' in a segment");
+        }
+    }
+    Ok(())
+}
 
 /// Where a repository name leads under the root.
 #[derive(Debug)]
@@ -16,21 +51,8 @@ pub(super) enum Resolved {
 /// so never absolute and never upwards.
 pub(super) fn relative_path(repo: &str) -> Result<PathBuf, Reject> {
     let name = percent_decode(repo).ok_or(Reject::BadPath("bad escape or not UTF-8"))?;
-    if name.is_empty() {
-        return Err(Reject::BadPath("empty"));
-    }
-    let mut rel = PathBuf::new();
-    for seg in name.split('/') {
-        match seg {
-            "" => return Err(Reject::BadPath("absolute or empty segment")),
-            "." | ".." => return Err(Reject::BadPath("'.' or '..' segment")),
-            s if s.contains('\0') || s.contains('\\') => {
-                return Err(Reject::BadPath("NUL or backslash"));
-            }
-            s => rel.push(s),
-        }
-    }
-    Ok(rel)
+    check_name(&name).map_err(Reject::BadPath)?;
+    Ok(name.split('/').collect())
 }
 
 /// Whether `p` is a git directory (as git's `is_git_directory`, without following `.git` files).
@@ -97,45 +119,250 @@ pub(super) fn resolve(root: &Path, repo: &str) -> Result<Resolved, Reject> {
     Ok(Resolved::Missing(base))
 }
 
+/// What a request's repository is.
+#[derive(Debug)]
+pub(super) enum Target {
+    /// An existing repository (its git directory).
+    Repo(PathBuf),
+    /// None yet, and this client may create it by pushing, at this path: the push's POST
+    /// will ([`Server::create`]); a GET of `info/refs` answers [`empty_advertisement`] and
+    /// creates nothing.
+    Creatable(PathBuf),
+}
+
 impl Server {
-    /// The repository for `repo`, creating it when this is a push and auto-init is on.
-    pub(super) async fn repository(&self, repo: &str, service: Service) -> Result<PathBuf, Reject> {
+    /// The repository `repo` (URL name) for `service`: resolved under the root, with the
+    /// access rules applied when there are any. Creates nothing.
+    pub(super) fn target(
+        &self,
+        repo: &str,
+        service: Service,
+        identity: Option<&Identity>,
+    ) -> Result<Target, Reject> {
         let resolved = resolve(&self.root, repo)?;
+        let exists = matches!(resolved, Resolved::Repo(_));
+        let may_create = match (self.current_rules(), identity) {
+            (Some(rules), Some(who)) => {
+                self.authorize(&rules, repo, service, who, exists)?;
+                true
+            }
+            _ => self.auto_init && repo.ends_with(".git"),
+        };
         let path = match resolved {
-            Resolved::Repo(p) => return Ok(p),
+            Resolved::Repo(p) => return Ok(Target::Repo(p)),
             Resolved::Missing(p) => p,
         };
-        if !(self.auto_init && service == Service::ReceivePack && repo.ends_with(".git")) {
+        if !(may_create && service == Service::ReceivePack) {
             return Err(Reject::NotARepository(repo.to_owned()));
         }
+        // `team/app` names `team/app.git` once created, as `resolve` tries it.
+        Ok(Target::Creatable(if repo.ends_with(".git") {
+            path
+        } else {
+            let mut p = path.into_os_string();
+            p.push(".git");
+            PathBuf::from(p)
+        }))
+    }
+
+    /// Create the bare repository `path` for `repo` (a [`Target::Creatable`]); a failure
+    /// leaves no directory behind.
+    pub(super) async fn create(&self, repo: &str, path: &Path) -> Result<PathBuf, Reject> {
         let _guard = self.init_lock.lock().await;
         // Another request may have created it meanwhile.
         if let Resolved::Repo(p) = resolve(&self.root, repo)? {
             return Ok(p);
         }
+        // The outermost directory this creation adds: removed again if it fails.
+        let mut top = path.to_owned();
+        while let Some(parent) = top.parent() {
+            if parent == self.root || parent.exists() {
+                break;
+            }
+            top = parent.to_owned();
+        }
+        let cleanup = |why: String| {
+            if top.starts_with(&self.root) && top != self.root {
+                let _ = std::fs::remove_dir_all(&top);
+            }
+            Reject::Init(why)
+        };
         let parent = path.parent().unwrap_or(&self.root).to_owned();
-        std::fs::create_dir_all(&parent).map_err(|e| Reject::Init(e.to_string()))?;
+        if let Err(e) = std::fs::create_dir_all(&parent) {
+            tracing::warn!(target: "berth::serve", repo = %Escaped::token(repo), error = %e, "cannot create the repository's directory");
+            return Err(cleanup("cannot create its directory".into()));
+        }
         let out = tokio::process::Command::new("git")
-            .args(["init", "--quiet", "--bare"])
-            .arg(&path)
+            .args(["init", "--quiet", "--bare", "--"])
+            .arg(path)
             .stdin(std::process::Stdio::null())
             .output()
-            .await
-            .map_err(|e| Reject::Init(format!("cannot run git init: {e}")))?;
+            .await;
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => return Err(cleanup(format!("cannot run git init: {e}"))),
+        };
         if !out.status.success() {
             // The details name server paths: for the log, not the client.
             tracing::warn!(
                 target: "berth::serve",
-                repo,
-                stderr = %String::from_utf8_lossy(&out.stderr).trim(),
+                repo = %Escaped::token(repo),
+                stderr = %Escaped::text(String::from_utf8_lossy(&out.stderr).trim()),
                 "git init --bare failed"
             );
-            return Err(Reject::Init("git init --bare failed".into()));
+            return Err(cleanup("git init --bare failed".into()));
         }
-        tracing::info!(target: "berth::serve", repo, path = %path.display(), "created repository");
         match resolve(&self.root, repo)? {
-            Resolved::Repo(p) => Ok(p),
-            Resolved::Missing(_) => Err(Reject::Init("repository vanished after init".into())),
+            Resolved::Repo(p) => {
+                tracing::info!(target: "berth::serve", repo = %Escaped::token(repo), path = %Escaped::text(&p.display().to_string()), "created repository");
+                Ok(p)
+            }
+            Resolved::Missing(_) => Err(cleanup("repository vanished after init".into())),
         }
+    }
+}
+
+/// What receive-pack advertises for a repository without refs, without the repository: `<zero
+/// id> capabilities^{}` with the default capabilities, then a flush (`version 1` first when
+/// asked). For a missing repository the client may create by pushing.
+pub(super) fn empty_advertisement(version: u32, env: &receive::Environment) -> Bytes {
+    let mut out = Vec::new();
+    if version == 1 {
+        let _ = crate::protocol::pktline::write_data(&mut out, b"version 1\n");
+    }
+    let caps = crate::protocol::advertise::capabilities(
+        &crate::repo::config::Advertisement::default(),
+        None,
+        env.user_agent.as_deref(),
+    );
+    let _ = crate::protocol::advertise::write(
+        &mut out,
+        &crate::refs::Refs::default(),
+        "",
+        |_, _| false,
+        &[],
+        &caps,
+        &[],
+    );
+    Bytes::from(out)
+}
+
+/// After a push into a repository whose HEAD names no branch and whose only branches are the
+/// ones this push created: point HEAD at the first of them, as GitHub and Gitea do, so a clone
+/// checks it out. Runs before the client sees the end of the response.
+pub(super) fn head_to_first_branch(dir: &str, outcome: &receive::Outcome) {
+    let created: Vec<&[u8]> = outcome
+        .commands
+        .iter()
+        .filter(|c| {
+            c.status == receive::Status::Updated
+                && c.command.old.is_null()
+                && !c.command.new.is_null()
+                && c.command.name.starts_with(b"refs/heads/")
+        })
+        .map(|c| c.command.name.as_slice())
+        .collect();
+    let Some(first) = created.first() else {
+        return;
+    };
+    // The common case without a process: HEAD names a loose branch that exists.
+    if let Ok(head) = std::fs::read_to_string(Path::new(dir).join("HEAD"))
+        && let Some(target) = head.trim_end().strip_prefix("ref: refs/heads/")
+        && !target.starts_with('.')
+        && Path::new(dir).join("refs/heads").join(target).is_file()
+    {
+        return;
+    }
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(dir)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+    };
+    if git(&["rev-parse", "-q", "--verify", "HEAD"]).is_some_and(|o| o.status.success()) {
+        return;
+    }
+    let Some(branches) = git(&["for-each-ref", "--format=%(refname)", "refs/heads/"]) else {
+        return;
+    };
+    if !branches.status.success()
+        || !branches
+            .stdout
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .all(|l| created.contains(&l))
+    {
+        return;
+    }
+    let Ok(first) = std::str::from_utf8(first) else {
+        return;
+    };
+    if let Some(o) = git(&["symbolic-ref", "HEAD", first])
+        && !o.status.success()
+    {
+        tracing::warn!(target: "berth::serve", branch = %Escaped::token(first), "cannot point HEAD at the first pushed branch");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_rule() {
+        for good in [
+            "a.git",
+            "team/app.git",
+            "team/app",
+            "A_b-c.1/x",
+            &"x".repeat(255),
+        ] {
+            assert_eq!(check_name(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "/abs",
+            "a//b",
+            "a/",
+            ".",
+            "..",
+            "a/../b",
+            ".hidden.git",
+            "team/.git",
+            "-upload-pack.git",
+            "team/-x",
+            "a\nb",
+            "a\u{1b}[31m",
+            "sp ace",
+            "tab\t",
+            "back\\slash",
+            "nul\0",
+            "ünïcode",
+            "\u{202e}evil",
+            "q?uery",
+            &"x".repeat(256),
+        ] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn empty_advertisement_is_an_empty_repositorys() {
+        let adv = empty_advertisement(0, &receive::Environment::default());
+        let text = String::from_utf8_lossy(&adv);
+        assert!(
+            text.starts_with(&format!(
+                "{:04x}0000000000000000000000000000000000000000 capabilities^{{}}\0report-status ",
+                u16::try_from(adv.len() - 4).unwrap()
+            )),
+            "{text:?}"
+        );
+        assert!(text.ends_with("\n0000"), "{text:?}");
+        let v1 = empty_advertisement(1, &receive::Environment::default());
+        assert!(v1.starts_with(b"000eversion 1\n"));
     }
 }

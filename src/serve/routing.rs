@@ -61,6 +61,9 @@ pub(super) enum Reject {
     NotARepository(String),
     #[error("Authentication required")]
     Unauthorized,
+    /// The user may read the repository but not do this (`--access`).
+    #[error("Forbidden: {0}")]
+    Forbidden(String),
     #[error("Expected POST with Content-Type '{expected}', but received '{got}' instead.")]
     ContentType { expected: String, got: String },
     #[error("request body larger than the server accepts (--max-request-bytes)")]
@@ -76,7 +79,9 @@ impl Reject {
         match self {
             Reject::NotFound | Reject::NotARepository(_) => StatusCode::NOT_FOUND,
             Reject::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
-            Reject::UnsupportedService(_) | Reject::Escapes => StatusCode::FORBIDDEN,
+            Reject::UnsupportedService(_) | Reject::Escapes | Reject::Forbidden(_) => {
+                StatusCode::FORBIDDEN
+            }
             Reject::BadPath(_) => StatusCode::BAD_REQUEST,
             Reject::Unauthorized => StatusCode::UNAUTHORIZED,
             Reject::ContentType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,

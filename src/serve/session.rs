@@ -153,18 +153,23 @@ pub(super) async fn run_session(
     let task_access = access.clone();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        let writer = ChannelWriter {
+        let mut writer = ChannelWriter {
             tx,
             access: task_access.clone(),
         };
         let mut stderr = Capped::default();
         let result = match input {
-            Some(r) => receive::run(&dir, &options, r, writer, &mut stderr),
-            None => receive::run(&dir, &options, io::empty(), writer, &mut stderr),
+            Some(r) => receive::run(&dir, &options, r, &mut writer, &mut stderr),
+            None => receive::run(&dir, &options, io::empty(), &mut writer, &mut stderr),
         };
+        // Before the client sees the end of the response (the writer's drop).
+        if let Ok(outcome) = &result {
+            super::repos::head_to_first_branch(&dir, outcome);
+        }
+        drop(writer);
         let msg = String::from_utf8_lossy(&stderr.0);
         if !msg.trim().is_empty() {
-            tracing::debug!(target: "berth::serve", repo = %task_access.repo, stderr = %msg.trim(), "session stderr");
+            tracing::debug!(target: "berth::serve", repo = %Escaped::token(&task_access.repo), stderr = %Escaped::text(msg.trim()), "session stderr");
         }
         match &result {
             Ok(outcome) => task_access.set_push(outcome),

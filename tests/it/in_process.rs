@@ -158,3 +158,123 @@ fn keepalives_while_a_hook_is_silent() {
     );
     assert!(stdout.ends_with("0000"));
 }
+
+/// A ref access check that records what it is asked and refuses one ref.
+#[derive(Debug, Default)]
+struct Gate {
+    asked: Mutex<Vec<String>>,
+}
+
+impl berth::receive::RefAccess for Gate {
+    fn check(
+        &self,
+        name: &gix_object::bstr::BStr,
+        _old: gix_hash::ObjectId,
+        _new: gix_hash::ObjectId,
+        change: berth::receive::RefChange,
+    ) -> Result<(), String> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push(format!("{name} {change:?}"));
+        if name == "refs/heads/side" {
+            Err("access denied by rule 3\nwith a newline".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[test]
+fn ref_access_check_sees_each_change_before_any_hook() {
+    let w = World::new();
+    w.bare("srv.git");
+    w.git("srv.git", &["config", "receive.autogc", "false"]);
+    w.work("src");
+    let c1 = w.commit("src", "a", "1");
+    let c2 = w.commit("src", "b", "2");
+    w.git("src", &["checkout", "-q", "--orphan", "other"]);
+    let c3 = w.commit("src", "c", "3");
+    w.git(
+        "src",
+        &[
+            "push",
+            "-q",
+            "../srv.git",
+            &format!("{c1}:refs/heads/main"),
+            &format!("{c1}:refs/heads/gone"),
+            &format!("{c2}:refs/heads/side"),
+            &format!("{c2}:refs/keep/c2"),
+            &format!("{c3}:refs/keep/c3"),
+        ],
+    );
+    let gate = Arc::new(Gate::default());
+    let recorder = Arc::new(Recorder::default());
+    let options = berth::receive::Options {
+        stateless_rpc: true,
+        in_process: Some(InProcessHooks(recorder.clone())),
+        ref_access: Some(gate.clone()),
+        ..Default::default()
+    };
+    let mut input = Vec::new();
+    for (i, line) in [
+        format!("{c1} {c2} refs/heads/main"),
+        format!("{c2} {c3} refs/heads/side"),
+        format!("{ZERO} {c1} refs/heads/new"),
+        format!("{c1} {ZERO} refs/heads/gone"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let caps = if i == 0 {
+            "\0 report-status delete-refs"
+        } else {
+            ""
+        };
+        input.extend(pkt(&format!("{line}{caps}")));
+    }
+    input.extend(b"0000");
+    input.extend(EMPTY_PACK);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let dir = w.path("srv.git");
+    berth::receive::run(
+        dir.to_str().unwrap(),
+        &options,
+        &input[..],
+        &mut out,
+        &mut err,
+    )
+    .unwrap();
+    assert_eq!(
+        *gate.asked.lock().unwrap(),
+        vec![
+            "refs/heads/main FastForward",
+            "refs/heads/side Rewind",
+            "refs/heads/new Create",
+            "refs/heads/gone Delete",
+        ]
+    );
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains("ng refs/heads/side access denied by rule 3 with a newline\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ok refs/heads/main\n") && out.contains("ok refs/heads/gone\n"),
+        "{out}"
+    );
+    // The update hook never saw the refused ref.
+    let calls = recorder.calls.lock().unwrap();
+    assert!(
+        calls.contains(&"update refs/heads/main".to_owned()),
+        "{calls:?}"
+    );
+    assert!(
+        !calls.iter().any(|c| c == "update refs/heads/side"),
+        "{calls:?}"
+    );
+    assert_eq!(
+        w.git("srv.git", &["rev-parse", "refs/heads/side"]).trim(),
+        c2
+    );
+}

@@ -22,8 +22,14 @@ impl Serve {
     /// Start `berth serve --root <world>/repos --listen 127.0.0.1:0 <args>` and wait for the
     /// address it prints.
     fn start(w: &World, args: &[&str]) -> Serve {
+        Self::start_with_env(w, args, &[])
+    }
+
+    /// As [`Serve::start`], with more environment for the server process.
+    fn start_with_env(w: &World, args: &[&str], env: &[(&str, &str)]) -> Serve {
         let mut child = w
             .cmd(common::berth(), ".")
+            .envs(env.iter().copied())
             .arg("serve")
             .arg("--root")
             .arg(w.path("repos"))
@@ -564,6 +570,11 @@ fn push_outcome_decides_log_line_and_metrics() {
         "only main and yes"
     );
 
+    // The last line is written as its response ends: wait for it rather than race it.
+    let start = Instant::now();
+    while srv.push_log_lines().len() < 4 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let outcomes: Vec<String> = srv
         .push_log_lines()
         .iter()
@@ -1154,4 +1165,572 @@ fn refuses_to_start_unauthenticated_on_a_public_address() {
         "{err}"
     );
     assert!(out.stdout.is_empty());
+}
+
+/// A user's URL for `repo` on `srv`.
+fn user_url(srv: &Serve, user: &str, password: &str, repo: &str) -> String {
+    format!("http://{user}:{password}@{}/{repo}", srv.addr)
+}
+
+/// `Authorization: Basic …` for `user:password`.
+fn basic(user: &str, password: &str) -> String {
+    // A tiny base64 encoder: the tests need no dependency for one header.
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let raw = format!("{user}:{password}").into_bytes();
+    let mut out = String::new();
+    for chunk in raw.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    format!("Basic {out}")
+}
+
+/// The porcelain line of `dst` in `git push --porcelain` output.
+fn porcelain<'a>(out: &'a str, dst: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.contains(&format!(":{dst}\t")))
+        .unwrap_or_else(|| panic!("no line for {dst} in:\n{out}"))
+}
+
+const ACCESS: &str = "\
+# berth --access, gitolite syntax
+@devs = alice bob
+
+repo team/app
+    RW+              = alice
+    -   refs/tags/   = bob
+    RW  main dev/    = @devs
+    R                = carol
+
+repo public
+    R                = @all
+    RW+              = alice
+
+repo team/new-.*
+    C                = alice
+    RW+              = alice
+
+repo secret
+    RW+              = alice
+";
+
+#[test]
+fn access_rules_each_kind_with_the_real_client() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let mut creds = String::new();
+    for u in ["alice", "bob", "carol"] {
+        creds.push_str(&credentials(&w, u, &format!("{u}-pw")));
+    }
+    std::fs::write(w.path("creds"), creds).unwrap();
+    std::fs::write(w.path("access.conf"), ACCESS).unwrap();
+    let (c, a) = (w.path("creds"), w.path("access.conf"));
+    let srv = Serve::start(
+        &w,
+        &[
+            "--credentials",
+            c.to_str().unwrap(),
+            "--access",
+            a.to_str().unwrap(),
+        ],
+    );
+    let addr = srv.addr.clone();
+    w.work("src");
+    let c1 = w.commit("src", "a", "1");
+    w.git("src", &["branch", "dev/x"]);
+    for repo in ["repos/team/app.git", "repos/public.git", "repos/secret.git"] {
+        w.bare(repo);
+        w.git(
+            "src",
+            &[
+                "push",
+                "-q",
+                w.path(repo).to_str().unwrap(),
+                "main",
+                "dev/x",
+            ],
+        );
+    }
+    // The update hook records the refs it is asked about: refused refs never reach it (the
+    // pre-receive hook gets every command, as git gives it the refs it refused itself).
+    let seen = w.path("seen");
+    let hook = w.path("repos/team/app.git/hooks/update");
+    std::fs::write(
+        &hook,
+        format!("#!/bin/sh\necho \"$1 $2 $3\" >> '{}'\n", seen.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let up = "info/refs?service=git-upload-pack";
+    let rp = "info/refs?service=git-receive-pack";
+    let get = |path: &str, auth: Option<(&str, &str)>| {
+        let h = auth.map(|(u, p)| basic(u, p));
+        let headers: Vec<(&str, &str)> = h.iter().map(|v| ("Authorization", v.as_str())).collect();
+        http(&addr, "GET", path, &headers, b"").status
+    };
+
+    // R for @all: anonymous clones; no rule: 404; a rule for signed-in users only: 401.
+    ok(git(
+        &w,
+        ".",
+        &["clone", "-q", &srv.url("public.git"), "pub"],
+    ));
+    assert_eq!(get(&format!("/public.git/{up}"), None), 200);
+    assert_eq!(get(&format!("/secret.git/{up}"), None), 401);
+    assert_eq!(get(&format!("/nothing.git/{up}"), None), 404);
+    let out = git(&w, ".", &["clone", &srv.url("secret.git"), "s1"]);
+    assert!(!out.status.success());
+    // Signed in without read access: 404, exactly as for a repository that does not exist.
+    assert_eq!(
+        get(&format!("/secret.git/{up}"), Some(("carol", "carol-pw"))),
+        404
+    );
+    assert_eq!(
+        get(&format!("/secret/{rp}"), Some(("carol", "carol-pw"))),
+        404
+    );
+    assert_eq!(
+        get(&format!("/nothing.git/{up}"), Some(("carol", "carol-pw"))),
+        404
+    );
+    assert_eq!(
+        get(&format!("/secret.git/{up}"), Some(("alice", "alice-pw"))),
+        200
+    );
+    // A wrong password is a 401 for reads too.
+    assert_eq!(
+        get(&format!("/public.git/{up}"), Some(("alice", "nope"))),
+        401
+    );
+    // R but not RW: carol reads team/app (named without .git too), a push is a 403.
+    ok(git(
+        &w,
+        ".",
+        &[
+            "clone",
+            "-q",
+            &user_url(&srv, "carol", "carol-pw", "team/app"),
+            "c",
+        ],
+    ));
+    assert_eq!(
+        get(&format!("/team/app.git/{rp}"), Some(("carol", "carol-pw"))),
+        403
+    );
+    let out = git(
+        &w,
+        "src",
+        &[
+            "push",
+            &user_url(&srv, "carol", "carol-pw", "team/app.git"),
+            "main",
+        ],
+    );
+    assert!(!out.status.success());
+    // Anonymous push where signing in could help: 401 (git would prompt).
+    assert_eq!(get(&format!("/team/app.git/{rp}"), None), 401);
+
+    // RW with refexes, and a deny rule first: bob's push of main, a tag and a branch outside
+    // his refexes lands main only; the others get ng naming the rule, before any hook.
+    let c2 = w.commit("src", "b", "2");
+    w.git("src", &["tag", "v1"]);
+    w.git("src", &["branch", "topic"]);
+    let bob = user_url(&srv, "bob", "bob-pw", "team/app.git");
+    // Atomic: one denied ref refuses them all.
+    let out = git(
+        &w,
+        "src",
+        &["push", "--porcelain", "--atomic", &bob, "main", "v1"],
+    );
+    assert!(!out.status.success());
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert!(porcelain(&out, "refs/heads/main").starts_with('!'), "{out}");
+    assert_eq!(
+        w.git("repos/team/app.git", &["rev-parse", "refs/heads/main"])
+            .trim(),
+        c1
+    );
+    let out = git(
+        &w,
+        "src",
+        &["push", "--porcelain", &bob, "main", "v1", "topic"],
+    );
+    assert!(!out.status.success());
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert!(porcelain(&out, "refs/heads/main").starts_with(' '), "{out}");
+    assert!(
+        porcelain(&out, "refs/tags/v1")
+            .contains("[remote rejected] (access denied by `- refs/tags/ = bob` (access.conf:6))"),
+        "{out}"
+    );
+    assert!(
+        porcelain(&out, "refs/heads/topic").contains("[remote rejected] (access denied: no rule in access.conf gives RW on refs/heads/topic to bob)"),
+        "{out}"
+    );
+    assert_eq!(
+        w.git("repos/team/app.git", &["rev-parse", "refs/heads/main"])
+            .trim(),
+        c2
+    );
+    assert!(
+        w.git_out(
+            "repos/team/app.git",
+            &["rev-parse", "--verify", "-q", "refs/tags/v1"]
+        )
+        .stdout
+        .is_empty()
+    );
+    let hook_saw = std::fs::read_to_string(&seen).unwrap();
+    assert_eq!(hook_saw, format!("refs/heads/main {c1} {c2}\n"));
+    // RW is not RW+: bob may not rewind or delete; alice may.
+    w.git("src", &["reset", "-q", "--hard", &c1]);
+    w.commit("src", "c", "3");
+    let out = git(
+        &w,
+        "src",
+        &["push", "--porcelain", "-f", &bob, "main", ":dev/x"],
+    );
+    assert!(!out.status.success());
+    let out = String::from_utf8(out.stdout).unwrap();
+    for dst in ["refs/heads/main", "refs/heads/dev/x"] {
+        assert!(
+            porcelain(&out, dst).contains("gives RW+ (rewind or delete) on"),
+            "{out}"
+        );
+    }
+    assert_eq!(
+        w.git("repos/team/app.git", &["rev-parse", "refs/heads/main"])
+            .trim(),
+        c2
+    );
+    let alice = user_url(&srv, "alice", "alice-pw", "team/app.git");
+    ok(git(
+        &w,
+        "src",
+        &["push", "-f", &alice, "main", ":dev/x", "v1"],
+    ));
+    assert_eq!(
+        w.git(
+            "repos/team/app.git",
+            &["for-each-ref", "--format=%(refname)"]
+        ),
+        "refs/heads/main\nrefs/tags/v1\n"
+    );
+
+    // C: only alice creates team/new-*; bob and anonymous create nothing, and neither does
+    // alice's GET of the advertisement (an empty one).
+    let out = git(
+        &w,
+        "src",
+        &[
+            "push",
+            &user_url(&srv, "bob", "bob-pw", "team/new-x.git"),
+            "main",
+        ],
+    );
+    assert!(!out.status.success());
+    let out = git(&w, "src", &["push", &srv.url("team/new-x.git"), "main"]);
+    assert!(!out.status.success());
+    let r = http(
+        &addr,
+        "GET",
+        &format!("/team/new-x.git/{rp}"),
+        &[("Authorization", &basic("alice", "alice-pw"))],
+        b"",
+    );
+    assert_eq!(r.status, 200);
+    let lines = pkt_lines(&r.body);
+    assert_eq!(lines[0].as_deref(), Some("# service=git-receive-pack\n"));
+    assert!(
+        lines[2].as_deref().unwrap().starts_with(&format!(
+            "{} capabilities^{{}}\0report-status",
+            common::ZERO
+        )),
+        "{lines:?}"
+    );
+    assert!(!w.path("repos/team/new-x.git").exists());
+    // alice may not create outside the pattern.
+    let out = git(
+        &w,
+        "src",
+        &[
+            "push",
+            &user_url(&srv, "alice", "alice-pw", "other.git"),
+            "main",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(!w.path("repos/other.git").exists());
+    ok(git(
+        &w,
+        "src",
+        &[
+            "push",
+            &user_url(&srv, "alice", "alice-pw", "team/new-x"),
+            "main",
+        ],
+    ));
+    assert_eq!(
+        server_refs(&w, "repos/team/new-x.git"),
+        format!(
+            "{} commit refs/heads/main\n",
+            w.git("src", &["rev-parse", "main"]).trim()
+        )
+    );
+
+    // The rules reload without a restart: carol gets RW on team/app.
+    std::fs::write(
+        w.path("access.conf"),
+        ACCESS.replace(
+            "    R                = carol",
+            "    RW               = carol",
+        ),
+    )
+    .unwrap();
+    ok(git(
+        &w,
+        "src",
+        &[
+            "push",
+            &user_url(&srv, "carol", "carol-pw", "team/app.git"),
+            "main:refs/heads/carol",
+        ],
+    ));
+    wait_log(&srv, "access rules reloaded");
+}
+
+#[test]
+fn missing_repository_get_creates_nothing_and_failed_creation_leaves_nothing() {
+    let w = World::new();
+    let srv = Serve::start(&w, &[]);
+    let r = http(
+        &srv.addr,
+        "GET",
+        "/new.git/info/refs?service=git-receive-pack",
+        &[],
+        b"",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/x-git-receive-pack-advertisement")
+    );
+    let lines = pkt_lines(&r.body);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(
+        lines[2]
+            .as_deref()
+            .unwrap()
+            .starts_with(&format!("{} capabilities^{{}}\0", common::ZERO)),
+        "{lines:?}"
+    );
+    assert_eq!(lines[3], None);
+    assert!(!w.path("repos/new.git").exists());
+    // A POST that is not a push (wrong content type) creates nothing either.
+    let r = http(
+        &srv.addr,
+        "POST",
+        "/new.git/git-receive-pack",
+        &[("Content-Type", "text/plain")],
+        b"0000",
+    );
+    assert_eq!(r.status, 415);
+    assert!(!w.path("repos/new.git").exists());
+    // Fetching a missing repository: 404, nothing created either.
+    let r = http(
+        &srv.addr,
+        "GET",
+        "/new.git/info/refs?service=git-upload-pack",
+        &[],
+        b"",
+    );
+    assert_eq!(r.status, 404);
+    assert!(!w.path("repos/new.git").exists());
+    drop(srv);
+
+    // git init fails (a configuration it rejects): no directory is left behind.
+    let srv = Serve::start_with_env(
+        &w,
+        &[],
+        &[("GIT_CONFIG_PARAMETERS", "'core.sharedrepository'='bogus'")],
+    );
+    w.work("src");
+    w.commit("src", "a", "1");
+    let out = git(&w, "src", &["push", &srv.url("deep/er/new.git"), "main"]);
+    assert!(!out.status.success());
+    assert!(!w.path("repos/deep").exists());
+    wait_log(&srv, "git init --bare failed");
+}
+
+/// Wait up to 10 s for `needle` in the server's log (its stderr is read by another thread).
+fn wait_log(srv: &Serve, needle: &str) {
+    let start = Instant::now();
+    while !srv.log().contains(needle) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no {needle:?} in:\n{}",
+            srv.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn first_pushed_branch_becomes_head_and_clone_checks_it_out() {
+    let w = World::new();
+    let srv = Serve::start(&w, &[]);
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    w.git("src", &["branch", "-m", "trunk"]);
+    ok(git(&w, "src", &["push", &srv.url("fresh.git"), "trunk"]));
+    assert_eq!(
+        w.git("repos/fresh.git", &["symbolic-ref", "HEAD"]),
+        "refs/heads/trunk\n"
+    );
+    let out = git(&w, ".", &["clone", &srv.url("fresh.git"), "back"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    assert_eq!(
+        w.git("back", &["symbolic-ref", "HEAD"]),
+        "refs/heads/trunk\n"
+    );
+    assert_eq!(w.git("back", &["rev-parse", "HEAD"]).trim(), c);
+    // A later branch does not move it.
+    w.git("src", &["branch", "other"]);
+    ok(git(&w, "src", &["push", &srv.url("fresh.git"), "other"]));
+    assert_eq!(
+        w.git("repos/fresh.git", &["symbolic-ref", "HEAD"]),
+        "refs/heads/trunk\n"
+    );
+}
+
+#[test]
+fn hostile_names_refused_and_log_lines_without_control_characters() {
+    let w = World::new();
+    let srv = Serve::start(&w, &[]);
+    w.bare("repos/ok.git");
+    let q = "info/refs?service=git-receive-pack";
+    let long = "a".repeat(300);
+    for path in [
+        format!("/a%0ab%1b.git/{q}"),
+        format!("/x%0d%0aINFO%20fake=1.git/{q}"),
+        format!("/-upload-pack=evil.git/{q}"),
+        format!("/team/-x.git/{q}"),
+        format!("/.hidden.git/{q}"),
+        format!("/sp%20ace.git/{q}"),
+        format!("/%e2%80%aeevil.git/{q}"),
+        format!("/{long}.git/{q}"),
+    ] {
+        let r = http(&srv.addr, "GET", &path, &[], b"");
+        assert_eq!(r.status, 400, "{path}");
+    }
+    assert_eq!(std::fs::read_dir(w.path("repos")).unwrap().count(), 1);
+    // The real client with a hostile name: refused, nothing created.
+    w.work("src");
+    w.commit("src", "a", "1");
+    let out = git(&w, "src", &["push", &srv.url("-bad.git"), "main"]);
+    assert!(!out.status.success());
+    // An ERR packet and control characters in a push request, and in an upload-pack one.
+    let mut body = pkt("ERR \x1b[2Kfake\nINFO request status=200\r\n");
+    body.extend(b"0000");
+    let r = http(
+        &srv.addr,
+        "POST",
+        "/ok.git/git-receive-pack",
+        &[("Content-Type", "application/x-git-receive-pack-request")],
+        &body,
+    );
+    assert!(r.status >= 200);
+    let mut body = pkt("want \x1b[31mnot-an-id\nINFO forged line\n");
+    body.extend(b"0000");
+    http(
+        &srv.addr,
+        "POST",
+        "/ok.git/git-upload-pack",
+        &[("Content-Type", "application/x-git-upload-pack-request")],
+        &body,
+    );
+    // Wait for the last request's log line.
+    let start = Instant::now();
+    while srv.log().matches("route=\"upload-pack\"").count() < 1 {
+        assert!(start.elapsed() < Duration::from_secs(10), "{}", srv.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let log = srv.log();
+    for line in log.lines() {
+        assert!(
+            !line.chars().any(|c| c.is_control() && c != '\t'),
+            "raw control character in {line:?}"
+        );
+    }
+    assert!(!log.lines().any(|l| l.starts_with("INFO ")), "{log}");
+}
+
+#[test]
+fn json_log_lines() {
+    let w = World::new();
+    let srv = Serve::start(&w, &["--log-format", "json"]);
+    let r = http(
+        &srv.addr,
+        "GET",
+        "/a%0ab.git/info/refs?service=git-receive-pack",
+        &[],
+        b"",
+    );
+    assert_eq!(r.status, 400);
+    wait_log(&srv, "\"route\"");
+    let log = srv.log();
+    let line = log.lines().find(|l| l.contains("\"route\"")).unwrap();
+    assert!(line.starts_with('{') && line.ends_with('}'), "{line}");
+    assert!(line.contains("\"status\":400"), "{line}");
+    assert!(line.contains("\"repo\":\"a%0ab.git\""), "{line}");
+}
+
+#[test]
+fn hostile_user_name_gets_a_well_formed_reflog() {
+    let w = World::new();
+    let srv = Serve::start(&w, &["--trusted-user-header", "X-Remote-User"]);
+    w.bare("repos/t.git");
+    w.git("repos/t.git", &["config", "core.logAllRefUpdates", "true"]);
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    ok(git(
+        &w,
+        "src",
+        &[
+            "-c",
+            "http.extraHeader=X-Remote-User: <ev>il> \"x\"",
+            "push",
+            &srv.url("t.git"),
+            "main",
+        ],
+    ));
+    // git reads the line (a malformed one it would skip): name and email without < >.
+    assert_eq!(
+        reflog(&w, "repos/t.git", "refs/heads/main"),
+        format!("{c} evil \"x <evil \"x\"@http.127.0.0.1> push\n")
+    );
+    // berth passwd refuses names git cannot keep in an identity.
+    for bad in ["a<b", "x>", "anonymous", "@devs", "a,b", "tab\there"] {
+        let out = w
+            .cmd(common::berth(), ".")
+            .args(["passwd", bad])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+    }
 }
