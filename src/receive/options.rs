@@ -27,6 +27,9 @@ pub struct Options {
     pub hook_env: Vec<(String, BString)>,
     /// What the session takes from the process environment.
     pub env: Environment,
+    /// A cap on the bytes of commands and push options, below the repository's
+    /// `berth.maxRequestBytes` (`berth serve --max-command-bytes`).
+    pub max_command_bytes: Option<u64>,
 }
 
 /// The part of the process environment a push depends on, as git's receive-pack reads it.

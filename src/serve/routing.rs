@@ -42,6 +42,7 @@ pub(super) enum Route {
     InfoRefs { repo: String, service: Service },
     Rpc { repo: String, service: Service },
     Metrics,
+    Health,
 }
 
 /// Why a request was answered with an error status before any git ran.
@@ -69,6 +70,14 @@ pub(super) enum Reject {
     Init(String),
     #[error("{0}")]
     Internal(String),
+    #[error("server busy: no {0} slot free in time, retry later")]
+    Busy(&'static str),
+    #[error("too many failed logins, retry in {0} s")]
+    RateLimited(u64),
+    #[error("bad request: {0}")]
+    BadHeader(String),
+    #[error("{0} is accepted only from a --trusted-proxy address")]
+    UntrustedHeader(String),
 }
 
 impl Reject {
@@ -82,6 +91,10 @@ impl Reject {
             Reject::ContentType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Reject::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Reject::Init(_) | Reject::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Reject::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Reject::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Reject::BadHeader(_) => StatusCode::BAD_REQUEST,
+            Reject::UntrustedHeader(_) => StatusCode::FORBIDDEN,
         }
     }
 
@@ -101,6 +114,12 @@ impl Reject {
             Reject::Method(allow) => {
                 h.insert(header::ALLOW, HeaderValue::from_static(allow));
             }
+            Reject::Busy(_) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            Reject::RateLimited(secs) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(*secs));
+            }
             _ => {}
         }
         r
@@ -109,9 +128,13 @@ impl Reject {
 
 /// Split a request into its route, or say why it has none.
 pub(super) fn route(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Reject> {
-    if path == "/metrics" {
+    if path == "/metrics" || path == "/healthz" {
         return if method == Method::GET || method == Method::HEAD {
-            Ok(Route::Metrics)
+            Ok(if path == "/metrics" {
+                Route::Metrics
+            } else {
+                Route::Health
+            })
         } else {
             Err(Reject::Method("GET, HEAD"))
         };
