@@ -38,6 +38,9 @@ pub(super) struct ConnState {
     idle_since: Mutex<Instant>,
     /// Told to close by the accept loop (eviction at the connection cap).
     evict: tokio::sync::Notify,
+    /// The connection's reader, parked while a request was in flight: woken when the request
+    /// ends so that the wait for the next one is timed.
+    read_waker: Mutex<Option<std::task::Waker>>,
 }
 
 impl ConnState {
@@ -47,6 +50,7 @@ impl ConnState {
             served: Default::default(),
             idle_since: Mutex::new(Instant::now()),
             evict: tokio::sync::Notify::new(),
+            read_waker: Mutex::new(None),
         }
     }
     fn idle(&self) -> Option<Instant> {
@@ -56,14 +60,33 @@ impl ConnState {
 }
 
 /// Counts a request in flight until its response body is done or dropped.
-struct RequestGuard(Option<Arc<ConnState>>);
+struct RequestGuard {
+    state: Arc<ConnState>,
+    done: std::sync::atomic::AtomicBool,
+}
 
 impl RequestGuard {
-    fn done(&mut self) {
-        if let Some(s) = self.0.take() {
+    fn new(state: Arc<ConnState>) -> Self {
+        state.in_flight.fetch_add(1, Ordering::AcqRel);
+        RequestGuard {
+            state,
+            done: Default::default(),
+        }
+    }
+    fn done(&self) {
+        if !self.done.swap(true, Ordering::AcqRel) {
+            let s = &self.state;
             *s.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
             s.served.store(true, Ordering::Release);
             s.in_flight.fetch_sub(1, Ordering::AcqRel);
+            if let Some(w) = s
+                .read_waker
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+            {
+                w.wake();
+            }
         }
     }
 }
@@ -94,7 +117,12 @@ impl http_body::Body for GuardedBody {
         r
     }
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        // hyper may ask this instead of polling a body it knows the length of.
+        let end = self.inner.is_end_stream();
+        if end {
+            self.guard.done();
+        }
+        end
     }
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
@@ -194,7 +222,14 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
                             )));
                         }
                     }
-                    None => this.read_timer = None,
+                    None => {
+                        this.read_timer = None;
+                        *this
+                            .state
+                            .read_waker
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+                    }
                 }
                 Poll::Pending
             }
@@ -483,8 +518,7 @@ async fn serve_connection(
     let svc_state = state.clone();
     let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         let app = app.clone();
-        svc_state.in_flight.fetch_add(1, Ordering::AcqRel);
-        let guard = RequestGuard(Some(svc_state.clone()));
+        let guard = RequestGuard::new(svc_state.clone());
         req.extensions_mut()
             .insert(axum::extract::ConnectInfo(remote));
         async move {

@@ -66,6 +66,8 @@ pub(super) enum Reject {
     ContentType { expected: String, got: String },
     #[error("request body larger than the server accepts (--max-request-bytes)")]
     TooLarge,
+    #[error("fatal: {0} (commands and push options: berth serve --max-command-bytes)")]
+    CommandsTooLarge(String),
     #[error("cannot create repository: {0}")]
     Init(String),
     #[error("{0}")]
@@ -89,7 +91,7 @@ impl Reject {
             Reject::BadPath(_) => StatusCode::BAD_REQUEST,
             Reject::Unauthorized => StatusCode::UNAUTHORIZED,
             Reject::ContentType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Reject::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Reject::TooLarge | Reject::CommandsTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Reject::Init(_) | Reject::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Reject::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             Reject::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,

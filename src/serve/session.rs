@@ -178,7 +178,8 @@ pub(super) async fn run_session(
     slot: Option<InFlight>,
 ) -> Response {
     let (tx, mut rx) = mpsc::channel::<Bytes>(8);
-    let (done_tx, done_rx) = oneshot::channel::<Result<(), String>>();
+    // The error text, and whether it is the commands over their byte cap (a 413).
+    let (done_tx, done_rx) = oneshot::channel::<Result<(), (String, bool)>>();
     let input = input.map(SyncIoBridge::new);
     let dir_shown = dir.clone();
     let task_access = access.clone();
@@ -202,7 +203,13 @@ pub(super) async fn run_session(
             Ok(outcome) => task_access.set_push(outcome),
             Err(e) => task_access.set_outcome(format!("fatal: {e}")),
         }
-        let _ = done_tx.send(result.map(drop).map_err(|e| e.to_string()));
+        let _ = done_tx.send(result.map(drop).map_err(|e| {
+            let over = matches!(
+                e,
+                receive::Fatal::Request(crate::protocol::request::Error::TooLarge(_))
+            );
+            (e.to_string(), over)
+        }));
         if pushed {
             release_memory();
         }
@@ -226,8 +233,9 @@ pub(super) async fn run_session(
                 access,
             ),
             Ok(Err(_)) if access.too_large.load(Ordering::Relaxed) => Reject::TooLarge.response(),
+            Ok(Err((e, true))) => Reject::CommandsTooLarge(e).response(),
             // As the client named it, not as the server's file system does.
-            Ok(Err(e)) => {
+            Ok(Err((e, false))) => {
                 Reject::Internal(format!("fatal: {}", e.replace(&dir_shown, &access.repo)))
                     .response()
             }
