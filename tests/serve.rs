@@ -1764,3 +1764,93 @@ fn metrics_time_each_phase_and_healthz_answers() {
     let r = http(&srv.addr, "GET", "/healthz", &[], b"");
     assert_eq!((r.status, r.body.as_slice()), (200, &b"ok\n"[..]));
 }
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_after_the_write_timeout() {
+    let w = World::new();
+    let srv = Serve::start(&w, &["--write-timeout", "1"]);
+    w.bare("repos/r.git");
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    ok(git(&w, "src", &["push", &srv.url("r.git"), "main"]));
+    // 200,000 refs: an advertisement of ~12 MB, more than the socket buffers hold.
+    let mut packed = String::from("# pack-refs with: peeled fully-peeled sorted \n");
+    for i in 0..200_000 {
+        packed.push_str(&format!("{c} refs/tags/t{i:07}\n"));
+    }
+    std::fs::write(w.path("repos/r.git/packed-refs"), packed).unwrap();
+    let mut s = TcpStream::connect(&srv.addr).unwrap();
+    s.write_all(
+        format!(
+            "GET /r.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: {}\r\n\r\n",
+            srv.addr
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    // Read nothing; the server gives up on us and ends git upload-pack.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let write_timeouts = "berth_timeouts_total{reason=\"write\"}";
+    let m = || String::from_utf8(http(&srv.addr, "GET", "/metrics", &[], b"").body).unwrap();
+    while !m().contains(&format!("{write_timeouts} 1")) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(metric(&srv.addr, write_timeouts), 1.0);
+    while metric(&srv.addr, "berth_upload_packs_in_flight") != 0.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metric(&srv.addr, "berth_upload_packs_in_flight"), 0.0);
+    drop(s);
+}
+
+#[test]
+fn memory_of_a_push_with_many_push_options_is_released_after_it() {
+    let w = World::new();
+    let srv = Serve::start(&w, &[]);
+    w.bare("repos/o.git");
+    w.git(
+        "repos/o.git",
+        &["config", "receive.advertisePushOptions", "true"],
+    );
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    let rss = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    };
+    let pid = srv.child.id();
+    // 1,000 push options of 50 KB: 50 MB, under the 64 MiB --max-command-bytes.
+    let zero = "0".repeat(40);
+    let mut req = pkt(&format!(
+        "{zero} {c} refs/heads/main\0report-status push-options\n"
+    ));
+    req.extend_from_slice(b"0000");
+    let option = "o".repeat(50_000);
+    for _ in 0..1000 {
+        req.extend(pkt(&format!("{option}\n")));
+    }
+    req.extend_from_slice(b"0000");
+    let pack = w.git_with_stdin(
+        "src",
+        &["pack-objects", "--revs", "--stdout", "-q"],
+        format!("{c}\n").as_bytes(),
+    );
+    req.extend_from_slice(&pack.stdout);
+    let before = rss(pid);
+    let r = http(
+        &srv.addr,
+        "POST",
+        "/o.git/git-receive-pack",
+        &[("Content-Type", "application/x-git-receive-pack-request")],
+        &req,
+    );
+    assert_eq!(r.body, b"000eunpack ok\n0017ok refs/heads/main\n0000");
+    std::thread::sleep(Duration::from_millis(300));
+    let after = rss(pid);
+    eprintln!("VmRSS {before} kB before, {after} kB after a 50 MB push");
+    assert!(after < before + 16 * 1024, "{before} kB → {after} kB");
+}
