@@ -1854,3 +1854,57 @@ fn memory_of_a_push_with_many_push_options_is_released_after_it() {
     eprintln!("VmRSS {before} kB before, {after} kB after a 50 MB push");
     assert!(after < before + 16 * 1024, "{before} kB → {after} kB");
 }
+
+#[test]
+fn upload_packs_are_capped_and_a_fetch_waiting_past_the_deadline_gets_503() {
+    let w = World::new();
+    let srv = Serve::start(
+        &w,
+        &[
+            "--max-concurrent-fetches",
+            "1",
+            "--push-slot-timeout",
+            "1",
+            "--min-body-rate",
+            "0",
+        ],
+    );
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    ok(git(&w, "src", &["push", &srv.url("f.git"), "main"]));
+    // A fetch whose request body never ends holds the only git upload-pack slot.
+    let want = pkt(&format!("want {c}\n"));
+    let mut s = TcpStream::connect(&srv.addr).unwrap();
+    s.write_all(
+        format!(
+            "POST /f.git/git-upload-pack HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+             Content-Type: application/x-git-upload-pack-request\r\nContent-Length: 1000\r\n\r\n",
+            srv.addr
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    s.write_all(&want).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(metric(&srv.addr, "berth_upload_packs_in_flight"), 1.0);
+    let r = http(
+        &srv.addr,
+        "GET",
+        "/f.git/info/refs?service=git-upload-pack",
+        &[],
+        b"",
+    );
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(
+        metric(&srv.addr, "berth_busy_total{reason=\"upload_pack\"}"),
+        1.0
+    );
+    // Once it is gone, clones work again.
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&srv.addr, "berth_upload_packs_in_flight") != 0.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ok(git(&w, ".", &["clone", "-q", &srv.url("f.git"), "back"]));
+}
