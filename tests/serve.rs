@@ -1769,7 +1769,11 @@ fn metrics_time_each_phase_and_healthz_answers() {
 fn a_client_that_stops_reading_is_dropped_after_the_write_timeout() {
     let w = World::new();
     let srv = Serve::start(&w, &["--write-timeout", "1"]);
-    w.bare("repos/r.git");
+    // The files backend whatever BERTH_TEST_REF_FORMAT says: the refs are written as packed-refs.
+    w.git(
+        ".",
+        &["init", "-q", "--bare", "--ref-format=files", "repos/r.git"],
+    );
     w.work("src");
     let c = w.commit("src", "a", "1");
     ok(git(&w, "src", &["push", &srv.url("r.git"), "main"]));
