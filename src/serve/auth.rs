@@ -167,6 +167,11 @@ pub(super) struct Auth {
     pub(super) trusted_proxies: Vec<Cidr>,
 }
 
+/// The longest user name and password a Basic header may carry (longer ones are a 401 without
+/// any verification).
+const MAX_USER_BYTES: usize = 256;
+const MAX_PASSWORD_BYTES: usize = 1024;
+
 /// Verified credentials kept at most (a full cache is emptied of expired entries, then cleared).
 const CACHE_ENTRIES: usize = 10_000;
 
@@ -327,7 +332,10 @@ impl Server {
                         "Authorization given more than once".into(),
                     ));
                 }
-                let Some((user, password)) = parse_basic(v) else {
+                // Bounded, so that the failure limits' keys stay small.
+                let Some((user, password)) = parse_basic(v)
+                    .filter(|(u, p)| u.len() <= MAX_USER_BYTES && p.len() <= MAX_PASSWORD_BYTES)
+                else {
                     metrics.auth_failure("malformed");
                     return Err(Reject::Unauthorized);
                 };
