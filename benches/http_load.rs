@@ -33,6 +33,11 @@
 //! goes to a file); lighttpd at `http://127.0.0.1:<port>/git/<repo>` through
 //! `alias.url` + `cgi.assign` as in git-http-backend's documentation, with `GIT_PROJECT_ROOT` and
 //! `GIT_HTTP_EXPORT_ALL` from mod_setenv.
+//!
+//! `BERTH_LOAD_AUTH=1`: every request carries HTTP Basic credentials, checked by berth against
+//! an argon2 credentials file (`berth passwd`; its credential cache spares all but the first
+//! checks) and by lighttpd (mod_auth, mod_authn_file with a plain user file, which is what it
+//! costs there: no hashing at all).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -40,6 +45,36 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
+
+/// The bench user's password (`BERTH_LOAD_AUTH=1`).
+const PASSWORD: &str = "load-bench-password";
+
+/// `Authorization: Basic base64("bench:<PASSWORD>")`, when `BERTH_LOAD_AUTH=1`.
+fn authorization() -> Option<&'static str> {
+    static AUTH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    AUTH.get_or_init(|| {
+        (std::env::var("BERTH_LOAD_AUTH").as_deref() == Ok("1")).then(|| {
+            const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            let b = format!("bench:{PASSWORD}").into_bytes();
+            let mut out = String::from("Basic ");
+            for chunk in b.chunks(3) {
+                let n = chunk
+                    .iter()
+                    .enumerate()
+                    .fold(0u32, |n, (i, &c)| n | (c as u32) << (16 - 8 * i));
+                for i in 0..4 {
+                    if i <= chunk.len() {
+                        out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+                    } else {
+                        out.push('=');
+                    }
+                }
+            }
+            out
+        })
+    })
+    .as_deref()
+}
 
 const ZERO: &str = "0000000000000000000000000000000000000000";
 const CAPABILITIES: &str =
@@ -301,11 +336,15 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 
 /// One push as `git push` makes it: discovery, then the request. `Err` says what went wrong.
 fn push(addr: &str, prefix: &str, p: &Push) -> Result<(), String> {
+    let auth: Vec<(&str, &str)> = authorization()
+        .map(|a| ("Authorization", a))
+        .into_iter()
+        .collect();
     let (status, body) = http(
         addr,
         "GET",
         &format!("{prefix}/{}/info/refs?service=git-receive-pack", p.repo),
-        &[],
+        &auth,
         b"",
     )
     .map_err(|e| format!("GET: {e}"))?;
@@ -322,7 +361,10 @@ fn push(addr: &str, prefix: &str, p: &Push) -> Result<(), String> {
         &[
             ("Content-Type", "application/x-git-receive-pack-request"),
             ("Accept", "application/x-git-receive-pack-result"),
-        ],
+        ]
+        .into_iter()
+        .chain(auth.iter().copied())
+        .collect::<Vec<_>>(),
         &p.body,
     )
     .map_err(|e| format!("POST: {e}"))?;
@@ -356,9 +398,29 @@ impl Drop for Server {
 
 fn start_berth(root: &Path, dir: &Path) -> Server {
     let log = std::fs::File::create(dir.join("berth-serve.log")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
-        .arg(root)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_berth"));
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(root);
+    if authorization().is_some() {
+        let mut passwd = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(["passwd", "bench"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        passwd
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{PASSWORD}\n").as_bytes())
+            .unwrap();
+        let line = passwd.wait_with_output().unwrap();
+        assert!(line.status.success());
+        let creds = dir.join("credentials");
+        std::fs::write(&creds, line.stdout).unwrap();
+        cmd.arg("--credentials").arg(creds);
+    }
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log)
@@ -407,6 +469,20 @@ fn start_lighttpd(lighttpd: &Path, root: &Path, dir: &Path) -> Server {
     std::fs::create_dir_all(&www).unwrap();
     let error_log = dir.join("lighttpd-error.log");
     let conf = dir.join("lighttpd.conf");
+    let auth = if authorization().is_some() {
+        let users = dir.join("lighttpd-users");
+        std::fs::write(&users, format!("bench:{PASSWORD}\n")).unwrap();
+        format!(
+            r#"server.modules += ("mod_auth", "mod_authn_file")
+auth.backend = "plain"
+auth.backend.plain.userfile = "{}"
+auth.require = ( "/git" => ( "method" => "basic", "realm" => "git", "require" => "valid-user" ) )
+"#,
+            users.display()
+        )
+    } else {
+        String::new()
+    };
     std::fs::write(
         &conf,
         format!(
@@ -424,7 +500,7 @@ $HTTP["url"] =~ "^/git" {{
         "GIT_HTTP_EXPORT_ALL" => ""
     )
 }}
-"#,
+{auth}"#,
             www = www.display(),
             error_log = error_log.display(),
             backend = backend.display(),
@@ -594,6 +670,9 @@ fn main() {
         t.elapsed().as_secs_f64(),
         dir.display()
     );
+    if authorization().is_some() {
+        println!("http_load: every request authenticated (HTTP Basic)");
+    }
     println!(
         "git {}",
         git(dir, &["--version"])

@@ -22,7 +22,7 @@ enum Cmd {
     ReceivePack(ReceivePackArgs),
     /// Serve pushes (and fetches) of the repositories under a root over git's smart HTTP.
     #[cfg(feature = "serve")]
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Print a credentials-file line `USER:<argon2 hash>` for the password read from stdin.
     #[cfg(feature = "serve")]
     Passwd(PasswdArgs),
@@ -119,6 +119,18 @@ struct ServeArgs {
     /// `json` (one object per line).
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Accept --trusted-user-header only from these addresses or CIDRs (repeatable; default
+    /// loopback: 127.0.0.0/8 and ::1).
+    #[arg(long, value_name = "CIDR")]
+    trusted_proxy: Vec<String>,
+    /// Serve HTTPS: the certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// Serve HTTPS: the private key (PEM); needs --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 /// `berth serve --log-format`.
@@ -128,6 +140,79 @@ enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+/// `berth serve`'s connection, request and authentication limits (see `berth::serve::Limits`).
+#[cfg(feature = "serve")]
+#[derive(clap::Args)]
+struct LimitArgs {
+    /// Seconds from a request's first byte to its last header line (also: a new connection's
+    /// wait for its first request, a TLS handshake).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    header_read_timeout: f64,
+    /// Seconds a connection may wait idle for its next request.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    keepalive_timeout: f64,
+    /// Seconds a response may wait for a client that does not read it.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    write_timeout: f64,
+    /// Drop a request body arriving slower than this many bytes/s over --body-rate-window
+    /// (counting only time spent waiting for the client); 0 turns it off.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    min_body_rate: u64,
+    /// Seconds over which --min-body-rate is measured.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    body_rate_window: f64,
+    /// Open connections at most [default: a quarter of the file descriptor limit, 8..10000].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Seconds a push (or fetch) waits for a slot before it gets 503 with Retry-After.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    push_slot_timeout: f64,
+    /// `git upload-pack` processes at once; more wait as pushes do.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    max_concurrent_fetches: usize,
+    /// Bytes of commands and push options in one push (berth.maxRequestBytes may lower it).
+    #[arg(long, value_name = "BYTES", default_value_t = 64 << 20)]
+    max_command_bytes: u64,
+    /// argon2 password checks at once, ~19 MiB each [default: the number of CPUs].
+    #[arg(long, value_name = "N")]
+    max_concurrent_auth: Option<usize>,
+    /// Seconds a verified user and password are trusted without a new argon2 check; 0: off.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    auth_cache_ttl: f64,
+    /// Failed logins per user and per client address within --auth-failure-window before
+    /// 429 with Retry-After; 0 turns it off.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    auth_max_failures: u32,
+    /// Seconds of the --auth-max-failures window.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    auth_failure_window: f64,
+}
+
+#[cfg(feature = "serve")]
+impl LimitArgs {
+    fn limits(&self) -> berth::serve::Limits {
+        let secs = |s: f64| std::time::Duration::from_secs_f64(s.clamp(0.0, 1e9));
+        let d = berth::serve::Limits::default();
+        berth::serve::Limits {
+            header_read_timeout: secs(self.header_read_timeout)
+                .max(std::time::Duration::from_millis(100)),
+            keepalive_timeout: secs(self.keepalive_timeout),
+            write_timeout: secs(self.write_timeout).max(std::time::Duration::from_millis(100)),
+            min_body_rate: self.min_body_rate,
+            body_rate_window: secs(self.body_rate_window),
+            max_connections: self.max_connections,
+            push_slot_timeout: secs(self.push_slot_timeout),
+            max_concurrent_fetches: self.max_concurrent_fetches,
+            max_command_bytes: self.max_command_bytes,
+            max_concurrent_auth: self.max_concurrent_auth.unwrap_or(d.max_concurrent_auth),
+            auth_cache_ttl: secs(self.auth_cache_ttl),
+            auth_max_failures: self.auth_max_failures,
+            auth_failure_window: secs(self.auth_failure_window),
+            ..d
+        }
+    }
 }
 
 #[cfg(feature = "serve")]
@@ -175,7 +260,7 @@ fn main() -> ExitCode {
     match cli.command {
         Cmd::ReceivePack(a) => receive_pack(&a.args),
         #[cfg(feature = "serve")]
-        Cmd::Serve(a) => serve(a),
+        Cmd::Serve(a) => serve(*a),
         #[cfg(feature = "serve")]
         Cmd::Passwd(a) => passwd(a),
         Cmd::Bench(BenchCmd::ManyRefs(a)) => bench_many_refs(a),
@@ -185,36 +270,42 @@ fn main() -> ExitCode {
 /// stderr logging: `RUST_LOG` when set (with each phase's span), else for `berth serve` one
 /// line per request, as text or JSON (`--log-format`); nothing otherwise.
 fn init_logging(serving: Option<LogFormat>) {
-    let filter = match std::env::var_os("RUST_LOG") {
-        Some(_) => Some(tracing_subscriber::EnvFilter::from_default_env()),
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, Layer, Registry, fmt};
+    let rust_log = std::env::var_os("RUST_LOG").is_some();
+    let filter = match (rust_log, serving) {
+        (true, _) => EnvFilter::from_default_env(),
         // A server logs one line per request by default.
-        None if serving.is_some() => Some(tracing_subscriber::EnvFilter::new("berth::serve=info")),
-        None => None,
+        (false, Some(_)) => EnvFilter::new("berth::serve=info"),
+        (false, None) => return,
     };
-    if let Some(filter) = filter {
-        let builder = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr);
-        let spans = if serving.is_some() && std::env::var_os("RUST_LOG").is_none() {
-            tracing_subscriber::fmt::format::FmtSpan::NONE
-        } else {
-            tracing_subscriber::fmt::format::FmtSpan::CLOSE
-        };
-        match serving {
-            // One JSON object per line for log shippers; every string properly escaped.
-            Some(LogFormat::Json) => builder
-                .json()
-                .flatten_event(true)
-                .with_span_events(spans)
-                .init(),
-            _ => builder
-                .with_ansi(
-                    serving.is_some() && std::io::IsTerminal::is_terminal(&std::io::stderr()),
-                )
-                .with_span_events(spans)
-                .init(),
-        }
-    }
+    let spans = if serving.is_some() && !rust_log {
+        fmt::format::FmtSpan::NONE
+    } else {
+        fmt::format::FmtSpan::CLOSE
+    };
+    let log: Box<dyn Layer<Registry> + Send + Sync> = match serving {
+        // One JSON object per line for log shippers; every string properly escaped.
+        Some(LogFormat::Json) => fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_span_events(spans)
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+        _ => fmt::layer()
+            .with_ansi(serving.is_some() && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_span_events(spans)
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+    };
+    // A server times every push's phases for /metrics, whatever the filter.
+    #[cfg(feature = "serve")]
+    let phases = serving.map(|_| berth::serve::phase_layer());
+    #[cfg(not(feature = "serve"))]
+    let phases: Option<tracing_subscriber::layer::Identity> = None;
+    tracing_subscriber::registry().with(log).with(phases).init();
 }
 
 fn bench_many_refs(a: ManyRefsArgs) -> ExitCode {
@@ -274,6 +365,12 @@ fn serve(a: ServeArgs) -> ExitCode {
         max_concurrent_pushes: a.max_concurrent_pushes,
         idle_timeout: std::time::Duration::from_secs(a.idle_timeout.max(1)),
         access: a.access,
+        trusted_proxies: a.trusted_proxy,
+        tls: match (a.tls_cert, a.tls_key) {
+            (Some(cert), Some(key)) => Some(berth::serve::Tls { cert, key }),
+            _ => None,
+        },
+        limits: a.limits.limits(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -285,9 +382,14 @@ fn serve(a: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let announce = |local| {
         // Tests and scripts wait for this line to know the port.
-        println!("berth serve: listening on http://{local}/");
+        println!("berth serve: listening on {scheme}://{local}/");
         let _ = std::io::Write::flush(&mut std::io::stdout());
     };
     match runtime.block_on(berth::serve::run(config, announce)) {
@@ -377,6 +479,7 @@ fn receive_pack(args: &[std::ffi::OsString]) -> ExitCode {
         hook_env: Vec::new(),
         env: berth::receive::Environment::from_process(),
         ref_access: None,
+        max_command_bytes: None,
     };
     let result = berth::receive::run(
         &dir,

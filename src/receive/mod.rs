@@ -98,7 +98,11 @@ pub fn run(
         push_options: config.advertisement.push_options,
         max_commands: config.limits.max_commands,
         max_push_options: config.limits.max_push_options,
-        max_bytes: config.limits.max_request_bytes,
+        max_bytes: options
+            .max_command_bytes
+            .map_or(config.limits.max_request_bytes, |m| {
+                m.min(config.limits.max_request_bytes)
+            }),
     };
     let req = {
         let _span = info_span!("read_commands").entered();

@@ -35,6 +35,9 @@ pub struct Options {
     /// pre-receive); a refused ref gets `ng <ref> <the checker's text>` and the others of a
     /// non-atomic push go on. `None` lets every ref through to the usual checks.
     pub ref_access: Option<Arc<dyn RefAccess>>,
+    /// A cap on the bytes of commands and push options, below the repository's
+    /// `berth.maxRequestBytes` (`berth serve --max-command-bytes`).
+    pub max_command_bytes: Option<u64>,
 }
 
 /// What a pushed ref update does to the ref, for a [`RefAccess`] check.

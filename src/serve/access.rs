@@ -23,10 +23,11 @@ impl Server {
         &self,
         headers: &HeaderMap,
         service: Service,
+        remote: SocketAddr,
     ) -> Result<Option<Identity>, Reject> {
         if self.rules.is_none() {
             return match service {
-                Service::ReceivePack => self.authenticate(headers).await.map(Some),
+                Service::ReceivePack => self.authenticate(headers, remote).await.map(Some),
                 Service::UploadPack => Ok(None),
             };
         }
@@ -36,7 +37,7 @@ impl Server {
                 .as_ref()
                 .is_some_and(|h| headers.contains_key(h));
         if brings_credentials {
-            self.authenticate(headers).await.map(Some)
+            self.authenticate(headers, remote).await.map(Some)
         } else {
             Ok(Some(Identity::Anonymous))
         }

@@ -3,77 +3,6 @@
 
 use super::*;
 
-/// Counters for `/metrics`.
-#[derive(Default)]
-pub(super) struct Metrics {
-    pub(super) requests: Mutex<HashMap<(&'static str, u16), u64>>,
-    /// Pushes by [`receive::PushResult`]: ok, partial, rejected, error.
-    pub(super) pushes: [AtomicU64; 4],
-    pub(super) refs_updated: AtomicU64,
-    pub(super) refs_refused: AtomicU64,
-    pub(super) push_bytes: AtomicU64,
-    pub(super) push_micros: AtomicU64,
-    pub(super) pushes_in_flight: AtomicU64,
-    pub(super) fetch_bytes_out: AtomicU64,
-}
-
-impl Metrics {
-    pub(super) fn render(&self) -> String {
-        let mut s = String::new();
-        s.push_str("# HELP berth_http_requests_total HTTP requests by service and status.\n");
-        s.push_str("# TYPE berth_http_requests_total counter\n");
-        let mut rows: Vec<_> = self
-            .requests
-            .lock()
-            .map(|m| m.iter().map(|(k, v)| (*k, *v)).collect())
-            .unwrap_or_default();
-        rows.sort();
-        for ((service, code), n) in rows {
-            s.push_str(&format!(
-                "berth_http_requests_total{{service=\"{service}\",code=\"{code}\"}} {n}\n"
-            ));
-        }
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        s.push_str("# HELP berth_pushes_total Pushes (POST git-receive-pack with commands) by result: every ref accepted (ok), some (partial), none (rejected), or the pack or session failed (error).\n");
-        s.push_str("# TYPE berth_pushes_total counter\n");
-        for (i, result) in PUSH_RESULTS.iter().enumerate() {
-            s.push_str(&format!(
-                "berth_pushes_total{{result=\"{}\"}} {}\n",
-                result.as_str(),
-                get(&self.pushes[i])
-            ));
-        }
-        s.push_str("# HELP berth_push_refs_total Pushed refs by what the client was told: updated (ok) or refused (ng).\n");
-        s.push_str("# TYPE berth_push_refs_total counter\n");
-        s.push_str(&format!(
-            "berth_push_refs_total{{result=\"updated\"}} {}\nberth_push_refs_total{{result=\"refused\"}} {}\n",
-            get(&self.refs_updated),
-            get(&self.refs_refused)
-        ));
-        s.push_str("# TYPE berth_push_request_bytes_total counter\n");
-        s.push_str(&format!(
-            "berth_push_request_bytes_total {}\n",
-            get(&self.push_bytes)
-        ));
-        s.push_str("# TYPE berth_push_duration_seconds_sum counter\n");
-        s.push_str(&format!(
-            "berth_push_duration_seconds_sum {:.6}\n",
-            get(&self.push_micros) as f64 / 1e6
-        ));
-        s.push_str("# TYPE berth_pushes_in_flight gauge\n");
-        s.push_str(&format!(
-            "berth_pushes_in_flight {}\n",
-            get(&self.pushes_in_flight)
-        ));
-        s.push_str("# TYPE berth_fetch_response_bytes_total counter\n");
-        s.push_str(&format!(
-            "berth_fetch_response_bytes_total {}\n",
-            get(&self.fetch_bytes_out)
-        ));
-        s
-    }
-}
-
 /// One request's access-log record: written (one line) and counted when the last holder drops
 /// it, which for a streamed response is when its body has been sent or abandoned.
 pub(super) struct Access {
@@ -180,37 +109,17 @@ impl Drop for Access {
             "request"
         );
         let m = &self.metrics;
-        if let Ok(mut r) = m.requests.lock() {
-            *r.entry((self.route, status)).or_default() += 1;
-        }
+        m.request(self.route, status);
         if self.route == "receive-pack" {
-            m.push_bytes.fetch_add(bytes_in, Ordering::Relaxed);
-            m.push_micros
-                .fetch_add(duration.as_micros() as u64, Ordering::Relaxed);
             let result = match push {
                 Some(p) if status == 200 => Some(p.result),
                 // A flush-only probe, or a request the session never read: not a push.
                 None if status == 200 && failure.is_none() => None,
                 _ => Some(receive::PushResult::Error),
             };
-            if let Some(result) = result {
-                let i = PUSH_RESULTS.iter().position(|r| *r == result).unwrap_or(3);
-                m.pushes[i].fetch_add(1, Ordering::Relaxed);
-            }
-            m.refs_updated
-                .fetch_add(refs_updated as u64, Ordering::Relaxed);
-            m.refs_refused
-                .fetch_add(refs_refused as u64, Ordering::Relaxed);
+            m.push(result, refs_updated, refs_refused, bytes_in, duration);
         } else if self.route == "upload-pack" {
-            m.fetch_bytes_out.fetch_add(bytes_out, Ordering::Relaxed);
+            m.fetch(bytes_out);
         }
     }
-}
-
-pub(super) fn metrics_response(server: &Server) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        server.metrics.render(),
-    )
-        .into_response()
 }

@@ -37,8 +37,11 @@ use crate::receive;
 
 mod access;
 mod auth;
+mod conn;
 mod escape;
+mod limits;
 mod log;
+mod metrics;
 mod repos;
 mod routing;
 mod rules;
@@ -46,8 +49,13 @@ mod session;
 
 pub use auth::hash_password;
 use auth::*;
+pub use conn::default_max_connections;
 use escape::Escaped;
+pub use limits::Limits;
+use limits::*;
 use log::*;
+pub use metrics::phase_layer;
+use metrics::*;
 use repos::Target;
 use routing::*;
 use session::*;
@@ -76,6 +84,21 @@ pub struct Config {
     /// Access rules (a subset of gitolite's `gitolite.conf`, see the README): who may read,
     /// push to which refs, and create which repositories; re-read when the file changes.
     pub access: Option<PathBuf>,
+    /// Addresses (CIDRs) whose requests may carry the trusted user header; loopback when empty.
+    pub trusted_proxies: Vec<String>,
+    /// Serve HTTPS with this certificate chain and key (PEM files).
+    pub tls: Option<Tls>,
+    /// Timeouts and caps.
+    pub limits: Limits,
+}
+
+/// `--tls-cert FILE --tls-key FILE`.
+#[derive(Debug, Clone)]
+pub struct Tls {
+    /// The certificate chain, PEM.
+    pub cert: PathBuf,
+    /// The private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -136,6 +159,12 @@ pub enum Error {
     /// The access rules file cannot be read or parsed.
     #[error("access rules: {0}")]
     Access(String),
+    /// A `--trusted-proxy` that is not an address or CIDR.
+    #[error("invalid --trusted-proxy '{0}': expected an address or ADDR/PREFIX")]
+    TrustedProxy(String),
+    /// The TLS certificate or key cannot be used.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// The server's shared state.
@@ -148,6 +177,14 @@ struct Server {
     max_request_bytes: u64,
     idle_timeout: Duration,
     pushes: Arc<Semaphore>,
+    push_slot_timeout: Duration,
+    fetches: Arc<Semaphore>,
+    min_body_rate: u64,
+    body_rate_window: Duration,
+    max_command_bytes: u64,
+    conn_limits: conn::ConnLimits,
+    max_connections: usize,
+    auth: Auth,
     init_lock: tokio::sync::Mutex<()>,
     metrics: Arc<Metrics>,
     /// `--access`: the rules, re-read when their file changes.
@@ -211,6 +248,23 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         Some(p) => Some(rules::RulesFile::load(p).map_err(Error::Access)?),
         None => None,
     };
+    let mut trusted_proxies = Vec::new();
+    for p in &config.trusted_proxies {
+        trusted_proxies.push(Cidr::parse(p).ok_or_else(|| Error::TrustedProxy(p.clone()))?);
+    }
+    if trusted_proxies.is_empty() {
+        trusted_proxies = vec![
+            Cidr::parse("127.0.0.0/8").expect("valid"),
+            Cidr::parse("::1").expect("valid"),
+        ];
+    }
+    let tls = match &config.tls {
+        Some(t) => Some(tls_acceptor(t)?),
+        None => None,
+    };
+    let limits = &config.limits;
+    let metrics = Arc::new(Metrics::default());
+    metrics.init();
     let server = Arc::new(Server {
         root: root.clone(),
         auto_init,
@@ -220,15 +274,29 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         max_request_bytes: config.max_request_bytes,
         idle_timeout: config.idle_timeout,
         pushes: Arc::new(Semaphore::new(config.max_concurrent_pushes.max(1))),
+        push_slot_timeout: limits.push_slot_timeout,
+        fetches: Arc::new(Semaphore::new(limits.max_concurrent_fetches.max(1))),
+        min_body_rate: limits.min_body_rate,
+        body_rate_window: limits.body_rate_window.max(Duration::from_millis(100)),
+        max_command_bytes: limits.max_command_bytes.max(1),
+        conn_limits: conn::ConnLimits {
+            header_read: limits.header_read_timeout,
+            keepalive: limits.keepalive_timeout,
+            write: limits.write_timeout,
+        },
+        max_connections: limits
+            .max_connections
+            .unwrap_or_else(default_max_connections),
+        auth: Auth::new(limits, trusted_proxies),
         init_lock: tokio::sync::Mutex::new(()),
-        metrics: Arc::new(Metrics::default()),
+        metrics,
         rules,
         env: receive::Environment::from_process(),
     });
 
     let app = axum::Router::new()
         .fallback(handle)
-        .with_state(server)
+        .with_state(server.clone())
         .layer(tower_http::decompression::RequestDecompressionLayer::new().gzip(true));
 
     let mut last_err = None;
@@ -254,16 +322,12 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         root = %root.display(),
         anonymous_push = anonymous,
         auto_init,
+        tls = tls.is_some(),
+        max_connections = server.max_connections,
         "serving"
     );
     on_listening(local);
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown_signal())
-    .await
-    .map_err(Error::Serve)?;
+    conn::serve(listener, app, server, tls, shutdown_signal()).await;
     tracing::info!(target: "berth::serve", "stopped");
     Ok(())
 }
@@ -312,6 +376,7 @@ async fn handle(
         }) => ("receive-pack", repo.clone()),
         Ok(Route::Rpc { repo, .. }) => ("upload-pack", repo.clone()),
         Ok(Route::Metrics) => ("metrics", String::new()),
+        Ok(Route::Health) => ("healthz", String::new()),
         Err(_) => ("other", path.chars().take(200).collect()),
     };
     let access = Arc::new(Access {
@@ -331,6 +396,7 @@ async fn handle(
     });
     let result = match routed {
         Ok(Route::Metrics) => Ok(metrics_response(&server)),
+        Ok(Route::Health) => Ok("ok\n".into_response()),
         Ok(r) => serve_git(&server, r, remote, req, &access).await,
         Err(e) => Err(e),
     };
@@ -357,11 +423,11 @@ async fn serve_git(
     let (repo, service, rpc) = match route {
         Route::InfoRefs { repo, service } => (repo, service, false),
         Route::Rpc { repo, service } => (repo, service, true),
-        Route::Metrics => return Err(Reject::NotFound),
+        Route::Metrics | Route::Health => return Err(Reject::NotFound),
     };
     let headers = req.headers().clone();
     // Who asks, before the repository is looked at (a 401 says nothing of it).
-    let identity = server.identify(&headers, service).await?;
+    let identity = server.identify(&headers, service, remote).await?;
     if let Some(id) = &identity {
         access.set_user(id.name());
     }
@@ -430,7 +496,18 @@ async fn serve_git(
                 .await)
             }
             Service::UploadPack => {
-                upload_pack(dir, true, protocol, None, content_type, preamble, access).await
+                let permit = server.slot(&server.fetches, "upload-pack").await?;
+                upload_pack(
+                    dir,
+                    true,
+                    protocol,
+                    None,
+                    content_type,
+                    preamble,
+                    access,
+                    Some(permit),
+                )
+                .await
             }
         };
     }
@@ -475,6 +552,7 @@ async fn serve_git(
             let email = format!("{}@http.{host}", user.name());
             let options = receive::Options {
                 stateless_rpc: true,
+                max_command_bytes: Some(server.max_command_bytes),
                 protocol_version: version,
                 hook_env: hook_env(&user, &host, &email, protocol.as_deref()),
                 env: receive::Environment {
@@ -485,15 +563,10 @@ async fn serve_git(
                 ref_access,
                 ..Default::default()
             };
-            // Wait for a push slot; the permit travels with the blocking session.
-            let permit = server
-                .pushes
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| Reject::Internal("server shutting down".into()))?;
+            // Wait for a push slot, for a while; the permit travels with the blocking session.
+            let permit = server.slot(&server.pushes, "push").await?;
             let metrics = server.metrics.clone();
-            metrics.pushes_in_flight.fetch_add(1, Ordering::Relaxed);
+            metrics.pushes_in_flight.inc();
             let guard = InFlight {
                 metrics,
                 _permit: permit,
@@ -510,9 +583,69 @@ async fn serve_git(
             .await)
         }
         Service::UploadPack => {
-            upload_pack(dir, false, protocol, Some(body), &result_type, None, access).await
+            let permit = server.slot(&server.fetches, "upload-pack").await?;
+            upload_pack(
+                dir,
+                false,
+                protocol,
+                Some(body),
+                &result_type,
+                None,
+                access,
+                Some(permit),
+            )
+            .await
         }
     }
+}
+
+impl Server {
+    /// A slot of `slots`, waiting at most `--push-slot-timeout` (then 503 with `Retry-After`).
+    async fn slot(
+        &self,
+        slots: &Arc<Semaphore>,
+        what: &'static str,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, Reject> {
+        match tokio::time::timeout(self.push_slot_timeout, slots.clone().acquire_owned()).await {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(Reject::Internal("server shutting down".into())),
+            Err(_) => {
+                self.metrics.busy(if what == "push" {
+                    "push_slot"
+                } else {
+                    "upload_pack"
+                });
+                Err(Reject::Busy(what))
+            }
+        }
+    }
+}
+
+/// The TLS acceptor for `--tls-cert`/`--tls-key`.
+fn tls_acceptor(t: &Tls) -> Result<tokio_rustls::TlsAcceptor, Error> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio_rustls::rustls;
+    let certs = CertificateDer::pem_file_iter(&t.cert)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| Error::Tls(format!("{}: {e}", t.cert.display())))?;
+    if certs.is_empty() {
+        return Err(Error::Tls(format!(
+            "{}: no certificate in the file",
+            t.cert.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(&t.key)
+        .map_err(|e| Error::Tls(format!("{}: {e}", t.key.display())))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| Error::Tls(e.to_string()))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
 /// What git-http-backend's hooks find in their environment, from the web server's CGI

@@ -42,6 +42,7 @@ pub(super) enum Route {
     InfoRefs { repo: String, service: Service },
     Rpc { repo: String, service: Service },
     Metrics,
+    Health,
 }
 
 /// Why a request was answered with an error status before any git ran.
@@ -68,10 +69,20 @@ pub(super) enum Reject {
     ContentType { expected: String, got: String },
     #[error("request body larger than the server accepts (--max-request-bytes)")]
     TooLarge,
+    #[error("fatal: {0} (commands and push options: berth serve --max-command-bytes)")]
+    CommandsTooLarge(String),
     #[error("cannot create repository: {0}")]
     Init(String),
     #[error("{0}")]
     Internal(String),
+    #[error("server busy: no {0} slot free in time, retry later")]
+    Busy(&'static str),
+    #[error("too many failed logins, retry in {0} s")]
+    RateLimited(u64),
+    #[error("bad request: {0}")]
+    BadHeader(String),
+    #[error("{0} is accepted only from a --trusted-proxy address")]
+    UntrustedHeader(String),
 }
 
 impl Reject {
@@ -85,8 +96,12 @@ impl Reject {
             Reject::BadPath(_) => StatusCode::BAD_REQUEST,
             Reject::Unauthorized => StatusCode::UNAUTHORIZED,
             Reject::ContentType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Reject::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Reject::TooLarge | Reject::CommandsTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Reject::Init(_) | Reject::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Reject::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Reject::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Reject::BadHeader(_) => StatusCode::BAD_REQUEST,
+            Reject::UntrustedHeader(_) => StatusCode::FORBIDDEN,
         }
     }
 
@@ -106,6 +121,12 @@ impl Reject {
             Reject::Method(allow) => {
                 h.insert(header::ALLOW, HeaderValue::from_static(allow));
             }
+            Reject::Busy(_) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            Reject::RateLimited(secs) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(*secs));
+            }
             _ => {}
         }
         r
@@ -114,9 +135,13 @@ impl Reject {
 
 /// Split a request into its route, or say why it has none.
 pub(super) fn route(method: &Method, path: &str, query: Option<&str>) -> Result<Route, Reject> {
-    if path == "/metrics" {
+    if path == "/metrics" || path == "/healthz" {
         return if method == Method::GET || method == Method::HEAD {
-            Ok(Route::Metrics)
+            Ok(if path == "/metrics" {
+                Route::Metrics
+            } else {
+                Route::Health
+            })
         } else {
             Err(Reject::Method("GET, HEAD"))
         };

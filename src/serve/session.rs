@@ -11,9 +11,7 @@ pub(super) struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.metrics
-            .pushes_in_flight
-            .fetch_sub(1, Ordering::Relaxed);
+        self.metrics.pushes_in_flight.dec();
     }
 }
 
@@ -27,23 +25,47 @@ pub(super) type BodyReader = StreamReader<
 pub(super) fn body_reader(body: Body, server: &Server, access: &Arc<Access>) -> BodyReader {
     let max = server.max_request_bytes;
     let idle = server.idle_timeout;
+    let rate = server.min_body_rate;
+    let window = server.body_rate_window;
     let access = access.clone();
     let stream = body.into_data_stream();
-    let s = futures_util::stream::unfold(Some((stream, 0u64)), move |state| {
+    let s = futures_util::stream::unfold(Some((stream, 0u64, Rate::default())), move |state| {
         let access = access.clone();
         async move {
-            let (mut stream, mut n) = state?;
-            match tokio::time::timeout(idle, stream.next()).await {
-                Err(_) => {
-                    access.set_outcome("request body idle too long");
-                    Some((
-                        Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "request body idle too long",
-                        )),
-                        None,
-                    ))
+            let (mut stream, mut n, mut r) = state?;
+            let fail = |what: &'static str, reason: &'static str| {
+                access.set_outcome(what);
+                access.metrics.timeout(reason);
+                Some((Err(io::Error::new(io::ErrorKind::TimedOut, what)), None))
+            };
+            // Wait for the client at most until the idle timeout, or until the waiting
+            // time of the rate window is used up (then the window is judged).
+            let budget = idle.saturating_sub(r.stalled);
+            let budget = if rate > 0 {
+                budget.min(window.saturating_sub(r.waited))
+            } else {
+                budget
+            };
+            let t0 = Instant::now();
+            let next = tokio::time::timeout(budget, stream.next()).await;
+            let spent = t0.elapsed();
+            r.waited += spent;
+            r.stalled += spent;
+            if let Ok(Some(Ok(b))) = &next {
+                r.bytes += b.len() as u64;
+                r.stalled = Duration::ZERO;
+            }
+            if rate > 0 && r.waited >= window {
+                if r.bytes < (rate as f64 * window.as_secs_f64()) as u64 {
+                    return fail("request body slower than --min-body-rate", "body_rate");
                 }
+                r.waited = Duration::ZERO;
+                r.bytes = 0;
+            }
+            match next {
+                Err(_) if r.stalled >= idle => fail("request body idle too long", "idle_body"),
+                // The rate window ended without a verdict against the client: wait on.
+                Err(_) => Some((Ok(Bytes::new()), Some((stream, n, r)))),
                 Ok(None) => None,
                 Ok(Some(Err(e))) => Some((Err(io::Error::other(e)), None)),
                 Ok(Some(Ok(b))) => {
@@ -59,13 +81,22 @@ pub(super) fn body_reader(body: Body, server: &Server, access: &Arc<Access>) -> 
                             None,
                         ))
                     } else {
-                        Some((Ok(b), Some((stream, n))))
+                        Some((Ok(b), Some((stream, n, r))))
                     }
                 }
             }
         }
     });
     StreamReader::new(Box::pin(s))
+}
+
+/// Bytes received and time spent waiting for them in the current `--body-rate-window`.
+#[derive(Default, Clone, Copy)]
+struct Rate {
+    bytes: u64,
+    waited: Duration,
+    /// Time since the last byte, for `--idle-timeout`.
+    stalled: Duration,
 }
 
 /// The session's output, handed to the response body chunk by chunk as it is written.
@@ -147,10 +178,12 @@ pub(super) async fn run_session(
     slot: Option<InFlight>,
 ) -> Response {
     let (tx, mut rx) = mpsc::channel::<Bytes>(8);
-    let (done_tx, done_rx) = oneshot::channel::<Result<(), String>>();
+    // The error text, and whether it is the commands over their byte cap (a 413).
+    let (done_tx, done_rx) = oneshot::channel::<Result<(), (String, bool)>>();
     let input = input.map(SyncIoBridge::new);
     let dir_shown = dir.clone();
     let task_access = access.clone();
+    let pushed = input.is_some();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
         let mut writer = ChannelWriter {
@@ -175,9 +208,21 @@ pub(super) async fn run_session(
             Ok(outcome) => task_access.set_push(outcome),
             Err(e) => task_access.set_outcome(format!("fatal: {e}")),
         }
-        let _ = done_tx.send(result.map(drop).map_err(|e| e.to_string()));
+        let _ = done_tx.send(result.map(drop).map_err(|e| {
+            let over = matches!(
+                e,
+                receive::Fatal::Request(crate::protocol::request::Error::TooLarge(_))
+            );
+            (e.to_string(), over)
+        }));
+        if pushed {
+            release_memory();
+        }
     });
     match rx.recv().await {
+        // The body crossed --max-request-bytes before the session answered: the same 413 as
+        // for a declared oversize body (the session's in-band error is dropped with `rx`).
+        Some(_) if access.too_large.load(Ordering::Relaxed) => Reject::TooLarge.response(),
         Some(first) => {
             let head = preamble.into_iter().chain(Some(first)).collect();
             let rest = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -193,8 +238,9 @@ pub(super) async fn run_session(
                 access,
             ),
             Ok(Err(_)) if access.too_large.load(Ordering::Relaxed) => Reject::TooLarge.response(),
+            Ok(Err((e, true))) => Reject::CommandsTooLarge(e).response(),
             // As the client named it, not as the server's file system does.
-            Ok(Err(e)) => {
+            Ok(Err((e, false))) => {
                 Reject::Internal(format!("fatal: {}", e.replace(&dir_shown, &access.repo)))
                     .response()
             }
@@ -205,6 +251,7 @@ pub(super) async fn run_session(
 
 /// Run `git upload-pack --stateless-rpc [--advertise-refs] <dir>` with the request on its stdin
 /// and its stdout streamed back: berth implements the receive side only.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn upload_pack(
     dir: String,
     advertise: bool,
@@ -213,6 +260,7 @@ pub(super) async fn upload_pack(
     content_type: &str,
     preamble: Option<Bytes>,
     access: &Arc<Access>,
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<Response, Reject> {
     use std::process::Stdio;
     let mut cmd = tokio::process::Command::new("git");
@@ -236,6 +284,15 @@ pub(super) async fn upload_pack(
     let mut child = cmd
         .spawn()
         .map_err(|e| Reject::Internal(format!("cannot run git upload-pack: {e}")))?;
+    // The slot (and the gauge) last as long as the process.
+    let gauge = access.metrics.upload_packs.clone();
+    gauge.inc();
+    let slot = (
+        slot,
+        scopeguard(move || {
+            gauge.dec();
+        }),
+    );
     if let (Some(mut body), Some(mut stdin)) = (body, child.stdin.take()) {
         tokio::spawn(async move {
             let _ = tokio::io::copy(&mut body, &mut stdin).await;
@@ -261,6 +318,7 @@ pub(super) async fn upload_pack(
             let a = access.clone();
             tokio::spawn(async move {
                 let status = child.wait().await;
+                drop(slot);
                 let err = stderr_task.await.unwrap_or_default();
                 if !status.map(|s| s.success()).unwrap_or(false) {
                     a.set_outcome(format!("git upload-pack failed: {err}"));
@@ -297,5 +355,31 @@ pub(super) async fn upload_pack(
                 Err(Reject::Internal(format!("git upload-pack failed: {err}")))
             }
         }
+    }
+}
+
+/// Runs `f` when dropped.
+pub(super) struct OnDrop<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+pub(super) fn scopeguard<F: FnOnce()>(f: F) -> OnDrop<F> {
+    OnDrop(Some(f))
+}
+
+/// Give the memory a push freed back to the system: glibc keeps freed heap memory in its
+/// arenas (a push with many push options or refs would leave the process that much larger).
+#[allow(unsafe_code)]
+fn release_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and trims the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

@@ -22,13 +22,30 @@ impl Serve {
     /// Start `berth serve --root <world>/repos --listen 127.0.0.1:0 <args>` and wait for the
     /// address it prints.
     fn start(w: &World, args: &[&str]) -> Serve {
-        Self::start_with_env(w, args, &[])
+        Serve::launch(w, None, args, &[])
     }
 
     /// As [`Serve::start`], with more environment for the server process.
     fn start_with_env(w: &World, args: &[&str], env: &[(&str, &str)]) -> Serve {
-        let mut child = w
-            .cmd(common::berth(), ".")
+        Serve::launch(w, None, args, env)
+    }
+
+    /// As [`Serve::start`], with the descriptor limit (soft and hard) set to `nofile` first.
+    fn start_with_nofile(w: &World, nofile: u32, args: &[&str]) -> Serve {
+        Serve::launch(w, Some(nofile), args, &[])
+    }
+
+    fn launch(w: &World, nofile: Option<u32>, args: &[&str], env: &[(&str, &str)]) -> Serve {
+        let mut cmd = match nofile {
+            None => w.cmd(common::berth(), "."),
+            Some(n) => {
+                let mut c = w.cmd("sh", ".");
+                c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\"")])
+                    .arg(common::berth());
+                c
+            }
+        };
+        let mut child = cmd
             .envs(env.iter().copied())
             .arg("serve")
             .arg("--root")
@@ -55,6 +72,10 @@ impl Serve {
         let Some(addr) = line
             .trim()
             .strip_prefix("berth serve: listening on http://")
+            .or_else(|| {
+                line.trim()
+                    .strip_prefix("berth serve: listening on https://")
+            })
             .and_then(|a| a.strip_suffix('/'))
         else {
             let _ = child.kill();
@@ -1000,7 +1021,15 @@ fn request_body_limit() {
     let r = http(&srv.addr, "POST", "/l.git/git-receive-pack", &gz, &body);
     assert_eq!(r.status, 413, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(server_refs(&w, "repos/l.git"), "");
-    assert!(common::leftovers(&w.path("repos/l.git")).is_empty());
+    // The session ends (and removes its quarantine) just after the answer.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !common::leftovers(&w.path("repos/l.git")).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        common::leftovers(&w.path("repos/l.git")),
+        Vec::<std::path::PathBuf>::new()
+    );
 
     // Under the limit it lands.
     let req = push_request(&w, "src", &small);
@@ -1733,4 +1762,751 @@ fn hostile_user_name_gets_a_well_formed_reflog() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{bad}");
     }
+}
+
+// ---- Limits (issue #12, part B): slow and idle clients, authentication floods, sizes, TLS.
+
+/// The value of an unlabelled or labelled sample in the `/metrics` text, e.g.
+/// `berth_password_verifications_total`.
+fn metric(addr: &str, sample: &str) -> f64 {
+    let m = String::from_utf8(http(addr, "GET", "/metrics", &[], b"").body).unwrap();
+    m.lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{sample} not in\n{m}"))
+}
+
+/// Open a POST git-receive-pack to `repo` declaring `len` body bytes and send `first` of them.
+fn start_post(addr: &str, repo: &str, len: usize, first: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "POST /{repo}/git-receive-pack HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/x-git-receive-pack-request\r\nContent-Length: {len}\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(first).unwrap();
+    s
+}
+
+/// Whether the server closed `s` (or answered and closed) within `limit`.
+fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 4096];
+    let start = Instant::now();
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+    }
+}
+
+#[test]
+fn slow_bodies_are_dropped_with_their_quarantine_while_a_normal_push_lands() {
+    let w = World::new();
+    let srv = Serve::start(
+        &w,
+        &[
+            "--max-concurrent-pushes",
+            "2",
+            "--min-body-rate",
+            "200",
+            "--body-rate-window",
+            "1",
+        ],
+    );
+    w.bare("repos/s.git");
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    std::fs::write(w.path("src/big.bin"), noise(30_000, 7)).unwrap();
+    w.git("src", &["add", "big.bin"]);
+    w.git("src", &["commit", "-q", "-m", "big"]);
+    let big = w.git("src", &["rev-parse", "HEAD"]).trim().to_owned();
+    let req = push_request(&w, "src", &big);
+    // Two clients take both push slots, send the commands and half the pack, then trickle
+    // one byte every 300 ms (slower than 200 bytes/s).
+    let mut slow: Vec<TcpStream> = (0..2)
+        .map(|_| start_post(&srv.addr, "s.git", req.len(), &req[..req.len() / 2]))
+        .collect();
+    let trickle = {
+        let mut streams: Vec<TcpStream> = slow.iter().map(|s| s.try_clone().unwrap()).collect();
+        let rest = req[req.len() / 2..].to_vec();
+        std::thread::spawn(move || {
+            for b in rest.iter().take(20) {
+                std::thread::sleep(Duration::from_millis(300));
+                for s in &mut streams {
+                    let _ = s.write_all(&[*b]);
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    // A normal push lands, within the window plus its own time.
+    let start = Instant::now();
+    ok(git(&w, "src", &["push", &srv.url("s.git"), "main"]));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        server_refs(&w, "repos/s.git"),
+        format!("{big} commit refs/heads/main\n")
+    );
+    for s in &mut slow {
+        assert!(
+            closed_within(s, Duration::from_secs(5)),
+            "slow client still held"
+        );
+    }
+    trickle.join().unwrap();
+    assert_ne!(big, c);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !common::leftovers(&w.path("repos/s.git")).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        common::leftovers(&w.path("repos/s.git")).is_empty(),
+        "{:?}",
+        common::leftovers(&w.path("repos/s.git"))
+    );
+    assert!(
+        srv.log().contains("slower than --min-body-rate"),
+        "{}",
+        srv.log()
+    );
+    assert_eq!(
+        metric(&srv.addr, "berth_timeouts_total{reason=\"body_rate\"}"),
+        2.0
+    );
+}
+
+#[test]
+fn idle_sockets_under_a_low_descriptor_limit_do_not_lock_anyone_out() {
+    let w = World::new();
+    // 64 descriptors: the default connection cap is 16; the header-read timeout is long, so
+    // what keeps the server answering is that the longest-idle connection makes room.
+    let srv = Serve::start_with_nofile(&w, 64, &["--header-read-timeout", "60"]);
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    let idle: Vec<TcpStream> = (0..80)
+        .map(|_| TcpStream::connect(&srv.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let r = http(&srv.addr, "GET", "/healthz", &[], b"");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"ok\n");
+    ok(git(&w, "src", &["push", &srv.url("n.git"), "main"]));
+    assert_eq!(
+        server_refs(&w, "repos/n.git"),
+        format!("{c} commit refs/heads/main\n")
+    );
+    ok(git(&w, ".", &["clone", "-q", &srv.url("n.git"), "back"]));
+    assert!(metric(&srv.addr, "berth_timeouts_total{reason=\"evicted\"}") >= 64.0);
+    drop(idle);
+}
+
+#[test]
+fn header_read_and_keepalive_timeouts_close_connections() {
+    let w = World::new();
+    let srv = Serve::start(
+        &w,
+        &["--header-read-timeout", "0.5", "--keepalive-timeout", "1"],
+    );
+    // Nothing sent: closed after the header-read timeout.
+    let mut s = TcpStream::connect(&srv.addr).unwrap();
+    let t = Instant::now();
+    assert!(closed_within(&mut s, Duration::from_secs(3)));
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
+    // Half a request line, then nothing: closed too.
+    let mut s = TcpStream::connect(&srv.addr).unwrap();
+    s.write_all(b"GET /healthz HTT").unwrap();
+    assert!(closed_within(&mut s, Duration::from_secs(3)));
+    // A kept-alive connection is answered, then closed after the keep-alive timeout (not the
+    // shorter header-read one).
+    let mut s = TcpStream::connect(&srv.addr).unwrap();
+    s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", srv.addr).as_bytes())
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let n = s.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let t = Instant::now();
+    assert!(closed_within(&mut s, Duration::from_secs(4)));
+    assert!(
+        t.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(metric(&srv.addr, "berth_timeouts_total{reason=\"keepalive\"}") >= 1.0);
+}
+
+#[test]
+fn a_push_waiting_past_the_slot_deadline_gets_503_with_retry_after() {
+    let w = World::new();
+    let srv = Serve::start(
+        &w,
+        &[
+            "--max-concurrent-pushes",
+            "1",
+            "--push-slot-timeout",
+            "1",
+            "--min-body-rate",
+            "0",
+        ],
+    );
+    w.bare("repos/q.git");
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    let req = push_request(&w, "src", &c);
+    let mut holder = start_post(&srv.addr, "q.git", req.len(), &req[..req.len() / 2]);
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let r = http(
+        &srv.addr,
+        "POST",
+        "/q.git/git-receive-pack",
+        &[("Content-Type", "application/x-git-receive-pack-request")],
+        &req,
+    );
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // The holder finishes and its push lands.
+    holder.write_all(&req[req.len() / 2..]).unwrap();
+    let r = read_response(holder);
+    assert_eq!(r.body, b"000eunpack ok\n0017ok refs/heads/main\n0000");
+    assert_eq!(
+        metric(&srv.addr, "berth_busy_total{reason=\"push_slot\"}"),
+        1.0
+    );
+}
+
+#[test]
+fn trusted_user_header_only_from_proxies_once_and_never_beside_a_wrong_password() {
+    let w = World::new();
+    let line = credentials(&w, "alice", "s3cret");
+    std::fs::write(w.path("creds"), line).unwrap();
+    let creds = w.path("creds");
+    let args = [
+        "--credentials",
+        creds.to_str().unwrap(),
+        "--trusted-user-header",
+        "X-Remote-User",
+    ];
+    let srv = Serve::start(&w, &args);
+    w.bare("repos/t.git");
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    let probe = "/t.git/info/refs?service=git-receive-pack";
+    use base64_basic as b64;
+    let wrong = format!("Basic {}", b64("alice:wrong"));
+    // Wrong password + header: the password decides.
+    let r = http(
+        &srv.addr,
+        "GET",
+        probe,
+        &[("Authorization", &wrong), ("X-Remote-User", "alice")],
+        b"",
+    );
+    assert_eq!(r.status, 401);
+    // The header twice: refused.
+    let r = http(
+        &srv.addr,
+        "GET",
+        probe,
+        &[("X-Remote-User", "mallory"), ("X-Remote-User", "alice")],
+        b"",
+    );
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+    // Once, from loopback (the default --trusted-proxy): accepted.
+    let r = http(&srv.addr, "GET", probe, &[("X-Remote-User", "bob")], b"");
+    assert_eq!(r.status, 200);
+    drop(srv);
+
+    // From an address that is not a trusted proxy: refused, even for a push git would make.
+    let mut args = args.to_vec();
+    args.extend(["--trusted-proxy", "10.9.0.0/16"]);
+    let srv = Serve::start(&w, &args);
+    let r = http(&srv.addr, "GET", probe, &[("X-Remote-User", "bob")], b"");
+    assert_eq!(r.status, 403, "{}", String::from_utf8_lossy(&r.body));
+    let out = git(
+        &w,
+        "src",
+        &[
+            "-c",
+            "http.extraHeader=X-Remote-User: bob",
+            "push",
+            &srv.url("t.git"),
+            "main",
+        ],
+    );
+    assert!(!out.status.success());
+    assert_eq!(server_refs(&w, "repos/t.git"), "");
+    // A password still works there.
+    ok(git(
+        &w,
+        "src",
+        &[
+            "push",
+            &format!("http://alice:s3cret@{}/t.git", srv.addr),
+            "main",
+        ],
+    ));
+    assert_eq!(
+        server_refs(&w, "repos/t.git"),
+        format!("{c} commit refs/heads/main\n")
+    );
+}
+
+/// `base64(s)`, for Basic credentials in raw requests.
+fn base64_basic(s: &str) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let b = s.as_bytes();
+    let mut out = String::new();
+    for chunk in b.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &c)| n | (c as u32) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_push_verifies_the_password_once_and_failed_logins_get_429() {
+    let w = World::new();
+    let line = credentials(&w, "alice", "s3cret");
+    std::fs::write(w.path("creds"), line).unwrap();
+    let creds = w.path("creds");
+    let srv = Serve::start(
+        &w,
+        &[
+            "--credentials",
+            creds.to_str().unwrap(),
+            "--auth-max-failures",
+            "3",
+            "--auth-failure-window",
+            "30",
+        ],
+    );
+    w.bare("repos/a.git");
+    w.work("src");
+    w.commit("src", "a", "1");
+    let url = format!("http://alice:s3cret@{}/a.git", srv.addr);
+    let verifications = "berth_password_verifications_total";
+    ok(git(&w, "src", &["push", &url, "main"]));
+    assert_eq!(
+        metric(&srv.addr, verifications),
+        1.0,
+        "one push, one argon2 check"
+    );
+    let c2 = w.commit("src", "a", "2");
+    ok(git(&w, "src", &["push", &url, "main"]));
+    assert_eq!(metric(&srv.addr, verifications), 1.0, "cached");
+    assert!(metric(&srv.addr, "berth_auth_cache_hits_total") >= 3.0);
+
+    // Three wrong passwords: 401; then 429 with Retry-After, without a verification.
+    let probe = "/a.git/info/refs?service=git-receive-pack";
+    let wrong = format!("Basic {}", base64_basic("alice:nope"));
+    for _ in 0..3 {
+        let r = http(&srv.addr, "GET", probe, &[("Authorization", &wrong)], b"");
+        assert_eq!(r.status, 401);
+    }
+    let before = metric(&srv.addr, verifications);
+    let r = http(&srv.addr, "GET", probe, &[("Authorization", &wrong)], b"");
+    assert_eq!(r.status, 429);
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=30).contains(&retry), "{retry}");
+    // Another user from the same address is limited too (per address).
+    let other = format!("Basic {}", base64_basic("bob:guess"));
+    let r = http(&srv.addr, "GET", probe, &[("Authorization", &other)], b"");
+    assert_eq!(r.status, 429);
+    assert_eq!(metric(&srv.addr, verifications), before);
+    assert_eq!(metric(&srv.addr, "berth_auth_rate_limited_total"), 2.0);
+    // Credentials verified before are still good (cached): alice is not locked out.
+    let c3 = w.commit("src", "a", "3");
+    ok(git(&w, "src", &["push", &url, "main"]));
+    assert_ne!(c2, c3);
+    assert_eq!(
+        server_refs(&w, "repos/a.git"),
+        format!("{c3} commit refs/heads/main\n")
+    );
+}
+
+#[test]
+fn a_thousand_concurrent_wrong_passwords_keep_memory_bounded() {
+    let w = World::new();
+    let line = credentials(&w, "alice", "s3cret");
+    std::fs::write(w.path("creds"), line).unwrap();
+    let creds = w.path("creds");
+    // No failure limit, so every request reaches the verifiers; two at once.
+    let srv = Serve::start(
+        &w,
+        &[
+            "--credentials",
+            creds.to_str().unwrap(),
+            "--auth-max-failures",
+            "0",
+            "--max-concurrent-auth",
+            "2",
+        ],
+    );
+    w.bare("repos/m.git");
+    let hwm = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    };
+    let pid = srv.child.id();
+    let base = hwm(pid);
+    let auth = format!("Basic {}", base64_basic("alice:wrong"));
+    let req = format!(
+        "GET /m.git/info/refs?service=git-receive-pack HTTP/1.1\r\nHost: {}\r\n\
+         Authorization: {auth}\r\nConnection: close\r\n\r\n",
+        srv.addr
+    );
+    let mut socks: Vec<TcpStream> = (0..1000)
+        .map(|_| TcpStream::connect(&srv.addr).unwrap())
+        .collect();
+    for s in &mut socks {
+        s.write_all(req.as_bytes()).unwrap();
+    }
+    let mut statuses = std::collections::BTreeMap::new();
+    for s in socks {
+        *statuses.entry(read_response(s).status).or_insert(0) += 1;
+    }
+    let peak = hwm(pid);
+    eprintln!("statuses {statuses:?}; VmHWM {base} kB before, {peak} kB after");
+    assert_eq!(statuses.keys().copied().collect::<Vec<_>>(), [401, 503]);
+    // The bound: the idle server, plus each verifier's argon2 memory (~19 MiB, allocated once
+    // and reused), plus ~24 MiB for a thousand connections and their requests. Measured:
+    // 34 MB → 78 MB (it was 3.2 GB for 120 requests before the verifiers were bounded).
+    assert!(
+        peak < base + (2 * 20 + 24) * 1024,
+        "VmHWM {peak} kB (from {base} kB)"
+    );
+    assert!(srv.log().lines().count() >= 1000);
+}
+
+#[test]
+fn a_body_crossing_the_limit_mid_stream_gets_413_and_command_bytes_are_capped() {
+    let w = World::new();
+    let srv = Serve::start(
+        &w,
+        &["--max-request-bytes", "2000", "--max-command-bytes", "1000"],
+    );
+    w.bare("repos/l.git");
+    w.work("src");
+    std::fs::write(w.path("src/big.bin"), noise(20_000, 5)).unwrap();
+    w.git("src", &["add", "big.bin"]);
+    w.git("src", &["commit", "-q", "-m", "big"]);
+    let big = w.git("src", &["rev-parse", "HEAD"]).trim().to_owned();
+    let req = push_request(&w, "src", &big);
+    // Chunked: no declared length, the limit is crossed while streaming.
+    let mut s = TcpStream::connect(&srv.addr).unwrap();
+    let head = format!(
+        "POST /l.git/git-receive-pack HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+         Content-Type: application/x-git-receive-pack-request\r\nTransfer-Encoding: chunked\r\n\r\n",
+        srv.addr
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    for chunk in req.chunks(1000) {
+        if s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+            .is_err()
+            || s.write_all(chunk).is_err()
+            || s.write_all(b"\r\n").is_err()
+        {
+            break;
+        }
+    }
+    let _ = s.write_all(b"0\r\n\r\n");
+    let r = read_response(s);
+    assert_eq!(r.status, 413, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(server_refs(&w, "repos/l.git"), "");
+    // The session ends (and removes its quarantine) just after the answer.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !common::leftovers(&w.path("repos/l.git")).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        common::leftovers(&w.path("repos/l.git")),
+        Vec::<std::path::PathBuf>::new()
+    );
+
+    // Commands over --max-command-bytes: refused with a message that says so.
+    let zero = "0".repeat(40);
+    let mut cmds = Vec::new();
+    for i in 0..15 {
+        cmds.extend(pkt(&format!("{zero} {big} refs/heads/b-{i}\n")));
+    }
+    cmds.extend_from_slice(b"0000");
+    assert!(cmds.len() > 1000 && cmds.len() < 2000);
+    let r = http(
+        &srv.addr,
+        "POST",
+        "/l.git/git-receive-pack",
+        &[("Content-Type", "application/x-git-receive-pack-request")],
+        &cmds,
+    );
+    assert_eq!(r.status, 413, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("request larger than 1000 bytes"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(server_refs(&w, "repos/l.git"), "");
+}
+
+#[test]
+fn push_and_clone_over_tls_with_a_self_signed_certificate() {
+    let w = World::new();
+    let (cert, key) = (w.path("cert.pem"), w.path("key.pem"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let srv = Serve::start(
+        &w,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    let url = format!("https://{}/tls.git", srv.addr);
+    let ca = format!("http.sslCAInfo={}", cert.display());
+    // Without the CA the client refuses the certificate.
+    let out = git(&w, "src", &["push", &url, "main"]);
+    assert!(!out.status.success());
+    ok(git(&w, "src", &["-c", &ca, "push", &url, "main"]));
+    assert_eq!(
+        server_refs(&w, "repos/tls.git"),
+        format!("{c} commit refs/heads/main\n")
+    );
+    ok(git(&w, ".", &["-c", &ca, "clone", "-q", &url, "back"]));
+    assert_eq!(w.git("back", &["rev-parse", "origin/main"]).trim(), c);
+    // Plain HTTP on the TLS port gets nothing useful.
+    let mut s = TcpStream::connect(&srv.addr).unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut buf = Vec::new();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.read_to_end(&mut buf);
+    assert!(!buf.starts_with(b"HTTP/1.1 200"));
+}
+
+#[test]
+fn metrics_time_each_phase_and_healthz_answers() {
+    let w = World::new();
+    let srv = Serve::start(&w, &[]);
+    w.work("src");
+    w.commit("src", "a", "1");
+    ok(git(&w, "src", &["push", &srv.url("p.git"), "main"]));
+    for phase in [
+        "advertise",
+        "read_commands",
+        "ingest",
+        "connectivity",
+        "update",
+        "report",
+    ] {
+        let n = metric(
+            &srv.addr,
+            &format!("berth_push_phase_seconds_count{{phase=\"{phase}\"}}"),
+        );
+        assert!(n >= 1.0, "{phase}: {n}");
+    }
+    assert_eq!(metric(&srv.addr, "berth_push_duration_seconds_count"), 1.0);
+    assert_eq!(metric(&srv.addr, "berth_pushes_total{result=\"ok\"}"), 1.0);
+    assert!(metric(&srv.addr, "berth_open_connections") >= 1.0);
+    let r = http(&srv.addr, "GET", "/healthz", &[], b"");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"ok\n"[..]));
+}
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_after_the_write_timeout() {
+    let w = World::new();
+    let srv = Serve::start(&w, &["--write-timeout", "1"]);
+    // The files backend whatever BERTH_TEST_REF_FORMAT says: the refs are written as packed-refs.
+    w.git(
+        ".",
+        &["init", "-q", "--bare", "--ref-format=files", "repos/r.git"],
+    );
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    ok(git(&w, "src", &["push", &srv.url("r.git"), "main"]));
+    // 200,000 refs: an advertisement of ~12 MB, more than the socket buffers hold.
+    let mut packed = String::from("# pack-refs with: peeled fully-peeled sorted \n");
+    for i in 0..200_000 {
+        packed.push_str(&format!("{c} refs/tags/t{i:07}\n"));
+    }
+    std::fs::write(w.path("repos/r.git/packed-refs"), packed).unwrap();
+    let mut s = TcpStream::connect(&srv.addr).unwrap();
+    s.write_all(
+        format!(
+            "GET /r.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: {}\r\n\r\n",
+            srv.addr
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    // Read nothing; the server gives up on us and ends git upload-pack.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let write_timeouts = "berth_timeouts_total{reason=\"write\"}";
+    let m = || String::from_utf8(http(&srv.addr, "GET", "/metrics", &[], b"").body).unwrap();
+    while !m().contains(&format!("{write_timeouts} 1")) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(metric(&srv.addr, write_timeouts), 1.0);
+    while metric(&srv.addr, "berth_upload_packs_in_flight") != 0.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metric(&srv.addr, "berth_upload_packs_in_flight"), 0.0);
+    drop(s);
+}
+
+#[test]
+fn memory_of_a_push_with_many_push_options_is_released_after_it() {
+    let w = World::new();
+    let srv = Serve::start(&w, &[]);
+    w.bare("repos/o.git");
+    w.git(
+        "repos/o.git",
+        &["config", "receive.advertisePushOptions", "true"],
+    );
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    let rss = |pid: u32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    };
+    let pid = srv.child.id();
+    // 1,000 push options of 50 KB: 50 MB, under the 64 MiB --max-command-bytes.
+    let zero = "0".repeat(40);
+    let mut req = pkt(&format!(
+        "{zero} {c} refs/heads/main\0report-status push-options\n"
+    ));
+    req.extend_from_slice(b"0000");
+    let option = "o".repeat(50_000);
+    for _ in 0..1000 {
+        req.extend(pkt(&format!("{option}\n")));
+    }
+    req.extend_from_slice(b"0000");
+    let pack = w.git_with_stdin(
+        "src",
+        &["pack-objects", "--revs", "--stdout", "-q"],
+        format!("{c}\n").as_bytes(),
+    );
+    req.extend_from_slice(&pack.stdout);
+    let before = rss(pid);
+    let r = http(
+        &srv.addr,
+        "POST",
+        "/o.git/git-receive-pack",
+        &[("Content-Type", "application/x-git-receive-pack-request")],
+        &req,
+    );
+    assert_eq!(r.body, b"000eunpack ok\n0017ok refs/heads/main\n0000");
+    std::thread::sleep(Duration::from_millis(300));
+    let after = rss(pid);
+    eprintln!("VmRSS {before} kB before, {after} kB after a 50 MB push");
+    assert!(after < before + 16 * 1024, "{before} kB → {after} kB");
+}
+
+#[test]
+fn upload_packs_are_capped_and_a_fetch_waiting_past_the_deadline_gets_503() {
+    let w = World::new();
+    let srv = Serve::start(
+        &w,
+        &[
+            "--max-concurrent-fetches",
+            "1",
+            "--push-slot-timeout",
+            "1",
+            "--min-body-rate",
+            "0",
+        ],
+    );
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    ok(git(&w, "src", &["push", &srv.url("f.git"), "main"]));
+    // A fetch whose request body never ends holds the only git upload-pack slot.
+    let want = pkt(&format!("want {c}\n"));
+    let mut s = TcpStream::connect(&srv.addr).unwrap();
+    s.write_all(
+        format!(
+            "POST /f.git/git-upload-pack HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+             Content-Type: application/x-git-upload-pack-request\r\nContent-Length: 1000\r\n\r\n",
+            srv.addr
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    s.write_all(&want).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(metric(&srv.addr, "berth_upload_packs_in_flight"), 1.0);
+    let r = http(
+        &srv.addr,
+        "GET",
+        "/f.git/info/refs?service=git-upload-pack",
+        &[],
+        b"",
+    );
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(
+        metric(&srv.addr, "berth_busy_total{reason=\"upload_pack\"}"),
+        1.0
+    );
+    // Once it is gone, clones work again.
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(&srv.addr, "berth_upload_packs_in_flight") != 0.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ok(git(&w, ".", &["clone", "-q", &srv.url("f.git"), "back"]));
 }
