@@ -826,19 +826,15 @@ pub static KEYS: &[Key] = &[
 /// The last value of `key` (`core.fsync`, `core.fsyncMethod`), or git's "missing value" error
 /// for a key written without `=` (git's `config_error_nonbool`).
 fn nonbool(file: &File, key: &str) -> Result<Option<String>, Error> {
-    let Some(value) = file.string(key) else {
-        return Ok(None);
-    };
-    let value = value.to_string();
-    // gix-config reads a key without `=` as an empty value; its boolean is then true.
-    if value.is_empty() && matches!(file.boolean(key), Ok(Some(true))) {
-        return Err(Error::MissingValue {
+    match file.string_implicit(key) {
+        None => Ok(None),
+        Some(Some(value)) => Ok(Some(value.to_string())),
+        Some(None) => Err(Error::MissingValue {
             key: key.to_ascii_lowercase(),
             file: String::new(),
             line: 0,
-        });
+        }),
     }
-    Ok(Some(value))
 }
 
 /// `core.fsync`, its last value, as git's `parse_fsync_components`.
@@ -1461,6 +1457,37 @@ mod tests {
             err("[receive]\n\tautogc = x\n\tdenyDeletes = y\n"),
             "bad boolean config value 'y'"
         );
+    }
+
+    #[test]
+    fn fsync_keys_as_git() {
+        let (c, warnings) = parse(
+            "[core]\n\tfsync = bogus,reference\n\tfsyncMethod = sometimes\n",
+        )
+        .unwrap();
+        assert!(c.durability.components.intersects(Components::REFERENCE));
+        assert_eq!(c.durability.method, Method::Fsync);
+        assert_eq!(
+            warnings,
+            [
+                Warning("ignoring unknown core.fsync component 'bogus'".into()),
+                Warning("ignoring unknown core.fsyncMethod value 'sometimes'".into()),
+            ]
+        );
+        // An empty value is the default; no value at all is git's "missing value".
+        let c = parse("[core]\n\tfsync = none\n\tfsync =\n").unwrap().0;
+        assert_eq!(c.durability.components, Components::DEFAULT);
+        for text in ["[core]\n\tfsync\n", "[core]\n\tfsyncMethod\n"] {
+            let e = parse(text).unwrap_err();
+            assert!(matches!(e, Error::MissingValue { .. }), "{text}: {e}");
+        }
+        let env = Environment {
+            test_fsync: Some("0".into()),
+            ..Default::default()
+        };
+        let c = parse_with("[core]\n\tfsync = all\n", &env).unwrap().0;
+        assert!(!c.durability.enabled);
+        assert!(!c.durability.syncs(Components::ALL));
     }
 
     #[test]
