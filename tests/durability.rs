@@ -354,8 +354,16 @@ fn loose_objects_with_each_method() {
 }
 
 #[test]
-fn writeout_only_packs() {
+fn pack_methods() {
     let w = world();
+    // batch applies to loose objects only: packs are fsynced.
+    same_as_git(
+        &w,
+        "batch-pack",
+        "files",
+        &[KEEP_PACK, ("core.fsyncMethod", "batch")],
+        &[("pack", "fsync"), ("idx", "fsync"), ("rev", "fsync")],
+    );
     same_as_git(
         &w,
         "writeout",
