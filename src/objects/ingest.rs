@@ -559,10 +559,10 @@ fn unpack_objects(
     alloc_limit: usize,
     files: crate::objects::pack_files::Options,
 ) -> io::Result<()> {
-    let shared = files.shared;
-    let mut batch = crate::fsync::Batch::default();
     use std::os::unix::fs::PermissionsExt;
     use gix_object::{Find, Write};
+    let shared = files.shared;
+    let mut batch = crate::fsync::Batch::default();
     let objects = gix_odb::at_opts(
         quarantine.path(),
         gix_hash::Kind::Sha1,
