@@ -72,7 +72,11 @@ pub fn pack(data: &[u8]) {
         max_object_size: 16 << 20,
         shallow: Default::default(),
         reject_thin_pack: false,
-        files: Default::default(),
+        // Nothing is published: no fsync per input.
+        files: crate::objects::pack_files::Options {
+            durability: crate::fsync::Durability::NONE,
+            ..Default::default()
+        },
     };
     let mut input = data;
     if let Ok(received) =

@@ -35,6 +35,7 @@ macro_rules! internal {
     };
 }
 
+pub mod fsync;
 #[cfg(feature = "internals")]
 pub mod fuzzing;
 pub mod hooks;

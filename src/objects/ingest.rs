@@ -411,12 +411,7 @@ pub fn receive_pack(
         }
     }
     if explode {
-        unpack_objects(
-            quarantine,
-            &index,
-            options.alloc_limit(),
-            options.files.shared,
-        )
+        unpack_objects(quarantine, &index, options.alloc_limit(), options.files)
         .map_err(|e| failed(e.to_string()))?;
     } else if let Some(pack_path) = &outcome.data_path {
         crate::objects::pack_files::finish(&index_path, pack_path, &index, options.files)
@@ -554,14 +549,20 @@ fn check_objects(
 
 /// Turn the received pack into loose objects in the quarantine and remove it, as git's
 /// `unpack-objects` does for small pushes (so that many small pushes do not pile up packs).
+/// Each object is made durable as `core.fsync`'s `loose-object` (not by default) and
+/// `core.fsyncObjectFiles` say; with `core.fsyncMethod=batch`, written back one by one and
+/// flushed once at the end, before the quarantine is migrated (as git's `unpack-objects` does
+/// inside its object transaction).
 fn unpack_objects(
     quarantine: &Quarantine,
     index: &gix_pack::index::File,
     alloc_limit: usize,
-    shared: crate::objects::pack_files::SharedRepository,
+    files: crate::objects::pack_files::Options,
 ) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     use gix_object::{Find, Write};
+    let shared = files.shared;
+    let mut batch = crate::fsync::Batch::default();
     let objects = gix_odb::at_opts(
         quarantine.path(),
         gix_hash::Kind::Sha1,
@@ -586,14 +587,16 @@ fn unpack_objects(
         let id = loose
             .write_buf(data.kind, data.data)
             .map_err(io::Error::other)?;
+        let hex = id.to_hex().to_string();
+        let path = quarantine.path().join(&hex[..2]).join(&hex[2..]);
+        files.durability.sync_loose_object(&path, &mut batch)?;
         if shared != crate::objects::pack_files::SharedRepository::Umask {
             // git's `adjust_shared_perm` on the read-only loose object.
-            let hex = id.to_hex().to_string();
-            let path = quarantine.path().join(&hex[..2]).join(&hex[2..]);
             let mode = std::fs::metadata(&path)?.permissions().mode() & 0o7777;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(shared.adjust(mode)))?;
         }
     }
+    batch.flush(quarantine.path())?;
     for file in std::fs::read_dir(quarantine.pack_dir())? {
         std::fs::remove_file(file?.path())?;
     }

@@ -1,11 +1,15 @@
 //! The files of a kept pack as git's `index-pack` leaves them: read-only (`0444` less the umask,
 //! then adjusted by `core.sharedRepository`, git's `adjust_shared_perm`), and with a `.rev`
 //! reverse index next to the `.idx` unless `pack.writeReverseIndex` is false
-//! (gitformat-pack(5), "pack-*.rev files").
+//! (gitformat-pack(5), "pack-*.rev files"); the pack made durable if `core.fsync` has `pack`,
+//! its `.idx` and `.rev` if it has `pack-metadata` (both by default), before the quarantine
+//! that holds them is migrated. The `.keep` is not synced (git's `write_special_file` does not).
 
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use crate::fsync::{Components, Durability};
 
 /// `core.sharedRepository`: who besides the owner may read what the repository holds (git's
 /// `git_config_perm`).
@@ -128,6 +132,9 @@ pub struct Options {
     pub write_reverse_index: bool,
     /// `core.sharedRepository`.
     pub shared: SharedRepository,
+    /// `core.fsync` and `core.fsyncMethod`, for the pack, its `.idx` and `.rev`, and loose
+    /// objects.
+    pub durability: Durability,
 }
 
 impl Default for Options {
@@ -135,22 +142,27 @@ impl Default for Options {
         Options {
             write_reverse_index: true,
             shared: SharedRepository::Umask,
+            durability: Durability::default(),
         }
     }
 }
 
-/// Write the `.rev` of the pack whose index is at `index_path` (when asked for) and make the
-/// pack's files read-only as git does. Returns the `.rev`'s path if one was written.
+/// Make the pack and its index durable as `core.fsync` says, write the `.rev` of the pack whose
+/// index is at `index_path` (when asked for) and make the pack's files read-only as git does.
+/// Returns the `.rev`'s path if one was written.
 pub fn finish(
     index_path: &Path,
     pack_path: &Path,
     index: &gix_pack::index::File,
     options: Options,
 ) -> io::Result<Option<PathBuf>> {
+    let durability = options.durability;
+    durability.sync_path(Components::PACK, pack_path)?;
+    durability.sync_path(Components::PACK_METADATA, index_path)?;
     let mode = options.shared.adjust(read_only_mode(index_path.parent())?);
     let rev = if options.write_reverse_index {
         let rev_path = index_path.with_extension("rev");
-        write_reverse_index(&rev_path, index)?;
+        write_reverse_index(&rev_path, index, durability)?;
         Some(rev_path)
     } else {
         None
@@ -206,7 +218,11 @@ pub fn reverse_index(index: &gix_pack::index::File) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-fn write_reverse_index(path: &Path, index: &gix_pack::index::File) -> io::Result<()> {
+fn write_reverse_index(
+    path: &Path,
+    index: &gix_pack::index::File,
+    durability: Durability,
+) -> io::Result<()> {
     let data = reverse_index(index)?;
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -214,7 +230,7 @@ fn write_reverse_index(path: &Path, index: &gix_pack::index::File) -> io::Result
         .mode(0o444)
         .open(path)?;
     file.write_all(&data)?;
-    Ok(())
+    durability.sync(Components::PACK_METADATA, &file)
 }
 
 #[cfg(test)]

@@ -95,6 +95,8 @@ pub struct Environment {
     pub config_parameters: Option<String>,
     /// `GIT_TEST_REFTABLE_AUTOCOMPACTION`: a false value turns reftable auto-compaction off.
     pub test_reftable_autocompaction: Option<String>,
+    /// `GIT_TEST_FSYNC`: a false value syncs nothing (git's test suite sets it).
+    pub test_fsync: Option<String>,
 }
 
 impl Environment {
@@ -115,6 +117,7 @@ impl Environment {
             home: var("HOME"),
             config_parameters: var("GIT_CONFIG_PARAMETERS"),
             test_reftable_autocompaction: var("GIT_TEST_REFTABLE_AUTOCOMPACTION"),
+            test_fsync: var("GIT_TEST_FSYNC"),
         }
     }
 
@@ -123,6 +126,7 @@ impl Environment {
         crate::repo::config::Environment {
             config_parameters: self.config_parameters.clone(),
             test_reftable_autocompaction: self.test_reftable_autocompaction.clone(),
+            test_fsync: self.test_fsync.clone(),
             home: self.home.as_ref().map(std::path::PathBuf::from),
         }
     }

@@ -72,6 +72,7 @@ pub(super) fn unpack<W: Write, E: Write>(
         files: crate::objects::pack_files::Options {
             write_reverse_index: config.ingest.write_reverse_index,
             shared: config.ingest.shared_repository,
+            durability: config.durability,
         },
     };
     match ingest::receive_pack(input, &q, objects, opts) {

@@ -55,7 +55,10 @@ pub(super) fn lock<'a>(
     results: &mut [Result<(), RefError>],
 ) -> Result<Locked<'a>, Failed<prepare::Error>> {
     let super::Batch {
-        git_dir, atomic, ..
+        git_dir,
+        atomic,
+        fsync,
+        ..
     } = batch;
     let mut order = live(results);
     order.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
@@ -64,7 +67,7 @@ pub(super) fn lock<'a>(
 
     let mut items: Vec<Item> = Vec::with_capacity(sorted.order.len());
     for (k, &i) in sorted.order.iter().enumerate() {
-        match lock_one(git_dir, &packed, &sorted, k, &updates[i]) {
+        match lock_one(git_dir, &packed, &sorted, k, &updates[i], fsync) {
             Ok((lock, before)) => items.push(Item {
                 index: i,
                 lock: Some(lock),
@@ -120,6 +123,7 @@ impl Locked<'_> {
             atomic,
             committer,
             objects,
+            fsync,
         } = batch;
         let mut live: Vec<usize> = items.iter().map(|it| it.index).collect();
         live.sort_unstable();
@@ -162,8 +166,13 @@ impl Locked<'_> {
             {
                 let content =
                     packed::render(&current, updates, &deletions, &mut Peeler::new(objects));
-                packed::replace(&git_dir.join("packed-refs.new"), &packed_path, &content)
-                    .map_err(Failed::quietly)?;
+                packed::replace(
+                    &git_dir.join("packed-refs.new"),
+                    &packed_path,
+                    &content,
+                    fsync,
+                )
+                .map_err(Failed::quietly)?;
             }
             for mut it in deletions {
                 let name = updates[it.index].name.as_slice();
@@ -190,13 +199,15 @@ impl Locked<'_> {
 }
 
 /// Take the lock of update `k` of `batch` and check the ref under it; the lock (holding the new
-/// value, unless the ref is deleted) and the ref's current value.
+/// value, unless the ref is deleted, synced as `fsync` says: git's `write_ref_to_lockfile`) and
+/// the ref's current value.
 fn lock_one(
     git_dir: &Path,
     packed: &Packed,
     batch: &Sorted<'_>,
     k: usize,
     u: &RefUpdate,
+    fsync: crate::fsync::Durability,
 ) -> Result<(Lock, Option<ObjectId>), RefError> {
     let name = u.name.as_slice();
     gix_ref::FullName::try_from(u.name.as_bstr()).map_err(|e| RefError::Other {
@@ -242,7 +253,10 @@ fn lock_one(
     let written = fs::OpenOptions::new()
         .write(true)
         .open(lock.path())
-        .and_then(|mut f| writeln!(f, "{}", u.new_id()));
+        .and_then(|mut f| {
+            writeln!(f, "{}", u.new_id())?;
+            fsync.sync(crate::fsync::Components::REFERENCE, &f)
+        });
     if let Err(e) = written {
         return Err(RefError::Other {
             message: format!(

@@ -41,7 +41,10 @@ pub fn of_repository(repo: &crate::repo::Repository) -> Box<dyn RefStore> {
         &repo.git_dir,
         repo.ref_format,
         repo.config.storage.log_ref_updates,
-        repo.config.storage.reftable,
+        crate::reftable::WriteOptions {
+            fsync: repo.config.durability,
+            ..repo.config.storage.reftable
+        },
     )
 }
 
@@ -75,7 +78,8 @@ pub enum SnapshotError {
     Reftable(#[from] crate::reftable::Error),
 }
 
-/// The ref store of the repository at `git_dir`.
+/// The ref store of the repository at `git_dir`; both backends make what they write durable as
+/// `reftable.fsync` (`core.fsync`) says.
 pub fn open(
     git_dir: &Path,
     format: RefFormat,
@@ -83,7 +87,7 @@ pub fn open(
     reftable: crate::reftable::WriteOptions,
 ) -> Box<dyn RefStore> {
     match format {
-        RefFormat::Files => Box::new(FilesStore::open(git_dir, log)),
+        RefFormat::Files => Box::new(FilesStore::open(git_dir, log).with_fsync(reftable.fsync)),
         RefFormat::Reftable => Box::new(ReftableStore::open(git_dir, log, reftable)),
     }
 }
@@ -340,6 +344,7 @@ pub struct FilesStore {
     store: gix_ref::file::Store,
     git_dir: std::path::PathBuf,
     log: LogRefUpdates,
+    fsync: crate::fsync::Durability,
 }
 
 /// From this many refs in one batch on, they are written to `packed-refs` in one rewrite
@@ -358,7 +363,15 @@ impl FilesStore {
             store,
             git_dir: git_dir.to_owned(),
             log,
+            fsync: Default::default(),
         }
+    }
+
+    /// Make ref lock files and `packed-refs` durable as `fsync` says (`core.fsync`'s
+    /// `reference`; git's default syncs neither) before they are renamed into place.
+    pub fn with_fsync(mut self, fsync: crate::fsync::Durability) -> Self {
+        self.fsync = fsync;
+        self
     }
 
     fn resolve(&self, name: &BStr) -> Option<ObjectId> {
@@ -383,6 +396,8 @@ struct Batch<'a> {
     /// The reflog identity.
     committer: &'a gix_actor::Signature,
     objects: &'a gix_odb::Handle,
+    /// `core.fsync`: lock files and `packed-refs.new` are synced before their rename.
+    fsync: crate::fsync::Durability,
 }
 
 impl FilesStore {
@@ -401,6 +416,7 @@ impl FilesStore {
             atomic: options.atomic(),
             committer: options.committer,
             objects: options.objects,
+            fsync: self.fsync,
         };
         // Else (`packed::Fallback`) a symbolic ref is involved, or packed-refs.lock is held: one
         // lock per ref, as git.

@@ -795,12 +795,13 @@ impl Locked<'_> {
             atomic,
             committer,
             objects,
+            fsync,
         } = batch;
         let packed_path = git_dir.join("packed-refs");
         let mut peeler = Peeler::new(objects);
         let new_path = git_dir.join("packed-refs.new");
         let content = render(&packed, updates, &items, &mut peeler);
-        replace(&new_path, &packed_path, &content).map_err(Failed::quietly)?;
+        replace(&new_path, &packed_path, &content, fsync).map_err(Failed::quietly)?;
 
         // The second scan: writers that slipped in between our scan and our rename.
         let rescan = Scan::new(git_dir, dirs.iter().copied());
@@ -850,7 +851,8 @@ impl Locked<'_> {
         if !lost.is_empty() {
             if atomic {
                 if packed.existed {
-                    replace(&new_path, &packed_path, &packed.buf).map_err(Failed::quietly)?;
+                    replace(&new_path, &packed_path, &packed.buf, fsync)
+                        .map_err(Failed::quietly)?;
                 } else {
                     fs::remove_file(&packed_path).map_err(|source| {
                         Failed::quietly(PackedWriteError {
@@ -876,7 +878,7 @@ impl Locked<'_> {
             }
             items = kept;
             let content = render(&packed, updates, &items, &mut peeler);
-            replace(&new_path, &packed_path, &content).map_err(Failed::quietly)?;
+            replace(&new_path, &packed_path, &content, fsync).map_err(Failed::quietly)?;
         }
 
         // The loose files the new packed-refs replaces, removed under their locks.
@@ -1188,8 +1190,14 @@ fn copy_entry(
     }
 }
 
-/// Write `content` to `tmp` (git's `packed-refs.new`) and rename it over `target`.
-pub(super) fn replace(tmp: &Path, target: &Path, content: &[u8]) -> Result<(), PackedWriteError> {
+/// Write `content` to `tmp` (git's `packed-refs.new`), sync it as `fsync` says for refs, and
+/// rename it over `target`.
+pub(super) fn replace(
+    tmp: &Path,
+    target: &Path,
+    content: &[u8],
+    fsync: crate::fsync::Durability,
+) -> Result<(), PackedWriteError> {
     let fail = |what: &'static str, source: io::Error| {
         let _ = fs::remove_file(tmp);
         PackedWriteError {
@@ -1206,6 +1214,9 @@ pub(super) fn replace(tmp: &Path, target: &Path, content: &[u8]) -> Result<(), P
         .open(tmp)
         .map_err(|e| fail("create", e))?;
     f.write_all(content).map_err(|e| fail("write", e))?;
+    fsync
+        .sync(crate::fsync::Components::REFERENCE, &f)
+        .map_err(|e| fail("write", e))?;
     drop(f);
     fs::rename(tmp, target).map_err(|e| fail("rename", e))
 }

@@ -13,6 +13,7 @@ use gix_object::bstr::BString;
 
 use super::table::{Table, WriteOptions, write_table};
 use super::{Error, LogRecord, LogValue, RefRecord, RefValue, Result};
+use crate::fsync::{Components, Durability};
 
 const LIST: &str = "tables.list";
 
@@ -72,10 +73,12 @@ impl LockFile {
         }
     }
 
-    fn write_all_and_commit(mut self, data: &[u8]) -> Result<()> {
+    /// Write `data`, make it durable as `fsync` says for refs, and rename the lock over its
+    /// target.
+    fn write_all_and_commit(mut self, data: &[u8], fsync: Durability) -> Result<()> {
         let mut file = self.file.take().expect("lock file open");
         file.write_all(data)
-            .and_then(|()| file.sync_all())
+            .and_then(|()| fsync.sync(Components::REFERENCE, &file))
             .map_err(io_err("write", &self.lock_path))?;
         drop(file);
         std::fs::rename(&self.lock_path, &self.target)
@@ -391,7 +394,7 @@ impl Stack {
             .tempfile_in(&self.dir)
             .map_err(io_err("create temporary table in", &self.dir))?;
         tmp.write_all(bytes)
-            .and_then(|()| tmp.as_file().sync_all())
+            .and_then(|()| self.opts.fsync.sync(Components::REFERENCE, tmp.as_file()))
             .map_err(io_err("write", tmp.path()))?;
         let name = format!("{}.ref", format_name(min, max));
         let path = self.dir.join(&name);
@@ -475,7 +478,7 @@ impl Stack {
             .chain(around.1)
             .map(|n| format!("{n}\n"))
             .collect();
-        if let Err(e) = list_lock.write_all_and_commit(text.as_bytes()) {
+        if let Err(e) = list_lock.write_all_and_commit(text.as_bytes(), self.opts.fsync) {
             if let Some(n) = installed {
                 let _ = std::fs::remove_file(self.dir.join(n));
             }
@@ -653,7 +656,7 @@ impl<S: std::borrow::BorrowMut<Stack>> Locked<S> {
             list.push_str(n);
             list.push('\n');
         }
-        if let Err(e) = lock.write_all_and_commit(list.as_bytes()) {
+        if let Err(e) = lock.write_all_and_commit(list.as_bytes(), stack.opts.fsync) {
             let _ = std::fs::remove_file(stack.dir.join(&name));
             return Err(e);
         }

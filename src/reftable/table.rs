@@ -56,6 +56,9 @@ pub struct WriteOptions {
     pub disable_auto_compact: bool,
     /// `reftable.lockTimeout` in milliseconds, default 100; negative waits forever.
     pub lock_timeout_ms: i64,
+    /// `core.fsync`: a new table and `tables.list.lock` are synced before `tables.list` is
+    /// renamed into place when it has `reference` (git's `reftable_fsync`; not by default).
+    pub fsync: crate::fsync::Durability,
 }
 
 impl Default for WriteOptions {
@@ -69,6 +72,7 @@ impl Default for WriteOptions {
             geometric_factor: 2,
             disable_auto_compact: false,
             lock_timeout_ms: 100,
+            fsync: crate::fsync::Durability::default(),
         }
     }
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use gix_config::File;
 
+use crate::fsync::{Components, Durability, Method};
 use crate::objects::fsck::Setting as FsckSetting;
 use crate::objects::pack_files::SharedRepository;
 
@@ -148,6 +149,9 @@ pub struct Config {
     pub identity: Identity,
     /// How the repository and its refs are laid out and written.
     pub storage: Storage,
+    /// What is made durable before it is published, and how (`core.fsync`,
+    /// `core.fsyncMethod`): packs, loose objects, refs, reftable tables.
+    pub durability: Durability,
 }
 
 /// What the capability advertisement offers ([`crate::protocol::advertise::capabilities`]),
@@ -355,6 +359,9 @@ pub struct Environment {
     pub test_reftable_autocompaction: Option<String>,
     /// `HOME`, for a `~/` at the start of `receive.fsck.skipList`.
     pub home: Option<PathBuf>,
+    /// `GIT_TEST_FSYNC`: a false value syncs nothing whatever `core.fsync` says, as in git
+    /// (whose test suite sets it).
+    pub test_fsync: Option<String>,
 }
 
 
@@ -494,6 +501,9 @@ impl Parsing {
             == Some(false)
         {
             storage.reftable.disable_auto_compact = true;
+        }
+        if env.test_fsync.as_deref().and_then(parse_bool) == Some(false) {
+            self.c.durability.enabled = false;
         }
         (self.c, self.warnings)
     }
@@ -787,7 +797,67 @@ pub static KEYS: &[Key] = &[
         "The largest object (or delta result) a pack may inflate to (default 1GiB, at least 1).",
         |p, v| p.c.ingest.max_object_size = number(v)?.max(1) as u64
     ),
+    Key {
+        name: "core.fsync",
+        doc: "The components made durable before they are published: loose-object, pack, \
+              pack-metadata, reference, ... and the aggregates objects, derived-metadata, \
+              committed, added, all; `-name` removes one, `none` clears. By default pack and \
+              pack-metadata (git's FSYNC_COMPONENTS_DEFAULT).",
+        apply: Apply::Sections(read_fsync),
+    },
+    Key {
+        name: "core.fsyncMethod",
+        doc: "How: fsync (the default), writeout-only (write-back without a disk cache flush) \
+              or batch (write-back per loose object, one flush before they are published).",
+        apply: Apply::Sections(read_fsync_method),
+    },
+    last!(
+        "core.fsyncObjectFiles",
+        "Deprecated (use core.fsync): true syncs loose objects.",
+        |p, v| {
+            p.warnings.push(Warning(
+                "core.fsyncObjectFiles is deprecated; use core.fsync instead".into(),
+            ));
+            p.c.durability.object_files = boolean(v)?;
+        }
+    ),
 ];
+
+/// The last value of `key` (`core.fsync`, `core.fsyncMethod`), or git's "missing value" error
+/// for a key written without `=` (git's `config_error_nonbool`).
+fn nonbool(file: &File, key: &str) -> Result<Option<String>, Error> {
+    match file.string_implicit(key) {
+        None => Ok(None),
+        Some(Some(value)) => Ok(Some(value.to_string())),
+        Some(None) => Err(Error::MissingValue {
+            key: key.to_ascii_lowercase(),
+            file: String::new(),
+            line: 0,
+        }),
+    }
+}
+
+/// `core.fsync`, its last value, as git's `parse_fsync_components`.
+fn read_fsync(file: &File, p: &mut Parsing) -> Result<(), Error> {
+    if let Some(value) = nonbool(file, "core.fsync")? {
+        let warnings = &mut p.warnings;
+        p.c.durability.components = Components::parse(&value, |w| warnings.push(Warning(w)));
+    }
+    Ok(())
+}
+
+/// `core.fsyncMethod`, its last value; an unknown one is ignored with git's warning.
+fn read_fsync_method(file: &File, p: &mut Parsing) -> Result<(), Error> {
+    if let Some(value) = nonbool(file, "core.fsyncMethod")? {
+        match Method::parse(&value) {
+            Some(m) => p.c.durability.method = m,
+            None => p.warnings.push(Warning(format!(
+                "ignoring unknown core.fsyncMethod value '{value}'"
+            ))),
+        }
+    }
+    Ok(())
+}
 
 /// `core.sharedRepository`, its last value; a key without `=` means `group` (git's
 /// `git_config_perm` with a NULL value).
@@ -1135,6 +1205,14 @@ mod tests {
         ("berth.maxObjectSize", "2g", |c| {
             c.ingest.max_object_size == 2 << 30
         }),
+        ("core.fsync", "reference,-pack", |c| {
+            c.durability.components.intersects(Components::REFERENCE)
+                && !c.durability.components.intersects(Components::PACK)
+        }),
+        ("core.fsyncMethod", "batch", |c| {
+            c.durability.method == Method::Batch
+        }),
+        ("core.fsyncObjectFiles", "true", |c| c.durability.object_files),
     ];
 
     /// `[section "sub"] var = value` for `section.var` or `section.sub.var`, the names spelled by
@@ -1172,7 +1250,9 @@ mod tests {
                 let text = config_text(name, value, case);
                 let (c, warnings) = parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
                 assert!(check(&c), "{text}: {c:#?}");
-                assert!(warnings.is_empty(), "{text}");
+                // git warns whenever the deprecated key is set.
+                let deprecated = *name == "core.fsyncObjectFiles";
+                assert_eq!(warnings.is_empty(), !deprecated, "{text}");
             }
         }
         for key in KEYS {
@@ -1265,6 +1345,15 @@ mod tests {
             }
         );
         assert_eq!(c.identity, Identity::default());
+        assert_eq!(
+            c.durability,
+            Durability {
+                components: Components::DEFAULT,
+                method: Method::Fsync,
+                object_files: false,
+                enabled: true,
+            }
+        );
         let rt = c.storage.reftable;
         assert_eq!(
             (rt.block_size, rt.restart_interval, rt.index_objects),
@@ -1368,6 +1457,37 @@ mod tests {
             err("[receive]\n\tautogc = x\n\tdenyDeletes = y\n"),
             "bad boolean config value 'y'"
         );
+    }
+
+    #[test]
+    fn fsync_keys_as_git() {
+        let (c, warnings) = parse(
+            "[core]\n\tfsync = bogus,reference\n\tfsyncMethod = sometimes\n",
+        )
+        .unwrap();
+        assert!(c.durability.components.intersects(Components::REFERENCE));
+        assert_eq!(c.durability.method, Method::Fsync);
+        assert_eq!(
+            warnings,
+            [
+                Warning("ignoring unknown core.fsync component 'bogus'".into()),
+                Warning("ignoring unknown core.fsyncMethod value 'sometimes'".into()),
+            ]
+        );
+        // An empty value is the default; no value at all is git's "missing value".
+        let c = parse("[core]\n\tfsync = none\n\tfsync =\n").unwrap().0;
+        assert_eq!(c.durability.components, Components::DEFAULT);
+        for text in ["[core]\n\tfsync\n", "[core]\n\tfsyncMethod\n"] {
+            let e = parse(text).unwrap_err();
+            assert!(matches!(e, Error::MissingValue { .. }), "{text}: {e}");
+        }
+        let env = Environment {
+            test_fsync: Some("0".into()),
+            ..Default::default()
+        };
+        let c = parse_with("[core]\n\tfsync = all\n", &env).unwrap().0;
+        assert!(!c.durability.enabled);
+        assert!(!c.durability.syncs(Components::ALL));
     }
 
     #[test]

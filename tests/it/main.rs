@@ -8,6 +8,7 @@ mod common;
 mod bad_input;
 mod bench;
 mod crash;
+mod durability;
 mod fuzz_corpus;
 mod hook_cost;
 mod hooks;
