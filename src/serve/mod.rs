@@ -39,12 +39,14 @@ mod log;
 mod repos;
 mod routing;
 mod session;
+mod ssh;
 
 pub use auth::hash_password;
 use auth::*;
 use log::*;
 use routing::*;
 use session::*;
+pub use ssh::{OnSshListening, SshConfig, SshListening};
 
 /// How `berth serve` was configured.
 #[derive(Debug, Clone)]
@@ -67,6 +69,8 @@ pub struct Config {
     pub max_concurrent_pushes: usize,
     /// How long a request body may stall before the request is abandoned.
     pub idle_timeout: Duration,
+    /// Also serve git over ssh (`--ssh-listen`); `None` for HTTP only.
+    pub ssh: Option<SshConfig>,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -121,6 +125,9 @@ pub enum Error {
     /// The server failed while running.
     #[error("server error: {0}")]
     Serve(io::Error),
+    /// The ssh side cannot start (host key, keydir).
+    #[error("ssh: {0}")]
+    Ssh(String),
     /// Hashing a password failed.
     #[error("cannot hash password: {0}")]
     Hash(String),
@@ -209,7 +216,7 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
 
     let app = axum::Router::new()
         .fallback(handle)
-        .with_state(server)
+        .with_state(server.clone())
         .layer(tower_http::decompression::RequestDecompressionLayer::new().gzip(true));
 
     let mut last_err = None;
@@ -237,6 +244,10 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         auto_init,
         "serving"
     );
+    let ssh = match &config.ssh {
+        Some(c) => Some(ssh::start(server.clone(), c).await?),
+        None => None,
+    };
     on_listening(local);
     axum::serve(
         listener,
@@ -245,6 +256,9 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
     .with_graceful_shutdown(shutdown_signal())
     .await
     .map_err(Error::Serve)?;
+    if let Some(ssh) = ssh {
+        ssh.shutdown().await;
+    }
     tracing::info!(target: "berth::serve", "stopped");
     Ok(())
 }
