@@ -210,12 +210,14 @@ async fn connection(state: Arc<State>, sock: tokio::net::TcpStream, peer: Socket
         Err(_) => return,
     };
     let authed = Arc::new(AtomicBool::new(false));
+    let (closed_tx, closed) = tokio::sync::watch::channel(false);
     let conn = Conn {
         state: state.clone(),
         peer,
         user: None,
         authed: authed.clone(),
         channels: HashMap::new(),
+        closed,
     };
     let timeout = state.auth_timeout;
     let watchdog = tokio::spawn(async move {
@@ -236,6 +238,8 @@ async fn connection(state: Arc<State>, sock: tokio::net::TcpStream, peer: Socket
         }
     }
     watchdog.abort();
+    // Commands still writing to this connection stop waiting for it.
+    let _ = closed_tx.send(true);
 }
 
 /// A session channel that has not run its command yet.
@@ -258,6 +262,8 @@ struct Conn {
     user: Option<String>,
     authed: Arc<AtomicBool>,
     channels: HashMap<ChannelId, Pending>,
+    /// Becomes true when the connection has ended.
+    closed: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Conn {
@@ -499,12 +505,14 @@ impl Conn {
         session.channel_success(id)?;
         let state = self.state.clone();
         let peer = self.peer;
+        let closed = self.closed.clone();
         state.commands.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
             let Pending {
                 channel, protocol, ..
             } = pending;
-            run_command(&state, channel, user, peer, protocol, cmd).await;
+            let conn = Peer { addr: peer, closed };
+            run_command(&state, channel, user, conn, protocol, cmd).await;
             state.commands.fetch_sub(1, Ordering::SeqCst);
             state.command_ended.notify_waiters();
         });
@@ -542,15 +550,24 @@ impl Write for OutWriter {
     }
 }
 
+/// The client end of a command: its address, and whether its connection has ended.
+struct Peer {
+    addr: SocketAddr,
+    closed: tokio::sync::watch::Receiver<bool>,
+}
+
 /// Run one command to its end: output forwarded as it comes, then exit status, EOF, close.
 async fn run_command(
     state: &Arc<State>,
     channel: Channel<Msg>,
     user: String,
-    peer: SocketAddr,
+    conn: Peer,
     protocol: Option<String>,
     cmd: Command,
 ) {
+    let peer = conn.addr;
+    let mut closed = conn.closed;
+    let idle = state.server.idle_timeout;
     let (route, repo, service) = match &cmd {
         Command::Git { service, repo } => (
             match service {
@@ -582,12 +599,21 @@ async fn run_command(
     let fwd_access = access.clone();
     let forward = tokio::spawn(async move {
         while let Some((stderr, b)) = rx.recv().await {
-            let sent = if stderr {
-                write.extended_data_bytes(1, b).await
-            } else {
-                write.data_bytes(b).await
+            let send = async {
+                if stderr {
+                    write.extended_data_bytes(1, b).await
+                } else {
+                    write.data_bytes(b).await
+                }
             };
-            if sent.is_err() {
+            // A client that stops reading (its window stays shut) or whose connection ended
+            // must not hold the session, its push slot and its quarantine.
+            let sent = tokio::select! {
+                r = send => r.is_ok(),
+                _ = closed.wait_for(|c| *c) => false,
+                _ = tokio::time::sleep(idle) => false,
+            };
+            if !sent {
                 fwd_access.set_outcome("client went away");
                 break;
             }
@@ -636,9 +662,12 @@ async fn run_command(
     }
     drop(tx);
     if let Ok(write) = forward.await {
-        let _ = write.exit_status(code).await;
-        let _ = write.eof().await;
-        let _ = write.close().await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+            let _ = write.exit_status(code).await;
+            let _ = write.eof().await;
+            let _ = write.close().await;
+        })
+        .await;
     }
 }
 
