@@ -211,6 +211,18 @@ fn push_fetch_clone_keys_and_refusals() {
         &["config", "core.logAllRefUpdates", "true"],
     );
 
+    // Hooks see the key's user as under HTTP: REMOTE_USER, REMOTE_ADDR, the reflog identity.
+    let hook = w.path("repos/demo.git/hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\necho \"hook: $REMOTE_USER $REMOTE_ADDR $GIT_COMMITTER_NAME $GIT_COMMITTER_EMAIL\"\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
     // Clone (protocol v2 by default), then an update pushed from the clone and fetched.
     ok(git_ssh(
         &w,
@@ -224,13 +236,13 @@ fn push_fetch_clone_keys_and_refusals() {
         w.git("src", &["rev-parse", "main"])
     );
     let c2 = w.commit("clone", "b", "2");
-    ok(git_ssh(
-        &w,
-        &srv,
-        "alice",
-        "clone",
-        &["push", "-q", "origin", "main"],
-    ));
+    let out = git_ssh(&w, &srv, "alice", "clone", &["push", "origin", "main"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("remote: hook: alice 127.0.0.1 alice alice@ssh.127.0.0.1"),
+        "{out:?}"
+    );
     // The reflog identity is the key's user, as git-http-backend's is the HTTP user.
     let reflog = w.git(
         "repos/demo.git",
@@ -737,4 +749,30 @@ fn connection_cap_and_authentication_timeout() {
         assert!(start.elapsed() < Duration::from_secs(5), "{out:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn push_size_limit_applies_over_ssh() {
+    let w = world();
+    let srv = Serve::start(&w, &["--max-request-bytes", "20000"]);
+    w.bare("repos/l.git");
+    w.work("src");
+    std::fs::write(w.path("src/big.bin"), noise(200_000, 9)).unwrap();
+    w.git("src", &["add", "big.bin"]);
+    w.git("src", &["commit", "-q", "-m", "big"]);
+    let out = git_ssh(
+        &w,
+        &srv,
+        "alice",
+        "src",
+        &["push", &srv.url("l.git"), "main"],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    assert_eq!(w.refs("repos/l.git"), "");
+    assert!(common::leftovers(&w.path("repos/l.git")).is_empty());
+    assert!(
+        srv.log().contains("push larger than 20000 bytes"),
+        "{}",
+        srv.log()
+    );
 }
