@@ -129,6 +129,22 @@ struct ServeArgs {
     /// Serve HTTPS: the private key (PEM); needs --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// Also serve git over ssh on this address (e.g. 127.0.0.1:2222); needs --keydir.
+    #[arg(long, value_name = "ADDR")]
+    ssh_listen: Option<String>,
+    /// The ssh host key; an ed25519 key is created there on first start (mode 0600).
+    #[arg(long, value_name = "FILE", default_value = "./ssh_host_ed25519_key")]
+    ssh_host_key: std::path::PathBuf,
+    /// Users' ssh public keys, gitolite style: `alice.pub`, `alice@laptop.pub` (one or more
+    /// keys each) are user alice; reread when the directory changes.
+    #[arg(long, value_name = "DIR")]
+    keydir: Option<std::path::PathBuf>,
+    /// Seconds an ssh connection may take to authenticate.
+    #[arg(long, default_value_t = 30)]
+    ssh_auth_timeout: u64,
+    /// How many ssh connections are served at once; more are closed.
+    #[arg(long, default_value_t = 64)]
+    ssh_max_connections: usize,
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -354,6 +370,27 @@ fn bench_many_refs(a: ManyRefsArgs) -> ExitCode {
 
 #[cfg(feature = "serve")]
 fn serve(a: ServeArgs) -> ExitCode {
+    let ssh = match (a.ssh_listen, a.keydir) {
+        (None, _) => None,
+        (Some(_), None) => {
+            eprintln!("berth serve: --ssh-listen needs --keydir DIR (the users' public keys)");
+            return ExitCode::from(2);
+        }
+        (Some(listen), Some(keydir)) => Some(berth::serve::SshConfig {
+            listen,
+            host_key: a.ssh_host_key,
+            keydir,
+            auth_timeout: std::time::Duration::from_secs(a.ssh_auth_timeout.max(1)),
+            max_connections: a.ssh_max_connections,
+            on_listening: berth::serve::OnSshListening(std::sync::Arc::new(|l| {
+                // Tests and scripts read the port and pin the host key from these lines.
+                println!("berth serve: listening on ssh://{}/", l.addr);
+                println!("berth serve: ssh host key {}", l.fingerprint);
+                println!("berth serve: known_hosts {}", l.known_hosts);
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+            })),
+        }),
+    };
     let config = berth::serve::Config {
         root: a.root,
         listen: a.listen,
@@ -371,6 +408,7 @@ fn serve(a: ServeArgs) -> ExitCode {
             _ => None,
         },
         limits: a.limits.limits(),
+        ssh,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

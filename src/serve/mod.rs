@@ -46,6 +46,7 @@ mod repos;
 mod routing;
 mod rules;
 mod session;
+mod ssh;
 
 pub use auth::hash_password;
 use auth::*;
@@ -59,6 +60,7 @@ use metrics::*;
 use repos::Target;
 use routing::*;
 use session::*;
+pub use ssh::{OnSshListening, SshConfig, SshListening};
 
 /// How `berth serve` was configured.
 #[derive(Debug, Clone)]
@@ -90,6 +92,8 @@ pub struct Config {
     pub tls: Option<Tls>,
     /// Timeouts and caps.
     pub limits: Limits,
+    /// Also serve git over ssh (`--ssh-listen`); `None` for HTTP only.
+    pub ssh: Option<SshConfig>,
 }
 
 /// `--tls-cert FILE --tls-key FILE`.
@@ -153,6 +157,9 @@ pub enum Error {
     /// The server failed while running.
     #[error("server error: {0}")]
     Serve(io::Error),
+    /// The ssh side cannot start (host key, keydir).
+    #[error("ssh: {0}")]
+    Ssh(String),
     /// Hashing a password failed.
     #[error("cannot hash password: {0}")]
     Hash(String),
@@ -326,8 +333,15 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         max_connections = server.max_connections,
         "serving"
     );
+    let ssh = match &config.ssh {
+        Some(c) => Some(ssh::start(server.clone(), c).await?),
+        None => None,
+    };
     on_listening(local);
     conn::serve(listener, app, server, tls, shutdown_signal()).await;
+    if let Some(ssh) = ssh {
+        ssh.shutdown().await;
+    }
     tracing::info!(target: "berth::serve", "stopped");
     Ok(())
 }

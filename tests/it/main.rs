@@ -24,3 +24,4 @@ mod reftable_push;
 mod sample_hooks;
 mod serve;
 mod ssh;
+mod ssh_serve;

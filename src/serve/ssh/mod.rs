@@ -1,0 +1,1024 @@
+//! `berth serve --ssh-listen`: git over ssh from the same process as smart HTTP, on russh.
+//!
+//! A connection authenticates with a public key only; the key, found in a gitolite-style keydir
+//! (`keys.rs`), decides the user, whatever user name the client gave. A session channel may then
+//! run one exec request: `git-receive-pack '<path>'` (berth's own push session, in-process, as
+//! for HTTP), `git-upload-pack '<path>'` (git's `git upload-pack`, with the client's
+//! `GIT_PROTOCOL` environment request), or `info`; a shell request gets the `info` greeting.
+//! Everything else (ptys, subsystems, port and agent forwarding, X11, other commands) is
+//! refused. Paths resolve under the root exactly as HTTP URLs do ([`super::repos::resolve`]),
+//! and every access decision goes through `access.rs`.
+//!
+//! Limits: a connection must authenticate within `auth_timeout` (or is dropped), a connection
+//! silent in both directions for `idle_timeout` is dropped, at most `max_connections` connections
+//! are served at once (more are closed at accept), and pushes share HTTP's slots, request-size
+//! limit and idle limit on the pushed data. A client that goes away mid-push ends its session
+//! like any failed push: the quarantine is removed.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::{Method, StatusCode};
+use bytes::Bytes;
+use russh::server::{Auth, Handler, Msg, Session};
+use russh::{Channel, ChannelId, ChannelMsg, ChannelOpenFailure, ChannelReadHalf};
+use tokio::sync::{Notify, mpsc};
+use tokio_util::io::{StreamReader, SyncIoBridge};
+
+use super::repos::is_git_dir;
+use super::repos::{self, Resolved};
+use super::{Access, BodyReader, Error, Identity, InFlight, Reject, Server, Service, hook_env};
+use crate::receive;
+
+mod access;
+mod command;
+mod keys;
+
+use access::{Denied, Op, authorize};
+use command::Command;
+
+/// How the ssh side of `berth serve` is configured.
+#[derive(Debug, Clone)]
+pub struct SshConfig {
+    /// The address to listen on (`host:port`; port 0 picks a free one).
+    pub listen: String,
+    /// The host key: read if it exists, else an ed25519 key is created there (mode 0600).
+    pub host_key: PathBuf,
+    /// The users' public keys, gitolite's keydir: `<user>.pub`, `<user>@<any>.pub`.
+    pub keydir: PathBuf,
+    /// How long a connection may take to authenticate.
+    pub auth_timeout: Duration,
+    /// How many connections are served at once; more are closed when accepted.
+    pub max_connections: usize,
+    /// Told the address and host key once the ssh socket listens (the binary prints them).
+    pub on_listening: OnSshListening,
+}
+
+/// What `berth serve` tells its caller when the ssh side listens.
+#[derive(Debug, Clone)]
+pub struct SshListening {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// The host key's `known_hosts` line for that address (`[ip]:port ssh-ed25519 AAAA…`).
+    pub known_hosts: String,
+    /// The host key's SHA-256 fingerprint, as `ssh-keygen -l` shows it.
+    pub fingerprint: String,
+    /// Whether the host key was created by this start.
+    pub host_key_created: bool,
+}
+
+/// A callback for [`SshListening`] (the library itself prints nothing).
+#[derive(Clone)]
+pub struct OnSshListening(pub Arc<dyn Fn(&SshListening) + Send + Sync>);
+
+impl std::fmt::Debug for OnSshListening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnSshListening")
+    }
+}
+
+/// The ssh side's shared state.
+struct State {
+    server: Arc<Server>,
+    keydir: keys::Keydir,
+    russh: Arc<russh::server::Config>,
+    auth_timeout: Duration,
+    connections: Arc<tokio::sync::Semaphore>,
+    /// Commands running now, and a wake-up when one ends (for shutdown).
+    commands: AtomicUsize,
+    command_ended: Notify,
+}
+
+/// The running ssh listener.
+pub(super) struct Running {
+    accept: tokio::task::JoinHandle<()>,
+    state: Arc<State>,
+}
+
+impl Running {
+    /// Stop accepting connections and wait for the commands in flight (pushes, fetches) to end.
+    pub(super) async fn shutdown(self) {
+        self.accept.abort();
+        loop {
+            let ended = self.state.command_ended.notified();
+            if self.state.commands.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            ended.await;
+        }
+    }
+}
+
+/// Load the keys, bind the socket, announce it, and accept connections in the background.
+pub(super) async fn start(server: Arc<Server>, cfg: &SshConfig) -> Result<Running, Error> {
+    let (host_key, created) = keys::host_key(&cfg.host_key).map_err(Error::Ssh)?;
+    let keydir = keys::Keydir::open(&cfg.keydir).map_err(Error::Ssh)?;
+    let addrs = super::resolve_listen(&cfg.listen)?;
+    let mut listener = None;
+    let mut last_err = None;
+    for addr in &addrs {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => {
+                listener = Some(l);
+                break;
+            }
+            Err(e) => last_err = Some((*addr, e)),
+        }
+    }
+    let listener = match (listener, last_err) {
+        (Some(l), _) => l,
+        (None, Some((addr, source))) => return Err(Error::Bind { addr, source }),
+        (None, None) => return Err(Error::Address(cfg.listen.clone())),
+    };
+    let local = listener.local_addr().map_err(Error::Serve)?;
+    let public = host_key.public_key().clone();
+    let russh = russh::server::Config {
+        server_id: russh::SshId::Standard("SSH-2.0-berth".into()),
+        methods: russh::MethodSet::from(&[russh::MethodKind::PublicKey][..]),
+        // Public-key probes are answered at once; a failed signature waits, as sshd's.
+        auth_rejection_time: Duration::from_millis(300),
+        auth_rejection_time_initial: Some(Duration::ZERO),
+        max_auth_attempts: 6,
+        keys: vec![host_key],
+        inactivity_timeout: Some(server.idle_timeout),
+        nodelay: true,
+        ..Default::default()
+    };
+    let state = Arc::new(State {
+        server,
+        keydir,
+        russh: Arc::new(russh),
+        auth_timeout: cfg.auth_timeout,
+        connections: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections.max(1))),
+        commands: AtomicUsize::new(0),
+        command_ended: Notify::new(),
+    });
+    tracing::info!(
+        target: "berth::serve",
+        listen = %local,
+        keydir = %cfg.keydir.display(),
+        "serving ssh"
+    );
+    (cfg.on_listening.0)(&SshListening {
+        addr: local,
+        known_hosts: keys::known_hosts_line(local, &public),
+        fingerprint: public.fingerprint(russh::keys::HashAlg::Sha256).to_string(),
+        host_key_created: created,
+    });
+    let accept = tokio::spawn(accept_loop(listener, state.clone()));
+    Ok(Running { accept, state })
+}
+
+async fn accept_loop(listener: tokio::net::TcpListener, state: Arc<State>) {
+    loop {
+        let (sock, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                // Out of file descriptors and the like: wait instead of spinning.
+                tracing::warn!(target: "berth::serve", error = %e, "ssh accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = state.connections.clone().try_acquire_owned() else {
+            tracing::warn!(target: "berth::serve", remote = %peer.ip(), "ssh connection refused: too many connections");
+            drop(sock);
+            continue;
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            connection(state, sock, peer).await;
+        });
+    }
+}
+
+/// One connection, from the version exchange to its end; dropped if it has not authenticated
+/// within the auth timeout.
+async fn connection(state: Arc<State>, sock: tokio::net::TcpStream, peer: SocketAddr) {
+    // A second handle on the socket, to cut it off whatever state the protocol is in.
+    let (sock, killer) = match sock.into_std().and_then(|s| {
+        let k = s.try_clone()?;
+        Ok((tokio::net::TcpStream::from_std(s)?, k))
+    }) {
+        Ok(x) => x,
+        Err(_) => return,
+    };
+    let authed = Arc::new(AtomicBool::new(false));
+    let (closed_tx, closed) = tokio::sync::watch::channel(false);
+    let conn = Conn {
+        state: state.clone(),
+        peer,
+        user: None,
+        authed: authed.clone(),
+        channels: HashMap::new(),
+        closed,
+    };
+    let timeout = state.auth_timeout;
+    let watchdog = tokio::spawn(async move {
+        tokio::time::sleep(timeout).await;
+        if !authed.load(Ordering::SeqCst) {
+            tracing::info!(target: "berth::serve", remote = %peer.ip(), "ssh authentication timeout");
+            let _ = killer.shutdown(std::net::Shutdown::Both);
+        }
+    });
+    match russh::server::run_stream(state.russh.clone(), sock, conn).await {
+        Ok(session) => {
+            if let Err(e) = session.await {
+                tracing::debug!(target: "berth::serve", remote = %peer.ip(), error = %e, "ssh connection ended");
+            }
+        }
+        Err(e) => {
+            tracing::debug!(target: "berth::serve", remote = %peer.ip(), error = %e, "ssh handshake failed");
+        }
+    }
+    watchdog.abort();
+    // Commands still writing to this connection stop waiting for it.
+    let _ = closed_tx.send(true);
+}
+
+/// A session channel that has not run its command yet.
+struct Pending {
+    channel: Channel<Msg>,
+    /// `GIT_PROTOCOL` from an env request.
+    protocol: Option<String>,
+    /// Requests and data seen before the command: bounded, since russh queues them for the
+    /// channel until someone reads it.
+    seen: usize,
+}
+
+const MAX_PENDING_MESSAGES: usize = 64;
+const MAX_CHANNELS: usize = 8;
+
+/// One connection's protocol handler.
+struct Conn {
+    state: Arc<State>,
+    peer: SocketAddr,
+    user: Option<String>,
+    authed: Arc<AtomicBool>,
+    channels: HashMap<ChannelId, Pending>,
+    /// Becomes true when the connection has ended.
+    closed: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Conn {
+    /// Count a message on a channel that has no command yet; close it past the bound.
+    fn bump(&mut self, id: ChannelId, session: &mut Session) -> Result<(), russh::Error> {
+        if let Some(p) = self.channels.get_mut(&id) {
+            p.seen += 1;
+            if p.seen > MAX_PENDING_MESSAGES {
+                self.channels.remove(&id);
+                session.close(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuse a request on `id` with a message on the client's stderr and exit status 1.
+    fn refuse(
+        &mut self,
+        id: ChannelId,
+        msg: &str,
+        session: &mut Session,
+    ) -> Result<(), russh::Error> {
+        tracing::info!(
+            target: "berth::serve",
+            remote = %self.peer.ip(),
+            user = self.user.as_deref().unwrap_or("-"),
+            refused = msg,
+            "ssh request refused"
+        );
+        self.channels.remove(&id);
+        session.channel_success(id)?;
+        session.extended_data(id, 1, Bytes::from(format!("berth: {msg}\n")))?;
+        session.exit_status_request(id, 1)?;
+        session.eof(id)?;
+        session.close(id)
+    }
+
+    fn accept_key(&self, key: &russh::keys::PublicKey) -> Option<String> {
+        self.state.keydir.user(key)
+    }
+}
+
+impl Handler for Conn {
+    type Error = russh::Error;
+
+    async fn auth_publickey_offered(
+        &mut self,
+        _user: &str,
+        offer: russh::server::PublicKeyOffer<'_>,
+    ) -> Result<Auth, Self::Error> {
+        Ok(match self.accept_key(offer.public_key) {
+            Some(_) => Auth::Accept,
+            None => Auth::reject(),
+        })
+    }
+
+    async fn auth_publickey(
+        &mut self,
+        login: &str,
+        key: russh::server::VerifiedPublicKey<'_>,
+    ) -> Result<Auth, Self::Error> {
+        match self.accept_key(key.public_key) {
+            Some(user) => {
+                tracing::debug!(
+                    target: "berth::serve",
+                    remote = %self.peer.ip(),
+                    user = %user,
+                    login,
+                    key = %key.public_key.fingerprint(russh::keys::HashAlg::Sha256),
+                    "ssh authenticated"
+                );
+                self.user = Some(user);
+                self.authed.store(true, Ordering::SeqCst);
+                Ok(Auth::Accept)
+            }
+            None => Ok(Auth::reject()),
+        }
+    }
+
+    async fn channel_open_session(
+        &mut self,
+        channel: Channel<Msg>,
+        reply: russh::server::ChannelOpenHandle,
+        _session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        if self.user.is_none() || self.channels.len() >= MAX_CHANNELS {
+            reply.reject(ChannelOpenFailure::ResourceShortage).await;
+            return Ok(());
+        }
+        reply.accept().await;
+        self.channels.insert(
+            channel.id(),
+            Pending {
+                channel,
+                protocol: None,
+                seen: 0,
+            },
+        );
+        Ok(())
+    }
+
+    async fn channel_open_direct_tcpip(
+        &mut self,
+        _channel: Channel<Msg>,
+        host: &str,
+        port: u32,
+        _originator_address: &str,
+        _originator_port: u32,
+        reply: russh::server::ChannelOpenHandle,
+        _session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        tracing::info!(target: "berth::serve", remote = %self.peer.ip(), host, port, "ssh port forwarding refused");
+        reply
+            .reject(ChannelOpenFailure::AdministrativelyProhibited)
+            .await;
+        Ok(())
+    }
+
+    async fn channel_close(
+        &mut self,
+        channel: ChannelId,
+        _session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        self.channels.remove(&channel);
+        Ok(())
+    }
+
+    async fn data(
+        &mut self,
+        channel: ChannelId,
+        _data: &[u8],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        self.bump(channel, session)
+    }
+
+    async fn env_request(
+        &mut self,
+        channel: ChannelId,
+        name: &str,
+        value: &str,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        self.bump(channel, session)?;
+        let ok = name == "GIT_PROTOCOL"
+            && value.len() <= 256
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b":=._-".contains(&b));
+        match self.channels.get_mut(&channel) {
+            Some(p) if ok => {
+                p.protocol = Some(value.to_owned());
+                session.channel_success(channel)
+            }
+            _ => session.channel_failure(channel),
+        }
+    }
+
+    async fn pty_request(
+        &mut self,
+        channel: ChannelId,
+        _term: &str,
+        _col_width: u32,
+        _row_height: u32,
+        _pix_width: u32,
+        _pix_height: u32,
+        _modes: &[(russh::Pty, u32)],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        // The client says "PTY allocation request failed" and goes on (as with gitolite).
+        self.bump(channel, session)?;
+        session.channel_failure(channel)
+    }
+
+    async fn x11_request(
+        &mut self,
+        channel: ChannelId,
+        _single_connection: bool,
+        _x11_auth_protocol: &str,
+        _x11_auth_cookie: &str,
+        _x11_screen_number: u32,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        self.bump(channel, session)?;
+        session.channel_failure(channel)
+    }
+
+    async fn subsystem_request(
+        &mut self,
+        channel: ChannelId,
+        name: &str,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        let name: String = name.chars().take(64).collect();
+        tracing::info!(target: "berth::serve", remote = %self.peer.ip(), subsystem = %name, "ssh subsystem refused");
+        self.channels.remove(&channel);
+        session.extended_data(
+            channel,
+            1,
+            Bytes::from(format!(
+                "berth: subsystem '{name}' refused: this server runs only git commands\n"
+            )),
+        )?;
+        session.channel_failure(channel)
+    }
+
+    async fn shell_request(
+        &mut self,
+        channel: ChannelId,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        self.start(channel, Command::Info, session)
+    }
+
+    async fn exec_request(
+        &mut self,
+        channel: ChannelId,
+        data: &[u8],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        match command::parse(data) {
+            Ok(cmd) => self.start(channel, cmd, session),
+            Err(command::Refused(msg)) => self.refuse(channel, &msg, session),
+        }
+    }
+}
+
+impl Conn {
+    /// Run `cmd` on the channel in its own task.
+    fn start(
+        &mut self,
+        id: ChannelId,
+        cmd: Command,
+        session: &mut Session,
+    ) -> Result<(), russh::Error> {
+        let (Some(pending), Some(user)) = (self.channels.remove(&id), self.user.clone()) else {
+            return session.channel_failure(id);
+        };
+        session.channel_success(id)?;
+        let state = self.state.clone();
+        let peer = self.peer;
+        let closed = self.closed.clone();
+        state.commands.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            let Pending {
+                channel, protocol, ..
+            } = pending;
+            let conn = Peer { addr: peer, closed };
+            run_command(&state, channel, user, conn, protocol, cmd).await;
+            state.commands.fetch_sub(1, Ordering::SeqCst);
+            state.command_ended.notify_waiters();
+        });
+        Ok(())
+    }
+}
+
+/// Output for the client, in program order: `(stderr?, bytes)`.
+type Out = mpsc::Sender<(bool, Bytes)>;
+
+/// A blocking writer to the client's stdout or stderr.
+struct OutWriter {
+    tx: Out,
+    stderr: bool,
+    access: Arc<Access>,
+}
+
+impl Write for OutWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.tx
+            .blocking_send((self.stderr, Bytes::copy_from_slice(buf)))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "client went away"))?;
+        if !self.stderr {
+            self.access
+                .bytes_out
+                .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The client end of a command: its address, and whether its connection has ended.
+struct Peer {
+    addr: SocketAddr,
+    closed: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Run one command to its end: output forwarded as it comes, then exit status, EOF, close.
+async fn run_command(
+    state: &Arc<State>,
+    channel: Channel<Msg>,
+    user: String,
+    conn: Peer,
+    protocol: Option<String>,
+    cmd: Command,
+) {
+    let peer = conn.addr;
+    let mut closed = conn.closed;
+    let idle = state.server.idle_timeout;
+    let (route, repo, service) = match &cmd {
+        Command::Git { service, repo } => (
+            match service {
+                Service::ReceivePack => "receive-pack",
+                Service::UploadPack => "upload-pack",
+            },
+            repo.clone(),
+            Some(*service),
+        ),
+        Command::Info => ("info", String::new(), None),
+    };
+    let access = Arc::new(Access {
+        start: Instant::now(),
+        method: Method::from_bytes(b"SSH").unwrap_or(Method::GET),
+        route,
+        repo: repo.clone(),
+        remote: peer,
+        user: Mutex::new(user.clone()),
+        status: AtomicU16::new(0),
+        bytes_in: AtomicU64::new(0),
+        bytes_out: AtomicU64::new(0),
+        too_large: Default::default(),
+        outcome: Mutex::new(None),
+        push: Mutex::new(None),
+        metrics: state.server.metrics.clone(),
+    });
+    let (read, write) = channel.split();
+    let (tx, mut rx) = mpsc::channel::<(bool, Bytes)>(16);
+    let fwd_access = access.clone();
+    let forward = tokio::spawn(async move {
+        while let Some((stderr, b)) = rx.recv().await {
+            let send = async {
+                if stderr {
+                    write.extended_data_bytes(1, b).await
+                } else {
+                    write.data_bytes(b).await
+                }
+            };
+            // A client that stops reading (its window stays shut) or whose connection ended
+            // must not hold the session, its push slot and its quarantine.
+            let sent = tokio::select! {
+                r = send => r.is_ok(),
+                _ = closed.wait_for(|c| *c) => false,
+                _ = tokio::time::sleep(idle) => false,
+            };
+            if !sent {
+                fwd_access.set_outcome("client went away");
+                break;
+            }
+        }
+        drop(rx);
+        write
+    });
+    let code = match service {
+        None => {
+            let text = info(state.server.clone(), user).await;
+            access.bytes_out.store(text.len() as u64, Ordering::Relaxed);
+            let _ = tx.send((false, Bytes::from(text))).await;
+            0
+        }
+        Some(service) => {
+            match prepare(&state.server, &user, &repo, service).await {
+                Ok(dir) => match service {
+                    Service::ReceivePack => {
+                        receive_pack(state, dir, read, &tx, &user, peer, protocol, &access).await
+                    }
+                    Service::UploadPack => upload_pack(dir, read, &tx, protocol, &access).await,
+                },
+                Err(reject) => {
+                    // As git's own messages for a repository it cannot use.
+                    let status = match &reject {
+                        Refusal::Denied(_) => StatusCode::FORBIDDEN,
+                        Refusal::Reject(r) => r.status(),
+                    };
+                    access.set_status(status);
+                    let msg = reject.to_string();
+                    access.set_outcome(msg.clone());
+                    let _ = tx
+                        .send((true, Bytes::from(format!("fatal: {msg}\n"))))
+                        .await;
+                    128
+                }
+            }
+        }
+    };
+    if access.status.load(Ordering::Relaxed) == 0 {
+        access.set_status(if code == 0 {
+            StatusCode::OK
+        } else {
+            StatusCode::INTERNAL_SERVER_ERROR
+        });
+    }
+    drop(tx);
+    if let Ok(write) = forward.await {
+        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+            let _ = write.exit_status(code).await;
+            let _ = write.eof().await;
+            let _ = write.close().await;
+        })
+        .await;
+    }
+}
+
+/// Why a command was refused before any git ran.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error("{}", .0.0)]
+    Denied(Denied),
+    #[error("{0}")]
+    Reject(Reject),
+}
+
+/// Check access and resolve (or create) the repository, as HTTP does for the same path.
+async fn prepare(
+    server: &Arc<Server>,
+    user: &str,
+    repo: &str,
+    service: Service,
+) -> Result<String, Refusal> {
+    // The ssh path is literal: keep `%` from being read as an escape by the URL resolver.
+    let name = repo.replace('%', "%25");
+    let op = match service {
+        Service::UploadPack => Op::Read,
+        Service::ReceivePack => {
+            match repos::resolve(&server.root, &name).map_err(Refusal::Reject)? {
+                Resolved::Repo(_) => Op::Write,
+                Resolved::Missing(_) => Op::Create,
+            }
+        }
+    };
+    authorize(server, user, repo, op).map_err(Refusal::Denied)?;
+    let as_client_named = |r| match r {
+        Reject::NotARepository(_) => Reject::NotARepository(repo.to_owned()),
+        r => r,
+    };
+    let who = Identity::User(user.to_owned());
+    let dir = match server
+        .target(&name, service, Some(&who))
+        .map_err(as_client_named)
+        .map_err(Refusal::Reject)?
+    {
+        super::repos::Target::Repo(dir) => dir,
+        super::repos::Target::Creatable(path) => server
+            .create(&name, &path)
+            .await
+            .map_err(as_client_named)
+            .map_err(Refusal::Reject)?,
+    };
+    dir.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Refusal::Reject(Reject::NotARepository(repo.to_owned())))
+}
+
+/// The channel's data as a reader: ends at the client's EOF, fails if the client goes away
+/// first, and (for pushes) if it stalls past `idle` or sends more than `max` bytes.
+fn input(
+    read: ChannelReadHalf,
+    limits: Option<(Duration, u64)>,
+    access: Arc<Access>,
+) -> BodyReader {
+    let s = futures_util::stream::unfold(Some((read, 0u64)), move |state| {
+        let access = access.clone();
+        async move {
+            let (mut read, mut n) = state?;
+            loop {
+                let msg = match limits {
+                    Some((idle, _)) => match tokio::time::timeout(idle, read.wait()).await {
+                        Ok(m) => m,
+                        Err(_) => {
+                            access.set_outcome("push data idle too long");
+                            return Some((
+                                Err(io::Error::new(io::ErrorKind::TimedOut, "idle too long")),
+                                None,
+                            ));
+                        }
+                    },
+                    None => read.wait().await,
+                };
+                match msg {
+                    Some(ChannelMsg::Data { data }) => {
+                        n += data.len() as u64;
+                        access.bytes_in.store(n, Ordering::Relaxed);
+                        if let Some((_, max)) = limits
+                            && n > max
+                        {
+                            access.too_large.store(true, Ordering::Relaxed);
+                            access.set_outcome(format!("push larger than {max} bytes"));
+                            return Some((
+                                Err(io::Error::other(format!("push larger than {max} bytes"))),
+                                None,
+                            ));
+                        }
+                        return Some((Ok(data), Some((read, n))));
+                    }
+                    Some(ChannelMsg::Eof) => return None,
+                    Some(ChannelMsg::Close) | None => {
+                        access.set_outcome("client went away");
+                        return Some((
+                            Err(io::Error::new(
+                                io::ErrorKind::ConnectionAborted,
+                                "client went away",
+                            )),
+                            None,
+                        ));
+                    }
+                    Some(_) => continue,
+                }
+            }
+        }
+    });
+    StreamReader::new(Box::pin(s))
+}
+
+/// berth's push session on a blocking thread, fed from the channel.
+#[allow(clippy::too_many_arguments)]
+async fn receive_pack(
+    state: &Arc<State>,
+    dir: String,
+    read: ChannelReadHalf,
+    tx: &Out,
+    user: &str,
+    peer: SocketAddr,
+    protocol: Option<String>,
+    access: &Arc<Access>,
+) -> u32 {
+    let server = &state.server;
+    let host = peer.ip().to_string();
+    let email = format!("{user}@ssh.{host}");
+    let options = receive::Options {
+        protocol_version: protocol
+            .as_deref()
+            .map(receive::protocol_version)
+            .unwrap_or(0),
+        hook_env: hook_env(
+            &Identity::User(user.to_owned()),
+            &host,
+            &email,
+            protocol.as_deref(),
+        ),
+        env: receive::Environment {
+            committer_name: Some(user.to_owned()),
+            committer_email: Some(email),
+            ..server.env.clone()
+        },
+        // The same per-ref check as over HTTP, for the user the key names.
+        ref_access: server.current_rules().map(|rules| {
+            Arc::new(super::access::PushAccess {
+                rules,
+                repo: access.repo.clone(),
+                user: Identity::User(user.to_owned()),
+            }) as Arc<dyn receive::RefAccess>
+        }),
+        max_command_bytes: Some(server.max_command_bytes),
+        ..Default::default()
+    };
+    let Ok(permit) = server.pushes.clone().acquire_owned().await else {
+        return 128;
+    };
+    server.metrics.pushes_in_flight.inc();
+    let slot = InFlight {
+        metrics: server.metrics.clone(),
+        _permit: permit,
+    };
+    let input = SyncIoBridge::new(input(
+        read,
+        Some((server.idle_timeout, server.max_request_bytes)),
+        access.clone(),
+    ));
+    let mut out = OutWriter {
+        tx: tx.clone(),
+        stderr: false,
+        access: access.clone(),
+    };
+    let mut err = OutWriter {
+        tx: tx.clone(),
+        stderr: true,
+        access: access.clone(),
+    };
+    let access = access.clone();
+    let repo = access.repo.clone();
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        match receive::run(&dir, &options, input, &mut out, &mut err) {
+            Ok(outcome) => {
+                access.set_push(&outcome);
+                // As over HTTP: the first branch pushed into a new repository becomes HEAD.
+                super::repos::head_to_first_branch(&dir, &outcome);
+                0
+            }
+            Err(e) => {
+                access.set_outcome(format!("fatal: {e}"));
+                // As the client named it, not as the server's file system does.
+                let lines = String::from_utf8_lossy(&e.die_lines()).replace(&dir, &repo);
+                let _ = err.write_all(lines.as_bytes());
+                128
+            }
+        }
+    })
+    .await
+    .unwrap_or(128)
+}
+
+/// `git upload-pack <dir>` with the channel as its stdin and its stdout and stderr sent back.
+async fn upload_pack(
+    dir: String,
+    read: ChannelReadHalf,
+    tx: &Out,
+    protocol: Option<String>,
+    access: &Arc<Access>,
+) -> u32 {
+    use std::process::Stdio;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.args(["upload-pack", "--strict"])
+        .arg(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    match &protocol {
+        Some(p) => cmd.env("GIT_PROTOCOL", p),
+        None => cmd.env_remove("GIT_PROTOCOL"),
+    };
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            access.set_outcome(format!("cannot run git upload-pack: {e}"));
+            let _ = tx
+                .send((true, Bytes::from("fatal: cannot run git upload-pack\n")))
+                .await;
+            return 128;
+        }
+    };
+    let mut body = input(read, None, access.clone());
+    let stdin_task = child.stdin.take().map(|mut stdin| {
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut body, &mut stdin).await;
+            let _ = stdin.shutdown().await;
+        })
+    });
+    let pump = |r: Option<Box<dyn tokio::io::AsyncRead + Send + Unpin>>, stderr: bool| {
+        let tx = tx.clone();
+        let access = access.clone();
+        tokio::spawn(async move {
+            let Some(mut r) = r else { return };
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match r.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if !stderr {
+                            access.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
+                        }
+                        if tx
+                            .send((stderr, Bytes::copy_from_slice(&buf[..n])))
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let out = pump(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        false,
+    );
+    let err = pump(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        true,
+    );
+    let _ = out.await;
+    let _ = err.await;
+    let status = child.wait().await;
+    if let Some(t) = stdin_task {
+        t.abort();
+    }
+    match status {
+        Ok(s) if s.success() => 0,
+        Ok(s) => {
+            access.set_outcome(format!("git upload-pack exited with {s}"));
+            s.code().map(|c| c as u32).unwrap_or(128)
+        }
+        Err(e) => {
+            access.set_outcome(format!("git upload-pack: {e}"));
+            128
+        }
+    }
+}
+
+/// gitolite's `info`: who you are and which repositories you may read (R) or write (W).
+async fn info(server: Arc<Server>, user: String) -> String {
+    tokio::task::spawn_blocking(move || {
+        let mut s = format!("hello {user}, this is berth serve over ssh\n\n");
+        let repos = list_repositories(&server.root, 1000);
+        for name in &repos {
+            let r = authorize(&server, &user, name, Op::Read).is_ok();
+            let w = authorize(&server, &user, name, Op::Write).is_ok();
+            if r || w {
+                s.push_str(&format!(
+                    " {} {}\t{name}\n",
+                    if r { "R" } else { " " },
+                    if w { "W" } else { " " }
+                ));
+            }
+        }
+        if repos.is_empty() {
+            s.push_str(" (no repositories yet)\n");
+        }
+        s.push_str("\nThis server has no shell: use git clone, fetch and push over ssh.\n");
+        s
+    })
+    .await
+    .unwrap_or_default()
+}
+
+/// The repositories under `root`, as paths relative to it, in name order (at most `max`).
+fn list_repositories(root: &Path, max: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![(root.to_owned(), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(ft) = e.file_type() else { continue };
+            if !ft.is_dir() || e.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            if is_git_dir(&p) || is_git_dir(&p.join(".git")) {
+                if let Ok(rel) = p.strip_prefix(root) {
+                    out.push(rel.to_string_lossy().into_owned());
+                }
+            } else if depth < 6 {
+                stack.push((p, depth + 1));
+            }
+        }
+        if out.len() >= max {
+            break;
+        }
+    }
+    out.sort();
+    out.truncate(max);
+    out
+}
