@@ -547,7 +547,12 @@ fn signed_push_certificate() {
                 .unwrap();
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-                let nonce = berth::protocol::push_cert::nonce("srv.git", 1_700_000_000, "sekrit");
+                let nonce = berth::protocol::push_cert::nonce(
+                    common::object_format(),
+                    "srv.git",
+                    1_700_000_000,
+                    "sekrit",
+                );
                 let cert_lines = [
                     "certificate version 0.1\n".to_owned(),
                     "pusher C O Mitter <committer@example.com> 1700000000 +0000\n".to_owned(),

@@ -65,6 +65,9 @@ pub struct Limits {
     pub max_push_options: usize,
     /// At most this many bytes for commands and options together.
     pub max_bytes: u64,
+    /// The repository's object format (advertised as `object-format=`): the length of every
+    /// id in commands and shallow lines, and the only `object-format=` a client may ask for.
+    pub object_format: gix_hash::Kind,
 }
 
 /// The whole request before the pack.
@@ -131,7 +134,7 @@ pub enum Start {
 pub fn read<R: Read>(reader: &mut pktline::Reader<R>, limits: &Limits) -> Result<Start, Error> {
     let mut req = Request::default();
     let start = reader.bytes_read();
-    let hex_len = gix_hash::Kind::Sha1.len_in_hex();
+    let hex_len = limits.object_format.len_in_hex();
     let mut saw_any = false;
     loop {
         if reader.bytes_read() - start > limits.max_bytes {
@@ -246,6 +249,9 @@ fn parse_capabilities(
     limits: &Limits,
     caps: &mut Capabilities,
 ) -> Result<(), Error> {
+    // A client that does not say `object-format=` speaks SHA-1 (git's
+    // `GIT_HASH_SHA1_LEGACY`); either way it must be the repository's.
+    let mut format: Option<&[u8]> = None;
     for word in features.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
         match word {
             b"report-status" => caps.report_status = true,
@@ -255,10 +261,9 @@ fn parse_capabilities(
             b"atomic" if limits.atomic => caps.atomic = true,
             b"push-options" if limits.push_options => caps.push_options = true,
             _ => {
-                if let Some(format) = word.strip_prefix(b"object-format=") {
-                    if format != b"sha1" {
-                        return Err(Error::UnsupportedObjectFormat(lossy(format)));
-                    }
+                if let Some(f) = word.strip_prefix(b"object-format=") {
+                    // git's parse_feature_value takes the first.
+                    format.get_or_insert(f);
                 } else if let Some(agent) = word.strip_prefix(b"agent=") {
                     caps.agent = Some(lossy(agent));
                 } else if let Some(sid) = word.strip_prefix(b"session-id=") {
@@ -269,7 +274,19 @@ fn parse_capabilities(
             }
         }
     }
+    let format = format.unwrap_or(b"sha1");
+    if format != hash_name(limits.object_format).as_bytes() {
+        return Err(Error::UnsupportedObjectFormat(lossy(format)));
+    }
     Ok(())
+}
+
+/// git's name for a hash algorithm (`object-format=` values, `extensions.objectFormat`).
+pub fn hash_name(kind: gix_hash::Kind) -> &'static str {
+    match kind {
+        gix_hash::Kind::Sha1 => "sha1",
+        _ => "sha256",
+    }
 }
 
 fn lossy(b: &[u8]) -> String {
@@ -286,6 +303,7 @@ mod tests {
         max_commands: 3,
         max_push_options: 2,
         max_bytes: 1 << 20,
+        object_format: gix_hash::Kind::Sha1,
     };
     const A: &str = "1111111111111111111111111111111111111111";
     const Z: &str = "0000000000000000000000000000000000000000";

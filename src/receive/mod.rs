@@ -68,7 +68,7 @@ pub fn run(
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        push_cert::nonce(dir, now, seed)
+        push_cert::nonce(repo.object_format, dir, now, seed)
     });
     // As git: every ref operation happens under `GIT_NAMESPACE`'s prefix; clients, reports and
     // hooks see the names without it.
@@ -99,6 +99,7 @@ pub fn run(
         max_commands: config.limits.max_commands,
         max_push_options: config.limits.max_push_options,
         max_bytes: config.limits.max_request_bytes,
+        object_format: repo.object_format,
     };
     let req = {
         let _span = info_span!("read_commands").entered();
@@ -131,6 +132,7 @@ pub fn run(
                 .as_deref()
                 .unwrap_or_default(),
             slop: config.advertisement.cert_nonce_slop,
+            object_format: repo.object_format,
         });
     let hooks = Hooks::new(
         &hook_set,
@@ -147,7 +149,7 @@ pub fn run(
         refuse_pending(&mut cmds, Reason::InconsistentPushOptions);
     }
 
-    let objects = gix_odb::at(&repo.objects_dir, gix_hash::Kind::Sha1).map_err(Fatal::Objects)?;
+    let objects = gix_odb::at(&repo.objects_dir, repo.object_format).map_err(Fatal::Objects)?;
     let needs_pack = cmds.iter().any(|c| !c.command.is_delete());
     let unpacked = unpack::unpack(
         reader.inner_mut(),

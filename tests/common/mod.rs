@@ -67,7 +67,47 @@ pub fn isolated_command(
     if let Some(format) = ref_format() {
         c.env("GIT_DEFAULT_REF_FORMAT", format);
     }
+    if let Some(format) = object_format_name() {
+        c.env("GIT_DEFAULT_HASH", format);
+    }
     c
+}
+
+/// The object format every repository of the tests (the server's and the client's) is
+/// created with: `BERTH_TEST_OBJECT_FORMAT` (`sha1` or `sha256`), else git's default. CI runs
+/// the push suites once with `sha256`.
+pub fn object_format_name() -> Option<String> {
+    std::env::var("BERTH_TEST_OBJECT_FORMAT")
+        .ok()
+        .filter(|f| !f.is_empty())
+}
+
+/// The tests' object format.
+pub fn object_format() -> gix_hash::Kind {
+    match object_format_name().as_deref() {
+        Some("sha256") => gix_hash::Kind::Sha256,
+        _ => gix_hash::Kind::Sha1,
+    }
+}
+
+/// Whether the tests' repositories are SHA-256 repositories.
+pub fn sha256() -> bool {
+    object_format() == gix_hash::Kind::Sha256
+}
+
+/// The zero id of the tests' object format, in hex.
+pub fn zero() -> String {
+    "0".repeat(object_format().len_in_hex())
+}
+
+/// `digit` repeated to an id of the tests' object format, in hex (`1111…`).
+pub fn fake_id(digit: char) -> String {
+    digit.to_string().repeat(object_format().len_in_hex())
+}
+
+/// The object format's name as git writes it in `object-format=`.
+pub fn object_format_cap() -> &'static str {
+    if sha256() { "sha256" } else { "sha1" }
 }
 
 /// The ref format every repository of the tests is created with: `BERTH_TEST_REF_FORMAT`
