@@ -226,7 +226,7 @@ fn proc_receive_in(data: &[u8], hash: gix_hash::Kind) {
     const HEX: &str =
         "ce858e653cdbf70f7c1ae1f2a6c2a1a9d4b0e1e8102939797ab91a4f201d131418d2c9d919dcdd2c";
     let id = |hex: &str| {
-        gix_hash::ObjectId::from_hex(hex[..hash.len_in_hex()].as_bytes()).unwrap_or(hash.null())
+        gix_hash::ObjectId::from_hex(&hex.as_bytes()[..hash.len_in_hex()]).unwrap_or(hash.null())
     };
     let (a, b) = (id(HEX), id(&HEX[16..]));
     let zero = hash.null();
