@@ -298,8 +298,13 @@ impl<'a> Hooks<'a> {
             .as_deref()
             .and_then(|h| refs.get(h.as_bytes()))
             .is_some();
-        const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
-        let base = if head_is_born { "HEAD" } else { EMPTY_TREE };
+        // git's empty_tree_oid_hex(the_hash_algo).
+        let empty_tree = self.object_format.empty_tree().to_string();
+        let base = if head_is_born {
+            "HEAD"
+        } else {
+            empty_tree.as_str()
+        };
         let new = new.to_string();
         if !git(
             path,
