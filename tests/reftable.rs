@@ -575,7 +575,11 @@ fn berth_log_tables_compared_with_gits() {
         logs,
         "berth reads git's log records"
     );
-    let (ours, _) = write_table(WriteOptions::default(), 1, 2, &refs, &logs).unwrap();
+    let opts = WriteOptions {
+        hash: test_hash(),
+        ..WriteOptions::default()
+    };
+    let (ours, _) = write_table(opts, 1, 2, &refs, &logs).unwrap();
     let our_table = Table::from_bytes("berth", ours.clone()).unwrap();
     assert_eq!(our_table.refs().unwrap(), git_table.refs().unwrap());
     assert_eq!(our_table.logs().unwrap(), logs);
