@@ -1,4 +1,4 @@
-//! Entry points for the fuzz targets in `fuzz/`, shared with `tests/fuzz_corpus.rs`, which replays
+//! Entry points for the fuzz targets in `fuzz/`, shared with `tests/it/fuzz_corpus.rs`, which replays
 //! the corpora on stable Rust. Each must return (not panic, not hang) on any input.
 
 use gix_object::bstr::{BString, ByteSlice};
@@ -95,6 +95,7 @@ fn pack_into(data: &[u8], hash: gix_hash::Kind) {
         shallow: Default::default(),
         reject_thin_pack: false,
         object_format: hash,
+        files: Default::default(),
     };
     let mut input = data;
     if let Ok(received) =
@@ -266,14 +267,12 @@ fn proc_receive_in(data: &[u8], hash: gix_hash::Kind) {
         n => Some(usize::from(n)),
     };
     let options = [BString::from("issue=123"), BString::from("reviewer=user1")];
-    let mut errmsg = String::new();
     let _ = proc_receive::converse(
         &mut proc_receive::Replay::new(output, sends),
         &mut slots,
         mode & 1 != 0,
         mode & 2 != 0,
         &options,
-        &mut errmsg,
     );
     let statuses: Vec<_> = slots
         .iter()

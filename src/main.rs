@@ -2,6 +2,8 @@
 
 #[path = "cli/bench.rs"]
 mod bench;
+#[path = "cli/receive_pack_args.rs"]
+mod receive_pack_args;
 
 use std::process::ExitCode;
 
@@ -121,29 +123,18 @@ struct PasswdArgs {
     user: String,
 }
 
+/// `receive-pack` as listed by `berth --help`; its arguments are parsed as git parses
+/// them ([`receive_pack_args`]), never by clap.
 #[derive(clap::Args)]
+#[command(disable_help_flag = true)]
 struct ReceivePackArgs {
-    /// Suppress progress.
-    #[arg(short, long)]
-    quiet: bool,
-    /// Smart HTTP POST mode: no advertisement.
-    #[arg(long, hide = true)]
-    stateless_rpc: bool,
-    /// Smart HTTP GET mode: only the advertisement.
-    #[arg(long, alias = "advertise-refs", hide = true)]
-    http_backend_info_refs: bool,
-    /// Do not check that the pushed objects are complete.
-    #[arg(long)]
-    skip_connectivity_check: bool,
-    /// Refuse thin packs (git's test option).
-    #[arg(long, hide = true)]
-    reject_thin_pack_for_testing: bool,
-    /// The repository.
-    directory: Vec<String>,
+    /// `[-q | --quiet] <git-dir>`, as `git receive-pack`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<std::ffi::OsString>,
 }
 
 fn main() -> ExitCode {
-    let serving = std::env::args().nth(1).as_deref() == Some("serve");
+    let serving = std::env::args_os().nth(1).is_some_and(|a| a == "serve");
     if serving && std::env::var_os("RUST_LOG").is_none() {
         // A server logs one line per request by default.
         tracing_subscriber::fmt()
@@ -159,7 +150,7 @@ fn main() -> ExitCode {
             .init();
     }
     // Started as `git-receive-pack` (a symlink), behave as `berth receive-pack`.
-    let mut args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let invoked = args
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
@@ -168,9 +159,13 @@ fn main() -> ExitCode {
     if invoked == "git-receive-pack" {
         args.insert(1, "receive-pack".into());
     }
+    // receive-pack answers its command line as git's builtin does, not as clap would.
+    if args.get(1).is_some_and(|a| a == "receive-pack") {
+        return receive_pack(&args[2..]);
+    }
     let cli = Cli::parse_from(args);
     match cli.command {
-        Cmd::ReceivePack(a) => receive_pack(a),
+        Cmd::ReceivePack(a) => receive_pack(&a.args),
         #[cfg(feature = "serve")]
         Cmd::Serve(a) => serve(a),
         #[cfg(feature = "serve")]
@@ -297,18 +292,29 @@ fn passwd(a: PasswdArgs) -> ExitCode {
     }
 }
 
-fn receive_pack(a: ReceivePackArgs) -> ExitCode {
-    let dir = match a.directory.as_slice() {
-        [] => return usage("you must specify a directory"),
-        [dir] => dir.clone(),
-        _ => return usage("too many arguments"),
+fn receive_pack(args: &[std::ffi::OsString]) -> ExitCode {
+    use std::io::Write;
+    let disallow = std::env::var("GIT_TEST_DISALLOW_ABBREVIATED_OPTIONS").ok();
+    let a = match receive_pack_args::parse(args, disallow.as_deref()) {
+        receive_pack_args::Parsed::Run(a) => a,
+        receive_pack_args::Parsed::Exit {
+            stdout,
+            stderr,
+            code,
+        } => {
+            let _ = std::io::stdout().write_all(stdout.as_bytes());
+            let _ = std::io::stdout().flush();
+            let _ = std::io::stderr().write_all(stderr.as_bytes());
+            return ExitCode::from(code);
+        }
     };
+    let dir = a.directory.to_string_lossy().into_owned();
     let options = berth::receive::Options {
         stateless_rpc: a.stateless_rpc,
-        advertise_refs: a.http_backend_info_refs,
+        advertise_refs: a.advertise_refs,
         quiet: a.quiet,
         skip_connectivity_check: a.skip_connectivity_check,
-        reject_thin_pack: a.reject_thin_pack_for_testing,
+        reject_thin_pack: a.reject_thin_pack,
         protocol_version: std::env::var("GIT_PROTOCOL")
             .map(|p| berth::receive::protocol_version(&p))
             .unwrap_or(0),
@@ -330,9 +336,4 @@ fn receive_pack(a: ReceivePackArgs) -> ExitCode {
             ExitCode::from(128)
         }
     }
-}
-
-fn usage(msg: &str) -> ExitCode {
-    eprintln!("error: {msg}\nusage: berth receive-pack <git-dir>");
-    ExitCode::from(129)
 }

@@ -48,6 +48,76 @@ impl Slot<'_> {
     }
 }
 
+/// What went wrong while talking to the proc-receive hook, in git's words
+/// (`run_proc_receive_hook` / `read_proc_receive_report`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    /// The hook did not answer the version negotiation.
+    #[error("fail to negotiate version with proc-receive hook")]
+    Negotiation,
+    /// The hook asked for a version git does not speak.
+    #[error("proc-receive version '{0}' is not supported")]
+    Version(u32),
+    /// The commands could not be written to the hook.
+    #[error("fail to write commands to proc-receive hook")]
+    WriteCommands,
+    /// The push options could not be written to the hook.
+    #[error("fail to write push-options to proc-receive hook")]
+    WritePushOptions,
+    /// The hook ended without reporting anything.
+    #[error("proc-receive exited abnormally")]
+    ExitedAbnormally,
+    /// A report line without a ref name.
+    #[error("proc-receive reported incomplete status line: '{0}'")]
+    IncompleteStatus(String),
+    /// An `option` line before any `ok`/`ng`.
+    #[error("proc-receive reported 'option' without a matching 'ok/ng' directive")]
+    OptionWithoutStatus,
+    /// A status other than `ok`, `ng` or `option`.
+    #[error("proc-receive reported bad status '{status}' on ref '{refname}'")]
+    BadStatus {
+        /// The status word.
+        status: String,
+        /// The ref.
+        refname: String,
+    },
+    /// A status on a ref the push did not have.
+    #[error("proc-receive reported status on unknown ref: {0}")]
+    UnknownRef(String),
+    /// A status on a ref the hook was not given.
+    #[error("proc-receive reported status on unexpected ref: {0}")]
+    UnexpectedRef(String),
+}
+
+/// How the conversation with the proc-receive hook went.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reported {
+    /// Every command it was given was reported `ok` and nothing went wrong.
+    pub ok: bool,
+    /// What went wrong, in order.
+    pub problems: Vec<Problem>,
+}
+
+impl Reported {
+    fn failed(problem: Problem) -> Self {
+        Reported {
+            ok: false,
+            problems: vec![problem],
+        }
+    }
+
+    /// The problems as git prints them: one `error:` message, a line each.
+    pub fn message(&self) -> Option<String> {
+        (!self.problems.is_empty()).then(|| {
+            self.problems
+                .iter()
+                .map(Problem::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+}
+
 /// The other end of the conversation.
 pub trait Peer {
     /// Write bytes to the hook's stdin. Fails if the hook stopped reading.
@@ -126,16 +196,14 @@ fn send_line(peer: &mut dyn Peer, line: &[u8]) -> io::Result<()> {
 
 /// The proc-receive pkt-line protocol: version negotiation, the commands, the push options if
 /// the hook wants them, then its report (git's `read_proc_receive_report`). Updates `slots`
-/// from the report; what went wrong in the conversation is appended to `errmsg`. Returns
-/// `false` when the conversation failed or a command was refused or not reported on.
+/// from the report, and says whether all went well and what went wrong on the way.
 pub fn converse(
     peer: &mut dyn Peer,
     slots: &mut [Slot<'_>],
     atomic: bool,
     push_options: bool,
     options: &[BString],
-    errmsg: &mut String,
-) -> io::Result<bool> {
+) -> io::Result<Reported> {
     let caps: Vec<&str> = [
         atomic.then_some("atomic"),
         push_options.then_some("push-options"),
@@ -176,14 +244,10 @@ pub fn converse(
         }
     }
     if !negotiated {
-        errmsg.push_str("fail to negotiate version with proc-receive hook");
-        return Ok(false);
+        return Ok(Reported::failed(Problem::Negotiation));
     }
     if version > 1 {
-        errmsg.push_str(&format!(
-            "proc-receive version '{version}' is not supported"
-        ));
-        return Ok(false);
+        return Ok(Reported::failed(Problem::Version(version)));
     }
     let mut sent: io::Result<()> = Ok(());
     for s in slots
@@ -198,8 +262,7 @@ pub fn converse(
         }
     }
     if sent.and_then(|_| peer.send(b"0000")).is_err() {
-        errmsg.push_str("fail to write commands to proc-receive hook");
-        return Ok(false);
+        return Ok(Reported::failed(Problem::WriteCommands));
     }
     if hook_push_options {
         let mut sent: io::Result<()> = Ok(());
@@ -210,12 +273,12 @@ pub fn converse(
             }
         }
         if sent.and_then(|_| peer.send(b"0000")).is_err() {
-            errmsg.push_str("fail to write push-options to proc-receive hook");
-            return Ok(false);
+            return Ok(Reported::failed(Problem::WritePushOptions));
         }
     }
     // The report.
     let mut ok = true;
+    let mut problems = Vec::new();
     let mut hint: Option<usize> = None;
     let mut have_report = false;
     let mut new_report = false;
@@ -225,17 +288,14 @@ pub fn converse(
         let line = match peer.read_packet()? {
             HookPacket::Data(line) => line,
             HookPacket::Eof if responses == 0 => {
-                errmsg.push_str("proc-receive exited abnormally");
-                return Ok(false);
+                return Ok(Reported::failed(Problem::ExitedAbnormally));
             }
             HookPacket::Eof | HookPacket::Flush => break,
         };
         responses += 1;
         let line = String::from_utf8_lossy(&line).into_owned();
         let Some((head, rest)) = line.split_once(' ') else {
-            errmsg.push_str(&format!(
-                "proc-receive reported incomplete status line: '{line}'\n"
-            ));
+            problems.push(Problem::IncompleteStatus(line.clone()));
             ok = false;
             continue;
         };
@@ -243,9 +303,7 @@ pub fn converse(
             let Some(h) = hint.filter(|_| have_report || new_report) else {
                 if !warned_option {
                     warned_option = true;
-                    errmsg.push_str(
-                        "proc-receive reported 'option' without a matching 'ok/ng' directive\n",
-                    );
+                    problems.push(Problem::OptionWithoutStatus);
                 }
                 ok = false;
                 continue;
@@ -301,9 +359,10 @@ pub fn converse(
             None => (rest, None),
         };
         if head != "ok" && head != "ng" {
-            errmsg.push_str(&format!(
-                "proc-receive reported bad status '{head}' on ref '{refname}'\n"
-            ));
+            problems.push(Problem::BadStatus {
+                status: head.to_owned(),
+                refname: refname.to_owned(),
+            });
             ok = false;
             continue;
         }
@@ -312,16 +371,12 @@ pub fn converse(
         };
         hint = hint.and_then(find).or_else(|| find(0));
         let Some(slot) = hint.and_then(|h| slots.get_mut(h)) else {
-            errmsg.push_str(&format!(
-                "proc-receive reported status on unknown ref: {refname}\n"
-            ));
+            problems.push(Problem::UnknownRef(refname.to_owned()));
             ok = false;
             continue;
         };
         if slot.proc == Proc::No {
-            errmsg.push_str(&format!(
-                "proc-receive reported status on unexpected ref: {refname}\n"
-            ));
+            problems.push(Problem::UnexpectedRef(refname.to_owned()));
             ok = false;
             continue;
         }
@@ -341,7 +396,7 @@ pub fn converse(
             ok = false;
         }
     }
-    Ok(ok)
+    Ok(Reported { ok, problems })
 }
 
 #[cfg(test)]
@@ -386,17 +441,9 @@ mod tests {
                 rewrites: Vec::new(),
             })
             .collect();
-        let mut errmsg = String::new();
-        let ok = converse(
-            &mut Replay::new(output, None),
-            &mut slots,
-            false,
-            true,
-            &[],
-            &mut errmsg,
-        )
-        .unwrap();
-        (ok, slots, errmsg)
+        let reported = converse(&mut Replay::new(output, None), &mut slots, false, true, &[])
+            .unwrap();
+        (reported.ok, slots, reported.message().unwrap_or_default())
     }
 
     #[test]
@@ -446,7 +493,7 @@ mod tests {
         assert_eq!(
             errmsg,
             "proc-receive reported 'option' without a matching 'ok/ng' directive\n\
-             proc-receive reported status on unexpected ref: refs/heads/main\n"
+             proc-receive reported status on unexpected ref: refs/heads/main"
         );
         assert_eq!(slots[2].proc, Proc::No, "fall-through hands the ref back");
         assert_eq!(slots[1].error, Some(Reason::ProcReceiveNoReport));

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use gix_hash::ObjectId;
 use gix_object::Kind;
-use gix_object::bstr::{BStr, ByteSlice};
+use gix_object::bstr::ByteSlice;
 
 /// How a finding is treated (git's `enum fsck_msg_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -488,59 +488,32 @@ impl Checker {
     }
 
     fn gitmodules_blob(&mut self, oid: &ObjectId, data: &[u8]) -> bool {
-        let Ok(file) = gix_config::File::try_from(data.as_bstr()) else {
-            return self.report(oid, Msg::GitmodulesParse, "could not parse gitmodules blob");
-        };
+        use crate::objects::gitmodules::Finding;
         let mut err = false;
-        for section in file.sections() {
-            let header = section.header();
-            if !header.name().eq_ignore_ascii_case(b"submodule") {
-                continue;
-            }
-            let Some(name) = header.subsection_name() else {
-                continue;
+        for finding in crate::objects::gitmodules::check(data) {
+            let (msg, text) = match finding {
+                Finding::Name(n) => (
+                    Msg::GitmodulesName,
+                    format!("disallowed submodule name: {}", n.as_bstr()),
+                ),
+                Finding::Url(u) => (
+                    Msg::GitmodulesUrl,
+                    format!("disallowed submodule url: {}", u.as_bstr()),
+                ),
+                Finding::Path(p) => (
+                    Msg::GitmodulesPath,
+                    format!("disallowed submodule path: {}", p.as_bstr()),
+                ),
+                Finding::Update(u) => (
+                    Msg::GitmodulesUpdate,
+                    format!("disallowed submodule update setting: {}", u.as_bstr()),
+                ),
+                Finding::Parse => (
+                    Msg::GitmodulesParse,
+                    "could not parse gitmodules blob".to_owned(),
+                ),
             };
-            let body = section.body();
-            let keys: Vec<String> = body.value_names().collect();
-            if keys.is_empty() {
-                continue;
-            }
-            for key in dedup(keys) {
-                let values = body.values(&key);
-                let key = key.to_ascii_lowercase();
-                for _ in 0..values.len().max(1) {
-                    if !check_submodule_name(name) {
-                        err |= self.report(
-                            oid,
-                            Msg::GitmodulesName,
-                            format_args!("disallowed submodule name: {name}"),
-                        );
-                    }
-                }
-                for value in &values {
-                    if key == "url" && !check_submodule_url(value) {
-                        err |= self.report(
-                            oid,
-                            Msg::GitmodulesUrl,
-                            format_args!("disallowed submodule url: {value}"),
-                        );
-                    }
-                    if key == "path" && value.first() == Some(&b'-') {
-                        err |= self.report(
-                            oid,
-                            Msg::GitmodulesPath,
-                            format_args!("disallowed submodule path: {value}"),
-                        );
-                    }
-                    if key == "update" && value.first() == Some(&b'!') {
-                        err |= self.report(
-                            oid,
-                            Msg::GitmodulesUpdate,
-                            format_args!("disallowed submodule update setting: {value}"),
-                        );
-                    }
-                }
-            }
+            err |= self.report(oid, msg, text);
         }
         err
     }
@@ -1012,12 +985,6 @@ struct TreeFlags {
     large_name: bool,
 }
 
-fn dedup(mut v: Vec<String>) -> Vec<String> {
-    let mut seen = HashSet::new();
-    v.retain(|k| seen.insert(k.to_ascii_lowercase()));
-    v
-}
-
 /// One raw tree entry as git's `decode_tree_entry` reads it.
 pub struct TreeEntry<'a> {
     /// The mode, as git keeps it (16 bits).
@@ -1429,101 +1396,6 @@ fn is_ntfs_dot(name: &[u8], dotgit_name: &str, shortname_prefix: &str) -> bool {
     only_spaces_and_periods(8)
 }
 
-/// git's `check_submodule_name`: not empty, no `..` path component (either separator).
-fn check_submodule_name(name: &BStr) -> bool {
-    if name.is_empty() {
-        return false;
-    }
-    let sep = |c: u8| c == b'/' || c == b'\\';
-    let is_dotdot = |rest: &[u8]| rest.starts_with(b"..") && rest.get(2).is_none_or(|&c| sep(c));
-    if is_dotdot(name) {
-        return false;
-    }
-    for (i, &c) in name.iter().enumerate() {
-        if sep(c) && is_dotdot(&name[i + 1..]) {
-            return false;
-        }
-    }
-    true
-}
-
-fn url_decode(s: &[u8]) -> Vec<u8> {
-    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        if s[i] == b'%'
-            && let (Some(h), Some(l)) = (
-                s.get(i + 1).copied().and_then(hex),
-                s.get(i + 2).copied().and_then(hex),
-            )
-        {
-            out.push(h << 4 | l);
-            i += 3;
-            continue;
-        }
-        out.push(s[i]);
-        i += 1;
-    }
-    out
-}
-
-/// git's `check_submodule_url`, as far as it goes without curl's URL normalisation.
-fn check_submodule_url(url: &[u8]) -> bool {
-    if url.first() == Some(&b'-') {
-        return false;
-    }
-    let dot_slash = |u: &[u8]| u.starts_with(b"./") || u.starts_with(b".\\");
-    let dot_dot_slash = |u: &[u8]| u.starts_with(b"../") || u.starts_with(b"..\\");
-    if dot_slash(url) || dot_dot_slash(url) || url.starts_with(b"git://") {
-        if url_decode(url).contains(&b'\n') {
-            return false;
-        }
-        let mut next = url;
-        let mut dotdots = 0;
-        loop {
-            if dot_dot_slash(next) {
-                dotdots += 1;
-                next = &next[3..];
-            } else if dot_slash(next) {
-                next = &next[2..];
-            } else {
-                break;
-            }
-        }
-        if dotdots > 0 && matches!(next.first(), Some(b':') | Some(b'/')) {
-            return false;
-        }
-        return true;
-    }
-    // `<transport>::<url>` and plain curl URLs.
-    let curl = match url.find(b"::") {
-        Some(i) => &url[i + 2..],
-        None => url,
-    };
-    let is_curl = ["http://", "https://", "ftp://", "ftps://"]
-        .iter()
-        .any(|p| curl.len() >= p.len() && curl[..p.len()].eq_ignore_ascii_case(p.as_bytes()));
-    if is_curl {
-        let rest = &curl[curl.find(b"://").map_or(0, |i| i + 3)..];
-        let host_end = rest
-            .iter()
-            .position(|&c| c == b'/' || c == b'?' || c == b'#')
-            .unwrap_or(rest.len());
-        let host = &rest[..host_end];
-        let host = match host.rfind_byte(b'@') {
-            Some(i) => &host[i + 1..],
-            None => host,
-        };
-        // url_normalize refuses an empty host and control characters.
-        if host.is_empty() || curl.iter().any(|&c| c < 0x20 || c == 0x7f) {
-            return false;
-        }
-        return !url_decode(curl).contains(&b'\n');
-    }
-    true
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1636,17 +1508,5 @@ mod tests {
         let t = entry("100664", b"a");
         assert!(findings(Kind::Tree, &t)[0].starts_with("warning: "));
         assert!(findings(Kind::Tree, b"100644 a\0short")[1].contains("badTree"));
-    }
-
-    #[test]
-    fn gitmodules() {
-        assert!(!check_submodule_name(BStr::new(b"../x")));
-        assert!(!check_submodule_name(BStr::new(b"a/../x")));
-        assert!(check_submodule_name(BStr::new(b"a..b")));
-        assert!(!check_submodule_url(b"-u"));
-        assert!(!check_submodule_url(b"../:x"));
-        assert!(!check_submodule_url(b"./%0ahost"));
-        assert!(check_submodule_url(b"https://example.com/x.git"));
-        assert!(!check_submodule_url(b"https:///example.com/x.git"));
     }
 }

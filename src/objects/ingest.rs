@@ -66,6 +66,8 @@ impl UnpackError {
 pub struct Quarantine {
     dir: PathBuf,
     migrated: bool,
+    /// `core.sharedRepository`, for the directories [`Quarantine::migrate`] creates.
+    shared: crate::objects::pack_files::SharedRepository,
 }
 
 impl Quarantine {
@@ -79,6 +81,7 @@ impl Quarantine {
         let q = Quarantine {
             dir,
             migrated: false,
+            shared: Default::default(),
         };
         std::fs::create_dir(q.pack_dir())?;
         std::fs::create_dir(q.dir.join("info"))?;
@@ -89,6 +92,29 @@ impl Quarantine {
         }
         std::fs::write(q.dir.join("info/alternates"), alt)?;
         Ok(q)
+    }
+
+    /// Give the directories [`Quarantine::migrate`] creates in the repository the permissions
+    /// `core.sharedRepository` asks for (git's `adjust_shared_perm`).
+    pub fn with_shared_repository(mut self, shared: crate::objects::pack_files::SharedRepository) -> Self {
+        self.shared = shared;
+        self
+    }
+
+    /// Create `dir` (and its parents) unless it exists, with `core.sharedRepository`'s
+    /// permissions.
+    fn create_shared_dir(&self, dir: &Path) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        if dir.is_dir() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(dir)?;
+        if self.shared != crate::objects::pack_files::SharedRepository::Umask {
+            let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
+            let mode = self.shared.adjust_dir(mode);
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
+        }
+        Ok(())
     }
 
     /// The quarantine's object directory (`GIT_QUARANTINE_PATH`).
@@ -116,7 +142,7 @@ impl Quarantine {
                 continue;
             }
             let dest = objects_dir.join(&name);
-            std::fs::create_dir_all(&dest)?;
+            self.create_shared_dir(&dest)?;
             for object in std::fs::read_dir(entry.path())? {
                 let object = object?;
                 let target = dest.join(object.file_name());
@@ -126,7 +152,7 @@ impl Quarantine {
             }
         }
         let dest = objects_dir.join("pack");
-        std::fs::create_dir_all(&dest)?;
+        self.create_shared_dir(&dest)?;
         let mut files: Vec<PathBuf> = std::fs::read_dir(self.pack_dir())?
             .map(|e| e.map(|e| e.path()))
             .collect::<io::Result<_>>()?;
@@ -209,6 +235,9 @@ pub struct Received {
     pub objects: u32,
     /// The number of deltas resolved, when [`Options::count_deltas`] asked for it.
     pub deltas: Option<u32>,
+    /// The objects of the repository appended to the pack to complete a thin pack (git's
+    /// `completed with N local objects`).
+    pub local_objects: u32,
     /// Lines for the client's band 2 (fsck warnings), without newlines.
     pub messages: Vec<String>,
 }
@@ -240,6 +269,9 @@ pub struct Options {
     pub shallow: std::collections::HashSet<gix_hash::ObjectId>,
     /// The repository's object format: the hash of the pack's ids and its trailer.
     pub object_format: gix_hash::Kind,
+    /// The `.rev` and the permissions of a kept pack (`pack.writeReverseIndex`,
+    /// `core.sharedRepository`); the latter also for loose objects.
+    pub files: crate::objects::pack_files::Options,
 }
 
 impl Options {
@@ -317,6 +349,7 @@ pub fn receive_pack(
             index: None,
             objects,
             deltas: None,
+            local_objects: 0,
             messages: Vec::new(),
         });
     }
@@ -356,6 +389,8 @@ pub fn receive_pack(
         .ok_or_else(|| failed("pack index was not written".into()))?;
     let index = gix_pack::index::File::at(&index_path, options.object_format)
         .map_err(|e| failed(e.to_string()))?;
+    // The bases a thin pack lacked were appended from the repository (once each).
+    let local_objects = index.num_objects().saturating_sub(objects);
     let deltas = match (&outcome.data_path, options.count_deltas && !explode) {
         (Some(path), true) => count_deltas(path, &index),
         _ => None,
@@ -383,13 +418,22 @@ pub fn receive_pack(
         }
     }
     if explode {
-        unpack_objects(quarantine, &index, options.alloc_limit())
+        unpack_objects(
+            quarantine,
+            &index,
+            options.alloc_limit(),
+            options.files.shared,
+        )
+        .map_err(|e| failed(e.to_string()))?;
+    } else if let Some(pack_path) = &outcome.data_path {
+        crate::objects::pack_files::finish(&index_path, pack_path, &index, options.files)
             .map_err(|e| failed(e.to_string()))?;
     }
     Ok(Received {
         index: Some(index),
         objects,
         deltas,
+        local_objects,
         messages,
     })
 }
@@ -522,7 +566,9 @@ fn unpack_objects(
     quarantine: &Quarantine,
     index: &gix_pack::index::File,
     alloc_limit: usize,
+    shared: crate::objects::pack_files::SharedRepository,
 ) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     use gix_object::{Find, Write};
     let objects = gix_odb::at_opts(
         quarantine.path(),
@@ -545,9 +591,16 @@ fn unpack_objects(
                     entry.oid
                 ))
             })?;
-        loose
+        let id = loose
             .write_buf(data.kind, data.data)
             .map_err(io::Error::other)?;
+        if shared != crate::objects::pack_files::SharedRepository::Umask {
+            // git's `adjust_shared_perm` on the read-only loose object.
+            let hex = id.to_hex().to_string();
+            let path = quarantine.path().join(&hex[..2]).join(&hex[2..]);
+            let mode = std::fs::metadata(&path)?.permissions().mode() & 0o7777;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(shared.adjust(mode)))?;
+        }
     }
     for file in std::fs::read_dir(quarantine.pack_dir())? {
         std::fs::remove_file(file?.path())?;

@@ -4,4 +4,6 @@
 
 pub mod connectivity;
 pub mod fsck;
+pub mod gitmodules;
 pub mod ingest;
+pub mod pack_files;

@@ -304,7 +304,7 @@ mod tests {
             hooks: &hooks,
             objects: &objects,
             worktrees: f.repo.worktrees(),
-            refs: f.repo.ref_store().snapshot().unwrap(),
+            refs: crate::refs::of_repository(&f.repo).snapshot().unwrap(),
             kinds: Default::default(),
         };
         let mut cmd = Cmd::new(Command {

@@ -73,7 +73,7 @@ pub fn run(
     // As git: every ref operation happens under `GIT_NAMESPACE`'s prefix; clients, reports and
     // hooks see the names without it.
     let namespace = policy::namespace_prefix(&options.env.namespace);
-    let store = repo.ref_store();
+    let store = crate::refs::of_repository(&repo);
     let mut out = BufWriter::with_capacity(64 * 1024, output);
 
     if options.advertise_refs || !options.stateless_rpc {

@@ -345,8 +345,7 @@ impl<'a> Hooks<'a> {
         sb: &mut Sideband<W, E>,
     ) -> io::Result<bool> {
         let inv = self.invocation(&[], None, &[]);
-        let mut errmsg = String::new();
-        let ok = {
+        let (ok, message) = {
             let mut sink = Self::to_client(sb);
             let Some(mut conv) = hooks::Conversation::start(self.set, Event::ProcReceive, &inv)?
             else {
@@ -371,7 +370,7 @@ impl<'a> Hooks<'a> {
                     rewrites,
                 })
                 .collect();
-            let ok = proc_receive::converse(
+            let reported = proc_receive::converse(
                 &mut proc_receive::Running {
                     conversation: &mut conv,
                     sink: &mut sink,
@@ -380,7 +379,6 @@ impl<'a> Hooks<'a> {
                 atomic,
                 push_options,
                 self.push_options,
-                &mut errmsg,
             );
             let states: Vec<_> = slots
                 .into_iter()
@@ -391,11 +389,12 @@ impl<'a> Hooks<'a> {
                 c.error = error;
                 c.rewrites = rewrites;
             }
-            let ok = ok?;
-            conv.finish(&mut sink)? && ok
+            let reported = reported?;
+            let finished = conv.finish(&mut sink)?;
+            (finished && reported.ok, reported.message())
         };
-        if !errmsg.is_empty() {
-            sb.error(errmsg.strip_suffix('\n').unwrap_or(&errmsg))?;
+        if let Some(message) = message {
+            sb.error(message)?;
         }
         Ok(ok)
     }

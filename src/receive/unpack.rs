@@ -46,7 +46,7 @@ pub(super) fn unpack<W: Write, E: Write>(
     let _span = info_span!("ingest").entered();
     let config = &repo.config;
     let q = match Quarantine::create(&repo.objects_dir) {
-        Ok(q) => q,
+        Ok(q) => q.with_shared_repository(config.ingest.shared_repository),
         Err(e) => {
             unpacked.status = Unpack::Failed(ingest::UnpackError::Quarantine(e).to_string());
             return Ok(unpacked);
@@ -77,6 +77,10 @@ pub(super) fn unpack<W: Write, E: Write>(
             .chain(client_shallow.iter().copied())
             .collect(),
         object_format: repo.object_format,
+        files: crate::objects::pack_files::Options {
+            write_reverse_index: config.ingest.write_reverse_index,
+            shared: config.ingest.shared_repository,
+        },
     };
     match ingest::receive_pack(input, &q, objects, opts) {
         Ok(r) => {
@@ -85,7 +89,8 @@ pub(super) fn unpack<W: Write, E: Write>(
             }
             // git's index-pack (used from receive.unpackLimit objects on) prints this.
             if let Some(d) = r.deltas.filter(|&d| d > 0) {
-                sb.progress(format!("Resolving deltas: 100% ({d}/{d}), done.\n").as_bytes())?;
+                let end = resolving_deltas_end(r.local_objects);
+                sb.progress(format!("Resolving deltas: 100% ({d}/{d}), {end}.\n").as_bytes())?;
             }
             unpacked.status = Unpack::Ok;
             unpacked.received = Some(r);
@@ -102,4 +107,25 @@ pub(super) fn unpack<W: Write, E: Write>(
     }
     unpacked.quarantine = Some(q);
     Ok(unpacked)
+}
+
+/// How index-pack's `Resolving deltas` line ends (`stop_progress_msg` in `conclude_pack`):
+/// `done`, or, when the pack was thin, how many objects of the repository completed it.
+fn resolving_deltas_end(local_objects: u32) -> String {
+    match local_objects {
+        0 => "done".into(),
+        1 => "completed with 1 local object".into(),
+        n => format!("completed with {n} local objects"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn resolving_deltas_end_as_index_pack() {
+        use super::resolving_deltas_end as end;
+        assert_eq!(end(0), "done");
+        assert_eq!(end(1), "completed with 1 local object");
+        assert_eq!(end(3), "completed with 3 local objects");
+    }
 }

@@ -33,13 +33,17 @@ pub use transaction::{
     Atomicity, Options, Prepared, Transaction, TransactionObserver, TransactionState,
 };
 
-/// Where a repository keeps its refs (`extensions.refStorage`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefFormat {
-    /// Loose files and `packed-refs`.
-    Files,
-    /// A reftable stack in `$GIT_DIR/reftable`.
-    Reftable,
+pub use crate::repo::RefFormat;
+
+/// The ref store of `repo`, as its format and configuration say.
+pub fn of_repository(repo: &crate::repo::Repository) -> Box<dyn RefStore> {
+    open(
+        &repo.git_dir,
+        repo.ref_format,
+        repo.object_format,
+        repo.config.storage.log_ref_updates,
+        repo.config.storage.reftable,
+    )
 }
 
 /// A repository's ref storage, as a push uses it: one snapshot of the refs, the symbolic refs

@@ -16,6 +16,7 @@ use std::time::Duration;
 use gix_config::File;
 
 use crate::objects::fsck::Setting as FsckSetting;
+use crate::objects::pack_files::SharedRepository;
 
 /// What to do when a push touches the checked-out branch (`receive.denyCurrentBranch`,
 /// `receive.denyDeleteCurrent`).
@@ -78,6 +79,9 @@ pub enum Error {
     /// A `receive.fsck.*` key without a value, given with `git -c`.
     #[error("unable to parse '{0}' from command-line config")]
     MissingValueParameter(String),
+    /// A `core.sharedRepository` mode that does not let the owner read and write.
+    #[error(transparent)]
+    SharedRepository(#[from] crate::objects::pack_files::BadSharedRepository),
     /// A `reftable.*` value out of the range git accepts.
     #[error("{0}")]
     ReftableOption(String),
@@ -224,6 +228,10 @@ pub struct Ingest {
     /// `receive.fsck.<msg-id>` and `receive.fsck.skipList`, in configuration order (unknown ids
     /// already dropped with git's warning; skip lists relative to the repository).
     pub fsck: Vec<FsckSetting>,
+    /// `pack.writeReverseIndex` (default true): write a `.rev` next to a kept pack's `.idx`.
+    pub write_reverse_index: bool,
+    /// `core.sharedRepository`: the permissions of the pack files and loose objects written.
+    pub shared_repository: SharedRepository,
 }
 
 impl Default for Ingest {
@@ -234,6 +242,8 @@ impl Default for Ingest {
             max_object_size: 1 << 30,
             fsck_objects: false,
             fsck: Vec::new(),
+            write_reverse_index: true,
+            shared_repository: SharedRepository::Umask,
         }
     }
 }
@@ -762,11 +772,37 @@ pub static KEYS: &[Key] = &[
         apply: Apply::Sections(read_fsck_settings),
     },
     last!(
+        "pack.writeReverseIndex",
+        "Write a `.rev` reverse index next to a kept pack's index (default true).",
+        |p, v| p.c.ingest.write_reverse_index = boolean(v)?
+    ),
+    Key {
+        name: "core.sharedRepository",
+        doc: "Who may read (and write) what the push writes: umask (the default), group, all, \
+              or an octal mode; applied to kept packs and loose objects as git does.",
+        apply: Apply::Sections(read_shared_repository),
+    },
+    last!(
         "berth.maxObjectSize",
         "The largest object (or delta result) a pack may inflate to (default 1GiB, at least 1).",
         |p, v| p.c.ingest.max_object_size = number(v)?.max(1) as u64
     ),
 ];
+
+/// `core.sharedRepository`, its last value; a key without `=` means `group` (git's
+/// `git_config_perm` with a NULL value).
+fn read_shared_repository(file: &File, p: &mut Parsing) -> Result<(), Error> {
+    let Some(value) = file.string("core.sharedRepository") else {
+        return Ok(());
+    };
+    let value = value.to_string();
+    // gix-config reads a key without `=` as an empty value; its boolean is then true.
+    let implicit = value.is_empty()
+        && matches!(file.boolean("core.sharedRepository"), Ok(Some(true)));
+    p.c.ingest.shared_repository =
+        SharedRepository::parse((!implicit).then_some(value.as_str()))?;
+    Ok(())
+}
 
 /// A `hideRefs` value: trailing slashes do not count.
 fn hide_ref(v: &str) -> String {
@@ -1090,6 +1126,12 @@ mod tests {
                     severity: "warn".into(),
                 }]
         }),
+        ("pack.writeReverseIndex", "false", |c| {
+            !c.ingest.write_reverse_index
+        }),
+        ("core.sharedRepository", "group", |c| {
+            c.ingest.shared_repository == SharedRepository::Add(0o660)
+        }),
         ("berth.maxObjectSize", "2g", |c| {
             c.ingest.max_object_size == 2 << 30
         }),
@@ -1200,6 +1242,8 @@ mod tests {
                 max_object_size: 1 << 30,
                 fsck_objects: false,
                 fsck: vec![],
+                write_reverse_index: true,
+                shared_repository: SharedRepository::Umask,
             }
         );
         assert_eq!(c.hooks.keep_alive, Some(Duration::from_secs(5)));

@@ -7,7 +7,6 @@ pub mod policy;
 use std::path::{Path, PathBuf};
 
 use self::config::{Config, Environment, Warning};
-use crate::refs::{RefFormat, RefStore};
 
 /// Why the repository cannot be served.
 #[derive(Debug, thiserror::Error)]
@@ -102,17 +101,6 @@ impl Repository {
             .storage
             .bare
             .unwrap_or_else(|| self.git_dir.file_name().is_none_or(|n| n != ".git"))
-    }
-
-    /// The repository's ref store.
-    pub fn ref_store(&self) -> Box<dyn RefStore> {
-        crate::refs::open(
-            &self.git_dir,
-            self.ref_format,
-            self.object_format,
-            self.config.storage.log_ref_updates,
-            self.config.storage.reftable,
-        )
     }
 
     /// The repository's shallow commits (`$GIT_DIR/shallow`), in file order.
@@ -223,6 +211,15 @@ fn read_symbolic_head(git_dir: &Path, format: RefFormat) -> Option<String> {
     content
         .strip_prefix("ref: ")
         .map(|r| r.trim_end().to_owned())
+}
+
+/// Where a repository keeps its refs (`extensions.refStorage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefFormat {
+    /// Loose files and `packed-refs`.
+    Files,
+    /// A reftable stack in `$GIT_DIR/reftable`.
+    Reftable,
 }
 
 /// `path` if it is a git directory, or the directory a `.git` file there points to.

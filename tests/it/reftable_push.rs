@@ -3,9 +3,10 @@
 //! names conflicting inside one push are decided as git master decides them; annotated tags are
 //! stored with their peeled value; and berth and `git update-ref` writing the same stack at the
 //! same time lose no update. (The whole push differential also runs on reftable:
-//! `BERTH_TEST_REF_FORMAT=reftable cargo test --test push`, as CI does.)
+//! `BERTH_TEST_REF_FORMAT=reftable cargo test --test it -- push:: --skip reftable_push::`, as CI
+//! does.)
 
-mod common;
+use crate::common;
 use std::path::Path;
 
 use berth::reftable::{RefValue, Stack};

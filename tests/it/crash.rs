@@ -21,17 +21,15 @@
 //! left by a kill are left alone, as git leaves its own (`git gc` / `git prune` remove them).
 #![allow(clippy::type_complexity)]
 
-mod common;
+use crate::common::{PACK_ONE_THREAD_MAIN, World, ZERO, berth, pkt};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-const ZERO: &str = "0000000000000000000000000000000000000000";
 
 /// The syscalls a kill point can be placed on.
 const SYSCALLS: &[&str] = &[
@@ -51,109 +49,6 @@ const SYSCALLS: &[&str] = &[
     "fdatasync",
     "ftruncate",
 ];
-
-fn berth() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_berth"))
-}
-
-/// An isolated environment (own HOME and global config, fixed identity and clock) that any
-/// thread can build commands in.
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Self {
-        Env {
-            dir: common::scratch(
-                "berth-crash-",
-                "[pack]
-	threads = 1
-[init]
-	defaultBranch = main
-",
-            ),
-        }
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-
-    fn cmd(&self, program: impl AsRef<OsStr>, cwd: &Path) -> Command {
-        common::isolated_command(program, cwd, &self.path("home"), "1700000000 +0000")
-    }
-
-    fn git_out(&self, cwd: &Path, args: &[&str]) -> Output {
-        self.cmd("git", cwd).args(args).output().unwrap()
-    }
-
-    fn git(&self, cwd: &Path, args: &[&str]) -> String {
-        let out = self.git_out(cwd, args);
-        assert!(
-            out.status.success(),
-            "git {args:?} in {} failed:\n{}{}",
-            cwd.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn git_stdin(&self, cwd: &Path, args: &[&str], input: &[u8]) -> Output {
-        let mut cmd = self.cmd("git", cwd);
-        cmd.args(args);
-        common::run_with_stdin(cmd, input)
-    }
-
-    /// The refs of `repo` (`name → id`), asserting git reads every one of them without a
-    /// complaint (a torn loose ref is "ignoring broken ref", a torn `packed-refs` is fatal).
-    fn refs(&self, repo: &Path) -> BTreeMap<String, String> {
-        let out = self.git_out(repo, &["for-each-ref", "--format=%(objectname) %(refname)"]);
-        assert!(
-            out.status.success() && out.stderr.is_empty(),
-            "for-each-ref in {}:\n{}",
-            repo.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let (id, name) = l.split_once(' ').unwrap();
-                (name.to_owned(), id.to_owned())
-            })
-            .collect()
-    }
-
-    /// `git fsck --strict`: every ref (and reflog entry) points at a complete object graph.
-    fn fsck(&self, repo: &Path) -> Result<(), String> {
-        let out = self.git_out(
-            repo,
-            &["fsck", "--strict", "--no-dangling", "--no-progress"],
-        );
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let complaints: Vec<&str> = stderr
-            .lines()
-            .filter(|l| !l.starts_with("notice:"))
-            .collect();
-        if out.status.success() && complaints.is_empty() && out.stdout.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                stderr
-            ))
-        }
-    }
-}
-
-fn pkt(s: &str) -> Vec<u8> {
-    let mut v = format!("{:04x}", s.len() + 4).into_bytes();
-    v.extend_from_slice(s.as_bytes());
-    v
-}
 
 /// How many refs of each kind a scenario has and touches.
 struct Shape {
@@ -205,8 +100,8 @@ fn fi_commit(out: &mut String, name: &str, parent: Option<&str>, content: &str, 
     ));
 }
 
-fn fast_import(env: &Env, repo: &Path, stream: &str) {
-    let out = env.git_stdin(repo, &["fast-import", "--quiet"], stream.as_bytes());
+fn fast_import(env: &World, repo: &Path, stream: &str) {
+    let out = env.git_with_stdin(repo, &["fast-import", "--quiet"], stream.as_bytes());
     assert!(
         out.status.success(),
         "fast-import: {}",
@@ -214,17 +109,17 @@ fn fast_import(env: &Env, repo: &Path, stream: &str) {
     );
 }
 
-fn build(env: &Env, name: &'static str, shape: &Shape) -> Scenario {
+fn build(env: &World, name: &'static str, shape: &Shape) -> Scenario {
     let client = env.path(&format!("{name}-client"));
     let template = env.path(&format!("{name}-template.git"));
-    env.git(env.dir.path(), &["init", "-q", client.to_str().unwrap()]);
+    env.git(env.root(), &["init", "-q", client.to_str().unwrap()]);
     let format = if shape.reftable {
         "--ref-format=reftable"
     } else {
         "--ref-format=files"
     };
     env.git(
-        env.dir.path(),
+        env.root(),
         &["init", "-q", "--bare", format, template.to_str().unwrap()],
     );
     for (k, v) in [
@@ -272,7 +167,7 @@ fn build(env: &Env, name: &'static str, shape: &Shape) -> Scenario {
     }
     fast_import(env, &client, &s);
     env.git(&client, &["push", "-q", url, "refs/heads/*:refs/heads/*"]);
-    let before = env.refs(&template);
+    let before = env.ref_map(&template);
 
     // Stage 3: what the push does, in the client.
     let mut s = String::new();
@@ -290,13 +185,13 @@ fn build(env: &Env, name: &'static str, shape: &Shape) -> Scenario {
         fi_commit(&mut s, &r, Some(&base), &format!("{r} new"), tick());
     }
     fast_import(env, &client, &s);
-    let out = env.git_stdin(
+    let out = env.git_with_stdin(
         &client,
         &["update-ref", "--stdin"],
         deletes.concat().as_bytes(),
     );
     assert!(out.status.success());
-    let after = env.refs(&client);
+    let after = env.ref_map(&client);
 
     // The request, as a client would send it: one command per changed ref, then the pack.
     let mut caps =
@@ -312,15 +207,15 @@ fn build(env: &Env, name: &'static str, shape: &Shape) -> Scenario {
         if old == new {
             continue;
         }
-        let old = old.map_or(ZERO, |s| s.as_str());
-        let new = new.map_or(ZERO, |s| s.as_str());
+        let old = old.map_or(&*ZERO, |s| s.as_str());
+        let new = new.map_or(&*ZERO, |s| s.as_str());
         let line = if request.is_empty() {
             format!("{old} {new} {name}\0{caps}\n")
         } else {
             format!("{old} {new} {name}\n")
         };
         request.extend(pkt(&line));
-        if new != ZERO {
+        if new != &*ZERO {
             revs.push_str(&format!("{new}\n"));
         }
     }
@@ -328,7 +223,7 @@ fn build(env: &Env, name: &'static str, shape: &Shape) -> Scenario {
     for id in before.values().collect::<BTreeSet<_>>() {
         revs.push_str(&format!("^{id}\n"));
     }
-    let pack = env.git_stdin(
+    let pack = env.git_with_stdin(
         &client,
         &["pack-objects", "--stdout", "--revs", "-q"],
         revs.as_bytes(),
@@ -357,7 +252,7 @@ struct Point {
 }
 
 /// One traced run without injection: every syscall of interest the main thread makes, in order.
-fn trace(env: &Env, sc: &Scenario, work: &Path) -> Vec<(String, String)> {
+fn trace(env: &World, sc: &Scenario, work: &Path) -> Vec<(String, String)> {
     let repo = work.join("srv.git");
     copy_repo(&sc.template, &repo);
     let trace = work.join("trace");
@@ -443,7 +338,7 @@ fn copy_repo(from: &Path, to: &Path) {
 
 /// Run berth on the scenario's request under strace, killing it at `point` if given.
 fn strace_berth(
-    env: &Env,
+    env: &World,
     sc: &Scenario,
     repo: &Path,
     trace: &Path,
@@ -518,7 +413,7 @@ fn locks(repo: &Path) -> Vec<String> {
 /// `git push --porcelain --force --prune` of the client's branches to `repo` through
 /// `receive_pack`; returns success and the refs the push rejected.
 fn next_push(
-    env: &Env,
+    env: &World,
     sc: &Scenario,
     repo: &Path,
     receive_pack: &str,
@@ -557,7 +452,7 @@ fn commands(sc: &Scenario, refs: &BTreeMap<String, String>) -> BTreeSet<String> 
         .collect()
 }
 
-fn run_point(env: &Env, sc: &Scenario, point: &Point, work: &Path) -> Outcome {
+fn run_point(env: &World, sc: &Scenario, point: &Point, work: &Path) -> Outcome {
     let repo = work.join("srv.git");
     copy_repo(&sc.template, &repo);
     let trace = work.join("trace");
@@ -593,7 +488,7 @@ fn run_point(env: &Env, sc: &Scenario, point: &Point, work: &Path) -> Outcome {
     };
 
     // Every ref holds its old or its new value, and git reads every ref.
-    let refs = env.refs(&repo);
+    let refs = env.ref_map(&repo);
     let names: BTreeSet<&String> = sc
         .before
         .keys()
@@ -615,7 +510,7 @@ fn run_point(env: &Env, sc: &Scenario, point: &Point, work: &Path) -> Outcome {
     let stale_locks = locks(&repo);
     let berth_rp = format!("{} receive-pack", berth().display());
     if !stale_locks.is_empty() {
-        let now = env.refs(&repo);
+        let now = env.ref_map(&repo);
         let pending = commands(sc, &now);
         // git's rule: a ref whose `<ref>.lock` exists cannot be updated, and no ref can be
         // deleted while `packed-refs.lock` exists. In reftable, nothing can be written while
@@ -661,7 +556,7 @@ fn run_point(env: &Env, sc: &Scenario, point: &Point, work: &Path) -> Outcome {
         "{where_}: the next push failed:\n{text}"
     );
     assert_eq!(
-        env.refs(&repo),
+        env.ref_map(&repo),
         sc.after,
         "{where_}: refs after the next push"
     );
@@ -726,7 +621,7 @@ fn choose(calls: &[(String, String)], budget: usize) -> Vec<Point> {
 
 fn crash_sweep(name: &'static str, shape: Shape, budget: usize) -> usize {
     let start = std::time::Instant::now();
-    let env = Env::new();
+    let env = World::fixed_clock("berth-crash-", PACK_ONE_THREAD_MAIN);
     let sc = build(&env, name, &shape);
     let work0 = env.path("work-trace");
     std::fs::create_dir(&work0).unwrap();

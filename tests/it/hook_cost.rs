@@ -1,7 +1,7 @@
 //! "An absent hook costs nothing; a present hook costs its process": a 10,000-ref push is run
 //! under `strace -f` and every process and thread berth creates is counted.
 
-mod common;
+use crate::common;
 use common::{EMPTY_PACK, World, ZERO, pkt};
 
 /// Counts of what berth started during one 10,000-ref push: (clone-like syscalls, execve).

@@ -2,7 +2,7 @@
 //! ssh forced command or in an exec-path would find it), repository formats it cannot write yet,
 //! and `receive.maxInputSize`.
 
-mod common;
+use crate::common;
 use common::{Receiver, World, leftovers};
 
 #[test]
@@ -163,5 +163,96 @@ fn session_id_capability_and_trace2_client_sid() {
             && parts[1].starts_with('H')
             && parts[2].starts_with('P'),
         "{advertised:?}"
+    );
+}
+
+/// The command line is answered as git's builtin answers it: `-h` (and `--help-all`) print the
+/// usage on stdout, an unknown or malformed option prints git's `error:` line and the usage on
+/// stderr, a missing or extra directory git's `fatal:` and usage; all with exit status 129.
+/// Options may be abbreviated and negated as git allows. Compared with `git receive-pack`,
+/// started as `berth receive-pack` and as `git-receive-pack`.
+#[test]
+fn command_line_answers_as_git_receive_pack() {
+    let w = World::new();
+    std::fs::create_dir(w.path("bin")).unwrap();
+    std::os::unix::fs::symlink(common::berth(), w.path("bin/git-receive-pack")).unwrap();
+    let cases: &[&[&str]] = &[
+        &["-h"],
+        &["--help-all"],
+        &["--bogus"],
+        &["-x"],
+        &["-qx"],
+        &["-qh"],
+        &["x", "-h"],
+        &[],
+        &["-q"],
+        &["a", "b"],
+        &["--", "a", "b"],
+        &["--quiet=1"],
+        &["--qu="],
+        &["--no-stateless-rpc=1"],
+        &["--no"],
+        &["--no-"],
+        &["--no-bogus"],
+        &["-stateless"],
+        &["-no-quiet"],
+        &["-htt"],
+        &["-q-x"],
+        &["-é"],
+        &["---"],
+        &["--="],
+        &["--n=1"],
+        &["--git-completion-helper"],
+        &["--git-completion-helper-all"],
+        &["--skip-connectivity-check-typo"],
+        &["--", "-h"],
+        &["--end-of-options", "-h"],
+        &["--st", "--ht", "--adv", "--rej", "missing.git"],
+        &["--no-quiet", "--no-st", "--no-ad", "missing.git"],
+        &["missing.git", "--bogus"],
+    ];
+    let observe = |program: &std::path::Path, pre: &[&str], args: &[&str], env: Option<&str>| {
+        let mut c = w.cmd(program, ".");
+        c.args(pre).args(args);
+        if let Some(v) = env {
+            c.env("GIT_TEST_DISALLOW_ABBREVIATED_OPTIONS", v);
+        }
+        let out = c.output().unwrap();
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            out.status.code(),
+        )
+    };
+    let git = std::path::Path::new("git");
+    for env in [None, Some("1")] {
+        for args in cases {
+            let expected = observe(git, &["receive-pack"], args, env);
+            let berth = observe(&common::berth(), &["receive-pack"], args, env);
+            assert_eq!(expected, berth, "berth receive-pack {args:?} ({env:?})");
+            let dashed = observe(&w.path("bin/git-receive-pack"), &[], args, env);
+            assert_eq!(expected, dashed, "git-receive-pack {args:?} ({env:?})");
+        }
+    }
+    assert_eq!(
+        observe(git, &["receive-pack"], &["-h"], None).0,
+        "usage: git receive-pack <git-dir>\n\n    -q, --[no-]quiet      quiet\n\n"
+    );
+    // git opens the manual page for `--help`; berth, without one, answers as parse-options does
+    // when `--help` reaches it: the usage, as for `-h`.
+    assert_eq!(
+        observe(&common::berth(), &["receive-pack"], &["--help"], None),
+        observe(git, &["receive-pack"], &["-h"], None)
+    );
+    // berth's own option, spelled out in full, on top of git's.
+    let out = observe(
+        &common::berth(),
+        &["receive-pack"],
+        &["--skip-connectivity-check", "missing.git"],
+        None,
+    );
+    assert_eq!(
+        out.1,
+        "fatal: 'missing.git' does not appear to be a git repository\n"
     );
 }

@@ -2,7 +2,7 @@
 //! refuse with a message, and cost no process. Also: one muxer per session, and keepalives while
 //! a hook is silent.
 
-mod common;
+use crate::common;
 use berth::hooks::{InProcess, InProcessHooks, Push, Verdict};
 use berth::protocol::request::Command;
 use berth::refs::{RefUpdate, TransactionState};
@@ -75,7 +75,9 @@ fn in_process_hooks_run_in_gits_places_and_can_refuse() {
         in_process: Some(InProcessHooks(recorder.clone())),
         ..Default::default()
     };
-    let processes = berth::hooks::processes_started();
+    // The counters are the whole process's: no other test runs berth in it meanwhile.
+    let _counters = common::in_process_lock();
+    let processes = berth::hooks::process::processes_started();
     let muxers = berth::protocol::sideband::muxers_created();
     let mut out = Vec::new();
     let mut err = Vec::new();
@@ -109,7 +111,7 @@ fn in_process_hooks_run_in_gits_places_and_can_refuse() {
         ]
     );
     assert_eq!(
-        berth::hooks::processes_started(),
+        berth::hooks::process::processes_started(),
         processes,
         "no process for in-process hooks"
     );

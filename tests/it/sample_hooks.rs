@@ -1,7 +1,7 @@
 //! The sample hooks shipped in `hooks/`, each installed in a served repository and exercised
 //! with the real git client, against berth and against `git receive-pack` alike.
 
-mod common;
+use crate::common;
 use common::{Push, Receiver, World};
 
 fn install(w: &World, sample: &str, event: &str) {

@@ -2,7 +2,7 @@
 //! `berth receive-pack` on identical repositories; what each writes back (advertisement with the
 //! agent masked, report, sideband) and the refs each leaves must be identical.
 
-mod common;
+use crate::common;
 use common::{EMPTY_PACK, World, ZERO, leftovers, pkt};
 use std::io::Write;
 use std::process::Stdio;

@@ -1,7 +1,7 @@
 //! The many-ref path of the files backend (`src/refs/packed.rs`): one `packed-refs` rewrite, no
 //! file per ref, git's format byte for byte, and safe against a concurrent `git update-ref`.
 
-mod common;
+use crate::common;
 use common::{EMPTY_PACK, Receiver, World, ZERO};
 
 use std::io::Write;

@@ -1,9 +1,11 @@
 //! Test harness: isolated git environments, pushes with the real `git` client against either
 //! `git receive-pack` or berth, and observations of what the client saw and the server holds.
-#![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// The all-zero object id of the tests' object format ([`object_format`]): formats as the hex
 /// and dereferences to it.
@@ -152,16 +154,6 @@ pub fn sha256() -> bool {
     object_format() == gix_hash::Kind::Sha256
 }
 
-/// The zero id of the tests' object format, in hex.
-pub fn zero() -> String {
-    "0".repeat(object_format().len_in_hex())
-}
-
-/// `digit` repeated to an id of the tests' object format, in hex (`1111…`).
-pub fn fake_id(digit: char) -> String {
-    digit.to_string().repeat(object_format().len_in_hex())
-}
-
 /// The object format's name as git writes it in `object-format=`.
 pub fn object_format_cap() -> &'static str {
     if sha256() { "sha256" } else { "sha1" }
@@ -200,6 +192,16 @@ pub fn run_with_stdin(mut cmd: Command, input: &[u8]) -> Output {
     out
 }
 
+/// berth's process-wide counters (`berth::hooks::processes_started()`,
+/// `berth::protocol::sideband::muxers_created()`) count for every test of this binary, all
+/// running at once: a test that compares them before and after running berth in this process
+/// holds this lock, and so does any test that runs berth in this process (`berth::receive::run`).
+pub fn in_process_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    // A test that panicked while holding it left nothing to repair.
+    LOCK.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Which receive-pack the client talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Receiver {
@@ -236,11 +238,29 @@ pub fn berth() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_berth"))
 }
 
+/// A global git configuration: one pack thread (the client's delta search, and so the packs it
+/// sends, are deterministic) and `main` as the initial branch.
+pub const PACK_ONE_THREAD_MAIN: &str = "[pack]
+	threads = 1
+[init]
+	defaultBranch = main
+";
+
 /// A scratch world: a temp dir with a home of its own, so no user or system config leaks in.
+/// It is `Sync`: threads of one test (racing pushes, parallel crash replays) build commands in
+/// it at once.
 pub struct World {
     dir: tempfile::TempDir,
-    tick: std::cell::Cell<u64>,
+    /// Commands built so far, each dated a minute after the previous one; `None`: every command
+    /// at the same date.
+    tick: Option<AtomicU64>,
 }
+
+// Threads of one test (races, crash) share a world.
+const _: fn() = || {
+    fn sync<T: Sync>() {}
+    sync::<World>();
+};
 
 impl World {
     pub fn new() -> Self {
@@ -253,7 +273,18 @@ impl World {
         );
         World {
             dir,
-            tick: std::cell::Cell::new(0),
+            tick: Some(AtomicU64::new(0)),
+        }
+    }
+
+    /// A world named `<prefix>…` with `gitconfig` as its global configuration, whose commands
+    /// all run at one date (1700000000 +0000): what a command does then depends neither on how
+    /// many ran before it nor on which thread got there first, and a replayed command does
+    /// exactly what it did the first time.
+    pub fn fixed_clock(prefix: &str, gitconfig: &str) -> Self {
+        World {
+            dir: scratch(prefix, gitconfig),
+            tick: None,
         }
     }
 
@@ -265,25 +296,37 @@ impl World {
         self.dir.path().join(rel)
     }
 
-    /// A `git` command in `cwd` (relative to the world) with a fixed identity and clock.
-    pub fn git_cmd(&self, cwd: &str) -> Command {
+    /// A `git` command in `cwd` (relative to the world, or absolute) with a fixed identity and
+    /// clock.
+    pub fn git_cmd(&self, cwd: impl AsRef<Path>) -> Command {
         self.cmd("git", cwd)
     }
 
     /// `program` in `cwd` with the same isolated environment as [`World::git_cmd`].
-    pub fn cmd(&self, program: impl AsRef<std::ffi::OsStr>, cwd: &str) -> Command {
-        let t = self.tick.get() + 1;
-        self.tick.set(t);
-        let date = format!("{} +0000", 1_700_000_000 + t * 60);
-        isolated_command(program, &self.path(cwd), &self.path("home"), &date)
+    pub fn cmd(&self, program: impl AsRef<std::ffi::OsStr>, cwd: impl AsRef<Path>) -> Command {
+        let date = match &self.tick {
+            Some(tick) => {
+                let t = tick.fetch_add(1, Ordering::Relaxed) + 1;
+                format!("{} +0000", 1_700_000_000 + t * 60)
+            }
+            None => "1700000000 +0000".to_owned(),
+        };
+        isolated_command(
+            program,
+            &self.dir.path().join(cwd),
+            &self.path("home"),
+            &date,
+        )
     }
 
     /// Run git, panicking with its output if it fails.
-    pub fn git(&self, cwd: &str, args: &[&str]) -> String {
+    pub fn git(&self, cwd: impl AsRef<Path>, args: &[&str]) -> String {
+        let cwd = cwd.as_ref();
         let out = self.git_cmd(cwd).args(args).output().unwrap();
         assert!(
             out.status.success(),
-            "git {args:?} in {cwd} failed:\n{}{}",
+            "git {args:?} in {} failed:\n{}{}",
+            cwd.display(),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -291,12 +334,12 @@ impl World {
     }
 
     /// Run git and return its output whatever the status.
-    pub fn git_out(&self, cwd: &str, args: &[&str]) -> Output {
+    pub fn git_out(&self, cwd: impl AsRef<Path>, args: &[&str]) -> Output {
         self.git_cmd(cwd).args(args).output().unwrap()
     }
 
     /// Run git with `input` on its stdin and return its output whatever the status.
-    pub fn git_with_stdin(&self, cwd: &str, args: &[&str], input: &[u8]) -> Output {
+    pub fn git_with_stdin(&self, cwd: impl AsRef<Path>, args: &[&str], input: &[u8]) -> Output {
         let mut cmd = self.git_cmd(cwd);
         cmd.args(args);
         self.git_with_stdin_cmd(cmd, input)
@@ -387,7 +430,7 @@ impl World {
     }
 
     /// `git for-each-ref` in `repo`: `<oid> <type> <name>` lines.
-    pub fn refs(&self, repo: &str) -> String {
+    pub fn refs(&self, repo: impl AsRef<Path>) -> String {
         self.git(
             repo,
             &[
@@ -397,28 +440,69 @@ impl World {
         )
     }
 
-    /// Assert `git fsck --strict` is clean and no quarantine or lock file is left behind.
-    pub fn assert_clean(&self, repo: &str) {
-        let out = self.git_out(repo, &["fsck", "--strict", "--no-dangling"]);
-        let complaints: Vec<&str> = std::str::from_utf8(&out.stderr)
+    /// The refs of `repo` (`name → id`), asserting git reads every one of them without a
+    /// complaint (a torn loose ref is "ignoring broken ref", a torn `packed-refs` is fatal).
+    pub fn ref_map(&self, repo: impl AsRef<Path>) -> BTreeMap<String, String> {
+        let repo = repo.as_ref();
+        let out = self.git_out(repo, &["for-each-ref", "--format=%(objectname) %(refname)"]);
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "for-each-ref in {}:\n{}",
+            repo.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
             .unwrap()
+            .lines()
+            .map(|l| {
+                let (id, name) = l.split_once(' ').unwrap();
+                (name.to_owned(), id.to_owned())
+            })
+            .collect()
+    }
+
+    /// `git fsck --strict` of `repo`: every ref (and reflog entry) points at a complete object
+    /// graph; else what fsck said.
+    pub fn fsck(&self, repo: impl AsRef<Path>) -> Result<(), String> {
+        let out = self.git_out(
+            repo,
+            &["fsck", "--strict", "--no-dangling", "--no-progress"],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let complaints: Vec<&str> = stderr
             .lines()
             .filter(|l| !l.starts_with("notice:"))
             .collect();
-        assert!(
-            out.status.success() && complaints.is_empty(),
-            "fsck of {repo}:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if out.status.success() && complaints.is_empty() && out.stdout.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                stderr
+            ))
+        }
+    }
+
+    /// Assert `git fsck --strict` is clean and no quarantine or lock file is left behind.
+    pub fn assert_clean(&self, repo: impl AsRef<Path>) {
+        let repo = repo.as_ref();
+        if let Err(e) = self.fsck(repo) {
+            panic!("fsck of {}:\n{e}", repo.display());
+        }
         let out = self.git_out(repo, &["refs", "verify", "--strict"]);
         assert!(
             out.status.success() && out.stderr.is_empty(),
-            "git refs verify of {repo}:\n{}",
+            "git refs verify of {}:\n{}",
+            repo.display(),
             String::from_utf8_lossy(&out.stderr)
         );
-        let leftovers = leftovers(&self.path(repo));
-        assert!(leftovers.is_empty(), "left behind in {repo}: {leftovers:?}");
+        let leftovers = leftovers(&self.dir.path().join(repo));
+        assert!(
+            leftovers.is_empty(),
+            "left behind in {}: {leftovers:?}",
+            repo.display()
+        );
     }
 
     /// Every reflog of `repo`, newest entry first per ref: `<selector> <oid> <message>` lines.

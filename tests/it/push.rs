@@ -2,7 +2,7 @@
 //! and once against berth, on identical repositories. The client-visible result and the
 //! resulting refs must be the same, and the berth side is checked with `git fsck --strict`.
 
-mod common;
+use crate::common;
 use common::{Push, Receiver, World};
 
 /// What one scenario produced: every push as the client saw it, and the server's refs.
@@ -365,6 +365,195 @@ fn resolving_deltas_progress_on_band_2_unless_quiet() {
     assert!(git.is_some());
     assert_eq!(git, resolving(Receiver::Berth, false));
     assert_eq!(resolving(Receiver::Berth, true), None);
+}
+
+/// A thin pack completed from the repository ends index-pack's progress with `completed with
+/// N local object(s)` instead of `done` (JGit reads the line as the end of the progress).
+#[test]
+fn thin_pack_progress_counts_the_local_objects_that_completed_it() {
+    let big = |tag: &str| -> String {
+        (0..2000)
+            .map(|i| format!("line {i} of {tag}, a file that deltas well\n"))
+            .collect()
+    };
+    let resolving = |r: Receiver, files: &[&str], ofs_delta: bool| {
+        let w = World::new();
+        w.bare("srv.git");
+        // index-pack for every pack, however small.
+        w.git("srv.git", &["config", "receive.unpackLimit", "1"]);
+        if !ofs_delta {
+            // Every delta a REF_DELTA, those against objects of the pack too.
+            w.git("srv.git", &["config", "repack.useDeltaBaseOffset", "false"]);
+        }
+        w.work("src");
+        for f in files {
+            w.commit("src", f, &big(f));
+        }
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        for f in files {
+            std::fs::write(w.path("src").join(f), format!("{}one more\n", big(f))).unwrap();
+        }
+        w.git("src", &["commit", "-q", "-am", "more"]);
+        let rp = format!("--receive-pack={}", r.command());
+        let url = w.path("srv.git");
+        let out = w.git_out(
+            "src",
+            &["push", "--progress", &rp, url.to_str().unwrap(), "main"],
+        );
+        assert!(out.status.success());
+        if r == Receiver::Berth {
+            w.assert_clean("srv.git");
+        }
+        String::from_utf8_lossy(&out.stderr)
+            .split(['\r', '\n'])
+            .filter(|l| l.starts_with("remote: Resolving deltas: 100%"))
+            .map(|l| l.trim_end().to_owned())
+            .next_back()
+    };
+    let one = common::differential(|r| resolving(r, &["a"], true));
+    assert_eq!(
+        one.as_deref(),
+        Some("remote: Resolving deltas: 100% (1/1), completed with 1 local object.")
+    );
+    let two = common::differential(|r| resolving(r, &["a", "b"], true));
+    assert_eq!(
+        two.as_deref(),
+        Some("remote: Resolving deltas: 100% (2/2), completed with 2 local objects.")
+    );
+    common::differential(|r| resolving(r, &["a", "b", "c"], false));
+}
+
+/// A kept pack is left as git's index-pack leaves it: `.pack`, `.idx` and `.rev` read-only,
+/// the mode adjusted by `core.sharedRepository`, no `.rev` with `pack.writeReverseIndex=false`;
+/// and berth's `.rev` is byte for byte what `git index-pack --rev-index` writes for that pack.
+#[test]
+fn kept_packs_are_read_only_with_a_reverse_index() {
+    use std::os::unix::fs::PermissionsExt;
+    let files = |w: &World, dir: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(w.path(dir))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let mode = e.metadata().unwrap().permissions().mode() & 0o7777;
+                format!("{:o} {}", mode, e.file_name().to_string_lossy())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let run = |r: Receiver, config: &[(&str, &str)]| {
+        let w = World::new();
+        w.bare("srv.git");
+        w.git("srv.git", &["config", "receive.unpackLimit", "1"]);
+        for (k, v) in config {
+            w.git("srv.git", &["config", k, v]);
+        }
+        w.work("src");
+        w.commit("src", "a", "1");
+        w.commit("src", "b", "2");
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        // A thin one too: completed from the repository, so berth's pack is its own.
+        let big: String = (0..500).map(|i| format!("line {i}\n")).collect();
+        w.commit("src", "big", &big);
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        w.commit("src", "big", &format!("{big}more\n"));
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        if r == Receiver::Berth {
+            w.assert_clean("srv.git");
+            let pack_dir = w.path("srv.git/objects/pack");
+            for e in std::fs::read_dir(&pack_dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.extension().is_some_and(|x| x == "idx") {
+                    let out = w.git_out("srv.git", &["verify-pack", p.to_str().unwrap()]);
+                    assert!(out.status.success(), "{out:?}");
+                }
+                if p.extension().is_some_and(|x| x == "rev") {
+                    let copy = w.path("copy.pack");
+                    std::fs::copy(p.with_extension("pack"), &copy).unwrap();
+                    w.git(".", &["index-pack", "--rev-index", "copy.pack"]);
+                    assert_eq!(
+                        std::fs::read(w.path("copy.rev")).unwrap(),
+                        std::fs::read(&p).unwrap(),
+                        "{}",
+                        p.display()
+                    );
+                    for f in ["copy.pack", "copy.idx", "copy.rev"] {
+                        std::fs::remove_file(w.path(f)).unwrap();
+                    }
+                }
+            }
+        }
+        // The names of the thin packs differ (each side completes the pack its own way).
+        files(&w, "srv.git/objects/pack")
+            .into_iter()
+            .map(|l| {
+                let (mode, name) = l.split_once(' ').unwrap();
+                let ext = name.rsplit('.').next().unwrap();
+                format!("{mode} {ext}")
+            })
+            .collect::<Vec<_>>()
+    };
+    let default = common::differential(|r| run(r, &[]));
+    assert!(default.iter().any(|l| l.ends_with(" rev")), "{default:?}");
+    assert!(default.iter().all(|l| !l.starts_with("600")), "{default:?}");
+    let group = common::differential(|r| run(r, &[("core.sharedRepository", "group")]));
+    assert!(group.iter().all(|l| l.starts_with("44")), "{group:?}");
+    let exact = common::differential(|r| run(r, &[("core.sharedRepository", "0640")]));
+    assert!(exact.iter().all(|l| l.starts_with("440 ")), "{exact:?}");
+    let no_rev = common::differential(|r| run(r, &[("pack.writeReverseIndex", "false")]));
+    assert!(no_rev.iter().all(|l| !l.ends_with(" rev")), "{no_rev:?}");
+}
+
+/// `core.sharedRepository` as git applies it to what a push writes: loose objects, the
+/// directories they go to, and kept packs (mode of every path under `objects/`).
+#[test]
+fn shared_repository_modes_of_what_a_push_writes() {
+    use std::os::unix::fs::PermissionsExt;
+    fn modes(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o7777;
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            // Pack names differ where each side completes a thin pack its own way.
+            let rel = match rel.strip_prefix("pack/pack-") {
+                Some(name) => format!("pack/{}", name.rsplit('.').next().unwrap()),
+                None => rel,
+            };
+            out.push(format!("{mode:o} {rel}"));
+            if p.is_dir() {
+                modes(root, &p, out);
+            }
+        }
+    }
+    for shared in ["group", "all", "0640", "umask"] {
+        let run = |r: Receiver| {
+            let w = World::new();
+            w.bare("srv.git");
+            w.git("srv.git", &["config", "core.sharedRepository", shared]);
+            w.work("src");
+            w.commit("src", "a", "1");
+            ok(&w.push("src", r, "srv.git", &["main"]));
+            // The next push is kept as a pack.
+            w.git("srv.git", &["config", "receive.unpackLimit", "1"]);
+            w.commit("src", "b", "2");
+            ok(&w.push("src", r, "srv.git", &["main"]));
+            if r == Receiver::Berth {
+                w.assert_clean("srv.git");
+            }
+            let root = w.path("srv.git/objects");
+            let mut out = Vec::new();
+            modes(&root, &root, &mut out);
+            out
+        };
+        let berth = common::differential(run);
+        if shared == "group" {
+            assert!(berth.iter().any(|l| l.starts_with("2775 ")), "{berth:?}");
+        }
+    }
 }
 
 /// Like git, a push of fewer than `receive.unpackLimit` objects becomes loose objects and a

@@ -2,7 +2,7 @@
 //! served by `git receive-pack` and in one served by berth; what the client sees (stdout and
 //! stderr whole) and what each hook recorded (arguments, stdin, environment, cwd) must match.
 
-mod common;
+use crate::common;
 use common::{Push, Receiver, World, ZERO};
 
 /// A hook script that records how it was called into `$LOG` (the world's `hooks.log`) and

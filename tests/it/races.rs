@@ -7,124 +7,24 @@
 //! winner's value (no lost update), an atomic push wins all its refs or none, and the repository
 //! stays `git fsck --strict` clean with no lock left behind.
 
-mod common;
+use crate::common::{self, PACK_ONE_THREAD_MAIN, World, ZERO, pkt};
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, Barrier};
-
-use common::ZERO;
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Self {
-        Env {
-            dir: common::scratch(
-                "berth-races-",
-                "[pack]
-	threads = 1
-[init]
-	defaultBranch = main
-",
-            ),
-        }
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-
-    fn cmd(&self, program: impl AsRef<OsStr>) -> Command {
-        common::isolated_command(
-            program,
-            self.dir.path(),
-            &self.path("home"),
-            "1700000000 +0000",
-        )
-    }
-
-    fn git(&self, args: &[&str]) -> String {
-        let out = self.cmd("git").args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn refs(&self) -> BTreeMap<String, String> {
-        let out = self
-            .cmd("git")
-            .args([
-                "-C",
-                "srv.git",
-                "for-each-ref",
-                "--format=%(objectname) %(refname)",
-            ])
-            .output()
-            .unwrap();
-        assert!(out.status.success() && out.stderr.is_empty());
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let (id, name) = l.split_once(' ').unwrap();
-                (name.to_owned(), id.to_owned())
-            })
-            .collect()
-    }
-
-    fn assert_clean(&self) {
-        let out = self
-            .cmd("git")
-            .args(["-C", "srv.git", "fsck", "--strict", "--no-dangling"])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() && stderr.lines().all(|l| l.starts_with("notice:")),
-            "fsck: {stderr}"
-        );
-        let mut stack = vec![self.path("srv.git")];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).unwrap().flatten() {
-                let p = e.path();
-                let name = e.file_name().to_string_lossy().into_owned();
-                assert!(
-                    !name.ends_with(".lock") && !name.starts_with("tmp_objdir"),
-                    "left behind: {}",
-                    p.display()
-                );
-                if p.is_dir() {
-                    stack.push(p);
-                }
-            }
-        }
-    }
-}
-
-fn pkt(s: &str) -> Vec<u8> {
-    let mut v = format!("{:04x}", s.len() + 4).into_bytes();
-    v.extend_from_slice(s.as_bytes());
-    v
-}
 
 /// A server `srv.git` whose refs `r0…r{n-1}` (half of them packed, half loose) and `main` are at
 /// one base commit, with `candidates` further commits already in its object store (no ref), so
 /// that `git update-ref` can race with pushes. Returns (base, candidates, empty pack).
-fn setup(env: &Env, refs: usize, candidates: usize) -> (String, Vec<String>, Vec<u8>) {
-    env.git(&["init", "-q", "--bare", "srv.git"]);
-    env.git(&["-C", "srv.git", "config", "receive.autogc", "false"]);
-    env.git(&["init", "-q", "src"]);
-    env.git(&["-C", "src", "commit", "-q", "--allow-empty", "-m", "base"]);
+fn setup(env: &World, refs: usize, candidates: usize) -> (String, Vec<String>, Vec<u8>) {
+    env.git(".", &["init", "-q", "--bare", "srv.git"]);
+    env.git(".", &["-C", "srv.git", "config", "receive.autogc", "false"]);
+    env.git(".", &["init", "-q", "src"]);
+    env.git(
+        ".",
+        &["-C", "src", "commit", "-q", "--allow-empty", "-m", "base"],
+    );
     let base = env
-        .git(&["-C", "src", "rev-parse", "HEAD"])
+        .git(".", &["-C", "src", "rev-parse", "HEAD"])
         .trim()
         .to_owned();
     let mut specs = vec!["main".to_owned()];
@@ -132,48 +32,57 @@ fn setup(env: &Env, refs: usize, candidates: usize) -> (String, Vec<String>, Vec
     let srv = env.path("srv.git");
     let mut args = vec!["-C", "src", "push", "-q", srv.to_str().unwrap()];
     args.extend(specs.iter().map(String::as_str));
-    env.git(&args);
-    env.git(&["-C", "srv.git", "pack-refs", "--all"]);
+    env.git(".", &args);
+    env.git(".", &["-C", "srv.git", "pack-refs", "--all"]);
     let loose: Vec<String> = (refs / 2..refs)
         .map(|i| format!("main:refs/heads/r{i}"))
         .collect();
     let mut args = vec!["-C", "src", "push", "-q", srv.to_str().unwrap()];
     args.extend(loose.iter().map(String::as_str));
-    env.git(&args);
+    env.git(".", &args);
     let mut ids = Vec::new();
     for i in 0..candidates {
         let id = env
-            .git(&[
-                "-C",
-                "src",
-                "commit-tree",
-                "-p",
-                &base,
-                "-m",
-                &format!("candidate {i}"),
-                &format!("{base}^{{tree}}"),
-            ])
+            .git(
+                ".",
+                &[
+                    "-C",
+                    "src",
+                    "commit-tree",
+                    "-p",
+                    &base,
+                    "-m",
+                    &format!("candidate {i}"),
+                    &format!("{base}^{{tree}}"),
+                ],
+            )
             .trim()
             .to_owned();
-        env.git(&[
-            "-C",
-            "src",
-            "push",
-            "-q",
-            srv.to_str().unwrap(),
-            &format!("{id}:refs/tmp/c{i}"),
-        ]);
-        env.git(&[
-            "-C",
-            "srv.git",
-            "update-ref",
-            "-d",
-            &format!("refs/tmp/c{i}"),
-        ]);
+        env.git(
+            ".",
+            &[
+                "-C",
+                "src",
+                "push",
+                "-q",
+                srv.to_str().unwrap(),
+                &format!("{id}:refs/tmp/c{i}"),
+            ],
+        );
+        env.git(
+            ".",
+            &[
+                "-C",
+                "srv.git",
+                "update-ref",
+                "-d",
+                &format!("refs/tmp/c{i}"),
+            ],
+        );
         ids.push(id);
     }
     let pack = env
-        .cmd("git")
+        .cmd("git", ".")
         .args(["-C", "src", "pack-objects", "--stdout", "-q"])
         .output()
         .unwrap()
@@ -222,14 +131,14 @@ fn request(c: &Contender, pack: &[u8]) -> Vec<u8> {
     req
 }
 
-fn contend(env: &Env, c: &Contender, pack: &[u8], barrier: &Barrier) -> Verdicts {
+fn contend(env: &World, c: &Contender, pack: &[u8], barrier: &Barrier) -> Verdicts {
     let srv = env.path("srv.git");
     let (cmd, input) = match c.who {
         Who::Berth | Who::GitReceivePack => {
             let mut cmd = if c.who == Who::Berth {
-                env.cmd(env!("CARGO_BIN_EXE_berth"))
+                env.cmd(env!("CARGO_BIN_EXE_berth"), ".")
             } else {
-                let mut g = env.cmd("git");
+                let mut g = env.cmd("git", ".");
                 g.arg("receive-pack");
                 g
             };
@@ -240,7 +149,7 @@ fn contend(env: &Env, c: &Contender, pack: &[u8], barrier: &Barrier) -> Verdicts
             (cmd, request(c, pack))
         }
         Who::UpdateRef => {
-            let mut cmd = env.cmd("git");
+            let mut cmd = env.cmd("git", ".");
             cmd.arg("-C").arg(&srv).args(["update-ref", "--stdin"]);
             let mut input = String::from("start\n");
             for (name, old, new) in &c.updates {
@@ -297,12 +206,12 @@ fn contend(env: &Env, c: &Contender, pack: &[u8], barrier: &Barrier) -> Verdicts
 
 /// Race `contenders` once; check the verdicts against the refs; return the refusal reasons.
 fn race(
-    env: &Env,
+    env: &World,
     contenders: &[Contender],
     pack: &[u8],
     exactly_one: bool,
 ) -> BTreeMap<String, usize> {
-    let before = env.refs();
+    let before = env.ref_map("srv.git");
     let barrier = Arc::new(Barrier::new(contenders.len()));
     let results: Vec<Verdicts> = std::thread::scope(|s| {
         let handles: Vec<_> = contenders
@@ -314,7 +223,7 @@ fn race(
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let after = env.refs();
+    let after = env.ref_map("srv.git");
     let mut reasons = BTreeMap::new();
     let mut names: Vec<&String> = contenders
         .iter()
@@ -356,7 +265,7 @@ fn race(
             );
         }
     }
-    env.assert_clean();
+    env.assert_clean("srv.git");
     reasons
 }
 
@@ -370,7 +279,7 @@ fn who(i: usize) -> Who {
 
 #[test]
 fn one_winner_per_compare_and_swap_on_one_ref() {
-    let env = Env::new();
+    let env = World::fixed_clock("berth-races-", PACK_ONE_THREAD_MAIN);
     let rounds = 16;
     let per_round = 8;
     let (_, ids, pack) = setup(&env, 2, rounds * per_round);
@@ -378,7 +287,7 @@ fn one_winner_per_compare_and_swap_on_one_ref() {
     for round in 0..rounds {
         // Alternate a packed ref, a loose ref and main; every contender expects what is there now.
         let name = ["refs/heads/r0", "refs/heads/r1", "refs/heads/main"][round % 3].to_owned();
-        let old = env.refs()[&name].clone();
+        let old = env.ref_map("srv.git")[&name].clone();
         let contenders: Vec<Contender> = (0..per_round)
             .map(|i| Contender {
                 who: if round % 2 == 0 { Who::Berth } else { who(i) },
@@ -430,14 +339,14 @@ fn one_winner_per_compare_and_swap_on_one_ref() {
 
 #[test]
 fn no_lost_update_on_overlapping_sets_of_refs() {
-    let env = Env::new();
+    let env = World::fixed_clock("berth-races-", PACK_ONE_THREAD_MAIN);
     let refs = 6;
     let contenders_per_round = 8;
     let rounds = 12;
     let (_, ids, pack) = setup(&env, refs, rounds * contenders_per_round);
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     for round in 0..rounds {
-        let now = env.refs();
+        let now = env.ref_map("srv.git");
         let contenders: Vec<Contender> = (0..contenders_per_round)
             .map(|i| {
                 // Windows of three refs, each shifted by one: every ref is in three sets.

@@ -3,9 +3,10 @@
 //! berth) named by the client. sshd must be installed (`/usr/sbin/sshd`, Debian's
 //! `openssh-server`; `.ci/run` installs it): without it this test fails, it does not skip.
 
-mod common;
+use crate::common;
 use common::World;
 
+use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -53,44 +54,63 @@ fn start_sshd(dir: &Path, authorized_keys: &str) -> Sshd {
         keygen(&dir.join("host_key"));
     }
     std::fs::write(dir.join("authorized_keys"), authorized_keys).unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let config = format!(
-        "Port {port}\nListenAddress 127.0.0.1\nHostKey {dir}/host_key\nPidFile {dir}/sshd.pid\n\
-         AuthorizedKeysFile {dir}/authorized_keys\nStrictModes no\nUsePAM no\n\
-         PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
-         PermitRootLogin prohibit-password\nLogLevel VERBOSE\n",
-        dir = dir.display()
-    );
-    std::fs::write(dir.join("sshd_config"), config).unwrap();
-    let log = dir.join("sshd.log");
-    let child = Command::new(SSHD)
-        .args(["-D", "-e", "-f"])
-        .arg(dir.join("sshd_config"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut sshd = Sshd { child, port, log };
-    let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Some(status) = sshd.child.try_wait().unwrap() {
-            panic!(
-                "sshd exited with {status}:\n{}",
-                std::fs::read_to_string(&sshd.log).unwrap_or_default()
-            );
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "sshd did not listen"
+    // The port is free when picked, but until sshd binds it another test of this process (a
+    // `berth serve` on port 0, a client socket) may take it: sshd then exits, and another port is
+    // tried. sshd is ready when it answers with its banner (not merely when something listens).
+    for attempt in 1..=5 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {dir}/host_key\nPidFile {dir}/sshd.pid\n\
+             AuthorizedKeysFile {dir}/authorized_keys\nStrictModes no\nUsePAM no\n\
+             PasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\n\
+             PermitRootLogin prohibit-password\nLogLevel VERBOSE\n",
+            dir = dir.display()
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(dir.join("sshd_config"), config).unwrap();
+        let log = dir.join("sshd.log");
+        let child = Command::new(SSHD)
+            .args(["-D", "-e", "-f"])
+            .arg(dir.join("sshd_config"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut sshd = Sshd { child, port, log };
+        let start = Instant::now();
+        loop {
+            if let Some(status) = sshd.child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(&sshd.log).unwrap_or_default();
+                if attempt < 5 && log.contains("Address already in use") {
+                    break;
+                }
+                panic!("sshd exited with {status}:\n{log}");
+            }
+            if answers_ssh(port) {
+                return sshd;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "sshd did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
-    sshd
+    unreachable!("the last attempt returns or panics")
+}
+
+/// Whether an SSH server answers on `port` with its banner.
+fn answers_ssh(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut banner = [0u8; 4];
+    s.read_exact(&mut banner).is_ok() && &banner == b"SSH-"
 }
 
 /// git's ssh command for the test key and port.

@@ -2,7 +2,7 @@
 //! git client (push, clone, credentials) and by raw HTTP requests where the client cannot say
 //! what we need to (path escapes, gzip bodies, content types, byte-level answers).
 
-mod common;
+use crate::common;
 use common::World;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -1010,6 +1010,13 @@ fn eight_concurrent_pushes_to_one_and_to_different_repositories() {
     w.work("src");
     w.commit("src", "base", "0");
     ok(git(&w, "src", &["push", &srv.url("one.git"), "main"]));
+    // The four pushes to one.git take turns at its refs: in a reftable repository (CI's second
+    // pass) each waits for the stack's lock, by default git's 100 ms, which a loaded machine
+    // running every test at once can exceed ("cannot lock references").
+    w.git(
+        "repos/one.git",
+        &["config", "reftable.lockTimeout", "10000"],
+    );
     let mut tips = Vec::new();
     for i in 0..4 {
         w.git("src", &["checkout", "-q", "-b", &format!("b{i}"), "main"]);
@@ -1085,8 +1092,20 @@ fn sigterm_lets_a_push_in_flight_finish() {
     };
     s.write_all(&chunk(a)).unwrap();
     s.flush().unwrap();
-    // Let the server start the session, then ask it to stop mid-request.
-    std::thread::sleep(Duration::from_millis(300));
+    // Once the server runs the session (a fixed wait is not enough on a loaded machine, with
+    // every test of the binary running at once), ask it to stop mid-request.
+    let start = Instant::now();
+    while !String::from_utf8(http(&srv.addr, "GET", "/metrics", &[], b"").body)
+        .unwrap()
+        .contains("berth_pushes_in_flight 1\n")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the push did not start:\n{}",
+            srv.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     srv.terminate();
     std::thread::sleep(Duration::from_millis(300));
     s.write_all(&chunk(b)).unwrap();

@@ -4,7 +4,7 @@
 //! deterministic), that the repository is unchanged (refs, objects, no quarantine, lock or keep
 //! file left), and that a normal push through berth still works afterwards.
 
-mod common;
+use crate::common;
 use common::{EMPTY_PACK, Receiver, World, ZERO, leftovers, pkt, request};
 use std::io::Write;
 use std::process::Stdio;
@@ -963,4 +963,118 @@ fn fsck_config_without_value_is_fatal() {
         String::from_utf8_lossy(&out.stderr),
         "error: missing value for 'receive.fsck.skiplist'\nfatal: unable to parse 'receive.fsck.skiplist' from command-line config\n"
     );
+}
+
+/// `.gitmodules` as git's fsck reads it (`receive.fsckObjects`): the submodule URLs git refuses
+/// since CVE-2020-5260 / CVE-2020-11008 (a newline once url-decoded, `../` escaping to the host,
+/// a URL git-remote-curl would get that `url_normalize` refuses), names, paths and `update`
+/// commands, entries in file order, and git's configuration syntax. Each pushed with the real
+/// git client to git receive-pack and to berth: the same verdict and the same `remote:` lines.
+#[test]
+fn gitmodules_checks_match_git() {
+    let cases: &[(&str, bool)] = &[
+        // Refused.
+        ("[submodule \"x\"]\n\turl = ./%0ahost\n", false),
+        ("[submodule \"x\"]\n\turl = ../%0a\n", false),
+        ("[submodule \"x\"]\n\turl = git://h/%0Ax\n", false),
+        ("[submodule \"x\"]\n\turl = ../../:x\n", false),
+        ("[submodule \"x\"]\n\turl = ..\\\\/x\n", false),
+        ("[submodule \"x\"]\n\turl = ./../..//x\n", false),
+        ("[submodule \"x\"]\n\turl = https:///example.com/x\n", false),
+        (
+            "[submodule \"x\"]\n\turl = http::https:///example.com/x\n",
+            false,
+        ),
+        (
+            "[submodule \"x\"]\n\turl = https://example.com/%0a\n",
+            false,
+        ),
+        (
+            "[submodule \"x\"]\n\turl = https://u%0a@example.com/\n",
+            false,
+        ),
+        (
+            "[submodule \"x\"]\n\turl = \"https://example.com/a\\nb\"\n",
+            false,
+        ),
+        ("[submodule \"x\"]\n\turl = https://example.com:0/\n", false),
+        (
+            "[submodule \"x\"]\n\turl = https://example.com:123456/\n",
+            false,
+        ),
+        ("[submodule \"x\"]\n\turl = https://ex%41mple.com/\n", false),
+        (
+            "[submodule \"x\"]\n\turl = https://example.com/../x\n",
+            false,
+        ),
+        (
+            "[submodule \"x\"]\n\turl = https://example.com/%zz\n",
+            false,
+        ),
+        ("[submodule \"x\"]\n\turl = ftp://exa mple.com/\n", false),
+        ("[submodule \"x\"]\n\turl = -oProxyCommand=x\n", false),
+        ("[submodule \"x\"]\n\tpath = -p\n", false),
+        ("[submodule \"x\"]\n\tupdate = !rm -rf\n", false),
+        ("[submodule \"..\"]\n\tpath = x\n", false),
+        ("[submodule \"x\\\\..\"]\n\turl = ok\n", false),
+        ("[Submodule.X]\n\tpath = -p\n", false),
+        (
+            "[submodule \"../a\"]\n\turl = ./%0a\n\tpath = -p\n\turl = ok\n\
+             [submodule \"b\"]\n\tupdate = !x ; c\n",
+            false,
+        ),
+        // A syntax error after a bad entry: the entry is still reported.
+        ("[submodule \"x\"]\n\turl = ./%0a\n[broken\n", false),
+        // Accepted.
+        (
+            "[submodule \"x\"]\n\turl = https://example.com/x.git\n",
+            true,
+        ),
+        ("[submodule \"x\"]\n\turl = HTTPS:///example.com\n", true),
+        (
+            "[submodule \"x\"]\n\turl = foo::https:///example.com\n",
+            true,
+        ),
+        ("[submodule \"x\"]\n\turl = ./%0a:host\n", true),
+        (
+            "[submodule \"x\"]\n\turl = https://example.com:00443/a/./b/../c\n",
+            true,
+        ),
+        ("[submodule \"x\"]\n\turl = https://[::1]:8080/x\n", true),
+        (
+            "[submodule \"x\"]\n\turl = https://example.com/%250a\n",
+            true,
+        ),
+        ("[submodule \"x\"]\n\turl = git@example.com:x.git\n", true),
+        ("[submodule \"x\"]\n\turl\n", true),
+        ("[submodule]\n\turl = ./%0a\n", true),
+        ("[other \"x\"]\n\turl = ./%0a\n", true),
+        ("[submodule \"x\"]\n\turl = ok\n[broken\n", true),
+        // In a blob git does not skip a UTF-8 BOM, and on x86 a 0xff byte ends the input.
+        ("\u{feff}[submodule \"x\"]\r\n\turl = ok\r\n", true),
+    ];
+    let mut cases: Vec<(Vec<u8>, bool)> = cases
+        .iter()
+        .map(|(text, ok)| (text.as_bytes().to_vec(), *ok))
+        .collect();
+    cases.push((b"[submodule \"x\"]\n\turl = ./%0a\xff\n".to_vec(), false));
+    cases.push((b"[submodule \"x\"]\n\tpath = -\xff\n".to_vec(), false));
+    cases.push((b"[submodule \"x\"]\n\turl\xffpath = -p\n".to_vec(), true));
+    for (i, (gitmodules, ok)) in cases.iter().enumerate() {
+        eprintln!("case {i}: {:?}", String::from_utf8_lossy(gitmodules));
+        let push = |r: Receiver| {
+            let w = World::new();
+            w.bare("srv.git");
+            w.git("srv.git", &["config", "receive.fsckObjects", "true"]);
+            w.work("src");
+            std::fs::write(w.path("src/.gitmodules"), gitmodules).unwrap();
+            w.git("src", &["add", "-A"]);
+            w.git("src", &["commit", "-q", "-m", "gitmodules"]);
+            let p = w.push("src", r, "srv.git", &["main"]);
+            (p, w.refs("srv.git"))
+        };
+        let (berth, refs) = common::differential(push);
+        assert_eq!(berth.success, *ok, "case {i}: {berth:#?}");
+        assert_eq!(refs.is_empty(), !ok, "case {i}");
+    }
 }

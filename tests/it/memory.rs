@@ -3,51 +3,19 @@
 //! `/proc/<pid>/status` while it runs) must stay far below the pack's size.
 //!
 //! Ignored by default (it writes ~600 MiB to the temp directory and takes about a minute with a
-//! debug build): `cargo test --test memory -- --ignored --nocapture`.
+//! debug build): `cargo test --test it -- --ignored --nocapture memory::`.
 //!
 //! [`a_multi_gib_push_keeps_memory_bounded`] does the same with 3 GiB, the pack made on the fly
 //! by a streaming pack writer instead of git (meant for a release build: `cargo test --release
-//! --test memory -- --ignored --nocapture multi_gib`).
+//! --test it -- --ignored --nocapture multi_gib`).
 
-mod common;
+use crate::common::{World, ZERO};
 
-use std::ffi::OsStr;
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-const ZERO: &str = "0000000000000000000000000000000000000000";
 const BLOBS: usize = 300;
 const BLOB_SIZE: usize = 1 << 20;
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-
-    fn cmd(&self, program: impl AsRef<OsStr>) -> Command {
-        common::isolated_command(
-            program,
-            self.dir.path(),
-            self.dir.path(),
-            "1700000000 +0000",
-        )
-    }
-
-    fn git(&self, args: &[&str]) -> String {
-        let out = self.cmd("git").args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-}
 
 /// `(VmHWM, RssAnon, RssFile)` of `pid` in KiB: the peak resident set so far (file-backed
 /// mappings included), and the current anonymous (heap, stacks) and file-backed resident sets.
@@ -65,19 +33,14 @@ fn memory(pid: u32) -> Option<(u64, u64, u64)> {
 #[test]
 #[ignore = "writes ~600 MiB and takes about a minute; run with --ignored"]
 fn a_300_mib_push_is_streamed_not_buffered() {
-    let env = Env {
-        dir: tempfile::Builder::new()
-            .prefix("berth-memory-")
-            .tempdir()
-            .unwrap(),
-    };
-    env.git(&["init", "-q", "--bare", "srv.git"]);
-    env.git(&["-C", "srv.git", "config", "receive.autogc", "false"]);
-    env.git(&["init", "-q", "--bare", "src.git"]);
+    let env = World::fixed_clock("berth-memory-", "");
+    env.git(".", &["init", "-q", "--bare", "srv.git"]);
+    env.git(".", &["-C", "srv.git", "config", "receive.autogc", "false"]);
+    env.git(".", &["init", "-q", "--bare", "src.git"]);
 
     // 300 blobs of 1 MiB of xorshift noise in one commit, streamed into fast-import.
     let mut fi = env
-        .cmd("git")
+        .cmd("git", ".")
         .args(["-C", "src.git", "fast-import", "--quiet"])
         .stdin(Stdio::piped())
         .spawn()
@@ -109,7 +72,7 @@ fn a_300_mib_push_is_streamed_not_buffered() {
     }
     assert!(fi.wait().unwrap().success());
     let tip = env
-        .git(&["-C", "src.git", "rev-parse", "main"])
+        .git(".", &["-C", "src.git", "rev-parse", "main"])
         .trim()
         .to_owned();
 
@@ -121,7 +84,7 @@ fn a_300_mib_push_is_streamed_not_buffered() {
             format!("{ZERO} {tip} refs/heads/main\0report-status quiet object-format=sha1\n");
         write!(f, "{:04x}{line}0000", line.len() + 4).unwrap();
         let mut po = env
-            .cmd("git")
+            .cmd("git", ".")
             .args(["-C", "src.git", "pack-objects", "--stdout", "--revs", "-q"])
             .stdin(Stdio::piped())
             .stdout(f)
@@ -135,7 +98,7 @@ fn a_300_mib_push_is_streamed_not_buffered() {
 
     let start = std::time::Instant::now();
     let mut child = env
-        .cmd(env!("CARGO_BIN_EXE_berth"))
+        .cmd(env!("CARGO_BIN_EXE_berth"), ".")
         .args(["receive-pack", "--stateless-rpc", "srv.git"])
         .stdin(std::fs::File::open(&request).unwrap())
         .stdout(Stdio::piped())
@@ -168,11 +131,14 @@ fn a_300_mib_push_is_streamed_not_buffered() {
         "berth's report"
     );
     assert_eq!(
-        env.git(&["-C", "srv.git", "rev-parse", "refs/heads/main"])
+        env.git(".", &["-C", "srv.git", "rev-parse", "refs/heads/main"])
             .trim(),
         tip
     );
-    let count = env.git(&["-C", "srv.git", "rev-list", "--objects", "--count", "main"]);
+    let count = env.git(
+        ".",
+        &["-C", "srv.git", "rev-list", "--objects", "--count", "main"],
+    );
     assert_eq!(count.trim(), (BLOBS + 2).to_string());
     // The heap stays far below the pack: a fifth of it at most. (The pack is mapped to index
     // it, so the file-backed part of the RSS grows with it; those pages are the page cache's.)
@@ -327,7 +293,7 @@ fn hex(id: &[u8; 20]) -> String {
 /// stay under 200 MiB, and the ref and every object must be there afterwards.
 ///
 /// Run it with a release build (SHA-1 and inflate in a debug build take minutes for 3 GiB):
-/// `cargo test --release --test memory -- --ignored --nocapture multi_gib`.
+/// `cargo test --release --test it -- --ignored --nocapture multi_gib`.
 #[test]
 #[ignore = "pushes 3 GiB (~30 s with --release, minutes in a debug build); run with --ignored"]
 fn a_multi_gib_push_keeps_memory_bounded() {
@@ -338,14 +304,9 @@ fn a_multi_gib_push_keeps_memory_bounded() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3072);
     let blobs = (total_mib << 20).div_ceil(BLOB) as usize;
-    let env = Env {
-        dir: tempfile::Builder::new()
-            .prefix("berth-memory-")
-            .tempdir()
-            .unwrap(),
-    };
-    env.git(&["init", "-q", "--bare", "srv.git"]);
-    env.git(&["-C", "srv.git", "config", "receive.autogc", "false"]);
+    let env = World::fixed_clock("berth-memory-", "");
+    env.git(".", &["init", "-q", "--bare", "srv.git"]);
+    env.git(".", &["-C", "srv.git", "config", "receive.autogc", "false"]);
 
     // The ids first (the command names the commit before the pack comes): one pass of noise
     // through SHA-1 per blob, nothing kept but the ids.
@@ -385,7 +346,7 @@ fn a_multi_gib_push_keeps_memory_bounded() {
 
     let start = std::time::Instant::now();
     let mut child = env
-        .cmd(env!("CARGO_BIN_EXE_berth"))
+        .cmd(env!("CARGO_BIN_EXE_berth"), ".")
         .args(["receive-pack", "--stateless-rpc", "srv.git"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -450,16 +411,22 @@ fn a_multi_gib_push_keeps_memory_bounded() {
     );
     assert!(size >= blobs as u64 * BLOB, "{size} bytes of objects");
     assert_eq!(
-        env.git(&["-C", "srv.git", "rev-parse", "refs/heads/main"])
+        env.git(".", &["-C", "srv.git", "rev-parse", "refs/heads/main"])
             .trim(),
         commit_id
     );
-    let count = env.git(&["-C", "srv.git", "rev-list", "--objects", "--count", "main"]);
+    let count = env.git(
+        ".",
+        &["-C", "srv.git", "rev-list", "--objects", "--count", "main"],
+    );
     assert_eq!(count.trim(), (blobs + 2).to_string());
     for i in [0, blobs - 1] {
-        let blob = env.git(&["-C", "srv.git", "rev-parse", &format!("main:f{i:05}")]);
+        let blob = env.git(
+            ".",
+            &["-C", "srv.git", "rev-parse", &format!("main:f{i:05}")],
+        );
         assert_eq!(blob.trim(), hex(&ids[i]));
-        let s = env.git(&["-C", "srv.git", "cat-file", "-s", blob.trim()]);
+        let s = env.git(".", &["-C", "srv.git", "cat-file", "-s", blob.trim()]);
         assert_eq!(s.trim(), BLOB.to_string());
     }
     assert!(

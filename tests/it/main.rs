@@ -1,0 +1,25 @@
+//! berth's integration tests, one binary: each module is one suite (`cargo test --test it
+//! push::` runs the push suite). The tests run in parallel threads of this one process, so none
+//! may change process-wide state (the current directory, environment variables); what they share
+//! is in [`common`].
+
+mod common;
+
+mod bad_input;
+mod bench;
+mod crash;
+mod fuzz_corpus;
+mod hook_cost;
+mod hooks;
+mod in_process;
+mod invocation;
+mod memory;
+mod protocol;
+mod push;
+mod races;
+mod refs_batch;
+mod reftable;
+mod reftable_push;
+mod sample_hooks;
+mod serve;
+mod ssh;
