@@ -20,6 +20,7 @@ fn main() {
         commits: env("BERTH_BENCH_COMMITS", 1),
         runs: env("BERTH_BENCH_RUNS", 7),
         ref_format: bench::RefFormat::Files,
+        object_format: bench::ObjectFormat::Sha1,
         sideband: false,
         report: bench::Report::V2,
         atomic: false,

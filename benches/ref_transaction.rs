@@ -38,10 +38,14 @@ fn bench(c: &mut Criterion) {
 
     // Sample hooks are not needed in every copy.
     let _ = std::fs::remove_dir_all(pristine.join("hooks"));
-    let existing = FilesStore::open(&pristine, berth::repo::config::LogRefUpdates::Never)
-        .snapshot()
-        .expect("snapshot")
-        .len();
+    let existing = FilesStore::open(
+        &pristine,
+        gix_hash::Kind::Sha1,
+        berth::repo::config::LogRefUpdates::Never,
+    )
+    .snapshot()
+    .expect("snapshot")
+    .len();
     assert_eq!(existing, 111, "main, 100 packed tags, 10 loose branches");
     let committer = gix_actor::Signature {
         name: "berth bench".into(),
@@ -66,8 +70,11 @@ fn bench(c: &mut Criterion) {
                     // Removed when criterion drops the routine's output, outside the timing.
                     let dir = tempfile::tempdir_in(tmp.path()).expect("tempdir");
                     support::copy_dir(&pristine, dir.path());
-                    let store =
-                        FilesStore::open(dir.path(), berth::repo::config::LogRefUpdates::Never);
+                    let store = FilesStore::open(
+                        dir.path(),
+                        gix_hash::Kind::Sha1,
+                        berth::repo::config::LogRefUpdates::Never,
+                    );
                     let current = store.snapshot().expect("snapshot");
                     assert_eq!(current.len(), existing);
                     let objects =
@@ -85,7 +92,11 @@ fn bench(c: &mut Criterion) {
         // The result, checked on one more copy.
         let dir = tempfile::tempdir_in(tmp.path()).expect("tempdir");
         support::copy_dir(&pristine, dir.path());
-        let store = FilesStore::open(dir.path(), berth::repo::config::LogRefUpdates::Never);
+        let store = FilesStore::open(
+            dir.path(),
+            gix_hash::Kind::Sha1,
+            berth::repo::config::LogRefUpdates::Never,
+        );
         let current = store.snapshot().expect("snapshot");
         let objects = gix_odb::at(dir.path().join("objects"), gix_hash::Kind::Sha1).expect("odb");
         transact(&store, &updates, &current, &committer, &objects);

@@ -29,6 +29,7 @@ fn bench(c: &mut Criterion) {
         max_commands: 1_000_000,
         max_push_options: 10,
         max_bytes: 1 << 30,
+        object_format: gix_hash::Kind::Sha1,
     };
     c.bench_function("parse 10k commands", |b| {
         b.iter(|| {

@@ -7,30 +7,44 @@ use crate::hooks::proc_receive;
 use crate::protocol::{pktline, push_cert, report, request};
 use crate::reftable;
 
+/// Both object formats: every target runs its input against a SHA-1 and a SHA-256 repository.
+const FORMATS: [gix_hash::Kind; 2] = [gix_hash::Kind::Sha1, gix_hash::Kind::Sha256];
+
 /// Read pkt-lines until the input is exhausted or malformed.
 pub fn pktline(data: &[u8]) {
     let mut reader = pktline::Reader::new(data);
     while reader.read().is_ok() {}
 }
 
-/// Parse an update request, as the session does after the advertisement.
+/// Parse an update request, as the session does after the advertisement (of a SHA-1 and of a
+/// SHA-256 repository).
 pub fn request(data: &[u8]) {
-    let limits = request::Limits {
-        atomic: true,
-        push_options: true,
-        max_commands: 1000,
-        max_push_options: 100,
-        max_bytes: 1 << 20,
-    };
-    let mut reader = pktline::Reader::new(data);
-    let _ = request::read(&mut reader, &limits);
+    for object_format in FORMATS {
+        let limits = request::Limits {
+            atomic: true,
+            push_options: true,
+            max_commands: 1000,
+            max_push_options: 100,
+            max_bytes: 1 << 20,
+            object_format,
+        };
+        let mut reader = pktline::Reader::new(data);
+        let _ = request::read(&mut reader, &limits);
+    }
 }
 
 /// A scratch bare repository for [`pack`], made once per process (by hand, so that fuzzing needs
 /// no `git`), and removed at exit by nobody: it lives in the system's temp directory.
-fn scratch_repo() -> Option<&'static std::path::Path> {
+fn scratch_repo(hash: gix_hash::Kind) -> Option<&'static std::path::Path> {
     static REPO: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
-    REPO.get_or_init(|| {
+    static REPO_SHA256: std::sync::OnceLock<Option<std::path::PathBuf>> =
+        std::sync::OnceLock::new();
+    let repo = if hash == gix_hash::Kind::Sha1 {
+        &REPO
+    } else {
+        &REPO_SHA256
+    };
+    repo.get_or_init(|| {
         let dir = tempfile::Builder::new()
             .prefix("berth-fuzz-")
             .tempdir()
@@ -40,11 +54,12 @@ fn scratch_repo() -> Option<&'static std::path::Path> {
             std::fs::create_dir_all(dir.join(sub)).ok()?;
         }
         std::fs::write(dir.join("HEAD"), "ref: refs/heads/main\n").ok()?;
-        std::fs::write(
-            dir.join("config"),
-            "[core]\n\trepositoryformatversion = 0\n\tbare = true\n",
-        )
-        .ok()?;
+        let config = if hash == gix_hash::Kind::Sha1 {
+            "[core]\n\trepositoryformatversion = 0\n\tbare = true\n"
+        } else {
+            "[core]\n\trepositoryformatversion = 1\n\tbare = true\n[extensions]\n\tobjectformat = sha256\n"
+        };
+        std::fs::write(dir.join("config"), config).ok()?;
         Some(dir)
     })
     .as_deref()
@@ -52,12 +67,19 @@ fn scratch_repo() -> Option<&'static std::path::Path> {
 
 /// Ingest `data` as the pack of a push into a scratch repository, with `receive.fsckObjects`
 /// on and small limits, as the session does after the commands; the quarantine is dropped.
+/// Into a SHA-1 and into a SHA-256 repository.
 pub fn pack(data: &[u8]) {
-    let Some(repo) = scratch_repo() else {
+    for hash in FORMATS {
+        pack_into(data, hash);
+    }
+}
+
+fn pack_into(data: &[u8], hash: gix_hash::Kind) {
+    let Some(repo) = scratch_repo(hash) else {
         return;
     };
     let objects_dir = repo.join("objects");
-    let Ok(objects) = gix_odb::at(&objects_dir, gix_hash::Kind::Sha1) else {
+    let Ok(objects) = gix_odb::at(&objects_dir, hash) else {
         return;
     };
     let Ok(quarantine) = crate::objects::ingest::Quarantine::create(&objects_dir) else {
@@ -72,6 +94,7 @@ pub fn pack(data: &[u8]) {
         max_object_size: 16 << 20,
         shallow: Default::default(),
         reject_thin_pack: false,
+        object_format: hash,
         // Nothing is published: no fsync per input.
         files: crate::objects::pack_files::Options {
             durability: crate::fsync::Durability::NONE,
@@ -84,7 +107,7 @@ pub fn pack(data: &[u8]) {
         && let Some(index) = received.index.as_ref()
     {
         // What the session does next: the connectivity walk over what arrived.
-        if let Ok(q) = gix_odb::at(quarantine.path(), gix_hash::Kind::Sha1) {
+        if let Ok(q) = gix_odb::at(quarantine.path(), hash) {
             let mut check =
                 crate::objects::connectivity::Check::new(&q, Some(index), std::iter::empty());
             for entry in index.iter().take(64) {
@@ -98,7 +121,14 @@ pub fn pack(data: &[u8]) {
 /// signature check (which runs gpg): through the request parser as `push-cert` ..
 /// `push-cert-end` (the commands come from its body), then its headers, nonce check (stateful,
 /// stateless, with and without slop) and `push-option` headers against the request's options.
+/// As a SHA-1 and as a SHA-256 repository.
 pub fn push_cert(data: &[u8]) {
+    for hash in FORMATS {
+        push_cert_in(data, hash);
+    }
+}
+
+fn push_cert_in(data: &[u8], hash: gix_hash::Kind) {
     const DIR: &str = "/srv/repo.git";
     const SEED: &str = "fuzz-seed";
     // As `git push --signed` sends it: the certificate a line per pkt-line, then the push
@@ -127,6 +157,7 @@ pub fn push_cert(data: &[u8]) {
             max_commands: 1000,
             max_push_options: 100,
             max_bytes: 1 << 20,
+            object_format: hash,
         },
     ) {
         Ok(request::Start::Request(req)) => req.push_options,
@@ -137,7 +168,7 @@ pub fn push_cert(data: &[u8]) {
     for name in ["certificate version", "pusher", "pushee", "nonce"] {
         let _ = push_cert::header(&headers, name);
     }
-    let issued = push_cert::nonce(DIR, 1_700_000_000, SEED);
+    let issued = push_cert::nonce(hash, DIR, 1_700_000_000, SEED);
     for (issued_nonce, stateless, slop) in [
         (None, false, 0),
         (Some(issued.clone()), false, 0),
@@ -151,6 +182,7 @@ pub fn push_cert(data: &[u8]) {
             dir: DIR,
             seed: SEED,
             slop,
+            object_format: hash,
         };
         let _ = cert.nonce_status();
         let _ = cert.options_match(&options);
@@ -162,11 +194,18 @@ pub fn push_cert(data: &[u8]) {
         && let Some((stamp, _)) = received.split_once('-')
         && let Ok(stamp) = stamp.parse::<u64>()
     {
-        let good = push_cert::nonce(DIR, stamp, SEED);
+        let good = push_cert::nonce(hash, DIR, stamp, SEED);
         let resigned = headers.replacen(&format!("nonce {received}"), &format!("nonce {good}"), 1);
         for slop in [0, 60, i64::MAX] {
-            let _ =
-                push_cert::check_nonce(&resigned, &mut Some(issued.clone()), true, DIR, SEED, slop);
+            let _ = push_cert::check_nonce(
+                hash,
+                &resigned,
+                &mut Some(issued.clone()),
+                true,
+                DIR,
+                SEED,
+                slop,
+            );
         }
     }
 }
@@ -176,19 +215,26 @@ pub fn push_cert(data: &[u8]) {
 /// them not selected; then the report-status-v2 the session builds from it. The first byte
 /// chooses the session's side: bit 0 `atomic`, bit 1 `push-options`, bits 2-4 how many sends
 /// the hook accepts before it stops reading (7: all), bit 5 a selected command that already
-/// failed, bit 6 a selected command handled through another (a symref's target).
+/// failed, bit 6 a selected command handled through another (a symref's target). The commands'
+/// ids are SHA-1, then SHA-256.
 pub fn proc_receive(data: &[u8]) {
+    for hash in FORMATS {
+        proc_receive_in(data, hash);
+    }
+}
+
+fn proc_receive_in(data: &[u8], hash: gix_hash::Kind) {
     let Some((&mode, output)) = data.split_first() else {
         return;
     };
+    // Two fixed ids of the format: the start of the hex below, as long as the format's ids.
+    const HEX: &str =
+        "ce858e653cdbf70f7c1ae1f2a6c2a1a9d4b0e1e8102939797ab91a4f201d131418d2c9d919dcdd2c";
     let id = |hex: &str| {
-        gix_hash::ObjectId::from_hex(hex.as_bytes()).unwrap_or(gix_hash::Kind::Sha1.null())
+        gix_hash::ObjectId::from_hex(&hex.as_bytes()[..hash.len_in_hex()]).unwrap_or(hash.null())
     };
-    let (a, b) = (
-        id("ce858e653cdbf70f7c1ae1f2a6c2a1a9d4b0e1e8"),
-        id("102939797ab91a4f201d131418d2c9d919dcdd2c"),
-    );
-    let zero = gix_hash::Kind::Sha1.null();
+    let (a, b) = (id(HEX), id(&HEX[16..]));
+    let zero = hash.null();
     let commands: Vec<request::Command> = [
         (a, b, "refs/heads/main"),
         (zero, b, "refs/for/main/topic"),
@@ -258,12 +304,16 @@ pub fn proc_receive(data: &[u8]) {
 /// of the header and footer fields reach the reader instead of stopping at the footer check.
 pub fn reftable(data: &[u8]) {
     reftable_table(data.to_vec());
-    const HEADER: usize = 24;
-    const FOOTER: usize = 68;
-    if data.len() >= HEADER + FOOTER && data.get(4) == Some(&1) {
+    // Version 1 (SHA-1) and version 2 (the hash id after the header's first 24 bytes).
+    let (header, footer) = match data.get(4) {
+        Some(1) => (24, 68),
+        Some(2) => (28, 72),
+        _ => return,
+    };
+    if data.len() >= header + footer {
         let mut fixed = data.to_vec();
-        let footer = fixed.len() - FOOTER;
-        fixed.copy_within(..HEADER, footer);
+        let footer = fixed.len() - footer;
+        fixed.copy_within(..header, footer);
         let crc = zlib_rs::crc32::crc32(0, &fixed[footer..fixed.len() - 4]);
         let n = fixed.len();
         fixed[n - 4..].copy_from_slice(&crc.to_be_bytes());

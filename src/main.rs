@@ -51,6 +51,9 @@ struct ManyRefsArgs {
     /// The target repository's ref storage.
     #[arg(long, value_enum, default_value = "files")]
     ref_format: bench::RefFormat,
+    /// The object format of the repositories.
+    #[arg(long, value_enum, default_value = "sha1")]
+    object_format: bench::ObjectFormat,
     /// Ask for side-band-64k.
     #[arg(long)]
     sideband: bool,
@@ -340,6 +343,7 @@ fn bench_many_refs(a: ManyRefsArgs) -> ExitCode {
         commits: a.commits,
         runs: a.runs,
         ref_format: a.ref_format,
+        object_format: a.object_format,
         sideband: a.sideband,
         report: a.report,
         atomic: a.atomic,

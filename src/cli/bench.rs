@@ -17,8 +17,43 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The empty pack `git push` sends when the server has every object already.
-const EMPTY_PACK: &[u8] = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e";
+/// The empty pack `git push` sends when the server has every object already: the header of a
+/// pack of no objects and its trailer, the header's hash in the repository's format.
+fn empty_pack(hash: gix_hash::Kind) -> Vec<u8> {
+    let mut pack = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00".to_vec();
+    let mut hasher = gix_hash::hasher(hash);
+    hasher.update(&pack);
+    if let Ok(id) = hasher.try_finalize() {
+        pack.extend_from_slice(id.as_bytes());
+    }
+    pack
+}
+
+/// The object format of both repositories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ObjectFormat {
+    /// SHA-1 ids.
+    #[default]
+    Sha1,
+    /// SHA-256 ids (`extensions.objectFormat=sha256`).
+    Sha256,
+}
+
+impl ObjectFormat {
+    fn kind(self) -> gix_hash::Kind {
+        match self {
+            ObjectFormat::Sha1 => gix_hash::Kind::Sha1,
+            ObjectFormat::Sha256 => gix_hash::Kind::Sha256,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ObjectFormat::Sha1 => "sha1",
+            ObjectFormat::Sha256 => "sha256",
+        }
+    }
+}
 
 /// The target repository's ref storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -58,6 +93,8 @@ pub struct Options {
     pub runs: usize,
     /// The target's ref storage.
     pub ref_format: RefFormat,
+    /// The object format of the source and the target.
+    pub object_format: ObjectFormat,
     /// Ask for `side-band-64k`.
     pub sideband: bool,
     /// The report-status version.
@@ -146,7 +183,7 @@ impl Results {
     fn title(&self) -> String {
         let o = &self.options;
         let mut t = format!(
-            "{} new refs, {} commit{}, objects {}, {} backend, report-status {}",
+            "{} new refs, {} commit{}, objects {}, {} backend, {}, report-status {}",
             o.refs,
             o.commits,
             if o.commits == 1 { "" } else { "s" },
@@ -158,6 +195,7 @@ impl Results {
                 RefFormat::Files => "files",
                 RefFormat::Reftable => "reftable",
             },
+            o.object_format.name(),
             match o.report {
                 Report::V1 => "v1",
                 Report::V2 => "v2",
@@ -233,7 +271,7 @@ impl Results {
         let mut out = String::from("{");
         let _ = write!(
             out,
-            "\"refs\":{},\"commits\":{},\"runs\":{},\"ref_format\":\"{}\",\"objects\":\"{}\",\
+            "\"refs\":{},\"commits\":{},\"runs\":{},\"ref_format\":\"{}\",\"object_format\":\"{}\",\"objects\":\"{}\",\
              \"report\":\"{}\",\"sideband\":{},\"atomic\":{},\"update_hook\":{},",
             o.refs,
             o.commits,
@@ -242,6 +280,7 @@ impl Results {
                 RefFormat::Files => "files",
                 RefFormat::Reftable => "reftable",
             },
+            o.object_format.name(),
             match o.objects {
                 Scenario::Server => "server",
                 Scenario::Pack => "pack",
@@ -392,6 +431,7 @@ fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
         {
             let mut c = git(&root);
             c.args(["init", "-q", "--bare", "src"]);
+            c.arg(format!("--object-format={}", o.object_format.name()));
             c
         },
         None,
@@ -436,6 +476,7 @@ fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
 
     let mut init = git(&root);
     init.args(["init", "-q", "--bare"]);
+    init.arg(format!("--object-format={}", o.object_format.name()));
     if o.ref_format == RefFormat::Reftable {
         init.arg("--ref-format=reftable");
     }
@@ -447,7 +488,7 @@ fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
             let mut c = git(&src);
             c.args(["push", "-q", pristine.to_str().unwrap_or_default(), "main"]);
             run(c, None)?;
-            EMPTY_PACK.to_vec()
+            empty_pack(o.object_format.kind())
         }
         Scenario::Pack => {
             let mut c = git(&src);
@@ -470,7 +511,7 @@ fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
     };
 
     // The request, as git push writes it.
-    let zero = "0".repeat(40);
+    let zero = "0".repeat(o.object_format.kind().len_in_hex());
     let mut caps = String::from(match o.report {
         Report::V1 => "report-status",
         Report::V2 => "report-status-v2",
@@ -482,7 +523,9 @@ fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
     if o.atomic {
         caps.push_str(" atomic");
     }
-    caps.push_str(" object-format=sha1 agent=git/2.47.3");
+    caps.push_str(" object-format=");
+    caps.push_str(o.object_format.name());
+    caps.push_str(" agent=git/2.47.3");
     let mut input = Vec::with_capacity(o.refs * 110 + pack.len());
     let mut expected = Vec::with_capacity(o.refs);
     for i in 0..o.refs {
@@ -678,7 +721,7 @@ pub fn many_refs(o: &Options, progress: &mut dyn Write) -> Result<Results, Error
                     o.refs, o.runs
                 );
                 let start = Instant::now();
-                let zero = "0".repeat(40);
+                let zero = "0".repeat(o.object_format.kind().len_in_hex());
                 for (name, oid) in &setup.expected {
                     let _ = Command::new(h)
                         .args([name.as_str(), zero.as_str(), oid.as_str()])

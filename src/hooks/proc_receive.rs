@@ -320,8 +320,12 @@ pub fn converse(
                 Some((k, v)) => (k, Some(v)),
                 None => (rest, None),
             };
-            let parse =
-                |v: Option<&str>| v.and_then(|v| ObjectId::from_hex(v.get(..40)?.as_bytes()).ok());
+            // The ids are of the repository's object format, as the commands' (git's
+            // get_oid_hex with the_hash_algo).
+            let hex_len = slot.command.old.kind().len_in_hex();
+            let parse = |v: Option<&str>| {
+                v.and_then(|v| ObjectId::from_hex(v.get(..hex_len)?.as_bytes()).ok())
+            };
             match key {
                 "refname" => {
                     if let Some(r) = slot.rewrites.last_mut() {

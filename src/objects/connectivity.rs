@@ -161,9 +161,9 @@ impl<'a> Check<'a> {
             wave.sort_unstable();
             for (offset, id) in &wave {
                 let links = match data.as_mut().and_then(|d| d.decode(pack, *offset)) {
-                    Some((kind, bytes)) => crate::objects::fsck::links(kind, &bytes),
+                    Some((kind, bytes)) => crate::objects::fsck::links(kind, &bytes, id.kind()),
                     None => match self.objects.try_find(id, &mut self.buf) {
-                        Ok(Some(d)) => crate::objects::fsck::links(d.kind, d.data),
+                        Ok(Some(d)) => crate::objects::fsck::links(d.kind, d.data, id.kind()),
                         _ => return false,
                     },
                 };
@@ -210,7 +210,7 @@ impl<'a> Check<'a> {
             // git's own lenient reading of raw objects (bad modes, broken idents and the
             // like are fsck's business, not the walk's).
             let obj_kind = data.kind;
-            let Some(links) = crate::objects::fsck::links(data.kind, data.data) else {
+            let Some(links) = crate::objects::fsck::links(data.kind, data.data, id.kind()) else {
                 return missing(id, role);
             };
             let is_commit = obj_kind == Kind::Commit;
@@ -260,7 +260,7 @@ impl PackData {
     fn open(index: &gix_pack::index::File) -> Option<Self> {
         let path = index.path().with_extension("pack");
         Some(PackData {
-            file: gix_pack::data::File::at(path, gix_hash::Kind::Sha1).ok()?,
+            file: gix_pack::data::File::at(path, index.object_hash()).ok()?,
             inflate: Default::default(),
             cache: DeltaCache::default(),
         })

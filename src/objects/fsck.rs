@@ -235,7 +235,12 @@ impl Default for Options {
 impl Options {
     /// Strict mode plus the configured `settings`; relative skip-list paths are relative to
     /// `base` (the repository, where git's receive-pack runs).
-    pub fn from_settings(settings: &[Setting], base: &Path) -> Result<Self, SetupError> {
+    /// Skip-list ids are of the repository's object format `hash`.
+    pub fn from_settings(
+        settings: &[Setting],
+        base: &Path,
+        hash: gix_hash::Kind,
+    ) -> Result<Self, SetupError> {
         let mut o = Options::default();
         for s in settings {
             match s {
@@ -263,7 +268,7 @@ impl Options {
                         if line.is_empty() {
                             continue;
                         }
-                        let id = (line.len() == 40)
+                        let id = (line.len() == hash.len_in_hex())
                             .then(|| ObjectId::from_hex(line).ok())
                             .flatten()
                             .ok_or_else(|| {
@@ -548,7 +553,7 @@ impl Checker {
             );
         };
         rest = r;
-        if !hex_line(rest)
+        if !hex_line(rest, oid.kind())
             && self.report(
                 oid,
                 Msg::BadTreeSha1,
@@ -559,7 +564,7 @@ impl Checker {
         }
         rest = after_newline(rest);
         while let Some(r) = rest.strip_prefix(b"parent ") {
-            if !hex_line(r)
+            if !hex_line(r, oid.kind())
                 && self.report(
                     oid,
                     Msg::BadParentSha1,
@@ -723,7 +728,7 @@ impl Checker {
                 "invalid format - expected 'object' line",
             );
         };
-        if !hex_line(r)
+        if !hex_line(r, oid.kind())
             && self.report(
                 oid,
                 Msg::BadObjectSha1,
@@ -838,7 +843,7 @@ impl Checker {
         let mut err = false;
         let mut rest = data;
         while !rest.is_empty() {
-            let Some(entry) = tree_entry(rest) else {
+            let Some(entry) = tree_entry(rest, oid.kind()) else {
                 self.plain_error("error: too-short tree object".into());
                 err |= self.report(oid, Msg::BadTree, "cannot be parsed as a tree");
                 if prev.is_none() {
@@ -986,7 +991,7 @@ pub struct TreeEntry<'a> {
     pub mode: u32,
     /// The name.
     pub name: &'a [u8],
-    /// The raw 20-byte object id.
+    /// The raw object id (20 bytes for SHA-1, 32 for SHA-256).
     pub id: &'a [u8],
     /// The mode's digits as written.
     pub raw_mode: &'a [u8],
@@ -994,10 +999,10 @@ pub struct TreeEntry<'a> {
     pub len: usize,
 }
 
-/// The tree entry at the start of `buf`; `None` where git says "too-short tree object" or
-/// "malformed mode".
-pub fn tree_entry(buf: &[u8]) -> Option<TreeEntry<'_>> {
-    let hashsz = 20;
+/// The tree entry at the start of `buf` in a tree of `hash` ids; `None` where git says
+/// "too-short tree object" or "malformed mode".
+pub fn tree_entry(buf: &[u8], hash: gix_hash::Kind) -> Option<TreeEntry<'_>> {
+    let hashsz = hash.len_in_bytes();
     if buf.len() < hashsz + 3 || buf[buf.len() - (hashsz + 1)] != 0 {
         return None;
     }
@@ -1037,21 +1042,26 @@ pub fn parse_check(oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), Option
     match kind {
         Kind::Commit => {
             // parse_commit_buffer: "tree <hex>\n", then well-formed parent lines.
-            if data.len() <= 46 || !data.starts_with(b"tree ") || data[45] != b'\n' {
+            let hex = oid.kind().len_in_hex();
+            let (tree_line, parent_line) = (5 + hex + 1, 7 + hex + 1);
+            if data.len() <= tree_line
+                || !data.starts_with(b"tree ")
+                || data[tree_line - 1] != b'\n'
+            {
                 return Err(Some(format!("error: bogus commit object {oid}")));
             }
-            if !data[5..45].iter().all(u8::is_ascii_hexdigit) {
+            if !data[5..5 + hex].iter().all(u8::is_ascii_hexdigit) {
                 return Err(Some(format!("error: bad tree pointer in commit {oid}")));
             }
-            let mut rest = &data[46..];
-            while rest.len() > 47 && rest.starts_with(b"parent ") {
-                if rest.len() <= 48
-                    || !rest[7..47].iter().all(u8::is_ascii_hexdigit)
-                    || rest[47] != b'\n'
+            let mut rest = &data[tree_line..];
+            while rest.len() > parent_line - 1 && rest.starts_with(b"parent ") {
+                if rest.len() <= parent_line
+                    || !rest[7..7 + hex].iter().all(u8::is_ascii_hexdigit)
+                    || rest[7 + hex] != b'\n'
                 {
                     return Err(Some(format!("error: bad parents in commit {oid}")));
                 }
-                rest = &rest[48..];
+                rest = &rest[parent_line..];
             }
             Ok(())
         }
@@ -1061,10 +1071,12 @@ pub fn parse_check(oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), Option
                 return Err(None);
             }
             let r = data.strip_prefix(b"object ").ok_or(None)?;
-            if !hex_line(r) {
+            if !hex_line(r, oid.kind()) {
                 return Err(None);
             }
-            let r = r[41..].strip_prefix(b"type ").ok_or(None)?;
+            let r = r[oid.kind().len_in_hex() + 1..]
+                .strip_prefix(b"type ")
+                .ok_or(None)?;
             let nl = r.find_byte(b'\n').ok_or(None)?;
             if nl >= 20 {
                 return Err(None);
@@ -1090,15 +1102,15 @@ pub fn parse_check(oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), Option
 /// `fsck_walk`; gitlinks are not followed), in the object's order. `None` when the object cannot
 /// be parsed that far: a tree entry git's tree walker refuses, a commit without a `tree` line, a
 /// tag without `object` and `type` lines. Raw bytes, as git reads them: modes and idents are
-/// not judged here.
-pub fn links(kind: Kind, data: &[u8]) -> Option<Vec<(ObjectId, Kind)>> {
+/// not judged here. `hash` is the object format of the ids in `data`.
+pub fn links(kind: Kind, data: &[u8], hash: gix_hash::Kind) -> Option<Vec<(ObjectId, Kind)>> {
     let mut out = Vec::new();
     match kind {
         Kind::Blob => {}
         Kind::Tree => {
             let mut rest = data;
             while !rest.is_empty() {
-                let TreeEntry { mode, id, len, .. } = tree_entry(rest)?;
+                let TreeEntry { mode, id, len, .. } = tree_entry(rest, hash)?;
                 let kind = match mode & 0o170000 {
                     0o040000 => Some(Kind::Tree),
                     0o100000 | 0o120000 => Some(Kind::Blob),
@@ -1112,16 +1124,16 @@ pub fn links(kind: Kind, data: &[u8]) -> Option<Vec<(ObjectId, Kind)>> {
         }
         Kind::Commit => {
             let r = data.strip_prefix(b"tree ")?;
-            out.push((hex_id(r)?, Kind::Tree));
+            out.push((hex_id(r, hash)?, Kind::Tree));
             let mut rest = after_newline(r);
             while let Some(r) = rest.strip_prefix(b"parent ") {
-                out.push((hex_id(r)?, Kind::Commit));
+                out.push((hex_id(r, hash)?, Kind::Commit));
                 rest = after_newline(r);
             }
         }
         Kind::Tag => {
             let r = data.strip_prefix(b"object ")?;
-            let id = hex_id(r)?;
+            let id = hex_id(r, hash)?;
             let t = after_newline(r).strip_prefix(b"type ")?;
             let t = &t[..t.find_byte(b'\n')?];
             out.push((id, Kind::from_bytes(t).ok()?));
@@ -1130,24 +1142,23 @@ pub fn links(kind: Kind, data: &[u8]) -> Option<Vec<(ObjectId, Kind)>> {
     Some(out)
 }
 
-/// The id of a raw 20-byte tree entry hash ([`tree_entry`] guarantees the length).
+/// The id of a raw tree entry hash ([`tree_entry`] guarantees a hash's length).
 fn oid_of(raw: &[u8]) -> ObjectId {
-    gix_hash::oid::try_from_bytes(raw)
-        .map(ToOwned::to_owned)
-        .unwrap_or_else(|_| ObjectId::null(gix_hash::Kind::Sha1))
+    ObjectId::try_from(raw).expect("tree_entry returns a hash's length")
 }
 
-fn hex_id(r: &[u8]) -> Option<ObjectId> {
-    if hex_line(r) {
-        ObjectId::from_hex(&r[..40]).ok()
+fn hex_id(r: &[u8], hash: gix_hash::Kind) -> Option<ObjectId> {
+    if hex_line(r, hash) {
+        ObjectId::from_hex(&r[..hash.len_in_hex()]).ok()
     } else {
         None
     }
 }
 
-/// 40 hex digits followed by a newline (git's `parse_oid_hex` then `*p == '\n'`).
-fn hex_line(r: &[u8]) -> bool {
-    r.len() > 40 && r[..40].iter().all(u8::is_ascii_hexdigit) && r[40] == b'\n'
+/// A `hash` id in hex followed by a newline (git's `parse_oid_hex` then `*p == '\n'`).
+fn hex_line(r: &[u8], hash: gix_hash::Kind) -> bool {
+    let n = hash.len_in_hex();
+    r.len() > n && r[..n].iter().all(u8::is_ascii_hexdigit) && r[n] == b'\n'
 }
 
 fn after_newline(r: &[u8]) -> &[u8] {

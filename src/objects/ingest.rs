@@ -267,6 +267,8 @@ pub struct Options {
     /// Shallow commits (the repository's and the client's): their parents may be absent, as
     /// git's `--shallow-file` tells its unpacker.
     pub shallow: std::collections::HashSet<gix_hash::ObjectId>,
+    /// The repository's object format: the hash of the pack's ids and its trailer.
+    pub object_format: gix_hash::Kind,
     /// The `.rev` and the permissions of a kept pack (`pack.writeReverseIndex`,
     /// `core.sharedRepository`); the latter also for loose objects.
     pub files: crate::objects::pack_files::Options,
@@ -315,7 +317,11 @@ pub fn receive_pack(
     let fsck = match &options.fsck {
         None => None,
         Some(settings) => Some(
-            crate::objects::fsck::Options::from_settings(settings, Path::new("."))
+            crate::objects::fsck::Options::from_settings(
+                settings,
+                Path::new("."),
+                options.object_format,
+            )
                 .map_err(|e| failed(e.to_string()))?,
         ),
     };
@@ -331,9 +337,9 @@ pub fn receive_pack(
     };
     if objects == 0 {
         // Nothing to index: check the trailer, as unpack-objects does, and keep nothing.
-        let mut trailer = [0u8; 20];
+        let mut trailer = vec![0u8; options.object_format.len_in_bytes()];
         read_full(&mut limited, &mut trailer).map_err(|e| failed(input_error(e)))?;
-        let mut hasher = gix_hash::hasher(gix_hash::Kind::Sha1);
+        let mut hasher = gix_hash::hasher(options.object_format);
         hasher.update(&header);
         let digest = hasher.try_finalize().map_err(|e| failed(e.to_string()))?;
         if digest.as_bytes() != trailer {
@@ -356,7 +362,7 @@ pub fn receive_pack(
         &mut gix_features::progress::Discard,
         &interrupt,
         (!options.reject_thin_pack).then(|| repo_objects.clone()),
-        gix_hash::Kind::Sha1,
+        options.object_format,
         gix_pack::bundle::write::Options {
             thread_limit: options.thread_limit,
             alloc_limit_bytes: Some(options.alloc_limit()),
@@ -381,7 +387,7 @@ pub fn receive_pack(
     let index_path = outcome
         .index_path
         .ok_or_else(|| failed("pack index was not written".into()))?;
-    let index = gix_pack::index::File::at(&index_path, gix_hash::Kind::Sha1)
+    let index = gix_pack::index::File::at(&index_path, options.object_format)
         .map_err(|e| failed(e.to_string()))?;
     // The bases a thin pack lacked were appended from the repository (once each).
     let local_objects = index.num_objects().saturating_sub(objects);
@@ -399,6 +405,7 @@ pub fn receive_pack(
             options.alloc_limit(),
             explode,
             &options.shallow,
+            options.object_format,
         ) {
             Ok(m) => messages = m,
             Err((messages, detail)) => {
@@ -433,7 +440,7 @@ fn check_order(pack: Option<&Path>, index: &gix_pack::index::File) -> Vec<gix_ha
         .iter()
         .map(|e| (false, e.pack_offset, e.oid))
         .collect();
-    if let Some(pack) = pack.and_then(|p| gix_pack::data::File::at(p, gix_hash::Kind::Sha1).ok()) {
+    if let Some(pack) = pack.and_then(|p| gix_pack::data::File::at(p, index.object_hash()).ok()) {
         for e in &mut entries {
             e.0 = pack
                 .entry(e.1)
@@ -456,6 +463,7 @@ fn check_objects(
     alloc_limit: usize,
     explode: bool,
     shallow: &std::collections::HashSet<gix_hash::ObjectId>,
+    hash: gix_hash::Kind,
 ) -> Result<Vec<String>, (Vec<String>, String)> {
     use gix_object::{Find, Kind};
     use gix_odb::Header;
@@ -466,7 +474,7 @@ fn check_objects(
     };
     let objects = gix_odb::at_opts(
         quarantine.path(),
-        gix_hash::Kind::Sha1,
+        hash,
         None,
         gix_odb::store::init::Options {
             alloc_limit_bytes: Some(alloc_limit),
@@ -502,7 +510,7 @@ fn check_objects(
         }
         let is_shallow = kind == Kind::Commit && shallow.contains(oid);
         links.extend(
-            crate::objects::fsck::links(kind, data.data)
+            crate::objects::fsck::links(kind, data.data, hash)
                 .unwrap_or_default()
                 .into_iter()
                 .filter(|(_, k)| !(is_shallow && *k == Kind::Commit)),
@@ -565,14 +573,14 @@ fn unpack_objects(
     let mut batch = crate::fsync::Batch::default();
     let objects = gix_odb::at_opts(
         quarantine.path(),
-        gix_hash::Kind::Sha1,
+        index.object_hash(),
         None,
         gix_odb::store::init::Options {
             alloc_limit_bytes: Some(alloc_limit),
             ..Default::default()
         },
     )?;
-    let loose = gix_odb::loose::Store::at(quarantine.path(), gix_hash::Kind::Sha1);
+    let loose = gix_odb::loose::Store::at(quarantine.path(), index.object_hash());
     let mut buf = Vec::new();
     for entry in index.iter() {
         let data = objects
@@ -605,7 +613,7 @@ fn unpack_objects(
 
 /// How many entries of the pack at `path` are deltas (one header read per entry).
 fn count_deltas(path: &Path, index: &gix_pack::index::File) -> Option<u32> {
-    let pack = gix_pack::data::File::at(path, gix_hash::Kind::Sha1).ok()?;
+    let pack = gix_pack::data::File::at(path, index.object_hash()).ok()?;
     let mut deltas = 0;
     for entry in index.iter() {
         if pack.entry(entry.pack_offset).ok()?.header.is_delta() {

@@ -14,10 +14,12 @@ use crate::refs::Refs;
 use crate::repo::config::Advertisement;
 
 /// The capability list, in git's order; `user_agent` is `GIT_USER_AGENT`.
+/// `object_format` is the repository's.
 pub fn capabilities(
     config: &Advertisement,
     push_cert_nonce: Option<&str>,
     user_agent: Option<&str>,
+    object_format: gix_hash::Kind,
 ) -> String {
     let mut caps = String::from("report-status report-status-v2 delete-refs side-band-64k quiet");
     if config.atomic {
@@ -37,7 +39,9 @@ pub fn capabilities(
         caps.push_str(" session-id=");
         caps.push_str(crate::protocol::trace2::session_id());
     }
-    caps.push_str(" object-format=sha1 agent=");
+    caps.push_str(" object-format=");
+    caps.push_str(crate::protocol::request::hash_name(object_format));
+    caps.push_str(" agent=");
     caps.push_str(&agent(user_agent));
     caps
 }
@@ -56,10 +60,12 @@ pub fn agent(user_agent: Option<&str>) -> String {
 
 /// Write the advertisement of `refs` and `alternate_tips`. With a `namespace` prefix
 /// (`GIT_NAMESPACE`), refs inside it are advertised without it and the others as `.have`;
-/// `is_hidden(name inside the namespace, full name)` leaves refs out.
+/// `is_hidden(name inside the namespace, full name)` leaves refs out. `object_format` is the
+/// repository's (the zero id of `capabilities^{}`).
 #[allow(clippy::too_many_arguments)]
 pub fn write(
     out: &mut impl Write,
+    object_format: gix_hash::Kind,
     refs: &Refs,
     namespace: &str,
     is_hidden: impl Fn(Option<&[u8]>, &[u8]) -> bool,
@@ -107,11 +113,7 @@ pub fn write(
         }
     }
     if seen.is_empty() {
-        emit(
-            &mut buf,
-            &ObjectId::null(gix_hash::Kind::Sha1),
-            b"capabilities^{}",
-        )?;
+        emit(&mut buf, &ObjectId::null(object_format), b"capabilities^{}")?;
     }
     // A shallow repository says where its history ends.
     for id in shallow {

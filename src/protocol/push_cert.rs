@@ -32,16 +32,46 @@ fn hmac_sha1(key: &[u8], text: &[u8]) -> [u8; 20] {
         .into()
 }
 
+/// HMAC (RFC 2104) with the repository's hash, as git's `hmac_hash` (`the_hash_algo`): SHA-1
+/// in SHA-1 repositories, SHA-256 in SHA-256 repositories (both have 64-byte blocks).
+fn hmac(hash: gix_hash::Kind, key: &[u8], text: &[u8]) -> Vec<u8> {
+    if hash == gix_hash::Kind::Sha1 {
+        return hmac_sha1(key, text).to_vec();
+    }
+    const BLOCK: usize = 64;
+    let digest = |parts: &[&[u8]]| -> Vec<u8> {
+        let mut h = gix_hash::hasher(hash);
+        for p in parts {
+            h.update(p);
+        }
+        h.try_finalize()
+            .map(|id| id.as_bytes().to_vec())
+            .unwrap_or_default()
+    };
+    let mut k = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        let d = digest(&[key]);
+        k[..d.len()].copy_from_slice(&d);
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let ipad: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
+    let opad: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
+    let inner = digest(&[&ipad, text]);
+    digest(&[&opad, &inner])
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The nonce git issues: `<stamp>-<hex HMAC(key = "<dir>:<stamp>", text = seed)>`, `dir`
-/// being the directory argument exactly as given.
-pub fn nonce(dir: &str, stamp: u64, seed: &str) -> String {
+/// being the directory argument exactly as given, the HMAC of the repository's hash `hash`.
+pub fn nonce(hash: gix_hash::Kind, dir: &str, stamp: u64, seed: &str) -> String {
     format!(
         "{stamp}-{}",
-        hex(&hmac_sha1(
+        hex(&hmac(
+            hash,
             format!("{dir}:{stamp}").as_bytes(),
             seed.as_bytes()
         ))
@@ -95,6 +125,7 @@ pub fn push_options(cert: &str) -> Vec<&str> {
 /// In stateless mode (HTTP) a nonce issued by another request passes if its HMAC verifies;
 /// within `slop_limit` seconds it counts as issued (and is what `issued` becomes).
 pub fn check_nonce(
+    hash: gix_hash::Kind,
     cert: &str,
     issued: &mut Option<String>,
     stateless: bool,
@@ -123,7 +154,7 @@ pub fn check_nonce(
     if !received.starts_with(|c: char| c.is_ascii_digit() && c != '0') {
         return NonceStatus::Bad;
     }
-    let expect = nonce(dir, stamp, seed);
+    let expect = nonce(hash, dir, stamp, seed);
     let equal = expect.len() == received.len()
         && expect
             .bytes()
@@ -396,6 +427,15 @@ mod tests {
             hex(&hmac_sha1(b"Jefe", b"what do ya want for nothing?")),
             "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79"
         );
+        // RFC 4231 test case 2 (HMAC-SHA-256), git's hmac_hash in SHA-256 repositories.
+        assert_eq!(
+            hex(&hmac(
+                gix_hash::Kind::Sha256,
+                b"Jefe",
+                b"what do ya want for nothing?"
+            )),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
     }
 
     #[test]
@@ -404,12 +444,12 @@ mod tests {
         // ours + 2^63: the slop is out of i64 range; it used to overflow (a panic with overflow
         // checks, else a wrapped slop whose `abs` stayed negative and passed as within the
         // limit).
-        let ours = nonce("/srv/repo.git", 1_700_000_000, "seed");
+        let ours = nonce(gix_hash::Kind::Sha1, "/srv/repo.git", 1_700_000_000, "seed");
         for stamp in [1u64 << 63, 1_700_000_000 + (1u64 << 63), u64::MAX] {
-            let received = nonce("/srv/repo.git", stamp, "seed");
+            let received = nonce(gix_hash::Kind::Sha1, "/srv/repo.git", stamp, "seed");
             let cert = format!("certificate version 0.1\nnonce {received}\n\n");
             let mut issued = Some(ours.clone());
-            let status = check_nonce(&cert, &mut issued, true, "/srv/repo.git", "seed", 60);
+            let status = check_nonce(gix_hash::Kind::Sha1, &cert, &mut issued, true, "/srv/repo.git", "seed", 60);
             assert!(
                 matches!(status, NonceStatus::Slop(_)),
                 "{stamp}: {status:?}"
@@ -417,14 +457,14 @@ mod tests {
             assert_eq!(issued.as_deref(), Some(ours.as_str()));
         }
         // Within the limit it is accepted, and becomes the nonce.
-        let received = nonce("/srv/repo.git", 1_700_000_030, "seed");
+        let received = nonce(gix_hash::Kind::Sha1, "/srv/repo.git", 1_700_000_030, "seed");
         let cert = format!("nonce {received}\n\n");
         let mut issued = Some(ours.clone());
-        let status = check_nonce(&cert, &mut issued, true, "/srv/repo.git", "seed", 60);
+        let status = check_nonce(gix_hash::Kind::Sha1, &cert, &mut issued, true, "/srv/repo.git", "seed", 60);
         assert_eq!(status, NonceStatus::Ok);
         assert_eq!(issued.as_deref(), Some(received.as_str()));
         let mut issued = Some(ours);
-        let status = check_nonce(&cert, &mut issued, true, "/srv/repo.git", "seed", 10);
+        let status = check_nonce(gix_hash::Kind::Sha1, &cert, &mut issued, true, "/srv/repo.git", "seed", 10);
         assert_eq!(status, NonceStatus::Slop(-30));
     }
 
@@ -455,6 +495,8 @@ pub struct Certificate<'a> {
     pub seed: &'a str,
     /// `receive.certNonceSlop`.
     pub slop: i64,
+    /// The repository's object format: the certificate blob's id and the nonce's HMAC.
+    pub object_format: gix_hash::Kind,
 }
 
 impl Certificate<'_> {
@@ -468,7 +510,7 @@ impl Certificate<'_> {
     ) -> Vec<(String, gix_object::bstr::BString)> {
         use gix_object::Write as _;
         let mut env = Vec::new();
-        let loose = gix_odb::loose::Store::at(objects_dir, gix_hash::Kind::Sha1);
+        let loose = gix_odb::loose::Store::at(objects_dir, self.object_format);
         let Ok(blob) = loose.write_buf(gix_object::Kind::Blob, self.bytes) else {
             return env;
         };
@@ -495,6 +537,7 @@ impl Certificate<'_> {
         let text = String::from_utf8_lossy(&self.bytes[..signature_start(self.bytes)]).into_owned();
         let mut issued = self.issued_nonce.clone();
         let status = check_nonce(
+            self.object_format,
             &text,
             &mut issued,
             self.stateless,

@@ -65,6 +65,9 @@ pub struct Limits {
     pub max_push_options: usize,
     /// At most this many bytes for commands and options together.
     pub max_bytes: u64,
+    /// The repository's object format (advertised as `object-format=`): the length of every
+    /// id in commands and shallow lines, and the only `object-format=` a client may ask for.
+    pub object_format: gix_hash::Kind,
 }
 
 /// The whole request before the pack.
@@ -131,7 +134,7 @@ pub enum Start {
 pub fn read<R: Read>(reader: &mut pktline::Reader<R>, limits: &Limits) -> Result<Start, Error> {
     let mut req = Request::default();
     let start = reader.bytes_read();
-    let hex_len = gix_hash::Kind::Sha1.len_in_hex();
+    let hex_len = limits.object_format.len_in_hex();
     let mut saw_any = false;
     loop {
         if reader.bytes_read() - start > limits.max_bytes {
@@ -246,6 +249,10 @@ fn parse_capabilities(
     limits: &Limits,
     caps: &mut Capabilities,
 ) -> Result<(), Error> {
+    // A client that does not say `object-format=` speaks SHA-1 (git's
+    // `GIT_HASH_SHA1_LEGACY`); either way it must be the repository's. git compares the value
+    // up to the next space, and names in its error everything from the value on.
+    let mut format: Option<(&[u8], &[u8])> = None;
     for word in features.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
         match word {
             b"report-status" => caps.report_status = true,
@@ -255,10 +262,10 @@ fn parse_capabilities(
             b"atomic" if limits.atomic => caps.atomic = true,
             b"push-options" if limits.push_options => caps.push_options = true,
             _ => {
-                if let Some(format) = word.strip_prefix(b"object-format=") {
-                    if format != b"sha1" {
-                        return Err(Error::UnsupportedObjectFormat(lossy(format)));
-                    }
+                if let Some(f) = word.strip_prefix(b"object-format=") {
+                    // git's parse_feature_value takes the first.
+                    let at = f.as_ptr() as usize - features.as_ptr() as usize;
+                    format.get_or_insert((f, &features[at..]));
                 } else if let Some(agent) = word.strip_prefix(b"agent=") {
                     caps.agent = Some(lossy(agent));
                 } else if let Some(sid) = word.strip_prefix(b"session-id=") {
@@ -269,7 +276,19 @@ fn parse_capabilities(
             }
         }
     }
+    let (format, shown) = format.unwrap_or((b"sha1", b"sha1"));
+    if format != hash_name(limits.object_format).as_bytes() {
+        return Err(Error::UnsupportedObjectFormat(lossy(shown)));
+    }
     Ok(())
+}
+
+/// git's name for a hash algorithm (`object-format=` values, `extensions.objectFormat`).
+pub fn hash_name(kind: gix_hash::Kind) -> &'static str {
+    match kind {
+        gix_hash::Kind::Sha1 => "sha1",
+        _ => "sha256",
+    }
 }
 
 fn lossy(b: &[u8]) -> String {
@@ -286,6 +305,7 @@ mod tests {
         max_commands: 3,
         max_push_options: 2,
         max_bytes: 1 << 20,
+        object_format: gix_hash::Kind::Sha1,
     };
     const A: &str = "1111111111111111111111111111111111111111";
     const Z: &str = "0000000000000000000000000000000000000000";
@@ -362,5 +382,50 @@ mod tests {
         assert!(e.to_string().contains("too many commands"));
         let e = parse(&pkt(&format!("{Z} {A} refs/heads/x"))).unwrap_err();
         assert_eq!(e.to_string(), "the remote end hung up unexpectedly");
+    }
+
+    #[test]
+    fn sha256_ids_and_the_clients_object_format() {
+        let limits = Limits {
+            object_format: gix_hash::Kind::Sha256,
+            ..LIMITS
+        };
+        let parse = |bytes: &str| read(&mut pktline::Reader::new(bytes.as_bytes()), &limits);
+        let (a, z) = ("1".repeat(64), "0".repeat(64));
+        let Start::Request(req) = parse(&format!(
+            "{}{}0000",
+            pkt(&format!(
+                "{z} {a} refs/heads/main\0report-status object-format=sha256 agent=git/2.47"
+            )),
+            pkt(&format!("shallow {a}")),
+        ))
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(req.commands[0].new.kind(), gix_hash::Kind::Sha256);
+        assert_eq!(req.shallow[0].to_string(), a);
+        // A SHA-1 client: without object-format=, or naming sha1 (git shows the rest of the
+        // capability list from the value on).
+        let e = parse(&format!("{}0000", pkt(&format!("{Z} {A} refs/heads/x\0report-status"))))
+            .unwrap_err();
+        assert_eq!(e.to_string(), "error: unsupported object format 'sha1'");
+        let e = parse(&format!(
+            "{}0000",
+            pkt(&format!("{z} {a} refs/heads/x\0object-format=sha1 agent=x"))
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "error: unsupported object format 'sha1 agent=x'"
+        );
+        // SHA-1 ids where SHA-256 ones are due.
+        let e = parse(&format!(
+            "{}0000",
+            pkt(&format!("{Z} {A} refs/heads/x\0object-format=sha256"))
+        ))
+        .unwrap_err();
+        assert!(e.to_string().starts_with("protocol error: expected old/new/ref"));
+        let e = parse(&format!("{}0000", pkt(&format!("shallow {A}")))).unwrap_err();
+        assert!(e.to_string().starts_with("protocol error: expected shallow sha"));
     }
 }

@@ -34,9 +34,11 @@ pub(super) fn advertise(
         &config.advertisement,
         push_cert_nonce,
         options.env.user_agent.as_deref(),
+        repo.object_format,
     );
     advertise::write(
         out,
+        repo.object_format,
         &refs,
         namespace,
         |name, full| {
@@ -104,9 +106,12 @@ fn alternate_tips(repo: &Repository, diagnostics: &mut dyn Write) -> Vec<ObjectI
                 // The command's stderr is receive-pack's, as in git.
                 let _ = diagnostics.write_all(&out.stderr);
                 for line in String::from_utf8_lossy(&out.stdout).lines() {
-                    match ObjectId::from_hex(line.as_bytes()) {
-                        Ok(id) => tips.push(id),
-                        Err(_) => {
+                    let id = (line.len() == repo.object_format.len_in_hex())
+                        .then(|| ObjectId::from_hex(line.as_bytes()).ok())
+                        .flatten();
+                    match id {
+                        Some(id) => tips.push(id),
+                        None => {
                             let _ = writeln!(
                                 diagnostics,
                                 "warning: invalid line while parsing alternate refs: {line}"
@@ -117,7 +122,7 @@ fn alternate_tips(repo: &Repository, diagnostics: &mut dyn Write) -> Vec<ObjectI
                 }
             }
             None => {
-                let Ok(refs) = crate::refs::open_other(path).snapshot() else {
+                let Ok(refs) = crate::refs::open_other(path, repo.object_format).snapshot() else {
                     continue;
                 };
                 for (name, id) in refs.iter() {

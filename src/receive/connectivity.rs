@@ -28,8 +28,8 @@ pub(super) fn check_connectivity<W: Write, E: Write>(
 ) -> Result<(), Fatal> {
     let _span = info_span!("connectivity").entered();
     let objects = match quarantine {
-        Some(q) => gix_odb::at(q.path(), gix_hash::Kind::Sha1),
-        None => gix_odb::at(&repo.objects_dir, gix_hash::Kind::Sha1),
+        Some(q) => gix_odb::at(q.path(), repo.object_format),
+        None => gix_odb::at(&repo.objects_dir, repo.object_format),
     }
     .map_err(Fatal::Objects)?;
     let client_shallow: HashSet<ObjectId> = shallow.iter().copied().collect();

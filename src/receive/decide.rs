@@ -207,9 +207,7 @@ pub(super) fn is_ancestor(objects: &gix_odb::Handle, ancestor: ObjectId, tip: Ob
             continue;
         }
         if let Ok(Some(data)) = objects.try_find(&id, &mut buf) {
-            stack.extend(
-                gix_object::CommitRefIter::from_bytes(data.data, gix_hash::Kind::Sha1).parent_ids(),
-            );
+            stack.extend(gix_object::CommitRefIter::from_bytes(data.data, id.kind()).parent_ids());
         }
     }
     false

@@ -68,7 +68,7 @@ pub fn run(
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        push_cert::nonce(dir, now, seed)
+        push_cert::nonce(repo.object_format, dir, now, seed)
     });
     // As git: every ref operation happens under `GIT_NAMESPACE`'s prefix; clients, reports and
     // hooks see the names without it.
@@ -103,6 +103,7 @@ pub fn run(
             .map_or(config.limits.max_request_bytes, |m| {
                 m.min(config.limits.max_request_bytes)
             }),
+        object_format: repo.object_format,
     };
     let req = {
         let _span = info_span!("read_commands").entered();
@@ -135,6 +136,7 @@ pub fn run(
                 .as_deref()
                 .unwrap_or_default(),
             slop: config.advertisement.cert_nonce_slop,
+            object_format: repo.object_format,
         });
     let hooks = Hooks::new(
         &hook_set,
@@ -151,7 +153,7 @@ pub fn run(
         refuse_pending(&mut cmds, Reason::InconsistentPushOptions);
     }
 
-    let objects = gix_odb::at(&repo.objects_dir, gix_hash::Kind::Sha1).map_err(Fatal::Objects)?;
+    let objects = gix_odb::at(&repo.objects_dir, repo.object_format).map_err(Fatal::Objects)?;
     let needs_pack = cmds.iter().any(|c| !c.command.is_delete());
     let unpacked = unpack::unpack(
         reader.inner_mut(),
@@ -367,8 +369,8 @@ fn refuse_by_access<W: Write, E: Write>(
         } else {
             if objects.is_none() {
                 let odb = match quarantine {
-                    Some(q) => gix_odb::at(q.path(), gix_hash::Kind::Sha1),
-                    None => gix_odb::at(&s.repo.objects_dir, gix_hash::Kind::Sha1),
+                    Some(q) => gix_odb::at(q.path(), s.repo.object_format),
+                    None => gix_odb::at(&s.repo.objects_dir, s.repo.object_format),
                 }
                 .map_err(Fatal::Objects)?;
                 objects = Some(odb);

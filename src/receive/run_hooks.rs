@@ -24,6 +24,8 @@ pub(super) struct Hooks<'a> {
     in_process: Option<&'a dyn hooks::InProcess>,
     git_dir: &'a std::path::Path,
     objects_dir: &'a std::path::Path,
+    /// The repository's object format: the zero id in hook input is its.
+    object_format: gix_hash::Kind,
     push_options: &'a [BString],
     pub(super) keepalive: Option<std::time::Duration>,
     /// [`Options::hook_env`].
@@ -52,6 +54,7 @@ impl<'a> Hooks<'a> {
             in_process: in_process.map(|h| &*h.0),
             git_dir: &repo.git_dir,
             objects_dir: &repo.objects_dir,
+            object_format: repo.object_format,
             push_options,
             keepalive: repo.config.hooks.keep_alive,
             base_env: &options.hook_env,
@@ -220,7 +223,13 @@ impl<'a> Hooks<'a> {
         }
         let mut stdin = Vec::with_capacity(updates.len() * 100);
         for u in updates {
-            let _ = writeln!(stdin, "{} {} {}", u.old_id(), u.new_id(), u.name);
+            let _ = writeln!(
+                stdin,
+                "{} {} {}",
+                u.old_id(self.object_format),
+                u.new_id(self.object_format),
+                u.name
+            );
         }
         let args = [BString::from(state.name())];
         self.set
@@ -289,8 +298,13 @@ impl<'a> Hooks<'a> {
             .as_deref()
             .and_then(|h| refs.get(h.as_bytes()))
             .is_some();
-        const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
-        let base = if head_is_born { "HEAD" } else { EMPTY_TREE };
+        // git's empty_tree_oid_hex(the_hash_algo).
+        let empty_tree = self.object_format.empty_tree().to_string();
+        let base = if head_is_born {
+            "HEAD"
+        } else {
+            empty_tree.as_str()
+        };
         let new = new.to_string();
         if !git(
             path,

@@ -57,7 +57,14 @@ pub(super) fn unpack<W: Write, E: Write>(
         thread_limit: None,
         // git shows index-pack's progress only through the sideband.
         count_deltas: !quiet && sb.mode() == Mode::Band64k,
-        unpack_limit: config.ingest.unpack_limit,
+        // With `extensions.compatObjectFormat`, git's unpack-objects would record each loose
+        // object's compatibility id (`loose-object-idx`), which berth does not write; index-pack
+        // records none, so keep the pack as index-pack would.
+        unpack_limit: if repo.compat_object_format.is_some() {
+            0
+        } else {
+            config.ingest.unpack_limit
+        },
         reject_thin_pack: options.reject_thin_pack,
         fsck: config
             .ingest
@@ -69,6 +76,7 @@ pub(super) fn unpack<W: Write, E: Write>(
             .into_iter()
             .chain(client_shallow.iter().copied())
             .collect(),
+        object_format: repo.object_format,
         files: crate::objects::pack_files::Options {
             write_reverse_index: config.ingest.write_reverse_index,
             shared: config.ingest.shared_repository,

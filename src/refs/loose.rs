@@ -119,6 +119,7 @@ impl Locked<'_> {
         } = self;
         let super::Batch {
             git_dir,
+            object_format,
             log,
             atomic,
             committer,
@@ -129,7 +130,7 @@ impl Locked<'_> {
         live.sort_unstable();
         let mut time_buf = gix_date::parse::TimeBuf::default();
         let committer = committer.to_ref(&mut time_buf);
-        packed::write_reflogs(git_dir, log, updates, &items, &committer);
+        packed::write_reflogs(git_dir, object_format, log, updates, &items, &committer);
         let deletes = |it: &Item| updates[it.index].is_delete();
         let (deletions, writes): (Vec<Item>, Vec<Item>) = items.into_iter().partition(deletes);
         let mut failed = Vec::new();
@@ -244,9 +245,10 @@ fn lock_one(
         },
     };
     super::check_old(u, exists, current)?;
-    if u.is_delete() {
-        return Ok((lock, current));
-    }
+    let new = match u.change {
+        super::Change::Create { new } | super::Change::Update { new, .. } => new,
+        super::Change::Delete { .. } => return Ok((lock, current)),
+    };
     if !exists {
         check_new(git_dir, packed, batch, k, u, &path)?;
     }
@@ -254,7 +256,7 @@ fn lock_one(
         .write(true)
         .open(lock.path())
         .and_then(|mut f| {
-            writeln!(f, "{}", u.new_id())?;
+            writeln!(f, "{new}")?;
             fsync.sync(crate::fsync::Components::REFERENCE, &f)
         });
     if let Err(e) = written {

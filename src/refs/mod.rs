@@ -40,6 +40,7 @@ pub fn of_repository(repo: &crate::repo::Repository) -> Box<dyn RefStore> {
     open(
         &repo.git_dir,
         repo.ref_format,
+        repo.object_format,
         repo.config.storage.log_ref_updates,
         crate::reftable::WriteOptions {
             fsync: repo.config.durability,
@@ -83,12 +84,22 @@ pub enum SnapshotError {
 pub fn open(
     git_dir: &Path,
     format: RefFormat,
+    object_format: gix_hash::Kind,
     log: LogRefUpdates,
     reftable: crate::reftable::WriteOptions,
 ) -> Box<dyn RefStore> {
     match format {
-        RefFormat::Files => Box::new(FilesStore::open(git_dir, log).with_fsync(reftable.fsync)),
-        RefFormat::Reftable => Box::new(ReftableStore::open(git_dir, log, reftable)),
+        RefFormat::Files => {
+            Box::new(FilesStore::open(git_dir, object_format, log).with_fsync(reftable.fsync))
+        }
+        RefFormat::Reftable => Box::new(ReftableStore::open(
+            git_dir,
+            log,
+            crate::reftable::WriteOptions {
+                hash: object_format,
+                ..reftable
+            },
+        )),
     }
 }
 
@@ -192,19 +203,21 @@ pub enum Expected {
 
 impl RefUpdate {
     /// The old value as git shows it (the `reference-transaction` hook's first column): the
-    /// expected value, zero for a create and for [`Expected::Any`].
-    pub fn old_id(&self) -> ObjectId {
+    /// expected value, zero (of the repository's object format `kind`) for a create and for
+    /// [`Expected::Any`].
+    pub fn old_id(&self, kind: gix_hash::Kind) -> ObjectId {
         match self.expected() {
             Some(Expected::MustBe(id)) => id,
-            _ => ObjectId::null(gix_hash::Kind::Sha1),
+            _ => ObjectId::null(kind),
         }
     }
 
-    /// The new value as git shows it: zero for a delete.
-    pub fn new_id(&self) -> ObjectId {
+    /// The new value as git shows it: zero (of the repository's object format `kind`) for a
+    /// delete.
+    pub fn new_id(&self, kind: gix_hash::Kind) -> ObjectId {
         match self.change {
             Change::Create { new } | Change::Update { new, .. } => new,
-            Change::Delete { .. } => ObjectId::null(gix_hash::Kind::Sha1),
+            Change::Delete { .. } => ObjectId::null(kind),
         }
     }
 
@@ -343,6 +356,7 @@ impl TransactionError {
 pub struct FilesStore {
     store: gix_ref::file::Store,
     git_dir: std::path::PathBuf,
+    object_format: gix_hash::Kind,
     log: LogRefUpdates,
     fsync: crate::fsync::Durability,
 }
@@ -352,16 +366,14 @@ pub struct FilesStore {
 pub const PACKED_BATCH_THRESHOLD: usize = 100;
 
 impl FilesStore {
-    /// Open the store of the repository at `git_dir`.
-    pub fn open(git_dir: &Path, log: LogRefUpdates) -> Self {
-        let store = gix_ref::file::Store::at_opts(
-            git_dir.to_owned(),
-            gix_hash::Kind::Sha1,
-            Default::default(),
-        );
+    /// Open the store of the repository at `git_dir`, whose object format is `object_format`.
+    pub fn open(git_dir: &Path, object_format: gix_hash::Kind, log: LogRefUpdates) -> Self {
+        let store =
+            gix_ref::file::Store::at_opts(git_dir.to_owned(), object_format, Default::default());
         FilesStore {
             store,
             git_dir: git_dir.to_owned(),
+            object_format,
             log,
             fsync: Default::default(),
         }
@@ -391,6 +403,8 @@ impl FilesStore {
 #[derive(Clone, Copy)]
 struct Batch<'a> {
     git_dir: &'a Path,
+    /// The repository's object format.
+    object_format: gix_hash::Kind,
     log: LogRefUpdates,
     atomic: bool,
     /// The reflog identity.
@@ -412,6 +426,7 @@ impl FilesStore {
     ) -> Result<transaction::Locked<'a>, transaction::Failed<transaction::prepare::Error>> {
         let batch = Batch {
             git_dir: &self.git_dir,
+            object_format: self.object_format,
             log: self.log,
             atomic: options.atomic(),
             committer: options.committer,
@@ -600,12 +615,18 @@ impl LooseFiles {
 }
 
 /// The ref store of another repository (an alternate), its format found from its directory,
-/// read-only use.
-pub fn open_other(git_dir: &Path) -> Box<dyn RefStore> {
+/// read-only use, with the object format `object_format` (an alternate shares it).
+pub fn open_other(git_dir: &Path, object_format: gix_hash::Kind) -> Box<dyn RefStore> {
     let format = if git_dir.join("reftable").join("tables.list").is_file() {
         RefFormat::Reftable
     } else {
         RefFormat::Files
     };
-    open(git_dir, format, LogRefUpdates::Never, Default::default())
+    open(
+        git_dir,
+        format,
+        object_format,
+        LogRefUpdates::Never,
+        Default::default(),
+    )
 }

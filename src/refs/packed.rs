@@ -313,12 +313,13 @@ impl Packed {
                 last.peeled = Some(oid);
                 last.raw.end = end;
             } else {
-                if text.len() < 42 || text[40] != b' ' {
+                let hex_len = text.find_byte(b' ').ok_or_else(|| bad(text))?;
+                if text.len() < hex_len + 2 {
                     return Err(bad(text));
                 }
-                let oid = ObjectId::from_hex(&text[..40]).map_err(|_| bad(text))?;
+                let oid = ObjectId::from_hex(&text[..hex_len]).map_err(|_| bad(text))?;
                 entries.push(Entry {
-                    name: pos + 41..pos + text.len(),
+                    name: pos + hex_len + 1..pos + text.len(),
                     oid,
                     peeled: None,
                     raw: pos..end,
@@ -413,7 +414,7 @@ impl<'a> Peeler<'a> {
                 }
                 break;
             }
-            match gix_object::TagRefIter::from_bytes(data.data, gix_hash::Kind::Sha1).target_id() {
+            match gix_object::TagRefIter::from_bytes(data.data, id.kind()).target_id() {
                 Ok(t) => id = t,
                 Err(_) => break,
             }
@@ -612,7 +613,11 @@ pub(super) fn read_loose(path: &Path) -> Option<Loose> {
     if data.starts_with(b"ref:") {
         return Some(Loose::Symbolic);
     }
-    Some(match data.get(..40).map(ObjectId::from_hex) {
+    let hex_len = data
+        .iter()
+        .position(|b| !b.is_ascii_hexdigit())
+        .unwrap_or(data.len());
+    Some(match data.get(..hex_len).map(ObjectId::from_hex) {
         Some(Ok(oid)) => Loose::Object(oid),
         _ => Loose::Broken,
     })
@@ -791,6 +796,7 @@ impl Locked<'_> {
         } = self;
         let super::Batch {
             git_dir,
+            object_format,
             log,
             atomic,
             committer,
@@ -841,7 +847,7 @@ impl Locked<'_> {
                 while start.elapsed() < CONTESTED_TIMEOUT && lock_path.exists() {
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                if let Some(e) = lost_to(git_dir, u, it.before) {
+                if let Some(e) = lost_to(git_dir, object_format, u, it.before) {
                     lost.insert(k, e);
                 } else if lock_path.exists() {
                     lost.insert(k, cannot_lock(u, LockError::held(git_dir, &u.name)));
@@ -900,7 +906,7 @@ impl Locked<'_> {
         }
         let mut time_buf = gix_date::parse::TimeBuf::default();
         let committer = committer.to_ref(&mut time_buf);
-        write_reflogs(git_dir, log, updates, &items, &committer);
+        write_reflogs(git_dir, object_format, log, updates, &items, &committer);
         let mut committed: Vec<usize> = items.iter().map(|it| it.index).collect();
         committed.sort_unstable();
         for it in &items {
@@ -1071,7 +1077,12 @@ impl Checker<'_> {
 
 /// After our rename: whether a concurrent writer's result stands in place of ours for `u`, and
 /// the error `u` then gets (the one it would have had if that writer had gone first).
-fn lost_to(git_dir: &Path, u: &RefUpdate, before: Option<ObjectId>) -> Option<RefError> {
+fn lost_to(
+    git_dir: &Path,
+    object_format: gix_hash::Kind,
+    u: &RefUpdate,
+    before: Option<ObjectId>,
+) -> Option<RefError> {
     let name = u.name.as_slice();
     let path = git_dir.join(path_of(name));
     match fs::symlink_metadata(&path) {
@@ -1088,7 +1099,7 @@ fn lost_to(git_dir: &Path, u: &RefUpdate, before: Option<ObjectId>) -> Option<Re
                 }
                 Some(Expected::MustBe(old)) => old,
                 // Unchecked: the value it had when we looked.
-                Some(Expected::Any) => before.unwrap_or(u.old_id()),
+                Some(Expected::Any) => before.unwrap_or(u.old_id(object_format)),
             };
             return Some(match actual {
                 Some(actual) => RefError::IncorrectOldValue {
@@ -1133,7 +1144,7 @@ pub(super) fn render(
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(packed.buf.len() + items.len() * 100 + HEADER.len());
     out.extend_from_slice(HEADER);
-    let mut hex = [0u8; 40];
+    let mut hex = [0u8; gix_hash::Kind::longest().len_in_hex()];
     let mut write_entry =
         |out: &mut Vec<u8>, oid: &ObjectId, name: &[u8], peeled: Option<ObjectId>| {
             out.extend_from_slice(oid.hex_to_buf(&mut hex).as_bytes());
@@ -1254,6 +1265,7 @@ fn autocreate_reflog(log: LogRefUpdates, name: &[u8]) -> bool {
 /// refs git would log on its own, and refs whose reflog exists. A deleted ref loses its reflog.
 pub(super) fn write_reflogs(
     git_dir: &Path,
+    object_format: gix_hash::Kind,
     log: LogRefUpdates,
     updates: &[RefUpdate],
     items: &[Item],
@@ -1269,11 +1281,17 @@ pub(super) fn write_reflogs(
     for it in items {
         let u = &updates[it.index];
         let name = u.name.as_slice();
-        let old = it
-            .before
-            .unwrap_or_else(|| ObjectId::null(gix_hash::Kind::Sha1));
+        let old = it.before.unwrap_or_else(|| ObjectId::null(object_format));
         if head.as_deref() == Some(name) && !u.is_delete() {
-            append_reflog(&logs, b"HEAD", None, log, old, u.new_id(), &who);
+            append_reflog(
+                &logs,
+                b"HEAD",
+                None,
+                log,
+                old,
+                u.new_id(object_format),
+                &who,
+            );
         }
         let exists = view.at(name).0 == Some(Seen::File);
         if u.is_delete() {
@@ -1282,7 +1300,15 @@ pub(super) fn write_reflogs(
             }
             continue;
         }
-        append_reflog(&logs, name, Some(exists), log, old, u.new_id(), &who);
+        append_reflog(
+            &logs,
+            name,
+            Some(exists),
+            log,
+            old,
+            u.new_id(object_format),
+            &who,
+        );
     }
 }
 
@@ -1312,7 +1338,7 @@ pub(super) fn append_reflog(
     if !exists && !create {
         return;
     }
-    let mut hex = [0u8; 40];
+    let mut hex = [0u8; gix_hash::Kind::longest().len_in_hex()];
     let mut line = Vec::with_capacity(100 + who.len());
     line.extend_from_slice(old.hex_to_buf(&mut hex).as_bytes());
     line.push(b' ');

@@ -281,10 +281,8 @@ impl ReftableStore {
         let mut refs = Vec::with_capacity(batch.size_hint().0);
         let mut logs = Vec::new();
         for u in batch {
-            let before = now
-                .get(&u.name)
-                .unwrap_or(ObjectId::null(gix_hash::Kind::Sha1));
-            let new = u.new_id();
+            let before = now.get(&u.name).unwrap_or(ObjectId::null(self.opts.hash));
+            let new = u.new_id(self.opts.hash);
             if u.is_delete() {
                 if before.is_null() {
                     continue; // deleting what does not exist writes nothing

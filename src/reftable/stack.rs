@@ -232,9 +232,14 @@ fn merge_logs(tables: &[Table]) -> Result<BTreeMap<Vec<u8>, LogRecord>> {
 }
 
 impl Stack {
-    /// Open the stack in `reftable_dir` (`$GIT_DIR/reftable`) with git's default options.
+    /// Open the stack in `reftable_dir` (`$GIT_DIR/reftable`) with git's default options, and
+    /// the object format of its tables (SHA-1 when it has none).
     pub fn open(reftable_dir: impl Into<PathBuf>) -> Result<Stack> {
-        Stack::open_with(reftable_dir, WriteOptions::default())
+        let mut st = Stack::open_with(reftable_dir, WriteOptions::default())?;
+        if let Some(t) = st.tables.first() {
+            st.opts.hash = t.hash();
+        }
+        Ok(st)
     }
 
     /// Open the stack with the given write options.
@@ -419,8 +424,8 @@ impl Stack {
             return Ok(Err(lock));
         }
         let mut sizes = self.compaction_sizes();
-        let new_size = (bytes.len() - super::table::FOOTER_SIZE_V1)
-            .saturating_sub(super::table::HEADER_SIZE_V1 - 1);
+        let new_size = (bytes.len() - super::table::footer_size_for(self.opts.hash))
+            .saturating_sub(super::table::header_size_for(self.opts.hash) - 1);
         sizes.push(new_size as u64);
         let (first, end) = suggest_compaction_segment(&sizes, self.opts.geometric_factor);
         if end <= first + 1 || end != sizes.len() {
@@ -498,7 +503,7 @@ impl Stack {
             .iter()
             .map(|t| {
                 t.size()
-                    .saturating_sub(super::table::HEADER_SIZE_V1 as u64 - 1)
+                    .saturating_sub(super::table::header_size_for(self.opts.hash) as u64 - 1)
             })
             .collect()
     }

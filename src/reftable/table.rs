@@ -27,7 +27,27 @@ pub const HEADER_SIZE_V1: usize = 24;
 pub const FOOTER_SIZE_V1: usize = 68;
 /// The largest block size the format allows.
 pub const MAX_BLOCK_SIZE: u32 = (1 << 24) - 1;
-const HASH_SIZE: usize = 20;
+/// The format id of a version 2 table of SHA-1 ids (`sha1`, git's `REFTABLE_FORMAT_ID_SHA1`).
+const FORMAT_ID_SHA1: &[u8; 4] = b"sha1";
+/// The format id of a version 2 table of SHA-256 ids (`s256`, git's
+/// `REFTABLE_FORMAT_ID_SHA256`).
+const FORMAT_ID_SHA256: &[u8; 4] = b"s256";
+
+/// The version git writes for tables of `hash` ids: 1 for SHA-1, 2 (with the hash's format id
+/// in the header) otherwise.
+fn version_for(hash: gix_hash::Kind) -> u8 {
+    if hash == gix_hash::Kind::Sha1 { 1 } else { 2 }
+}
+
+/// The size of a table's header when it holds `hash` ids.
+pub fn header_size_for(hash: gix_hash::Kind) -> usize {
+    header_size(version_for(hash))
+}
+
+/// The size of a table's footer when it holds `hash` ids.
+pub fn footer_size_for(hash: gix_hash::Kind) -> usize {
+    footer_size(version_for(hash))
+}
 
 fn header_size(version: u8) -> usize {
     if version == 2 { 28 } else { 24 }
@@ -59,6 +79,9 @@ pub struct WriteOptions {
     /// `core.fsync`: a new table and `tables.list.lock` are synced before `tables.list` is
     /// renamed into place when it has `reference` (git's `reftable_fsync`; not by default).
     pub fsync: crate::fsync::Durability,
+    /// The repository's object format: SHA-1 tables are version 1, SHA-256 tables version 2
+    /// with the hash id `s256` in their header, as git writes them.
+    pub hash: gix_hash::Kind,
 }
 
 impl Default for WriteOptions {
@@ -73,6 +96,7 @@ impl Default for WriteOptions {
             disable_auto_compact: false,
             lock_timeout_ms: 100,
             fsync: crate::fsync::Durability::default(),
+            hash: gix_hash::Kind::Sha1,
         }
     }
 }
@@ -96,7 +120,7 @@ pub struct TableWriter {
     block: Option<BlockWriter>,
     last_key: Vec<u8>,
     index: Vec<(Vec<u8>, u64)>,
-    obj_index: BTreeMap<[u8; HASH_SIZE], Vec<u64>>,
+    obj_index: BTreeMap<Vec<u8>, Vec<u64>>,
     ref_stats: SectionStats,
     obj_stats: SectionStats,
     log_stats: SectionStats,
@@ -141,7 +165,11 @@ impl TableWriter {
     }
 
     fn reinit_block(&mut self, typ: u8) {
-        let header_off = if self.next() == 0 { HEADER_SIZE_V1 } else { 0 };
+        let header_off = if self.next() == 0 {
+            header_size_for(self.opts.hash)
+        } else {
+            0
+        };
         self.last_key.clear();
         self.block = Some(BlockWriter::new(
             typ,
@@ -153,10 +181,16 @@ impl TableWriter {
 
     fn write_header(&self, dest: &mut [u8]) {
         dest[..4].copy_from_slice(b"REFT");
-        dest[4] = 1;
+        dest[4] = version_for(self.opts.hash);
         dest[5..8].copy_from_slice(&self.opts.block_size.to_be_bytes()[1..]);
         dest[8..16].copy_from_slice(&self.min_update_index.to_be_bytes());
         dest[16..24].copy_from_slice(&self.max_update_index.to_be_bytes());
+        if dest[4] == 2 {
+            dest[24..28].copy_from_slice(match self.opts.hash {
+                gix_hash::Kind::Sha1 => FORMAT_ID_SHA1,
+                _ => FORMAT_ID_SHA256,
+            });
+        }
     }
 
     fn padded_write(&mut self, data: &[u8], padding: usize) {
@@ -244,7 +278,7 @@ impl TableWriter {
             None => self.idx_blocks += 1,
         }
         if next == 0 {
-            self.write_header(&mut raw[..HEADER_SIZE_V1]);
+            self.write_header(&mut raw[..header_size_for(self.opts.hash)]);
         }
         self.padded_write(&raw, padding);
         self.index.push((last_key, next));
@@ -281,7 +315,7 @@ impl TableWriter {
 
     fn dump_object_index(&mut self) -> Result<()> {
         let mut max = 1;
-        let mut prev: Option<&[u8; HASH_SIZE]> = None;
+        let mut prev: Option<&Vec<u8>> = None;
         for h in self.obj_index.keys() {
             if let Some(p) = prev {
                 max = max.max(common_prefix(p, h));
@@ -363,10 +397,13 @@ impl TableWriter {
                 _ => &[],
             };
             for id in ids {
-                let Ok(hash) = <[u8; HASH_SIZE]>::try_from(id.as_bytes()) else {
-                    return Err(Error::InvalidRecord("object id is not SHA-1".into()));
-                };
-                let offsets = self.obj_index.entry(hash).or_default();
+                if id.kind() != self.opts.hash {
+                    return Err(Error::InvalidRecord(format!(
+                        "object id {id} is not {}",
+                        self.opts.hash
+                    )));
+                }
+                let offsets = self.obj_index.entry(id.as_bytes().to_vec()).or_default();
                 if offsets.last() != Some(&off) {
                     offsets.push(off);
                 }
@@ -419,12 +456,12 @@ impl TableWriter {
         self.finish_public_section()?;
         self.pending_padding = 0;
         let empty = self.next() == 0;
-        let mut header = [0u8; HEADER_SIZE_V1];
+        let mut header = vec![0u8; header_size_for(self.opts.hash)];
         self.write_header(&mut header);
         if empty {
             self.out.extend_from_slice(&header);
         }
-        let mut footer = Vec::with_capacity(FOOTER_SIZE_V1);
+        let mut footer = Vec::with_capacity(footer_size_for(self.opts.hash));
         footer.extend_from_slice(&header);
         footer.extend_from_slice(&self.ref_stats.index_offset.to_be_bytes());
         footer
@@ -447,6 +484,7 @@ pub struct Table {
     /// Table bytes without the footer.
     size: usize,
     version: u8,
+    hash: gix_hash::Kind,
     block_size: usize,
     min_update_index: u64,
     max_update_index: u64,
@@ -508,13 +546,20 @@ impl Table {
                 "footer CRC-32 {stored:08x} does not match {crc:08x}"
             )));
         }
-        if version == 2 {
-            let id = &footer[24..28];
-            return Err(Error::Unsupported {
-                table: name,
-                reason: format!("format version 2 (hash {:?})", id.as_bstr()),
-            });
-        }
+        let hash = if version == 2 {
+            match &footer[24..28] {
+                id if id == FORMAT_ID_SHA1 => gix_hash::Kind::Sha1,
+                id if id == FORMAT_ID_SHA256 => gix_hash::Kind::Sha256,
+                id => {
+                    return Err(Error::Unsupported {
+                        table: name,
+                        reason: format!("format version 2 (hash {:?})", id.as_bstr()),
+                    });
+                }
+            }
+        } else {
+            gix_hash::Kind::Sha1
+        };
         let be64 = |at: usize| u64::from_be_bytes(footer[at..at + 8].try_into().expect("8 bytes"));
         let block_size = u32::from_be_bytes([0, footer[5], footer[6], footer[7]]) as usize;
         let obj = be64(hs + 8);
@@ -522,6 +567,7 @@ impl Table {
         let t = Table {
             size,
             version,
+            hash,
             block_size,
             min_update_index: be64(8),
             max_update_index: be64(16),
@@ -543,6 +589,11 @@ impl Table {
             return Err(t.corrupt("min_update_index above max_update_index".into()));
         }
         Ok(t)
+    }
+
+    /// The object format of the ids it holds (version 1: SHA-1; version 2: its format id).
+    pub fn hash(&self) -> gix_hash::Kind {
+        self.hash
     }
 
     /// The table's file name.
@@ -628,14 +679,16 @@ impl Table {
         let value = match extra {
             record::REF_DELETION => RefValue::Deletion,
             record::REF_VAL1 => {
-                let id = ObjectId::try_from(v.get(n..n + HASH_SIZE)?).ok()?;
-                n += HASH_SIZE;
+                let len = self.hash.len_in_bytes();
+                let id = ObjectId::try_from(v.get(n..n + len)?).ok()?;
+                n += len;
                 RefValue::Val1(id)
             }
             record::REF_VAL2 => {
-                let id = ObjectId::try_from(v.get(n..n + HASH_SIZE)?).ok()?;
-                let peeled = ObjectId::try_from(v.get(n + HASH_SIZE..n + 2 * HASH_SIZE)?).ok()?;
-                n += 2 * HASH_SIZE;
+                let len = self.hash.len_in_bytes();
+                let id = ObjectId::try_from(v.get(n..n + len)?).ok()?;
+                let peeled = ObjectId::try_from(v.get(n + len..n + 2 * len)?).ok()?;
+                n += 2 * len;
                 RefValue::Val2(id, peeled)
             }
             record::REF_SYMREF => {
@@ -655,7 +708,8 @@ impl Table {
         ))
     }
 
-    fn decode_log(key: &[u8], extra: u8, v: &[u8]) -> Option<(LogRecord, usize)> {
+    fn decode_log(&self, key: &[u8], extra: u8, v: &[u8]) -> Option<(LogRecord, usize)> {
+        let hash_size = self.hash.len_in_bytes();
         let (refname, update_index) = record::split_log_key(key)?;
         let refname = BString::from(refname);
         match extra {
@@ -668,9 +722,9 @@ impl Table {
                 0,
             )),
             1 => {
-                let old = ObjectId::try_from(v.get(..HASH_SIZE)?).ok()?;
-                let new = ObjectId::try_from(v.get(HASH_SIZE..2 * HASH_SIZE)?).ok()?;
-                let mut n = 2 * HASH_SIZE;
+                let old = ObjectId::try_from(v.get(..hash_size)?).ok()?;
+                let new = ObjectId::try_from(v.get(hash_size..2 * hash_size)?).ok()?;
+                let mut n = 2 * hash_size;
                 let (name, m) = decode_string(v.get(n..)?)?;
                 n += m;
                 let (email, m) = decode_string(v.get(n..)?)?;
@@ -735,7 +789,7 @@ impl Table {
         self.for_each_block(self.log_offset, BLOCK_TYPE_LOG, |block| {
             let mut it = block.iter();
             while let Some(rec) = it
-                .next_record(Self::decode_log)
+                .next_record(|k, e, v| self.decode_log(k, e, v))
                 .map_err(|r| self.corrupt(r))?
             {
                 let key = rec.key();

@@ -37,6 +37,13 @@ pub struct Repository {
     pub config_warnings: Vec<Warning>,
     /// Where its refs live (`extensions.refStorage`).
     pub ref_format: RefFormat,
+    /// Its object format (`extensions.objectFormat`): the hash of every object id it stores,
+    /// advertises and accepts.
+    pub object_format: gix_hash::Kind,
+    /// `extensions.compatObjectFormat`, if set: git master keeps no compatibility map for
+    /// objects that arrive in a kept pack, so pushes into it keep every pack (see
+    /// [`crate::receive`]).
+    pub compat_object_format: Option<gix_hash::Kind>,
 }
 
 impl Repository {
@@ -71,7 +78,11 @@ impl Repository {
             .ok_or_else(not_repo)?;
         let git_dir = git_dir.canonicalize().map_err(|_| not_repo())?;
         let loaded = Config::load(&git_dir, env)?;
-        let ref_format = check_format(&loaded.file)?;
+        let Format {
+            refs: ref_format,
+            objects: object_format,
+            compat: compat_object_format,
+        } = check_format(&loaded.file)?;
         Ok(Repository {
             objects_dir: git_dir.join("objects"),
             git_dir,
@@ -79,6 +90,8 @@ impl Repository {
             config_file: loaded.file,
             config_warnings: loaded.warnings,
             ref_format,
+            object_format,
+            compat_object_format,
         })
     }
 
@@ -96,6 +109,7 @@ impl Repository {
             .map(|s| {
                 s.lines()
                     .filter_map(|l| gix_hash::ObjectId::from_hex(l.trim().as_bytes()).ok())
+                    .filter(|id| id.kind() == self.object_format)
                     .collect()
             })
             .unwrap_or_default()
@@ -223,21 +237,54 @@ fn is_git_dir(path: &Path) -> bool {
     path.join("objects").is_dir() && path.join("refs").is_dir() && path.join("HEAD").is_file()
 }
 
-/// The repository's ref format, or why berth cannot write it.
-fn check_format(file: &gix_config::File) -> Result<RefFormat, Error> {
-    if let Some(format) = file.string("extensions.objectFormat")
-        && !format.eq_ignore_ascii_case(b"sha1")
-    {
-        return Err(Error::Unsupported(format!(
-            "berth does not yet support repositories with extensions.objectFormat={format}; refusing to write"
-        )));
+/// The formats a repository's extensions declare.
+struct Format {
+    refs: RefFormat,
+    objects: gix_hash::Kind,
+    compat: Option<gix_hash::Kind>,
+}
+
+/// A hash algorithm by git's name for it (`hash_algo_by_name`).
+fn hash_by_name(name: &[u8]) -> Option<gix_hash::Kind> {
+    match name {
+        b"sha1" => Some(gix_hash::Kind::Sha1),
+        b"sha256" => Some(gix_hash::Kind::Sha256),
+        _ => None,
     }
-    match file.string("extensions.refStorage") {
-        None => Ok(RefFormat::Files),
-        Some(s) if s.eq_ignore_ascii_case(b"files") => Ok(RefFormat::Files),
-        Some(s) if s.eq_ignore_ascii_case(b"reftable") => Ok(RefFormat::Reftable),
-        Some(storage) => Err(Error::Unsupported(format!(
-            "berth does not support repositories with extensions.refStorage={storage}; refusing to write"
-        ))),
-    }
+}
+
+/// The repository's formats, or why berth cannot write it (git's `check_repo_format` wording
+/// for values git itself refuses).
+fn check_format(file: &gix_config::File) -> Result<Format, Error> {
+    let objects = match file.string("extensions.objectFormat") {
+        None => gix_hash::Kind::Sha1,
+        Some(value) => hash_by_name(&value).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "invalid value for 'extensions.objectformat': '{value}'"
+            ))
+        })?,
+    };
+    let compat = match file.string("extensions.compatObjectFormat") {
+        None => None,
+        Some(value) => Some(hash_by_name(&value).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "invalid value for 'extensions.compatobjectformat': '{value}'"
+            ))
+        })?),
+    };
+    let refs = match file.string("extensions.refStorage") {
+        None => RefFormat::Files,
+        Some(s) if s.eq_ignore_ascii_case(b"files") => RefFormat::Files,
+        Some(s) if s.eq_ignore_ascii_case(b"reftable") => RefFormat::Reftable,
+        Some(storage) => {
+            return Err(Error::Unsupported(format!(
+                "berth does not support repositories with extensions.refStorage={storage}; refusing to write"
+            )));
+        }
+    };
+    Ok(Format {
+        refs,
+        objects,
+        compat: compat.filter(|&c| c != objects),
+    })
 }

@@ -224,7 +224,8 @@ impl Server {
 
 /// What receive-pack advertises for a repository without refs, without the repository: `<zero
 /// id> capabilities^{}` with the default capabilities, then a flush (`version 1` first when
-/// asked). For a missing repository the client may create by pushing.
+/// asked). For a missing repository the client may create by pushing; it will be created by
+/// `git init --bare`, so in git's default object format, SHA-1.
 pub(super) fn empty_advertisement(version: u32, env: &receive::Environment) -> Bytes {
     let mut out = Vec::new();
     if version == 1 {
@@ -234,9 +235,11 @@ pub(super) fn empty_advertisement(version: u32, env: &receive::Environment) -> B
         &crate::repo::config::Advertisement::default(),
         None,
         env.user_agent.as_deref(),
+        gix_hash::Kind::Sha1,
     );
     let _ = crate::protocol::advertise::write(
         &mut out,
+        gix_hash::Kind::Sha1,
         &crate::refs::Refs::default(),
         "",
         |_, _| false,

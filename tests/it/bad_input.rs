@@ -225,6 +225,9 @@ fn create_ref(ids: &Ids, name: &[u8]) -> Vec<u8> {
     line.extend_from_slice(name);
     line.push(0);
     line.extend_from_slice(b"report-status");
+    if common::sha256() {
+        line.extend_from_slice(b" object-format=sha256");
+    }
     let mut v = pkt_bytes(&line);
     v.extend(b"0000");
     v.extend(EMPTY_PACK);
@@ -344,13 +347,14 @@ fn pack(entries: &[Vec<u8>]) -> Vec<u8> {
     for e in entries {
         v.extend(e);
     }
-    let mut h = gix_hash_sha1(&v);
+    let mut h = pack_hash(&v);
     v.append(&mut h);
     v
 }
 
-fn gix_hash_sha1(data: &[u8]) -> Vec<u8> {
-    let mut hasher = gix_hash::hasher(gix_hash::Kind::Sha1);
+/// The hash of the tests' object format (a pack's trailer).
+fn pack_hash(data: &[u8]) -> Vec<u8> {
+    let mut hasher = gix_hash::hasher(common::object_format());
     hasher.update(data);
     hasher.try_finalize().unwrap().as_bytes().to_vec()
 }
@@ -445,7 +449,10 @@ fn cases() -> Vec<Case> {
         }),
         Case::new("non-hex new id", |_, _| {
             request(
-                &[format!("{ZERO} {} refs/heads/x", "g".repeat(40))],
+                &[format!(
+                    "{ZERO} {} refs/heads/x",
+                    "g".repeat(common::object_format().len_in_hex())
+                )],
                 "report-status",
             )
         }),
@@ -454,7 +461,10 @@ fn cases() -> Vec<Case> {
         }),
         Case::new("unknown new id in upper case", |_, _| {
             let mut v = request(
-                &[format!("{ZERO} {} refs/heads/x", "AB".repeat(20))],
+                &[format!(
+                    "{ZERO} {} refs/heads/x",
+                    "AB".repeat(common::object_format().len_in_bytes())
+                )],
                 "report-status",
             );
             v.extend(EMPTY_PACK);
@@ -608,7 +618,9 @@ fn cases() -> Vec<Case> {
         Case::new("unresolvable REF_DELTA", |_, ids| {
             // A delta against a base nobody has.
             let mut e = entry_header(7, 6);
-            e.extend(hex2raw(&"ab".repeat(20)));
+            e.extend(hex2raw(
+                &"ab".repeat(common::object_format().len_in_bytes()),
+            ));
             e.extend(deflate(&[3, 3, 0x90, 3, 0, 0]));
             update_main(ids, &pack(&[e]))
         })
@@ -802,7 +814,15 @@ fn cases() -> Vec<Case> {
         // git's tag parser refuses it before fsck's badType check.
         .expect(&["unknown tag type 'bogus'", "fatal: invalid tag"]),
         Case::new("fsck: linked object missing", |w, ids| {
-            let tree = raw_object(w, "tree", &tree_entry("100644", b"a", &"ab".repeat(20)));
+            let tree = raw_object(
+                w,
+                "tree",
+                &tree_entry(
+                    "100644",
+                    b"a",
+                    &"ab".repeat(common::object_format().len_in_bytes()),
+                ),
+            );
             let commit = commit_of(w, ids, &tree, "A <a@b> 1 +0000");
             let mut v = request(
                 &[format!("{ZERO} {commit} refs/heads/bad")],
@@ -907,7 +927,8 @@ fn fsck_severities_and_skip_list_match_git() {
             w.git("srv.git", &["config", k, v]);
         }
         let input = push_commit_with_author(&w, &ids, "Bugs Bunny 1234567890 +0000");
-        let bad = String::from_utf8_lossy(&input[45..85]).into_owned();
+        let hex = common::object_format().len_in_hex();
+        let bad = String::from_utf8_lossy(&input[5 + hex..5 + 2 * hex]).into_owned();
         std::fs::write(
             w.path("srv.git/SKIP"),
             format!("# comment\n  {bad} # it\n\n"),

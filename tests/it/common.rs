@@ -7,20 +7,77 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-/// The all-zero object id.
-pub const ZERO: &str = "0000000000000000000000000000000000000000";
+/// The all-zero object id of the tests' object format ([`object_format`]): formats as the hex
+/// and dereferences to it.
+pub const ZERO: Zero = Zero;
 
-/// The 32-byte pack without objects that `git push` sends when the server has everything.
-pub const EMPTY_PACK: &[u8] = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e";
+/// See [`ZERO`].
+pub struct Zero;
 
-/// One pkt-line carrying `s`.
+impl std::ops::Deref for Zero {
+    type Target = str;
+    fn deref(&self) -> &'static str {
+        const ZEROS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+        &ZEROS[..object_format().len_in_hex()]
+    }
+}
+
+impl std::fmt::Display for Zero {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
+}
+
+/// The pack without objects that `git push` sends when the server has everything (32 bytes
+/// with SHA-1, 44 with SHA-256): `v.extend(EMPTY_PACK)`.
+pub const EMPTY_PACK: EmptyPack = EmptyPack;
+
+/// See [`EMPTY_PACK`].
+pub struct EmptyPack;
+
+impl EmptyPack {
+    /// The pack's bytes.
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut pack = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00".to_vec();
+        let mut hasher = gix_hash::hasher(object_format());
+        hasher.update(&pack);
+        pack.extend_from_slice(hasher.try_finalize().unwrap().as_bytes());
+        pack
+    }
+}
+
+impl IntoIterator for EmptyPack {
+    type Item = u8;
+    type IntoIter = std::vec::IntoIter<u8>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.bytes().into_iter()
+    }
+}
+
+/// One pkt-line carrying `s`. With SHA-256 repositories, a line with capabilities (after a
+/// NUL) that names no `object-format=` gets ` object-format=sha256`, as a SHA-256 client sends
+/// it (git's send-pack: a client without it speaks SHA-1).
 pub fn pkt(s: &str) -> Vec<u8> {
+    let with_format;
+    let s = match s.split_once('\0') {
+        Some((_, caps)) if sha256() && !caps.contains("object-format=") => {
+            let (line, nl) = match s.strip_suffix('\n') {
+                Some(l) => (l, "\n"),
+                None => (s, ""),
+            };
+            let sep = if line.ends_with('\0') { "" } else { " " };
+            with_format = format!("{line}{sep}object-format=sha256{nl}");
+            with_format.as_str()
+        }
+        _ => s,
+    };
     let mut v = format!("{:04x}", s.len() + 4).into_bytes();
     v.extend_from_slice(s.as_bytes());
     v
 }
 
 /// A command list as a client sends it: `caps` after a NUL on the first command, then a flush.
+/// A SHA-256 client also says `object-format=sha256`, as git's send-pack does ([`pkt`]).
 pub fn request(cmds: &[String], caps: &str) -> Vec<u8> {
     let mut v = Vec::new();
     for (i, c) in cmds.iter().enumerate() {
@@ -69,7 +126,37 @@ pub fn isolated_command(
     if let Some(format) = ref_format() {
         c.env("GIT_DEFAULT_REF_FORMAT", format);
     }
+    if let Some(format) = object_format_name() {
+        c.env("GIT_DEFAULT_HASH", format);
+    }
     c
+}
+
+/// The object format every repository of the tests (the server's and the client's) is
+/// created with: `BERTH_TEST_OBJECT_FORMAT` (`sha1` or `sha256`), else git's default. CI runs
+/// the push suites once with `sha256`.
+pub fn object_format_name() -> Option<String> {
+    std::env::var("BERTH_TEST_OBJECT_FORMAT")
+        .ok()
+        .filter(|f| !f.is_empty())
+}
+
+/// The tests' object format.
+pub fn object_format() -> gix_hash::Kind {
+    match object_format_name().as_deref() {
+        Some("sha256") => gix_hash::Kind::Sha256,
+        _ => gix_hash::Kind::Sha1,
+    }
+}
+
+/// Whether the tests' repositories are SHA-256 repositories.
+pub fn sha256() -> bool {
+    object_format() == gix_hash::Kind::Sha256
+}
+
+/// The object format's name as git writes it in `object-format=`.
+pub fn object_format_cap() -> &'static str {
+    if sha256() { "sha256" } else { "sha1" }
 }
 
 /// The ref format every repository of the tests is created with: `BERTH_TEST_REF_FORMAT`

@@ -207,15 +207,15 @@ fn build(env: &World, name: &'static str, shape: &Shape) -> Scenario {
         if old == new {
             continue;
         }
-        let old = old.map_or(ZERO, |s| s.as_str());
-        let new = new.map_or(ZERO, |s| s.as_str());
+        let old = old.map_or(&*ZERO, |s| s.as_str());
+        let new = new.map_or(&*ZERO, |s| s.as_str());
         let line = if request.is_empty() {
             format!("{old} {new} {name}\0{caps}\n")
         } else {
             format!("{old} {new} {name}\n")
         };
         request.extend(pkt(&line));
-        if new != ZERO {
+        if new != &*ZERO {
             revs.push_str(&format!("{new}\n"));
         }
     }

@@ -3,7 +3,7 @@
 //! stderr whole) and what each hook recorded (arguments, stdin, environment, cwd) must match.
 
 use crate::common;
-use common::{Push, Receiver, World};
+use common::{Push, Receiver, World, ZERO};
 
 /// A hook script that records how it was called into `$LOG` (the world's `hooks.log`) and
 /// prints a line on stdout and one on stderr, which the client shows as `remote:` lines.
@@ -27,7 +27,7 @@ log="$(cd ../.. 2>/dev/null; pwd)/hooks.log"
 if [ "{name}" = pre-receive ]; then
   while read old new ref; do :; done <"$log" # (stdin already consumed above)
   for obj in $(sed -n 's/^[0-9a-f]* \([0-9a-f]*\) refs.*/\1/p' "$log" | sort -u); do
-    case $obj in 0000000000000000000000000000000000000000) ;; *)
+    case $obj in *[!0]*)
       git cat-file -e $obj && echo "{name}: sees $obj" >>"$log" ;;
     esac
   done
@@ -120,9 +120,10 @@ fn every_hook_runs_with_gits_arguments_stdin_environment_and_output_order() {
         "{}",
         o.log
     );
-    assert!(o.log.contains(
-        "== update hooks/update refs/heads/main 0000000000000000000000000000000000000000 "
-    ));
+    assert!(
+        o.log
+            .contains(&format!("== update hooks/update refs/heads/main {ZERO} "))
+    );
     assert!(
         o.log.contains("push options: 2 first second opt"),
         "{}",
@@ -153,7 +154,7 @@ fn reference_transaction_sees_one_transaction_per_push() {
     assert!(p.success);
     let head = w.git("src", &["rev-parse", "main"]);
     let head = head.trim();
-    let z = "0000000000000000000000000000000000000000";
+    let z = ZERO;
     let log = std::fs::read_to_string(w.path("hooks.log")).unwrap();
     let expected: String = ["preparing", "prepared", "committed"]
         .iter()

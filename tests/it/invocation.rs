@@ -30,24 +30,57 @@ fn symlink_named_git_receive_pack_behaves_as_receive_pack() {
     w.assert_clean("srv.git");
 }
 
+/// A client whose repository has the other object format stops before sending anything, with
+/// git's message, whichever format the server has; nothing is written.
 #[test]
-fn refuses_sha256_repositories_without_writing() {
+fn a_client_of_the_other_object_format_gets_gits_error() {
+    for (server, client) in [("sha256", "sha1"), ("sha1", "sha256")] {
+        for r in [Receiver::Git, Receiver::Berth] {
+            let w = World::new();
+            let fmt = |f: &str| format!("--object-format={f}");
+            w.git(".", &["init", "-q", "--bare", &fmt(server), "srv.git"]);
+            w.git(".", &["init", "-q", "-b", "main", &fmt(client), "src"]);
+            w.commit("src", "a", "1");
+            let p = w.push("src", r, "srv.git", &["main"]);
+            assert!(!p.success, "{server} <- {client} via {r:?}");
+            assert!(
+                p.stderr.contains(
+                    "fatal: the receiving end does not support this repository's hash algorithm"
+                ),
+                "{p:#?}"
+            );
+            assert_eq!(w.refs("srv.git"), "");
+            assert!(leftovers(&w.path("srv.git")).is_empty());
+        }
+    }
+}
+
+/// `extensions.compatObjectFormat`: git master accepts pushes into it; so does berth, with the
+/// same refs, a repository `git fsck --strict` finds clean, and the pack kept (git's index-pack
+/// records no compatibility ids for a pack; berth writes no loose objects that would need them).
+#[test]
+fn pushes_into_a_repository_with_a_compat_object_format() {
     let w = World::new();
     w.git(
         ".",
         &["init", "-q", "--bare", "--object-format=sha256", "srv.git"],
     );
-    w.work("src");
-    w.commit("src", "a", "1");
-    let p = w.push("src", Receiver::Berth, "srv.git", &["main"]);
-    assert!(!p.success);
-    assert!(
-        p.stderr.contains(
-            "fatal: berth does not yet support repositories with extensions.objectFormat=sha256"
-        ),
-        "{p:#?}"
+    w.git(
+        "srv.git",
+        &["config", "extensions.compatObjectFormat", "sha1"],
     );
-    assert_eq!(w.refs("srv.git"), "");
+    w.git(
+        ".",
+        &["init", "-q", "-b", "main", "--object-format=sha256", "src"],
+    );
+    let head = w.commit("src", "a", "1");
+    let p = w.push("src", Receiver::Berth, "srv.git", &["main"]);
+    assert!(p.success, "{p:#?}");
+    assert_eq!(
+        w.refs("srv.git"),
+        format!("{head} commit refs/heads/main\n")
+    );
+    w.git("srv.git", &["fsck", "--strict"]);
     assert!(leftovers(&w.path("srv.git")).is_empty());
 }
 

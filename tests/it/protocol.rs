@@ -193,7 +193,7 @@ fn advertisement_is_byte_identical() {
         &[],
         &[],
     );
-    assert!(run.stdout.contains(" refs/heads/main\0report-status report-status-v2 delete-refs side-band-64k quiet atomic ofs-delta object-format=sha1 agent=AGENT\n"), "{:?}", run.stdout);
+    assert!(run.stdout.contains(&format!(" refs/heads/main\0report-status report-status-v2 delete-refs side-band-64k quiet atomic ofs-delta object-format={} agent=AGENT\n", common::object_format_cap())), "{:?}", run.stdout);
     assert!(run.stdout.contains(" .have\n"));
     assert!(!run.stdout.contains("refs/hidden"));
     assert!(run.stdout.ends_with("0000"));
@@ -224,7 +224,10 @@ fn empty_repository_advertises_capabilities_line_and_version_1() {
         "{:?}",
         run.stdout
     );
-    assert!(run.stdout.contains(" push-options object-format=sha1"));
+    assert!(run.stdout.contains(&format!(
+        " push-options object-format={}",
+        common::object_format_cap()
+    )));
     differential(
         |w| {
             w.bare("srv.git");
@@ -386,7 +389,10 @@ fn full_push_with_sideband_matches_git_byte_for_byte() {
                     format!("{c1} {c2} refs/heads/main"),
                     format!("{c1} {ZERO} refs/heads/topic"),
                 ],
-                " report-status-v2 side-band-64k quiet object-format=sha1 agent=git/2.47.3",
+                &format!(
+                    " report-status-v2 side-band-64k quiet object-format={} agent=git/2.47.3",
+                    common::object_format_cap()
+                ),
             );
             v.extend(w.pack(true, &format!("{c2}\n^{c1}\n")));
             v
@@ -547,7 +553,12 @@ fn signed_push_certificate() {
                 .unwrap();
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-                let nonce = berth::protocol::push_cert::nonce("srv.git", 1_700_000_000, "sekrit");
+                let nonce = berth::protocol::push_cert::nonce(
+                    common::object_format(),
+                    "srv.git",
+                    1_700_000_000,
+                    "sekrit",
+                );
                 let cert_lines = [
                     "certificate version 0.1\n".to_owned(),
                     "pusher C O Mitter <committer@example.com> 1700000000 +0000\n".to_owned(),

@@ -470,7 +470,9 @@ fn kept_packs_are_read_only_with_a_reverse_index() {
                 if p.extension().is_some_and(|x| x == "rev") {
                     let copy = w.path("copy.pack");
                     std::fs::copy(p.with_extension("pack"), &copy).unwrap();
-                    w.git(".", &["index-pack", "--rev-index", "copy.pack"]);
+                    // Outside a repository, index-pack needs the pack's object format.
+                    let format = format!("--object-format={}", common::object_format_cap());
+                    w.git(".", &["index-pack", &format, "--rev-index", "copy.pack"]);
                     assert_eq!(
                         std::fs::read(w.path("copy.rev")).unwrap(),
                         std::fs::read(&p).unwrap(),

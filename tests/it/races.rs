@@ -110,7 +110,10 @@ struct Contender {
 type Verdicts = BTreeMap<String, Result<(), String>>;
 
 fn request(c: &Contender, pack: &[u8]) -> Vec<u8> {
-    let mut caps = "report-status quiet object-format=sha1 agent=git/2.47.3".to_owned();
+    let mut caps = format!(
+        "report-status quiet object-format={} agent=git/2.47.3",
+        common::object_format_cap()
+    );
     if c.atomic {
         caps.push_str(" atomic");
     }
@@ -244,7 +247,7 @@ fn race(
         }
         match winners.first() {
             Some((_, (_, _, new))) => {
-                let now = after.get(name).map_or(ZERO, String::as_str);
+                let now = after.get(name).map_or(&*ZERO, String::as_str);
                 assert_eq!(now, new, "lost update: {}", summary());
             }
             None => assert_eq!(after.get(name), before.get(name), "{}", summary()),

@@ -2,13 +2,10 @@
 //! file per ref, git's format byte for byte, and safe against a concurrent `git update-ref`.
 
 use crate::common;
-use common::{Receiver, World};
+use common::{EMPTY_PACK, Receiver, World, ZERO};
 
 use std::io::Write;
 use std::process::{Command, Stdio};
-
-const EMPTY_PACK: &[u8] = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00\x02\x9d\x08\x82\x3b\xd8\xa8\xea\xb5\x10\xad\x6a\xc7\x5c\x82\x3c\xfd\x3e\xd3\x1e";
-const ZERO: &str = "0000000000000000000000000000000000000000";
 
 /// `n` refs `refs/heads/b/<i>` → `head` in `repo`, as loose refs made by git.
 fn make_refs(w: &World, repo: &str, prefix: &str, n: usize, oid: &str) {
@@ -283,7 +280,10 @@ fn concurrent_git_update_ref_loses_nothing_and_one_writer_wins() {
         let mut input = Vec::new();
         for i in 0..n {
             let line = if i == 0 {
-                format!("{ZERO} {one} refs/heads/b/{i:07}\0 report-status quiet object-format=sha1")
+                format!(
+                    "{ZERO} {one} refs/heads/b/{i:07}\0 report-status quiet object-format={}",
+                    common::object_format_cap()
+                )
             } else {
                 format!("{ZERO} {one} refs/heads/b/{i:07}")
             };
@@ -313,7 +313,7 @@ fn concurrent_git_update_ref_loses_nothing_and_one_writer_wins() {
                 loop {
                     let done = stop.load(std::sync::atomic::Ordering::SeqCst);
                     if !won
-                        && git(&["update-ref", &contested, &two, ZERO])
+                        && git(&["update-ref", &contested, &two, &ZERO])
                             .status
                             .success()
                     {
@@ -359,7 +359,7 @@ fn concurrent_git_update_ref_loses_nothing_and_one_writer_wins() {
         let value = |name: &str| {
             refs.lines()
                 .find(|l| l.ends_with(&format!(" {name}")))
-                .map(|l| l[..40].to_owned())
+                .map(|l| l[..common::object_format().len_in_hex()].to_owned())
         };
         let expected = if berth_won { &one } else { &two };
         assert_eq!(value(&contested).as_deref(), Some(expected.as_str()));

@@ -65,8 +65,26 @@ fn oid(hex: &str) -> ObjectId {
     ObjectId::from_hex(hex.trim().as_bytes()).expect("hex oid")
 }
 
+/// The object format of the tests' repositories: `BERTH_TEST_OBJECT_FORMAT` (`sha256`), as in
+/// the push suites' harness, else SHA-1. The round trips below also run on SHA-256 always.
+fn test_hash() -> gix_hash::Kind {
+    match std::env::var("BERTH_TEST_OBJECT_FORMAT").as_deref() {
+        Ok("sha256") => gix_hash::Kind::Sha256,
+        _ => gix_hash::Kind::Sha1,
+    }
+}
+
 fn init(dir: &Path, bare: bool) -> PathBuf {
-    let mut args = vec!["init", "-q", "--ref-format=reftable", "-b", "main"];
+    init_in(dir, bare, test_hash())
+}
+
+/// A reftable repository `repo` in `dir` whose object format is `hash`.
+fn init_in(dir: &Path, bare: bool, hash: gix_hash::Kind) -> PathBuf {
+    let format = match hash {
+        gix_hash::Kind::Sha1 => "--object-format=sha1",
+        _ => "--object-format=sha256",
+    };
+    let mut args = vec!["init", "-q", "--ref-format=reftable", format, "-b", "main"];
     if bare {
         args.push("--bare");
     }
@@ -142,8 +160,18 @@ const FOR_EACH_REF: &[&str] = &["for-each-ref", "--format=%(objectname) %(refnam
 
 #[test]
 fn tables_written_by_git_read_like_for_each_ref() {
+    git_tables_read_like_for_each_ref(test_hash());
+}
+
+/// git's SHA-256 tables (version 2, hash id `s256`, 32-byte values).
+#[test]
+fn sha256_tables_written_by_git_read_like_for_each_ref() {
+    git_tables_read_like_for_each_ref(gix_hash::Kind::Sha256);
+}
+
+fn git_tables_read_like_for_each_ref(hash: gix_hash::Kind) {
     let tmp = tempfile::tempdir().unwrap();
-    let git_dir = init(tmp.path(), false);
+    let git_dir = init_in(tmp.path(), false, hash);
     let work = git_dir.parent().unwrap().to_owned();
     git_ok(&work, &["commit", "-q", "--allow-empty", "-m", "one"], None);
     git_ok(&work, &["commit", "-q", "--allow-empty", "-m", "two"], None);
@@ -293,10 +321,22 @@ fn log_entry(name: &str, old: ObjectId, new: ObjectId, msg: &str) -> LogRecord {
 
 #[test]
 fn tables_written_by_berth_are_read_by_git() {
+    berth_tables_read_by_git(test_hash());
+}
+
+/// SHA-256 tables berth writes (on the stack git's `init` started) pass `git fsck` and
+/// `git refs verify --strict`, and read as berth reads them.
+#[test]
+fn sha256_tables_written_by_berth_are_read_by_git() {
+    berth_tables_read_by_git(gix_hash::Kind::Sha256);
+}
+
+fn berth_tables_read_by_git(hash: gix_hash::Kind) {
     let tmp = tempfile::tempdir().unwrap();
-    let git_dir = init(tmp.path(), true);
+    let git_dir = init_in(tmp.path(), true, hash);
     let (commit, tag) = objects(&git_dir);
-    let null = ObjectId::null(gix_hash::Kind::Sha1);
+    assert_eq!(commit.kind(), hash);
+    let null = ObjectId::null(hash);
     let mut stack = Stack::open(git_dir.join("reftable")).unwrap();
     let mut refs = sample_records(commit, tag, 2000);
     refs.push(RefRecord {
@@ -400,6 +440,16 @@ fn first_difference(a: &[u8], b: &[u8]) -> String {
 
 #[test]
 fn berth_tables_equal_gits_byte_for_byte() {
+    tables_equal_gits_byte_for_byte(test_hash());
+}
+
+/// The same for SHA-256 tables: version 2 with git's header and footer.
+#[test]
+fn sha256_berth_tables_equal_gits_byte_for_byte() {
+    tables_equal_gits_byte_for_byte(gix_hash::Kind::Sha256);
+}
+
+fn tables_equal_gits_byte_for_byte(hash: gix_hash::Kind) {
     // (refs, some annotated tags, reftable.blockSize, reftable.restartInterval)
     let cases = [
         (3usize, false, 4096u32, 16u16),
@@ -415,10 +465,11 @@ fn berth_tables_equal_gits_byte_for_byte() {
         let opts = WriteOptions {
             block_size,
             restart_interval,
+            hash,
             ..WriteOptions::default()
         };
         let tmp = tempfile::tempdir().unwrap();
-        let git_dir = init(tmp.path(), true);
+        let git_dir = init_in(tmp.path(), true, hash);
         let (commit, tag) = objects(&git_dir);
         let mut refs = Vec::new();
         let mut script = String::new();
@@ -489,7 +540,7 @@ fn berth_log_tables_compared_with_gits() {
     let tmp = tempfile::tempdir().unwrap();
     let git_dir = init(tmp.path(), false);
     let (commit, _) = objects(&git_dir);
-    let null = ObjectId::null(gix_hash::Kind::Sha1);
+    let null = ObjectId::null(test_hash());
     let n = 300;
     let mut script = String::new();
     let mut refs = Vec::new();
@@ -524,7 +575,11 @@ fn berth_log_tables_compared_with_gits() {
         logs,
         "berth reads git's log records"
     );
-    let (ours, _) = write_table(WriteOptions::default(), 1, 2, &refs, &logs).unwrap();
+    let opts = WriteOptions {
+        hash: test_hash(),
+        ..WriteOptions::default()
+    };
+    let (ours, _) = write_table(opts, 1, 2, &refs, &logs).unwrap();
     let our_table = Table::from_bytes("berth", ours.clone()).unwrap();
     assert_eq!(our_table.refs().unwrap(), git_table.refs().unwrap());
     assert_eq!(our_table.logs().unwrap(), logs);
@@ -829,6 +884,7 @@ fn obj_section_with_distinct_objects_matches_git() {
     refs.sort_by(|a, b| a.name.cmp(&b.name));
     let opts = WriteOptions {
         block_size: 1024,
+        hash: test_hash(),
         ..WriteOptions::default()
     };
     let (ours, _) = write_table(opts, 1, 2, &refs, &[]).unwrap();

@@ -137,7 +137,7 @@ fn log_pushes_records_every_updated_ref() {
     let log = std::fs::read_to_string(w.path("srv.git/push.log")).unwrap();
     let lines: Vec<&str> = log.lines().collect();
     assert_eq!(lines.len(), 2, "{log}");
-    let z = "0000000000000000000000000000000000000000";
+    let z = common::ZERO;
     assert!(
         lines[0].ends_with(&format!(" {z} {c1} refs/heads/main ci.skip")),
         "{log}"

@@ -267,7 +267,7 @@ fn pkt_lines(mut b: &[u8]) -> Vec<Option<String>> {
 }
 
 fn pkt(s: &str) -> Vec<u8> {
-    format!("{:04x}{s}", s.len() + 4).into_bytes()
+    common::pkt(s)
 }
 
 /// `refs` of a bare repository in the world as `git for-each-ref` prints them.
@@ -907,7 +907,7 @@ fn large_push_goes_through_the_probe_and_a_chunked_body() {
 
 /// A push request without sideband: one create command, then a pack of `commit`.
 fn push_request(w: &World, repo: &str, commit: &str) -> Vec<u8> {
-    let zero = "0".repeat(40);
+    let zero = common::ZERO.to_string();
     let mut req = pkt(&format!("{zero} {commit} refs/heads/main\0report-status\n"));
     req.extend_from_slice(b"0000");
     let pack = w.git_with_stdin(
@@ -1005,7 +1005,7 @@ fn request_body_limit() {
     assert_eq!(r.status, 413);
 
     // Small when gzipped, over the limit inflated (the limit counts inflated bytes): 413 too.
-    let zero = "0".repeat(40);
+    let zero = common::ZERO.to_string();
     let mut req = Vec::new();
     for i in 0..200 {
         req.extend(pkt(&format!("{zero} {zero} refs/heads/gone-{i}\n")));

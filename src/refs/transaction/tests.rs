@@ -104,7 +104,7 @@ fn files_few_refs_dropped_releases_the_locks_and_announces_aborted() {
     let dir = repo();
     let git_dir = dir.path();
     std::fs::write(git_dir.join("refs/heads/old"), format!("{}\n", id('2'))).expect("write");
-    let store = FilesStore::open(git_dir, LogRefUpdates::Never);
+    let store = FilesStore::open(git_dir, gix_hash::Kind::Sha1, LogRefUpdates::Never);
     let updates = [
         create("refs/heads/new"),
         RefUpdate {
@@ -144,7 +144,7 @@ fn files_few_refs_dropped_releases_the_locks_and_announces_aborted() {
 fn files_many_refs_dropped_releases_packed_refs_lock_and_announces_aborted() {
     let dir = repo();
     let git_dir = dir.path();
-    let store = FilesStore::open(git_dir, LogRefUpdates::Never);
+    let store = FilesStore::open(git_dir, gix_hash::Kind::Sha1, LogRefUpdates::Never);
     let updates: Vec<RefUpdate> = (0..PACKED_BATCH_THRESHOLD)
         .map(|i| create(&format!("refs/heads/b{i:04}")))
         .collect();
@@ -195,7 +195,7 @@ fn reftable_dropped_releases_the_stack_lock_and_announces_aborted() {
 fn committed_is_announced_once_written_on_both_backends() {
     let dir = repo();
     let git_dir = dir.path();
-    let files = FilesStore::open(git_dir, LogRefUpdates::Never);
+    let files = FilesStore::open(git_dir, gix_hash::Kind::Sha1, LogRefUpdates::Never);
     let reftable = ReftableStore::open(git_dir, LogRefUpdates::Never, Default::default());
     for store in [&files as &dyn RefStore, &reftable] {
         let updates = [create("refs/heads/c")];
@@ -220,7 +220,7 @@ fn committed_is_announced_once_written_on_both_backends() {
 fn a_refusal_in_prepared_releases_the_locks_before_aborted_on_both_backends() {
     let dir = repo();
     let git_dir = dir.path();
-    let files = FilesStore::open(git_dir, LogRefUpdates::Never);
+    let files = FilesStore::open(git_dir, gix_hash::Kind::Sha1, LogRefUpdates::Never);
     let reftable = ReftableStore::open(git_dir, LogRefUpdates::Never, Default::default());
     for store in [&files as &dyn RefStore, &reftable] {
         let updates = [create("refs/heads/d")];
