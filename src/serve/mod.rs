@@ -198,6 +198,8 @@ struct Server {
     rules: Option<rules::RulesFile>,
     /// The environment every push session gets, read once at start.
     env: receive::Environment,
+    /// The object format a repository created by a push gets.
+    new_repo_format: gix_hash::Kind,
 }
 
 /// Whether every address `listen` resolves to is a loopback address.
@@ -299,6 +301,7 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         metrics,
         rules,
         env: receive::Environment::from_process(),
+        new_repo_format: repos::new_repository_format(),
     });
 
     let app = axum::Router::new()
@@ -460,7 +463,7 @@ async fn serve_git(
                 let line = format!("# service={}\n", service.name());
                 Bytes::from(format!("{:04x}{line}0000", line.len() + 4))
             });
-            let adv = repos::empty_advertisement(version, &server.env);
+            let adv = repos::empty_advertisement(version, &server.env, server.new_repo_format);
             access
                 .bytes_out
                 .fetch_add(adv.len() as u64, Ordering::Relaxed);

@@ -224,9 +224,13 @@ impl Server {
 
 /// What receive-pack advertises for a repository without refs, without the repository: `<zero
 /// id> capabilities^{}` with the default capabilities, then a flush (`version 1` first when
-/// asked). For a missing repository the client may create by pushing; it will be created by
-/// `git init --bare`, so in git's default object format, SHA-1.
-pub(super) fn empty_advertisement(version: u32, env: &receive::Environment) -> Bytes {
+/// asked). For a missing repository the client may create by pushing; `format` is the one
+/// `git init --bare` will give it ([`new_repository_format`]).
+pub(super) fn empty_advertisement(
+    version: u32,
+    env: &receive::Environment,
+    format: gix_hash::Kind,
+) -> Bytes {
     let mut out = Vec::new();
     if version == 1 {
         let _ = crate::protocol::pktline::write_data(&mut out, b"version 1\n");
@@ -235,11 +239,11 @@ pub(super) fn empty_advertisement(version: u32, env: &receive::Environment) -> B
         &crate::repo::config::Advertisement::default(),
         None,
         env.user_agent.as_deref(),
-        gix_hash::Kind::Sha1,
+        format,
     );
     let _ = crate::protocol::advertise::write(
         &mut out,
-        gix_hash::Kind::Sha1,
+        format,
         &crate::refs::Refs::default(),
         "",
         |_, _| false,
@@ -248,6 +252,24 @@ pub(super) fn empty_advertisement(version: u32, env: &receive::Environment) -> B
         &[],
     );
     Bytes::from(out)
+}
+
+/// The object format `git init --bare` gives a new repository, as git decides it:
+/// `GIT_DEFAULT_HASH`, else `init.defaultObjectFormat`, else SHA-1. Asked once, at start.
+pub(super) fn new_repository_format() -> gix_hash::Kind {
+    let named = std::env::var("GIT_DEFAULT_HASH").ok().or_else(|| {
+        let out = std::process::Command::new("git")
+            .args(["config", "--get", "init.defaultObjectFormat"])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    });
+    match named.as_deref() {
+        Some("sha256") => gix_hash::Kind::Sha256,
+        _ => gix_hash::Kind::Sha1,
+    }
 }
 
 /// After a push into a repository whose HEAD names no branch and whose only branches are the
@@ -355,7 +377,7 @@ mod tests {
 
     #[test]
     fn empty_advertisement_is_an_empty_repositorys() {
-        let adv = empty_advertisement(0, &receive::Environment::default());
+        let adv = empty_advertisement(0, &receive::Environment::default(), gix_hash::Kind::Sha1);
         let text = String::from_utf8_lossy(&adv);
         assert!(
             text.starts_with(&format!(
@@ -365,7 +387,7 @@ mod tests {
             "{text:?}"
         );
         assert!(text.ends_with("\n0000"), "{text:?}");
-        let v1 = empty_advertisement(1, &receive::Environment::default());
+        let v1 = empty_advertisement(1, &receive::Environment::default(), gix_hash::Kind::Sha1);
         assert!(v1.starts_with(b"000eversion 1\n"));
     }
 }
