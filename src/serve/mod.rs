@@ -202,6 +202,21 @@ struct Server {
     new_repo_format: gix_hash::Kind,
 }
 
+/// A listener on the first of `addrs` (what `listen` resolved to) that can be bound.
+async fn bind(addrs: &[SocketAddr], listen: &str) -> Result<tokio::net::TcpListener, Error> {
+    let mut last_err = None;
+    for addr in addrs {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) => last_err = Some((*addr, e)),
+        }
+    }
+    Err(match last_err {
+        Some((addr, source)) => Error::Bind { addr, source },
+        None => Error::Address(listen.to_owned()),
+    })
+}
+
 /// Whether every address `listen` resolves to is a loopback address.
 fn resolve_listen(listen: &str) -> Result<Vec<SocketAddr>, Error> {
     let addrs: Vec<SocketAddr> = listen
@@ -309,22 +324,7 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         .with_state(server.clone())
         .layer(tower_http::decompression::RequestDecompressionLayer::new().gzip(true));
 
-    let mut last_err = None;
-    let mut listener = None;
-    for addr in &addrs {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(l) => {
-                listener = Some(l);
-                break;
-            }
-            Err(e) => last_err = Some((*addr, e)),
-        }
-    }
-    let listener = match (listener, last_err) {
-        (Some(l), _) => l,
-        (None, Some((addr, source))) => return Err(Error::Bind { addr, source }),
-        (None, None) => return Err(Error::Address(config.listen.clone())),
-    };
+    let listener = bind(&addrs, &config.listen).await?;
     let local = listener.local_addr().map_err(Error::Serve)?;
     tracing::info!(
         target: "berth::serve",

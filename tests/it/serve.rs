@@ -2346,6 +2346,13 @@ fn metrics_time_each_phase_and_healthz_answers() {
     ok(git(&w, "src", &["push", &srv.url("p.git"), "main"]));
     w.commit("src", "b", "2");
     ok(git(&w, "src", &["push", &srv.url("p.git"), "main"]));
+    // The second push's phases are timed by the time its last metric is: wait for it first.
+    let start = Instant::now();
+    while metric(&srv.addr, "berth_push_duration_seconds_count") < 2.0
+        && start.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     for phase in [
         "advertise",
         "read_commands",
@@ -2360,8 +2367,20 @@ fn metrics_time_each_phase_and_healthz_answers() {
         );
         assert!(n >= 1.0, "{phase}: {n}");
     }
-    assert_eq!(metric(&srv.addr, "berth_push_duration_seconds_count"), 2.0);
-    assert_eq!(metric(&srv.addr, "berth_pushes_total{result=\"ok\"}"), 2.0);
+    // A push is counted when its response has been sent, which may be just after the client
+    // is done: wait for the second one.
+    let counted = |sample: &str| {
+        let start = Instant::now();
+        loop {
+            let n = metric(&srv.addr, sample);
+            if n >= 2.0 || start.elapsed() > Duration::from_secs(10) {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    assert_eq!(counted("berth_push_duration_seconds_count"), 2.0);
+    assert_eq!(counted("berth_pushes_total{result=\"ok\"}"), 2.0);
     assert!(metric(&srv.addr, "berth_open_connections") >= 1.0);
     let r = http(&srv.addr, "GET", "/healthz", &[], b"");
     assert_eq!((r.status, r.body.as_slice()), (200, &b"ok\n"[..]));

@@ -119,22 +119,7 @@ pub(super) async fn start(server: Arc<Server>, cfg: &SshConfig) -> Result<Runnin
     let (host_key, created) = keys::host_key(&cfg.host_key).map_err(Error::Ssh)?;
     let keydir = keys::Keydir::open(&cfg.keydir).map_err(Error::Ssh)?;
     let addrs = super::resolve_listen(&cfg.listen)?;
-    let mut listener = None;
-    let mut last_err = None;
-    for addr in &addrs {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(l) => {
-                listener = Some(l);
-                break;
-            }
-            Err(e) => last_err = Some((*addr, e)),
-        }
-    }
-    let listener = match (listener, last_err) {
-        (Some(l), _) => l,
-        (None, Some((addr, source))) => return Err(Error::Bind { addr, source }),
-        (None, None) => return Err(Error::Address(cfg.listen.clone())),
-    };
+    let listener = super::bind(&addrs, &cfg.listen).await?;
     let local = listener.local_addr().map_err(Error::Serve)?;
     let public = host_key.public_key().clone();
     let russh = russh::server::Config {
