@@ -1,5 +1,5 @@
 //! One command on its way through the phases: the client's [`Command`] and what the phases
-//! have found out about it so far, until it becomes a [`CommandOutcome`].
+//! have found out about it so far, until the session's [`Outcome`](super::Outcome) says what happened to it.
 
 use gix_hash::ObjectId;
 use gix_object::bstr::BString;

@@ -33,7 +33,7 @@ mod update;
 pub use crate::protocol::report::{Reason, Rewrite, Status};
 pub use crate::protocol::request::Command;
 pub use options::{Environment, Options, RefAccess, RefChange, protocol_version};
-pub use outcome::{CommandOutcome, Fatal, Outcome, PushResult, Unpack};
+pub use outcome::{Fatal, Outcome, PushResult, Unpack};
 
 use command::{Cmd, refuse_pending};
 use decide::Decide;
@@ -210,18 +210,13 @@ pub fn run(
     }
     housekeeping::housekeeping(&repo, hooks.keepalive, &mut sb)?;
     sb.finish()?;
-    let commands = cmds
-        .into_iter()
-        .zip(statuses)
-        .map(|(c, status)| CommandOutcome {
-            command: c.command,
-            status,
-        })
-        .collect();
+    // In place: a `Cmd` is larger than the `Command` it holds.
+    let commands = cmds.into_iter().map(|c| c.command).collect();
     Ok(Outcome {
         requested: true,
         unpack: unpacked.status,
         commands,
+        statuses,
     })
 }
 

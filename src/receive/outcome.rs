@@ -22,15 +22,6 @@ pub enum Unpack {
     Failed(String),
 }
 
-/// One command of the push and what happened to it.
-#[derive(Debug, Clone)]
-pub struct CommandOutcome {
-    /// The command as the client sent it.
-    pub command: Command,
-    /// What the client was told about it.
-    pub status: Status,
-}
-
 /// A push's result in one word, for logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PushResult {
@@ -64,8 +55,12 @@ pub struct Outcome {
     pub requested: bool,
     /// The pack.
     pub unpack: Unpack,
-    /// Each command in the client's order.
-    pub commands: Vec<CommandOutcome>,
+    /// Each command in the client's order, as it sent it.
+    pub commands: Vec<Command>,
+    /// What the client was told about each command, in the same order (report-status is
+    /// rendered from these). Two vectors rather than one of pairs: the commands move here from
+    /// the session without a copy, which a push of a million refs notices.
+    pub statuses: Vec<Status>,
 }
 
 impl Outcome {
@@ -82,14 +77,19 @@ impl Outcome {
         }
     }
 
+    /// Each command with what happened to it, in the client's order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Command, &Status)> {
+        self.commands.iter().zip(&self.statuses)
+    }
+
     /// How many commands the client was told `ok` for.
     pub fn updated(&self) -> usize {
-        self.commands.iter().filter(|c| c.status.is_ok()).count()
+        self.statuses.iter().filter(|s| s.is_ok()).count()
     }
 
     /// How many commands were refused (`ng`).
     pub fn refused(&self) -> usize {
-        self.commands.len() - self.updated()
+        self.statuses.len() - self.updated()
     }
 }
 

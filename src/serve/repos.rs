@@ -277,15 +277,14 @@ pub(super) fn new_repository_format() -> gix_hash::Kind {
 /// checks it out. Runs before the client sees the end of the response.
 pub(super) fn head_to_first_branch(dir: &str, outcome: &receive::Outcome) {
     let created: Vec<&[u8]> = outcome
-        .commands
         .iter()
-        .filter(|c| {
-            c.status == receive::Status::Updated
-                && c.command.old.is_null()
-                && !c.command.new.is_null()
-                && c.command.name.starts_with(b"refs/heads/")
+        .filter(|(command, status)| {
+            **status == receive::Status::Updated
+                && command.old.is_null()
+                && !command.new.is_null()
+                && command.name.starts_with(b"refs/heads/")
         })
-        .map(|c| c.command.name.as_slice())
+        .map(|(command, _)| command.name.as_slice())
         .collect();
     let Some(first) = created.first() else {
         return;
