@@ -435,7 +435,7 @@ impl FilesStore {
         };
         // Else (`packed::Fallback`) a symbolic ref is involved, or packed-refs.lock is held: one
         // lock per ref, as git.
-        if transaction::live(results).len() >= PACKED_BATCH_THRESHOLD
+        if results.iter().filter(|r| r.is_ok()).count() >= PACKED_BATCH_THRESHOLD
             && let Ok(locked) = packed::lock(batch, updates, results)?
         {
             return Ok(transaction::Locked::Packed(locked));
