@@ -39,6 +39,7 @@ mod access;
 mod command;
 mod keys;
 
+use super::Escaped;
 use access::{Denied, Op, authorize};
 use command::Command;
 
@@ -275,7 +276,7 @@ impl Conn {
             target: "berth::serve",
             remote = %self.peer.ip(),
             user = self.user.as_deref().unwrap_or("-"),
-            refused = msg,
+            refused = %Escaped::text(msg),
             "ssh request refused"
         );
         self.channels.remove(&id);
@@ -316,7 +317,7 @@ impl Handler for Conn {
                     target: "berth::serve",
                     remote = %self.peer.ip(),
                     user = %user,
-                    login,
+                    login = %Escaped::token(login),
                     key = %key.public_key.fingerprint(russh::keys::HashAlg::Sha256),
                     "ssh authenticated"
                 );
@@ -360,7 +361,7 @@ impl Handler for Conn {
         reply: russh::server::ChannelOpenHandle,
         _session: &mut Session,
     ) -> Result<(), Self::Error> {
-        tracing::info!(target: "berth::serve", remote = %self.peer.ip(), host, port, "ssh port forwarding refused");
+        tracing::info!(target: "berth::serve", remote = %self.peer.ip(), host = %Escaped::token(host), port, "ssh port forwarding refused");
         reply
             .reject(ChannelOpenFailure::AdministrativelyProhibited)
             .await;
@@ -443,7 +444,7 @@ impl Handler for Conn {
         session: &mut Session,
     ) -> Result<(), Self::Error> {
         let name: String = name.chars().take(64).collect();
-        tracing::info!(target: "berth::serve", remote = %self.peer.ip(), subsystem = %name, "ssh subsystem refused");
+        tracing::info!(target: "berth::serve", remote = %self.peer.ip(), subsystem = %Escaped::token(&name), "ssh subsystem refused");
         self.channels.remove(&channel);
         session.extended_data(
             channel,
