@@ -588,3 +588,68 @@ fn is_client_progress(l: &str) -> bool {
     .iter()
     .any(|p| l.starts_with(p))
 }
+
+/// A started `berth serve`: its stderr collected into `log` by a thread, its first stdout
+/// lines (up to the one `ready` accepts) read, the rest drained so it never blocks. Killed on
+/// drop.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    pub log: std::sync::Arc<std::sync::Mutex<String>>,
+    /// The stdout lines read until `ready` was satisfied.
+    pub stdout: String,
+}
+
+impl ServeProcess {
+    /// Spawn `cmd` (stdout and stderr piped here) and read stdout until `ready(lines so far)`
+    /// says the server is listening; a server that exits first fails the test with its log.
+    pub fn spawn(mut cmd: Command, ready: impl Fn(&str) -> bool) -> ServeProcess {
+        use std::io::{BufRead, BufReader};
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while stderr.read_line(&mut line).unwrap_or(0) > 0 {
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut lines = String::new();
+        while !ready(&lines) {
+            if out.read_line(&mut lines).unwrap_or(0) == 0 {
+                let _ = child.kill();
+                let _ = child.wait();
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                panic!(
+                    "berth serve did not start: stdout {lines:?}, stderr:\n{}",
+                    log.lock().unwrap()
+                );
+            }
+        }
+        // Keep reading stdout so the server never blocks on it.
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        ServeProcess {
+            child,
+            log,
+            stdout: lines,
+        }
+    }
+
+    /// Everything the server logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -5,17 +5,15 @@
 use crate::common;
 use common::World;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `berth serve`, killed when dropped.
 struct Serve {
-    child: Child,
     addr: String,
-    log: Arc<Mutex<String>>,
+    process: common::ServeProcess,
 }
 
 impl Serve {
@@ -45,52 +43,21 @@ impl Serve {
                 c
             }
         };
-        let mut child = cmd
-            .envs(env.iter().copied())
+        cmd.envs(env.iter().copied())
             .arg("serve")
             .arg("--root")
             .arg(w.path("repos"))
             .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while stderr.read_line(&mut line).unwrap_or(0) > 0 {
-                sink.lock().unwrap().push_str(&line);
-                line.clear();
-            }
-        });
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        let Some(addr) = line
-            .trim()
+            .args(args);
+        let process = common::ServeProcess::spawn(cmd, |out| out.contains('\n'));
+        let line = process.stdout.trim();
+        let addr = line
             .strip_prefix("berth serve: listening on http://")
-            .or_else(|| {
-                line.trim()
-                    .strip_prefix("berth serve: listening on https://")
-            })
+            .or_else(|| line.strip_prefix("berth serve: listening on https://"))
             .and_then(|a| a.strip_suffix('/'))
-        else {
-            let _ = child.kill();
-            let _ = child.wait();
-            std::thread::sleep(Duration::from_millis(100));
-            panic!(
-                "berth serve did not start: stdout {line:?}, stderr:\n{}",
-                log.lock().unwrap()
-            );
-        };
-        Serve {
-            addr: addr.to_owned(),
-            child,
-            log,
-        }
+            .unwrap_or_else(|| panic!("berth serve said {line:?}:\n{}", process.log()))
+            .to_owned();
+        Serve { addr, process }
     }
 
     fn url(&self, repo: &str) -> String {
@@ -98,7 +65,7 @@ impl Serve {
     }
 
     fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
+        self.process.log()
     }
 
     /// The access-log lines of POST git-receive-pack requests.
@@ -112,7 +79,7 @@ impl Serve {
 
     fn terminate(&self) {
         let ok = Command::new("sh")
-            .args(["-c", &format!("kill -TERM {}", self.child.id())])
+            .args(["-c", &format!("kill -TERM {}", self.process.child.id())])
             .status()
             .unwrap()
             .success();
@@ -123,7 +90,7 @@ impl Serve {
     fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
         let start = Instant::now();
         loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
+            if let Some(s) = self.process.child.try_wait().unwrap() {
                 return s;
             }
             assert!(
@@ -133,13 +100,6 @@ impl Serve {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -2176,7 +2136,7 @@ fn a_thousand_concurrent_wrong_passwords_keep_memory_bounded() {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap()
     };
-    let pid = srv.child.id();
+    let pid = srv.process.child.id();
     let base = hwm(pid);
     let auth = format!("Basic {}", base64_basic("alice:wrong"));
     let req = format!(
@@ -2451,7 +2411,7 @@ fn memory_of_a_push_with_many_push_options_is_released_after_it() {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap()
     };
-    let pid = srv.child.id();
+    let pid = srv.process.child.id();
     // 1,000 push options of 50 KB: 50 MB, under the 64 MiB --max-command-bytes.
     let zero = common::ZERO.to_string();
     let mut req = pkt(&format!(

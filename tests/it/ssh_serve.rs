@@ -7,19 +7,17 @@
 use crate::common;
 use common::World;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A running `berth serve` with ssh, killed when dropped.
 struct Serve {
-    child: Child,
     ssh_port: u16,
     known_hosts_line: String,
-    log: Arc<Mutex<String>>,
+    process: common::ServeProcess,
 }
 
 impl Serve {
@@ -27,9 +25,8 @@ impl Serve {
     /// --keydir <world>/keydir --ssh-host-key <world>/host_key <args>`; waits for the lines
     /// it prints and writes the known_hosts file the clients pin.
     fn start(w: &World, args: &[&str]) -> Serve {
-        let mut child = w
-            .cmd(common::berth(), ".")
-            .arg("serve")
+        let mut cmd = w.cmd(common::berth(), ".");
+        cmd.arg("serve")
             .arg("--root")
             .arg(w.path("repos"))
             .args(["--listen", "127.0.0.1:0", "--ssh-listen", "127.0.0.1:0"])
@@ -37,58 +34,30 @@ impl Serve {
             .arg(w.path("keydir"))
             .arg("--ssh-host-key")
             .arg(w.path("host_key"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while stderr.read_line(&mut line).unwrap_or(0) > 0 {
-                sink.lock().unwrap().push_str(&line);
-                line.clear();
-            }
+            .args(args);
+        let said = |out: &str, prefix: &str| {
+            out.lines()
+                .find_map(|l| l.trim().strip_prefix(prefix).map(str::to_owned))
+        };
+        let process = common::ServeProcess::spawn(cmd, |out| {
+            said(out, "berth serve: listening on ssh://").is_some()
+                && said(out, "berth serve: known_hosts ").is_some()
         });
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let (mut port, mut known) = (None, None);
-        let mut lines = String::new();
-        while port.is_none() || known.is_none() {
-            let mut line = String::new();
-            if stdout.read_line(&mut line).unwrap_or(0) == 0 {
-                let _ = child.kill();
-                let _ = child.wait();
-                std::thread::sleep(Duration::from_millis(100));
-                panic!(
-                    "berth serve did not start: stdout {lines:?}, stderr:\n{}",
-                    log.lock().unwrap()
-                );
-            }
-            lines.push_str(&line);
-            let line = line.trim();
-            if let Some(a) = line.strip_prefix("berth serve: listening on ssh://") {
-                let a = a.trim_end_matches('/');
-                port = a.rsplit(':').next().and_then(|p| p.parse().ok());
-            } else if let Some(k) = line.strip_prefix("berth serve: known_hosts ") {
-                known = Some(k.to_owned());
-            }
-        }
-        // Keep reading stdout so the server never blocks on it.
-        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        let port = said(&process.stdout, "berth serve: listening on ssh://")
+            .and_then(|a| a.trim_end_matches('/').rsplit(':').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no ssh port in {:?}", process.stdout));
+        let known = said(&process.stdout, "berth serve: known_hosts ").unwrap();
         let s = Serve {
-            child,
-            ssh_port: port.unwrap(),
-            known_hosts_line: known.unwrap(),
-            log,
+            ssh_port: port,
+            known_hosts_line: known,
+            process,
         };
         std::fs::write(w.path("known_hosts"), format!("{}\n", s.known_hosts_line)).unwrap();
         s
     }
 
     fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
+        self.process.log()
     }
 
     /// `ssh://git@127.0.0.1:<port>/<repo>`.
@@ -105,13 +74,6 @@ impl Serve {
             w.path("known_hosts").display(),
             self.ssh_port
         )
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
