@@ -15,7 +15,9 @@
 //! to nothing. Only when the joint walk finds something missing are the tips walked one by one,
 //! for git's per-ref verdicts.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashSet, HashSetExt};
 
 use gix_hash::ObjectId;
 use gix_object::{Exists, Find, Kind};

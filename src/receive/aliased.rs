@@ -38,7 +38,7 @@ pub(super) fn check_aliased_updates<W: Write, E: Write>(
     if symrefs.iter().all(Option::is_none) {
         return Ok(());
     }
-    let by_name: std::collections::HashMap<BString, usize> = cmds
+    let by_name: foldhash::HashMap<BString, usize> = cmds
         .iter()
         .enumerate()
         .map(|(i, c)| (c.command.name.clone(), i))

@@ -2,7 +2,7 @@
 //! repository or the quarantine (git's `check_connected` over `rev-list --objects <tips> --not
 //! --all`), and a push that makes the repository shallow needs `receive.shallowUpdate`.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 use std::io::Write;
 
 use gix_hash::ObjectId;

@@ -29,7 +29,7 @@ pub(super) struct Decide<'a> {
     /// The refs as the update stage starts.
     pub(super) refs: Refs,
     /// Object kinds looked up so far: many refs of one push often point at one object.
-    pub(super) kinds: std::cell::RefCell<std::collections::HashMap<ObjectId, Option<Kind>>>,
+    pub(super) kinds: std::cell::RefCell<foldhash::HashMap<ObjectId, Option<Kind>>>,
 }
 
 impl Decide<'_> {

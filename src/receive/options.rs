@@ -155,13 +155,35 @@ impl Environment {
             .committer_date
             .as_deref()
             .and_then(|d| gix_date::parse(d, None).ok())
-            .unwrap_or_else(gix_date::Time::now_local_or_utc);
+            .unwrap_or_else(now_local);
         gix_actor::Signature {
             name: without_crud(name.as_bytes()),
             email: without_crud(email.as_bytes()),
             time,
         }
     }
+}
+
+/// Now, with the local time zone's offset as git takes it (`localtime_r`'s `tm_gmtoff`, which
+/// honours `TZ` and reads `/etc/localtime`). Not `gix_date::Time::now_local_or_utc`: jiff's
+/// system time zone lists the whole zoneinfo directory (80 `getdents64` calls, 1.6 % of a
+/// 10,000-ref push, measured with perf).
+#[allow(unsafe_code)]
+fn now_local() -> gix_date::Time {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let t = seconds as libc::time_t;
+    // SAFETY: `localtime_r` only writes the `tm` it is given, which is zeroed plain data.
+    let offset = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            0
+        } else {
+            tm.tm_gmtoff as i32
+        }
+    };
+    gix_date::Time::new(seconds, offset)
 }
 
 /// git's `crud()` (ident.c): what is stripped from both ends of an identity's name and email.

@@ -578,7 +578,7 @@ impl FilesStore {
 /// push of 10,000 new names needs no file system call per name to know none is one).
 pub struct LooseFiles {
     git_dir: std::path::PathBuf,
-    dirs: std::collections::HashMap<Vec<u8>, Option<std::collections::HashSet<Vec<u8>>>>,
+    dirs: foldhash::HashMap<Vec<u8>, Option<foldhash::HashSet<Vec<u8>>>>,
 }
 
 impl LooseFiles {

@@ -76,7 +76,7 @@
 //! Readers need no lock: they read the loose file, else `packed-refs`, and both are replaced by
 //! rename.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::fs;
 use std::io::{self, Write};
 use std::ops::Range;

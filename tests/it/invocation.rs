@@ -256,3 +256,97 @@ fn command_line_answers_as_git_receive_pack() {
         "fatal: 'missing.git' does not appear to be a git repository\n"
     );
 }
+
+/// The configuration comes from git's files in git's order, read by berth itself: the system
+/// file (`GIT_CONFIG_SYSTEM`), the global one and what it includes (over the system's), the
+/// repository's, and `GIT_CONFIG_COUNT` over them all. Each source sets a key the push runs
+/// into; the client sees the same as from git receive-pack, and the same refs are left.
+#[test]
+fn configuration_sources_and_their_order_are_gits() {
+    let seen = common::differential(|r| {
+        let w = World::new();
+        let srv = w.bare("srv.git");
+        w.work("src");
+        let first = w.commit("src", "a", "1");
+        w.commit("src", "a", "2");
+        for b in ["gone", "hidden", "kept"] {
+            w.git("src", &["branch", b]);
+        }
+        w.git(
+            "src",
+            &["push", "-q", "../srv.git", "main", "gone", "hidden", "kept"],
+        );
+        w.git("src", &["reset", "-q", "--hard", &first]);
+        std::fs::write(
+            w.path("system.cfg"),
+            "[receive]\n\tdenyDeletes = true\n\tdenyNonFastForwards = false\n",
+        )
+        .unwrap();
+        std::fs::write(
+            w.path("home/extra.inc"),
+            "[receive]\n\tdenyNonFastForwards = true\n",
+        )
+        .unwrap();
+        let global = std::fs::read_to_string(w.path("home/.gitconfig")).unwrap();
+        std::fs::write(
+            w.path("home/.gitconfig"),
+            format!("{global}[include]\n\tpath = extra.inc\n"),
+        )
+        .unwrap();
+        w.git(&srv, &["config", "receive.hideRefs", "refs/heads/hidden"]);
+        // git clears GIT_CONFIG_COUNT for a local transport: set it in the remote command.
+        let rp = format!(
+            "--receive-pack=GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=receive.hideRefs \
+             GIT_CONFIG_VALUE_0=refs/heads/kept {}",
+            r.command()
+        );
+        let out = w
+            .git_cmd("src")
+            .env_remove("GIT_CONFIG_NOSYSTEM")
+            .env("GIT_CONFIG_SYSTEM", w.path("system.cfg"))
+            .args(["push", "--porcelain", &rp, "../srv.git"])
+            .args(["+main:main", ":gone", "main:hidden", "+main:kept"])
+            .output()
+            .unwrap();
+        let push = common::Push::from_output(&out, w.root());
+        (push, w.refs("srv.git").replace(&first, "FIRST"))
+    });
+    let verdicts = [
+        ":refs/heads/gone\t[remote rejected] (deletion prohibited)",
+        "refs/heads/main:refs/heads/main\t[remote rejected] (non-fast-forward)",
+        "refs/heads/main:refs/heads/hidden\t[remote rejected] (deny updating a hidden ref)",
+        "refs/heads/main:refs/heads/kept\t[remote rejected] (deny updating a hidden ref)",
+    ];
+    for v in verdicts {
+        assert!(seen.0.stdout.contains(v), "{v}: {seen:#?}");
+    }
+}
+
+/// Without `GIT_COMMITTER_DATE` the reflog's time is now, at the offset of the local time zone
+/// as `TZ` gives it (git's `localtime_r`; a POSIX rule, which needs no zoneinfo files): the
+/// same offset as git receive-pack writes.
+#[test]
+fn reflog_time_zone_is_the_local_one() {
+    let zones = common::differential(|r| {
+        let w = World::new();
+        let srv = w.bare("srv.git");
+        w.git(&srv, &["config", "core.logAllRefUpdates", "true"]);
+        w.work("src");
+        w.commit("src", "a", "1");
+        let rp = format!("--receive-pack={}", r.command());
+        let out = w
+            .git_cmd("src")
+            .env_remove("GIT_COMMITTER_DATE")
+            .env("TZ", "IST-5:30")
+            .args(["push", "-q", &rp, "../srv.git", "main"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let log = w.git(
+            &srv,
+            &["reflog", "show", "--format=%gd", "--date=iso", "main"],
+        );
+        log.trim_end().rsplit(' ').next().unwrap().to_owned()
+    });
+    assert_eq!(zones, "+0530}");
+}
