@@ -31,6 +31,7 @@ fn main() {
             format!("'{}' receive-pack", env!("CARGO_BIN_EXE_berth")),
         ],
         workdir: None,
+        floor: true,
     };
     match bench::many_refs(&options, &mut std::io::sink()) {
         Ok(r) => {

@@ -76,6 +76,9 @@ struct ManyRefsArgs {
     /// Print the results as JSON on stdout instead of the table.
     #[arg(long)]
     json: bool,
+    /// Do not build and run the floor program (`benches/floor.c`).
+    #[arg(long)]
+    no_floor: bool,
     /// Build the repositories under this directory (default: $TMPDIR).
     #[arg(long)]
     workdir: Option<std::path::PathBuf>,
@@ -351,6 +354,7 @@ fn bench_many_refs(a: ManyRefsArgs) -> ExitCode {
         objects: a.objects,
         receivers,
         workdir: a.workdir,
+        floor: !a.no_floor,
     };
     match bench::many_refs(&options, &mut std::io::stderr()) {
         Ok(r) => {

@@ -6,9 +6,17 @@
 //! creations (commands with the chosen capabilities, flush, the pack: the 32-byte empty pack when
 //! the objects are already on the server, else the pack of the K commits), and runs each receiver
 //! `R` times as `<command> --stateless-rpc <target>` on that input, restoring the target from a
-//! pristine copy before every run. After each run every ref must have its value and the report
-//! must say `ok` for each; a receiver that fails this is reported as failed, with the reason, and
-//! not timed.
+//! pristine copy before every run. The receivers take turns (run 1 of each, then run 2 of each,
+//! …), so a drift of the machine's speed during the benchmark does not favour one of them. After
+//! each run every ref must have its value and the report must say `ok` for each; a receiver that
+//! fails this is reported as failed, with the reason, and not timed.
+//!
+//! The floor: when a C compiler (`cc`) is present and the push is one the floor program handles
+//! (refs only: objects on the server, SHA-1, no atomic, no hook), `benches/floor.c` — the least
+//! work such a push needs: parse, look the objects up in the pack index, write `packed-refs`
+//! once, report — is built and run as one more receiver (`floor packed <target>`), and every
+//! receiver's median is also given as a multiple of the floor's. The objects of the target are
+//! then in a pack (the floor reads only a pack index), for every receiver alike.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -109,7 +117,15 @@ pub struct Options {
     pub receivers: Vec<String>,
     /// Where to build the repositories (a temporary directory under it; default `$TMPDIR`).
     pub workdir: Option<PathBuf>,
+    /// Build and run the floor program when the push is one it handles and `cc` is present.
+    pub floor: bool,
 }
+
+/// The floor program's source (`../shared/bench/floor.c`, kept with the benches).
+const FLOOR_C: &str = include_str!("../../benches/floor.c");
+
+/// The floor receiver's name in the results.
+pub const FLOOR: &str = "floor (C, packed-refs)";
 
 /// Why the benchmark could not be run at all.
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +191,16 @@ impl Results {
         Some(self.receivers.get(i)?.median()?.as_secs_f64() / base.as_secs_f64())
     }
 
+    /// Each receiver's median over the floor's median, when the floor ran.
+    pub fn floor_ratio(&self, i: usize) -> Option<f64> {
+        let floor = self
+            .receivers
+            .iter()
+            .find(|r| r.command == FLOOR)?
+            .median()?;
+        Some(self.receivers.get(i)?.median()?.as_secs_f64() / floor.as_secs_f64())
+    }
+
     /// Whether every receiver passed verification.
     pub fn all_ok(&self) -> bool {
         self.receivers.iter().all(|r| r.error.is_none())
@@ -227,20 +253,22 @@ impl Results {
         let mut out = format!("{}\n", self.title());
         let _ = writeln!(
             out,
-            "{:<width$}  {:>11} {:>11} {:>11} {:>8}",
-            "receiver", "min", "median", "max", "ratio"
+            "{:<width$}  {:>11} {:>11} {:>11} {:>8} {:>8}",
+            "receiver", "min", "median", "max", "ratio", "x floor"
         );
         for (i, r) in self.receivers.iter().enumerate() {
             match (&r.error, r.min(), r.median(), r.max()) {
                 (None, Some(min), Some(med), Some(max)) => {
                     let _ = writeln!(
                         out,
-                        "{:<width$}  {:>8.1} ms {:>8.1} ms {:>8.1} ms {:>7}",
+                        "{:<width$}  {:>8.1} ms {:>8.1} ms {:>8.1} ms {:>8} {:>8}",
                         r.command,
                         ms(min),
                         ms(med),
                         ms(max),
                         self.ratio(i).map_or("-".to_owned(), |x| format!("{x:.3}x")),
+                        self.floor_ratio(i)
+                            .map_or("-".to_owned(), |x| format!("{x:.2}x")),
                     );
                 }
                 (e, ..) => {
@@ -301,7 +329,7 @@ impl Results {
             let times: Vec<String> = r.times.iter().map(|t| format!("{:.3}", ms(*t))).collect();
             let _ = write!(
                 out,
-                "{{\"command\":{},\"ok\":{},\"error\":{},\"min_ms\":{},\"median_ms\":{},\"max_ms\":{},\"ratio\":{},\"times_ms\":[{}]}}",
+                "{{\"command\":{},\"ok\":{},\"error\":{},\"min_ms\":{},\"median_ms\":{},\"max_ms\":{},\"ratio\":{},\"floor_ratio\":{},\"times_ms\":[{}]}}",
                 json_string(&r.command),
                 r.error.is_none(),
                 r.error.as_deref().map_or("null".to_owned(), json_string),
@@ -309,6 +337,8 @@ impl Results {
                 num(r.median()),
                 num(r.max()),
                 self.ratio(i)
+                    .map_or("null".to_owned(), |x| format!("{x:.4}")),
+                self.floor_ratio(i)
                     .map_or("null".to_owned(), |x| format!("{x:.4}")),
                 times.join(",")
             );
@@ -412,6 +442,48 @@ struct Setup {
     /// `ref name → value` every run must leave.
     expected: Vec<(String, String)>,
     hook: Option<PathBuf>,
+    /// The built floor program, when it runs.
+    floor: Option<PathBuf>,
+}
+
+/// Whether the floor program handles this push: refs only, SHA-1, not atomic, no hook.
+fn floor_handles(o: &Options) -> bool {
+    o.floor
+        && o.objects == Scenario::Server
+        && o.object_format == ObjectFormat::Sha1
+        && !o.atomic
+        && !o.update_hook
+}
+
+/// Build the floor program in `dir` with `cc -O2`; `None` (with a note) without a compiler.
+fn build_floor(dir: &Path, progress: &mut dyn Write) -> Option<PathBuf> {
+    let src = dir.join("floor.c");
+    let bin = dir.join("floor");
+    if let Err(e) = std::fs::write(&src, FLOOR_C) {
+        let _ = writeln!(progress, "bench: floor not built: {e}");
+        return None;
+    }
+    match Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => Some(bin),
+        Ok(out) => {
+            let _ = writeln!(
+                progress,
+                "bench: floor not built: cc: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            None
+        }
+        Err(e) => {
+            let _ = writeln!(progress, "bench: floor not built: no C compiler (cc: {e})");
+            None
+        }
+    }
 }
 
 fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
@@ -496,6 +568,17 @@ fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
             run(c, Some(b"refs/heads/main\n"))?
         }
     };
+    let floor = if floor_handles(o) {
+        build_floor(&root, progress)
+    } else {
+        None
+    };
+    if floor.is_some() {
+        // The floor looks objects up in a pack index only.
+        let mut c = git(&pristine);
+        c.args(["repack", "-adq"]);
+        run(c, None)?;
+    }
     let hook = if o.update_hook {
         let h = pristine.join("hooks/update");
         std::fs::create_dir_all(pristine.join("hooks"))
@@ -548,6 +631,7 @@ fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
         input,
         expected,
         hook,
+        floor,
     })
 }
 
@@ -577,7 +661,7 @@ fn pkt_lines(data: &[u8]) -> Vec<&[u8]> {
 
 /// Check one run: the report says `unpack ok` and `ok` for every ref, and the target holds
 /// exactly the expected values.
-fn verify(setup: &Setup, sideband: bool, stdout: &[u8]) -> Result<(), String> {
+fn verify(setup: &Setup, sideband: bool, refs: bool, stdout: &[u8]) -> Result<(), String> {
     let report: Vec<u8> = if sideband {
         pkt_lines(stdout)
             .into_iter()
@@ -610,6 +694,9 @@ fn verify(setup: &Setup, sideband: bool, stdout: &[u8]) -> Result<(), String> {
             ok.len(),
             setup.expected.len()
         ));
+    }
+    if !refs {
+        return Ok(());
     }
     let mut c = git(&setup.target);
     c.args([
@@ -648,22 +735,42 @@ pub fn many_refs(o: &Options, progress: &mut dyn Write) -> Result<Results, Error
         return Err(Error::Usage("no receiver to run".into()));
     }
     let setup = setup(o, progress)?;
-    let mut receivers = Vec::new();
-    for cmd in &o.receivers {
-        let mut outcome = Outcome {
-            command: cmd.clone(),
+    // (label, script run by `sh -c` with the target as $1, whether it answers in side-band)
+    let mut runs: Vec<(String, String, bool)> = o
+        .receivers
+        .iter()
+        .map(|cmd| {
+            (
+                cmd.clone(),
+                format!("{cmd} --stateless-rpc \"$1\""),
+                o.sideband,
+            )
+        })
+        .collect();
+    if let Some(floor) = &setup.floor {
+        let script = format!("'{}' packed \"$1\"", floor.display());
+        runs.push((FLOOR.to_owned(), script, true));
+    }
+    let mut receivers: Vec<Outcome> = runs
+        .iter()
+        .map(|(label, ..)| Outcome {
+            command: label.clone(),
             times: Vec::new(),
             error: None,
-        };
-        for run_no in 1..=o.runs {
-            let _ = writeln!(progress, "bench: {cmd}: run {run_no}/{}", o.runs);
+        })
+        .collect();
+    for run_no in 1..=o.runs {
+        for ((label, script, sideband), outcome) in runs.iter().zip(&mut receivers) {
+            if outcome.error.is_some() {
+                continue;
+            }
+            let _ = writeln!(progress, "bench: {label}: run {run_no}/{}", o.runs);
             let _ = std::fs::remove_dir_all(&setup.target);
             if let Err(e) = copy_dir(&setup.pristine, &setup.target) {
                 return Err(Error::Setup(format!("resetting the target: {e}")));
             }
-            let script = format!("{cmd} --stateless-rpc \"$1\"");
             let mut c = Command::new("sh");
-            c.args(["-c", &script, "sh"])
+            c.args(["-c", script, "sh"])
                 .arg(&setup.target)
                 .env("GIT_CONFIG_NOSYSTEM", "1")
                 .stdin(Stdio::piped())
@@ -691,6 +798,9 @@ pub fn many_refs(o: &Options, progress: &mut dyn Write) -> Result<Results, Error
                 Ok((status, stdout, stderr))
             });
             let elapsed = start.elapsed();
+            // The floor writes packed-refs whatever the target's format: only its report is
+            // checked on reftable.
+            let refs_checked = label != FLOOR || o.ref_format == RefFormat::Files;
             let failure = match result {
                 Err(e) => Some(format!("cannot run: {e}")),
                 Ok((status, _, stderr)) if !status.success() => Some(format!(
@@ -698,17 +808,16 @@ pub fn many_refs(o: &Options, progress: &mut dyn Write) -> Result<Results, Error
                     status.code().unwrap_or(-1),
                     String::from_utf8_lossy(&stderr).trim()
                 )),
-                Ok((_, stdout, _)) => verify(&setup, o.sideband, &stdout).err(),
+                Ok((_, stdout, _)) => verify(&setup, *sideband, refs_checked, &stdout).err(),
             };
             if let Some(f) = failure {
-                let _ = writeln!(progress, "bench: {cmd}: FAILED: {f}");
+                let _ = writeln!(progress, "bench: {label}: FAILED: {f}");
                 outcome.error = Some(f);
                 outcome.times.clear();
-                break;
+                continue;
             }
             outcome.times.push(elapsed);
         }
-        receivers.push(outcome);
     }
     let hook_spawn = match &setup.hook {
         None => None,

@@ -1,5 +1,5 @@
-//! `berth bench many-refs`: both receivers verified and timed, and a receiver that drops refs
-//! reported as failed.
+//! `berth bench many-refs`: both receivers and the floor program verified and timed, taking
+//! turns, and a receiver that drops refs reported as failed.
 
 use std::process::Command;
 
@@ -29,7 +29,14 @@ fn both_receivers_succeed_with_a_ratio() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(json.starts_with("{\"refs\":200,"), "{json}");
-    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
+    // git, berth, and the floor program (this machine has cc: it builds berth).
+    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
+    assert!(
+        json.contains("{\"command\":\"floor (C, packed-refs)\",\"ok\":true"),
+        "{json}"
+    );
+    let floor = json.split("\"command\":").nth(3).unwrap();
+    assert!(floor.contains("\"floor_ratio\":1.0000"), "{json}");
     assert!(json.contains("\"command\":\"git receive-pack\""), "{json}");
     assert!(json.contains("receive-pack\",\"ok\":true"), "{json}");
     assert!(json.contains("\"ratio\":1.0000"), "{json}");
@@ -50,6 +57,12 @@ fn both_receivers_succeed_with_a_ratio() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("run 2/2"), "progress on stderr: {stderr}");
+    // The receivers take turns: every first run before any second one.
+    let runs: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.rsplit_once(": run ").map(|(_, n)| n))
+        .collect();
+    assert_eq!(runs, ["1/2", "1/2", "1/2", "2/2", "2/2", "2/2"], "{stderr}");
 }
 
 #[test]
@@ -81,10 +94,12 @@ fn table_with_sideband_v1_atomic_and_objects_in_the_pack() {
     assert!(
         table
             .lines()
-            .any(|l| l.starts_with("git receive-pack") && l.ends_with("1.000x")),
+            .any(|l| l.starts_with("git receive-pack") && l.contains(" 1.000x ")),
         "{table}"
     );
     assert!(!table.contains("FAILED"), "{table}");
+    // Not a push the floor program handles (objects in the pack, atomic): it does not run.
+    assert!(!table.contains("floor (C"), "{table}");
 }
 
 #[test]
@@ -105,6 +120,7 @@ fn a_receiver_that_drops_refs_is_reported_failed() {
         "--runs",
         "1",
         "--json",
+        "--no-floor",
         "--receiver",
         "git receive-pack",
         "--receiver",
@@ -142,5 +158,6 @@ fn reftable_targets_verified_for_both_receivers() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(json.contains("\"ref_format\":\"reftable\""), "{json}");
-    assert_eq!(json.matches("\"ok\":true").count(), 2, "{json}");
+    // The floor too (its report checked; it writes packed-refs, not tables).
+    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
 }
