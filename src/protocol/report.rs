@@ -187,7 +187,8 @@ pub fn build<'a>(
     unpack: Option<&str>,
     entries: impl Iterator<Item = Entry<'a>>,
 ) -> io::Result<Vec<u8>> {
-    let mut buf = Vec::new();
+    // `ok <name>` in a pkt-line is about 40 bytes for a usual name: grown once or not at all.
+    let mut buf = Vec::with_capacity(32 + entries.size_hint().0 * 40);
     let mut line = Vec::new();
     let mut put = |buf: &mut Vec<u8>, parts: &[&[u8]]| {
         line.clear();
