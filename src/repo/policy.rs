@@ -173,6 +173,7 @@ mod tests {
     /// `a/…/b`), and over some longer ones.
     #[test]
     fn check_refname_format_agrees_with_gix_validate() {
+        use gix_object::bstr::ByteSlice;
         let alphabet: &[u8] = b"a./@{}lock~^:?*[\\ \x01\x7f\xc3";
         let mut names: Vec<Vec<u8>> = vec![Vec::new()];
         let mut all = Vec::new();
