@@ -8,9 +8,9 @@
 //! existing reflog) says so, one for `HEAD` when the ref it points to is updated, and
 //! tombstones for every reflog entry of a deleted ref.
 
+use foldhash::HashSet;
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use gix_hash::ObjectId;

@@ -403,9 +403,13 @@ impl TableWriter {
                         self.opts.hash
                     )));
                 }
-                let offsets = self.obj_index.entry(id.as_bytes().to_vec()).or_default();
-                if offsets.last() != Some(&off) {
-                    offsets.push(off);
+                // Many refs point at one object: look up before allocating a key.
+                match self.obj_index.get_mut(id.as_bytes()) {
+                    Some(offsets) if offsets.last() == Some(&off) => {}
+                    Some(offsets) => offsets.push(off),
+                    None => {
+                        self.obj_index.insert(id.as_bytes().to_vec(), vec![off]);
+                    }
                 }
             }
         }
