@@ -112,7 +112,7 @@ fn transact(
     current: &berth::refs::Refs,
     committer: &gix_actor::Signature,
     objects: &gix_odb::Handle,
-) -> Vec<Result<(), berth::refs::RefError>> {
+) -> Vec<berth::refs::RefResult> {
     let options = Options {
         atomicity: Atomicity::PerRef,
         current,

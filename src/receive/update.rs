@@ -11,7 +11,7 @@ use super::decide::{Decide, decide};
 use crate::protocol::report::Reason;
 use crate::protocol::sideband::Sideband;
 use crate::refs::{
-    self, Atomicity, RefError, RefStore, RefUpdate, Refs, TransactionError, TransactionState,
+    self, Atomicity, RefResult, RefStore, RefUpdate, Refs, TransactionError, TransactionState,
 };
 
 pub(super) fn execute_non_atomic<W: Write, E: Write>(
@@ -131,7 +131,7 @@ fn commit(
     ctx: &Decide<'_>,
     committer: &gix_actor::Signature,
     diagnostics: &mut dyn Write,
-) -> Result<Vec<Result<(), RefError>>, TransactionError> {
+) -> Result<Vec<RefResult>, TransactionError> {
     let options = refs::Options {
         atomicity: if atomic {
             Atomicity::AllOrNothing

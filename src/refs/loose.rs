@@ -36,7 +36,7 @@ use super::packed::{
     cannot_lock, loose_below, path_of, prefixes, read_loose, remove_empty_parents, strerror,
 };
 use super::transaction::{Failed, commit, live, prepare};
-use super::{RefError, RefUpdate};
+use super::{RefError, RefResult, RefUpdate};
 
 /// The batch with every lock held (steps 1 and 2), ready for [`Locked::commit`]; dropped, the
 /// locks are released.
@@ -52,7 +52,7 @@ pub(super) struct Locked<'a> {
 pub(super) fn lock<'a>(
     batch: super::Batch<'a>,
     updates: &'a [RefUpdate],
-    results: &mut [Result<(), RefError>],
+    results: &mut [RefResult],
 ) -> Result<Locked<'a>, Failed<prepare::Error>> {
     let super::Batch {
         git_dir,
@@ -74,7 +74,7 @@ pub(super) fn lock<'a>(
                 before,
             }),
             Err(e) if atomic => return Err(Failed::quietly(e)),
-            Err(e) => results[i] = Err(e),
+            Err(e) => results[i] = Err(Box::new(e)),
         }
     }
 
@@ -88,9 +88,9 @@ pub(super) fn lock<'a>(
                 let (deletions, rest): (Vec<Item>, Vec<Item>) =
                     items.into_iter().partition(deletes);
                 for it in deletions {
-                    results[it.index] = Err(RefError::Other {
+                    results[it.index] = Err(Box::new(RefError::Other {
                         message: e.to_string(),
-                    });
+                    }));
                 }
                 items = rest;
             }
@@ -109,7 +109,7 @@ impl Locked<'_> {
     /// (`results`), unless the batch is atomic.
     pub(super) fn commit(
         self,
-        results: &mut [Result<(), RefError>],
+        results: &mut [RefResult],
     ) -> Result<Vec<usize>, Failed<commit::Error>> {
         let Locked {
             batch,
@@ -146,9 +146,9 @@ impl Locked<'_> {
                 if atomic {
                     return Err(Failed::quietly(commit::Error::SetRef { name, reason }));
                 }
-                results[it.index] = Err(RefError::Other {
+                results[it.index] = Err(Box::new(RefError::Other {
                     message: format!("couldn't set '{name}': {reason}"),
-                });
+                }));
                 failed.push(it.index);
             }
         }
@@ -184,9 +184,9 @@ impl Locked<'_> {
                     if atomic {
                         return Err(Failed::quietly(commit::Error::RemoveRef { name, reason }));
                     }
-                    results[it.index] = Err(RefError::Other {
+                    results[it.index] = Err(Box::new(RefError::Other {
                         message: format!("unable to remove '{name}': {reason}"),
-                    });
+                    }));
                     failed.push(it.index);
                 }
                 drop(it.lock.take());

@@ -310,6 +310,11 @@ pub enum RefError {
     },
 }
 
+/// One update's result in a transaction: the error is boxed so that the result of an update
+/// that went through, the usual case, costs 8 bytes instead of a [`RefError`]'s 96 (one per
+/// ref of a push: a 100,000-ref push holds two such vectors).
+pub type RefResult = Result<(), Box<RefError>>;
+
 impl RefError {
     /// The reason for `ng <ref> <reason>`, git's `ref_transaction_error_msg`.
     pub fn reason(&self) -> &'static str {
@@ -421,7 +426,7 @@ impl FilesStore {
     fn lock<'a>(
         &'a self,
         updates: &'a [RefUpdate],
-        results: &mut [Result<(), RefError>],
+        results: &mut [RefResult],
         options: &Options<'a>,
     ) -> Result<transaction::Locked<'a>, transaction::Failed<transaction::prepare::Error>> {
         let batch = Batch {

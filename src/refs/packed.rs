@@ -88,7 +88,7 @@ use gix_object::Kind;
 use gix_object::bstr::{BString, ByteSlice};
 
 use super::transaction::{Failed, commit, live, prepare};
-use super::{Change, Expected, RefError, RefUpdate};
+use super::{Change, Expected, RefError, RefResult, RefUpdate};
 use crate::repo::config::LogRefUpdates;
 
 /// git's `core.packedRefsTimeout` default.
@@ -691,7 +691,7 @@ pub(super) struct Locked<'a> {
 pub(super) fn lock<'a>(
     batch: super::Batch<'a>,
     updates: &'a [RefUpdate],
-    results: &mut [Result<(), RefError>],
+    results: &mut [RefResult],
 ) -> Result<Result<Locked<'a>, Fallback>, Failed<prepare::Error>> {
     let super::Batch {
         git_dir, atomic, ..
@@ -762,7 +762,7 @@ pub(super) fn lock<'a>(
                     before,
                 }),
                 Err(e) if atomic => return Err(Failed::quietly(e)),
-                Err(e) => results[i] = Err(e),
+                Err(e) => results[i] = Err(Box::new(e)),
             }
         }
     }
@@ -783,7 +783,7 @@ impl Locked<'_> {
     /// put back and the transaction fails (announcing `aborted`).
     pub(super) fn commit(
         self,
-        results: &mut [Result<(), RefError>],
+        results: &mut [RefResult],
     ) -> Result<Vec<usize>, Failed<commit::Error>> {
         let Locked {
             batch,
@@ -878,7 +878,7 @@ impl Locked<'_> {
             let mut kept = Vec::with_capacity(items.len());
             for (k, it) in items.into_iter().enumerate() {
                 match lost.remove(&k) {
-                    Some(e) => results[it.index] = Err(e),
+                    Some(e) => results[it.index] = Err(Box::new(e)),
                     None => kept.push(it),
                 }
             }
@@ -895,12 +895,12 @@ impl Locked<'_> {
                 if let Err(e) = fs::remove_file(&path)
                     && e.kind() != io::ErrorKind::NotFound
                 {
-                    results[it.index] = Err(RefError::Other {
+                    results[it.index] = Err(Box::new(RefError::Other {
                         message: format!(
                             "cannot lock ref '{}': unable to remove loose ref: {e}",
                             updates[it.index].name
                         ),
-                    });
+                    }));
                 }
             }
         }

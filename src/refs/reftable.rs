@@ -17,7 +17,7 @@ use gix_hash::ObjectId;
 use gix_object::bstr::BString;
 
 use super::transaction::{self, Failed, Options, Transaction, commit, live, prepare};
-use super::{RefError, RefStore, RefUpdate, Refs, SnapshotError, precheck};
+use super::{RefError, RefResult, RefStore, RefUpdate, Refs, SnapshotError, precheck};
 use crate::reftable::{
     Error, LogRecord, LogUpdate, LogValue, RefRecord, RefValue, Stack, WriteOptions,
 };
@@ -176,7 +176,7 @@ impl ReftableStore {
     pub(super) fn lock<'a>(
         &'a self,
         updates: &'a [RefUpdate],
-        results: &mut [Result<(), RefError>],
+        results: &mut [RefResult],
         options: &Options<'a>,
     ) -> Result<Locked<'a>, Failed<prepare::Error>> {
         let atomic = options.atomic();
@@ -204,7 +204,7 @@ impl ReftableStore {
                     if atomic {
                         return Err(Failed::aborted(e));
                     }
-                    results[i] = Err(e);
+                    results[i] = Err(Box::new(e));
                 }
             }
         }
@@ -342,7 +342,7 @@ impl ReftableStore {
 /// and `x/y` lands, as with git master). Returns whether a ref failed; for an atomic batch, the first failure.
 fn conflicts_in_batch(
     updates: &[RefUpdate],
-    results: &mut [Result<(), RefError>],
+    results: &mut [RefResult],
     now: &Refs,
     atomic: bool,
 ) -> Result<bool, RefError> {
@@ -392,7 +392,7 @@ fn conflicts_in_batch(
                 return Err(e);
             }
             names.remove(name);
-            results[i] = Err(e);
+            results[i] = Err(Box::new(e));
             failed = true;
         }
     }

@@ -4,7 +4,7 @@
 use gix_object::bstr::BString;
 
 use super::{Failed, Locked, Prepared, TransactionState, announce};
-use crate::refs::{PackedReadError, PackedWriteError, RefError};
+use crate::refs::{PackedReadError, PackedWriteError, RefError, RefResult};
 
 /// Why a prepared transaction could not be written, in git's words. Refs written before the
 /// failure may stay written (git's files backend is not atomic across files either), except
@@ -47,7 +47,7 @@ impl Prepared<'_> {
     /// written. Returns one result per update given to [`super::Transaction::prepare`]: those
     /// that dropped out while preparing, or while being written (with
     /// [`super::Atomicity::PerRef`]), carry their error.
-    pub fn commit(mut self) -> Result<Vec<Result<(), RefError>>, Error> {
+    pub fn commit(mut self) -> Result<Vec<RefResult>, Error> {
         let _span = tracing::info_span!("ref_transaction", step = "commit", refs = self.live.len())
             .entered();
         let Some(locked) = self.locked.take() else {

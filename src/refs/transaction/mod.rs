@@ -36,7 +36,7 @@
 //! backend fails to take a lock or to check under it (git's files backend closes such a
 //! transaction without the hook), and when writing fails after `prepared`.
 
-use super::{FilesStore, RefError, RefUpdate, Refs, ReftableStore};
+use super::{FilesStore, RefError, RefResult, RefUpdate, Refs, ReftableStore};
 
 pub mod commit;
 pub mod prepare;
@@ -130,7 +130,7 @@ pub(super) enum Store<'a> {
 pub struct Prepared<'a> {
     pub(super) updates: &'a [RefUpdate],
     /// One entry per update; the failed ones have dropped out of the batch.
-    pub(super) results: Vec<Result<(), RefError>>,
+    pub(super) results: Vec<RefResult>,
     /// The updates announced `prepared`, in order (indexes into `updates`).
     pub(super) live: Vec<usize>,
     /// The backend's locks and checked batch; `None` when there is nothing to write.
@@ -157,7 +157,7 @@ impl<'a> Prepared<'a> {
         self.results
             .iter()
             .enumerate()
-            .filter_map(|(i, r)| r.as_ref().err().map(|e| (i, e)))
+            .filter_map(|(i, r)| r.as_ref().err().map(|e| (i, &**e)))
     }
 
     /// Give up: release the locks and announce `aborted` (the same as dropping it).
@@ -220,7 +220,7 @@ pub(super) fn announce(
 }
 
 /// The indexes of the updates that have not failed, in order.
-pub(super) fn live(results: &[Result<(), RefError>]) -> Vec<usize> {
+pub(super) fn live(results: &[RefResult]) -> Vec<usize> {
     let mut live = Vec::with_capacity(results.len());
     live.extend((0..results.len()).filter(|&i| results[i].is_ok()));
     live

@@ -8,7 +8,7 @@ use super::{
     Failed, Locked, Prepared, Store, Transaction, TransactionObserver, TransactionState, announce,
     live,
 };
-use crate::refs::{LockError, PackedReadError, RefError, RefUpdate, Refs};
+use crate::refs::{LockError, PackedReadError, RefError, RefResult, RefUpdate, Refs};
 
 /// Why a transaction could not be prepared, in git's words. Nothing was written, and no lock is
 /// left behind.
@@ -128,10 +128,13 @@ fn check_all(
     current: &Refs,
     atomic: bool,
     check: fn(&RefUpdate, &Refs) -> Result<(), RefError>,
-) -> Result<Vec<Result<(), RefError>>, RefError> {
-    let results: Vec<Result<(), RefError>> = updates.iter().map(|u| check(u, current)).collect();
+) -> Result<Vec<RefResult>, RefError> {
+    let results: Vec<RefResult> = updates
+        .iter()
+        .map(|u| check(u, current).map_err(Box::new))
+        .collect();
     if atomic && let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
-        return Err(e.clone());
+        return Err((**e).clone());
     }
     Ok(results)
 }
