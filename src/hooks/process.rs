@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use gix_object::bstr::BString;
 
+use crate::repo::config::HookConfig;
+
 /// The hook events receive-pack runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Event {
@@ -92,6 +94,9 @@ pub enum Error {
 #[derive(Debug, Default, Clone)]
 pub struct HookSet {
     by_event: [Vec<Hook>; 7],
+    /// Per event, how many of its hooks run at once (git's `get_hook_jobs`); 0 or 1: one after
+    /// the other.
+    jobs: [usize; 7],
 }
 
 static PROCESSES: AtomicUsize = AtomicUsize::new(0);
@@ -104,54 +109,75 @@ pub fn processes_started() -> usize {
 }
 
 impl HookSet {
-    /// Look up every receive-side hook of the repository at `git_dir`. git's hint about a hook
-    /// that is not executable goes to `diagnostics` (receive-pack's stderr).
+    /// Look up every receive-side hook of the repository at `git_dir`: the config-defined ones
+    /// from `defined` (the `hook.*` keys), then the hooks-directory hook, and how many of each
+    /// event's hooks may run at once. git's warnings and its hint about a hook that is not
+    /// executable go to `diagnostics` (receive-pack's stderr).
     pub fn discover(
         git_dir: &Path,
         config: &gix_config::File,
+        defined: &HookConfig,
         diagnostics: &mut dyn Write,
     ) -> Result<Self, Error> {
         let mut set = HookSet::default();
-        // Configured hooks, in the order their `event` keys are met.
-        let mut order: Vec<(String, String)> = Vec::new(); // (friendly name, event)
-        for section in config.sections() {
-            let header = section.header();
-            if !header.name().eq_ignore_ascii_case(b"hook") {
-                continue;
-            }
-            let Some(name) = header.subsection_name() else {
-                continue;
-            };
-            let name = name.to_string();
-            for event in section.values("event") {
-                let event = event.to_string();
-                if event.is_empty() {
-                    order.retain(|(n, _)| *n != name);
-                    continue;
-                }
-                order.retain(|(n, e)| !(*n == name && *e == event));
-                order.push((name.clone(), event));
+        // git master's `warn_jobs_on_friendly_names`.
+        for (name, _) in &defined.event_jobs {
+            if defined.is_friendly_name(name) {
+                let _ = writeln!(
+                    diagnostics,
+                    "warning: hook.{name}.jobs is set but '{name}' looks like a hook \
+                     friendly-name, not an event name; hook.<event>.jobs uses the event name \
+                     (e.g. hook.post-receive.jobs), so this setting will be ignored"
+                );
             }
         }
-        for (name, event_name) in order {
-            let Some(event) = Event::ALL
+        // git master's `build_hook_config_map` checks every event's hooks, receive-side or not.
+        let mut serial_only = [false; 7];
+        for (event_name, names) in &defined.events {
+            let event = Event::ALL
                 .iter()
                 .copied()
-                .find(|e| e.name() == event_name && *e != Event::ProcReceive)
-            else {
-                continue;
-            };
-            let enabled = |key: &str| config.boolean(key).ok().flatten().unwrap_or(true);
-            if !enabled(&format!("hook.{name}.enabled"))
-                || !enabled(&format!("hook.{event_name}.enabled"))
-            {
-                continue;
+                .find(|e| e.name() == event_name && *e != Event::ProcReceive);
+            let event_disabled = defined.event_disabled(event_name);
+            for name in names {
+                let disabled = defined.disabled(name);
+                let command = match defined.command(name) {
+                    Some(command) => command,
+                    None if disabled => {
+                        let _ = writeln!(
+                            diagnostics,
+                            "warning: disabled hook '{name}' has no command configured"
+                        );
+                        continue;
+                    }
+                    None => return Err(Error::MissingCommand(name.clone())),
+                };
+                let Some(event) = event else {
+                    continue;
+                };
+                // A configured hook without `parallel`, even a disabled one, keeps the event
+                // serial (git's `get_hook_jobs` looks at the whole list).
+                serial_only[event.index()] |= !defined.parallel(name);
+                if disabled || event_disabled {
+                    continue;
+                }
+                set.by_event[event.index()].push(Hook::Configured {
+                    name: name.clone(),
+                    command: command.to_owned(),
+                });
             }
-            let command = config
-                .string(format!("hook.{name}.command").as_str())
-                .map(|c| c.to_string())
-                .ok_or_else(|| Error::MissingCommand(name.clone()))?;
-            set.by_event[event.index()].push(Hook::Configured { name, command });
+        }
+        for event in Event::ALL {
+            set.jobs[event.index()] = if event == Event::PushToCheckout || serial_only[event.index()]
+            {
+                // git runs push-to-checkout with RUN_HOOKS_OPT_INIT_FORCE_SERIAL.
+                1
+            } else {
+                defined
+                    .event_jobs(event.name())
+                    .or(defined.jobs)
+                    .unwrap_or(1)
+            };
         }
         // Then the hooks-directory hook.
         let hooks_path = config.string("core.hooksPath").map(|p| p.to_string());
@@ -198,6 +224,13 @@ impl HookSet {
     /// The hooks for `event`, in the order they run.
     pub fn get(&self, event: Event) -> &[Hook] {
         &self.by_event[event.index()]
+    }
+
+    /// How many of `event`'s hooks run at once: `hook.<event>.jobs`, else `hook.jobs`, else 1;
+    /// 1 when a configured hook of the event lacks `hook.<name>.parallel`, and always for
+    /// push-to-checkout.
+    pub fn jobs(&self, event: Event) -> usize {
+        self.jobs[event.index()].max(1)
     }
 
     /// Run every hook of `event` one after the other, relaying their output to `sink`. Returns
@@ -259,6 +292,11 @@ fn run_one(
     inv: &Invocation<'_>,
     sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
 ) -> io::Result<bool> {
+    run_process(command(hook, inv), inv.stdin, inv.keepalive, sink)
+}
+
+/// The process of `hook` as `inv` runs it, its stdio not yet set.
+fn command(hook: &Hook, inv: &Invocation<'_>) -> Process {
     let mut process = match hook {
         Hook::File { path, argv0 } => {
             // Exec'd by the relative name git uses, from the git directory, so that even a
@@ -287,7 +325,7 @@ fn run_one(
     for (k, v) in inv.base_env.iter().chain(inv.env) {
         process.env(k, std::ffi::OsStr::from_bytes(v));
     }
-    run_process(process, inv.stdin, inv.keepalive, sink)
+    process
 }
 
 /// Run `process` with its stdout and stderr on one pipe relayed to `sink` in chunks of at most
