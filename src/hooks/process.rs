@@ -99,7 +99,7 @@ pub struct HookSet {
     jobs: [usize; 7],
 }
 
-static PROCESSES: AtomicUsize = AtomicUsize::new(0);
+pub(super) static PROCESSES: AtomicUsize = AtomicUsize::new(0);
 
 /// How many hook processes this process has started, for tests that prove absent hooks cost
 /// nothing.
@@ -233,17 +233,25 @@ impl HookSet {
         self.jobs[event.index()].max(1)
     }
 
-    /// Run every hook of `event` one after the other, relaying their output to `sink`. Returns
-    /// whether all exited with status 0 (git ORs the statuses; a hook that cannot start counts
-    /// as a failure). Nothing happens for an event without hooks.
+    /// Run every hook of `event`, relaying their output to `sink`: one after the other, their
+    /// output as it comes, or, when [`HookSet::jobs`] allows more than one at once, as git's
+    /// `run_processes_parallel` does ([`super::parallel`]): each gets the whole stdin, and its
+    /// output reaches `sink` whole. Returns whether all exited with status 0 (git ORs the
+    /// statuses; a hook that cannot start counts as a failure). Nothing happens for an event
+    /// without hooks.
     pub fn run(
         &self,
         event: Event,
         invocation: &Invocation<'_>,
         sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
     ) -> io::Result<bool> {
+        let hooks = self.get(event);
+        let jobs = self.jobs(event);
+        if jobs > 1 && hooks.len() > 1 {
+            return super::parallel::run(hooks, jobs, invocation, sink);
+        }
         let mut ok = true;
-        for hook in self.get(event) {
+        for hook in hooks {
             ok &= run_one(hook, invocation, sink)?;
         }
         Ok(ok)
@@ -296,7 +304,7 @@ fn run_one(
 }
 
 /// The process of `hook` as `inv` runs it, its stdio not yet set.
-fn command(hook: &Hook, inv: &Invocation<'_>) -> Process {
+pub(super) fn command(hook: &Hook, inv: &Invocation<'_>) -> Process {
     let mut process = match hook {
         Hook::File { path, argv0 } => {
             // Exec'd by the relative name git uses, from the git directory, so that even a
