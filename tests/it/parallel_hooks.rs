@@ -246,29 +246,40 @@ fn the_hooks_directory_hook_runs_at_once_without_a_flag() {
     }
 }
 
-/// The update hooks of each ref run at once (one ref after the other), with the ref's
-/// arguments.
+/// The hooks of update (per ref, its arguments naming the ref), post-update and
+/// reference-transaction (per state) run at once too: each invocation's sentinel and detector
+/// are told apart by the hook's first argument.
 #[test]
-fn update_hooks_run_at_once_for_each_ref() {
+fn update_post_update_and_reference_transaction_hooks_run_at_once() {
     for rp in receive_packs() {
-        // `$1` is the ref: each ref gets its own sentinel files.
-        let tagged = |cmd: String| cmd.replace("../s.", "../${1##*/}.");
-        let w = world(
-            &[
-                ("hook.jobs", "2"),
-                ("hook.sentinel.event", "update"),
-                ("hook.sentinel.command", &tagged(sentinel("s"))),
-                ("hook.sentinel.parallel", "true"),
-                ("hook.detector.event", "update"),
-                ("hook.detector.command", &tagged(detector("s"))),
-                ("hook.detector.parallel", "true"),
-            ],
-            1,
-        );
+        let mut config = vec![("hook.jobs".to_owned(), "2".to_owned())];
+        for event in ["update", "post-update", "reference-transaction"] {
+            for (name, command) in [("sentinel", sentinel("s")), ("detector", detector("s"))] {
+                // `$1`: the ref (update), the first updated ref (post-update), the state
+                // (reference-transaction); each invocation has its own sentinel files.
+                let command = command.replace("../s.", &format!("../{event}-${{1##*/}}."));
+                let name = format!("{event}-{name}");
+                config.push((format!("hook.{name}.event"), event.to_owned()));
+                config.push((format!("hook.{name}.command"), command));
+                config.push((format!("hook.{name}.parallel"), "true".to_owned()));
+            }
+        }
+        let config: Vec<(&str, &str)> = config
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let w = world(&config, 1);
         let p = push(&w, &rp, &["refs/heads/*:refs/heads/*"]);
         assert!(p.success, "{p:#?}");
-        for branch in ["main", "b00000"] {
-            assert_eq!(read(&w, &format!("{branch}.order")), "parallel", "{rp}");
+        for tag in [
+            "update-main",
+            "update-b00000",
+            "post-update-b00000",
+            "reference-transaction-preparing",
+            "reference-transaction-prepared",
+            "reference-transaction-committed",
+        ] {
+            assert_eq!(read(&w, &format!("{tag}.order")), "parallel", "{rp}: {tag}");
         }
     }
 }
