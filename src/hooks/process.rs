@@ -141,30 +141,28 @@ impl HookSet {
             let event_disabled = defined.event_disabled(event_name);
             for name in names {
                 let disabled = defined.disabled(name);
-                let command = match defined.command(name) {
-                    Some(command) => command,
-                    None if disabled => {
-                        let _ = writeln!(
-                            diagnostics,
-                            "warning: disabled hook '{name}' has no command configured"
-                        );
-                        continue;
+                let command = defined.command(name);
+                if command.is_none() {
+                    if !disabled {
+                        return Err(Error::MissingCommand(name.clone()));
                     }
-                    None => return Err(Error::MissingCommand(name.clone())),
-                };
+                    let _ = writeln!(
+                        diagnostics,
+                        "warning: disabled hook '{name}' has no command configured"
+                    );
+                }
                 let Some(event) = event else {
                     continue;
                 };
                 // A configured hook without `parallel`, even a disabled one, keeps the event
                 // serial (git's `get_hook_jobs` looks at the whole list).
                 serial_only[event.index()] |= !defined.parallel(name);
-                if disabled || event_disabled {
-                    continue;
+                if let Some(command) = command.filter(|_| !disabled && !event_disabled) {
+                    set.by_event[event.index()].push(Hook::Configured {
+                        name: name.clone(),
+                        command: command.to_owned(),
+                    });
                 }
-                set.by_event[event.index()].push(Hook::Configured {
-                    name: name.clone(),
-                    command: command.to_owned(),
-                });
             }
         }
         for event in Event::ALL {

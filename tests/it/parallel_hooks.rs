@@ -140,8 +140,9 @@ fn one_hook_without_parallel_keeps_the_event_serial() {
     assert_eq!(order, "serial");
 }
 
-/// So does a disabled configured hook without `parallel`: git master's `get_hook_jobs` looks at
-/// every configured hook of the event, enabled or not.
+/// So does a disabled configured hook without `parallel`, even one without a command (which
+/// git warns about): git master's `get_hook_jobs` looks at every configured hook of the event,
+/// enabled or not.
 #[test]
 fn a_disabled_hook_without_parallel_keeps_the_event_serial() {
     let config = [
@@ -153,6 +154,15 @@ fn a_disabled_hook_without_parallel_keeps_the_event_serial() {
     let (order, pushes) = detect(&config, (true, true), 0);
     assert_eq!(order, "serial");
     assert!(!pushes[0].stderr.contains("off"), "{:#?}", pushes[0]);
+    let (order, pushes) = detect(&[config[0], config[1], config[3]], (true, true), 0);
+    assert_eq!(order, "serial");
+    for p in pushes {
+        assert!(
+            p.stderr
+                .contains("warning: disabled hook 'off' has no command configured\n"),
+            "{p:#?}"
+        );
+    }
 }
 
 /// Without `hook.jobs`, or with `hook.jobs=1`, hooks run one after the other.
