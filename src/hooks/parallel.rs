@@ -18,11 +18,10 @@
 //! interval, the sink is told ([`Output::Idle`]).
 
 use std::io::{self, Read, Write};
-use std::process::{Child, ChildStdin, Stdio};
-use std::sync::atomic::Ordering;
+use std::process::{Child, ChildStdin};
 use std::time::Instant;
 
-use super::process::{Hook, Invocation, Output, PROCESSES, command};
+use super::process::{Hook, Invocation, Output, spawn_hook};
 
 /// Bytes of a hook's stdin written per `write`.
 const STDIN_CHUNK: usize = 64 * 1024;
@@ -162,27 +161,8 @@ fn relay(
 /// Start `hook` with its output on one pipe and `input` to be fed to its stdin; git's message
 /// if it cannot start.
 fn start(hook: &Hook, inv: &Invocation<'_>, input: &[u8]) -> Result<Running, String> {
-    let mut process = command(hook, inv);
-    let cannot_run = |e: io::Error, p: &std::process::Command| {
-        format!(
-            "error: cannot run {}: {e}\n",
-            p.get_program().to_string_lossy()
-        )
-    };
-    let (reader, writer) = io::pipe().map_err(|e| cannot_run(e, &process))?;
-    let writer2 = writer.try_clone().map_err(|e| cannot_run(e, &process))?;
-    process
-        .stdout(writer2)
-        .stderr(writer)
-        .stdin(if input.is_empty() {
-            Stdio::null()
-        } else {
-            Stdio::piped()
-        });
-    let mut child = process.spawn().map_err(|e| cannot_run(e, &process))?;
-    PROCESSES.fetch_add(1, Ordering::Relaxed);
-    drop(process); // our copies of the pipe's write end: EOF comes when the hook exits
-    let stdin = child.stdin.take();
+    let (mut child, reader) = spawn_hook(hook, inv)?;
+    let stdin = child.stdin.take().filter(|_| !input.is_empty());
     if let Some(s) = &stdin {
         let nonblocking = rustix::fs::fcntl_getfl(s)
             .and_then(|flags| rustix::fs::fcntl_setfl(s, flags | rustix::fs::OFlags::NONBLOCK));

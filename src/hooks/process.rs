@@ -99,7 +99,7 @@ pub struct HookSet {
     jobs: [usize; 7],
 }
 
-pub(super) static PROCESSES: AtomicUsize = AtomicUsize::new(0);
+static PROCESSES: AtomicUsize = AtomicUsize::new(0);
 
 /// How many hook processes this process has started, for tests that prove absent hooks cost
 /// nothing.
@@ -298,22 +298,70 @@ fn run_one(
     inv: &Invocation<'_>,
     sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
 ) -> io::Result<bool> {
-    run_process(command(hook, inv), inv.stdin, inv.keepalive, sink)
+    match spawn_hook(hook, inv) {
+        Ok((child, reader)) => relay(child, reader, inv.stdin, inv.keepalive, sink),
+        Err(message) => {
+            sink(Output::Diagnostic(&message))?;
+            Ok(false)
+        }
+    }
 }
 
-/// The process of `hook` as `inv` runs it, its stdio not yet set.
-pub(super) fn command(hook: &Hook, inv: &Invocation<'_>) -> Process {
+/// Start `hook` as `inv` says, its stdout and stderr on one pipe (returned), its stdin piped
+/// when `inv` has input. A hooks-directory hook the kernel cannot execute for want of a `#!`
+/// line (`ENOEXEC`) is run by `/bin/sh`, as git's `start_command` does. If it cannot start:
+/// git's message (`fatal: cannot exec '<hook>': <reason>`).
+pub(super) fn spawn_hook(
+    hook: &Hook,
+    inv: &Invocation<'_>,
+) -> Result<(std::process::Child, io::PipeReader), String> {
+    let piped = inv.stdin.is_some();
+    let result = match spawn_piped(command(hook, inv, false), piped) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) && matches!(hook, Hook::File { .. }) => {
+            spawn_piped(command(hook, inv, true), piped)
+        }
+        other => other,
+    };
+    result.map_err(|e| {
+        let name = match hook {
+            Hook::File { argv0, .. } if Path::new(argv0).is_relative() => argv0.clone(),
+            Hook::File { path, .. } => path.to_string_lossy().into_owned(),
+            Hook::Configured { command, .. } => command.clone(),
+        };
+        format!("fatal: cannot exec '{name}': {}\n", strerror(&e))
+    })
+}
+
+/// The system's message for `e`, without Rust's ` (os error N)`.
+fn strerror(e: &io::Error) -> String {
+    let text = e.to_string();
+    match text.rsplit_once(" (os error ") {
+        Some((message, _)) => message.to_owned(),
+        None => text,
+    }
+}
+
+/// The process of `hook` as `inv` runs it, its stdio not yet set; `via_shell`: a
+/// hooks-directory hook run by `/bin/sh` (git's retry after `ENOEXEC`).
+fn command(hook: &Hook, inv: &Invocation<'_>, via_shell: bool) -> Process {
     let mut process = match hook {
         Hook::File { path, argv0 } => {
             // Exec'd by the relative name git uses, from the git directory, so that even a
             // script (whose `$0` is the path the kernel was given) sees `hooks/<name>`.
-            let mut p = Process::new(if Path::new(argv0).is_relative() {
+            let program = if Path::new(argv0).is_relative() {
                 Path::new(argv0)
             } else {
                 path.as_path()
-            });
-            p.arg0(argv0);
-            p
+            };
+            if via_shell {
+                let mut p = Process::new("/bin/sh");
+                p.arg(program);
+                p
+            } else {
+                let mut p = Process::new(program);
+                p.arg0(argv0);
+                p
+            }
         }
         Hook::Configured { command, .. } => {
             let mut p = Process::new("/bin/sh");
@@ -334,40 +382,52 @@ pub(super) fn command(hook: &Hook, inv: &Invocation<'_>) -> Process {
     process
 }
 
+/// Start `process` with its stdout and stderr on one pipe, which is returned, and its stdin
+/// piped (`stdin`) or `/dev/null`.
+fn spawn_piped(
+    mut process: Process,
+    stdin: bool,
+) -> io::Result<(std::process::Child, io::PipeReader)> {
+    let (reader, writer) = io::pipe()?;
+    process
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        .stdin(if stdin { Stdio::piped() } else { Stdio::null() });
+    let child = process.spawn()?;
+    PROCESSES.fetch_add(1, Ordering::Relaxed);
+    drop(process); // our copies of the pipe's write end: EOF comes when the hook exits
+    Ok((child, reader))
+}
+
 /// Run `process` with its stdout and stderr on one pipe relayed to `sink` in chunks of at most
 /// 128 bytes, `stdin` fed to it (or `/dev/null`), and [`Output::Idle`] after each `keepalive`
 /// of silence; all from the calling thread. Returns whether it exited with status 0.
 pub fn run_process(
-    mut process: Process,
+    process: Process,
     stdin: Option<&[u8]>,
     keepalive: Option<Duration>,
     sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
 ) -> io::Result<bool> {
-    let inv_stdin = stdin;
-    let (mut reader, writer) = io::pipe()?;
-    process
-        .stdout(writer.try_clone()?)
-        .stderr(writer)
-        .stdin(if inv_stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-    let mut child = match process.spawn() {
-        Ok(child) => child,
+    let program = process.get_program().to_string_lossy().into_owned();
+    match spawn_piped(process, stdin.is_some()) {
+        Ok((child, reader)) => relay(child, reader, stdin, keepalive, sink),
         Err(e) => {
             // As git: a program that cannot start is a failure, reported on stderr.
-            let msg = format!(
-                "error: cannot run {}: {e}\n",
-                process.get_program().to_string_lossy()
-            );
-            sink(Output::Diagnostic(&msg))?;
-            return Ok(false);
+            sink(Output::Diagnostic(&format!("error: cannot run {program}: {e}\n")))?;
+            Ok(false)
         }
-    };
-    PROCESSES.fetch_add(1, Ordering::Relaxed);
-    drop(process); // our copies of the pipe's write end: EOF comes when the hook exits
+    }
+}
 
+/// Feed `stdin` to a started `child` and relay what it writes on `reader` to `sink`, until it
+/// exits; whether it exited with status 0.
+fn relay(
+    mut child: std::process::Child,
+    mut reader: io::PipeReader,
+    inv_stdin: Option<&[u8]>,
+    keepalive: Option<Duration>,
+    sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
+) -> io::Result<bool> {
     let input = inv_stdin.unwrap_or_default();
     let mut written = 0;
     let mut stdin = child.stdin.take();
