@@ -423,3 +423,48 @@ fn a_failing_pre_receive_among_parallel_hooks_refuses_the_push() {
         assert_eq!(w.refs("srv.git"), "", "{rp}");
     }
 }
+
+/// A hook that cannot start (here a hooks-directory hook whose interpreter is missing) fails
+/// its event, serial or parallel, with git's message on the client's band 2, where git master's
+/// stderr goes while a receive hook runs; the other hooks still run. (git 2.47 writes the
+/// message to receive-pack's stderr instead.)
+#[test]
+fn a_hook_that_cannot_start_fails_the_event_with_gits_message_on_band_2() {
+    for jobs in ["1", "2"] {
+        for rp in receive_packs() {
+            let w = world(
+                &[
+                    ("hook.jobs", jobs),
+                    ("hook.a.event", "pre-receive"),
+                    ("hook.a.command", "echo a ran"),
+                    ("hook.a.parallel", "true"),
+                ],
+                0,
+            );
+            let path = w.path("srv.git/hooks/pre-receive");
+            std::fs::write(&path, "#!/nonexistent/sh\necho never\n").unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let p = push(&w, &rp, &["main"]);
+            assert!(!p.success, "{rp}: {p:#?}");
+            // Serially, in list order; in parallel the start failure is told at once, while
+            // the first hook's output waits for the poll loop.
+            let ran = "remote: a ran";
+            let fatal = "remote: fatal: cannot exec 'hooks/pre-receive': No such file or directory";
+            assert_eq!(
+                p.remote_lines(),
+                if jobs == "1" {
+                    [ran, fatal]
+                } else {
+                    [fatal, ran]
+                },
+                "{rp} jobs={jobs}"
+            );
+            assert!(
+                p.stdout
+                    .contains("[remote rejected] (pre-receive hook declined)"),
+                "{rp}: {p:#?}"
+            );
+        }
+    }
+}
