@@ -979,12 +979,13 @@ pub static KEYS: &[Key] = &[
     family!(
         "hook.<event>.jobs",
         "How many of the event's hooks run at once, overriding hook.jobs (-1: the number of CPUs; \
-         0 and below are ignored with a warning)."
+         0, other negative values and non-numbers are ignored with a warning)."
     ),
     family!(
         "hook.jobs",
-        "How many of an event's hooks run at once (default 1; -1: the number of CPUs); \
-         push-to-checkout always runs serially."
+        "How many of an event's hooks run at once (default 1; -1: the number of CPUs; other \
+         values below 1 are ignored with a warning), when every configured hook of the event has \
+         hook.<name>.parallel; push-to-checkout always runs serially."
     ),
 ];
 
