@@ -14,12 +14,18 @@
 //! process and nothing else: no relay thread, no feeder thread, no muxer of its own. While a hook
 //! is silent for `receive.keepAlive` seconds the sink is told, so the session can send keepalives.
 //!
+//! When `hook.jobs` or `hook.<event>.jobs` allows it and every configured hook of the event has
+//! `hook.<name>.parallel`, the event's hooks run at the same time as in git master
+//! ([`parallel`]): still from the one thread and one `poll` loop, each hook's output buffered
+//! and relayed whole.
+//!
 //! The public part of this module is the in-process hook API ([`InProcess`]); the process hooks
 //! ([`process`]) and the proc-receive protocol ([`proc_receive`]) are the crate's own (public
 //! with the `internals` feature).
 
 internal! { mod process; }
 internal! { mod proc_receive; }
+mod parallel;
 
 pub(crate) use self::process::*;
 

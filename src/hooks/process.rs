@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use gix_object::bstr::BString;
 
+use crate::repo::config::HookConfig;
+
 /// The hook events receive-pack runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Event {
@@ -92,6 +94,9 @@ pub enum Error {
 #[derive(Debug, Default, Clone)]
 pub struct HookSet {
     by_event: [Vec<Hook>; 7],
+    /// Per event, how many of its hooks run at once (git's `get_hook_jobs`); 0 or 1: one after
+    /// the other.
+    jobs: [usize; 7],
 }
 
 static PROCESSES: AtomicUsize = AtomicUsize::new(0);
@@ -104,54 +109,73 @@ pub fn processes_started() -> usize {
 }
 
 impl HookSet {
-    /// Look up every receive-side hook of the repository at `git_dir`. git's hint about a hook
-    /// that is not executable goes to `diagnostics` (receive-pack's stderr).
+    /// Look up every receive-side hook of the repository at `git_dir`: the config-defined ones
+    /// from `defined` (the `hook.*` keys), then the hooks-directory hook, and how many of each
+    /// event's hooks may run at once. git's warnings and its hint about a hook that is not
+    /// executable go to `diagnostics` (receive-pack's stderr).
     pub fn discover(
         git_dir: &Path,
         config: &gix_config::File,
+        defined: &HookConfig,
         diagnostics: &mut dyn Write,
     ) -> Result<Self, Error> {
         let mut set = HookSet::default();
-        // Configured hooks, in the order their `event` keys are met.
-        let mut order: Vec<(String, String)> = Vec::new(); // (friendly name, event)
-        for section in config.sections() {
-            let header = section.header();
-            if !header.name().eq_ignore_ascii_case(b"hook") {
-                continue;
-            }
-            let Some(name) = header.subsection_name() else {
-                continue;
-            };
-            let name = name.to_string();
-            for event in section.values("event") {
-                let event = event.to_string();
-                if event.is_empty() {
-                    order.retain(|(n, _)| *n != name);
-                    continue;
-                }
-                order.retain(|(n, e)| !(*n == name && *e == event));
-                order.push((name.clone(), event));
+        // git master's `warn_jobs_on_friendly_names`.
+        for (name, _) in &defined.event_jobs {
+            if defined.is_friendly_name(name) {
+                let _ = writeln!(
+                    diagnostics,
+                    "warning: hook.{name}.jobs is set but '{name}' looks like a hook \
+                     friendly-name, not an event name; hook.<event>.jobs uses the event name \
+                     (e.g. hook.post-receive.jobs), so this setting will be ignored"
+                );
             }
         }
-        for (name, event_name) in order {
-            let Some(event) = Event::ALL
+        // git master's `build_hook_config_map` checks every event's hooks, receive-side or not.
+        let mut serial_only = [false; 7];
+        for (event_name, names) in &defined.events {
+            let event = Event::ALL
                 .iter()
                 .copied()
-                .find(|e| e.name() == event_name && *e != Event::ProcReceive)
-            else {
-                continue;
-            };
-            let enabled = |key: &str| config.boolean(key).ok().flatten().unwrap_or(true);
-            if !enabled(&format!("hook.{name}.enabled"))
-                || !enabled(&format!("hook.{event_name}.enabled"))
-            {
-                continue;
+                .find(|e| e.name() == event_name && *e != Event::ProcReceive);
+            let event_disabled = defined.event_disabled(event_name);
+            for name in names {
+                let disabled = defined.disabled(name);
+                let command = defined.command(name);
+                if command.is_none() {
+                    if !disabled {
+                        return Err(Error::MissingCommand(name.clone()));
+                    }
+                    let _ = writeln!(
+                        diagnostics,
+                        "warning: disabled hook '{name}' has no command configured"
+                    );
+                }
+                let Some(event) = event else {
+                    continue;
+                };
+                // A configured hook without `parallel`, even a disabled one, keeps the event
+                // serial (git's `get_hook_jobs` looks at the whole list).
+                serial_only[event.index()] |= !defined.parallel(name);
+                if let Some(command) = command.filter(|_| !disabled && !event_disabled) {
+                    set.by_event[event.index()].push(Hook::Configured {
+                        name: name.clone(),
+                        command: command.to_owned(),
+                    });
+                }
             }
-            let command = config
-                .string(format!("hook.{name}.command").as_str())
-                .map(|c| c.to_string())
-                .ok_or_else(|| Error::MissingCommand(name.clone()))?;
-            set.by_event[event.index()].push(Hook::Configured { name, command });
+        }
+        for event in Event::ALL {
+            set.jobs[event.index()] = if event == Event::PushToCheckout || serial_only[event.index()]
+            {
+                // git runs push-to-checkout with RUN_HOOKS_OPT_INIT_FORCE_SERIAL.
+                1
+            } else {
+                defined
+                    .event_jobs(event.name())
+                    .or(defined.jobs)
+                    .unwrap_or(1)
+            };
         }
         // Then the hooks-directory hook.
         let hooks_path = config.string("core.hooksPath").map(|p| p.to_string());
@@ -200,17 +224,32 @@ impl HookSet {
         &self.by_event[event.index()]
     }
 
-    /// Run every hook of `event` one after the other, relaying their output to `sink`. Returns
-    /// whether all exited with status 0 (git ORs the statuses; a hook that cannot start counts
-    /// as a failure). Nothing happens for an event without hooks.
+    /// How many of `event`'s hooks run at once: `hook.<event>.jobs`, else `hook.jobs`, else 1;
+    /// 1 when a configured hook of the event lacks `hook.<name>.parallel`, and always for
+    /// push-to-checkout.
+    pub fn jobs(&self, event: Event) -> usize {
+        self.jobs[event.index()].max(1)
+    }
+
+    /// Run every hook of `event`, relaying their output to `sink`: one after the other, their
+    /// output as it comes, or, when [`HookSet::jobs`] allows more than one at once, as git's
+    /// `run_processes_parallel` does ([`super::parallel`]): each gets the whole stdin, and its
+    /// output reaches `sink` whole. Returns whether all exited with status 0 (git ORs the
+    /// statuses; a hook that cannot start counts as a failure). Nothing happens for an event
+    /// without hooks.
     pub fn run(
         &self,
         event: Event,
         invocation: &Invocation<'_>,
         sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
     ) -> io::Result<bool> {
+        let hooks = self.get(event);
+        let jobs = self.jobs(event);
+        if jobs > 1 && hooks.len() > 1 {
+            return super::parallel::run(hooks, jobs, invocation, sink);
+        }
         let mut ok = true;
-        for hook in self.get(event) {
+        for hook in hooks {
             ok &= run_one(hook, invocation, sink)?;
         }
         Ok(ok)
@@ -259,17 +298,70 @@ fn run_one(
     inv: &Invocation<'_>,
     sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
 ) -> io::Result<bool> {
+    match spawn_hook(hook, inv) {
+        Ok((child, reader)) => relay(child, reader, inv.stdin, inv.keepalive, sink),
+        Err(message) => {
+            sink(Output::Diagnostic(&message))?;
+            Ok(false)
+        }
+    }
+}
+
+/// Start `hook` as `inv` says, its stdout and stderr on one pipe (returned), its stdin piped
+/// when `inv` has input. A hooks-directory hook the kernel cannot execute for want of a `#!`
+/// line (`ENOEXEC`) is run by `/bin/sh`, as git's `start_command` does. If it cannot start:
+/// git's message (`fatal: cannot exec '<hook>': <reason>`).
+pub(super) fn spawn_hook(
+    hook: &Hook,
+    inv: &Invocation<'_>,
+) -> Result<(std::process::Child, io::PipeReader), String> {
+    let piped = inv.stdin.is_some();
+    let result = match spawn_piped(command(hook, inv, false), piped) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) && matches!(hook, Hook::File { .. }) => {
+            spawn_piped(command(hook, inv, true), piped)
+        }
+        other => other,
+    };
+    result.map_err(|e| {
+        let name = match hook {
+            Hook::File { argv0, .. } if Path::new(argv0).is_relative() => argv0.clone(),
+            Hook::File { path, .. } => path.to_string_lossy().into_owned(),
+            Hook::Configured { command, .. } => command.clone(),
+        };
+        format!("fatal: cannot exec '{name}': {}\n", strerror(&e))
+    })
+}
+
+/// The system's message for `e`, without Rust's ` (os error N)`.
+fn strerror(e: &io::Error) -> String {
+    let text = e.to_string();
+    match text.rsplit_once(" (os error ") {
+        Some((message, _)) => message.to_owned(),
+        None => text,
+    }
+}
+
+/// The process of `hook` as `inv` runs it, its stdio not yet set; `via_shell`: a
+/// hooks-directory hook run by `/bin/sh` (git's retry after `ENOEXEC`).
+fn command(hook: &Hook, inv: &Invocation<'_>, via_shell: bool) -> Process {
     let mut process = match hook {
         Hook::File { path, argv0 } => {
             // Exec'd by the relative name git uses, from the git directory, so that even a
             // script (whose `$0` is the path the kernel was given) sees `hooks/<name>`.
-            let mut p = Process::new(if Path::new(argv0).is_relative() {
+            let program = if Path::new(argv0).is_relative() {
                 Path::new(argv0)
             } else {
                 path.as_path()
-            });
-            p.arg0(argv0);
-            p
+            };
+            if via_shell {
+                let mut p = Process::new("/bin/sh");
+                p.arg(program);
+                p
+            } else {
+                let mut p = Process::new(program);
+                p.arg0(argv0);
+                p
+            }
         }
         Hook::Configured { command, .. } => {
             let mut p = Process::new("/bin/sh");
@@ -287,43 +379,55 @@ fn run_one(
     for (k, v) in inv.base_env.iter().chain(inv.env) {
         process.env(k, std::ffi::OsStr::from_bytes(v));
     }
-    run_process(process, inv.stdin, inv.keepalive, sink)
+    process
+}
+
+/// Start `process` with its stdout and stderr on one pipe, which is returned, and its stdin
+/// piped (`stdin`) or `/dev/null`.
+fn spawn_piped(
+    mut process: Process,
+    stdin: bool,
+) -> io::Result<(std::process::Child, io::PipeReader)> {
+    let (reader, writer) = io::pipe()?;
+    process
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        .stdin(if stdin { Stdio::piped() } else { Stdio::null() });
+    let child = process.spawn()?;
+    PROCESSES.fetch_add(1, Ordering::Relaxed);
+    drop(process); // our copies of the pipe's write end: EOF comes when the hook exits
+    Ok((child, reader))
 }
 
 /// Run `process` with its stdout and stderr on one pipe relayed to `sink` in chunks of at most
 /// 128 bytes, `stdin` fed to it (or `/dev/null`), and [`Output::Idle`] after each `keepalive`
 /// of silence; all from the calling thread. Returns whether it exited with status 0.
 pub fn run_process(
-    mut process: Process,
+    process: Process,
     stdin: Option<&[u8]>,
     keepalive: Option<Duration>,
     sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
 ) -> io::Result<bool> {
-    let inv_stdin = stdin;
-    let (mut reader, writer) = io::pipe()?;
-    process
-        .stdout(writer.try_clone()?)
-        .stderr(writer)
-        .stdin(if inv_stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-    let mut child = match process.spawn() {
-        Ok(child) => child,
+    let program = process.get_program().to_string_lossy().into_owned();
+    match spawn_piped(process, stdin.is_some()) {
+        Ok((child, reader)) => relay(child, reader, stdin, keepalive, sink),
         Err(e) => {
             // As git: a program that cannot start is a failure, reported on stderr.
-            let msg = format!(
-                "error: cannot run {}: {e}\n",
-                process.get_program().to_string_lossy()
-            );
-            sink(Output::Diagnostic(&msg))?;
-            return Ok(false);
+            sink(Output::Diagnostic(&format!("error: cannot run {program}: {e}\n")))?;
+            Ok(false)
         }
-    };
-    PROCESSES.fetch_add(1, Ordering::Relaxed);
-    drop(process); // our copies of the pipe's write end: EOF comes when the hook exits
+    }
+}
 
+/// Feed `stdin` to a started `child` and relay what it writes on `reader` to `sink`, until it
+/// exits; whether it exited with status 0.
+fn relay(
+    mut child: std::process::Child,
+    mut reader: io::PipeReader,
+    inv_stdin: Option<&[u8]>,
+    keepalive: Option<Duration>,
+    sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
+) -> io::Result<bool> {
     let input = inv_stdin.unwrap_or_default();
     let mut written = 0;
     let mut stdin = child.stdin.take();

@@ -61,7 +61,12 @@ pub fn run(
     let repo = Repository::open(dir, &options.env.for_config())?;
     crate::repo::config::write_warnings(&mut stderr, &repo.config_warnings)?;
     let config = &repo.config;
-    let hook_set = HookSet::discover(&repo.git_dir, &repo.config_file, &mut stderr)?;
+    let hook_set = HookSet::discover(
+        &repo.git_dir,
+        &repo.config_file,
+        &config.hooks.defined,
+        &mut stderr,
+    )?;
     // Signed pushes: the nonce is issued when the session starts, as git does.
     let push_cert_nonce = config.advertisement.cert_nonce_seed.as_deref().map(|seed| {
         let now = std::time::SystemTime::now()

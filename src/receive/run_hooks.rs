@@ -123,6 +123,20 @@ impl<'a> Hooks<'a> {
         }
     }
 
+    /// Relay the output of a receive hook (pre-receive, update, post-receive, post-update) as
+    /// [`Hooks::to_client`] does, receive-pack's own message about a hook that cannot start
+    /// included: git master's stderr is the sideband while these hooks run
+    /// (`prepare_sideband_async`).
+    fn receive_hook_output<W: Write, E: Write>(
+        sb: &mut Sideband<W, E>,
+    ) -> impl FnMut(hooks::Output<'_>) -> io::Result<()> + '_ {
+        move |o| match o {
+            hooks::Output::Data(d) => sb.progress(d),
+            hooks::Output::Idle => sb.keepalive(),
+            hooks::Output::Diagnostic(m) => sb.progress(m.as_bytes()),
+        }
+    }
+
     /// Relay hook output to receive-pack's stderr, not to the client's band (the
     /// reference-transaction and push-to-checkout hooks, as git's).
     fn to_stderr(
@@ -173,7 +187,7 @@ impl<'a> Hooks<'a> {
         self.set.run(
             Event::PreReceive,
             &self.invocation(&[], Some(&stdin), &env),
-            &mut Self::to_client(sb),
+            &mut Self::receive_hook_output(sb),
         )
     }
 
@@ -200,7 +214,7 @@ impl<'a> Hooks<'a> {
         self.set.run(
             Event::Update,
             &self.invocation(&args, None, &[]),
-            &mut Self::to_client(sb),
+            &mut Self::receive_hook_output(sb),
         )
     }
 
@@ -426,7 +440,7 @@ impl<'a> Hooks<'a> {
         self.set.run(
             Event::PostReceive,
             &self.invocation(&[], Some(&stdin), &env),
-            &mut Self::to_client(sb),
+            &mut Self::receive_hook_output(sb),
         )?;
         Ok(())
     }
@@ -451,7 +465,7 @@ impl<'a> Hooks<'a> {
         self.set.run(
             Event::PostUpdate,
             &self.invocation(&args, None, &[]),
-            &mut Self::to_client(sb),
+            &mut Self::receive_hook_output(sb),
         )?;
         Ok(())
     }

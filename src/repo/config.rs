@@ -86,7 +86,13 @@ pub enum Error {
     /// A `reftable.*` value out of the range git accepts.
     #[error("{0}")]
     ReftableOption(String),
-    /// A `receive.fsck.*` key without a value in a configuration file.
+    /// `hook.<name>.event` for a friendly name that is a hook event's name (git master dies:
+    /// `hook.<event>.enabled` and `hook.<event>.jobs` would be ambiguous).
+    #[error(
+        "hook friendly-name '{0}' collides with a known event name; please choose a different friendly-name"
+    )]
+    HookNameIsEvent(String),
+    /// A `receive.fsck.*` or `hook.<name>.*` key without a value in a configuration file.
     #[error("bad config variable '{key}' in file '{file}' at line {line}")]
     MissingValue {
         /// The key, lower case.
@@ -260,6 +266,8 @@ pub struct HookSettings {
     pub keep_alive: Option<Duration>,
     /// `receive.procReceiveRefs`: which commands the proc-receive hook handles.
     pub proc_receive_refs: Vec<ProcReceiveRef>,
+    /// The `hook.*` keys: config-defined hooks and how many of an event's hooks run at once.
+    pub defined: HookConfig,
 }
 
 impl Default for HookSettings {
@@ -267,9 +275,117 @@ impl Default for HookSettings {
         HookSettings {
             keep_alive: Some(Duration::from_secs(5)),
             proc_receive_refs: Vec::new(),
+            defined: HookConfig::default(),
         }
     }
 }
+
+/// The `hook.*` keys as git master's `hook_config_lookup_all` (`hook.c`) collects them: one pass
+/// over the configuration in order, a bad value ignored with git's warning. Which hooks each
+/// event then runs, and how many at once, is [`crate::hooks::HookSet`]'s business.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookConfig {
+    /// `hook.jobs`, its last valid value (`-1` is the number of online CPUs); `None`: unset,
+    /// which is one job (serial).
+    pub jobs: Option<usize>,
+    /// `hook.<event>.jobs`, its last valid value per event, resolved as `hook.jobs`.
+    pub event_jobs: Vec<(String, usize)>,
+    /// `hook.<name>.event`: per event, the friendly names, each where its last `event` key put
+    /// it (an empty value removes the name from every event).
+    pub events: Vec<(String, Vec<String>)>,
+    /// `hook.<name>.command`, the last value per friendly name.
+    pub commands: Vec<(String, String)>,
+    /// The names whose `hook.<name>.enabled` is false: friendly names and events alike (git
+    /// tells them apart only once every key is read).
+    pub disabled: Vec<String>,
+    /// `hook.<name>.parallel`, the last valid value per friendly name.
+    pub parallel: Vec<(String, bool)>,
+}
+
+impl HookConfig {
+    /// The command of the friendly name `name`.
+    pub fn command(&self, name: &str) -> Option<&str> {
+        lookup(&self.commands, name).map(String::as_str)
+    }
+
+    /// Whether `hook.<name>.parallel` is true.
+    pub fn parallel(&self, name: &str) -> bool {
+        lookup(&self.parallel, name).copied().unwrap_or(false)
+    }
+
+    /// Whether `hook.<name>.enabled` is false.
+    pub fn disabled(&self, name: &str) -> bool {
+        self.disabled.iter().any(|n| n == name)
+    }
+
+    /// `hook.<event>.jobs`.
+    pub fn event_jobs(&self, event: &str) -> Option<usize> {
+        lookup(&self.event_jobs, event).copied()
+    }
+
+    /// The friendly names `hook.<name>.event` gives `event`, in the order they run.
+    pub fn names_for(&self, event: &str) -> &[String] {
+        lookup(&self.events, event).map_or(&[], Vec::as_slice)
+    }
+
+    /// git's `is_friendly_name`: `name` has a `command`, `parallel` or `event` key (`enabled`
+    /// does not tell, as events have it too).
+    pub fn is_friendly_name(&self, name: &str) -> bool {
+        lookup(&self.commands, name).is_some()
+            || lookup(&self.parallel, name).is_some()
+            || self.events.iter().any(|(_, names)| names.iter().any(|n| n == name))
+    }
+
+    /// `hook.<event>.enabled` is false: the event's configured hooks do not run. (A friendly
+    /// name's own `enabled` is not an event's.)
+    pub fn event_disabled(&self, event: &str) -> bool {
+        self.disabled(event) && !self.is_friendly_name(event)
+    }
+}
+
+fn lookup<'a, T>(pairs: &'a [(String, T)], key: &str) -> Option<&'a T> {
+    pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
+fn upsert<T>(pairs: &mut Vec<(String, T)>, key: &str, value: T) {
+    match pairs.iter_mut().find(|(k, _)| k == key) {
+        Some((_, v)) => *v = value,
+        None => pairs.push((key.to_owned(), value)),
+    }
+}
+
+/// The hook events git knows (`hook-list.h`, from `Documentation/githooks.adoc`): none may be a
+/// friendly name.
+pub const KNOWN_HOOK_EVENTS: &[&str] = &[
+    "applypatch-msg",
+    "commit-msg",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
+    "p4-prepare-changelist",
+    "post-applypatch",
+    "post-checkout",
+    "post-commit",
+    "post-index-change",
+    "post-merge",
+    "post-receive",
+    "post-rewrite",
+    "post-update",
+    "pre-applypatch",
+    "pre-auto-gc",
+    "pre-commit",
+    "pre-merge-commit",
+    "pre-push",
+    "pre-rebase",
+    "pre-receive",
+    "prepare-commit-msg",
+    "proc-receive",
+    "push-to-checkout",
+    "reference-transaction",
+    "sendemail-validate",
+    "update",
+];
 
 /// Bounds on the request ([`crate::protocol::request`]); berth's own keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -422,7 +538,7 @@ impl Config {
                         apply(&mut p, &v.to_string())?;
                     }
                 }
-                Apply::Each(_) => {}
+                Apply::Each(_) | Apply::Family => {}
                 Apply::Sections(read) => read(file, &mut p)?,
             }
         }
@@ -529,6 +645,9 @@ enum Apply {
     Each(fn(&mut Parsing, &str)),
     /// A family of keys under a subsection (`receive.fsck.*`), read from the sections.
     Sections(fn(&File, &mut Parsing) -> Result<(), Error>),
+    /// A member of a family that an earlier key's [`Apply::Sections`] reads in the same pass
+    /// (the `hook.*` keys, read in configuration order as git does).
+    Family,
 }
 
 /// A [`Config`] being built, with what is resolved only once every key is read.
@@ -598,6 +717,17 @@ macro_rules! each {
             name: $name,
             doc: $doc,
             apply: Apply::Each(|$p: &mut Parsing, $v: &str| $body),
+        }
+    };
+}
+
+/// Declare a key of a family read all at once by the family's first key (`hook.*`).
+macro_rules! family {
+    ($name:literal, $doc:literal) => {
+        Key {
+            name: $name,
+            doc: $doc,
+            apply: Apply::Family,
         }
     };
 }
@@ -881,7 +1011,168 @@ pub static KEYS: &[Key] = &[
             p.c.durability.object_files = boolean(v)?;
         }
     ),
+    Key {
+        name: "hook.<name>.command",
+        doc: "A config-defined hook: the shell command run for each event its \
+              `hook.<name>.event` names (the last value counts). The `hook.*` keys are read in \
+              one pass in configuration order, as git master's `hook_config_lookup_all`.",
+        apply: Apply::Sections(read_hooks),
+    },
+    family!(
+        "hook.<name>.event",
+        "An event the hook runs for (multi-valued; an empty value clears the hook's events). A \
+         known event's name may not be a friendly name."
+    ),
+    family!(
+        "hook.<name>.enabled",
+        "false: the hook does not run (default true)."
+    ),
+    family!(
+        "hook.<name>.parallel",
+        "true: the hook may run at the same time as the event's other hooks (default false; one \
+         configured hook without it makes the whole event serial)."
+    ),
+    family!(
+        "hook.<event>.enabled",
+        "false: none of the event's configured hooks run (default true)."
+    ),
+    family!(
+        "hook.<event>.jobs",
+        "How many of the event's hooks run at once, overriding hook.jobs (-1: the number of CPUs; \
+         0, other negative values and non-numbers are ignored with a warning)."
+    ),
+    family!(
+        "hook.jobs",
+        "How many of an event's hooks run at once (default 1; -1: the number of CPUs; other \
+         values below 1 are ignored with a warning), when every configured hook of the event has \
+         hook.<name>.parallel; push-to-checkout always runs serially."
+    ),
 ];
+
+/// Every `hook.*` key, in configuration order, as git master's `hook_config_lookup_all`: a bad
+/// `jobs` or `parallel` value is ignored with git's warning, a `hook.<name>.*` key without a
+/// value is fatal, and so is a friendly name that is a known event's.
+fn read_hooks(file: &File, p: &mut Parsing) -> Result<(), Error> {
+    let h = &mut p.c.hooks.defined;
+    let warnings = &mut p.warnings;
+    for section in file.sections() {
+        let header = section.header();
+        if !header.name().eq_ignore_ascii_case(b"hook") {
+            continue;
+        }
+        let name = header.subsection_name().map(|n| n.to_string());
+        let body = section.body();
+        let vars: Vec<String> = body.value_names().collect();
+        for (i, var) in vars.iter().enumerate() {
+            let lower = var.to_ascii_lowercase();
+            let nth = vars[..i].iter().filter(|v| v.eq_ignore_ascii_case(var)).count();
+            let last = !vars[i + 1..].iter().any(|v| v.eq_ignore_ascii_case(var));
+            // gix-config gives a key without `=` as an empty value; only the last one of a name
+            // can be told from `key =`.
+            let value = match body.values(var).get(nth) {
+                Some(v) if v.is_empty() && last && body.value_implicit(var) == Some(None) => None,
+                v => v.map(|v| v.to_string()),
+            };
+            let Some(name) = name.as_deref() else {
+                // `hook.jobs`; a key without a value is ignored.
+                if lower == "jobs"
+                    && let Some(v) = value
+                    && let Some(n) = hook_jobs("hook.jobs", &v, warnings)
+                {
+                    h.jobs = Some(n);
+                }
+                continue;
+            };
+            let Some(value) = value else {
+                return Err(Error::MissingValue {
+                    key: format!("hook.{name}.{lower}"),
+                    file: String::new(),
+                    line: 0,
+                });
+            };
+            match lower.as_str() {
+                "event" if value.is_empty() => {
+                    for (_, names) in &mut h.events {
+                        names.retain(|n| n != name);
+                    }
+                }
+                "event" => {
+                    if KNOWN_HOOK_EVENTS.contains(&name) {
+                        return Err(Error::HookNameIsEvent(name.to_owned()));
+                    }
+                    if name == value {
+                        warnings.push(Warning(format!(
+                            "hook friendly-name '{name}' is the same as its event; this may \
+                             cause ambiguity with hook.{name}.enabled"
+                        )));
+                    }
+                    let names = match h.events.iter().position(|(e, _)| *e == value) {
+                        Some(i) => &mut h.events[i].1,
+                        None => {
+                            h.events.push((value, Vec::new()));
+                            &mut h.events.last_mut().expect("just pushed").1
+                        }
+                    };
+                    names.retain(|n| n != name);
+                    names.push(name.to_owned());
+                }
+                "command" => upsert(&mut h.commands, name, value),
+                "enabled" => match maybe_bool(&value) {
+                    Some(false) if !h.disabled(name) => h.disabled.push(name.to_owned()),
+                    Some(true) => h.disabled.retain(|n| n != name),
+                    // Already disabled, or not a boolean: ignored, as git does.
+                    _ => {}
+                },
+                "parallel" => match maybe_bool(&value) {
+                    Some(b) => upsert(&mut h.parallel, name, b),
+                    None => warnings.push(Warning(format!(
+                        "hook.{name}.parallel must be a boolean, ignoring: '{value}'"
+                    ))),
+                },
+                "jobs" => {
+                    if let Some(n) = hook_jobs(&format!("hook.{name}.jobs"), &value, warnings) {
+                        upsert(&mut h.event_jobs, name, n);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A `hook.jobs` or `hook.<event>.jobs` value: a positive integer, or `-1` for the number of
+/// online CPUs; anything else is ignored with git's warning.
+fn hook_jobs(key: &str, value: &str, warnings: &mut Vec<Warning>) -> Option<usize> {
+    match parse_int(value).and_then(|n| i32::try_from(n).ok()) {
+        None => warnings.push(Warning(format!(
+            "{key} must be an integer, ignoring: '{value}'"
+        ))),
+        Some(-1) => return Some(online_cpus()),
+        Some(n) if n > 0 => return Some(n as usize),
+        Some(_) => warnings.push(Warning(format!(
+            "{key} must be a positive integer or -1, ignoring: '{value}'"
+        ))),
+    }
+    None
+}
+
+/// git's `git_parse_maybe_bool`: an empty value is false, a number is true unless 0, anything
+/// else is not a boolean.
+fn maybe_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "" => Some(false),
+        other => parse_bool(other),
+    }
+}
+
+/// git's `online_cpus`: the processors online (`sysconf(_SC_NPROCESSORS_ONLN)`), at least 1.
+#[allow(unsafe_code)]
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf only reads a system value.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
+}
 
 /// The last value of `key` (`core.fsync`, `core.fsyncMethod`), or git's "missing value" error
 /// for a key written without `=` (git's `config_error_nonbool`).
@@ -1273,12 +1564,34 @@ mod tests {
             c.durability.method == Method::Batch
         }),
         ("core.fsyncObjectFiles", "true", |c| c.durability.object_files),
+        ("hook.<name>.command", "true", |c| {
+            c.hooks.defined.command("audit") == Some("true")
+        }),
+        ("hook.<name>.event", "pre-receive", |c| {
+            c.hooks.defined.names_for("pre-receive") == ["audit"]
+        }),
+        ("hook.<name>.enabled", "false", |c| {
+            c.hooks.defined.disabled("audit")
+        }),
+        ("hook.<name>.parallel", "true", |c| {
+            c.hooks.defined.parallel("audit")
+        }),
+        ("hook.<event>.enabled", "false", |c| {
+            c.hooks.defined.event_disabled("pre-receive")
+        }),
+        ("hook.<event>.jobs", "2", |c| {
+            c.hooks.defined.event_jobs("pre-receive") == Some(2)
+        }),
+        ("hook.jobs", "3", |c| c.hooks.defined.jobs == Some(3)),
     ];
 
     /// `[section "sub"] var = value` for `section.var` or `section.sub.var`, the names spelled by
     /// `case`.
     fn config_text(name: &str, value: &str, case: fn(&str) -> String) -> String {
-        let name = name.replace("<msg-id>", "missingEmail");
+        let name = name
+            .replace("<msg-id>", "missingEmail")
+            .replace("<name>", "audit")
+            .replace("<event>", "pre-receive");
         let mut parts: Vec<&str> = name.split('.').collect();
         let var = parts.pop().unwrap();
         let header = match parts.as_slice() {
@@ -1318,6 +1631,66 @@ mod tests {
         for key in KEYS {
             assert!(!key.doc.is_empty(), "{}", key.name);
         }
+    }
+
+    /// git master's `hook_config_lookup_all`, key by key in configuration order.
+    #[test]
+    fn hook_keys_as_git_master_reads_them() {
+        let (c, warnings) = parse(
+            "[hook]\n\tjobs = 2\n\tjobs = 0\n\tjobs = many\n\
+             [hook \"a\"]\n\tevent = pre-receive\n\tcommand = one\n\tcommand = two\n\
+             \tparallel = maybe\n\tparallel = yes\n\tjobs = 3\n\
+             [hook \"b\"]\n\tevent = pre-receive\n\tevent = update\n\tenabled = false\n\
+             \tenabled = nonsense\n\
+             [hook \"a\"]\n\tevent = pre-receive\n\
+             [hook \"c\"]\n\tevent = update\n\tevent =\n\
+             [hook \"pre-receive\"]\n\tjobs = -1\n\tenabled = false\n\
+             [hook \"post-update\"]\n\tjobs = 0\n\
+             [hook \"x-event\"]\n\tevent = x-event\n\tcommand = true\n",
+        )
+        .unwrap();
+        let h = &c.hooks.defined;
+        assert_eq!(h.jobs, Some(2), "0 and a non-number are ignored");
+        assert_eq!(h.names_for("pre-receive"), ["b", "a"], "last-seen order");
+        assert_eq!(h.names_for("update"), ["b"], "an empty event clears c's");
+        assert_eq!(h.command("a"), Some("two"));
+        assert!(h.parallel("a") && !h.parallel("b"));
+        assert!(h.disabled("b"), "a non-boolean enabled is ignored");
+        assert_eq!(h.event_jobs("a"), Some(3));
+        assert_eq!(h.event_jobs("pre-receive"), Some(online_cpus()));
+        assert_eq!(h.event_jobs("post-update"), None);
+        assert!(h.event_disabled("pre-receive") && !h.event_disabled("b"));
+        assert_eq!(
+            warnings,
+            [
+                "hook.jobs must be a positive integer or -1, ignoring: '0'",
+                "hook.jobs must be an integer, ignoring: 'many'",
+                "hook.a.parallel must be a boolean, ignoring: 'maybe'",
+                "hook.post-update.jobs must be a positive integer or -1, ignoring: '0'",
+                "hook friendly-name 'x-event' is the same as its event; this may cause \
+                 ambiguity with hook.x-event.enabled",
+            ]
+            .map(|w| Warning(w.into()))
+        );
+        for text in [
+            "[hook \"update\"]\n\tevent = post-receive\n",
+            "[hook \"pre-push\"]\n\tevent = pre-push\n",
+        ] {
+            let err = parse(text).unwrap_err();
+            assert!(matches!(err, Error::HookNameIsEvent(_)), "{text}");
+            assert!(
+                err.to_string().ends_with(
+                    "collides with a known event name; please choose a different friendly-name"
+                ),
+                "{err}"
+            );
+        }
+        // A friendly name's key without a value is fatal; hook.jobs without one is ignored.
+        assert!(matches!(
+            parse("[hook \"a\"]\n\tcommand\n"),
+            Err(Error::MissingValue { key, .. }) if key == "hook.a.command"
+        ));
+        assert_eq!(parse("[hook]\n\tjobs\n").unwrap().0.hooks.defined.jobs, None);
     }
 
     #[test]

@@ -295,6 +295,30 @@ fn configured_hooks_run_before_the_hooks_directory_hook() {
     );
 }
 
+/// A hook without a `#!` line, which the kernel will not execute (`ENOEXEC`), is run by
+/// `/bin/sh` as git's `start_command` does, `$0` still `hooks/<name>`.
+#[test]
+fn hooks_without_a_shebang_line_are_run_by_the_shell() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        for name in ["pre-receive", "update", "post-receive"] {
+            install(w, "srv.git", name, "echo \"$0 $# $(cat | wc -l)\"\n");
+        }
+        w.work("src");
+        w.commit("src", "a", "1");
+        vec![w.push("src", r, "srv.git", &["main"])]
+    });
+    assert!(o.pushes[0].success, "{:#?}", o.pushes[0]);
+    assert_eq!(
+        o.pushes[0].remote_lines(),
+        [
+            "remote: hooks/pre-receive 0 1",
+            "remote: hooks/update 3 0",
+            "remote: hooks/post-receive 0 1"
+        ]
+    );
+}
+
 #[test]
 fn hooks_that_do_not_read_stdin_are_fine() {
     let o = differential(|w, r| {

@@ -15,6 +15,7 @@ mod hooks;
 mod in_process;
 mod invocation;
 mod memory;
+mod parallel_hooks;
 mod protocol;
 mod push;
 mod races;
