@@ -20,7 +20,7 @@ use gix_hash::ObjectId;
 use gix_object::bstr::{BStr, BString, ByteSlice};
 use gix_ref::Target;
 
-use crate::repo::config::LogRefUpdates;
+use crate::repo::config::{LockTimeouts, LogRefUpdates};
 
 mod loose;
 mod packed;
@@ -46,6 +46,7 @@ pub fn of_repository(repo: &crate::repo::Repository) -> Box<dyn RefStore> {
             fsync: repo.config.durability,
             ..repo.config.storage.reftable
         },
+        repo.config.storage.lock_timeouts,
     )
 }
 
@@ -80,18 +81,22 @@ pub enum SnapshotError {
 }
 
 /// The ref store of the repository at `git_dir`; both backends make what they write durable as
-/// `reftable.fsync` (`core.fsync`) says.
+/// `reftable.fsync` (`core.fsync`) says; the files backend waits for held locks as `locks` says,
+/// the reftable backend as `reftable.lock_timeout` says.
 pub fn open(
     git_dir: &Path,
     format: RefFormat,
     object_format: gix_hash::Kind,
     log: LogRefUpdates,
     reftable: crate::reftable::WriteOptions,
+    locks: LockTimeouts,
 ) -> Box<dyn RefStore> {
     match format {
-        RefFormat::Files => {
-            Box::new(FilesStore::open(git_dir, object_format, log).with_fsync(reftable.fsync))
-        }
+        RefFormat::Files => Box::new(
+            FilesStore::open(git_dir, object_format, log)
+                .with_fsync(reftable.fsync)
+                .with_lock_timeouts(locks),
+        ),
         RefFormat::Reftable => Box::new(ReftableStore::open(
             git_dir,
             log,
@@ -359,6 +364,7 @@ pub struct FilesStore {
     object_format: gix_hash::Kind,
     log: LogRefUpdates,
     fsync: crate::fsync::Durability,
+    locks: LockTimeouts,
 }
 
 /// From this many refs in one batch on, they are written to `packed-refs` in one rewrite
@@ -376,7 +382,15 @@ impl FilesStore {
             object_format,
             log,
             fsync: Default::default(),
+            locks: Default::default(),
         }
+    }
+
+    /// Wait for locks held by others as `locks` says (`core.filesRefLockTimeout`,
+    /// `core.packedRefsTimeout`; git's defaults otherwise).
+    pub fn with_lock_timeouts(mut self, locks: LockTimeouts) -> Self {
+        self.locks = locks;
+        self
     }
 
     /// Make ref lock files and `packed-refs` durable as `fsync` says (`core.fsync`'s
@@ -412,6 +426,8 @@ struct Batch<'a> {
     objects: &'a gix_odb::Handle,
     /// `core.fsync`: lock files and `packed-refs.new` are synced before their rename.
     fsync: crate::fsync::Durability,
+    /// How long to wait for a lock someone else holds.
+    locks: LockTimeouts,
 }
 
 impl FilesStore {
@@ -432,6 +448,7 @@ impl FilesStore {
             committer: options.committer,
             objects: options.objects,
             fsync: self.fsync,
+            locks: self.locks,
         };
         // Else (`packed::Fallback`) a symbolic ref is involved, or packed-refs.lock is held: one
         // lock per ref, as git.
@@ -627,6 +644,7 @@ pub fn open_other(git_dir: &Path, object_format: gix_hash::Kind) -> Box<dyn RefS
         format,
         object_format,
         LogRefUpdates::Never,
+        Default::default(),
         Default::default(),
     )
 }
