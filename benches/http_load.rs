@@ -27,7 +27,9 @@
 //!   ref storage (`git init --bare --ref-format=…`).
 //!
 //! Each case makes `BERTH_LOAD_PUSHES` pushes in all (default 1024, divided among the clients);
-//! `BERTH_LOAD_ROUNDS` (default 1) runs each case that many times. Within a case the two servers
+//! `BERTH_LOAD_ROUNDS` (default 1) runs each case that many times; `BERTH_LOAD_SERVERS=berth`
+//! (or `git`) runs one server only, to profile it; `BERTH_LOAD_SERVERS=berth,baseline` with
+//! `BERTH_LOAD_BASELINE=<another berth binary>` compares two builds of berth in the same run. Within a case the two servers
 //! run one after the other, the first alternating from case to case, each on a fresh copy of the
 //! same seeded repositories. Each branch is seeded with a first commit before the clock starts,
 //! so that every timed push is a one-commit fast-forward (commit, tree, one ~1 KiB blob;
@@ -321,9 +323,9 @@ impl Drop for Server {
     }
 }
 
-fn start_berth(root: &Path, dir: &Path) -> Server {
+fn start_berth(bin: &Path, root: &Path, dir: &Path) -> Server {
     let log = std::fs::File::create(dir.join("berth-serve.log")).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_berth"));
+    let mut cmd = Command::new(bin);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--root"])
         .arg(root);
     // Extra options for experiments (`--max-concurrent-pushes 64`); none by default.
@@ -504,6 +506,19 @@ fn main() {
     let formats = env_list("BERTH_LOAD_REF_FORMATS", "files");
     let total = env_usize("BERTH_LOAD_PUSHES", 1024).max(1);
     let rounds = env_usize("BERTH_LOAD_ROUNDS", 1).max(1);
+    // `berth` alone (to profile it), `git` alone, or both (the default); `baseline` is the berth
+    // binary `BERTH_LOAD_BASELINE` names (another build, to compare with in the same run).
+    let servers: Vec<String> = env_list("BERTH_LOAD_SERVERS", "berth,git")
+        .into_iter()
+        .filter(|s| matches!(s.as_str(), "berth" | "git" | "baseline"))
+        .collect();
+    let baseline = PathBuf::from(std::env::var_os("BERTH_LOAD_BASELINE").unwrap_or_default());
+    if servers.iter().any(|s| s == "baseline") && !baseline.is_file() {
+        eprintln!(
+            "http_load: BERTH_LOAD_SERVERS has baseline but BERTH_LOAD_BASELINE names no file"
+        );
+        std::process::exit(2);
+    }
     let Some(lighttpd) = find_lighttpd() else {
         eprintln!(
             "http_load: lighttpd not found (on PATH, /usr/sbin or /usr/local/sbin). This bench \
@@ -549,20 +564,21 @@ fn main() {
                 for round in 0..rounds {
                     let case = format!("{n} × {}, {format}", shape.name());
                     let mut results: Vec<(&str, Verdict)> = Vec::new();
-                    let order: [&str; 2] = if case_no.is_multiple_of(2) {
-                        ["berth", "git"]
-                    } else {
-                        ["git", "berth"]
-                    };
+                    // Each case starts with the next server in turn.
+                    let mut order = servers.clone();
+                    let turn = case_no % order.len().max(1);
+                    order.rotate_left(turn);
                     case_no += 1;
-                    for which in order {
+                    for which in order.iter().map(String::as_str) {
                         let sub = case_dir.join(format!("{format}-{round}-{which}"));
                         let root = sub.join("repos");
                         history.seed(&root, format);
-                        let server = if which == "berth" {
-                            start_berth(&root, &sub)
-                        } else {
-                            start_lighttpd(&lighttpd, &root, &sub)
+                        let server = match which {
+                            "berth" => {
+                                start_berth(env!("CARGO_BIN_EXE_berth").as_ref(), &root, &sub)
+                            }
+                            "baseline" => start_berth(&baseline, &root, &sub),
+                            _ => start_lighttpd(&lighttpd, &root, &sub),
                         };
                         let load = load::load_average();
                         let mut out =
@@ -591,7 +607,9 @@ fn main() {
                         results.push((which, result));
                         let _ = std::fs::remove_dir_all(&root);
                     }
-                    results.sort_by_key(|(w, _)| *w != "berth");
+                    results.sort_by_key(|(w, _)| {
+                        ["berth", "git", "baseline"].iter().position(|k| k == w)
+                    });
                     rows.push(table_rows(&case, pushes, &results));
                 }
             }
@@ -611,10 +629,10 @@ fn main() {
 }
 
 fn server_name(which: &str) -> &'static str {
-    if which == "berth" {
-        "berth serve"
-    } else {
-        "git http-backend (lighttpd mod_cgi)"
+    match which {
+        "berth" => "berth serve",
+        "baseline" => "berth serve (BERTH_LOAD_BASELINE)",
+        _ => "git http-backend (lighttpd mod_cgi)",
     }
 }
 
@@ -654,11 +672,14 @@ fn table_rows(case: &str, pushes: usize, results: &[(&str, Verdict)]) -> Vec<Str
         Verdict::Ok(s) => Some(s.rate),
         Verdict::Failed { .. } => None,
     };
-    let ratio = match (
-        results.first().map(|r| rate(&r.1)),
-        results.get(1).map(|r| rate(&r.1)),
-    ) {
-        (Some(Some(b)), Some(Some(g))) => format!("{:.2}x", b / g),
+    let of = |which: &str| {
+        results
+            .iter()
+            .find(|r| r.0 == which)
+            .and_then(|r| rate(&r.1))
+    };
+    let ratio = match (of("berth"), of("git")) {
+        (Some(b), Some(g)) => format!("{:.2}x", b / g),
         _ => String::new(),
     };
     results
