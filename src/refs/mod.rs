@@ -78,6 +78,9 @@ pub enum SnapshotError {
     /// The reftable stack could not be read.
     #[error(transparent)]
     Reftable(#[from] crate::reftable::Error),
+    /// `packed-refs` could not be read.
+    #[error(transparent)]
+    PackedRefs(#[from] PackedReadError),
 }
 
 /// The ref store of the repository at `git_dir`; both backends make what they write durable as
@@ -122,6 +125,15 @@ impl Refs {
     /// Build from `(name, id)` pairs in any order.
     pub fn from_unsorted(mut entries: Vec<(BString, ObjectId)>) -> Self {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
+        Refs {
+            entries,
+            version: None,
+        }
+    }
+
+    /// Build from `(name, id)` pairs sorted by name.
+    fn from_sorted(entries: Vec<(BString, ObjectId)>) -> Self {
+        debug_assert!(entries.is_sorted_by(|a, b| a.0 < b.0));
         Refs {
             entries,
             version: None,
@@ -522,21 +534,46 @@ fn precheck(u: &RefUpdate, current: &Refs) -> Result<(), RefError> {
 }
 
 impl RefStore for FilesStore {
+    /// `packed-refs` and the loose files under `refs/` read directly, as git's files backend
+    /// reads them (a loose file wins over its `packed-refs` entry; a broken one hides it): with
+    /// one `open` and `read` per loose ref, which matters when every push of many at once
+    /// reads every ref twice (the advertisement and the push itself, issue 16).
     fn snapshot(&self) -> Result<Refs, SnapshotError> {
-        let platform = self.store.iter()?;
-        let mut entries = Vec::new();
-        for r in platform.all()? {
-            let Ok(r) = r else { continue };
-            if !r.name.as_bstr().starts_with(b"refs/") {
-                continue;
+        let packed = packed::Packed::read(&self.git_dir.join("packed-refs"))?;
+        let mut loose = Vec::new();
+        loose::scan(&self.git_dir, &mut loose);
+        loose.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut entries: Vec<(BString, ObjectId)> = Vec::with_capacity(packed.len() + loose.len());
+        let mut loose = loose.into_iter().peekable();
+        let mut symbolic = Vec::new();
+        let mut take_loose = |entries: &mut Vec<(BString, ObjectId)>, (name, value)| match value {
+            packed::Loose::Object(oid) => entries.push((BString::from(name), oid)),
+            packed::Loose::Symbolic => symbolic.push(BString::from(name)),
+            packed::Loose::Broken => {}
+        };
+        for (name, oid) in packed.iter() {
+            while let Some(l) = loose.next_if(|l| l.0.as_slice() < name) {
+                take_loose(&mut entries, l);
             }
-            match r.target {
-                Target::Object(oid) => entries.push((r.name.as_bstr().to_owned(), oid)),
-                Target::Symbolic(_) => {
-                    if let Some(oid) = self.resolve(r.name.as_bstr()) {
-                        entries.push((r.name.as_bstr().to_owned(), oid));
-                    }
+            match loose.next_if(|l| l.0.as_slice() == name) {
+                Some(l) => take_loose(&mut entries, l),
+                None if name.starts_with(b"refs/")
+                    && gix_validate::reference::name(name.as_bstr()).is_ok() =>
+                {
+                    entries.push((BString::from(name), oid))
                 }
+                None => {}
+            }
+        }
+        for l in loose {
+            take_loose(&mut entries, l);
+        }
+        if symbolic.is_empty() {
+            return Ok(Refs::from_sorted(entries));
+        }
+        for name in symbolic {
+            if let Some(oid) = self.resolve(name.as_bstr()) {
+                entries.push((name, oid));
             }
         }
         Ok(Refs::from_unsorted(entries))

@@ -322,6 +322,16 @@ impl Packed {
         &self.buf[e.name.clone()]
     }
 
+    /// How many entries there are.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Every entry's name and value, in name order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&[u8], ObjectId)> {
+        self.entries.iter().map(|e| (self.name(e), e.oid))
+    }
+
     fn find(&self, name: &[u8]) -> Result<usize, usize> {
         self.entries
             .binary_search_by(|e| self.buf[e.name.clone()].cmp(name))
@@ -586,8 +596,27 @@ pub(super) enum Loose {
     Broken,
 }
 
+/// The loose ref at `path`, `None` if there is no such file. Read with one `open` and small
+/// `read`s (no `stat`: a ref file is tens of bytes; what is past the first 256 bytes never
+/// changes the answer).
 pub(super) fn read_loose(path: &Path) -> Option<Loose> {
-    let data = fs::read(path).ok()?;
+    read_loose_from(fs::File::open(path).ok()?)
+}
+
+/// [`read_loose`] of an open file.
+pub(super) fn read_loose_from(mut file: fs::File) -> Option<Loose> {
+    use std::io::Read;
+    let mut buf = [0u8; 256];
+    let mut len = 0;
+    while len < buf.len() {
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    let data = &buf[..len];
     if data.starts_with(b"ref:") {
         return Some(Loose::Symbolic);
     }
