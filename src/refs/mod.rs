@@ -539,9 +539,12 @@ impl RefStore for FilesStore {
     /// one `open` and `read` per loose ref, which matters when every push of many at once
     /// reads every ref twice (the advertisement and the push itself, issue 16).
     fn snapshot(&self) -> Result<Refs, SnapshotError> {
-        let packed = packed::Packed::read(&self.git_dir.join("packed-refs"))?;
+        // The loose refs first, then `packed-refs`, as git's `files_ref_iterator_begin`: a
+        // concurrent `pack-refs` writes `packed-refs` before it removes the loose files it
+        // packed, so a ref it moves is seen in one place or the other, never in neither.
         let mut loose = Vec::new();
         loose::scan(&self.git_dir, &mut loose);
+        let packed = packed::Packed::read(&self.git_dir.join("packed-refs"))?;
         loose.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut entries: Vec<(BString, ObjectId)> = Vec::with_capacity(packed.len() + loose.len());
         let mut loose = loose.into_iter().peekable();
