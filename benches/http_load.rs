@@ -28,7 +28,8 @@
 //!
 //! Each case makes `BERTH_LOAD_PUSHES` pushes in all (default 1024, divided among the clients);
 //! `BERTH_LOAD_ROUNDS` (default 1) runs each case that many times; `BERTH_LOAD_SERVERS=berth`
-//! (or `git`) runs one server only, to profile it; `BERTH_LOAD_SERVERS=berth,baseline` with
+//! (or `git`) runs one server only, to profile it; `BERTH_LOAD_KEEP=1` leaves the directory
+//! and the repositories behind for inspection; `BERTH_LOAD_SERVERS=berth,baseline` with
 //! `BERTH_LOAD_BASELINE=<another berth binary>` compares two builds of berth in the same run. Within a case the two servers
 //! run one after the other, the first alternating from case to case, each on a fresh copy of the
 //! same seeded repositories. Each branch is seeded with a first commit before the clock starts,
@@ -529,6 +530,8 @@ fn main() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
+    // `BERTH_LOAD_KEEP=1`: leave the directory and the repositories for inspection.
+    let keep = std::env::var("BERTH_LOAD_KEEP").as_deref() == Ok("1");
     let mut version = support::git(dir);
     version.arg("--version");
     let version = String::from_utf8(support::run(version, None)).unwrap();
@@ -605,7 +608,9 @@ fn main() {
                         };
                         report(&case, which, &load, pushes, &result);
                         results.push((which, result));
-                        let _ = std::fs::remove_dir_all(&root);
+                        if !keep {
+                            let _ = std::fs::remove_dir_all(&root);
+                        }
                     }
                     results.sort_by_key(|(w, _)| {
                         ["berth", "git", "baseline"].iter().position(|k| k == w)
@@ -622,6 +627,9 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for r in rows.iter().flatten() {
         println!("{r}");
+    }
+    if keep {
+        println!("http_load: kept {}", tmp.keep().display());
     }
     if failed {
         std::process::exit(1);
