@@ -131,9 +131,10 @@ impl Refs {
         }
     }
 
-    /// Build from `(name, id)` pairs sorted by name.
-    fn from_sorted(entries: Vec<(BString, ObjectId)>) -> Self {
-        debug_assert!(entries.is_sorted_by(|a, b| a.0 < b.0));
+    /// Build from `(name, id)` pairs sorted by name (a name given twice, as a corrupt
+    /// `packed-refs` can, keeps its first value).
+    fn from_sorted(mut entries: Vec<(BString, ObjectId)>) -> Self {
+        entries.dedup_by(|a, b| a.0 == b.0);
         Refs {
             entries,
             version: None,
