@@ -689,3 +689,96 @@ pub fn open_other(git_dir: &Path, object_format: gix_hash::Kind) -> Box<dyn RefS
         Default::default(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The files snapshot as git lists the same refs: a loose file wins over its `packed-refs`
+    /// entry, a broken loose file hides it, a symbolic ref resolves to its target's value (a
+    /// dangling one is left out), and `*.lock` files, dot files and names git refuses are not
+    /// refs.
+    #[test]
+    fn files_snapshot_lists_what_git_lists() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let git_dir = dir.path().join("r.git");
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(&git_dir)
+                .args(args)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .output()
+                .expect("git");
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+            String::from_utf8(out.stdout).expect("utf-8")
+        };
+        let status = std::process::Command::new("git")
+            .args(["init", "-q", "--bare", "--ref-format=files"])
+            .arg(&git_dir)
+            .status()
+            .expect("git init");
+        assert!(status.success());
+        let object = |kind: &str, s: &str| {
+            let mut c = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(&git_dir)
+                .args(["hash-object", "-t", kind, "-w", "--stdin"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("hash-object");
+            use std::io::Write;
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(s.as_bytes())
+                .expect("write");
+            let out = c.wait_with_output().expect("wait");
+            String::from_utf8(out.stdout)
+                .expect("utf-8")
+                .trim()
+                .to_owned()
+        };
+        let tree = object("tree", "");
+        let commit = |msg: &str| {
+            let body =
+                format!("tree {tree}\nauthor a <a> 0 +0000\ncommitter a <a> 0 +0000\n\n{msg}\n");
+            object("commit", &body)
+        };
+        let (a, b) = (commit("a"), commit("b"));
+        for (name, value) in [
+            ("refs/heads/packed", &a),
+            ("refs/heads/both", &a),
+            ("refs/heads/hidden", &a),
+            ("refs/tags/t/deep", &a),
+        ] {
+            git(&["update-ref", name, value]);
+        }
+        git(&["pack-refs", "--all"]);
+        git(&["update-ref", "refs/heads/both", &b]);
+        git(&["update-ref", "refs/heads/loose/one", &b]);
+        git(&["symbolic-ref", "refs/heads/sym", "refs/heads/both"]);
+        git(&["symbolic-ref", "refs/heads/dangling", "refs/heads/nothing"]);
+        let heads = git_dir.join("refs/heads");
+        std::fs::write(heads.join("hidden"), "not an id\n").expect("write");
+        std::fs::write(heads.join("x.lock"), format!("{b}\n")).expect("write");
+        std::fs::write(heads.join(".dot"), format!("{b}\n")).expect("write");
+        std::fs::write(heads.join("bad..name"), format!("{b}\n")).expect("write");
+
+        let store = FilesStore::open(&git_dir, gix_hash::Kind::Sha1, LogRefUpdates::Never);
+        let ours: String = store
+            .snapshot()
+            .expect("snapshot")
+            .iter()
+            .map(|(n, o)| format!("{o} {}\n", n.as_bstr()))
+            .collect();
+        let theirs = git(&["for-each-ref", "--format=%(objectname) %(refname)"]);
+        assert_eq!(ours, theirs);
+        assert!(
+            ours.contains("refs/heads/sym") && !ours.contains("hidden"),
+            "{ours}"
+        );
+    }
+}
