@@ -1,22 +1,40 @@
-//! Load run (not a timed test): pushes over smart HTTP from parallel clients against
-//! `berth serve` and against `git http-backend` behind lighttpd (mod_cgi), on loopback ephemeral
-//! ports, with the same repositories and the same push sequence. Prints throughput and latency
-//! per server, then checks that every pushed ref landed with the right value and that
-//! `git fsck --strict` is clean on every repository; a server that lost or refused a push is
-//! reported as FAILED instead of timed, and the bench exits non-zero.
+//! Load run (not a timed test): many small pushes at once over smart HTTP, against
+//! `berth serve` and against `git http-backend` behind lighttpd (mod_cgi), on loopback
+//! ephemeral ports, with the same repositories and the same pushes (issue 16 item 4: the
+//! agent workload). Prints, per case, each server's pushes/s, p50 and p99 latency and berth's
+//! ratio to git; every push counted was confirmed by its report, and after the run every branch
+//! must hold its last pushed commit and every repository be `git fsck --strict` clean (see
+//! `support/load.rs`). A server with a refused or lost push is reported FAILED, and the bench
+//! exits 1.
 //!
 //! Prerequisite (this bench installs nothing): lighttpd with mod_cgi, mod_alias and mod_setenv,
 //! e.g. `apt-get install -y lighttpd` on Debian; and git with `git http-backend`.
 //!
 //! ```text
 //! TMPDIR=/dev/shm cargo bench --bench http_load
+//! TMPDIR=/dev/shm BERTH_LOAD_SHAPES=shared BERTH_LOAD_CLIENTS=64 BERTH_LOAD_REF_FORMATS=reftable \
+//!     cargo bench --bench http_load
 //! ```
 //!
-//! `BERTH_LOAD_WORKERS` (default 8) clients push `BERTH_LOAD_PUSHES` (default 1024) pushes in
-//! all. Worker `w` alternates between a new commit on its own branch `refs/heads/w<w>` of the
-//! shared repository `shared.git` and a new commit on `main` of its own repository
-//! `own<w>.git`; every push is one commit (commit, tree, one ~1 KiB blob) on top of the
-//! previous one of that branch, so each is a fast-forward the server must check.
+//! The cases are every combination of:
+//!
+//! - `BERTH_LOAD_SHAPES` (default `shared,own`): `shared`, every client pushes its own branch
+//!   `refs/heads/c<c>` of the one repository `shared.git`; `own`, client `c` pushes `main` of
+//!   its own repository `own<c>.git`; `mixed`, client `c` alternates between the two (the
+//!   workload of the first version of this bench).
+//! - `BERTH_LOAD_CLIENTS` (default `1,8,64`): how many clients push at once.
+//! - `BERTH_LOAD_REF_FORMATS` (default `files`; `files,reftable` for both): the repositories'
+//!   ref storage (`git init --bare --ref-format=…`).
+//!
+//! Each case makes `BERTH_LOAD_PUSHES` pushes in all (default 1024, divided among the clients);
+//! `BERTH_LOAD_ROUNDS` (default 1) runs each case that many times; `BERTH_LOAD_SERVERS=berth`
+//! (or `git`) runs one server only, to profile it; `BERTH_LOAD_KEEP=1` leaves the directory
+//! and the repositories behind for inspection; `BERTH_LOAD_SERVERS=berth,baseline` with
+//! `BERTH_LOAD_BASELINE=<another berth binary>` compares two builds of berth in the same run. Within a case the two servers
+//! run one after the other, the first alternating from case to case, each on a fresh copy of the
+//! same seeded repositories. Each branch is seeded with a first commit before the clock starts,
+//! so that every timed push is a one-commit fast-forward (commit, tree, one ~1 KiB blob;
+//! ~1 KB request) that the server must check against the branch's current value.
 //!
 //! The client is not `git push`: each push is replayed as `git push` sends it — `GET
 //! info/refs?service=git-receive-pack`, then `POST git-receive-pack` with the command line
@@ -25,26 +43,29 @@
 //! The request bodies are made before the clock starts, so the numbers measure the servers: a
 //! real `git push` costs tens of milliseconds of client CPU (a handful of processes per push),
 //! which on a small machine would compete with the server under test and dominate the latency.
-//! The latency of a push is the GET plus the POST, up to the last byte of the report.
+//! The latency of a push is the GET plus the POST, up to the last byte of the report; a push
+//! counts only if that report says `unpack ok` and `ok <ref>`.
 //!
-//! Both servers get a fresh copy of the same empty repositories (bare, `http.receivepack=true`,
-//! which berth ignores and git-http-backend needs for an unauthenticated push). berth serves
-//! them at `http://127.0.0.1:<port>/<repo>` with its zero-configuration defaults (its access log
-//! goes to a file); lighttpd at `http://127.0.0.1:<port>/git/<repo>` through
-//! `alias.url` + `cgi.assign` as in git-http-backend's documentation, with `GIT_PROJECT_ROOT` and
-//! `GIT_HTTP_EXPORT_ALL` from mod_setenv.
+//! berth serves the root at `http://127.0.0.1:<port>/<repo>` with its zero-configuration
+//! defaults (its access log goes to a file; `BERTH_LOAD_BERTH_ARGS` adds options); lighttpd at
+//! `http://127.0.0.1:<port>/git/<repo>` through `alias.url` + `cgi.assign` as in
+//! git-http-backend's documentation, with `GIT_PROJECT_ROOT` and `GIT_HTTP_EXPORT_ALL` from
+//! mod_setenv (the repositories have `http.receivepack=true`, which berth ignores).
 //!
 //! `BERTH_LOAD_AUTH=1`: every request carries HTTP Basic credentials, checked by berth against
 //! an argon2 credentials file (`berth passwd`; its credential cache spares all but the first
 //! checks) and by lighttpd (mod_auth, mod_authn_file with a plain user file, which is what it
 //! costs there: no hashing at all).
 
+mod support;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
+
+use support::load::{self, History, Summary, env_list, env_usize, pkt};
 
 /// The bench user's password (`BERTH_LOAD_AUTH=1`).
 const PASSWORD: &str = "load-bench-password";
@@ -76,66 +97,8 @@ fn authorization() -> Option<&'static str> {
     .as_deref()
 }
 
-const ZERO: &str = "0000000000000000000000000000000000000000";
 const CAPABILITIES: &str =
     "report-status-v2 side-band-64k quiet object-format=sha1 agent=git/2.47.3";
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn git_cmd(dir: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null");
-    c
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = git_cmd(dir).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn git_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Vec<u8> {
-    let mut child = git_cmd(dir)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let input = input.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
-fn pkt(s: &str) -> Vec<u8> {
-    format!("{:04x}{s}", s.len() + 4).into_bytes()
-}
-
-/// One branch that receives a sequence of commits.
-struct Chain {
-    repo: String,
-    refname: String,
-    commits: Vec<String>,
-}
 
 /// One push, ready to send.
 struct Push {
@@ -144,124 +107,89 @@ struct Push {
     body: Vec<u8>,
 }
 
-/// The chains and, per worker, its pushes in order.
-fn make_pushes(dir: &Path, workers: usize, per_worker: usize) -> (Vec<Chain>, Vec<Vec<Push>>) {
-    let own = per_worker / 2;
-    let shared = per_worker - own;
-    let mut chains = Vec::new();
-    for w in 0..workers {
-        chains.push(Chain {
-            repo: "shared.git".into(),
-            refname: format!("refs/heads/w{w}"),
-            commits: Vec::with_capacity(shared),
-        });
-        chains.push(Chain {
-            repo: format!("own{w}.git"),
-            refname: "refs/heads/main".into(),
-            commits: Vec::with_capacity(own),
-        });
-    }
-    let lens: Vec<usize> = (0..chains.len())
-        .map(|i| if i % 2 == 0 { shared } else { own })
-        .collect();
-    // All commits through one fast-import: deterministic, and seconds rather than minutes.
-    let gen_dir = dir.join("gen.git");
-    git(dir, &["init", "-q", "--bare", gen_dir.to_str().unwrap()]);
-    let mut stream = Vec::new();
-    let mut mark = 0usize;
-    let mut marks = Vec::new();
-    for (c, &len) in lens.iter().enumerate() {
-        let mut chain_marks = Vec::new();
-        for k in 0..len {
-            mark += 1;
-            let msg = format!("chain {c} push {k}\n");
-            let mut content = String::new();
-            let mut x = (mark as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            while content.len() < 1024 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                content.push_str(&format!("{x:016x}\n"));
-            }
-            write!(
-                stream,
-                "commit refs/heads/c{c}\nmark :{mark}\ncommitter Bench <bench@example.com> {} +0000\ndata {}\n{msg}",
-                1_700_000_000 + mark,
-                msg.len()
-            )
-            .unwrap();
-            if let Some(prev) = chain_marks.last() {
-                writeln!(stream, "from :{prev}").unwrap();
-            }
-            write!(
-                stream,
-                "M 100644 inline file.txt\ndata {}\n{content}\n",
-                content.len()
-            )
-            .unwrap();
-            chain_marks.push(mark);
-        }
-        marks.push(chain_marks);
-    }
-    let marks_file = dir.join("marks");
-    git_stdin(
-        &gen_dir,
-        &[
-            "fast-import",
-            "--quiet",
-            &format!("--export-marks={}", marks_file.display()),
-        ],
-        &stream,
-    );
-    let text = std::fs::read_to_string(&marks_file).unwrap();
-    let mut ids = vec![String::new(); mark + 1];
-    for line in text.lines() {
-        let (m, id) = line.split_once(' ').unwrap();
-        ids[m.trim_start_matches(':').parse::<usize>().unwrap()] = id.to_owned();
-    }
-    for (chain, chain_marks) in chains.iter_mut().zip(&marks) {
-        chain.commits = chain_marks.iter().map(|m| ids[*m].clone()).collect();
-    }
-
-    let mut per_worker_pushes: Vec<Vec<Push>> = (0..workers).map(|_| Vec::new()).collect();
-    for (w, pushes) in per_worker_pushes.iter_mut().enumerate() {
-        let (a, b) = (&chains[2 * w], &chains[2 * w + 1]);
-        for i in 0..per_worker {
-            let (chain, k) = if i % 2 == 0 { (a, i / 2) } else { (b, i / 2) };
-            let new = &chain.commits[k];
-            let old = if k == 0 { ZERO } else { &chain.commits[k - 1] };
-            let revs = if k == 0 {
-                format!("{new}\n")
-            } else {
-                format!("{new}\n^{old}\n")
-            };
-            let pack = git_stdin(
-                &gen_dir,
-                &["pack-objects", "--revs", "--stdout", "-q"],
-                revs.as_bytes(),
-            );
-            let mut body = pkt(&format!("{old} {new} {}\0{CAPABILITIES}\n", chain.refname));
-            body.extend_from_slice(b"0000");
-            body.extend_from_slice(&pack);
-            pushes.push(Push {
-                repo: chain.repo.clone(),
-                refname: chain.refname.clone(),
-                body,
-            });
-        }
-    }
-    (chains, per_worker_pushes)
+/// How the clients share the repositories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// Every client on its own branch of one repository.
+    Shared,
+    /// One repository per client.
+    Own,
+    /// Each client alternates between its branch of the shared repository and its own one.
+    Mixed,
 }
 
-/// The same empty repositories for each server.
-fn make_root(root: &Path, workers: usize) {
-    std::fs::create_dir_all(root).unwrap();
-    let mut repos = vec!["shared.git".to_owned()];
-    repos.extend((0..workers).map(|w| format!("own{w}.git")));
-    for r in &repos {
-        git(root, &["init", "-q", "--bare", "-b", "main", r]);
-        git(&root.join(r), &["config", "http.receivepack", "true"]);
+impl Shape {
+    fn parse(s: &str) -> Shape {
+        match s {
+            "shared" | "one" => Shape::Shared,
+            "own" => Shape::Own,
+            "mixed" => Shape::Mixed,
+            other => {
+                eprintln!("http_load: unknown shape {other:?} (shared, own, mixed)");
+                std::process::exit(2);
+            }
+        }
     }
+
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Shared => "one repository",
+            Shape::Own => "repository per client",
+            Shape::Mixed => "mixed",
+        }
+    }
+
+    /// The branches (repository, ref) and, per client, the branches it pushes, in turn.
+    fn branches(self, clients: usize) -> (Vec<(String, String)>, Vec<Vec<usize>>) {
+        let shared = |c: usize| ("shared.git".to_owned(), format!("refs/heads/c{c}"));
+        let own = |c: usize| (format!("own{c}.git"), "refs/heads/main".to_owned());
+        match self {
+            Shape::Shared => (
+                (0..clients).map(shared).collect(),
+                (0..clients).map(|c| vec![c]).collect(),
+            ),
+            Shape::Own => (
+                (0..clients).map(own).collect(),
+                (0..clients).map(|c| vec![c]).collect(),
+            ),
+            Shape::Mixed => (
+                (0..clients).flat_map(|c| [shared(c), own(c)]).collect(),
+                (0..clients).map(|c| vec![2 * c, 2 * c + 1]).collect(),
+            ),
+        }
+    }
+}
+
+/// The pushes of one shape and client count: the history and each client's pushes in order.
+fn prepare(dir: &Path, shape: Shape, clients: usize, total: usize) -> (History, Vec<Vec<Push>>) {
+    let per_client = (total / clients).max(1);
+    let (branches, turns) = shape.branches(clients);
+    let len = per_client.div_ceil(turns[0].len());
+    let history = load::history(dir, &branches, len);
+    let work = turns
+        .iter()
+        .map(|chains| {
+            (0..per_client)
+                .map(|i| {
+                    let chain = chains[i % chains.len()];
+                    let step = history.step(chain, i / chains.len() + 1);
+                    let c = &history.chains[chain];
+                    let mut body = pkt(&format!(
+                        "{} {} {}\0{CAPABILITIES}\n",
+                        step.old, step.new, c.refname
+                    ));
+                    body.extend_from_slice(b"0000");
+                    body.extend_from_slice(&step.pack);
+                    Push {
+                        repo: c.repo.clone(),
+                        refname: c.refname.clone(),
+                        body,
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    (history, work)
 }
 
 /// A minimal HTTP/1.1 exchange on a new connection (`Connection: close`): the status and the
@@ -396,11 +324,15 @@ impl Drop for Server {
     }
 }
 
-fn start_berth(root: &Path, dir: &Path) -> Server {
+fn start_berth(bin: &Path, root: &Path, dir: &Path) -> Server {
     let log = std::fs::File::create(dir.join("berth-serve.log")).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_berth"));
+    let mut cmd = Command::new(bin);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--root"])
         .arg(root);
+    // Extra options for experiments (`--max-concurrent-pushes 64`); none by default.
+    if let Ok(extra) = std::env::var("BERTH_LOAD_BERTH_ARGS") {
+        cmd.args(extra.split_whitespace());
+    }
     if authorization().is_some() {
         let mut passwd = Command::new(env!("CARGO_BIN_EXE_berth"))
             .args(["passwd", "bench"])
@@ -454,7 +386,10 @@ fn find_lighttpd() -> Option<PathBuf> {
 }
 
 fn start_lighttpd(lighttpd: &Path, root: &Path, dir: &Path) -> Server {
-    let backend = PathBuf::from(git(dir, &["--exec-path"]).trim()).join("git-http-backend");
+    let mut exec_path = support::git(dir);
+    exec_path.arg("--exec-path");
+    let exec_path = String::from_utf8(support::run(exec_path, None)).unwrap();
+    let backend = PathBuf::from(exec_path.trim()).join("git-http-backend");
     if !backend.is_file() {
         eprintln!("http_load: {} is missing", backend.display());
         std::process::exit(2);
@@ -543,100 +478,15 @@ $HTTP["url"] =~ "^/git" {{
     }
 }
 
-struct Outcome {
-    wall: Duration,
-    latencies: Vec<Duration>,
-    errors: Vec<String>,
-}
-
-fn run(server: &Server, pushes: &Arc<Vec<Vec<Push>>>) -> Outcome {
-    let workers = pushes.len();
-    let barrier = Arc::new(Barrier::new(workers + 1));
-    let handles: Vec<_> = (0..workers)
-        .map(|w| {
-            let pushes = pushes.clone();
-            let barrier = barrier.clone();
-            let addr = server.addr.clone();
-            let prefix = server.prefix;
-            std::thread::spawn(move || {
-                let mut lat = Vec::new();
-                let mut errors = Vec::new();
-                barrier.wait();
-                for p in &pushes[w] {
-                    let t = Instant::now();
-                    match push(&addr, prefix, p) {
-                        Ok(()) => lat.push(t.elapsed()),
-                        Err(e) => errors.push(e),
-                    }
-                }
-                (lat, errors)
-            })
-        })
-        .collect();
-    barrier.wait();
-    let start = Instant::now();
-    let mut latencies = Vec::new();
-    let mut errors = Vec::new();
-    for h in handles {
-        let (l, e) = h.join().unwrap();
-        latencies.extend(l);
-        errors.extend(e);
-    }
-    Outcome {
-        wall: start.elapsed(),
-        latencies,
-        errors,
-    }
-}
-
-/// What is wrong with the repositories after the run: refs that did not land, fsck errors.
-fn verify(root: &Path, chains: &[Chain], workers: usize) -> Vec<String> {
-    let mut problems = Vec::new();
-    for c in chains {
-        let Some(want) = c.commits.last() else {
-            continue;
-        };
-        let out = git_cmd(&root.join(&c.repo))
-            .args(["rev-parse", "--verify", "-q", &c.refname])
-            .output()
-            .unwrap();
-        let got = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        if &got != want {
-            problems.push(format!(
-                "{} {}: is {got:?}, pushed {want}",
-                c.repo, c.refname
-            ));
-        }
-    }
-    let mut repos = vec!["shared.git".to_owned()];
-    repos.extend((0..workers).map(|w| format!("own{w}.git")));
-    for r in &repos {
-        let out = git_cmd(&root.join(r))
-            .args(["fsck", "--strict", "--no-progress"])
-            .output()
-            .unwrap();
-        // `notice: HEAD points to an unborn branch` (shared.git has no `main`) is not an error.
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let noisy = stderr.lines().any(|l| !l.starts_with("notice:"));
-        if !out.status.success() || noisy {
-            problems.push(format!(
-                "{r}: git fsck --strict: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-    }
-    problems
-}
-
-/// The nearest-rank percentile of sorted `v`.
-fn percentile(v: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+/// What one server did in one case: its summary, or why it failed.
+enum Verdict {
+    Ok(Summary),
+    Failed {
+        refused: usize,
+        problems: usize,
+        first: Vec<String>,
+        landed: Option<Summary>,
+    },
 }
 
 fn main() {
@@ -646,9 +496,30 @@ fn main() {
         println!("http_load: a load run; run it with `cargo bench --bench http_load`");
         return;
     }
-    let workers = env_usize("BERTH_LOAD_WORKERS", 8).max(1);
-    let total = env_usize("BERTH_LOAD_PUSHES", 1024).max(workers);
-    let per_worker = total / workers;
+    let shapes: Vec<Shape> = env_list("BERTH_LOAD_SHAPES", "shared,own")
+        .iter()
+        .map(|s| Shape::parse(s))
+        .collect();
+    let clients: Vec<usize> = env_list("BERTH_LOAD_CLIENTS", "1,8,64")
+        .iter()
+        .map(|s| s.parse::<usize>().unwrap_or(1).max(1))
+        .collect();
+    let formats = env_list("BERTH_LOAD_REF_FORMATS", "files");
+    let total = env_usize("BERTH_LOAD_PUSHES", 1024).max(1);
+    let rounds = env_usize("BERTH_LOAD_ROUNDS", 1).max(1);
+    // `berth` alone (to profile it), `git` alone, or both (the default); `baseline` is the berth
+    // binary `BERTH_LOAD_BASELINE` names (another build, to compare with in the same run).
+    let servers: Vec<String> = env_list("BERTH_LOAD_SERVERS", "berth,git")
+        .into_iter()
+        .filter(|s| matches!(s.as_str(), "berth" | "git" | "baseline"))
+        .collect();
+    let baseline = PathBuf::from(std::env::var_os("BERTH_LOAD_BASELINE").unwrap_or_default());
+    if servers.iter().any(|s| s == "baseline") && !baseline.is_file() {
+        eprintln!(
+            "http_load: BERTH_LOAD_SERVERS has baseline but BERTH_LOAD_BASELINE names no file"
+        );
+        std::process::exit(2);
+    }
     let Some(lighttpd) = find_lighttpd() else {
         eprintln!(
             "http_load: lighttpd not found (on PATH, /usr/sbin or /usr/local/sbin). This bench \
@@ -659,77 +530,187 @@ fn main() {
     };
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let t = Instant::now();
-    let (chains, pushes) = make_pushes(dir, workers, per_worker);
-    let pushes = Arc::new(pushes);
-    let n: usize = pushes.iter().map(Vec::len).sum();
-    let bytes: usize = pushes.iter().flatten().map(|p| p.body.len()).sum();
+    // `BERTH_LOAD_KEEP=1`: leave the directory and the repositories for inspection.
+    let keep = std::env::var("BERTH_LOAD_KEEP").as_deref() == Ok("1");
+    let mut version = support::git(dir);
+    version.arg("--version");
+    let version = String::from_utf8(support::run(version, None)).unwrap();
     println!(
-        "http_load: {n} pushes ({workers} workers, {} bytes per request on average) prepared in {:.1} s in {}",
-        bytes / n,
-        t.elapsed().as_secs_f64(),
-        dir.display()
-    );
-    if authorization().is_some() {
-        println!("http_load: every request authenticated (HTTP Basic)");
-    }
-    println!(
-        "git {}",
-        git(dir, &["--version"])
-            .trim()
-            .trim_start_matches("git version ")
+        "http_load: {} in {}; load average {}{}",
+        version.trim(),
+        dir.display(),
+        load::load_average(),
+        if authorization().is_some() {
+            "; every request authenticated (HTTP Basic)"
+        } else {
+            ""
+        }
     );
 
     let mut rows = Vec::new();
     let mut failed = false;
-    for name in ["berth serve", "git http-backend (lighttpd mod_cgi)"] {
-        let sub = if name.starts_with("berth") {
-            "berth"
-        } else {
-            "http-backend"
-        };
-        let root = dir.join(sub).join("repos");
-        make_root(&root, workers);
-        let server = if sub == "berth" {
-            start_berth(&root, &dir.join(sub))
-        } else {
-            start_lighttpd(&lighttpd, &root, &dir.join(sub))
-        };
-        let mut out = run(&server, &pushes);
-        drop(server);
-        let problems = verify(&root, &chains, workers);
-        if !out.errors.is_empty() || !problems.is_empty() {
-            failed = true;
+    let mut case_no = 0usize;
+    for &shape in &shapes {
+        for &n in &clients {
+            let case_dir = dir.join(format!("{shape:?}-{n}"));
+            std::fs::create_dir_all(&case_dir).unwrap();
+            let t = Instant::now();
+            let (history, work) = prepare(&case_dir, shape, n, total);
+            let pushes: usize = work.iter().map(Vec::len).sum();
             println!(
-                "{name}: FAILED ({} of {n} pushes refused or broken, {} problems after the run)",
-                out.errors.len(),
-                problems.len()
+                "\n{} clients, {}: {pushes} pushes prepared in {:.1} s",
+                n,
+                shape.name(),
+                t.elapsed().as_secs_f64()
             );
-            for e in out.errors.iter().chain(&problems).take(10) {
-                println!("  {e}");
+            for format in &formats {
+                for round in 0..rounds {
+                    let case = format!("{n} × {}, {format}", shape.name());
+                    let mut results: Vec<(&str, Verdict)> = Vec::new();
+                    // Each case starts with the next server in turn.
+                    let mut order = servers.clone();
+                    let turn = case_no % order.len().max(1);
+                    order.rotate_left(turn);
+                    case_no += 1;
+                    for which in order.iter().map(String::as_str) {
+                        let sub = case_dir.join(format!("{format}-{round}-{which}"));
+                        let root = sub.join("repos");
+                        history.seed(&root, format);
+                        let server = match which {
+                            "berth" => {
+                                start_berth(env!("CARGO_BIN_EXE_berth").as_ref(), &root, &sub)
+                            }
+                            "baseline" => start_berth(&baseline, &root, &sub),
+                            _ => start_lighttpd(&lighttpd, &root, &sub),
+                        };
+                        let load = load::load_average();
+                        let mut out =
+                            load::run_clients(&work, |_, p| push(&server.addr, server.prefix, p));
+                        drop(server);
+                        let problems = history.verify(&root);
+                        let summary = out.summary();
+                        let result = if out.errors.is_empty() && problems.is_empty() {
+                            Verdict::Ok(summary.expect("pushes"))
+                        } else {
+                            failed = true;
+                            Verdict::Failed {
+                                refused: out.errors.len(),
+                                problems: problems.len(),
+                                first: out
+                                    .errors
+                                    .iter()
+                                    .chain(&problems)
+                                    .take(5)
+                                    .cloned()
+                                    .collect(),
+                                landed: summary,
+                            }
+                        };
+                        report(&case, which, &load, pushes, &result);
+                        results.push((which, result));
+                        if !keep {
+                            let _ = std::fs::remove_dir_all(&root);
+                        }
+                    }
+                    results.sort_by_key(|(w, _)| {
+                        ["berth", "git", "baseline"].iter().position(|k| k == w)
+                    });
+                    rows.push(table_rows(&case, pushes, &results));
+                }
             }
-            rows.push(format!("| {name} | FAILED | | | | | |"));
-            continue;
         }
-        out.latencies.sort();
-        let rate = n as f64 / out.wall.as_secs_f64();
-        let row = format!(
-            "| {name} | {n} | {:.2} s | {rate:.1} | {} | {} | {} |",
-            out.wall.as_secs_f64(),
-            ms(percentile(&out.latencies, 50.0)),
-            ms(percentile(&out.latencies, 99.0)),
-            ms(*out.latencies.last().unwrap()),
-        );
-        println!("{name}: {n} pushes landed, refs and fsck --strict verified");
-        rows.push(row);
     }
     println!();
-    println!("| server | pushes | wall | pushes/s | p50 | p99 | max |");
-    println!("|---|---|---|---|---|---|---|");
-    for r in &rows {
+    println!(
+        "| case | server | pushes | wall | pushes/s | p50 | p99 | p99/p50 | max | berth/git pushes/s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for r in rows.iter().flatten() {
         println!("{r}");
+    }
+    if keep {
+        println!("http_load: kept {}", tmp.keep().display());
     }
     if failed {
         std::process::exit(1);
     }
+}
+
+fn server_name(which: &str) -> &'static str {
+    match which {
+        "berth" => "berth serve",
+        "baseline" => "berth serve (BERTH_LOAD_BASELINE)",
+        _ => "git http-backend (lighttpd mod_cgi)",
+    }
+}
+
+/// One line per server as it finishes.
+fn report(case: &str, which: &str, load: &str, pushes: usize, r: &Verdict) {
+    let name = server_name(which);
+    match r {
+        Verdict::Ok(s) => println!(
+            "  {case}: {name}: {} of {pushes} pushes confirmed, refs and fsck --strict verified: \
+             {:.1} pushes/s, p50 {}, p99 {}, max {} (load average at start {load})",
+            s.pushes,
+            s.rate,
+            load::ms(s.p50),
+            load::ms(s.p99),
+            load::ms(s.max)
+        ),
+        Verdict::Failed {
+            refused,
+            problems,
+            first,
+            ..
+        } => {
+            println!(
+                "  {case}: {name}: FAILED: {refused} of {pushes} pushes refused or broken, \
+                 {problems} problems after the run (load average at start {load})"
+            );
+            for e in first {
+                println!("    {}", e.replace('\n', " | "));
+            }
+        }
+    }
+}
+
+/// The table rows of one case, berth first, with berth's ratio to git.
+fn table_rows(case: &str, pushes: usize, results: &[(&str, Verdict)]) -> Vec<String> {
+    let rate = |r: &Verdict| match r {
+        Verdict::Ok(s) => Some(s.rate),
+        Verdict::Failed { .. } => None,
+    };
+    let of = |which: &str| {
+        results
+            .iter()
+            .find(|r| r.0 == which)
+            .and_then(|r| rate(&r.1))
+    };
+    let ratio = match (of("berth"), of("git")) {
+        (Some(b), Some(g)) => format!("{:.2}x", b / g),
+        _ => String::new(),
+    };
+    results
+        .iter()
+        .map(|(which, r)| {
+            let name = server_name(which);
+            let ratio = if *which == "berth" { ratio.as_str() } else { "" };
+            match r {
+                Verdict::Ok(s) => format!(
+                    "| {case} | {name} | {} | {:.2} s | {:.1} | {} | {} | {:.1} | {} | {ratio} |",
+                    s.pushes,
+                    s.wall.as_secs_f64(),
+                    s.rate,
+                    load::ms(s.p50),
+                    load::ms(s.p99),
+                    s.p99.as_secs_f64() / s.p50.as_secs_f64(),
+                    load::ms(s.max),
+                ),
+                Verdict::Failed { refused, problems, landed, .. } => format!(
+                    "| {case} | {name} | FAILED: {refused} of {pushes} refused, {problems} problems | {} | | | | | | |",
+                    landed.map(|s| format!("{} confirmed in {:.2} s", s.pushes, s.wall.as_secs_f64())).unwrap_or_default()
+                ),
+            }
+        })
+        .collect()
 }

@@ -15,49 +15,56 @@
 //!
 //! `BERTH_LOAD_WORKERS` (default 8) clients push `BERTH_LOAD_PUSHES` (default 1000) pushes in
 //! all; worker `w` pushes a chain of commits (each: commit, tree, one ~1 KiB blob) to `main` of
-//! its own repository `own<w>.git`, each a fast-forward of the previous. Every push is one
+//! its own repository `own<w>.git`, each a fast-forward of the previous (the branch is seeded
+//! with the chain's first commit before the clock starts). Every push is one
 //! `ssh` process (a new connection, key exchange and public-key authentication, as each
 //! `git push` over ssh makes) running the remote command with the request on its stdin: the
 //! command line (`report-status quiet`), the flush, and the pack `git pack-objects` made for it
 //! before the clock started. Its latency is from spawning `ssh` to the end of the report.
 //! The ssh client's CPU competes with the servers on a small machine alike for all three.
+//! The driver (history, seeding, client threads, verification) is `support/load.rs`, shared
+//! with `http_load`.
 
-use std::io::Write;
+mod support;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-const ZERO: &str = "0000000000000000000000000000000000000000";
+use support::load::{self, History, env_usize, pkt};
+
 const SSHD: &str = "/usr/sbin/sshd";
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+/// Per worker: the request bodies of its pushes, in order.
+type Work = Vec<Vec<Vec<u8>>>;
 
-fn git_cmd(dir: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null");
-    c
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = git_cmd(dir).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+fn make_pushes(dir: &Path, workers: usize, per_worker: usize) -> (History, Work) {
+    let branches: Vec<(String, String)> = (0..workers)
+        .map(|w| (format!("own{w}.git"), "refs/heads/main".to_owned()))
+        .collect();
+    let history = load::history(dir, &branches, per_worker);
+    let work = (0..workers)
+        .map(|w| {
+            (1..=per_worker)
+                .map(|k| {
+                    let step = history.step(w, k);
+                    let mut body = pkt(&format!(
+                        "{} {} refs/heads/main\0report-status quiet\n",
+                        step.old, step.new
+                    ));
+                    body.extend_from_slice(b"0000");
+                    body.extend_from_slice(&step.pack);
+                    body
+                })
+                .collect()
+        })
+        .collect();
+    (history, work)
 }
 
 fn run_stdin(mut cmd: Command, input: &[u8]) -> std::process::Output {
+    use std::io::Write;
     let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -72,106 +79,6 @@ fn run_stdin(mut cmd: Command, input: &[u8]) -> std::process::Output {
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap();
     out
-}
-
-fn pkt(s: &str) -> Vec<u8> {
-    format!("{:04x}{s}", s.len() + 4).into_bytes()
-}
-
-/// Per worker: its commits in order and the request bodies that push them.
-type Work = Vec<(Vec<String>, Vec<Vec<u8>>)>;
-
-fn make_pushes(dir: &Path, workers: usize, per_worker: usize) -> Work {
-    let gen_dir = dir.join("gen.git");
-    git(dir, &["init", "-q", "--bare", gen_dir.to_str().unwrap()]);
-    let mut stream = Vec::new();
-    let mut mark = 0usize;
-    let mut marks = Vec::new();
-    for w in 0..workers {
-        let mut chain = Vec::new();
-        for k in 0..per_worker {
-            mark += 1;
-            let msg = format!("worker {w} push {k}\n");
-            let mut content = String::new();
-            let mut x = (mark as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            while content.len() < 1024 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                content.push_str(&format!("{x:016x}\n"));
-            }
-            write!(
-                stream,
-                "commit refs/heads/w{w}\nmark :{mark}\ncommitter Bench <bench@example.com> {} +0000\ndata {}\n{msg}",
-                1_700_000_000 + mark,
-                msg.len()
-            )
-            .unwrap();
-            if let Some(prev) = chain.last() {
-                writeln!(stream, "from :{prev}").unwrap();
-            }
-            write!(
-                stream,
-                "M 100644 inline file.txt\ndata {}\n{content}\n",
-                content.len()
-            )
-            .unwrap();
-            chain.push(mark);
-        }
-        marks.push(chain);
-    }
-    let marks_file = dir.join("marks");
-    let mut c = git_cmd(&gen_dir);
-    c.args([
-        "fast-import",
-        "--quiet",
-        &format!("--export-marks={}", marks_file.display()),
-    ]);
-    assert!(run_stdin(c, &stream).status.success());
-    let text = std::fs::read_to_string(&marks_file).unwrap();
-    let mut ids = vec![String::new(); mark + 1];
-    for line in text.lines() {
-        let (m, id) = line.split_once(' ').unwrap();
-        ids[m.trim_start_matches(':').parse::<usize>().unwrap()] = id.to_owned();
-    }
-    marks
-        .iter()
-        .map(|chain| {
-            let commits: Vec<String> = chain.iter().map(|m| ids[*m].clone()).collect();
-            let bodies = (0..commits.len())
-                .map(|k| {
-                    let new = &commits[k];
-                    let old = if k == 0 { ZERO } else { &commits[k - 1] };
-                    let revs = if k == 0 {
-                        format!("{new}\n")
-                    } else {
-                        format!("{new}\n^{old}\n")
-                    };
-                    let mut c = git_cmd(&gen_dir);
-                    c.args(["pack-objects", "--revs", "--stdout", "-q"]);
-                    let pack = run_stdin(c, revs.as_bytes());
-                    assert!(pack.status.success());
-                    let mut body = pkt(&format!(
-                        "{old} {new} refs/heads/main\0report-status quiet\n"
-                    ));
-                    body.extend_from_slice(b"0000");
-                    body.extend_from_slice(&pack.stdout);
-                    body
-                })
-                .collect();
-            (commits, bodies)
-        })
-        .collect()
-}
-
-fn make_root(root: &Path, workers: usize) {
-    std::fs::create_dir_all(root).unwrap();
-    for w in 0..workers {
-        git(
-            root,
-            &["init", "-q", "--bare", "-b", "main", &format!("own{w}.git")],
-        );
-    }
 }
 
 fn keygen(path: &Path) -> String {
@@ -245,92 +152,47 @@ fn ssh_cmd(t: &Target, w: usize) -> Command {
     c
 }
 
-fn percentile(v: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
-}
-
-fn run(t: &Target, work: &Arc<Work>) -> bool {
-    let workers = work.len();
-    let barrier = Arc::new(Barrier::new(workers + 1));
-    let handles: Vec<_> = (0..workers)
-        .map(|w| {
-            let work = work.clone();
-            let barrier = barrier.clone();
-            let cmds: Vec<Command> = (0..work[w].1.len()).map(|_| ssh_cmd(t, w)).collect();
-            std::thread::spawn(move || {
-                barrier.wait();
-                let mut lat = Vec::new();
-                let mut errors = Vec::new();
-                for (cmd, body) in cmds.into_iter().zip(&work[w].1) {
-                    let start = Instant::now();
-                    let out = run_stdin(cmd, body);
-                    lat.push(start.elapsed());
-                    if !(out.status.success()
-                        && out.stdout.windows(9).any(|x| x == b"unpack ok")
-                        && out.stdout.windows(19).any(|x| x == b"ok refs/heads/main\n"))
-                    {
-                        errors.push(format!(
-                            "{}: {}",
-                            out.status,
-                            String::from_utf8_lossy(&out.stderr)
-                        ));
-                    }
-                }
-                (lat, errors)
-            })
-        })
-        .collect();
-    barrier.wait();
-    let start = Instant::now();
-    let mut lat = Vec::new();
-    let mut errors = Vec::new();
-    for h in handles {
-        let (l, e) = h.join().unwrap();
-        lat.extend(l);
-        errors.extend(e);
-    }
-    let wall = start.elapsed();
-    lat.sort();
-    let n = lat.len();
-    // Every repository at its last commit, and clean.
-    for (w, (commits, _)) in work.iter().enumerate() {
-        let repo = t.root.join(format!("own{w}.git"));
-        let head = git(&repo, &["rev-parse", "refs/heads/main"]);
-        if head.trim() != commits.last().unwrap() {
-            errors.push(format!("own{w}.git: main is {} ", head.trim()));
+fn run(t: &Target, history: &History, work: &Work) -> bool {
+    let mut out = load::run_clients(work, |w, body| {
+        let out = run_stdin(ssh_cmd(t, w), body);
+        if out.status.success()
+            && out.stdout.windows(9).any(|x| x == b"unpack ok")
+            && out.stdout.windows(19).any(|x| x == b"ok refs/heads/main\n")
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
         }
-        let fsck = git_cmd(&repo)
-            .args(["fsck", "--strict", "--no-dangling"])
-            .output()
-            .unwrap();
-        if !fsck.status.success() {
-            errors.push(format!("own{w}.git: fsck failed"));
+    });
+    let mut errors = std::mem::take(&mut out.errors);
+    errors.extend(history.verify(&t.root));
+    match out.summary() {
+        Some(s) if errors.is_empty() => {
+            println!(
+                "{:<28} {} pushes in {:.2} s: {:.1} pushes/s, p50 {}, p99 {}, max {}",
+                t.name,
+                s.pushes,
+                s.wall.as_secs_f64(),
+                s.rate,
+                load::ms(s.p50),
+                load::ms(s.p99),
+                load::ms(s.max)
+            );
+            true
         }
-    }
-    if errors.is_empty() {
-        println!(
-            "{:<28} {n} pushes in {:.2} s: {:.1} pushes/s, p50 {}, p99 {}, max {}",
-            t.name,
-            wall.as_secs_f64(),
-            n as f64 / wall.as_secs_f64(),
-            ms(percentile(&lat, 50.0)),
-            ms(percentile(&lat, 99.0)),
-            ms(*lat.last().unwrap())
-        );
-        true
-    } else {
-        println!(
-            "{:<28} FAILED: {} errors, first: {}",
-            t.name,
-            errors.len(),
-            errors[0]
-        );
-        false
+        _ => {
+            println!(
+                "{:<28} FAILED: {} errors, first: {}",
+                t.name,
+                errors.len(),
+                errors.first().map_or("no push confirmed", String::as_str)
+            );
+            false
+        }
     }
 }
 
@@ -349,7 +211,7 @@ fn main() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let t = Instant::now();
-    let work = Arc::new(make_pushes(dir, workers, per_worker));
+    let (history, work) = make_pushes(dir, workers, per_worker);
     println!(
         "ssh_load: {} pushes ({workers} workers) prepared in {:.1} s in {}",
         workers * per_worker,
@@ -369,7 +231,7 @@ fn main() {
     // The embedded server.
     {
         let root = dir.join("embedded");
-        make_root(&root, workers);
+        history.seed(&root, "files");
         let port = free_port();
         let mut child = Command::new(&berth)
             .arg("serve")
@@ -396,7 +258,7 @@ fn main() {
             command: Box::new(|w| format!("git-receive-pack '/own{w}.git'")),
             child,
         };
-        ok &= run(&t, &work);
+        ok &= run(&t, &history, &work);
     }
     // OpenSSH's sshd with forced commands: berth receive-pack for one key, git receive-pack for
     // the other; the client's command is the repository path.
@@ -422,7 +284,7 @@ fn main() {
         ("sshd + git receive-pack", &git_key, "sshd-git"),
     ] {
         let root = dir.join(sub);
-        make_root(&root, workers);
+        history.seed(&root, "files");
         let port = free_port();
         let config = format!(
             "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/{sub}.pid\n\
@@ -452,7 +314,7 @@ fn main() {
             command: Box::new(move |w| r.join(format!("own{w}.git")).display().to_string()),
             child,
         };
-        ok &= run(&t, &work);
+        ok &= run(&t, &history, &work);
     }
     if !ok {
         std::process::exit(1);

@@ -39,6 +39,7 @@ pub mod fsync;
 #[cfg(feature = "internals")]
 pub mod fuzzing;
 pub mod hooks;
+pub mod lockfile;
 internal! { mod objects; }
 internal! { mod protocol; }
 pub mod receive;

@@ -2,6 +2,8 @@
 //! identities and dates) and repositories of K commits made by `git fast-import`.
 #![allow(dead_code)]
 
+pub mod load;
+
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::Path;

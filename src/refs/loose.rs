@@ -4,12 +4,12 @@
 //!
 //! # Protocol
 //!
-//! 1. For each ref, in name order: create `<ref>.lock` (`O_CREAT|O_EXCL`, retried for 100 ms,
-//!    git's `core.filesRefLockTimeout`) and the directories it needs; under the lock read the
+//! 1. For each ref, in name order: create `<ref>.lock` (`O_CREAT|O_EXCL`, retried with git's
+//!    backoff for `core.filesRefLockTimeout`, default 100 ms) and the directories it needs; under the lock read the
 //!    current value (the loose file, else `packed-refs`), compare it with the expected old value,
 //!    check a new ref for directory/file conflicts, and write the new value into the lock.
-//! 2. Only when the batch deletes refs, take `packed-refs.lock` (retried for 1 s, git's
-//!    `core.packedRefsTimeout`): a deleted ref may have a `packed-refs` entry to remove, and no
+//! 2. Only when the batch deletes refs, take `packed-refs.lock` (retried for
+//!    `core.packedRefsTimeout`, default 1 s): a deleted ref may have a `packed-refs` entry to remove, and no
 //!    one may pack it meanwhile. Updates and creations never take it, so a held or stale
 //!    `packed-refs.lock` fails only deletions, as in git: in a non-atomic push each deletion
 //!    fails with git's lock message (git 2.47 runs one transaction per ref), in an atomic push
@@ -32,8 +32,8 @@ use gix_hash::ObjectId;
 use gix_object::bstr::ByteSlice;
 
 use super::packed::{
-    self, Item, LOOSE_LOCK_TIMEOUT, Lock, Loose, PACKED_LOCK_TIMEOUT, Packed, Peeler, Sorted,
-    cannot_lock, loose_below, path_of, prefixes, read_loose, remove_empty_parents, strerror,
+    self, Item, Lock, Loose, Packed, Peeler, Sorted, cannot_lock, loose_below, path_of, prefixes,
+    read_loose, read_loose_from, remove_empty_parents, strerror,
 };
 use super::transaction::{Failed, commit, live, prepare};
 use super::{RefError, RefResult, RefUpdate};
@@ -55,10 +55,7 @@ pub(super) fn lock<'a>(
     results: &mut [RefResult],
 ) -> Result<Locked<'a>, Failed<prepare::Error>> {
     let super::Batch {
-        git_dir,
-        atomic,
-        fsync,
-        ..
+        git_dir, atomic, ..
     } = batch;
     let mut order = live(results);
     order.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
@@ -67,7 +64,7 @@ pub(super) fn lock<'a>(
 
     let mut items: Vec<Item> = Vec::with_capacity(sorted.order.len());
     for (k, &i) in sorted.order.iter().enumerate() {
-        match lock_one(git_dir, &packed, &sorted, k, &updates[i], fsync) {
+        match lock_one(batch, &packed, &sorted, k, &updates[i]) {
             Ok((lock, before)) => items.push(Item {
                 index: i,
                 lock: Some(lock),
@@ -81,7 +78,7 @@ pub(super) fn lock<'a>(
     let deletes = |it: &Item| updates[it.index].is_delete();
     let mut packed_lock = None;
     if items.iter().any(deletes) {
-        match Lock::acquire(git_dir, b"packed-refs", PACKED_LOCK_TIMEOUT) {
+        match Lock::acquire(git_dir, b"packed-refs", batch.locks.packed_refs) {
             Ok(l) => packed_lock = Some(l),
             Err(e) if atomic => return Err(Failed::quietly(e)),
             Err(e) => {
@@ -125,6 +122,7 @@ impl Locked<'_> {
             committer,
             objects,
             fsync,
+            locks: _,
         } = batch;
         let mut live: Vec<usize> = items.iter().map(|it| it.index).collect();
         live.sort_unstable();
@@ -203,12 +201,16 @@ impl Locked<'_> {
 /// value, unless the ref is deleted, synced as `fsync` says: git's `write_ref_to_lockfile`) and
 /// the ref's current value.
 fn lock_one(
-    git_dir: &Path,
+    super::Batch {
+        git_dir,
+        fsync,
+        locks,
+        ..
+    }: super::Batch<'_>,
     packed: &Packed,
-    batch: &Sorted<'_>,
+    sorted: &Sorted<'_>,
     k: usize,
     u: &RefUpdate,
-    fsync: crate::fsync::Durability,
 ) -> Result<(Lock, Option<ObjectId>), RefError> {
     let name = u.name.as_slice();
     gix_ref::FullName::try_from(u.name.as_bstr()).map_err(|e| RefError::Other {
@@ -233,7 +235,7 @@ fn lock_one(
             ),
         });
     }
-    let lock = Lock::acquire(git_dir, name, LOOSE_LOCK_TIMEOUT).map_err(|e| cannot_lock(u, e))?;
+    let lock = Lock::acquire(git_dir, name, locks.files_ref).map_err(|e| cannot_lock(u, e))?;
 
     // git's rule: a loose file takes precedence over packed-refs.
     let (exists, current) = match read_loose(&path) {
@@ -250,7 +252,7 @@ fn lock_one(
         super::Change::Delete { .. } => return Ok((lock, current)),
     };
     if !exists {
-        check_new(git_dir, packed, batch, k, u, &path)?;
+        check_new(git_dir, packed, sorted, k, u, &path)?;
     }
     let written = fs::OpenOptions::new()
         .write(true)
@@ -337,4 +339,62 @@ fn remove_empty_dirs(dir: &Path) -> bool {
         }
     }
     fs::remove_dir(dir).is_ok()
+}
+
+/// Every loose ref file under `<git_dir>/refs`, as git's files backend lists them: names
+/// starting with `.` or ending in `.lock` are not refs, and a name git would not accept is left
+/// out (git marks it broken and skips it too). Appended to `out` with what each file holds, in
+/// no particular order. Each directory is opened once and its files are opened relative to it
+/// (`openat`): the kernel walks one path component per ref instead of the whole path, which was
+/// most of a snapshot's cost with many pushes at once (issue 16).
+pub(super) fn scan(git_dir: &Path, out: &mut Vec<(Vec<u8>, Loose)>) {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    if let Ok(fd) = rustix::fs::open(git_dir.join("refs"), flags, Mode::empty()) {
+        scan_dir(fd, b"refs", out);
+    }
+}
+
+fn scan_dir(fd: rustix::fd::OwnedFd, dir: &[u8], out: &mut Vec<(Vec<u8>, Loose)>) {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let Ok(mut entries) = rustix::fs::Dir::new(fd) else {
+        return;
+    };
+    while let Some(Ok(e)) = entries.read() {
+        let Ok(dir_fd) = entries.fd() else {
+            return;
+        };
+        let base = e.file_name().to_bytes();
+        if base.starts_with(b".") || base.ends_with(b".lock") {
+            continue;
+        }
+        let mut name = Vec::with_capacity(dir.len() + 1 + base.len());
+        name.extend_from_slice(dir);
+        name.push(b'/');
+        name.extend_from_slice(base);
+        let is_dir = match e.file_type() {
+            FileType::Directory => true,
+            FileType::Unknown => {
+                rustix::fs::statat(dir_fd, e.file_name(), rustix::fs::AtFlags::empty())
+                    .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+            }
+            _ => false,
+        };
+        if is_dir {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            if let Ok(sub) = rustix::fs::openat(dir_fd, e.file_name(), flags, Mode::empty()) {
+                scan_dir(sub, &name, out);
+            }
+            continue;
+        }
+        if gix_validate::reference::name(name.as_bstr()).is_err() {
+            continue;
+        }
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        if let Ok(file) = rustix::fs::openat(dir_fd, e.file_name(), flags, Mode::empty())
+            && let Some(value) = read_loose_from(std::fs::File::from(file))
+        {
+            out.push((name, value));
+        }
+    }
 }

@@ -20,7 +20,7 @@ use gix_hash::ObjectId;
 use gix_object::bstr::{BStr, BString, ByteSlice};
 use gix_ref::Target;
 
-use crate::repo::config::LogRefUpdates;
+use crate::repo::config::{LockTimeouts, LogRefUpdates};
 
 mod loose;
 mod packed;
@@ -46,6 +46,7 @@ pub fn of_repository(repo: &crate::repo::Repository) -> Box<dyn RefStore> {
             fsync: repo.config.durability,
             ..repo.config.storage.reftable
         },
+        repo.config.storage.lock_timeouts,
     )
 }
 
@@ -77,21 +78,28 @@ pub enum SnapshotError {
     /// The reftable stack could not be read.
     #[error(transparent)]
     Reftable(#[from] crate::reftable::Error),
+    /// `packed-refs` could not be read.
+    #[error(transparent)]
+    PackedRefs(#[from] PackedReadError),
 }
 
 /// The ref store of the repository at `git_dir`; both backends make what they write durable as
-/// `reftable.fsync` (`core.fsync`) says.
+/// `reftable.fsync` (`core.fsync`) says; the files backend waits for held locks as `locks` says,
+/// the reftable backend as `reftable.lock_timeout` says.
 pub fn open(
     git_dir: &Path,
     format: RefFormat,
     object_format: gix_hash::Kind,
     log: LogRefUpdates,
     reftable: crate::reftable::WriteOptions,
+    locks: LockTimeouts,
 ) -> Box<dyn RefStore> {
     match format {
-        RefFormat::Files => {
-            Box::new(FilesStore::open(git_dir, object_format, log).with_fsync(reftable.fsync))
-        }
+        RefFormat::Files => Box::new(
+            FilesStore::open(git_dir, object_format, log)
+                .with_fsync(reftable.fsync)
+                .with_lock_timeouts(locks),
+        ),
         RefFormat::Reftable => Box::new(ReftableStore::open(
             git_dir,
             log,
@@ -117,6 +125,16 @@ impl Refs {
     /// Build from `(name, id)` pairs in any order.
     pub fn from_unsorted(mut entries: Vec<(BString, ObjectId)>) -> Self {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
+        Refs {
+            entries,
+            version: None,
+        }
+    }
+
+    /// Build from `(name, id)` pairs sorted by name (a name given twice, as a corrupt
+    /// `packed-refs` can, keeps its first value).
+    fn from_sorted(mut entries: Vec<(BString, ObjectId)>) -> Self {
+        entries.dedup_by(|a, b| a.0 == b.0);
         Refs {
             entries,
             version: None,
@@ -364,6 +382,7 @@ pub struct FilesStore {
     object_format: gix_hash::Kind,
     log: LogRefUpdates,
     fsync: crate::fsync::Durability,
+    locks: LockTimeouts,
 }
 
 /// From this many refs in one batch on, they are written to `packed-refs` in one rewrite
@@ -381,7 +400,15 @@ impl FilesStore {
             object_format,
             log,
             fsync: Default::default(),
+            locks: Default::default(),
         }
+    }
+
+    /// Wait for locks held by others as `locks` says (`core.filesRefLockTimeout`,
+    /// `core.packedRefsTimeout`; git's defaults otherwise).
+    pub fn with_lock_timeouts(mut self, locks: LockTimeouts) -> Self {
+        self.locks = locks;
+        self
     }
 
     /// Make ref lock files and `packed-refs` durable as `fsync` says (`core.fsync`'s
@@ -417,6 +444,8 @@ struct Batch<'a> {
     objects: &'a gix_odb::Handle,
     /// `core.fsync`: lock files and `packed-refs.new` are synced before their rename.
     fsync: crate::fsync::Durability,
+    /// How long to wait for a lock someone else holds.
+    locks: LockTimeouts,
 }
 
 impl FilesStore {
@@ -437,6 +466,7 @@ impl FilesStore {
             committer: options.committer,
             objects: options.objects,
             fsync: self.fsync,
+            locks: self.locks,
         };
         // Else (`packed::Fallback`) a symbolic ref is involved, or packed-refs.lock is held: one
         // lock per ref, as git.
@@ -510,21 +540,49 @@ fn precheck(u: &RefUpdate, current: &Refs) -> Result<(), RefError> {
 }
 
 impl RefStore for FilesStore {
+    /// `packed-refs` and the loose files under `refs/` read directly, as git's files backend
+    /// reads them (a loose file wins over its `packed-refs` entry; a broken one hides it): with
+    /// one `open` and `read` per loose ref, which matters when every push of many at once
+    /// reads every ref twice (the advertisement and the push itself, issue 16).
     fn snapshot(&self) -> Result<Refs, SnapshotError> {
-        let platform = self.store.iter()?;
-        let mut entries = Vec::new();
-        for r in platform.all()? {
-            let Ok(r) = r else { continue };
-            if !r.name.as_bstr().starts_with(b"refs/") {
-                continue;
+        // The loose refs first, then `packed-refs`, as git's `files_ref_iterator_begin`: a
+        // concurrent `pack-refs` writes `packed-refs` before it removes the loose files it
+        // packed, so a ref it moves is seen in one place or the other, never in neither.
+        let mut loose = Vec::new();
+        loose::scan(&self.git_dir, &mut loose);
+        let packed = packed::Packed::read(&self.git_dir.join("packed-refs"))?;
+        loose.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut entries: Vec<(BString, ObjectId)> = Vec::with_capacity(packed.len() + loose.len());
+        let mut loose = loose.into_iter().peekable();
+        let mut symbolic = Vec::new();
+        let mut take_loose = |entries: &mut Vec<(BString, ObjectId)>, (name, value)| match value {
+            packed::Loose::Object(oid) => entries.push((BString::from(name), oid)),
+            packed::Loose::Symbolic => symbolic.push(BString::from(name)),
+            packed::Loose::Broken => {}
+        };
+        for (name, oid) in packed.iter() {
+            while let Some(l) = loose.next_if(|l| l.0.as_slice() < name) {
+                take_loose(&mut entries, l);
             }
-            match r.target {
-                Target::Object(oid) => entries.push((r.name.as_bstr().to_owned(), oid)),
-                Target::Symbolic(_) => {
-                    if let Some(oid) = self.resolve(r.name.as_bstr()) {
-                        entries.push((r.name.as_bstr().to_owned(), oid));
-                    }
+            match loose.next_if(|l| l.0.as_slice() == name) {
+                Some(l) => take_loose(&mut entries, l),
+                None if name.starts_with(b"refs/")
+                    && gix_validate::reference::name(name.as_bstr()).is_ok() =>
+                {
+                    entries.push((BString::from(name), oid))
                 }
+                None => {}
+            }
+        }
+        for l in loose {
+            take_loose(&mut entries, l);
+        }
+        if symbolic.is_empty() {
+            return Ok(Refs::from_sorted(entries));
+        }
+        for name in symbolic {
+            if let Some(oid) = self.resolve(name.as_bstr()) {
+                entries.push((name, oid));
             }
         }
         Ok(Refs::from_unsorted(entries))
@@ -633,5 +691,99 @@ pub fn open_other(git_dir: &Path, object_format: gix_hash::Kind) -> Box<dyn RefS
         object_format,
         LogRefUpdates::Never,
         Default::default(),
+        Default::default(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The files snapshot as git lists the same refs: a loose file wins over its `packed-refs`
+    /// entry, a broken loose file hides it, a symbolic ref resolves to its target's value (a
+    /// dangling one is left out), and `*.lock` files, dot files and names git refuses are not
+    /// refs.
+    #[test]
+    fn files_snapshot_lists_what_git_lists() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let git_dir = dir.path().join("r.git");
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(&git_dir)
+                .args(args)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .output()
+                .expect("git");
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+            String::from_utf8(out.stdout).expect("utf-8")
+        };
+        let status = std::process::Command::new("git")
+            .args(["init", "-q", "--bare", "--ref-format=files"])
+            .arg(&git_dir)
+            .status()
+            .expect("git init");
+        assert!(status.success());
+        let object = |kind: &str, s: &str| {
+            let mut c = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(&git_dir)
+                .args(["hash-object", "-t", kind, "-w", "--stdin"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("hash-object");
+            use std::io::Write;
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(s.as_bytes())
+                .expect("write");
+            let out = c.wait_with_output().expect("wait");
+            String::from_utf8(out.stdout)
+                .expect("utf-8")
+                .trim()
+                .to_owned()
+        };
+        let tree = object("tree", "");
+        let commit = |msg: &str| {
+            let body =
+                format!("tree {tree}\nauthor a <a> 0 +0000\ncommitter a <a> 0 +0000\n\n{msg}\n");
+            object("commit", &body)
+        };
+        let (a, b) = (commit("a"), commit("b"));
+        for (name, value) in [
+            ("refs/heads/packed", &a),
+            ("refs/heads/both", &a),
+            ("refs/heads/hidden", &a),
+            ("refs/tags/t/deep", &a),
+        ] {
+            git(&["update-ref", name, value]);
+        }
+        git(&["pack-refs", "--all"]);
+        git(&["update-ref", "refs/heads/both", &b]);
+        git(&["update-ref", "refs/heads/loose/one", &b]);
+        git(&["symbolic-ref", "refs/heads/sym", "refs/heads/both"]);
+        git(&["symbolic-ref", "refs/heads/dangling", "refs/heads/nothing"]);
+        let heads = git_dir.join("refs/heads");
+        std::fs::write(heads.join("hidden"), "not an id\n").expect("write");
+        std::fs::write(heads.join("x.lock"), format!("{b}\n")).expect("write");
+        std::fs::write(heads.join(".dot"), format!("{b}\n")).expect("write");
+        std::fs::write(heads.join("bad..name"), format!("{b}\n")).expect("write");
+
+        let store = FilesStore::open(&git_dir, gix_hash::Kind::Sha1, LogRefUpdates::Never);
+        let ours: String = store
+            .snapshot()
+            .expect("snapshot")
+            .iter()
+            .map(|(n, o)| format!("{o} {}\n", n.as_bstr()))
+            .collect();
+        let theirs = git(&["for-each-ref", "--format=%(objectname) %(refname)"]);
+        assert_eq!(ours, theirs);
+        assert!(
+            ours.contains("refs/heads/sym") && !ours.contains("hidden"),
+            "{ours}"
+        );
+    }
 }

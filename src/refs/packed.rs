@@ -12,18 +12,18 @@
 //!
 //! # Protocol
 //!
-//! 1. Take `packed-refs.lock` (`O_CREAT|O_EXCL`, retried for up to a second as git's
-//!    `core.packedRefsTimeout`). From here on no one else rewrites `packed-refs`: git takes
+//! 1. Take `packed-refs.lock` (`O_CREAT|O_EXCL`, retried with git's backoff for
+//!    `core.packedRefsTimeout`, default 1 s). From here on no one else rewrites `packed-refs`: git takes
 //!    this lock for every `packed-refs` write (deletions, `pack-refs`, `gc`).
 //! 2. Re-read `packed-refs` under the lock.
 //! 3. Scan (`readdir`) every directory that holds, or is a prefix of, a ref of the batch: this
 //!    gives, per name, whether a loose file `<ref>`, a `<ref>.lock`, or a directory `<ref>/`
 //!    exists, and whether a prefix of the name is a loose ref (directory/file conflict).
 //! 4. For each ref that exists as a loose file, take its `<ref>.lock` as git does (retried for
-//!    100 ms, git's `core.filesRefLockTimeout`) and read the loose value under it: git's rule is
+//!    `core.filesRefLockTimeout`, default 100 ms) and read the loose value under it: git's rule is
 //!    that a loose file takes precedence over `packed-refs`, so that file must be removed
 //!    under its lock once the new value is in `packed-refs`. A ref whose `<ref>.lock` is held
-//!    by someone else while no loose file exists is waited for (100 ms), then scanned again.
+//!    by someone else while no loose file exists is waited for (as long), then scanned again.
 //! 5. Compare-and-swap: the current value (loose, else packed) must be the update's old value;
 //!    a new ref must not collide with an existing ref or another ref of the batch as file and
 //!    directory. Failures give git's per-ref errors.
@@ -89,12 +89,9 @@ use gix_object::bstr::{BString, ByteSlice};
 
 use super::transaction::{Failed, commit, live, prepare};
 use super::{Change, Expected, RefError, RefResult, RefUpdate};
+use crate::lockfile::Timeout;
 use crate::repo::config::LogRefUpdates;
 
-/// git's `core.packedRefsTimeout` default.
-pub(super) const PACKED_LOCK_TIMEOUT: Duration = Duration::from_millis(1000);
-/// git's `core.filesRefLockTimeout` default.
-pub(super) const LOOSE_LOCK_TIMEOUT: Duration = Duration::from_millis(100);
 /// How long the second scan waits for concurrent writers' locks to go.
 const CONTESTED_TIMEOUT: Duration = Duration::from_millis(1000);
 
@@ -110,32 +107,13 @@ pub(super) struct Lock {
 }
 
 impl Lock {
-    /// Create `<git_dir>/<rel>.lock` (`O_CREAT|O_EXCL`), retrying for up to `timeout` while
-    /// someone else holds it (git's `hold_lock_file_for_update_timeout`).
-    pub(super) fn acquire(
-        git_dir: &Path,
-        rel: &[u8],
-        timeout: Duration,
-    ) -> Result<Lock, LockError> {
+    /// Create `<git_dir>/<rel>.lock` (`O_CREAT|O_EXCL`), retrying while someone else holds it
+    /// as `timeout` allows (git's `hold_lock_file_for_update_timeout`, [`crate::lockfile`]).
+    pub(super) fn acquire(git_dir: &Path, rel: &[u8], timeout: Timeout) -> Result<Lock, LockError> {
         let path = git_dir.join(lock_name(rel));
-        let start = Instant::now();
-        let mut wait = Duration::from_millis(1);
-        loop {
-            match fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(_) => return Ok(Lock { path }),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    if start.elapsed() >= timeout {
-                        return Err(LockError::held(git_dir, rel));
-                    }
-                    std::thread::sleep(wait);
-                    wait = (wait * 2).min(Duration::from_millis(50));
-                }
-                Err(e) => return Err(LockError::new(git_dir, rel, &e)),
-            }
+        match crate::lockfile::create(&path, timeout) {
+            Ok(_) => Ok(Lock { path }),
+            Err(e) => Err(LockError::new(git_dir, rel, &e)),
         }
     }
 
@@ -342,6 +320,16 @@ impl Packed {
 
     fn name(&self, e: &Entry) -> &[u8] {
         &self.buf[e.name.clone()]
+    }
+
+    /// How many entries there are.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Every entry's name and value, in name order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&[u8], ObjectId)> {
+        self.entries.iter().map(|e| (self.name(e), e.oid))
     }
 
     fn find(&self, name: &[u8]) -> Result<usize, usize> {
@@ -608,8 +596,27 @@ pub(super) enum Loose {
     Broken,
 }
 
+/// The loose ref at `path`, `None` if there is no such file. Read with one `open` and small
+/// `read`s (no `stat`: a ref file is tens of bytes; what is past the first 256 bytes never
+/// changes the answer).
 pub(super) fn read_loose(path: &Path) -> Option<Loose> {
-    let data = fs::read(path).ok()?;
+    read_loose_from(fs::File::open(path).ok()?)
+}
+
+/// [`read_loose`] of an open file.
+pub(super) fn read_loose_from(mut file: fs::File) -> Option<Loose> {
+    use std::io::Read;
+    let mut buf = [0u8; 256];
+    let mut len = 0;
+    while len < buf.len() {
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    let data = &buf[..len];
     if data.starts_with(b"ref:") {
         return Some(Loose::Symbolic);
     }
@@ -705,7 +712,7 @@ pub(super) fn lock<'a>(
 
     let packed_path = git_dir.join("packed-refs");
     // Held by someone else: git would not need it for updates and creations, so neither do we.
-    let packed_lock = match Lock::acquire(git_dir, b"packed-refs", PACKED_LOCK_TIMEOUT) {
+    let packed_lock = match Lock::acquire(git_dir, b"packed-refs", batch.locks.packed_refs) {
         Ok(l) => l,
         Err(LockError::Held { .. }) => return Ok(Err(Fallback)),
         Err(e) => return Err(Failed::quietly(e)),
@@ -735,12 +742,9 @@ pub(super) fn lock<'a>(
         return Ok(Err(Fallback));
     }
     if !waiting.is_empty() {
-        let start = Instant::now();
-        while start.elapsed() < LOOSE_LOCK_TIMEOUT
-            && waiting.iter().any(|n| git_dir.join(lock_name(n)).exists())
-        {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        crate::lockfile::wait_while(batch.locks.files_ref, || {
+            waiting.iter().any(|n| git_dir.join(lock_name(n)).exists())
+        });
         scan = Scan::new(git_dir, dirs.iter().copied());
     }
 
@@ -752,6 +756,7 @@ pub(super) fn lock<'a>(
             scan: &scan,
             view: scan.view(),
             batch: &sorted,
+            lock_timeout: batch.locks.files_ref,
             prefix_dir: None,
         };
         for (k, &i) in sorted.order.iter().enumerate() {
@@ -802,6 +807,7 @@ impl Locked<'_> {
             committer,
             objects,
             fsync,
+            locks: _,
         } = batch;
         let packed_path = git_dir.join("packed-refs");
         let mut peeler = Peeler::new(objects);
@@ -943,6 +949,8 @@ struct Checker<'a> {
     scan: &'a Scan,
     view: View<'a>,
     batch: &'a Sorted<'a>,
+    /// `core.filesRefLockTimeout`, for the loose refs' locks.
+    lock_timeout: Timeout,
     /// The directory of the previous name, and the prefix conflict found for it (the proper
     /// prefixes of all names in one directory are the same).
     prefix_dir: Option<(Vec<u8>, Option<RefError>)>,
@@ -964,7 +972,7 @@ impl Checker<'_> {
         let (seen, locked) = self.view.at(name);
         if seen == Some(Seen::File) {
             let l =
-                Lock::acquire(git_dir, name, LOOSE_LOCK_TIMEOUT).map_err(|e| cannot_lock(u, e))?;
+                Lock::acquire(git_dir, name, self.lock_timeout).map_err(|e| cannot_lock(u, e))?;
             match read_loose(&git_dir.join(path_of(name))) {
                 Some(Loose::Object(oid)) => {
                     current = Some(oid);

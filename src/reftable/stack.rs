@@ -4,7 +4,7 @@
 //! stay a geometric sequence (git's `reftable/stack.c`).
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use gix_object::bstr::BString;
 use super::table::{Table, WriteOptions, write_table};
 use super::{Error, LogRecord, LogValue, RefRecord, RefValue, Result};
 use crate::fsync::{Components, Durability};
+use crate::lockfile::Timeout;
 
 const LIST: &str = "tables.list";
 
@@ -34,42 +35,23 @@ struct LockFile {
 }
 
 impl LockFile {
-    /// Lock `target` by creating `target.lock`, retrying with backoff for `timeout_ms`
-    /// (negative: forever), as git's `hold_lock_file_for_update_timeout`.
-    fn acquire(target: &Path, timeout_ms: i64) -> Result<LockFile> {
+    /// Lock `target` by creating `target.lock`, retrying while it is held as `timeout`
+    /// allows, with git's backoff (`flock_acquire`, `hold_lock_file_for_update_timeout`).
+    fn acquire(target: &Path, timeout: Timeout) -> Result<LockFile> {
         let mut lock_path = target.as_os_str().to_owned();
         lock_path.push(".lock");
         let lock_path = PathBuf::from(lock_path);
-        let start = Instant::now();
-        let mut backoff_ms = 1u64;
-        loop {
-            match OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&lock_path)
-            {
-                Ok(file) => {
-                    return Ok(LockFile {
-                        lock_path,
-                        target: target.to_owned(),
-                        file: Some(file),
-                        done: false,
-                    });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let waited = start.elapsed().as_millis() as i64;
-                    if timeout_ms >= 0 && waited >= timeout_ms {
-                        return Err(Error::Locked(lock_path));
-                    }
-                    let mut wait = backoff_ms;
-                    if timeout_ms >= 0 {
-                        wait = wait.min((timeout_ms - waited).max(1) as u64);
-                    }
-                    std::thread::sleep(Duration::from_millis(wait));
-                    backoff_ms = (backoff_ms * 2).min(1000);
-                }
-                Err(e) => return Err(io_err("create", &lock_path)(e)),
+        match crate::lockfile::create(&lock_path, timeout) {
+            Ok(file) => Ok(LockFile {
+                lock_path,
+                target: target.to_owned(),
+                file: Some(file),
+                done: false,
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(Error::Locked(lock_path))
             }
+            Err(e) => Err(io_err("create", &lock_path)(e)),
         }
     }
 
@@ -372,14 +354,14 @@ impl Stack {
     /// it: what the caller reads through [`Locked::stack`] is what [`Locked::commit`] writes on
     /// top of, so a compare-and-swap checked there cannot lose to a concurrent writer.
     pub fn lock(&mut self) -> Result<Locked<&mut Stack>> {
-        let lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout_ms)?;
+        let lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout)?;
         self.reload()?;
         Ok(Locked { stack: self, lock })
     }
 
     /// [`Stack::lock`], the lock owning the stack (to be kept beyond the caller's frame).
     pub fn into_locked(mut self) -> Result<Locked<Stack>> {
-        let lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout_ms)?;
+        let lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout)?;
         self.reload()?;
         Ok(Locked { stack: self, lock })
     }
@@ -433,7 +415,7 @@ impl Stack {
         }
         let mut table_locks = Vec::new();
         for t in self.tables[first..].iter().rev() {
-            match LockFile::acquire(&self.dir.join(t.name()), 0) {
+            match LockFile::acquire(&self.dir.join(t.name()), Timeout::Once) {
                 Ok(mut l) => {
                     l.close();
                     table_locks.push(l);
@@ -547,13 +529,13 @@ impl Stack {
             return Ok(());
         }
         let mut first = first;
-        let list_lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout_ms)?;
+        let list_lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout)?;
         if self.read_list()? != self.names() {
             return Err(Error::Outdated(self.dir.clone()));
         }
         let mut table_locks = Vec::new();
         for i in (first..=last).rev() {
-            match LockFile::acquire(&self.dir.join(self.tables[i].name()), 0) {
+            match LockFile::acquire(&self.dir.join(self.tables[i].name()), Timeout::Once) {
                 Ok(mut l) => {
                     l.close();
                     table_locks.push(l);
@@ -577,7 +559,7 @@ impl Stack {
             compacted_table(self.opts, range, first == 0, min, max, &[], Vec::new())?;
         let compacted: Vec<String> = range.iter().map(|t| t.name().to_owned()).collect();
 
-        let list_lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout_ms)?;
+        let list_lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout)?;
         let current = self.read_list()?;
         let Some(at) = current.iter().position(|n| *n == compacted[0]) else {
             return Err(Error::Outdated(self.dir.clone()));

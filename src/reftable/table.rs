@@ -74,8 +74,9 @@ pub struct WriteOptions {
     pub geometric_factor: u8,
     /// Disable auto-compaction after an addition (`GIT_TEST_REFTABLE_AUTOCOMPACTION=false`).
     pub disable_auto_compact: bool,
-    /// `reftable.lockTimeout` in milliseconds, default 100; negative waits forever.
-    pub lock_timeout_ms: i64,
+    /// `reftable.lockTimeout`: how long to wait for `tables.list.lock` (default 100 ms; `-1`
+    /// waits forever, `0` tries once).
+    pub lock_timeout: crate::lockfile::Timeout,
     /// `core.fsync`: a new table and `tables.list.lock` are synced before `tables.list` is
     /// renamed into place when it has `reference` (git's `reftable_fsync`; not by default).
     pub fsync: crate::fsync::Durability,
@@ -94,7 +95,7 @@ impl Default for WriteOptions {
             exact_log_message: false,
             geometric_factor: 2,
             disable_auto_compact: false,
-            lock_timeout_ms: 100,
+            lock_timeout: crate::lockfile::Timeout::REFTABLE,
             fsync: crate::fsync::Durability::default(),
             hash: gix_hash::Kind::Sha1,
         }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use gix_config::File;
 
 use crate::fsync::{Components, Durability, Method};
+use crate::lockfile::Timeout;
 use crate::objects::fsck::Setting as FsckSetting;
 use crate::objects::pack_files::SharedRepository;
 
@@ -429,6 +430,26 @@ impl Default for Housekeeping {
     }
 }
 
+/// How long the files backend waits for a lock someone else holds: git's
+/// `core.filesRefLockTimeout` for each `<ref>.lock`, `core.packedRefsTimeout` for
+/// `packed-refs.lock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockTimeouts {
+    /// `core.filesRefLockTimeout` (default 100 ms).
+    pub files_ref: Timeout,
+    /// `core.packedRefsTimeout` (default 1000 ms).
+    pub packed_refs: Timeout,
+}
+
+impl Default for LockTimeouts {
+    fn default() -> Self {
+        LockTimeouts {
+            files_ref: Timeout::FILES_REF_LOCK,
+            packed_refs: Timeout::PACKED_REFS,
+        }
+    }
+}
+
 /// The reflog identity's configured part (the environment's `GIT_COMMITTER_*` come first).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {
@@ -450,6 +471,9 @@ pub struct Storage {
     /// `autoCompaction`, `lockTimeout` (and `GIT_TEST_REFTABLE_AUTOCOMPACTION`, which git's own
     /// tests set), for reftable repositories.
     pub reftable: crate::reftable::WriteOptions,
+    /// `core.filesRefLockTimeout` and `core.packedRefsTimeout`: how long the files backend
+    /// waits for a `<ref>.lock` or `packed-refs.lock` someone else holds.
+    pub lock_timeouts: LockTimeouts,
 }
 
 impl Default for Storage {
@@ -458,6 +482,7 @@ impl Default for Storage {
             bare: None,
             log_ref_updates: LogRefUpdates::Never,
             reftable: Default::default(),
+            lock_timeouts: Default::default(),
         }
     }
 }
@@ -696,6 +721,14 @@ fn number(v: &str) -> Result<i64, Error> {
     parse_int(v).ok_or_else(|| Error::BadNumber(v.to_owned()))
 }
 
+/// A number that must fit git's `int` (`git_config_int`).
+fn int(v: &str) -> Result<i64, Error> {
+    let n = number(v)?;
+    i32::try_from(n)
+        .map(i64::from)
+        .map_err(|_| Error::BadNumber(v.to_owned()))
+}
+
 /// Declare a key whose last value is parsed: `key!("name", "doc", |p, v| ...)`.
 macro_rules! last {
     ($name:literal, $doc:literal, |$p:ident, $v:ident| $body:expr) => {
@@ -888,8 +921,29 @@ pub static KEYS: &[Key] = &[
     ),
     last!(
         "reftable.lockTimeout",
-        "Milliseconds to wait for the tables.list lock (default 100; negative waits forever).",
-        |p, v| p.c.storage.reftable.lock_timeout_ms = number(v)?
+        "Milliseconds to wait for tables.list.lock held by another writer (default 100; 0 tries \
+         once, -1 waits forever).",
+        |p, v| {
+            let ms = number(v)?;
+            if ms < -1 {
+                return Err(Error::ReftableOption(
+                    "reftable lock timeout does not support negative values other than -1".into(),
+                ));
+            }
+            p.c.storage.reftable.lock_timeout = Timeout::from_millis(ms)
+        }
+    ),
+    last!(
+        "core.filesRefLockTimeout",
+        "Milliseconds to wait for a <ref>.lock held by another writer (default 100; 0 tries \
+         once, negative waits forever).",
+        |p, v| p.c.storage.lock_timeouts.files_ref = Timeout::from_millis(int(v)?)
+    ),
+    last!(
+        "core.packedRefsTimeout",
+        "Milliseconds to wait for packed-refs.lock held by another writer (default 1000; 0 \
+         tries once, negative waits forever).",
+        |p, v| p.c.storage.lock_timeouts.packed_refs = Timeout::from_millis(int(v)?)
     ),
     last!(
         "reftable.autoCompaction",
@@ -1511,7 +1565,13 @@ mod tests {
             c.storage.reftable.geometric_factor == 3
         }),
         ("reftable.lockTimeout", "-1", |c| {
-            c.storage.reftable.lock_timeout_ms == -1
+            c.storage.reftable.lock_timeout == Timeout::Forever
+        }),
+        ("core.filesRefLockTimeout", "1k", |c| {
+            c.storage.lock_timeouts.files_ref == Timeout::Millis(1024)
+        }),
+        ("core.packedRefsTimeout", "0", |c| {
+            c.storage.lock_timeouts.packed_refs == Timeout::Once
         }),
         ("reftable.autoCompaction", "false", |c| {
             c.storage.reftable.disable_auto_compact
@@ -1795,10 +1855,10 @@ mod tests {
         assert_eq!(
             (
                 rt.geometric_factor,
-                rt.lock_timeout_ms,
+                rt.lock_timeout,
                 rt.disable_auto_compact
             ),
-            (2, 100, false)
+            (2, Timeout::Millis(100), false)
         );
 
         // An empty configuration is the defaults, but for what depends on bareness: reflogs

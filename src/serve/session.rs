@@ -3,6 +3,8 @@
 
 use super::*;
 
+use std::sync::atomic::AtomicUsize;
+
 /// A push slot and the in-flight gauge, released when the push session ends.
 pub(super) struct InFlight {
     pub(super) metrics: Arc<Metrics>,
@@ -186,6 +188,8 @@ pub(super) async fn run_session(
     let pushed = input.is_some();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
+        // Dropped at the end of the session, panic or not.
+        let _running = pushed.then(PushRunning::start);
         let mut writer = ChannelWriter {
             tx,
             access: task_access.clone(),
@@ -215,9 +219,6 @@ pub(super) async fn run_session(
             );
             (e.to_string(), over)
         }));
-        if pushed {
-            release_memory();
-        }
     });
     match rx.recv().await {
         // The body crossed --max-request-bytes before the session answered: the same 413 as
@@ -371,6 +372,49 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
 
 pub(super) fn scopeguard<F: FnOnce()>(f: F) -> OnDrop<F> {
     OnDrop(Some(f))
+}
+
+/// A push session in this process, counted from its start to its end, so that the memory
+/// pushes freed is given back when the last of them ends (see [`PushRunning::finish`]).
+struct PushRunning;
+
+/// Push sessions running now.
+static PUSHES_RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// When memory was last given back, in milliseconds since [`epoch`].
+static LAST_TRIM_MS: AtomicU64 = AtomicU64::new(0);
+/// Trim at least this often while pushes overlap without a pause.
+const TRIM_INTERVAL_MS: u64 = 1000;
+
+fn epoch() -> std::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(std::time::Instant::now)
+}
+
+impl PushRunning {
+    fn start() -> PushRunning {
+        PUSHES_RUNNING.fetch_add(1, Ordering::Relaxed);
+        PushRunning
+    }
+}
+
+impl Drop for PushRunning {
+    /// The push has ended: give the freed memory back if it was the last one running, or if
+    /// the last time was [`TRIM_INTERVAL_MS`] ago. `malloc_trim` walks every arena and
+    /// `madvise`s its free pages, each a TLB shootdown across the process's threads: after
+    /// every one of 64 concurrent pushes it was a tenth of the server's CPU (benches/README.md,
+    /// issue 16), while trimming when the server goes idle releases the same memory.
+    fn drop(&mut self) {
+        let others = PUSHES_RUNNING.fetch_sub(1, Ordering::Relaxed) - 1;
+        let now = epoch().elapsed().as_millis() as u64;
+        let last = LAST_TRIM_MS.load(Ordering::Relaxed);
+        if (others == 0 || now.saturating_sub(last) >= TRIM_INTERVAL_MS)
+            && LAST_TRIM_MS
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            release_memory();
+        }
+    }
 }
 
 /// Give the memory a push freed back to the system: glibc keeps freed heap memory in its

@@ -14,6 +14,7 @@ mod hook_cost;
 mod hooks;
 mod in_process;
 mod invocation;
+mod lock_wait;
 mod memory;
 mod parallel_hooks;
 mod protocol;
