@@ -288,6 +288,12 @@ impl Results {
                 self.options.refs,
                 ms(h)
             );
+            for r in &self.receivers {
+                if let Some(m) = r.median() {
+                    let over = (m.as_secs_f64() / h.as_secs_f64() - 1.0) * 100.0;
+                    let _ = writeln!(out, "  {}: {over:+.1} % over spawning", r.command);
+                }
+            }
         }
         out
     }
@@ -724,6 +730,20 @@ fn verify(setup: &Setup, sideband: bool, refs: bool, stdout: &[u8]) -> Result<()
     Ok(())
 }
 
+/// Spawn the update hook once per ref, as a receiver would, and time it.
+fn spawn_hook_n_times(hook: &Path, setup: &Setup, o: &Options) -> Duration {
+    let start = Instant::now();
+    let zero = "0".repeat(o.object_format.kind().len_in_hex());
+    for (name, oid) in &setup.expected {
+        let _ = Command::new(hook)
+            .args([name.as_str(), zero.as_str(), oid.as_str()])
+            .current_dir(&setup.pristine)
+            .stdin(Stdio::null())
+            .status();
+    }
+    start.elapsed()
+}
+
 /// Run the benchmark, with progress on `progress`.
 pub fn many_refs(o: &Options, progress: &mut dyn Write) -> Result<Results, Error> {
     if o.refs == 0 || o.commits == 0 || o.runs == 0 {
@@ -759,6 +779,7 @@ pub fn many_refs(o: &Options, progress: &mut dyn Write) -> Result<Results, Error
             error: None,
         })
         .collect();
+    let mut hook_times = Vec::new();
     for run_no in 1..=o.runs {
         for ((label, script, sideband), outcome) in runs.iter().zip(&mut receivers) {
             if outcome.error.is_some() {
@@ -818,32 +839,18 @@ pub fn many_refs(o: &Options, progress: &mut dyn Write) -> Result<Results, Error
             }
             outcome.times.push(elapsed);
         }
-    }
-    let hook_spawn = match &setup.hook {
-        None => None,
-        Some(h) => {
-            let mut times = Vec::new();
-            for run_no in 1..=o.runs {
-                let _ = writeln!(
-                    progress,
-                    "bench: spawning the update hook {} times: run {run_no}/{}",
-                    o.refs, o.runs
-                );
-                let start = Instant::now();
-                let zero = "0".repeat(o.object_format.kind().len_in_hex());
-                for (name, oid) in &setup.expected {
-                    let _ = Command::new(h)
-                        .args([name.as_str(), zero.as_str(), oid.as_str()])
-                        .current_dir(&setup.pristine)
-                        .stdin(Stdio::null())
-                        .status();
-                }
-                times.push(start.elapsed());
-            }
-            times.sort();
-            Some(times[times.len() / 2])
+        // The hook's own cost, in the same turn as the receivers.
+        if let Some(h) = &setup.hook {
+            let _ = writeln!(
+                progress,
+                "bench: spawning the update hook {} times: run {run_no}/{}",
+                o.refs, o.runs
+            );
+            hook_times.push(spawn_hook_n_times(h, &setup, o));
         }
-    };
+    }
+    hook_times.sort();
+    let hook_spawn = hook_times.get(hook_times.len() / 2).copied();
     Ok(Results {
         options: o.clone(),
         receivers,

@@ -277,6 +277,16 @@ fn concurrent_pushes_on_distinct_branches(format: &str, clients: usize) {
         ],
     );
     w.git(".", &["-C", "srv.git", "config", "receive.autogc", "false"]);
+    // What is shown is that concurrent writers wait for each other instead of failing; git's
+    // default waits (100 ms for a ref or `tables.list.lock`) are the timed tests' subject. A
+    // loaded CI machine can hold a lock longer than that, so the waits here are long.
+    for (key, value) in [
+        ("reftable.lockTimeout", "10000"),
+        ("core.filesRefLockTimeout", "10000"),
+        ("core.packedRefsTimeout", "10000"),
+    ] {
+        w.git(".", &["-C", "srv.git", "config", key, value]);
+    }
     for c in 0..clients {
         w.work(&format!("src{c}"));
     }
