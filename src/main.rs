@@ -526,6 +526,7 @@ fn receive_pack(args: &[std::ffi::OsString]) -> ExitCode {
         env: berth::receive::Environment::from_process(),
         ref_access: None,
         max_command_bytes: None,
+        commit_gate: None,
     };
     let result = berth::receive::run(
         &dir,
