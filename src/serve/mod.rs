@@ -337,7 +337,7 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
     let listener = bind(&addrs, &config.listen).await?;
     let local = listener.local_addr().map_err(Error::Serve)?;
     if let Some(c) = &config.cluster {
-        let joined = cluster::Cluster::join(c, &root, local)
+        let joined = cluster::Cluster::join(c, &root, local, &server.env, server.max_request_bytes)
             .await
             .map_err(Error::Cluster)?;
         let _ = server.cluster.set(joined);

@@ -204,6 +204,17 @@ impl Client {
         kvs(&v)
     }
 
+    /// The keys (without values) under `prefix`.
+    pub async fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+        let v = self
+            .call(
+                "/v3/kv/range",
+                json!({"key": b64(prefix), "range_end": b64(&prefix_end(prefix)), "keys_only": true}),
+            )
+            .await?;
+        Ok(kvs(&v)?.into_iter().map(|kv| kv.key).collect())
+    }
+
     /// Every key under `prefix`.
     pub async fn prefix(&self, prefix: &[u8]) -> Result<Vec<Kv>, Error> {
         self.range(prefix, &prefix_end(prefix)).await

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::json;
 
+use super::objects::pack_objects;
 use super::replica::{SECRET_HEADER, new_of};
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key, set_applied_seq};
 use crate::receive::{CommitGate, GateCommit};
@@ -72,6 +73,9 @@ impl Gate {
         let (seq, rev) = c.log_head(&self.name).await.map_err(|e| e.to_string())?;
         let applied = applied_seq(&self.dir);
         if applied != seq {
+            if applied < seq {
+                c.clone().spawn_catch_up(self.name.clone());
+            }
             return Err(format!(
                 "this replica ({}) is at log entry {applied} of {seq}; it is catching up, retry",
                 c.node
@@ -307,62 +311,4 @@ impl GateCommit for Decided {
             ))
         }
     }
-}
-
-/// A pack (not thin) of the objects reachable from `tips` and not from `have`; empty when
-/// there are no tips.
-fn pack_objects(
-    dir: &std::path::Path,
-    tips: &[gix_hash::ObjectId],
-    have: &[gix_hash::ObjectId],
-) -> Result<Vec<u8>, String> {
-    use std::io::{Read, Write};
-    if tips.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut child = std::process::Command::new("git")
-        .arg("--git-dir")
-        .arg(dir)
-        .args([
-            "pack-objects",
-            "--stdout",
-            "--revs",
-            "-q",
-            "--delta-base-offset",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run git pack-objects: {e}"))?;
-    let mut input = String::new();
-    for t in tips {
-        input.push_str(&format!("{t}\n"));
-    }
-    input.push_str("--not\n");
-    let mut seen = std::collections::HashSet::new();
-    for h in have {
-        if seen.insert(*h) {
-            input.push_str(&format!("{h}\n"));
-        }
-    }
-    let mut stdin = child.stdin.take().ok_or("pack-objects: no stdin")?;
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(input.as_bytes());
-    });
-    let mut pack = Vec::new();
-    if let Some(mut out) = child.stdout.take() {
-        out.read_to_end(&mut pack)
-            .map_err(|e| format!("pack-objects: {e}"))?;
-    }
-    let _ = writer.join();
-    let mut err = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    let status = child.wait().map_err(|e| e.to_string())?;
-    if !status.success() {
-        return Err(format!("git pack-objects failed: {}", err.trim()));
-    }
-    Ok(pack)
 }

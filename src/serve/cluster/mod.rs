@@ -27,11 +27,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+mod catchup;
 pub mod etcd;
 mod forward;
 mod gate;
 pub mod http;
 mod log;
+mod objects;
 mod replica;
 
 pub(super) use forward::{FORWARDED, forward};
@@ -94,6 +96,12 @@ pub(super) struct Cluster {
     pub(super) root: PathBuf,
     /// Prepared transactions of pushes accepted elsewhere, waiting for their decision.
     pub(super) pending: replica::Pending,
+    /// The environment repositories are opened with (the server's).
+    pub(super) env: crate::receive::Environment,
+    /// The largest pack a catch-up accepts from a peer (`--max-request-bytes`).
+    pub(super) max_pack: u64,
+    /// The repositories being caught up.
+    pub(super) catching: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 fn valid_node_name(n: &str) -> bool {
@@ -194,6 +202,8 @@ impl Cluster {
         config: &ClusterConfig,
         root: &Path,
         local: std::net::SocketAddr,
+        env: &crate::receive::Environment,
+        max_pack: u64,
     ) -> Result<Arc<Cluster>, Error> {
         if !valid_node_name(&config.node) {
             return Err(Error::NodeName(config.node.clone()));
@@ -236,9 +246,14 @@ impl Cluster {
             secret,
             root: root.to_owned(),
             pending: Default::default(),
+            env: env.clone(),
+            max_pack,
+            catching: Default::default(),
         });
         let lease = cluster.register().await?;
         tokio::spawn(cluster.clone().keep_alive(lease));
+        // Catch up what was missed while down, then follow the logs.
+        tokio::spawn(cluster.clone().follow());
         tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %cluster.advertise, "joined the cluster");
         Ok(cluster)
     }

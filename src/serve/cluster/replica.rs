@@ -16,8 +16,8 @@
 //! (the accepting node died after the commit point) → commit; otherwise abort.
 
 use std::collections::HashMap;
-use std::io::{self, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::io::{self, Read};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,6 +30,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
+use super::objects::{Keeps, connected, ensure_repository, ingest};
 use super::{Cluster, applied_seq, log, repo_dir, set_applied_seq};
 use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
 use crate::serve::{Escaped, Server};
@@ -93,6 +94,7 @@ pub(in crate::serve) async fn internal(
     match path.strip_prefix(INTERNAL_PREFIX) {
         Some("prepare") => prepare(server, cluster, req).await,
         Some("decide") => decide(cluster, req).await,
+        Some("pack") => pack(cluster, req).await,
         _ => text(StatusCode::NOT_FOUND, "no such internal endpoint"),
     }
 }
@@ -224,75 +226,6 @@ struct Job {
     h: PrepareHeader,
 }
 
-/// The `.keep` files of a migrated pack, removed once the transaction is over.
-struct Keeps(Vec<PathBuf>);
-
-impl Drop for Keeps {
-    fn drop(&mut self) {
-        for k in &self.0 {
-            let _ = std::fs::remove_file(k);
-        }
-    }
-}
-
-/// Create the bare repository `dir` if it does not exist.
-pub(super) fn ensure_repository(dir: &Path) -> Result<(), String> {
-    if super::super::repos::is_git_dir(dir) {
-        return Ok(());
-    }
-    if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create directory: {e}"))?;
-    }
-    let out = std::process::Command::new("git")
-        .args(["init", "--quiet", "--bare", "--"])
-        .arg(dir)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run git init: {e}"))?;
-    if !out.status.success() && !super::super::repos::is_git_dir(dir) {
-        return Err("git init --bare failed".into());
-    }
-    Ok(())
-}
-
-/// Whether every object reachable from `tips` is in the repository (with `quarantine`'s
-/// objects, if given) or reachable from its refs: git's connectivity check.
-pub(super) fn connected(dir: &Path, tips: &[gix_hash::ObjectId]) -> Result<(), String> {
-    if tips.is_empty() {
-        return Ok(());
-    }
-    let mut cmd = std::process::Command::new("git");
-    cmd.arg("--git-dir")
-        .arg(dir)
-        .args([
-            "rev-list",
-            "--objects",
-            "--quiet",
-            "--stdin",
-            "--not",
-            "--all",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run git rev-list: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        use std::io::Write;
-        let list: String = tips.iter().map(|t| format!("{t}\n")).collect();
-        let _ = stdin.write_all(list.as_bytes());
-    }
-    let status = child
-        .wait()
-        .map_err(|e| format!("git rev-list failed: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err("missing necessary objects".into())
-    }
-}
-
 impl Job {
     fn run(self, mut reader: impl Read, ready: tokio::sync::oneshot::Sender<Result<(), String>>) {
         let Job {
@@ -310,6 +243,10 @@ impl Job {
             return fail(ready, e);
         }
         let applied = applied_seq(&dir);
+        if applied < h.base_seq {
+            let _rt = handle.enter();
+            cluster.clone().spawn_catch_up(h.repo.clone());
+        }
         if applied != h.base_seq {
             return fail(
                 ready,
@@ -330,28 +267,14 @@ impl Job {
             Ok(o) => o,
             Err(e) => return fail(ready, e.to_string()),
         };
-        let mut keeps = Keeps(Vec::new());
-        if h.has_pack {
-            use crate::objects::ingest;
-            let q = match ingest::Quarantine::create(&repo.objects_dir) {
-                Ok(q) => q,
-                Err(e) => return fail(ready, format!("quarantine: {e}")),
-            };
-            let options = ingest::Options {
-                object_format: repo.object_format,
-                fsck: Some(Vec::new()),
-                ..Default::default()
-            };
-            let mut input = BufReader::with_capacity(64 * 1024, &mut reader);
-            if let Err(e) = ingest::receive_pack(&mut input, &q, &objects, options) {
-                return fail(ready, format!("unpack: {e}"));
+        let keeps = if h.has_pack {
+            match ingest(&repo, &objects, &mut reader) {
+                Ok(k) => k,
+                Err(e) => return fail(ready, e),
             }
-            let mut q = q;
-            match q.migrate(&repo.objects_dir) {
-                Ok(k) => keeps.0 = k,
-                Err(e) => return fail(ready, format!("migrate: {e}")),
-            }
-        }
+        } else {
+            Keeps(Vec::new())
+        };
         let tips: Vec<gix_hash::ObjectId> = h.updates.iter().filter_map(new_of).collect();
         if let Err(e) = connected(&dir, &tips) {
             return fail(ready, e);
@@ -456,6 +379,21 @@ async fn committed_entry(cluster: &Cluster, repo: &str, txid: &str) -> Option<u6
         .ok()??;
     let entry = log::Entry::decode(&kv.value).ok()?;
     (entry.txid == txid).then_some(entry.seq)
+}
+
+/// `POST /_berth/cluster/pack`: objects for a replica catching up.
+async fn pack(cluster: &Arc<Cluster>, req: Request) -> Response {
+    let mut ask = Vec::new();
+    let mut body = body_stream(req.into_body(), Duration::from_secs(30), MAX_HEADER as u64);
+    if let Err(e) = body.read_to_end(&mut ask).await {
+        return text(StatusCode::BAD_REQUEST, format!("pack: {e}"));
+    }
+    let c = cluster.clone();
+    match tokio::task::spawn_blocking(move || super::catchup::serve_pack(&c, &ask)).await {
+        Ok(Ok(pack)) => (StatusCode::OK, pack).into_response(),
+        Ok(Err((status, e))) => text(status, e),
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "pack failed"),
+    }
 }
 
 async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
