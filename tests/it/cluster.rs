@@ -1,0 +1,530 @@
+//! `berth serve --cluster` end to end (issue #15): a real three-member etcd on loopback ports
+//! and three berth nodes, pushed to with the real git client over HTTP, to different nodes and
+//! concurrently; then every node's refs (`git for-each-ref`) must be identical once caught up,
+//! `git fsck --strict` clean everywhere, and each push's client-visible result consistent with
+//! the final refs. Needs Debian's `etcd-server` (`.ci/run` installs it); without `etcd` on
+//! the PATH each test says so on stderr and returns.
+
+use crate::common;
+use common::World;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Whether `etcd` can run here; if not, say so (the test is skipped, not passed silently).
+fn etcd_present(test: &str) -> bool {
+    let ok = Command::new("etcd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!(
+            "SKIPPED cluster::{test}: no `etcd` on the PATH (apt-get install etcd-server; .ci/run does)"
+        );
+    }
+    ok
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<_> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+/// One HTTP/1.0 request; the status and body (`None` when nothing answers).
+fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let status = out.split(' ').nth(1)?.parse().ok()?;
+    let body = out.split_once("\r\n\r\n").map(|b| b.1.to_owned())?;
+    Some((status, body))
+}
+
+/// A three-member etcd on loopback, killed when dropped.
+struct Etcd {
+    members: Vec<Option<Child>>,
+    client_ports: Vec<u16>,
+}
+
+impl Etcd {
+    fn start(dir: &Path) -> Etcd {
+        let ports = free_ports(6);
+        let (client, peer) = ports.split_at(3);
+        let initial: Vec<String> = (0..3)
+            .map(|i| format!("e{i}=http://127.0.0.1:{}", peer[i]))
+            .collect();
+        let initial = initial.join(",");
+        let members = (0..3)
+            .map(|i| {
+                let log = std::fs::File::create(dir.join(format!("etcd{i}.log"))).unwrap();
+                let c = format!("http://127.0.0.1:{}", client[i]);
+                let p = format!("http://127.0.0.1:{}", peer[i]);
+                Some(
+                    Command::new("etcd")
+                        .args(["--name", &format!("e{i}")])
+                        .arg("--data-dir")
+                        .arg(dir.join(format!("etcd{i}")))
+                        .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
+                        .args([
+                            "--listen-peer-urls",
+                            &p,
+                            "--initial-advertise-peer-urls",
+                            &p,
+                        ])
+                        .args(["--initial-cluster", &initial])
+                        .args(["--initial-cluster-state", "new"])
+                        .args(["--initial-cluster-token", "berth-test"])
+                        .stdout(Stdio::null())
+                        .stderr(log)
+                        .spawn()
+                        .unwrap(),
+                )
+            })
+            .collect();
+        let etcd = Etcd {
+            members,
+            client_ports: client.to_vec(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for &port in &etcd.client_ports {
+            loop {
+                let put = r#"{"key":"L2JlcnRoLXRlc3Q=","value":"eQ=="}"#;
+                if let Some((200, _)) = http(port, "POST", "/v3/kv/put", put) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "etcd did not start (see etcd*.log)"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        etcd
+    }
+
+    fn urls(&self) -> String {
+        let urls: Vec<String> = self
+            .client_ports
+            .iter()
+            .map(|p| format!("http://127.0.0.1:{p}"))
+            .collect();
+        urls.join(",")
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// One berth node: its root, port and process (if running).
+struct Node {
+    name: String,
+    root: PathBuf,
+    port: u16,
+    process: Option<common::ServeProcess>,
+}
+
+impl Node {
+    fn url(&self, repo: &str) -> String {
+        format!("http://127.0.0.1:{}/{repo}", self.port)
+    }
+
+    fn dir(&self, repo: &str) -> PathBuf {
+        self.root.join(repo)
+    }
+
+    fn log(&self) -> String {
+        self.process.as_ref().map(|p| p.log()).unwrap_or_default()
+    }
+}
+
+/// Three etcd members and three berth nodes, each node with `--replicas replicas`.
+struct Cluster {
+    etcd: Etcd,
+    nodes: Vec<Node>,
+    replicas: usize,
+}
+
+impl Cluster {
+    fn start(w: &World, replicas: usize) -> Cluster {
+        let etcd = Etcd::start(w.root());
+        let ports = free_ports(3);
+        let nodes = (0..3)
+            .map(|i| Node {
+                name: format!("n{i}"),
+                root: w.path(&format!("node{i}")),
+                port: ports[i],
+                process: None,
+            })
+            .collect();
+        let mut c = Cluster {
+            etcd,
+            nodes,
+            replicas,
+        };
+        for i in 0..3 {
+            c.start_node(w, i);
+        }
+        c
+    }
+
+    fn start_node(&mut self, w: &World, i: usize) {
+        let urls = self.etcd.urls();
+        let n = &mut self.nodes[i];
+        let mut cmd = w.cmd(common::berth(), ".");
+        cmd.env("RUST_LOG", "berth=info")
+            .arg("serve")
+            .arg("--root")
+            .arg(&n.root)
+            .args(["--listen", &format!("127.0.0.1:{}", n.port)])
+            .args(["--cluster", &urls, "--node", &n.name])
+            .args(["--advertise", &format!("http://127.0.0.1:{}", n.port)])
+            .args(["--replicas", &self.replicas.to_string()]);
+        n.process = Some(common::ServeProcess::spawn(cmd, |out| {
+            out.contains("listening on")
+        }));
+    }
+
+    /// kill -9 node `i`.
+    fn kill_node(&mut self, i: usize) {
+        if let Some(mut p) = self.nodes[i].process.take() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
+
+    /// The nodes that hold `repo`.
+    fn holders(&self, repo: &str) -> Vec<&Node> {
+        self.nodes
+            .iter()
+            .filter(|n| n.dir(repo).join("HEAD").is_file())
+            .collect()
+    }
+
+    fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("---- {}:\n{}", n.name, n.log()))
+            .collect()
+    }
+
+    /// Wait until every holder of `repo` has the same refs and the same applied log entry;
+    /// those refs.
+    fn converged(&self, w: &World, repo: &str, holders: usize) -> BTreeMap<String, String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let nodes = self.holders(repo);
+            let states: Vec<(BTreeMap<String, String>, String)> = nodes
+                .iter()
+                .map(|n| {
+                    let seq = std::fs::read_to_string(n.dir(repo).join("berth-cluster-seq"))
+                        .unwrap_or_default();
+                    (w.ref_map(n.dir(repo)), seq)
+                })
+                .collect();
+            if nodes.len() == holders && states.windows(2).all(|p| p[0] == p[1]) {
+                return states.into_iter().next().map(|s| s.0).unwrap_or_default();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replicas of {repo} did not converge: {states:#?}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn assert_fsck(&self, w: &World, repo: &str) {
+        for n in self.holders(repo) {
+            if let Err(e) = w.fsck(n.dir(repo)) {
+                panic!("git fsck --strict on {}: {e}\n{}", n.name, self.logs());
+            }
+        }
+    }
+}
+
+/// What the client was told about each ref: `name → accepted`.
+fn porcelain(out: &std::process::Output) -> BTreeMap<String, bool> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (flag, rest) = l.split_at_checked(1)?;
+            let (_, dst) = rest
+                .trim_start_matches('\t')
+                .split_once('\t')?
+                .0
+                .split_once(':')?;
+            Some((dst.to_owned(), flag != "!"))
+        })
+        .collect()
+}
+
+/// `git push --porcelain <url> <refspecs>` from `repo`.
+fn push(w: &World, repo: &str, url: &str, refspecs: &[&str]) -> std::process::Output {
+    let mut args = vec!["push", "--porcelain", url];
+    args.extend_from_slice(refspecs);
+    w.git_out(repo, &args)
+}
+
+#[test]
+fn pushes_to_any_node_replicate_to_all_and_concurrent_results_match_the_final_refs() {
+    if !etcd_present("pushes_to_any_node_replicate_to_all") {
+        return;
+    }
+    let w = World::new();
+    let c = Cluster::start(&w, 3);
+    let src = w.work("src");
+    let first = w.commit(&src, "a", "one");
+    // The first push creates the repository on all three nodes; each later one goes to
+    // another node.
+    for (i, content) in ["one", "two", "three", "four"].iter().enumerate() {
+        let head = if i == 0 {
+            first.clone()
+        } else {
+            w.commit(&src, "a", content)
+        };
+        let out = push(
+            &w,
+            &src,
+            &c.nodes[i % 3].url("demo.git"),
+            &["HEAD:refs/heads/main"],
+        );
+        assert!(
+            out.status.success(),
+            "push {i}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            c.logs()
+        );
+        let refs = c.converged(&w, "demo.git", 3);
+        assert_eq!(refs.get("refs/heads/main"), Some(&head));
+    }
+    // Every node serves the repository: a clone from each has main.
+    for n in &c.nodes {
+        let dst = format!("clone-{}", n.name);
+        w.git(".", &["clone", "-q", &n.url("demo.git"), &dst]);
+        assert_eq!(
+            w.git(&dst, &["rev-parse", "HEAD"]).trim(),
+            w.git(&src, &["rev-parse", "HEAD"]).trim()
+        );
+    }
+
+    // Six clients at once, to the three nodes: each its own branch, and all of them force-push
+    // the same `shared` branch.
+    let mut commits = Vec::new();
+    for t in 0..6 {
+        let repo = format!("c{t}");
+        w.git(".", &["clone", "-q", &c.nodes[0].url("demo.git"), &repo]);
+        commits.push(w.commit(&repo, &format!("f{t}"), &format!("client {t}")));
+    }
+    let results: Vec<BTreeMap<String, bool>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|t| {
+                let (w, c) = (&w, &c);
+                s.spawn(move || {
+                    let url = c.nodes[t % 3].url("demo.git");
+                    let b = format!("HEAD:refs/heads/t{t}");
+                    let out = push(w, &format!("c{t}"), &url, &[&b, "+HEAD:refs/heads/shared"]);
+                    porcelain(&out)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    eprintln!("concurrent pushes, what each client was told: {results:?}");
+    let refs = c.converged(&w, "demo.git", 3);
+    c.assert_fsck(&w, "demo.git");
+    let mut accepted = 0;
+    for (t, told) in results.iter().enumerate() {
+        let branch = format!("refs/heads/t{t}");
+        match told.get(&branch) {
+            Some(true) => {
+                accepted += 1;
+                assert_eq!(
+                    refs.get(&branch),
+                    Some(&commits[t]),
+                    "{branch} was acknowledged"
+                );
+            }
+            Some(false) => assert_eq!(refs.get(&branch), None, "{branch} was refused"),
+            None => panic!("no result for {branch}: {told:?}"),
+        }
+    }
+    assert!(
+        accepted > 0,
+        "no concurrent push went through:\n{results:?}\n{}",
+        c.logs()
+    );
+    match refs.get("refs/heads/shared") {
+        None => assert!(
+            results
+                .iter()
+                .all(|r| r.get("refs/heads/shared") != Some(&true)),
+            "shared acknowledged but absent"
+        ),
+        Some(id) => {
+            let t = commits
+                .iter()
+                .position(|c| c == id)
+                .expect("shared is a client's commit");
+            assert_eq!(
+                results[t].get("refs/heads/shared"),
+                Some(&true),
+                "shared holds client {t}'s commit, whose push of it was refused"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_node_without_a_replica_forwards_pushes_and_fetches() {
+    if !etcd_present("a_node_without_a_replica_forwards_pushes_and_fetches") {
+        return;
+    }
+    let w = World::new();
+    let c = Cluster::start(&w, 2);
+    let src = w.work("src");
+    w.commit(&src, "a", "one");
+    // Pushes through every node, so at least one of them holds no replica.
+    for (i, content) in ["two", "three", "four"].iter().enumerate() {
+        let out = push(
+            &w,
+            &src,
+            &c.nodes[i].url("app.git"),
+            &["HEAD:refs/heads/main"],
+        );
+        assert!(
+            out.status.success(),
+            "push via {}: {}\n{}",
+            c.nodes[i].name,
+            String::from_utf8_lossy(&out.stderr),
+            c.logs()
+        );
+        w.commit(&src, "a", content);
+    }
+    let holders: Vec<String> = c
+        .holders("app.git")
+        .iter()
+        .map(|n| n.name.clone())
+        .collect();
+    assert_eq!(holders.len(), 2, "two replicas: {holders:?}");
+    let outsider = c.nodes.iter().find(|n| !holders.contains(&n.name)).unwrap();
+    let refs = c.converged(&w, "app.git", 2);
+    c.assert_fsck(&w, "app.git");
+    // A clone through the node that holds nothing.
+    w.git(
+        ".",
+        &["clone", "-q", &outsider.url("app.git"), "via-outsider"],
+    );
+    assert_eq!(
+        Some(
+            &w.git("via-outsider", &["rev-parse", "HEAD"])
+                .trim()
+                .to_owned()
+        ),
+        refs.get("refs/heads/main")
+    );
+}
+
+#[test]
+fn a_killed_replica_and_a_killed_etcd_member_do_not_stop_pushes_and_the_replica_catches_up() {
+    if !etcd_present("a_killed_replica_and_a_killed_etcd_member") {
+        return;
+    }
+    let w = World::new();
+    let mut c = Cluster::start(&w, 3);
+    let src = w.work("src");
+    w.commit(&src, "a", "one");
+    let out = push(
+        &w,
+        &src,
+        &c.nodes[0].url("r.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.converged(&w, "r.git", 3);
+
+    // kill -9 of a replica that is not accepting: its lease is still alive, so the push
+    // prepares on it and fails there; two of three is a majority, the push is acknowledged.
+    c.kill_node(2);
+    let mut heads = Vec::new();
+    for (i, content) in ["two", "three"].iter().enumerate() {
+        heads.push(w.commit(&src, "a", content));
+        let out = push(
+            &w,
+            &src,
+            &c.nodes[i].url("r.git"),
+            &[
+                "HEAD:refs/heads/main",
+                &format!("HEAD:refs/heads/while-down-{i}"),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "push with n2 down: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            c.logs()
+        );
+    }
+    // kill -9 of one etcd member of three: the nodes go on with the other two.
+    c.etcd.kill(0);
+    heads.push(w.commit(&src, "a", "four"));
+    let out = push(
+        &w,
+        &src,
+        &c.nodes[1].url("r.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    assert!(
+        out.status.success(),
+        "push with an etcd member down: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+
+    // The replica comes back and catches up from the log, objects from its peers.
+    c.start_node(&w, 2);
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), heads.last());
+    assert!(refs.contains_key("refs/heads/while-down-0"));
+    assert!(refs.contains_key("refs/heads/while-down-1"));
+    c.assert_fsck(&w, "r.git");
+    // And serves it: a clone from it.
+    w.git(".", &["clone", "-q", &c.nodes[2].url("r.git"), "from-n2"]);
+    assert_eq!(
+        Some(&w.git("from-n2", &["rev-parse", "HEAD"]).trim().to_owned()),
+        heads.last()
+    );
+}
