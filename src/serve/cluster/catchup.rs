@@ -129,10 +129,22 @@ impl Cluster {
             let dir2 = dir.clone();
             let env = self.env.clone();
             let e2 = entry.clone();
-            tokio::task::spawn_blocking(move || apply(&dir2, &env, &e2))
-                .await
-                .map_err(|e| e.to_string())??;
-            set_applied_seq(&dir, entry.seq).map_err(|e| e.to_string())?;
+            let cluster = self.clone();
+            tokio::task::spawn_blocking(move || -> Result<(), String> {
+                // The entry may have been applied meanwhile by its own push's decision.
+                let _g = cluster.apply_lock.lock();
+                let now = applied_seq(&dir2);
+                if now >= e2.seq {
+                    return Ok(());
+                }
+                if now + 1 != e2.seq {
+                    return Err(format!("applied {now} while catching up to {}", e2.seq));
+                }
+                apply(&dir2, &env, &e2)?;
+                set_applied_seq(&dir2, e2.seq).map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())??;
             applied = entry.seq;
         }
         Ok(Some(applied))

@@ -27,7 +27,7 @@ use serde_json::json;
 
 use super::objects::pack_objects;
 use super::replica::{SECRET_HEADER, new_of};
-use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key, set_applied_seq};
+use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
 use crate::receive::{CommitGate, GateCommit};
 use crate::refs::{RefUpdate, Refs};
 
@@ -35,6 +35,10 @@ use crate::refs::{RefUpdate, Refs};
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the commit point retries etcd before giving up (the push then fails, ambiguously).
 const COMMIT_RETRY: Duration = Duration::from_secs(15);
+/// How many times a push that lost the compare to pushes of other refs tries again.
+const MAX_ROUNDS: u32 = 8;
+/// How long a committed entry waits for the entries before it to be applied here.
+pub(super) const APPLY_WAIT: Duration = Duration::from_secs(5);
 
 /// The commit gate of one push to one repository.
 #[derive(Debug)]
@@ -149,49 +153,107 @@ impl Gate {
             ));
         }
 
-        let entry = log::Entry {
+        let mut entry = log::Entry {
             seq: seq + 1,
             txid: txid.clone(),
             origin: c.node.clone(),
             updates: updates.to_vec(),
         };
-        let value = entry.encode().ok_or("a ref name is not UTF-8")?;
-        let committed = self.commit_point(rev, entry.seq, &txid, value).await;
-        match committed {
-            Ok(true) => {
-                tracing::info!(target: "berth::cluster", repo = %super::super::Escaped::token(&self.name), seq = entry.seq, txid = %txid, prepared = 1 + prepared.len(), "committed to the log");
-                Ok(Box::new(Decided {
-                    gate_dir: self.dir.clone(),
-                    handle: self.handle.clone(),
-                    cluster: self.cluster.clone(),
-                    prepared,
-                    txid,
-                    seq: entry.seq,
-                    need,
-                    k,
-                }))
+        let (mut base_seq, mut base_rev) = (seq, rev);
+        let mut rounds = 0;
+        let committed_seq = loop {
+            entry.seq = base_seq + 1;
+            let value = entry.encode().ok_or("a ref name is not UTF-8")?;
+            let lost = match self.commit_point(base_rev, entry.seq, &txid, value).await {
+                Ok(Cas::Committed) => break entry.seq,
+                Ok(Cas::Lost { seq, rev }) => (seq, rev),
+                Err(e) => {
+                    // Unknown whether the entry is in the log: the replicas keep their
+                    // prepared transactions until their decision timeout, then ask the log.
+                    return Err(format!("etcd did not confirm the commit: {e}"));
+                }
+            };
+            // Other pushes committed since the base. If none of them touched these refs, the
+            // old values checked under the locks still hold: try again after them.
+            rounds += 1;
+            match self.winners(base_seq, lost.0, &txid, updates).await {
+                Ok(Winners::Ours(seq)) => break seq,
+                Ok(Winners::Disjoint) if rounds < MAX_ROUNDS => {
+                    tracing::info!(target: "berth::cluster", repo = %super::super::Escaped::token(&self.name), txid = %txid, after = lost.0, "lost the compare to pushes of other refs; retrying");
+                    (base_seq, base_rev) = lost;
+                }
+                Ok(_) => {
+                    self.decide_all(&prepared, &txid, 0, false).await;
+                    return Err("another push to these refs committed first".into());
+                }
+                Err(e) => {
+                    self.decide_all(&prepared, &txid, 0, false).await;
+                    return Err(format!("cannot read the log: {e}"));
+                }
             }
-            Ok(false) => {
-                self.decide_all(&prepared, &txid, 0, false).await;
-                Err("another push to this repository committed first; retry".into())
-            }
-            Err(e) => {
-                // Unknown whether the entry is in the log: the replicas keep their prepared
-                // transactions until their decision timeout and then ask the log themselves.
-                Err(format!("etcd did not confirm the commit: {e}"))
-            }
-        }
+        };
+        // Apply in log order here too: the entries before this one first (they are other
+        // refs, and on their way from their own pushes).
+        wait_applied(&self.dir, committed_seq - 1, APPLY_WAIT).await;
+        tracing::info!(target: "berth::cluster", repo = %super::super::Escaped::token(&self.name), seq = committed_seq, txid = %txid, prepared = 1 + prepared.len(), "committed to the log");
+        Ok(Box::new(Decided {
+            gate_dir: self.dir.clone(),
+            name: self.name.clone(),
+            handle: self.handle.clone(),
+            cluster: self.cluster.clone(),
+            prepared,
+            txid,
+            seq: committed_seq,
+            need,
+            k,
+        }))
     }
 
-    /// The etcd compare-and-swap; `Ok(true)` once the entry is in the log, `Ok(false)` when
-    /// another entry won.
+    /// What the entries after `base` up to `head` are to this push of `updates`.
+    async fn winners(
+        &self,
+        base: u64,
+        head: u64,
+        txid: &str,
+        updates: &[RefUpdate],
+    ) -> Result<Winners, String> {
+        let from = repo_key(&self.name, &format!("entries/{:020}", base + 1));
+        let to = repo_key(&self.name, &format!("entries/{:020}", head + 1));
+        let kvs = self
+            .cluster
+            .etcd
+            .range(&from, &to)
+            .await
+            .map_err(|e| e.to_string())?;
+        if kvs.len() as u64 != head.saturating_sub(base) {
+            return Err(format!("entries {}..={head} not all in the log", base + 1));
+        }
+        let mut overlap = false;
+        for kv in kvs {
+            let e = log::Entry::decode(&kv.value)?;
+            if e.txid == txid {
+                return Ok(Winners::Ours(e.seq));
+            }
+            overlap |= e
+                .updates
+                .iter()
+                .any(|w| updates.iter().any(|u| conflicts(&w.name, &u.name)));
+        }
+        Ok(if overlap {
+            Winners::Overlap
+        } else {
+            Winners::Disjoint
+        })
+    }
+
+    /// The etcd compare-and-swap of the log key against `rev`.
     async fn commit_point(
         &self,
         rev: i64,
         seq: u64,
         txid: &str,
         value: Vec<u8>,
-    ) -> Result<bool, etcd::Error> {
+    ) -> Result<Cas, etcd::Error> {
         let log_key = repo_key(&self.name, "log");
         let entry_key = repo_key(&self.name, &format!("entries/{seq:020}"));
         let start = Instant::now();
@@ -209,16 +271,18 @@ impl Gate {
                 )
                 .await;
             match r {
-                Ok(t) if t.succeeded => return Ok(true),
+                Ok(t) if t.succeeded => return Ok(Cas::Committed),
                 Ok(t) => {
+                    let head = t.gets.first().and_then(|g| g.first());
+                    let entry = head.and_then(|kv| log::Entry::decode(&kv.value).ok());
                     // A retry after a lost answer finds its own entry: committed once.
-                    let ours = t
-                        .gets
-                        .first()
-                        .and_then(|g| g.first())
-                        .and_then(|kv| log::Entry::decode(&kv.value).ok())
-                        .is_some_and(|e| e.txid == txid);
-                    return Ok(ours);
+                    if entry.as_ref().is_some_and(|e| e.txid == txid) {
+                        return Ok(Cas::Committed);
+                    }
+                    return Ok(Cas::Lost {
+                        seq: entry.map_or(0, |e| e.seq),
+                        rev: head.map_or(0, |kv| kv.mod_revision),
+                    });
                 }
                 Err(e) if start.elapsed() > COMMIT_RETRY => return Err(e),
                 Err(e) => {
@@ -231,6 +295,45 @@ impl Gate {
 
     async fn decide_all(&self, peers: &[Peer], txid: &str, seq: u64, commit: bool) -> usize {
         decide_all(&self.cluster, peers, txid, seq, commit).await
+    }
+}
+
+/// The answer of the commit point.
+enum Cas {
+    /// The entry is in the log.
+    Committed,
+    /// Another entry is the log's head: its sequence number and the key's mod revision.
+    Lost { seq: u64, rev: i64 },
+}
+
+/// The entries committed since a push's base, as seen by that push.
+enum Winners {
+    /// They include this push's own entry (an answer lost earlier): committed at this seq.
+    Ours(u64),
+    /// None of them updates a ref of this push, or a ref above or below one.
+    Disjoint,
+    /// One of them does.
+    Overlap,
+}
+
+/// Whether updates of refs `a` and `b` conflict: the same ref, or one a directory of the
+/// other (`refs/heads/a` and `refs/heads/a/b`).
+fn conflicts(a: &[u8], b: &[u8]) -> bool {
+    let below = |x: &[u8], y: &[u8]| x.len() > y.len() && x.starts_with(y) && x[y.len()] == b'/';
+    a == b || below(a, b) || below(b, a)
+}
+
+/// Wait until the replica at `dir` applied `seq` (at most `limit`); whether it did.
+pub(super) async fn wait_applied(dir: &std::path::Path, seq: u64, limit: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        if applied_seq(dir) >= seq {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -275,6 +378,7 @@ async fn decide_all(
 /// A push committed to the log, to be applied on the prepared replicas.
 struct Decided {
     gate_dir: PathBuf,
+    name: String,
     handle: tokio::runtime::Handle,
     cluster: Arc<Cluster>,
     prepared: Vec<Peer>,
@@ -288,12 +392,19 @@ impl GateCommit for Decided {
     fn finish(self: Box<Self>, committed_here: bool) -> Result<(), String> {
         let mut applied = 0;
         if committed_here {
-            match set_applied_seq(&self.gate_dir, self.seq) {
-                Ok(()) => applied += 1,
+            // In log order only: if an entry before this one is not applied here yet, the
+            // catch-up applies it and records this one (its refs already hold their values).
+            match self.cluster.record_applied(&self.gate_dir, self.seq) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let _rt = self.handle.enter();
+                    self.cluster.clone().spawn_catch_up(self.name.clone());
+                }
                 Err(e) => {
                     tracing::error!(target: "berth::cluster", error = %e, "cannot record the applied log entry")
                 }
             }
+            applied += 1;
         }
         applied += self.handle.block_on(decide_all(
             &self.cluster,

@@ -102,6 +102,8 @@ pub(super) struct Cluster {
     pub(super) max_pack: u64,
     /// The repositories being caught up.
     pub(super) catching: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Held while a log entry is applied and recorded here (every repository: one at a time).
+    pub(super) apply_lock: std::sync::Mutex<()>,
 }
 
 fn valid_node_name(n: &str) -> bool {
@@ -249,6 +251,7 @@ impl Cluster {
             env: env.clone(),
             max_pack,
             catching: Default::default(),
+            apply_lock: Default::default(),
         });
         let lease = cluster.register().await?;
         tokio::spawn(cluster.clone().keep_alive(lease));
@@ -357,6 +360,16 @@ impl Cluster {
                 Ok((entry.seq, kv.mod_revision))
             }
         }
+    }
+
+    /// Record that the replica at `dir` applied entry `seq` if it applied `seq - 1` before
+    /// (log order); whether it recorded.
+    pub(super) fn record_applied(&self, dir: &Path, seq: u64) -> std::io::Result<bool> {
+        let _g = self.apply_lock.lock();
+        if applied_seq(dir) + 1 != seq {
+            return Ok(false);
+        }
+        set_applied_seq(dir, seq).map(|()| true)
     }
 
     /// Whether `given` is the cluster secret (compared as hashes, in constant time).

@@ -31,7 +31,7 @@ use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
 use super::objects::{Keeps, connected, ensure_repository, ingest};
-use super::{Cluster, applied_seq, log, repo_dir, set_applied_seq};
+use super::{Cluster, applied_seq, log, repo_dir};
 use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
 use crate::serve::{Escaped, Server};
 
@@ -325,6 +325,12 @@ impl Job {
             }
         };
         let result = if commit {
+            // In log order: the entries before this one (other refs) first, when they come.
+            handle.block_on(super::gate::wait_applied(
+                &dir,
+                seq.saturating_sub(1),
+                super::gate::APPLY_WAIT,
+            ));
             match prepared.commit() {
                 Ok(results) if results.iter().all(Result::is_ok) => {
                     let created: Vec<&[u8]> = h
@@ -337,7 +343,17 @@ impl Job {
                         .map(|u| u.name.as_slice())
                         .collect();
                     super::super::repos::head_to_first_created(dir_str, &created);
-                    set_applied_seq(&dir, seq).map_err(|e| format!("cannot record seq: {e}"))
+                    match cluster.record_applied(&dir, seq) {
+                        Ok(true) => Ok(()),
+                        Ok(false) => {
+                            // An entry before it is missing here: the catch-up applies it and
+                            // records this one.
+                            let _rt = handle.enter();
+                            cluster.clone().spawn_catch_up(h.repo.clone());
+                            Ok(())
+                        }
+                        Err(e) => Err(format!("cannot record seq: {e}")),
+                    }
                 }
                 Ok(results) => Err(results
                     .into_iter()
