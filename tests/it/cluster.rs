@@ -240,9 +240,24 @@ impl Cluster {
     /// Wait until every holder of `repo` has the same refs and the same applied log entry;
     /// those refs.
     fn converged(&self, w: &World, repo: &str, holders: usize) -> BTreeMap<String, String> {
+        self.converged_among(w, repo, holders, &[0, 1, 2])
+    }
+
+    /// [`Cluster::converged`] among the nodes `among` only.
+    fn converged_among(
+        &self,
+        w: &World,
+        repo: &str,
+        holders: usize,
+        among: &[usize],
+    ) -> BTreeMap<String, String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let nodes = self.holders(repo);
+            let nodes: Vec<&Node> = self
+                .holders(repo)
+                .into_iter()
+                .filter(|n| among.iter().any(|&i| self.nodes[i].name == n.name))
+                .collect();
             let states: Vec<(BTreeMap<String, String>, String)> = nodes
                 .iter()
                 .map(|n| {
@@ -261,6 +276,32 @@ impl Cluster {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// Send `signal` (`-STOP`, `-CONT`) to node `i`'s process.
+    fn signal(&self, i: usize, signal: &str) {
+        let pid = self.nodes[i].process.as_ref().unwrap().child.id();
+        let ok = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// Make node `i`'s `repo` pause in the reference-transaction state `state` while
+    /// `<world>/pause-<state>` exists: it creates `<world>/paused-<state>` and sleeps.
+    fn pause_hook(&self, w: &World, i: usize, repo: &str) {
+        let hook = self.nodes[i].dir(repo).join("hooks/reference-transaction");
+        let at = w.root().display().to_string();
+        std::fs::write(
+            &hook,
+            format!(
+                "#!/bin/sh\ncat >/dev/null\nif [ -e '{at}/pause-'\"$1\" ]; then : > '{at}/paused-'\"$1\"; sleep 25; fi\nexit 0\n"
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 
     fn assert_fsck(&self, w: &World, repo: &str) {
@@ -527,4 +568,168 @@ fn a_killed_replica_and_a_killed_etcd_member_do_not_stop_pushes_and_the_replica_
         Some(&w.git("from-n2", &["rev-parse", "HEAD"]).trim().to_owned()),
         heads.last()
     );
+}
+
+/// Wait for `path` to exist (at most 60 s).
+fn wait_for(path: &Path, c: &Cluster) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared:\n{}",
+            path.display(),
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A cluster with `r.git` pushed once through node 0 and replicated; the source repository.
+fn cluster_with_repo(w: &World) -> (Cluster, String) {
+    let c = Cluster::start(w, 3);
+    let src = w.work("src");
+    w.commit(&src, "a", "one");
+    let out = push(w, &src, &c.nodes[0].url("r.git"), &["HEAD:refs/heads/main"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.converged(w, "r.git", 3);
+    (c, src)
+}
+
+#[test]
+fn accepting_node_killed_after_the_commit_point_the_push_lands_everywhere() {
+    if !etcd_present("accepting_node_killed_after_the_commit_point") {
+        return;
+    }
+    let w = World::new();
+    let (mut c, src) = cluster_with_repo(&w);
+    // Node 0 pauses once its own commit is written: after the etcd commit point, before it
+    // tells the other replicas.
+    c.pause_hook(&w, 0, "r.git");
+    std::fs::write(w.path("pause-committed"), "").unwrap();
+    let new = w.commit(&src, "a", "two");
+    let url = c.nodes[0].url("r.git");
+    let told = std::thread::scope(|s| {
+        let pushing = s.spawn(|| porcelain(&push(&w, &src, &url, &["HEAD:refs/heads/main"])));
+        wait_for(&w.path("paused-committed"), &c);
+        c.kill_node(0);
+        pushing.join().unwrap()
+    });
+    std::fs::remove_file(w.path("pause-committed")).unwrap();
+    // The client never heard `ok`: its connection died with the node.
+    assert_ne!(told.get("refs/heads/main"), Some(&true), "{told:?}");
+    // The entry is in the log: the prepared replicas, without a decision, ask the log and
+    // commit it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let refs = c.converged_among(&w, "r.git", 2, &[1, 2]);
+        if refs.get("refs/heads/main") == Some(&new) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never applied: {refs:?}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The accepting node comes back: its refs hold the entry already; it records it.
+    c.start_node(&w, 0);
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&new));
+    c.assert_fsck(&w, "r.git");
+}
+
+#[test]
+fn accepting_node_killed_before_the_commit_point_nothing_lands_and_it_recovers() {
+    if !etcd_present("accepting_node_killed_before_the_commit_point") {
+        return;
+    }
+    let w = World::new();
+    let (mut c, src) = cluster_with_repo(&w);
+    let old = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
+    // Node 0 pauses with its transaction prepared (main.lock held), before the replicas are
+    // asked and before etcd.
+    c.pause_hook(&w, 0, "r.git");
+    std::fs::write(w.path("pause-prepared"), "").unwrap();
+    w.commit(&src, "a", "two");
+    let url = c.nodes[0].url("r.git");
+    let told = std::thread::scope(|s| {
+        let pushing = s.spawn(|| porcelain(&push(&w, &src, &url, &["HEAD:refs/heads/main"])));
+        wait_for(&w.path("paused-prepared"), &c);
+        c.kill_node(0);
+        pushing.join().unwrap()
+    });
+    std::fs::remove_file(w.path("pause-prepared")).unwrap();
+    assert_ne!(told.get("refs/heads/main"), Some(&true), "{told:?}");
+    let refs = c.converged_among(&w, "r.git", 2, &[1, 2]);
+    assert_eq!(
+        refs.get("refs/heads/main"),
+        Some(&old),
+        "nothing was committed"
+    );
+    // The other nodes go on.
+    let newer = w.commit(&src, "a", "three");
+    let out = push(
+        &w,
+        &src,
+        &c.nodes[1].url("r.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    // Node 0 comes back with main.lock left by the killed transaction: removed at start-up,
+    // then it catches up.
+    c.start_node(&w, 0);
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&newer));
+    c.assert_fsck(&w, "r.git");
+    assert!(
+        c.nodes[0].log().contains("removed a ref lock"),
+        "{}",
+        c.nodes[0].log()
+    );
+}
+
+#[test]
+fn a_stopped_replica_does_not_hold_pushes_up_and_catches_up_when_continued() {
+    if !etcd_present("a_stopped_replica_does_not_hold_pushes_up") {
+        return;
+    }
+    let w = World::new();
+    let (c, src) = cluster_with_repo(&w);
+    c.signal(2, "-STOP");
+    let mut last = String::new();
+    for (i, content) in ["two", "three"].iter().enumerate() {
+        last = w.commit(&src, "a", content);
+        let start = Instant::now();
+        let out = push(
+            &w,
+            &src,
+            &c.nodes[i].url("r.git"),
+            &["HEAD:refs/heads/main"],
+        );
+        assert!(
+            out.status.success(),
+            "push with n2 stopped: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            c.logs()
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+    c.signal(2, "-CONT");
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&last));
+    c.assert_fsck(&w, "r.git");
 }

@@ -33,6 +33,8 @@ use crate::refs::{RefUpdate, Refs};
 
 /// How long a replica may take to ingest and prepare.
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Once a quorum prepared, how long the other replicas still have.
+const PREPARE_GRACE: Duration = Duration::from_secs(2);
 /// How long the commit point retries etcd before giving up (the push then fails, ambiguously).
 const COMMIT_RETRY: Duration = Duration::from_secs(15);
 /// How many times a push that lost the compare to pushes of other refs tries again.
@@ -129,9 +131,27 @@ impl Gate {
                 (Peer { name, url }, r)
             }
         });
+        let k = self.replicas.len().max(1);
+        let need = needed(c.ack, k);
+        // Every answer, or once the quorum prepared, what comes within PREPARE_GRACE more: a
+        // stopped or partitioned replica does not hold the push up (it resolves its prepared
+        // transaction from the log after its decision timeout, then catches up).
+        let mut pending: futures_util::stream::FuturesUnordered<_> = sends.collect();
         let mut prepared = Vec::new();
         let mut refused = Vec::new();
-        for (peer, r) in futures_util::future::join_all(sends).await {
+        let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+        loop {
+            let next = match grace.as_mut() {
+                Some(g) => tokio::select! {
+                    n = futures_util::StreamExt::next(&mut pending) => n,
+                    _ = g => {
+                        refused.push(format!("{} slow replica(s) left out", pending.len()));
+                        None
+                    }
+                },
+                None => futures_util::StreamExt::next(&mut pending).await,
+            };
+            let Some((peer, r)) = next else { break };
             match r {
                 Ok((200, _)) => prepared.push(peer),
                 Ok((status, why)) => refused.push(format!(
@@ -141,9 +161,11 @@ impl Gate {
                 )),
                 Err(e) => refused.push(format!("{}: {e}", peer.name)),
             }
+            if grace.is_none() && 1 + prepared.len() >= need {
+                grace = Some(Box::pin(tokio::time::sleep(PREPARE_GRACE)));
+            }
         }
-        let k = self.replicas.len().max(1);
-        let need = needed(c.ack, k);
+        drop(pending);
         if 1 + prepared.len() < need {
             self.decide_all(&prepared, &txid, 0, false).await;
             return Err(format!(

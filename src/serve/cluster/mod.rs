@@ -32,6 +32,7 @@ pub mod etcd;
 mod forward;
 mod gate;
 pub mod http;
+mod locks;
 mod log;
 mod objects;
 mod replica;
@@ -253,6 +254,10 @@ impl Cluster {
             catching: Default::default(),
             apply_lock: Default::default(),
         });
+        let stale = locks::remove_stale(root);
+        if stale > 0 {
+            tracing::warn!(target: "berth::cluster", locks = stale, "removed ref locks left by a killed node");
+        }
         let lease = cluster.register().await?;
         tokio::spawn(cluster.clone().keep_alive(lease));
         // Catch up what was missed while down, then follow the logs.
