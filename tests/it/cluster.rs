@@ -131,6 +131,37 @@ impl Etcd {
         urls.join(",")
     }
 
+    /// The keys under `prefix`, read with `etcdctl` (etcd-client); `None` (and a note) when
+    /// it is not installed.
+    fn keys(&self, prefix: &str) -> Option<Vec<String>> {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args([
+                "--endpoints",
+                &self.urls(),
+                "get",
+                "--prefix",
+                "--keys-only",
+                prefix,
+            ])
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            ),
+            _ => {
+                eprintln!(
+                    "etcdctl not usable (apt-get install etcd-client): etcd's keys not checked"
+                );
+                None
+            }
+        }
+    }
+
     /// (Re)start member `i` (a data directory that exists already is the member's state).
     fn restart(&mut self, i: usize) {
         if self.members[i].is_some() {
@@ -442,6 +473,28 @@ fn pushes_to_any_node_replicate_to_all_and_concurrent_results_match_the_final_re
         "no concurrent push went through:\n{results:?}\n{}",
         c.logs()
     );
+    // Once every replica applied every entry, the log's entries are compacted away (the
+    // log key, the last entry, stays).
+    if let Some(left) = c.etcd.keys("/berth/repos/demo/entries/") {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut left = left;
+        while !left.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "not compacted: {left:?}\n{}",
+                c.logs()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+            left = c
+                .etcd
+                .keys("/berth/repos/demo/entries/")
+                .unwrap_or_default();
+        }
+        assert_eq!(
+            c.etcd.keys("/berth/repos/demo/log").map(|k| k.len()),
+            Some(1)
+        );
+    }
     match refs.get("refs/heads/shared") {
         None => assert!(
             results

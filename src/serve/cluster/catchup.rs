@@ -51,15 +51,66 @@ impl Cluster {
                 continue;
             };
             let name = name.to_owned();
-            match self.replicas_of(&name).await {
-                Ok(Some(r)) if r.contains(&self.node) => {}
+            let replicas = match self.replicas_of(&name).await {
+                Ok(Some(r)) if r.contains(&self.node) => r,
                 _ => continue,
-            }
+            };
             let (seq, _) = self.log_head(&name).await.map_err(|e| e.to_string())?;
             let dir = repo_dir(&self.root, &name);
-            if seq > applied_seq(&dir) || !super::super::repos::is_git_dir(&dir) {
-                self.clone().spawn_catch_up(name);
+            let applied = applied_seq(&dir);
+            if seq > applied || !super::super::repos::is_git_dir(&dir) {
+                self.clone().spawn_catch_up(name.clone());
             }
+            if let Err(e) = self.publish_and_compact(&name, &replicas, applied).await {
+                tracing::debug!(target: "berth::cluster", repo = %Escaped::token(&name), error = %e, "compaction");
+            }
+        }
+        Ok(())
+    }
+
+    /// Publish what this replica applied (`applied/<node>`); on the repository's first
+    /// replica, delete the entries every replica applied (the log key, the last entry, stays).
+    async fn publish_and_compact(
+        &self,
+        name: &str,
+        replicas: &[String],
+        applied: u64,
+    ) -> Result<(), etcd::Error> {
+        let known = self
+            .published
+            .lock()
+            .ok()
+            .and_then(|m| m.get(name).copied())
+            .unwrap_or((u64::MAX, 0));
+        if known.0 != applied {
+            let key = repo_key(name, &format!("applied/{}", self.node));
+            self.etcd
+                .put(&key, applied.to_string().as_bytes(), None)
+                .await?;
+        }
+        let mut compacted = known.1;
+        if replicas.first() == Some(&self.node) {
+            let prefix = repo_key(name, "applied/");
+            let seen = self.etcd.prefix(&prefix).await?;
+            let of = |node: &String| {
+                let key = [prefix.as_slice(), node.as_bytes()].concat();
+                seen.iter()
+                    .find(|kv| kv.key == key)
+                    .and_then(|kv| std::str::from_utf8(&kv.value).ok()?.parse::<u64>().ok())
+            };
+            let everywhere = replicas.iter().map(of).collect::<Option<Vec<u64>>>();
+            if let Some(min) = everywhere.and_then(|v| v.into_iter().min())
+                && min > compacted
+            {
+                let from = repo_key(name, "entries/");
+                let to = repo_key(name, &format!("entries/{:020}", min + 1));
+                self.etcd.delete_range(&from, &to).await?;
+                tracing::info!(target: "berth::cluster", repo = %Escaped::token(name), upto = min, "compacted the log");
+                compacted = min;
+            }
+        }
+        if let Ok(mut m) = self.published.lock() {
+            m.insert(name.to_owned(), (applied, compacted));
         }
         Ok(())
     }

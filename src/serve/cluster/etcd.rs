@@ -229,6 +229,16 @@ impl Client {
         self.call("/v3/kv/put", body).await.map(drop)
     }
 
+    /// Delete every key from `from` (inclusive) to `end` (exclusive).
+    pub async fn delete_range(&self, from: &[u8], end: &[u8]) -> Result<(), Error> {
+        self.call(
+            "/v3/kv/deleterange",
+            json!({"key": b64(from), "range_end": b64(end)}),
+        )
+        .await
+        .map(drop)
+    }
+
     /// If every comparison holds run `success`, else `failure`; atomically.
     pub async fn txn(
         &self,

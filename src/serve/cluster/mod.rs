@@ -18,7 +18,8 @@
 //! hashing over the live nodes, recorded at creation in `/berth/repos/<name>/replicas`).
 //! etcd keys (all under `/berth/`): `nodes/<node>` (advertise URL, leased), `secret`,
 //! `repos/<name>/replicas` (JSON list), `repos/<name>/log` (the last entry, JSON),
-//! `repos/<name>/entries/<seq, 20 digits>` (every entry, for a replica that missed some).
+//! `repos/<name>/entries/<seq, 20 digits>` (the entries not yet applied by every replica, for a
+//! replica that missed some), `repos/<name>/applied/<node>` (what each replica applied).
 //! Each replica records the last sequence number it applied in `<git dir>/berth-cluster-seq`.
 
 use std::path::{Path, PathBuf};
@@ -105,6 +106,9 @@ pub(super) struct Cluster {
     pub(super) catching: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Held while a log entry is applied and recorded here (every repository: one at a time).
     pub(super) apply_lock: std::sync::Mutex<()>,
+    /// Per repository: the applied sequence number last published to etcd, and (on the
+    /// repository's first replica, which compacts) the entries compacted up to.
+    pub(super) published: std::sync::Mutex<std::collections::HashMap<String, (u64, u64)>>,
 }
 
 fn valid_node_name(n: &str) -> bool {
@@ -253,6 +257,7 @@ impl Cluster {
             max_pack,
             catching: Default::default(),
             apply_lock: Default::default(),
+            published: Default::default(),
         });
         let stale = locks::remove_stale(root);
         if stale > 0 {
