@@ -482,7 +482,10 @@ async fn serve_git(
         let (name, routed) = c
             .route(&repo, push_rpc, forwarded)
             .await
-            .map_err(|e| Reject::Unavailable(e.to_string()))?;
+            .map_err(|e| {
+                tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&repo), error = %Escaped::text(&e.to_string()), "cannot route");
+                Reject::Unavailable("no replica of the repository can serve it now".into())
+            })?;
         match (name, routed) {
             (_, cluster::Route::Forward(url)) => {
                 let trusted = match (&server.trusted_user_header, &identity) {
@@ -492,7 +495,10 @@ async fn serve_git(
                 let timeout = server.idle_timeout + server.push_slot_timeout;
                 return cluster::forward(req, &url, &c.node, trusted, timeout)
                     .await
-                    .map_err(|e| Reject::Unavailable(format!("forwarding to a replica: {e}")));
+                    .map_err(|e| {
+                        tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&repo), error = %Escaped::text(&e.to_string()), "cannot forward");
+                        Reject::Unavailable("the replica did not answer".into())
+                    });
             }
             (Some(name), cluster::Route::Local(Some(replicas))) if push_rpc => {
                 replicated = Some((c.clone(), name, replicas));

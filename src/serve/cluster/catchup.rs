@@ -32,7 +32,7 @@ impl Cluster {
     pub(super) async fn follow(self: Arc<Self>) {
         loop {
             if let Err(e) = self.catch_up_all().await {
-                tracing::debug!(target: "berth::cluster", error = %e, "follow");
+                tracing::debug!(target: "berth::cluster", error = %Escaped::text(&e), "follow");
             }
             tokio::time::sleep(FOLLOW_EVERY).await;
         }
@@ -62,7 +62,7 @@ impl Cluster {
                 self.clone().spawn_catch_up(name.clone());
             }
             if let Err(e) = self.publish_and_compact(&name, &replicas, applied).await {
-                tracing::debug!(target: "berth::cluster", repo = %Escaped::token(&name), error = %e, "compaction");
+                tracing::debug!(target: "berth::cluster", repo = %Escaped::token(&name), error = %Escaped::text(&e.to_string()), "compaction");
             }
         }
         Ok(())

@@ -30,6 +30,7 @@ use super::replica::{SECRET_HEADER, new_of};
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
 use crate::receive::{CommitGate, GateCommit};
 use crate::refs::{RefUpdate, Refs};
+use crate::serve::Escaped;
 
 /// How long a replica may take to ingest and prepare.
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -76,7 +77,7 @@ impl Gate {
         current: &Refs,
     ) -> Result<Box<dyn GateCommit>, String> {
         let c = &self.cluster;
-        let (seq, rev) = c.log_head(&self.name).await.map_err(|e| e.to_string())?;
+        let (seq, rev) = c.log_head(&self.name).await.map_err(unavailable)?;
         let applied = applied_seq(&self.dir);
         if applied != seq {
             if applied < seq {
@@ -114,7 +115,7 @@ impl Gate {
         let body = Bytes::from(body);
         drop(pack);
 
-        let peers = c.urls_of(&self.replicas).await.map_err(|e| e.to_string())?;
+        let peers = c.urls_of(&self.replicas).await.map_err(unavailable)?;
         let sends = peers.into_iter().map(|(name, url)| {
             let body = body.clone();
             let secret = c.secret.clone();
@@ -168,10 +169,11 @@ impl Gate {
         drop(pending);
         if 1 + prepared.len() < need {
             self.decide_all(&prepared, &txid, 0, false).await;
+            // The replicas' reasons name nodes and paths: for the log, not the client.
+            tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, refused = %Escaped::text(&refused.join("; ")), "no quorum prepared");
             return Err(format!(
-                "only {} of {k} replicas prepared the push ({})",
-                1 + prepared.len(),
-                refused.join("; ")
+                "only {} of {k} replicas could prepare the push; retry",
+                1 + prepared.len()
             ));
         }
 
@@ -192,7 +194,11 @@ impl Gate {
                 Err(e) => {
                     // Unknown whether the entry is in the log: the replicas keep their
                     // prepared transactions until their decision timeout, then ask the log.
-                    return Err(format!("etcd did not confirm the commit: {e}"));
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, error = %Escaped::text(&e.to_string()), "commit point unconfirmed");
+                    return Err(
+                        "etcd did not confirm the commit; the push may still land, fetch to see"
+                            .into(),
+                    );
                 }
             };
             // Other pushes committed since the base. If none of them touched these refs, the
@@ -201,7 +207,7 @@ impl Gate {
             match self.winners(base_seq, lost.0, &txid, updates).await {
                 Ok(Winners::Ours(seq)) => break seq,
                 Ok(Winners::Disjoint) if rounds < MAX_ROUNDS => {
-                    tracing::info!(target: "berth::cluster", repo = %super::super::Escaped::token(&self.name), txid = %txid, after = lost.0, "lost the compare to pushes of other refs; retrying");
+                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, after = lost.0, "lost the compare to pushes of other refs; retrying");
                     (base_seq, base_rev) = lost;
                 }
                 Ok(_) => {
@@ -210,14 +216,15 @@ impl Gate {
                 }
                 Err(e) => {
                     self.decide_all(&prepared, &txid, 0, false).await;
-                    return Err(format!("cannot read the log: {e}"));
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e), "cannot read the log");
+                    return Err("cannot read the repository's log; retry".into());
                 }
             }
         };
         // Apply in log order here too: the entries before this one first (they are other
         // refs, and on their way from their own pushes).
         wait_applied(&self.dir, committed_seq - 1, APPLY_WAIT).await;
-        tracing::info!(target: "berth::cluster", repo = %super::super::Escaped::token(&self.name), seq = committed_seq, txid = %txid, prepared = 1 + prepared.len(), "committed to the log");
+        tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), seq = committed_seq, txid = %txid, prepared = 1 + prepared.len(), "committed to the log");
         Ok(Box::new(Decided {
             gate_dir: self.dir.clone(),
             name: self.name.clone(),
@@ -308,7 +315,7 @@ impl Gate {
                 }
                 Err(e) if start.elapsed() > COMMIT_RETRY => return Err(e),
                 Err(e) => {
-                    tracing::warn!(target: "berth::cluster", error = %e, "commit point: etcd failed, retrying");
+                    tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "commit point: etcd failed, retrying");
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 }
             }
@@ -318,6 +325,12 @@ impl Gate {
     async fn decide_all(&self, peers: &[Peer], txid: &str, seq: u64, commit: bool) -> usize {
         decide_all(&self.cluster, peers, txid, seq, commit).await
     }
+}
+
+/// The client's text for an etcd failure (its details, addresses included, go to the log).
+fn unavailable(e: super::Error) -> String {
+    tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "etcd");
+    "the cluster's etcd is unavailable; retry".into()
 }
 
 /// The answer of the commit point.
@@ -385,7 +398,11 @@ async fn decide_all(
             )
             .await;
             if !matches!(r, Ok((200, _))) {
-                tracing::warn!(target: "berth::cluster", peer = %name, verdict, result = ?r.as_ref().map(|(s, b)| (*s, String::from_utf8_lossy(b).into_owned())), "decision not confirmed");
+                let result = match &r {
+                    Ok((status, b)) => format!("{status} {}", String::from_utf8_lossy(b).trim()),
+                    Err(e) => e.to_string(),
+                };
+                tracing::warn!(target: "berth::cluster", peer = %Escaped::token(&name), verdict, result = %Escaped::text(&result), "decision not confirmed");
             }
             matches!(r, Ok((200, _)))
         }
@@ -423,7 +440,7 @@ impl GateCommit for Decided {
                     self.cluster.clone().spawn_catch_up(self.name.clone());
                 }
                 Err(e) => {
-                    tracing::error!(target: "berth::cluster", error = %e, "cannot record the applied log entry")
+                    tracing::error!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "cannot record the applied log entry")
                 }
             }
             applied += 1;

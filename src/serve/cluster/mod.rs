@@ -28,6 +28,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::Escaped;
+
 mod catchup;
 pub mod etcd;
 mod forward;
@@ -267,7 +269,7 @@ impl Cluster {
         tokio::spawn(cluster.clone().keep_alive(lease));
         // Catch up what was missed while down, then follow the logs.
         tokio::spawn(cluster.clone().follow());
-        tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %cluster.advertise, "joined the cluster");
+        tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %Escaped::text(&cluster.advertise), "joined the cluster");
         Ok(cluster)
     }
 
@@ -294,11 +296,11 @@ impl Cluster {
                 Ok(false) => match self.register().await {
                     Ok(l) => lease = l,
                     Err(e) => {
-                        tracing::warn!(target: "berth::cluster", error = %e, "cannot register again")
+                        tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "cannot register again")
                     }
                 },
                 Err(e) => {
-                    tracing::warn!(target: "berth::cluster", error = %e, "lease keepalive failed")
+                    tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "lease keepalive failed")
                 }
             }
         }
@@ -342,7 +344,7 @@ impl Cluster {
             )
             .await?;
         if t.succeeded {
-            tracing::info!(target: "berth::cluster", repo = %super::Escaped::token(name), replicas = %chosen.join(","), "placed repository");
+            tracing::info!(target: "berth::cluster", repo = %Escaped::token(name), replicas = %chosen.join(","), "placed repository");
             return Ok(chosen);
         }
         match t.gets.first().and_then(|g| g.first()) {
