@@ -3,10 +3,11 @@
 //! another replica (`POST /_berth/cluster/pack`: the objects of the wanted tips not reachable
 //! from the asker's refs, a pack made by `git pack-objects`, not thin).
 //!
-//! Triggered at start-up, by a prepare or push refused because this replica is behind, and by
-//! [`Cluster::follow`], which polls the log heads of this node's repositories every
-//! [`FOLLOW_EVERY`] (an etcd watch would save the polling: not done yet). One catch-up per
-//! repository runs at a time. An entry whose refs already hold its new values (the replica
+//! Triggered at start-up, by a prepare or push refused because this replica is behind, by
+//! [`Cluster::watch_logs`] (an etcd watch on every repository's log key), and, as a safety net
+//! for a watch stuck on a stopped etcd member, by [`Cluster::follow`], which polls the log heads
+//! of this node's repositories every [`FOLLOW_EVERY`]. One catch-up per repository runs at a
+//! time. An entry whose refs already hold its new values (the replica
 //! committed it but died before recording the sequence number) is recorded without writing.
 
 use std::sync::Arc;
@@ -22,13 +23,57 @@ use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key, set_appli
 use crate::refs::{self, Atomicity, Change, RefUpdate, TransactionState};
 use crate::serve::Escaped;
 
-/// How often the log heads of this node's repositories are compared with what it applied.
-const FOLLOW_EVERY: Duration = Duration::from_secs(2);
+/// How often the log heads of this node's repositories are compared with what it applied
+/// (besides the watch), and its applied entries published for compaction.
+const FOLLOW_EVERY: Duration = Duration::from_secs(5);
 /// How long fetching one entry's objects from a peer may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Cluster {
-    /// Poll forever: catch up every repository of this node that is behind its log.
+    /// Watch the logs of every repository: a replica that sees an entry it did not apply
+    /// (after a second, time for the entry's own decision to arrive) catches up at once.
+    pub(super) async fn watch_logs(self: Arc<Self>) {
+        loop {
+            let me = self.clone();
+            let e = self
+                .etcd
+                .watch(b"/berth/repos/", move |key| {
+                    let Some(name) = key
+                        .strip_prefix(b"/berth/repos/".as_slice())
+                        .and_then(|k| k.strip_suffix(b"/log".as_slice()))
+                        .and_then(|n| std::str::from_utf8(n).ok())
+                    else {
+                        return;
+                    };
+                    tracing::debug!(target: "berth::cluster", repo = %Escaped::token(name), "log changed");
+                    let (me, name) = (me.clone(), name.to_owned());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        me.catch_up_if_behind(&name).await;
+                    });
+                })
+                .await;
+            tracing::debug!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "log watch ended; watching again");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Catch `name` up if this node is one of its replicas and behind its log.
+    async fn catch_up_if_behind(self: Arc<Self>, name: &str) {
+        match self.replicas_of(name).await {
+            Ok(Some(r)) if r.contains(&self.node) => {}
+            _ => return,
+        }
+        let Ok((seq, _)) = self.log_head(name).await else {
+            return;
+        };
+        if seq > applied_seq(&repo_dir(&self.root, name)) {
+            self.spawn_catch_up(name.to_owned());
+        }
+    }
+
+    /// Poll forever (the watch's safety net, and compaction): catch up every repository of
+    /// this node that is behind its log.
     pub(super) async fn follow(self: Arc<Self>) {
         loop {
             if let Err(e) = self.catch_up_all().await {

@@ -6,6 +6,8 @@
 //! second HTTP/2 stack; berth needs six calls, each one JSON object in and out. The gateway is
 //! part of every etcd v3 server (Debian's `etcd-server` 3.4 serves it on the client URLs).
 //!
+//! A watch (`/v3/watch`) is one long POST whose answer streams one JSON object per line.
+//!
 //! Endpoints are tried in order, starting from the last one that answered; a member that does
 //! not answer (killed, partitioned) costs one connect timeout, then the next is asked. Every
 //! call is linearizable (etcd's default for range), so any member's answer is the cluster's.
@@ -85,6 +87,8 @@ pub struct Client {
     endpoints: Vec<String>,
     /// The endpoint that answered last.
     current: AtomicUsize,
+    /// Where the next watch goes.
+    watch_at: AtomicUsize,
     timeout: Duration,
 }
 
@@ -148,6 +152,7 @@ impl Client {
         Client {
             endpoints,
             current: AtomicUsize::new(0),
+            watch_at: AtomicUsize::new(0),
             timeout,
         }
     }
@@ -287,6 +292,71 @@ impl Client {
             succeeded: v.get("succeeded").and_then(Value::as_bool).unwrap_or(false),
             gets,
         })
+    }
+
+    /// Watch every key under `prefix` from now on: `on_key` is called with each changed key,
+    /// until the stream ends or fails (a member killed): then the error, and the caller
+    /// watches again (the next endpoint first).
+    pub async fn watch(&self, prefix: &[u8], mut on_key: impl FnMut(Vec<u8>)) -> Error {
+        use http_body_util::BodyExt;
+        let n = self.endpoints.len().max(1);
+        // Each watch on the next endpoint: one that ended may have been killed.
+        let at = self.watch_at.fetch_add(1, Ordering::Relaxed) % n;
+        let Some(base) = self.endpoints.get(at) else {
+            return Error::Unreachable("no endpoint given".into());
+        };
+        let body =
+            json!({"create_request": {"key": b64(prefix), "range_end": b64(&prefix_end(prefix))}});
+        let req = axum::http::Request::builder()
+            .method("POST")
+            .uri(http::join(base, "/v3/watch"))
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(body.to_string()));
+        let Ok(req) = req else {
+            return Error::Unreachable(format!("bad endpoint {base}"));
+        };
+        let resp = match http::send(req, self.timeout).await {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) => {
+                return Error::Status {
+                    status: r.status().as_u16(),
+                    body: String::new(),
+                };
+            }
+            Err(e) => return Error::Unreachable(e.to_string()),
+        };
+        let mut body = resp.into_body();
+        let mut buf: Vec<u8> = Vec::new();
+        loop {
+            match body.frame().await {
+                None => return Error::Unreachable(format!("{base}: watch ended")),
+                Some(Err(e)) => return Error::Unreachable(format!("{base}: {e}")),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        buf.extend_from_slice(&data);
+                    }
+                }
+            }
+            // One JSON object per line; a line longer than an answer may be is not etcd's.
+            while let Some(end) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=end).collect();
+                let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                    continue;
+                };
+                let events = v["result"]["events"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                for e in events {
+                    if let Ok(key) = unb64(&e["kv"]["key"]) {
+                        on_key(key);
+                    }
+                }
+            }
+            if buf.len() > MAX_ANSWER {
+                return Error::Answer("watch: line too long".into());
+            }
+        }
     }
 
     /// A new lease of `ttl` seconds; its id.

@@ -269,6 +269,7 @@ impl Cluster {
         tokio::spawn(cluster.clone().keep_alive(lease));
         // Catch up what was missed while down, then follow the logs.
         tokio::spawn(cluster.clone().follow());
+        tokio::spawn(cluster.clone().watch_logs());
         tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %Escaped::text(&cluster.advertise), "joined the cluster");
         Ok(cluster)
     }
