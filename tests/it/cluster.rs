@@ -218,10 +218,17 @@ struct Cluster {
     etcd: Etcd,
     nodes: Vec<Node>,
     replicas: usize,
+    /// More arguments for every node.
+    extra: Vec<String>,
 }
 
 impl Cluster {
     fn start(w: &World, replicas: usize) -> Cluster {
+        Cluster::start_with(w, replicas, &[])
+    }
+
+    /// [`Cluster::start`] with more `berth serve` arguments for every node.
+    fn start_with(w: &World, replicas: usize, extra: &[&str]) -> Cluster {
         let etcd = Etcd::start(w.root());
         let ports = free_ports(3);
         let nodes = (0..3)
@@ -236,6 +243,7 @@ impl Cluster {
             etcd,
             nodes,
             replicas,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         for i in 0..3 {
             c.start_node(w, i);
@@ -254,7 +262,8 @@ impl Cluster {
             .args(["--listen", &format!("127.0.0.1:{}", n.port)])
             .args(["--cluster", &urls, "--node", &n.name])
             .args(["--advertise", &format!("http://127.0.0.1:{}", n.port)])
-            .args(["--replicas", &self.replicas.to_string()]);
+            .args(["--replicas", &self.replicas.to_string()])
+            .args(&self.extra);
         n.process = Some(common::ServeProcess::spawn(cmd, |out| {
             out.contains("listening on")
         }));
@@ -805,6 +814,28 @@ fn a_stopped_replica_does_not_hold_pushes_up_and_catches_up_when_continued() {
     c.assert_fsck(&w, "r.git");
 }
 
+/// Why a push was not acknowledged, in a few words: the server's `error:` line, or the
+/// client's own failure.
+fn reason(out: &std::process::Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("error: cluster:"))
+        .or_else(|| {
+            err.lines()
+                .find(|l| l.contains("error:") || l.contains("fatal:"))
+        })
+        .unwrap_or("no report");
+    let line = line.trim_start_matches("remote: ").trim();
+    // Without ids, ports and node names, so that alike reasons count together.
+    let words: Vec<&str> = line
+        .split_whitespace()
+        .filter(|w| !w.chars().any(|c| c.is_ascii_digit()))
+        .take(12)
+        .collect();
+    words.join(" ")
+}
+
 /// A small deterministic generator (xorshift64*), seeded from `BERTH_FAULT_SEED` or the clock.
 struct Rng(u64);
 
@@ -857,6 +888,7 @@ fn randomized_faults() {
     // Per ref: every value pushed, and whether the client was told `ok`.
     let mut history: BTreeMap<String, Vec<(String, bool)>> = BTreeMap::new();
     let (mut acked, mut refused, mut faults) = (0, 0, Vec::new());
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     for round in 0..rounds {
         match rng.below(10) {
             0..=5 => {
@@ -902,6 +934,7 @@ fn randomized_faults() {
                     acked += 1;
                 } else {
                     refused += 1;
+                    *reasons.entry(reason(&out)).or_insert(0) += 1;
                 }
                 history.entry(r).or_default().push((value, ok));
             }
@@ -977,8 +1010,72 @@ fn randomized_faults() {
         );
     }
     eprintln!(
-        "randomized_faults: seed {seed}: {rounds} rounds, {acked} pushes acknowledged, {refused} not; {} faults:\n{}\nfinal refs {refs:?}",
+        "randomized_faults: seed {seed}: {rounds} rounds, {acked} pushes acknowledged, {refused} not ({reasons:?}); {} faults:\n{}\nfinal refs {refs:?}",
         faults.len(),
         faults.join("\n")
     );
+}
+
+#[test]
+fn ack_all_refuses_a_push_that_one_replica_cannot_apply() {
+    if !etcd_present("ack_all_refuses_a_push_that_one_replica_cannot_apply") {
+        return;
+    }
+    let w = World::new();
+    let mut c = Cluster::start_with(&w, 3, &["--ack", "all"]);
+    let src = w.work("src");
+    let first = w.commit(&src, "a", "one");
+    let out = push(
+        &w,
+        &src,
+        &c.nodes[0].url("all.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.converged(&w, "all.git", 3);
+    // One replica down: every replica must apply, so the push is refused, and nothing lands.
+    c.kill_node(2);
+    w.commit(&src, "a", "two");
+    let out = push(
+        &w,
+        &src,
+        &c.nodes[1].url("all.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    assert_eq!(
+        porcelain(&out).get("refs/heads/main"),
+        Some(&false),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("only 2 of 3 replicas could prepare"), "{err}");
+    // `git push --porcelain` reports on stdout: `!\tHEAD:refs/heads/main\t[remote rejected] (failed to update ref)`.
+    let told = String::from_utf8_lossy(&out.stdout);
+    assert!(told.contains("(failed to update ref)"), "{told}");
+    let refs = c.converged_among(&w, "all.git", 2, &[0, 1]);
+    assert_eq!(refs.get("refs/heads/main"), Some(&first));
+    // Back with all three: acknowledged.
+    c.start_node(&w, 2);
+    c.converged(&w, "all.git", 3);
+    let third = w.commit(&src, "a", "three");
+    let out = push(
+        &w,
+        &src,
+        &c.nodes[2].url("all.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    let refs = c.converged(&w, "all.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&third));
+    c.assert_fsck(&w, "all.git");
 }
