@@ -8,7 +8,9 @@
 //! proxy), access rules (`--access`: `rules.rs` parses and decides, `access.rs` applies), request limits,
 //! streaming bodies between the network and the blocking push session, the access log and the
 //! metrics. A push itself is [`crate::receive::run`], exactly as for `berth receive-pack`;
-//! fetches and clones run git's own `git upload-pack --stateless-rpc`.
+//! fetches and clones run git's own `git upload-pack --stateless-rpc`. With `--cluster`,
+//! `cluster/` places repositories on several nodes, forwards requests to them, and commits
+//! every push through etcd (docs/cluster.md).
 //!
 //! What git-http-backend does and this module copies: the `# service=` preamble (left out when
 //! the client asks for protocol v2), content types, no-cache headers, the 415 for a wrong request
