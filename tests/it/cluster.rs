@@ -635,8 +635,14 @@ fn a_killed_replica_and_a_killed_etcd_member_do_not_stop_pushes_and_the_replica_
         c.logs()
     );
 
-    // The replica comes back and catches up from the log, objects from its peers.
+    // The replica comes back and catches up from the log, objects from its peers. Until it
+    // has, it does not serve the repository (it forwards): a clone at once is never stale.
     c.start_node(&w, 2);
+    w.git(".", &["clone", "-q", &c.nodes[2].url("r.git"), "at-once"]);
+    assert_eq!(
+        Some(&w.git("at-once", &["rev-parse", "HEAD"]).trim().to_owned()),
+        heads.last()
+    );
     let refs = c.converged(&w, "r.git", 3);
     assert_eq!(refs.get("refs/heads/main"), heads.last());
     assert!(refs.contains_key("refs/heads/while-down-0"));
