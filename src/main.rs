@@ -151,8 +151,31 @@ struct ServeArgs {
     /// How many ssh connections are served at once; more are closed.
     #[arg(long, default_value_t = 64)]
     ssh_max_connections: usize,
+    /// Join a replicated cluster: etcd client URLs (comma-separated). Every push is then
+    /// replicated to the repository's replicas and committed through etcd (docs/cluster.md).
+    #[arg(long, value_name = "URL[,URL...]", requires = "node")]
+    cluster: Option<String>,
+    /// This node's name in the cluster (letters, digits, '.', '_', '-'); needs --cluster.
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    node: Option<String>,
+    /// The URL the other nodes reach this one at (default http://<listen address>).
+    #[arg(long, value_name = "URL", requires = "cluster")]
+    advertise: Option<String>,
+    /// How many nodes hold each repository (all live nodes when fewer).
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// When a push is acknowledged: once a majority of its replicas applied it, or all.
+    #[arg(long, value_enum, default_value = "majority")]
+    ack: AckArg,
     #[command(flatten)]
     limits: LimitArgs,
+}
+
+/// `berth serve --ack`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum AckArg {
+    Majority,
+    All,
 }
 
 /// `berth serve --log-format`.
@@ -417,6 +440,19 @@ fn serve(a: ServeArgs) -> ExitCode {
         },
         limits: a.limits.limits(),
         ssh,
+        cluster: match (a.cluster, a.node) {
+            (Some(etcd), Some(node)) => Some(berth::serve::ClusterConfig {
+                etcd: vec![etcd],
+                node,
+                advertise: a.advertise,
+                replicas: a.replicas.max(1),
+                ack: match a.ack {
+                    AckArg::Majority => berth::serve::Ack::Majority,
+                    AckArg::All => berth::serve::Ack::All,
+                },
+            }),
+            _ => None,
+        },
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -526,6 +562,7 @@ fn receive_pack(args: &[std::ffi::OsString]) -> ExitCode {
         env: berth::receive::Environment::from_process(),
         ref_access: None,
         max_command_bytes: None,
+        commit_gate: None,
     };
     let result = berth::receive::run(
         &dir,

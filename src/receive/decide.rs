@@ -30,6 +30,8 @@ pub(super) struct Decide<'a> {
     pub(super) refs: Refs,
     /// Object kinds looked up so far: many refs of one push often point at one object.
     pub(super) kinds: std::cell::RefCell<foldhash::HashMap<ObjectId, Option<Kind>>>,
+    /// The cluster's commit point, between each batch's prepare and commit.
+    pub(super) gate: Option<&'a dyn super::CommitGate>,
 }
 
 impl Decide<'_> {
@@ -306,6 +308,7 @@ mod tests {
             worktrees: f.repo.worktrees(),
             refs: crate::refs::of_repository(&f.repo).snapshot().unwrap(),
             kinds: Default::default(),
+            gate: None,
         };
         let mut cmd = Cmd::new(Command {
             old,

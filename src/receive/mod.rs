@@ -32,7 +32,9 @@ mod update;
 
 pub use crate::protocol::report::{Reason, Rewrite, Status};
 pub use crate::protocol::request::Command;
-pub use options::{Environment, Options, RefAccess, RefChange, protocol_version};
+pub use options::{
+    CommitGate, Environment, GateCommit, Options, RefAccess, RefChange, protocol_version,
+};
 pub use outcome::{Fatal, Outcome, PushResult, Unpack};
 
 use command::{Cmd, refuse_pending};
@@ -316,6 +318,7 @@ fn execute_commands<W: Write, E: Write>(
         worktrees: s.repo.worktrees(),
         refs: s.store.snapshot().map_err(Fatal::Refs)?,
         kinds: Default::default(),
+        gate: s.options.commit_gate.as_deref(),
     };
     let config = &s.repo.config;
     let committer = s.options.env.committer(

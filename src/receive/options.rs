@@ -38,6 +38,32 @@ pub struct Options {
     /// A cap on the bytes of commands and push options, below the repository's
     /// `berth.maxRequestBytes` (`berth serve --max-command-bytes`).
     pub max_command_bytes: Option<u64>,
+    /// A replicated deployment's commit point (`berth serve --cluster`): told each prepared ref
+    /// transaction (locks held, old values checked) before it is committed here. `None`: the
+    /// push commits alone, as git does.
+    pub commit_gate: Option<Arc<dyn CommitGate>>,
+}
+
+/// The commit point of a replicated push, between this repository's [`crate::refs::Prepared`]
+/// and its commit. The session calls [`CommitGate::decide`] with the batch it holds prepared;
+/// `Ok` commits it here, then tells the returned [`GateCommit`] whether that worked; `Err`
+/// drops the prepared transaction (abort: nothing written) and refuses the batch's refs with
+/// git's `failed to update ref`, the text going to the client's band 2.
+pub trait CommitGate: Send + Sync + std::fmt::Debug {
+    /// Decide `updates` (the batch still prepared, in order), checked against `current` (the
+    /// refs the push was decided on).
+    fn decide(
+        &self,
+        updates: &[crate::refs::RefUpdate],
+        current: &crate::refs::Refs,
+    ) -> Result<Box<dyn GateCommit>, String>;
+}
+
+/// A batch the cluster committed: told how the local commit went, answers whether the push
+/// may be acknowledged (`Err`: the refs are refused with the text, though committed).
+pub trait GateCommit: Send {
+    /// The local commit succeeded (`true`) or failed.
+    fn finish(self: Box<Self>, committed_here: bool) -> Result<(), String>;
 }
 
 /// What a pushed ref update does to the ref, for a [`RefAccess`] check.

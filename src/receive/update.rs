@@ -146,5 +146,47 @@ fn commit(
         ctx.hooks.transaction(state, batch, diagnostics)
     };
     let prepared = store.transaction(options).prepare(updates, &mut observer)?;
-    Ok(prepared.commit()?)
+    let Some(gate) = ctx.gate else {
+        return Ok(prepared.commit()?);
+    };
+    // Replicated: the cluster decides while this repository's locks are held.
+    let batch: Vec<RefUpdate> = prepared.updates().cloned().collect();
+    if batch.is_empty() {
+        return Ok(prepared.commit()?);
+    }
+    let refuse = |results: Vec<RefResult>, text: String| {
+        let message = format!("cluster: {text}");
+        if atomic {
+            return Err(TransactionError::Prepare(
+                refs::transaction::prepare::Error::Ref(refs::RefError::Other { message }),
+            ));
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| {
+                r.and(Err(Box::new(refs::RefError::Other {
+                    message: message.clone(),
+                })))
+            })
+            .collect())
+    };
+    match gate.decide(&batch, current) {
+        Err(text) => {
+            let mut results: Vec<RefResult> = vec![Ok(()); updates.len()];
+            for (i, e) in prepared.failed() {
+                results[i] = Err(Box::new(e.clone()));
+            }
+            drop(prepared);
+            refuse(results, text)
+        }
+        Ok(decided) => {
+            let committed = prepared.commit();
+            let finished = decided.finish(committed.is_ok());
+            let results = committed?;
+            match finished {
+                Ok(()) => Ok(results),
+                Err(text) => refuse(results, text),
+            }
+        }
+    }
 }

@@ -8,7 +8,9 @@
 //! proxy), access rules (`--access`: `rules.rs` parses and decides, `access.rs` applies), request limits,
 //! streaming bodies between the network and the blocking push session, the access log and the
 //! metrics. A push itself is [`crate::receive::run`], exactly as for `berth receive-pack`;
-//! fetches and clones run git's own `git upload-pack --stateless-rpc`.
+//! fetches and clones run git's own `git upload-pack --stateless-rpc`. With `--cluster`,
+//! `cluster/` places repositories on several nodes, forwards requests to them, and commits
+//! every push through etcd (docs/cluster.md).
 //!
 //! What git-http-backend does and this module copies: the `# service=` preamble (left out when
 //! the client asks for protocol v2), content types, no-cache headers, the 415 for a wrong request
@@ -37,6 +39,7 @@ use crate::receive;
 
 mod access;
 mod auth;
+mod cluster;
 mod conn;
 mod escape;
 mod limits;
@@ -50,6 +53,7 @@ mod ssh;
 
 pub use auth::hash_password;
 use auth::*;
+pub use cluster::{Ack, ClusterConfig};
 pub use conn::default_max_connections;
 use escape::Escaped;
 pub use limits::Limits;
@@ -94,6 +98,8 @@ pub struct Config {
     pub limits: Limits,
     /// Also serve git over ssh (`--ssh-listen`); `None` for HTTP only.
     pub ssh: Option<SshConfig>,
+    /// Join a replicated cluster through etcd (`--cluster`); `None` for a single node.
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// `--tls-cert FILE --tls-key FILE`.
@@ -172,6 +178,9 @@ pub enum Error {
     /// The TLS certificate or key cannot be used.
     #[error("TLS: {0}")]
     Tls(String),
+    /// Joining the cluster failed (`--cluster`).
+    #[error("cluster: {0}")]
+    Cluster(cluster::Error),
 }
 
 /// The server's shared state.
@@ -200,6 +209,8 @@ struct Server {
     env: receive::Environment,
     /// The object format a repository created by a push gets.
     new_repo_format: gix_hash::Kind,
+    /// `--cluster`: set once the node joined (after the socket is bound).
+    cluster: std::sync::OnceLock<Arc<cluster::Cluster>>,
 }
 
 /// A listener on the first of `addrs` (what `listen` resolved to) that can be bound.
@@ -317,6 +328,7 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         rules,
         env: receive::Environment::from_process(),
         new_repo_format: repos::new_repository_format(),
+        cluster: std::sync::OnceLock::new(),
     });
 
     let app = axum::Router::new()
@@ -326,6 +338,12 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
 
     let listener = bind(&addrs, &config.listen).await?;
     let local = listener.local_addr().map_err(Error::Serve)?;
+    if let Some(c) = &config.cluster {
+        let joined = cluster::Cluster::join(c, &root, local, &server.env, server.max_request_bytes)
+            .await
+            .map_err(Error::Cluster)?;
+        let _ = server.cluster.set(joined);
+    }
     tracing::info!(
         target: "berth::serve",
         listen = %local,
@@ -384,6 +402,11 @@ async fn handle(
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().map(str::to_owned);
+    if path.starts_with(cluster::INTERNAL_PREFIX)
+        && let Some(c) = server.cluster.get()
+    {
+        return cluster::internal(&server, c, req).await;
+    }
     let routed = route(&method, &path, query.as_deref());
     let (route_name, repo) = match &routed {
         Ok(Route::InfoRefs { repo, .. }) => ("info-refs", repo.clone()),
@@ -453,6 +476,38 @@ async fn serve_git(
         .as_deref()
         .map(receive::protocol_version)
         .unwrap_or(0);
+    // Cluster: served here, or by a replica.
+    let mut replicated = None;
+    if let Some(c) = server.cluster.get() {
+        let forwarded = headers.contains_key(cluster::FORWARDED);
+        let push_rpc = rpc && service == Service::ReceivePack;
+        let (name, routed) = c
+            .route(&repo, push_rpc, forwarded)
+            .await
+            .map_err(|e| {
+                tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&repo), error = %Escaped::text(&e.to_string()), "cannot route");
+                Reject::Unavailable("no replica of the repository can serve it now".into())
+            })?;
+        match (name, routed) {
+            (_, cluster::Route::Forward(url)) => {
+                let trusted = match (&server.trusted_user_header, &identity) {
+                    (Some(h), Some(Identity::User(u))) => Some((h, u.as_str())),
+                    _ => None,
+                };
+                let timeout = server.idle_timeout + server.push_slot_timeout;
+                return cluster::forward(req, &url, &c.node, trusted, timeout)
+                    .await
+                    .map_err(|e| {
+                        tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&repo), error = %Escaped::text(&e.to_string()), "cannot forward");
+                        Reject::Unavailable("the replica did not answer".into())
+                    });
+            }
+            (Some(name), cluster::Route::Local(Some(replicas))) if push_rpc => {
+                replicated = Some((c.clone(), name, replicas));
+            }
+            _ => {}
+        }
+    }
     let (dir, to_create) = match server.target(&repo, service, identity.as_ref())? {
         Target::Repo(dir) => (Some(dir), None),
         // Created once the POST is known to be a well-formed push (below).
@@ -574,10 +629,21 @@ async fn serve_git(
                 hook_env: hook_env(&user, &host, &email, protocol.as_deref()),
                 env: receive::Environment {
                     committer_name: Some(user.name().to_owned()),
-                    committer_email: Some(email),
+                    committer_email: Some(email.clone()),
                     ..server.env.clone()
                 },
                 ref_access,
+                commit_gate: replicated.map(|(cluster, name, replicas)| {
+                    Arc::new(cluster::Gate {
+                        cluster,
+                        name,
+                        dir: PathBuf::from(&dir),
+                        replicas,
+                        handle: tokio::runtime::Handle::current(),
+                        committer_name: user.name().to_owned(),
+                        committer_email: email.clone(),
+                    }) as Arc<dyn receive::CommitGate>
+                }),
                 ..Default::default()
             };
             // Wait for a push slot, for a while; the permit travels with the blocking session.

@@ -286,6 +286,12 @@ pub(super) fn head_to_first_branch(dir: &str, outcome: &receive::Outcome) {
         })
         .map(|(command, _)| command.name.as_slice())
         .collect();
+    head_to_first_created(dir, &created);
+}
+
+/// [`head_to_first_branch`] for the branches `created` (full names, in push order) by a push
+/// into `dir`: also run by a cluster's replicas, which apply the same pushes.
+pub(super) fn head_to_first_created(dir: &str, created: &[&[u8]]) {
     let Some(first) = created.first() else {
         return;
     };

@@ -83,6 +83,9 @@ pub(super) enum Reject {
     BadHeader(String),
     #[error("{0} is accepted only from a --trusted-proxy address")]
     UntrustedHeader(String),
+    /// The cluster cannot place or reach the repository now (`--cluster`).
+    #[error("cluster: {0}")]
+    Unavailable(String),
 }
 
 impl Reject {
@@ -98,7 +101,7 @@ impl Reject {
             Reject::ContentType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Reject::TooLarge | Reject::CommandsTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Reject::Init(_) | Reject::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Reject::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Reject::Busy(_) | Reject::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Reject::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Reject::BadHeader(_) => StatusCode::BAD_REQUEST,
             Reject::UntrustedHeader(_) => StatusCode::FORBIDDEN,

@@ -7,6 +7,7 @@ mod common;
 
 mod bad_input;
 mod bench;
+mod cluster;
 mod crash;
 mod durability;
 mod fuzz_corpus;

@@ -673,6 +673,13 @@ async fn prepare(
     repo: &str,
     service: Service,
 ) -> Result<String, Refusal> {
+    // Cluster: pushes over ssh are not replicated yet (docs/cluster.md); refused rather than
+    // committed on this node alone.
+    if service == Service::ReceivePack && server.cluster.get().is_some() {
+        return Err(Refusal::Reject(Reject::Unavailable(
+            "pushes over ssh are not replicated yet; push over HTTP".into(),
+        )));
+    }
     // The ssh path is literal: keep `%` from being read as an escape by the URL resolver.
     let name = repo.replace('%', "%25");
     let op = match service {

@@ -1,0 +1,449 @@
+//! Catch-up: a replica that missed log entries (down, or not prepared when a push committed
+//! with a quorum elsewhere) applies them in order, fetching each entry's new objects from
+//! another replica (`POST /_berth/cluster/pack`: the objects of the wanted tips not reachable
+//! from the asker's refs, a pack made by `git pack-objects`, not thin).
+//!
+//! Triggered at start-up, by a prepare or push refused because this replica is behind, by
+//! [`Cluster::watch_logs`] (an etcd watch on every repository's log key), and, as a safety net
+//! for a watch stuck on a stopped etcd member, by [`Cluster::follow`], which polls the log heads
+//! of this node's repositories every [`FOLLOW_EVERY`]. One catch-up per repository runs at a
+//! time. An entry whose refs already hold its new values (the replica
+//! committed it but died before recording the sequence number) is recorded without writing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use gix_object::Exists;
+use serde_json::json;
+
+use super::objects::{connected, ensure_repository, ingest, pack_objects};
+use super::replica::{SECRET_HEADER, new_of};
+use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key, set_applied_seq};
+use crate::refs::{self, Atomicity, Change, RefUpdate, TransactionState};
+use crate::serve::Escaped;
+
+/// How often the log heads of this node's repositories are compared with what it applied
+/// (besides the watch), and its applied entries published for compaction.
+const FOLLOW_EVERY: Duration = Duration::from_secs(5);
+/// How long fetching one entry's objects from a peer may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl Cluster {
+    /// Watch the logs of every repository: a replica that sees an entry it did not apply
+    /// (after a second, time for the entry's own decision to arrive) catches up at once.
+    pub(super) async fn watch_logs(self: Arc<Self>) {
+        loop {
+            let me = self.clone();
+            let e = self
+                .etcd
+                .watch(b"/berth/repos/", move |key| {
+                    let Some(name) = key
+                        .strip_prefix(b"/berth/repos/".as_slice())
+                        .and_then(|k| k.strip_suffix(b"/log".as_slice()))
+                        .and_then(|n| std::str::from_utf8(n).ok())
+                    else {
+                        return;
+                    };
+                    tracing::debug!(target: "berth::cluster", repo = %Escaped::token(name), "log changed");
+                    let (me, name) = (me.clone(), name.to_owned());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        me.catch_up_if_behind(&name).await;
+                    });
+                })
+                .await;
+            tracing::debug!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "log watch ended; watching again");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Catch `name` up if this node is one of its replicas and behind its log.
+    async fn catch_up_if_behind(self: Arc<Self>, name: &str) {
+        match self.replicas_of(name).await {
+            Ok(Some(r)) if r.contains(&self.node) => {}
+            _ => return,
+        }
+        let Ok((seq, _)) = self.log_head(name).await else {
+            return;
+        };
+        if seq > applied_seq(&repo_dir(&self.root, name)) {
+            self.spawn_catch_up(name.to_owned());
+        }
+    }
+
+    /// Poll forever (the watch's safety net, and compaction): catch up every repository of
+    /// this node that is behind its log.
+    pub(super) async fn follow(self: Arc<Self>) {
+        loop {
+            if let Err(e) = self.catch_up_all().await {
+                tracing::debug!(target: "berth::cluster", error = %Escaped::text(&e), "follow");
+            }
+            tokio::time::sleep(FOLLOW_EVERY).await;
+        }
+    }
+
+    /// Catch up every repository this node is a replica of.
+    async fn catch_up_all(self: &Arc<Self>) -> Result<(), String> {
+        let prefix = b"/berth/repos/";
+        let keys = self.etcd.keys(prefix).await.map_err(|e| e.to_string())?;
+        for key in keys {
+            let Some(name) = key
+                .strip_prefix(prefix.as_slice())
+                .and_then(|k| k.strip_suffix(b"/replicas".as_slice()))
+                .and_then(|n| std::str::from_utf8(n).ok())
+            else {
+                continue;
+            };
+            let name = name.to_owned();
+            let replicas = match self.replicas_of(&name).await {
+                Ok(Some(r)) if r.contains(&self.node) => r,
+                _ => continue,
+            };
+            let (seq, _) = self.log_head(&name).await.map_err(|e| e.to_string())?;
+            let dir = repo_dir(&self.root, &name);
+            let applied = applied_seq(&dir);
+            if seq > applied || !super::super::repos::is_git_dir(&dir) {
+                self.clone().spawn_catch_up(name.clone());
+            }
+            if let Err(e) = self.publish_and_compact(&name, &replicas, applied).await {
+                tracing::debug!(target: "berth::cluster", repo = %Escaped::token(&name), error = %Escaped::text(&e.to_string()), "compaction");
+            }
+        }
+        Ok(())
+    }
+
+    /// Publish what this replica applied (`applied/<node>`); on the repository's first
+    /// replica, delete the entries every replica applied (the log key, the last entry, stays).
+    async fn publish_and_compact(
+        &self,
+        name: &str,
+        replicas: &[String],
+        applied: u64,
+    ) -> Result<(), etcd::Error> {
+        let known = self
+            .published
+            .lock()
+            .ok()
+            .and_then(|m| m.get(name).copied())
+            .unwrap_or((u64::MAX, 0));
+        if known.0 != applied {
+            let key = repo_key(name, &format!("applied/{}", self.node));
+            self.etcd
+                .put(&key, applied.to_string().as_bytes(), None)
+                .await?;
+        }
+        let mut compacted = known.1;
+        if replicas.first() == Some(&self.node) {
+            let prefix = repo_key(name, "applied/");
+            let seen = self.etcd.prefix(&prefix).await?;
+            let of = |node: &String| {
+                let key = [prefix.as_slice(), node.as_bytes()].concat();
+                seen.iter()
+                    .find(|kv| kv.key == key)
+                    .and_then(|kv| std::str::from_utf8(&kv.value).ok()?.parse::<u64>().ok())
+            };
+            let everywhere = replicas.iter().map(of).collect::<Option<Vec<u64>>>();
+            if let Some(min) = everywhere.and_then(|v| v.into_iter().min())
+                && min > compacted
+            {
+                let from = repo_key(name, "entries/");
+                let to = repo_key(name, &format!("entries/{:020}", min + 1));
+                self.etcd.delete_range(&from, &to).await?;
+                tracing::info!(target: "berth::cluster", repo = %Escaped::token(name), upto = min, "compacted the log");
+                compacted = min;
+            }
+        }
+        if let Ok(mut m) = self.published.lock() {
+            m.insert(name.to_owned(), (applied, compacted));
+        }
+        Ok(())
+    }
+
+    /// Start catching `name` up in the background (nothing if one runs already).
+    pub(super) fn spawn_catch_up(self: Arc<Self>, name: String) {
+        tokio::spawn(async move {
+            match self.catch_up(&name).await {
+                Ok(Some(seq)) => {
+                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&name), seq, "caught up")
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&name), error = %Escaped::text(&e), "catch-up failed")
+                }
+            }
+        });
+    }
+
+    /// Apply the log entries of `name` this replica has not applied, in order; the last
+    /// sequence number applied, `None` when another catch-up of it runs.
+    async fn catch_up(self: &Arc<Self>, name: &str) -> Result<Option<u64>, String> {
+        let Some(_running) = Running::start(self, name) else {
+            return Ok(None);
+        };
+        let dir = repo_dir(&self.root, name);
+        let d = dir.clone();
+        tokio::task::spawn_blocking(move || ensure_repository(&d))
+            .await
+            .map_err(|e| e.to_string())??;
+        let mut applied = applied_seq(&dir);
+        let from = repo_key(name, &format!("entries/{:020}", applied + 1));
+        let end = etcd::prefix_end(&repo_key(name, "entries/"));
+        let entries = self
+            .etcd
+            .range(&from, &end)
+            .await
+            .map_err(|e| e.to_string())?;
+        if entries.is_empty() {
+            return Ok(Some(applied));
+        }
+        let replicas = self
+            .replicas_of(name)
+            .await
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default();
+        let peers = self.urls_of(&replicas).await.map_err(|e| e.to_string())?;
+        for kv in entries {
+            let entry = log::Entry::decode(&kv.value)?;
+            if entry.seq != applied + 1 {
+                return Err(format!(
+                    "log entry {} missing (compacted?): a full resync is not implemented",
+                    applied + 1
+                ));
+            }
+            let (wants, haves) = {
+                let dir = dir.clone();
+                let env = self.env.clone();
+                let tips: Vec<_> = entry.updates.iter().filter_map(new_of).collect();
+                tokio::task::spawn_blocking(move || missing(&dir, &env, &tips))
+                    .await
+                    .map_err(|e| e.to_string())??
+            };
+            if !wants.is_empty() {
+                self.fetch(name, &peers, &wants, &haves).await?;
+            }
+            let dir2 = dir.clone();
+            let env = self.env.clone();
+            let e2 = entry.clone();
+            let cluster = self.clone();
+            tokio::task::spawn_blocking(move || -> Result<(), String> {
+                // The entry may have been applied meanwhile by its own push's decision.
+                let _g = cluster.apply_lock.lock();
+                let now = applied_seq(&dir2);
+                if now >= e2.seq {
+                    return Ok(());
+                }
+                if now + 1 != e2.seq {
+                    return Err(format!("applied {now} while catching up to {}", e2.seq));
+                }
+                apply(&dir2, &env, &e2)?;
+                set_applied_seq(&dir2, e2.seq).map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())??;
+            applied = entry.seq;
+        }
+        Ok(Some(applied))
+    }
+
+    /// Fetch the objects of `wants` from the first peer that has them, into the replica.
+    async fn fetch(
+        &self,
+        name: &str,
+        peers: &[(String, String)],
+        wants: &[gix_hash::ObjectId],
+        haves: &[gix_hash::ObjectId],
+    ) -> Result<(), String> {
+        let ask = json!({
+            "repo": name,
+            "want": wants.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+            "have": haves.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+        })
+        .to_string();
+        let mut why = Vec::new();
+        for (peer, url) in peers {
+            let target = http::join(url, "/_berth/cluster/pack");
+            let got = http::post(
+                &target,
+                &[(SECRET_HEADER, &self.secret)],
+                Bytes::from(ask.clone()),
+                usize::try_from(self.max_pack).unwrap_or(usize::MAX),
+                FETCH_TIMEOUT,
+            )
+            .await;
+            match got {
+                Ok((200, pack)) => {
+                    let dir = repo_dir(&self.root, name);
+                    let env = self.env.clone();
+                    let wants = wants.to_vec();
+                    let r = tokio::task::spawn_blocking(move || -> Result<(), String> {
+                        let (repo, objects) = open(&dir, &env)?;
+                        let keeps = ingest(&repo, &objects, &mut &pack[..])?;
+                        connected(&dir, &wants)?;
+                        // The refs that will point into the pack are written next; a
+                        // concurrent repack before then would only repack it.
+                        drop(keeps);
+                        Ok(())
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    match r {
+                        Ok(()) => return Ok(()),
+                        Err(e) => why.push(format!("{peer}: {e}")),
+                    }
+                }
+                Ok((status, body)) => why.push(format!(
+                    "{peer}: {status} {}",
+                    String::from_utf8_lossy(&body).trim()
+                )),
+                Err(e) => why.push(format!("{peer}: {e}")),
+            }
+        }
+        Err(format!("no replica sent the objects ({})", why.join("; ")))
+    }
+}
+
+/// Marks a repository's catch-up as running; removed when dropped.
+struct Running<'a> {
+    cluster: &'a Cluster,
+    name: String,
+}
+
+impl<'a> Running<'a> {
+    fn start(cluster: &'a Cluster, name: &str) -> Option<Running<'a>> {
+        let mut set = cluster.catching.lock().ok()?;
+        set.insert(name.to_owned()).then(|| Running {
+            cluster,
+            name: name.to_owned(),
+        })
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut set) = self.cluster.catching.lock() {
+            set.remove(&self.name);
+        }
+    }
+}
+
+fn open(
+    dir: &std::path::Path,
+    env: &crate::receive::Environment,
+) -> Result<(crate::repo::Repository, gix_odb::Handle), String> {
+    let dir_str = dir.to_str().ok_or("repository path is not UTF-8")?;
+    let repo =
+        crate::repo::Repository::open(dir_str, &env.for_config()).map_err(|e| e.to_string())?;
+    let objects = gix_odb::at(&repo.objects_dir, repo.object_format).map_err(|e| e.to_string())?;
+    Ok((repo, objects))
+}
+
+/// Of `tips`, those not in the repository; and the repository's ref tips.
+fn missing(
+    dir: &std::path::Path,
+    env: &crate::receive::Environment,
+    tips: &[gix_hash::ObjectId],
+) -> Result<(Vec<gix_hash::ObjectId>, Vec<gix_hash::ObjectId>), String> {
+    let (repo, objects) = open(dir, env)?;
+    let wants = tips
+        .iter()
+        .filter(|t| !objects.exists(t))
+        .copied()
+        .collect();
+    let refs = refs::of_repository(&repo)
+        .snapshot()
+        .map_err(|e| e.to_string())?;
+    let mut haves: Vec<_> = refs.iter().map(|(_, id)| *id).collect();
+    haves.sort();
+    haves.dedup();
+    Ok((wants, haves))
+}
+
+/// Apply one entry's ref updates (all or nothing); nothing when they are applied already.
+fn apply(
+    dir: &std::path::Path,
+    env: &crate::receive::Environment,
+    entry: &log::Entry,
+) -> Result<(), String> {
+    let (repo, objects) = open(dir, env)?;
+    let store = refs::of_repository(&repo);
+    let current = store.snapshot().map_err(|e| e.to_string())?;
+    let done = entry
+        .updates
+        .iter()
+        .all(|u| current.get(&u.name) == new_of(u));
+    if done {
+        return Ok(());
+    }
+    let env = crate::receive::Environment {
+        committer_name: Some(format!("berth-cluster ({})", entry.origin)),
+        ..env.clone()
+    };
+    let committer = env.committer(None, None);
+    let options = refs::Options {
+        atomicity: Atomicity::AllOrNothing,
+        current: &current,
+        committer: &committer,
+        objects: &objects,
+    };
+    let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
+    let prepared = store
+        .transaction(options)
+        .prepare(&entry.updates, &mut observer)
+        .map_err(|e| format!("entry {}: {e}", entry.seq))?;
+    let results = prepared.commit().map_err(|e| e.to_string())?;
+    if let Some(e) = results.into_iter().find_map(Result::err) {
+        return Err(format!("entry {}: {e}", entry.seq));
+    }
+    let created: Vec<&[u8]> = entry
+        .updates
+        .iter()
+        .filter(|u| matches!(u.change, Change::Create { .. }) && u.name.starts_with(b"refs/heads/"))
+        .map(|u| u.name.as_slice())
+        .collect();
+    if let Some(d) = dir.to_str() {
+        super::super::repos::head_to_first_created(d, &created);
+    }
+    Ok(())
+}
+
+/// The answer to `POST /_berth/cluster/pack` (the body: `{"repo", "want", "have"}`): a pack of
+/// the wanted objects not reachable from the haves this replica has.
+pub(super) fn serve_pack(
+    cluster: &Cluster,
+    ask: &[u8],
+) -> Result<Vec<u8>, (axum::http::StatusCode, String)> {
+    use axum::http::StatusCode;
+    let bad = |e: String| (StatusCode::BAD_REQUEST, e);
+    let v: serde_json::Value =
+        serde_json::from_slice(ask).map_err(|e| bad(format!("pack: {e}")))?;
+    let name = v["repo"]
+        .as_str()
+        .ok_or_else(|| bad("pack: no repo".into()))?;
+    if super::super::repos::check_name(name).is_err() || name.ends_with(".git") {
+        return Err(bad("pack: bad repository name".into()));
+    }
+    let ids = |k: &str| -> Result<Vec<gix_hash::ObjectId>, (StatusCode, String)> {
+        v[k].as_array()
+            .ok_or_else(|| bad(format!("pack: no {k}")))?
+            .iter()
+            .map(|s| {
+                s.as_str()
+                    .and_then(|s| gix_hash::ObjectId::from_hex(s.as_bytes()).ok())
+                    .ok_or_else(|| bad(format!("pack: bad {k}")))
+            })
+            .collect()
+    };
+    let (want, have) = (ids("want")?, ids("have")?);
+    let dir = repo_dir(&cluster.root, name);
+    if !super::super::repos::is_git_dir(&dir) {
+        return Err((StatusCode::NOT_FOUND, "no such repository here".into()));
+    }
+    let (_, objects) =
+        open(&dir, &cluster.env).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    if let Some(w) = want.iter().find(|w| !objects.exists(w)) {
+        return Err((StatusCode::NOT_FOUND, format!("{w} not here")));
+    }
+    let have: Vec<_> = have.into_iter().filter(|h| objects.exists(h)).collect();
+    pack_objects(&dir, &want, &have).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))
+}

@@ -1,0 +1,464 @@
+//! The accepting replica's commit point: [`Gate`] is the push's
+//! [`crate::receive::CommitGate`]. For each ref transaction the session holds prepared it
+//!
+//! 1. reads the repository's log head from etcd (sequence number S, mod revision R) and checks
+//!    this replica applied exactly S (else it is behind and refuses);
+//! 2. packs the objects of the new tips that the current refs do not reach (`git pack-objects
+//!    --revs`, not thin) and sends pack + updates to every other live replica's
+//!    `/_berth/cluster/prepare`, in parallel;
+//! 3. with fewer than the acknowledgement quorum prepared (itself included): aborts everywhere;
+//! 4. the commit point: one etcd txn — if the log key's mod revision is still R, put the entry
+//!    S+1 as the log key and as `entries/<S+1>`. An answer lost to an etcd failure is retried
+//!    with the same compare, and a failed compare whose log names this transaction is a
+//!    success: the entry is written at most once and the gate learns whether it was. Lost
+//!    compare (another push committed first): abort everywhere, the refs get
+//!    `failed to update ref`;
+//! 5. [`GateCommit::finish`] after the local commit: `decide?verdict=commit` to every prepared
+//!    replica; the push is acknowledged when the quorum (`--ack`) applied it.
+//!
+//! Not yet: a lost compare whose winner touched none of this push's refs is not retried.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::json;
+
+use super::objects::pack_objects;
+use super::replica::{SECRET_HEADER, new_of};
+use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
+use crate::receive::{CommitGate, GateCommit};
+use crate::refs::{RefUpdate, Refs};
+use crate::serve::Escaped;
+
+/// How long a replica may take to ingest and prepare.
+const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Once a quorum prepared, how long the other replicas still have.
+const PREPARE_GRACE: Duration = Duration::from_secs(2);
+/// How long the commit point retries etcd before giving up (the push then fails, ambiguously).
+const COMMIT_RETRY: Duration = Duration::from_secs(15);
+/// How many times a push that lost the compare to pushes of other refs tries again.
+const MAX_ROUNDS: u32 = 8;
+/// How long a committed entry waits for the entries before it to be applied here.
+pub(super) const APPLY_WAIT: Duration = Duration::from_secs(5);
+
+/// The commit gate of one push to one repository.
+#[derive(Debug)]
+pub(in crate::serve) struct Gate {
+    pub(in crate::serve) cluster: Arc<Cluster>,
+    /// The repository's cluster name.
+    pub(in crate::serve) name: String,
+    pub(in crate::serve) dir: PathBuf,
+    /// Its replicas as recorded in etcd.
+    pub(in crate::serve) replicas: Vec<String>,
+    pub(in crate::serve) handle: tokio::runtime::Handle,
+    /// The reflog identity, for the replicas' transactions.
+    pub(in crate::serve) committer_name: String,
+    pub(in crate::serve) committer_email: String,
+}
+
+/// A prepared peer.
+struct Peer {
+    name: String,
+    url: String,
+}
+
+impl CommitGate for Gate {
+    fn decide(&self, updates: &[RefUpdate], current: &Refs) -> Result<Box<dyn GateCommit>, String> {
+        self.handle.block_on(self.decide_async(updates, current))
+    }
+}
+
+impl Gate {
+    async fn decide_async(
+        &self,
+        updates: &[RefUpdate],
+        current: &Refs,
+    ) -> Result<Box<dyn GateCommit>, String> {
+        let c = &self.cluster;
+        let (seq, rev) = c.log_head(&self.name).await.map_err(unavailable)?;
+        let applied = applied_seq(&self.dir);
+        if applied != seq {
+            if applied < seq {
+                c.clone().spawn_catch_up(self.name.clone());
+            }
+            return Err(format!(
+                "this replica ({}) is at log entry {applied} of {seq}; it is catching up, retry",
+                c.node
+            ));
+        }
+        let updates_json = log::updates_json(updates).ok_or("a ref name is not UTF-8")?;
+        let pack = {
+            let dir = self.dir.clone();
+            let tips: Vec<_> = updates.iter().filter_map(new_of).collect();
+            let have: Vec<_> = current.iter().map(|(_, id)| *id).collect();
+            tokio::task::spawn_blocking(move || pack_objects(&dir, &tips, &have))
+                .await
+                .map_err(|e| e.to_string())??
+        };
+        let txid = super::random_hex(16);
+        let header = json!({
+            "repo": self.name,
+            "txid": txid,
+            "base_seq": seq,
+            "committer_name": self.committer_name,
+            "committer_email": self.committer_email,
+            "updates": updates_json,
+            "has_pack": !pack.is_empty(),
+        })
+        .to_string();
+        let mut body = Vec::with_capacity(4 + header.len() + pack.len());
+        body.extend_from_slice(&(header.len() as u32).to_be_bytes());
+        body.extend_from_slice(header.as_bytes());
+        body.extend_from_slice(&pack);
+        let body = Bytes::from(body);
+        drop(pack);
+
+        let peers = c.urls_of(&self.replicas).await.map_err(unavailable)?;
+        let sends = peers.into_iter().map(|(name, url)| {
+            let body = body.clone();
+            let secret = c.secret.clone();
+            async move {
+                let target = http::join(&url, "/_berth/cluster/prepare");
+                let r = http::post(
+                    &target,
+                    &[(SECRET_HEADER, &secret)],
+                    body,
+                    64 * 1024,
+                    PREPARE_TIMEOUT,
+                )
+                .await;
+                (Peer { name, url }, r)
+            }
+        });
+        let k = self.replicas.len().max(1);
+        let need = needed(c.ack, k);
+        // Every answer, or once the quorum prepared, what comes within PREPARE_GRACE more: a
+        // stopped or partitioned replica does not hold the push up (it resolves its prepared
+        // transaction from the log after its decision timeout, then catches up).
+        let mut pending: futures_util::stream::FuturesUnordered<_> = sends.collect();
+        let mut prepared = Vec::new();
+        let mut refused = Vec::new();
+        let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+        loop {
+            let next = match grace.as_mut() {
+                Some(g) => tokio::select! {
+                    n = futures_util::StreamExt::next(&mut pending) => n,
+                    _ = g => {
+                        refused.push(format!("{} slow replica(s) left out", pending.len()));
+                        None
+                    }
+                },
+                None => futures_util::StreamExt::next(&mut pending).await,
+            };
+            let Some((peer, r)) = next else { break };
+            match r {
+                Ok((200, _)) => prepared.push(peer),
+                Ok((status, why)) => refused.push(format!(
+                    "{}: {status} {}",
+                    peer.name,
+                    String::from_utf8_lossy(&why).trim()
+                )),
+                Err(e) => refused.push(format!("{}: {e}", peer.name)),
+            }
+            if grace.is_none() && 1 + prepared.len() >= need {
+                grace = Some(Box::pin(tokio::time::sleep(PREPARE_GRACE)));
+            }
+        }
+        drop(pending);
+        if 1 + prepared.len() < need {
+            self.decide_all(&prepared, &txid, 0, false).await;
+            // The replicas' reasons name nodes and paths: for the log, not the client.
+            tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, refused = %Escaped::text(&refused.join("; ")), "no quorum prepared");
+            return Err(format!(
+                "only {} of {k} replicas could prepare the push; retry",
+                1 + prepared.len()
+            ));
+        }
+
+        let mut entry = log::Entry {
+            seq: seq + 1,
+            txid: txid.clone(),
+            origin: c.node.clone(),
+            updates: updates.to_vec(),
+        };
+        let (mut base_seq, mut base_rev) = (seq, rev);
+        let mut rounds = 0;
+        let committed_seq = loop {
+            entry.seq = base_seq + 1;
+            let value = entry.encode().ok_or("a ref name is not UTF-8")?;
+            let lost = match self.commit_point(base_rev, entry.seq, &txid, value).await {
+                Ok(Cas::Committed) => break entry.seq,
+                Ok(Cas::Lost { seq, rev }) => (seq, rev),
+                Err(e) => {
+                    // Unknown whether the entry is in the log: the replicas keep their
+                    // prepared transactions until their decision timeout, then ask the log.
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, error = %Escaped::text(&e.to_string()), "commit point unconfirmed");
+                    return Err(
+                        "etcd did not confirm the commit; the push may still land, fetch to see"
+                            .into(),
+                    );
+                }
+            };
+            // Other pushes committed since the base. If none of them touched these refs, the
+            // old values checked under the locks still hold: try again after them.
+            rounds += 1;
+            match self.winners(base_seq, lost.0, &txid, updates).await {
+                Ok(Winners::Ours(seq)) => break seq,
+                Ok(Winners::Disjoint) if rounds < MAX_ROUNDS => {
+                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, after = lost.0, "lost the compare to pushes of other refs; retrying");
+                    (base_seq, base_rev) = lost;
+                }
+                Ok(_) => {
+                    self.decide_all(&prepared, &txid, 0, false).await;
+                    return Err("another push to these refs committed first".into());
+                }
+                Err(e) => {
+                    self.decide_all(&prepared, &txid, 0, false).await;
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e), "cannot read the log");
+                    return Err("cannot read the repository's log; retry".into());
+                }
+            }
+        };
+        // Apply in log order here too: the entries before this one first (they are other
+        // refs, and on their way from their own pushes).
+        wait_applied(&self.dir, committed_seq - 1, APPLY_WAIT).await;
+        tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), seq = committed_seq, txid = %txid, prepared = 1 + prepared.len(), "committed to the log");
+        Ok(Box::new(Decided {
+            gate_dir: self.dir.clone(),
+            name: self.name.clone(),
+            handle: self.handle.clone(),
+            cluster: self.cluster.clone(),
+            prepared,
+            txid,
+            seq: committed_seq,
+            need,
+            k,
+        }))
+    }
+
+    /// What the entries after `base` up to `head` are to this push of `updates`.
+    async fn winners(
+        &self,
+        base: u64,
+        head: u64,
+        txid: &str,
+        updates: &[RefUpdate],
+    ) -> Result<Winners, String> {
+        let from = repo_key(&self.name, &format!("entries/{:020}", base + 1));
+        let to = repo_key(&self.name, &format!("entries/{:020}", head + 1));
+        let kvs = self
+            .cluster
+            .etcd
+            .range(&from, &to)
+            .await
+            .map_err(|e| e.to_string())?;
+        if kvs.len() as u64 != head.saturating_sub(base) {
+            return Err(format!("entries {}..={head} not all in the log", base + 1));
+        }
+        let mut overlap = false;
+        for kv in kvs {
+            let e = log::Entry::decode(&kv.value)?;
+            if e.txid == txid {
+                return Ok(Winners::Ours(e.seq));
+            }
+            overlap |= e
+                .updates
+                .iter()
+                .any(|w| updates.iter().any(|u| conflicts(&w.name, &u.name)));
+        }
+        Ok(if overlap {
+            Winners::Overlap
+        } else {
+            Winners::Disjoint
+        })
+    }
+
+    /// The etcd compare-and-swap of the log key against `rev`.
+    async fn commit_point(
+        &self,
+        rev: i64,
+        seq: u64,
+        txid: &str,
+        value: Vec<u8>,
+    ) -> Result<Cas, etcd::Error> {
+        let log_key = repo_key(&self.name, "log");
+        let entry_key = repo_key(&self.name, &format!("entries/{seq:020}"));
+        let start = Instant::now();
+        loop {
+            let r = self
+                .cluster
+                .etcd
+                .txn(
+                    &[etcd::Compare::ModRevision(log_key.clone(), rev)],
+                    &[
+                        etcd::Op::Put(log_key.clone(), value.clone(), None),
+                        etcd::Op::Put(entry_key.clone(), value.clone(), None),
+                    ],
+                    &[etcd::Op::Get(log_key.clone())],
+                )
+                .await;
+            match r {
+                Ok(t) if t.succeeded => return Ok(Cas::Committed),
+                Ok(t) => {
+                    let head = t.gets.first().and_then(|g| g.first());
+                    let entry = head.and_then(|kv| log::Entry::decode(&kv.value).ok());
+                    // A retry after a lost answer finds its own entry: committed once.
+                    if entry.as_ref().is_some_and(|e| e.txid == txid) {
+                        return Ok(Cas::Committed);
+                    }
+                    return Ok(Cas::Lost {
+                        seq: entry.map_or(0, |e| e.seq),
+                        rev: head.map_or(0, |kv| kv.mod_revision),
+                    });
+                }
+                Err(e) if start.elapsed() > COMMIT_RETRY => return Err(e),
+                Err(e) => {
+                    tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "commit point: etcd failed, retrying");
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            }
+        }
+    }
+
+    async fn decide_all(&self, peers: &[Peer], txid: &str, seq: u64, commit: bool) -> usize {
+        decide_all(&self.cluster, peers, txid, seq, commit).await
+    }
+}
+
+/// The client's text for an etcd failure (its details, addresses included, go to the log).
+fn unavailable(e: super::Error) -> String {
+    tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "etcd");
+    "the cluster's etcd is unavailable; retry".into()
+}
+
+/// The answer of the commit point.
+enum Cas {
+    /// The entry is in the log.
+    Committed,
+    /// Another entry is the log's head: its sequence number and the key's mod revision.
+    Lost { seq: u64, rev: i64 },
+}
+
+/// The entries committed since a push's base, as seen by that push.
+enum Winners {
+    /// They include this push's own entry (an answer lost earlier): committed at this seq.
+    Ours(u64),
+    /// None of them updates a ref of this push, or a ref above or below one.
+    Disjoint,
+    /// One of them does.
+    Overlap,
+}
+
+/// Whether updates of refs `a` and `b` conflict: the same ref, or one a directory of the
+/// other (`refs/heads/a` and `refs/heads/a/b`).
+fn conflicts(a: &[u8], b: &[u8]) -> bool {
+    let below = |x: &[u8], y: &[u8]| x.len() > y.len() && x.starts_with(y) && x[y.len()] == b'/';
+    a == b || below(a, b) || below(b, a)
+}
+
+/// Wait until the replica at `dir` applied `seq` (at most `limit`); whether it did.
+pub(super) async fn wait_applied(dir: &std::path::Path, seq: u64, limit: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        if applied_seq(dir) >= seq {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Tell `peers` the verdict; how many confirmed.
+async fn decide_all(
+    cluster: &Cluster,
+    peers: &[Peer],
+    txid: &str,
+    seq: u64,
+    commit: bool,
+) -> usize {
+    let verdict = if commit { "commit" } else { "abort" };
+    let sends = peers.iter().map(|p| {
+        let url = http::join(
+            &p.url,
+            &format!("/_berth/cluster/decide?txid={txid}&seq={seq}&verdict={verdict}"),
+        );
+        let secret = cluster.secret.clone();
+        let name = p.name.clone();
+        async move {
+            let r = http::post(
+                &url,
+                &[(SECRET_HEADER, &secret)],
+                Bytes::new(),
+                64 * 1024,
+                PREPARE_TIMEOUT,
+            )
+            .await;
+            if !matches!(r, Ok((200, _))) {
+                let result = match &r {
+                    Ok((status, b)) => format!("{status} {}", String::from_utf8_lossy(b).trim()),
+                    Err(e) => e.to_string(),
+                };
+                tracing::warn!(target: "berth::cluster", peer = %Escaped::token(&name), verdict, result = %Escaped::text(&result), "decision not confirmed");
+            }
+            matches!(r, Ok((200, _)))
+        }
+    });
+    futures_util::future::join_all(sends)
+        .await
+        .into_iter()
+        .filter(|ok| *ok)
+        .count()
+}
+
+/// A push committed to the log, to be applied on the prepared replicas.
+struct Decided {
+    gate_dir: PathBuf,
+    name: String,
+    handle: tokio::runtime::Handle,
+    cluster: Arc<Cluster>,
+    prepared: Vec<Peer>,
+    txid: String,
+    seq: u64,
+    need: usize,
+    k: usize,
+}
+
+impl GateCommit for Decided {
+    fn finish(self: Box<Self>, committed_here: bool) -> Result<(), String> {
+        let mut applied = 0;
+        if committed_here {
+            // In log order only: if an entry before this one is not applied here yet, the
+            // catch-up applies it and records this one (its refs already hold their values).
+            match self.cluster.record_applied(&self.gate_dir, self.seq) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let _rt = self.handle.enter();
+                    self.cluster.clone().spawn_catch_up(self.name.clone());
+                }
+                Err(e) => {
+                    tracing::error!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "cannot record the applied log entry")
+                }
+            }
+            applied += 1;
+        }
+        applied += self.handle.block_on(decide_all(
+            &self.cluster,
+            &self.prepared,
+            &self.txid,
+            self.seq,
+            true,
+        ));
+        if applied >= self.need {
+            Ok(())
+        } else {
+            Err(format!(
+                "committed to the log as entry {}, but only {applied} of {} replicas applied it",
+                self.seq, self.k
+            ))
+        }
+    }
+}

@@ -1,0 +1,494 @@
+//! `berth serve --cluster`: every push replicated to several nodes and committed through etcd
+//! (issue #15). etcd is the only consensus: berth nodes never vote among themselves.
+//!
+//! ```text
+//! client ─push→ any node ─(holds no replica)→ forward.rs → a replica
+//!                 │ accepting replica: receive::run decides as alone; at each ref transaction
+//!                 │ (prepared, locks held) its CommitGate (gate.rs):
+//!                 ├─ pack of the new objects + ref updates ─POST /_berth/cluster/prepare→ other
+//!                 │   replicas (replica.rs): ingest, check, prepare the same transaction, hold it
+//!                 ├─ majority prepared? → etcd txn on the repository's log key: compare its mod
+//!                 │   revision with the one read before, put the entry (the commit point)
+//!                 └─ commit here, ─POST /_berth/cluster/decide→ commit there; `ok` to the client
+//!                     once a majority (or all, `--ack all`) applied it
+//! ```
+//!
+//! This module owns the node's membership (an etcd lease on `/berth/nodes/<name>`), the cluster
+//! secret (created once, create-if-absent), and the placement of repositories (rendezvous
+//! hashing over the live nodes, recorded at creation in `/berth/repos/<name>/replicas`).
+//! etcd keys (all under `/berth/`): `nodes/<node>` (advertise URL, leased), `secret`,
+//! `repos/<name>/replicas` (JSON list), `repos/<name>/log` (the last entry, JSON),
+//! `repos/<name>/entries/<seq, 20 digits>` (the entries not yet applied by every replica, for a
+//! replica that missed some), `repos/<name>/applied/<node>` (what each replica applied).
+//! Each replica records the last sequence number it applied in `<git dir>/berth-cluster-seq`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::Escaped;
+
+mod catchup;
+pub mod etcd;
+mod forward;
+mod gate;
+pub mod http;
+mod locks;
+mod log;
+mod objects;
+mod replica;
+
+pub(super) use forward::{FORWARDED, forward};
+pub(super) use gate::Gate;
+pub(super) use replica::{INTERNAL_PREFIX, internal};
+
+/// How many replicas have to apply a push before the client is told `ok`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ack {
+    /// More than half of the repository's replicas.
+    Majority,
+    /// Every replica of the repository.
+    All,
+}
+
+/// `--cluster`, `--node`, `--advertise`, `--replicas`, `--ack`.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// etcd client URLs (`http://host:port`).
+    pub etcd: Vec<String>,
+    /// This node's name, unique in the cluster.
+    pub node: String,
+    /// The URL other nodes reach this one at; default `http://<listen address>`.
+    pub advertise: Option<String>,
+    /// How many nodes hold each repository (all live nodes when fewer).
+    pub replicas: usize,
+    /// When a push is acknowledged.
+    pub ack: Ack,
+}
+
+/// Why the node could not join the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// etcd failed.
+    #[error(transparent)]
+    Etcd(#[from] etcd::Error),
+    /// A node name that cannot be a key segment.
+    #[error("invalid node name '{0}': letters, digits, '.', '_' and '-' only")]
+    NodeName(String),
+    /// etcd holds something berth cannot read.
+    #[error("unreadable cluster state: {0}")]
+    State(String),
+}
+
+/// Seconds a node's lease lives without renewal: a node killed disappears after this.
+const LEASE_TTL: i64 = 10;
+/// Timeout of one etcd call (per endpoint).
+const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A joined node.
+#[derive(Debug)]
+pub(super) struct Cluster {
+    pub(super) etcd: etcd::Client,
+    pub(super) node: String,
+    pub(super) advertise: String,
+    pub(super) replicas: usize,
+    pub(super) ack: Ack,
+    /// Proves a request to the internal endpoint comes from a node of this cluster.
+    pub(super) secret: String,
+    pub(super) root: PathBuf,
+    /// Prepared transactions of pushes accepted elsewhere, waiting for their decision.
+    pub(super) pending: replica::Pending,
+    /// The environment repositories are opened with (the server's).
+    pub(super) env: crate::receive::Environment,
+    /// The largest pack a catch-up accepts from a peer (`--max-request-bytes`).
+    pub(super) max_pack: u64,
+    /// The repositories being caught up.
+    pub(super) catching: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Held while a log entry is applied and recorded here (every repository: one at a time).
+    pub(super) apply_lock: std::sync::Mutex<()>,
+    /// Per repository: the applied sequence number last published to etcd, and (on the
+    /// repository's first replica, which compacts) the entries compacted up to.
+    pub(super) published: std::sync::Mutex<std::collections::HashMap<String, (u64, u64)>>,
+}
+
+fn valid_node_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+/// Random bytes as hex (the cluster secret, transaction ids).
+pub(super) fn random_hex(n: usize) -> String {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_err()
+    {
+        // Not secret then, but unique: time and process.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let seed = format!("{t}-{}", std::process::id());
+        use blake2::digest::Digest;
+        let h = blake2::Blake2b256::digest(seed.as_bytes());
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = h[i % h.len()];
+        }
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The etcd key of `what` of repository `name`.
+pub(super) fn repo_key(name: &str, what: &str) -> Vec<u8> {
+    format!("/berth/repos/{name}/{what}").into_bytes()
+}
+
+/// The repository name a URL's repository part stands for in the cluster: `team/app.git`
+/// and `team/app` are one repository, `team/app`.
+pub(super) fn repo_name(url_repo: &str) -> Option<String> {
+    let rel = super::repos::relative_path(url_repo).ok()?;
+    let s = rel.to_str()?.to_owned();
+    Some(s.strip_suffix(".git").map(str::to_owned).unwrap_or(s))
+}
+
+/// The git directory of `name` under `root` (`<root>/<name>.git`).
+pub(super) fn repo_dir(root: &Path, name: &str) -> PathBuf {
+    root.join(format!("{name}.git"))
+}
+
+/// The last log sequence number this replica applied to the repository at `dir`.
+pub(super) fn applied_seq(dir: &Path) -> u64 {
+    std::fs::read_to_string(dir.join("berth-cluster-seq"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Record that this replica applied the log up to `seq` (written to a temporary file, renamed).
+pub(super) fn set_applied_seq(dir: &Path, seq: u64) -> std::io::Result<()> {
+    let tmp = dir.join("berth-cluster-seq.tmp");
+    std::fs::write(&tmp, format!("{seq}\n"))?;
+    std::fs::rename(tmp, dir.join("berth-cluster-seq"))
+}
+
+/// The `n` nodes of `live` with the highest rendezvous score for `repo`, best first.
+pub(super) fn rendezvous(repo: &str, live: &[String], n: usize) -> Vec<String> {
+    use blake2::digest::Digest;
+    let mut scored: Vec<([u8; 8], &String)> = live
+        .iter()
+        .map(|node| {
+            let mut h = blake2::Blake2b256::new();
+            h.update(node.as_bytes());
+            h.update([0]);
+            h.update(repo.as_bytes());
+            let d = h.finalize();
+            let mut s = [0u8; 8];
+            s.copy_from_slice(&d[..8]);
+            (s, node)
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    scored.into_iter().take(n).map(|(_, n)| n.clone()).collect()
+}
+
+/// How many replicas out of `k` must apply a push before it is acknowledged.
+pub(super) fn needed(ack: Ack, k: usize) -> usize {
+    match ack {
+        Ack::Majority => k / 2 + 1,
+        Ack::All => k,
+    }
+}
+
+impl Cluster {
+    /// Join: take the secret (creating it if this is the first node), register under a
+    /// lease kept alive in the background.
+    pub(super) async fn join(
+        config: &ClusterConfig,
+        root: &Path,
+        local: std::net::SocketAddr,
+        env: &crate::receive::Environment,
+        max_pack: u64,
+    ) -> Result<Arc<Cluster>, Error> {
+        if !valid_node_name(&config.node) {
+            return Err(Error::NodeName(config.node.clone()));
+        }
+        let etcd = etcd::Client::new(&config.etcd, ETCD_TIMEOUT);
+        let key = b"/berth/secret".to_vec();
+        let candidate = random_hex(32);
+        let t = etcd
+            .txn(
+                &[etcd::Compare::Absent(key.clone())],
+                &[etcd::Op::Put(
+                    key.clone(),
+                    candidate.clone().into_bytes(),
+                    None,
+                )],
+                &[etcd::Op::Get(key)],
+            )
+            .await?;
+        let secret = if t.succeeded {
+            candidate
+        } else {
+            let kv = t
+                .gets
+                .first()
+                .and_then(|g| g.first())
+                .ok_or_else(|| Error::State("no /berth/secret".into()))?;
+            String::from_utf8(kv.value.clone())
+                .map_err(|_| Error::State("/berth/secret is not text".into()))?
+        };
+        let advertise = config
+            .advertise
+            .clone()
+            .unwrap_or_else(|| format!("http://{local}"));
+        let cluster = Arc::new(Cluster {
+            etcd,
+            node: config.node.clone(),
+            advertise,
+            replicas: config.replicas.max(1),
+            ack: config.ack,
+            secret,
+            root: root.to_owned(),
+            pending: Default::default(),
+            env: env.clone(),
+            max_pack,
+            catching: Default::default(),
+            apply_lock: Default::default(),
+            published: Default::default(),
+        });
+        let stale = locks::remove_stale(root);
+        if stale > 0 {
+            tracing::warn!(target: "berth::cluster", locks = stale, "removed ref locks left by a killed node");
+        }
+        let lease = cluster.register().await?;
+        tokio::spawn(cluster.clone().keep_alive(lease));
+        // Catch up what was missed while down, then follow the logs.
+        tokio::spawn(cluster.clone().follow());
+        tokio::spawn(cluster.clone().watch_logs());
+        tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %Escaped::text(&cluster.advertise), "joined the cluster");
+        Ok(cluster)
+    }
+
+    fn node_key(&self) -> Vec<u8> {
+        format!("/berth/nodes/{}", self.node).into_bytes()
+    }
+
+    /// Put this node's key under a new lease; the lease.
+    async fn register(&self) -> Result<i64, Error> {
+        let lease = self.etcd.grant(LEASE_TTL).await?;
+        self.etcd
+            .put(&self.node_key(), self.advertise.as_bytes(), Some(lease))
+            .await?;
+        Ok(lease)
+    }
+
+    /// Renew the lease every third of its life; register again if it expired (etcd was
+    /// unreachable for longer than the TTL).
+    async fn keep_alive(self: Arc<Self>, mut lease: i64) {
+        loop {
+            tokio::time::sleep(Duration::from_secs((LEASE_TTL / 3).max(1) as u64)).await;
+            match self.etcd.keepalive(lease).await {
+                Ok(true) => {}
+                Ok(false) => match self.register().await {
+                    Ok(l) => lease = l,
+                    Err(e) => {
+                        tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "cannot register again")
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "lease keepalive failed")
+                }
+            }
+        }
+    }
+
+    /// The live nodes: name → advertise URL, in name order.
+    pub(super) async fn live_nodes(&self) -> Result<Vec<(String, String)>, Error> {
+        let prefix = b"/berth/nodes/";
+        let kvs = self.etcd.prefix(prefix).await?;
+        Ok(kvs
+            .into_iter()
+            .filter_map(|kv| {
+                let name = String::from_utf8(kv.key.get(prefix.len()..)?.to_vec()).ok()?;
+                let url = String::from_utf8(kv.value).ok()?;
+                Some((name, url))
+            })
+            .collect())
+    }
+
+    /// The replicas recorded for `name`, if the repository exists in the cluster.
+    pub(super) async fn replicas_of(&self, name: &str) -> Result<Option<Vec<String>>, Error> {
+        match self.etcd.get(&repo_key(name, "replicas")).await? {
+            None => Ok(None),
+            Some(kv) => parse_list(&kv.value).map(Some),
+        }
+    }
+
+    /// Place a new repository: the rendezvous choice over the live nodes, recorded unless
+    /// another node recorded one first (then that one).
+    pub(super) async fn place(&self, name: &str) -> Result<Vec<String>, Error> {
+        let live: Vec<String> = self.live_nodes().await?.into_iter().map(|n| n.0).collect();
+        let chosen = rendezvous(name, &live, self.replicas);
+        let key = repo_key(name, "replicas");
+        let value = json!(chosen).to_string().into_bytes();
+        let t = self
+            .etcd
+            .txn(
+                &[etcd::Compare::Absent(key.clone())],
+                &[etcd::Op::Put(key.clone(), value, None)],
+                &[etcd::Op::Get(key)],
+            )
+            .await?;
+        if t.succeeded {
+            tracing::info!(target: "berth::cluster", repo = %Escaped::token(name), replicas = %chosen.join(","), "placed repository");
+            return Ok(chosen);
+        }
+        match t.gets.first().and_then(|g| g.first()) {
+            Some(kv) => parse_list(&kv.value),
+            None => Err(Error::State(format!("{name}: no replicas recorded"))),
+        }
+    }
+
+    /// The advertise URLs of `nodes` that are live, in the order given (this node left out).
+    pub(super) async fn urls_of(&self, nodes: &[String]) -> Result<Vec<(String, String)>, Error> {
+        let live = self.live_nodes().await?;
+        Ok(nodes
+            .iter()
+            .filter(|n| **n != self.node)
+            .filter_map(|n| live.iter().find(|l| l.0 == *n).cloned())
+            .collect())
+    }
+
+    /// The log's last entry's sequence number and the key's mod revision (0, 0: no entry).
+    pub(super) async fn log_head(&self, name: &str) -> Result<(u64, i64), Error> {
+        match self.etcd.get(&repo_key(name, "log")).await? {
+            None => Ok((0, 0)),
+            Some(kv) => {
+                let entry = log::Entry::decode(&kv.value).map_err(Error::State)?;
+                Ok((entry.seq, kv.mod_revision))
+            }
+        }
+    }
+
+    /// Record that the replica at `dir` applied entry `seq` if it applied `seq - 1` before
+    /// (log order); whether it recorded.
+    pub(super) fn record_applied(&self, dir: &Path, seq: u64) -> std::io::Result<bool> {
+        let _g = self.apply_lock.lock();
+        if applied_seq(dir) + 1 != seq {
+            return Ok(false);
+        }
+        set_applied_seq(dir, seq).map(|()| true)
+    }
+
+    /// Whether `given` is the cluster secret (compared as hashes, in constant time).
+    pub(super) fn secret_matches(&self, given: &[u8]) -> bool {
+        use blake2::digest::Digest;
+        let a = blake2::Blake2b256::digest(self.secret.as_bytes());
+        let b = blake2::Blake2b256::digest(given);
+        a.iter()
+            .zip(b.iter())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+    }
+}
+
+/// Where a client's git request is served.
+#[derive(Debug)]
+pub(super) enum Route {
+    /// By the node at this advertise URL (this one holds no replica, or is behind).
+    Forward(String),
+    /// Here; the repository's replicas when it is in the cluster (a push is then replicated).
+    Local(Option<Vec<String>>),
+}
+
+impl Cluster {
+    /// Where the request for `url_repo` goes: `push_rpc` for a push's POST (which places a
+    /// new repository), `forwarded` when another node sent it here.
+    pub(super) async fn route(
+        &self,
+        url_repo: &str,
+        push_rpc: bool,
+        forwarded: bool,
+    ) -> Result<(Option<String>, Route), Error> {
+        let Some(name) = repo_name(url_repo) else {
+            // The local resolution refuses it with the usual status.
+            return Ok((None, Route::Local(None)));
+        };
+        let replicas = match self.replicas_of(&name).await? {
+            Some(r) => r,
+            None if push_rpc => self.place(&name).await?,
+            None => return Ok((Some(name), Route::Local(None))),
+        };
+        let here = replicas.contains(&self.node);
+        if forwarded {
+            if !here {
+                return Err(Error::State(format!(
+                    "forwarded a request for {name}, which has no replica on {}",
+                    self.node
+                )));
+            }
+            return Ok((Some(name), Route::Local(Some(replicas))));
+        }
+        if !here {
+            return match self.urls_of(&replicas).await?.into_iter().next() {
+                Some((_, url)) => Ok((Some(name), Route::Forward(url))),
+                None => Err(Error::State(format!("no replica of {name} is live"))),
+            };
+        }
+        // A replica that is behind the log does not serve the repository.
+        let (seq, _) = self.log_head(&name).await?;
+        if applied_seq(&repo_dir(&self.root, &name)) < seq
+            && let Some((_, url)) = self.urls_of(&replicas).await?.into_iter().next()
+        {
+            return Ok((Some(name), Route::Forward(url)));
+        }
+        Ok((Some(name), Route::Local(Some(replicas))))
+    }
+}
+
+fn parse_list(v: &[u8]) -> Result<Vec<String>, Error> {
+    let list: Value =
+        serde_json::from_slice(v).map_err(|e| Error::State(format!("replicas: {e}")))?;
+    list.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .ok_or_else(|| Error::State("replicas: not a list".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendezvous_is_stable_and_spreads() {
+        let live: Vec<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
+        let one = rendezvous("repo", &live, 3);
+        assert_eq!(one, rendezvous("repo", &live, 3));
+        assert_eq!(one.len(), 3);
+        // Taking a node away that was not chosen changes nothing.
+        let left: Vec<String> = live.iter().filter(|n| !one.contains(n)).cloned().collect();
+        let rest: Vec<String> = live.iter().filter(|n| **n != left[0]).cloned().collect();
+        assert_eq!(rendezvous("repo", &rest, 3), one);
+        let firsts: std::collections::HashSet<String> = (0..50)
+            .map(|i| rendezvous(&format!("r{i}"), &live, 1)[0].clone())
+            .collect();
+        assert_eq!(firsts.len(), 4);
+        assert_eq!(rendezvous("x", &live[..2], 3).len(), 2);
+    }
+
+    #[test]
+    fn majority() {
+        assert_eq!(needed(Ack::Majority, 3), 2);
+        assert_eq!(needed(Ack::Majority, 1), 1);
+        assert_eq!(needed(Ack::Majority, 4), 3);
+        assert_eq!(needed(Ack::All, 3), 3);
+    }
+}

@@ -1,0 +1,157 @@
+//! Objects between replicas: the pack a push (or a catch-up) sends, its ingestion and checks on
+//! the receiving replica (berth's ingest with fsck into a quarantine, then git's connectivity
+//! walk), and the creation of a replica's repository.
+
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use crate::objects::ingest;
+
+/// The `.keep` files of a migrated pack, removed once the transaction is over.
+pub(super) struct Keeps(pub(super) Vec<PathBuf>);
+
+impl Drop for Keeps {
+    fn drop(&mut self) {
+        for k in &self.0 {
+            let _ = std::fs::remove_file(k);
+        }
+    }
+}
+
+/// Ingest the pack read from `reader` into a quarantine of `repo`, checking every object as
+/// `index-pack --strict` does, and migrate it; the `.keep` files protect it until the refs
+/// point into it.
+pub(super) fn ingest(
+    repo: &crate::repo::Repository,
+    objects: &gix_odb::Handle,
+    reader: &mut dyn Read,
+) -> Result<Keeps, String> {
+    let mut q =
+        ingest::Quarantine::create(&repo.objects_dir).map_err(|e| format!("quarantine: {e}"))?;
+    let options = ingest::Options {
+        object_format: repo.object_format,
+        fsck: Some(Vec::new()),
+        ..Default::default()
+    };
+    let mut input = BufReader::with_capacity(64 * 1024, reader);
+    ingest::receive_pack(&mut input, &q, objects, options).map_err(|e| format!("unpack: {e}"))?;
+    q.migrate(&repo.objects_dir)
+        .map(Keeps)
+        .map_err(|e| format!("migrate: {e}"))
+}
+
+/// Create the bare repository `dir` if it does not exist.
+pub(super) fn ensure_repository(dir: &Path) -> Result<(), String> {
+    if super::super::repos::is_git_dir(dir) {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create directory: {e}"))?;
+    }
+    let out = std::process::Command::new("git")
+        .args(["init", "--quiet", "--bare", "--"])
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run git init: {e}"))?;
+    if !out.status.success() && !super::super::repos::is_git_dir(dir) {
+        return Err("git init --bare failed".into());
+    }
+    Ok(())
+}
+
+/// Whether every object reachable from `tips` is in the repository (with `quarantine`'s
+/// objects, if given) or reachable from its refs: git's connectivity check.
+pub(super) fn connected(dir: &Path, tips: &[gix_hash::ObjectId]) -> Result<(), String> {
+    if tips.is_empty() {
+        return Ok(());
+    }
+    let mut cmd = std::process::Command::new("git");
+    cmd.arg("--git-dir")
+        .arg(dir)
+        .args([
+            "rev-list",
+            "--objects",
+            "--quiet",
+            "--stdin",
+            "--not",
+            "--all",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run git rev-list: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write;
+        let list: String = tips.iter().map(|t| format!("{t}\n")).collect();
+        let _ = stdin.write_all(list.as_bytes());
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("git rev-list failed: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err("missing necessary objects".into())
+    }
+}
+
+/// A pack (not thin) of the objects reachable from `tips` and not from `have`; empty when
+/// there are no tips.
+pub(super) fn pack_objects(
+    dir: &std::path::Path,
+    tips: &[gix_hash::ObjectId],
+    have: &[gix_hash::ObjectId],
+) -> Result<Vec<u8>, String> {
+    use std::io::{Read, Write};
+    if tips.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut child = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(dir)
+        .args([
+            "pack-objects",
+            "--stdout",
+            "--revs",
+            "-q",
+            "--delta-base-offset",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run git pack-objects: {e}"))?;
+    let mut input = String::new();
+    for t in tips {
+        input.push_str(&format!("{t}\n"));
+    }
+    input.push_str("--not\n");
+    let mut seen = std::collections::HashSet::new();
+    for h in have {
+        if seen.insert(*h) {
+            input.push_str(&format!("{h}\n"));
+        }
+    }
+    let mut stdin = child.stdin.take().ok_or("pack-objects: no stdin")?;
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let mut pack = Vec::new();
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_end(&mut pack)
+            .map_err(|e| format!("pack-objects: {e}"))?;
+    }
+    let _ = writer.join();
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("git pack-objects failed: {}", err.trim()));
+    }
+    Ok(pack)
+}

@@ -1,0 +1,447 @@
+//! The internal endpoint a replica serves to the node that accepted a push:
+//!
+//! - `POST /_berth/cluster/prepare`: body = 4 bytes big-endian header length, the header (JSON:
+//!   repository, transaction id, the log sequence number the push was decided against, the
+//!   committer, the ref updates), then the pack of the new objects (may be empty). The replica
+//!   ingests and checks the pack into a quarantine (berth's own ingest with fsck, then a
+//!   connectivity walk of the new tips), migrates it, and prepares the same ref transaction
+//!   (all or nothing; locks held, old values checked). `200 prepared` or `409 <why>`.
+//! - `POST /_berth/cluster/decide?txid=…&seq=…&verdict=commit|abort`: commits (then records
+//!   `seq` as applied) or drops the prepared transaction. `200 committed|aborted`.
+//!
+//! Every request carries the cluster secret in `x-berth-cluster-secret` (403 without it). The
+//! header is at most [`MAX_HEADER`] bytes, the pack at most `--max-request-bytes`, and a body
+//! that stalls for `--idle-timeout` is dropped. A prepared transaction whose decision does not
+//! come within [`DECISION_TIMEOUT`] looks at the repository's log in etcd: committed there
+//! (the accepting node died after the commit point) → commit; otherwise abort.
+
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio::io::AsyncReadExt;
+
+use super::objects::{Keeps, connected, ensure_repository, ingest};
+use super::{Cluster, applied_seq, log, repo_dir};
+use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
+use crate::serve::{Escaped, Server};
+
+/// Where the internal endpoint lives.
+pub(in crate::serve) const INTERNAL_PREFIX: &str = "/_berth/cluster/";
+/// The header that carries the cluster secret.
+pub(super) const SECRET_HEADER: &str = "x-berth-cluster-secret";
+/// The largest prepare header (the ref updates).
+const MAX_HEADER: usize = 64 << 20;
+/// How long a prepared transaction waits for its decision before asking etcd.
+const DECISION_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A decision for a prepared transaction, and where to say how it went.
+struct Decision {
+    commit: bool,
+    seq: u64,
+    reply: tokio::sync::oneshot::Sender<Result<(), String>>,
+}
+
+/// The prepared transactions waiting for a decision, by transaction id.
+#[derive(Debug, Default)]
+pub(in crate::serve) struct Pending(Mutex<HashMap<String, std::sync::mpsc::SyncSender<Decision>>>);
+
+impl std::fmt::Debug for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Decision(commit={}, seq={})", self.commit, self.seq)
+    }
+}
+
+impl Pending {
+    fn insert(&self, txid: &str, tx: std::sync::mpsc::SyncSender<Decision>) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(txid.to_owned(), tx);
+        }
+    }
+    fn take(&self, txid: &str) -> Option<std::sync::mpsc::SyncSender<Decision>> {
+        self.0.lock().ok()?.remove(txid)
+    }
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response {
+    (status, body.into()).into_response()
+}
+
+/// Serve a request under [`INTERNAL_PREFIX`].
+pub(in crate::serve) async fn internal(
+    server: &Arc<Server>,
+    cluster: &Arc<Cluster>,
+    req: Request,
+) -> Response {
+    let given = req
+        .headers()
+        .get(SECRET_HEADER)
+        .map(|v| v.as_bytes().to_vec())
+        .unwrap_or_default();
+    if !cluster.secret_matches(&given) {
+        return text(StatusCode::FORBIDDEN, "not a node of this cluster");
+    }
+    let path = req.uri().path().to_owned();
+    match path.strip_prefix(INTERNAL_PREFIX) {
+        Some("prepare") => prepare(server, cluster, req).await,
+        Some("decide") => decide(cluster, req).await,
+        Some("pack") => pack(cluster, req).await,
+        _ => text(StatusCode::NOT_FOUND, "no such internal endpoint"),
+    }
+}
+
+/// A request body as a blocking reader: each chunk within `idle`, `max` bytes at most.
+fn body_stream(
+    body: Body,
+    idle: Duration,
+    max: u64,
+) -> tokio_util::io::StreamReader<
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = io::Result<Bytes>> + Send>>,
+    Bytes,
+> {
+    let s = futures_util::stream::unfold(
+        Some((body.into_data_stream(), 0u64)),
+        move |state| async move {
+            let (mut s, n) = state?;
+            match tokio::time::timeout(idle, s.next()).await {
+                Err(_) => Some((
+                    Err(io::Error::new(io::ErrorKind::TimedOut, "peer stalled")),
+                    None,
+                )),
+                Ok(None) => None,
+                Ok(Some(Err(e))) => Some((Err(io::Error::other(e)), None)),
+                Ok(Some(Ok(b))) => {
+                    let n = n + b.len() as u64;
+                    if n > max {
+                        Some((Err(io::Error::other("prepare body too large")), None))
+                    } else {
+                        Some((Ok(b), Some((s, n))))
+                    }
+                }
+            }
+        },
+    );
+    tokio_util::io::StreamReader::new(Box::pin(s))
+}
+
+/// What a prepare request asks.
+struct PrepareHeader {
+    repo: String,
+    txid: String,
+    base_seq: u64,
+    committer_name: String,
+    committer_email: String,
+    updates: Vec<RefUpdate>,
+    has_pack: bool,
+}
+
+fn parse_header(b: &[u8]) -> Result<PrepareHeader, String> {
+    let v: Value = serde_json::from_slice(b).map_err(|e| format!("header: {e}"))?;
+    let s = |k: &str| {
+        v[k].as_str()
+            .map(str::to_owned)
+            .ok_or(format!("header: no {k}"))
+    };
+    let repo = s("repo")?;
+    if super::super::repos::check_name(&repo).is_err() || repo.ends_with(".git") {
+        return Err("header: bad repository name".into());
+    }
+    let txid = s("txid")?;
+    if txid.is_empty() || txid.len() > 64 || !txid.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("header: bad txid".into());
+    }
+    Ok(PrepareHeader {
+        repo,
+        txid,
+        base_seq: v["base_seq"].as_u64().ok_or("header: no base_seq")?,
+        committer_name: s("committer_name")?,
+        committer_email: s("committer_email")?,
+        updates: log::parse_updates(&v["updates"])?,
+        has_pack: v["has_pack"].as_bool().unwrap_or(false),
+    })
+}
+
+async fn prepare(server: &Arc<Server>, cluster: &Arc<Cluster>, req: Request) -> Response {
+    let mut body = body_stream(
+        req.into_body(),
+        server.idle_timeout,
+        server
+            .max_request_bytes
+            .saturating_add(MAX_HEADER as u64 + 4),
+    );
+    let header = async {
+        let len = body.read_u32().await? as usize;
+        if len > MAX_HEADER {
+            return Err(io::Error::other("header too large"));
+        }
+        let mut h = vec![0u8; len];
+        body.read_exact(&mut h).await?;
+        Ok(h)
+    };
+    let header = match header.await {
+        Ok(h) => h,
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("prepare: {e}")),
+    };
+    let h = match parse_header(&header) {
+        Ok(h) => h,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+    };
+    match cluster.replicas_of(&h.repo).await {
+        Ok(Some(nodes)) if nodes.contains(&cluster.node) => {}
+        Ok(_) => return text(StatusCode::CONFLICT, "not a replica of this repository"),
+        Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+    let reader = tokio_util::io::SyncIoBridge::new(body);
+    let job = Job {
+        dir: repo_dir(&cluster.root, &h.repo),
+        env: server.env.clone(),
+        cluster: cluster.clone(),
+        handle: tokio::runtime::Handle::current(),
+        h,
+    };
+    tokio::task::spawn_blocking(move || job.run(reader, ready_tx));
+    match ready_rx.await {
+        Ok(Ok(())) => text(StatusCode::OK, "prepared"),
+        Ok(Err(e)) => text(StatusCode::CONFLICT, e),
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "prepare failed"),
+    }
+}
+
+/// One prepare, on a blocking thread from the pack to the decision.
+struct Job {
+    dir: PathBuf,
+    env: crate::receive::Environment,
+    cluster: Arc<Cluster>,
+    handle: tokio::runtime::Handle,
+    h: PrepareHeader,
+}
+
+impl Job {
+    fn run(self, mut reader: impl Read, ready: tokio::sync::oneshot::Sender<Result<(), String>>) {
+        let Job {
+            dir,
+            env,
+            cluster,
+            handle,
+            h,
+        } = self;
+        let fail = |ready: tokio::sync::oneshot::Sender<Result<(), String>>, e: String| {
+            tracing::info!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, error = %Escaped::text(&e), "not prepared");
+            let _ = ready.send(Err(e));
+        };
+        if let Err(e) = ensure_repository(&dir) {
+            return fail(ready, e);
+        }
+        let applied = applied_seq(&dir);
+        if applied < h.base_seq {
+            let _rt = handle.enter();
+            cluster.clone().spawn_catch_up(h.repo.clone());
+        }
+        if applied != h.base_seq {
+            return fail(
+                ready,
+                format!(
+                    "replica {} is at log entry {applied}, the push at {}",
+                    cluster.node, h.base_seq
+                ),
+            );
+        }
+        let Some(dir_str) = dir.to_str() else {
+            return fail(ready, "repository path is not UTF-8".into());
+        };
+        let repo = match crate::repo::Repository::open(dir_str, &env.for_config()) {
+            Ok(r) => r,
+            Err(e) => return fail(ready, e.to_string()),
+        };
+        let objects = match gix_odb::at(&repo.objects_dir, repo.object_format) {
+            Ok(o) => o,
+            Err(e) => return fail(ready, e.to_string()),
+        };
+        let keeps = if h.has_pack {
+            match ingest(&repo, &objects, &mut reader) {
+                Ok(k) => k,
+                Err(e) => return fail(ready, e),
+            }
+        } else {
+            Keeps(Vec::new())
+        };
+        let tips: Vec<gix_hash::ObjectId> = h.updates.iter().filter_map(new_of).collect();
+        if let Err(e) = connected(&dir, &tips) {
+            return fail(ready, e);
+        }
+        let store = refs::of_repository(&repo);
+        let current = match store.snapshot() {
+            Ok(c) => c,
+            Err(e) => return fail(ready, e.to_string()),
+        };
+        let env = crate::receive::Environment {
+            committer_name: Some(h.committer_name.clone()),
+            committer_email: Some(h.committer_email.clone()),
+            ..env
+        };
+        let committer = env.committer(None, None);
+        let options = refs::Options {
+            atomicity: Atomicity::AllOrNothing,
+            current: &current,
+            committer: &committer,
+            objects: &objects,
+        };
+        let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
+        let prepared = match store
+            .transaction(options)
+            .prepare(&h.updates, &mut observer)
+        {
+            Ok(p) => p,
+            Err(e) => return fail(ready, e.to_string()),
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Decision>(1);
+        cluster.pending.insert(&h.txid, tx);
+        if ready.send(Ok(())).is_err() {
+            cluster.pending.take(&h.txid);
+            return;
+        }
+        let decision = rx.recv_timeout(DECISION_TIMEOUT);
+        cluster.pending.take(&h.txid);
+        let (commit, seq, reply) = match decision {
+            Ok(d) => (d.commit, d.seq, Some(d.reply)),
+            Err(_) => {
+                // No word from the accepting node: the log says whether it committed.
+                let head = handle.block_on(committed_entry(&cluster, &h.repo, &h.txid));
+                tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, committed = ?head, "no decision in time; asked the log");
+                match head {
+                    Some(seq) => (true, seq, None),
+                    None => (false, 0, None),
+                }
+            }
+        };
+        let result = if commit {
+            // In log order: the entries before this one (other refs) first, when they come.
+            handle.block_on(super::gate::wait_applied(
+                &dir,
+                seq.saturating_sub(1),
+                super::gate::APPLY_WAIT,
+            ));
+            match prepared.commit() {
+                Ok(results) if results.iter().all(Result::is_ok) => {
+                    let created: Vec<&[u8]> = h
+                        .updates
+                        .iter()
+                        .filter(|u| {
+                            matches!(u.change, refs::Change::Create { .. })
+                                && u.name.starts_with(b"refs/heads/")
+                        })
+                        .map(|u| u.name.as_slice())
+                        .collect();
+                    super::super::repos::head_to_first_created(dir_str, &created);
+                    match cluster.record_applied(&dir, seq) {
+                        Ok(true) => Ok(()),
+                        Ok(false) => {
+                            // An entry before it is missing here: the catch-up applies it and
+                            // records this one.
+                            let _rt = handle.enter();
+                            cluster.clone().spawn_catch_up(h.repo.clone());
+                            Ok(())
+                        }
+                        Err(e) => Err(format!("cannot record seq: {e}")),
+                    }
+                }
+                Ok(results) => Err(results
+                    .into_iter()
+                    .find_map(Result::err)
+                    .map(|e| e.to_string())
+                    .unwrap_or_default()),
+                Err(e) => Err(e.to_string()),
+            }
+        } else {
+            drop(prepared);
+            Ok(())
+        };
+        drop(keeps);
+        if let Err(e) = &result {
+            tracing::error!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, error = %Escaped::text(e), "commit of a decided push failed here");
+        } else {
+            tracing::info!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, seq, commit, "decided");
+        }
+        if let Some(reply) = reply {
+            let _ = reply.send(result);
+        }
+    }
+}
+
+/// The new value of `u`, `None` for a deletion.
+pub(super) fn new_of(u: &RefUpdate) -> Option<gix_hash::ObjectId> {
+    match u.change {
+        refs::Change::Create { new } | refs::Change::Update { new, .. } => Some(new),
+        refs::Change::Delete { .. } => None,
+    }
+}
+
+/// The sequence number of the log entry of `txid`, if the repository's last entry is it.
+async fn committed_entry(cluster: &Cluster, repo: &str, txid: &str) -> Option<u64> {
+    let kv = cluster
+        .etcd
+        .get(&super::repo_key(repo, "log"))
+        .await
+        .ok()??;
+    let entry = log::Entry::decode(&kv.value).ok()?;
+    (entry.txid == txid).then_some(entry.seq)
+}
+
+/// `POST /_berth/cluster/pack`: objects for a replica catching up.
+async fn pack(cluster: &Arc<Cluster>, req: Request) -> Response {
+    let mut ask = Vec::new();
+    let mut body = body_stream(req.into_body(), Duration::from_secs(30), MAX_HEADER as u64);
+    if let Err(e) = body.read_to_end(&mut ask).await {
+        return text(StatusCode::BAD_REQUEST, format!("pack: {e}"));
+    }
+    let c = cluster.clone();
+    match tokio::task::spawn_blocking(move || super::catchup::serve_pack(&c, &ask)).await {
+        Ok(Ok(pack)) => (StatusCode::OK, pack).into_response(),
+        Ok(Err((status, e))) => text(status, e),
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "pack failed"),
+    }
+}
+
+async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
+    let query = req.uri().query().unwrap_or_default().to_owned();
+    let mut txid = None;
+    let mut seq = None;
+    let mut commit = None;
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("txid", v)) => txid = Some(v.to_owned()),
+            Some(("seq", v)) => seq = v.parse::<u64>().ok(),
+            Some(("verdict", "commit")) => commit = Some(true),
+            Some(("verdict", "abort")) => commit = Some(false),
+            _ => {}
+        }
+    }
+    let (Some(txid), Some(seq), Some(commit)) = (txid, seq, commit) else {
+        return text(StatusCode::BAD_REQUEST, "decide: txid, seq, verdict");
+    };
+    let Some(tx) = cluster.pending.take(&txid) else {
+        return text(StatusCode::NOT_FOUND, "no such prepared transaction");
+    };
+    let (reply, done) = tokio::sync::oneshot::channel();
+    if tx.send(Decision { commit, seq, reply }).is_err() {
+        return text(StatusCode::GONE, "the prepared transaction gave up");
+    }
+    match tokio::time::timeout(Duration::from_secs(60), done).await {
+        Ok(Ok(Ok(()))) => text(StatusCode::OK, if commit { "committed" } else { "aborted" }),
+        Ok(Ok(Err(e))) => text(StatusCode::INTERNAL_SERVER_ERROR, e),
+        _ => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no answer from the transaction",
+        ),
+    }
+}
