@@ -394,6 +394,17 @@ fn push(w: &World, repo: &str, url: &str, refspecs: &[&str]) -> std::process::Ou
     w.git_out(repo, &args)
 }
 
+/// [`push`] that must be acknowledged.
+fn push_ok(w: &World, repo: &str, url: &str, refspecs: &[&str]) -> std::process::Output {
+    let out = push(w, repo, url, refspecs);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 #[test]
 fn pushes_to_any_node_replicate_to_all_and_concurrent_results_match_the_final_refs() {
     if !etcd_present("pushes_to_any_node_replicate_to_all") {
@@ -584,16 +595,11 @@ fn a_killed_replica_and_a_killed_etcd_member_do_not_stop_pushes_and_the_replica_
     let mut c = Cluster::start(&w, 3);
     let src = w.work("src");
     w.commit(&src, "a", "one");
-    let out = push(
+    push_ok(
         &w,
         &src,
         &c.nodes[0].url("r.git"),
         &["HEAD:refs/heads/main"],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     c.converged(&w, "r.git", 3);
 
@@ -675,12 +681,7 @@ fn cluster_with_repo(w: &World) -> (Cluster, String) {
     let c = Cluster::start(w, 3);
     let src = w.work("src");
     w.commit(&src, "a", "one");
-    let out = push(w, &src, &c.nodes[0].url("r.git"), &["HEAD:refs/heads/main"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    push_ok(w, &src, &c.nodes[0].url("r.git"), &["HEAD:refs/heads/main"]);
     c.converged(w, "r.git", 3);
     (c, src)
 }
@@ -1031,16 +1032,11 @@ fn ack_all_refuses_a_push_that_one_replica_cannot_apply() {
     let mut c = Cluster::start_with(&w, 3, &["--ack", "all"]);
     let src = w.work("src");
     let first = w.commit(&src, "a", "one");
-    let out = push(
+    push_ok(
         &w,
         &src,
         &c.nodes[0].url("all.git"),
         &["HEAD:refs/heads/main"],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     c.converged(&w, "all.git", 3);
     // One replica down: every replica must apply, so the push is refused, and nothing lands.

@@ -37,22 +37,20 @@ fn hold_lock_in_pre_receive(
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// An empty bare `srv.git` of `format`, without auto maintenance.
+fn bare_server(w: &World, format: &str) {
+    let format = format!("--ref-format={format}");
+    w.git(
+        ".",
+        &["init", "-q", "--bare", "-b", "main", &format, "srv.git"],
+    );
+    w.git(".", &["-C", "srv.git", "config", "receive.autogc", "false"]);
+}
+
 /// A bare `srv.git` of `format` with `main` and `gone` (packed) at one commit, and a client
 /// `src` one commit ahead on `main`.
 fn server(w: &World, format: &str) {
-    w.git(
-        ".",
-        &[
-            "init",
-            "-q",
-            "--bare",
-            "-b",
-            "main",
-            &format!("--ref-format={format}"),
-            "srv.git",
-        ],
-    );
-    w.git(".", &["-C", "srv.git", "config", "receive.autogc", "false"]);
+    bare_server(w, format);
     w.git(
         ".",
         &[
@@ -264,19 +262,7 @@ fn reftable_lock_timeout_below_minus_one_is_refused_as_git() {
 /// goes through, every branch ends at its last commit, and the repository is clean.
 fn concurrent_pushes_on_distinct_branches(format: &str, clients: usize) {
     let w = World::new();
-    w.git(
-        ".",
-        &[
-            "init",
-            "-q",
-            "--bare",
-            "-b",
-            "main",
-            &format!("--ref-format={format}"),
-            "srv.git",
-        ],
-    );
-    w.git(".", &["-C", "srv.git", "config", "receive.autogc", "false"]);
+    bare_server(&w, format);
     // What is shown is that concurrent writers wait for each other instead of failing; git's
     // default waits (100 ms for a ref or `tables.list.lock`) are the timed tests' subject. A
     // loaded CI machine can hold a lock longer than that, so the waits here are long.
