@@ -3,7 +3,7 @@
 //! concurrently; then every node's refs (`git for-each-ref`) must be identical once caught up,
 //! `git fsck --strict` clean everywhere, and each push's client-visible result consistent with
 //! the final refs. Needs Debian's `etcd-server` (`.ci/run` installs it); without `etcd` on
-//! the PATH each test says so on stderr and returns.
+//! the PATH each test says so on stderr and returns (under CI, `CI` set, it fails instead).
 
 use crate::common;
 use common::World;
@@ -23,6 +23,11 @@ fn etcd_present(test: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
+    // CI installs etcd (.ci/run): there a missing one is a failure, not a skip.
+    assert!(
+        ok || std::env::var_os("CI").is_none(),
+        "cluster::{test}: no `etcd` on the PATH under CI (apt-get install etcd-server)"
+    );
     if !ok {
         eprintln!(
             "SKIPPED cluster::{test}: no `etcd` on the PATH (apt-get install etcd-server; .ci/run does)"
@@ -858,135 +863,186 @@ impl Rng {
     }
 }
 
+/// One push of the fault script: the ref, the value, when the client started and finished,
+/// and whether it was told `ok`.
+#[derive(Debug, Clone)]
+struct Pushed {
+    value: String,
+    start: Instant,
+    /// When the client was told; `None` when it gave up (timeout) and the push may still land.
+    end: Option<Instant>,
+    ok: bool,
+}
+
+/// Whether `fin` (the ref's final value, `None`: absent) is a state a linearizable register
+/// could end in after `pushes`: the value of some push F such that no push acknowledged to its
+/// client started after F's client had heard back (that push took effect after F). A push
+/// never acknowledged may land, and takes effect before its client hears back unless the
+/// client gave up.
+fn linearizable(fin: Option<&String>, pushes: &[Pushed]) -> bool {
+    match fin {
+        None => pushes.iter().all(|p| !p.ok),
+        Some(v) => pushes.iter().filter(|f| &f.value == v).any(|f| {
+            pushes
+                .iter()
+                .filter(|p| p.ok && p.value != f.value)
+                .all(|p| f.end.is_none_or(|end| p.start <= end))
+        }),
+    }
+}
+
 /// The randomized fault script (not a CI test; docs/cluster.md has its results):
-/// `BERTH_FAULT_SEED=N BERTH_FAULT_ROUNDS=N cargo test --test it cluster::randomized -- --ignored --nocapture`.
+/// `BERTH_FAULT_SEED=N BERTH_FAULT_SECONDS=N BERTH_FAULT_CLIENTS=N cargo test --test it
+/// cluster::randomized -- --ignored --nocapture`.
 ///
-/// One client force-pushes new commits to four refs through random nodes, one push at a time,
-/// while the script kills (-9) and restarts nodes, stops and continues them (SIGSTOP/SIGCONT),
-/// and kills and restarts etcd members, some of it during a push. At the end everything is
-/// restarted and must converge, fsck clean, and for every ref the final value must be the last
-/// acknowledged one or one pushed after it without an acknowledgement (a push the client was
-/// not told about may land; an acknowledged one is never lost or overwritten by an older one).
+/// `BERTH_FAULT_CLIENTS` clients (default 4), each with its own clone, force-push new commits
+/// concurrently to random refs (four shared by all clients, and one of their own) through
+/// random nodes for `BERTH_FAULT_SECONDS` (default 60), while a fault thread, every 0.2–2 s,
+/// kills (-9) and restarts nodes, stops them for up to 3 s (SIGSTOP/SIGCONT), and kills and
+/// restarts etcd members. At the end everything is restarted and must converge, fsck clean, and
+/// every ref's final value must be one a linearizable register allows ([`linearizable`]): an
+/// acknowledged push is never lost nor overwritten by one that finished before it started.
 #[test]
 #[ignore]
 fn randomized_faults() {
     if !etcd_present("randomized_faults") {
         return;
     }
-    let seed = std::env::var("BERTH_FAULT_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    let rounds: usize = std::env::var("BERTH_FAULT_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(60);
-    eprintln!("randomized_faults: seed {seed}, {rounds} rounds");
-    let mut rng = Rng(seed);
+    let env = |k: &str, default: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let seed = env("BERTH_FAULT_SEED", clock | 1);
+    let seconds = env("BERTH_FAULT_SECONDS", 60);
+    let clients = env("BERTH_FAULT_CLIENTS", 4) as usize;
+    eprintln!("randomized_faults: seed {seed}, {seconds} s, {clients} clients");
     let w = World::new();
-    let (mut c, src) = cluster_with_repo(&w);
-    let mut stopped: Option<usize> = None;
-    // Per ref: every value pushed, and whether the client was told `ok`.
-    let mut history: BTreeMap<String, Vec<(String, bool)>> = BTreeMap::new();
-    let (mut acked, mut refused, mut faults) = (0, 0, Vec::new());
-    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-    for round in 0..rounds {
-        match rng.below(10) {
-            0..=5 => {
-                let mut node = rng.below(3) as usize;
-                if stopped == Some(node) {
-                    // A push to a stopped node waits for it: not in this script.
-                    node = (node + 1) % 3;
-                }
-                let r = format!("refs/heads/r{}", rng.below(4));
-                let value = w.commit(&src, "a", &format!("round {round}"));
-                // Sometimes a fault during the push: kill -9 or SIGSTOP of a random node after
-                // a random delay.
-                let during = (rng.below(3) == 0)
-                    .then(|| (rng.below(3) as usize, rng.below(4), rng.below(400)));
-                let url = c.nodes[node].url("r.git");
-                let spec = format!("+HEAD:{r}");
-                let out = std::thread::scope(|s| {
-                    let pushing = s.spawn(|| {
-                        let mut cmd = w.cmd("timeout", &src);
-                        cmd.args(["120", "git", "push", "--porcelain", &url, &spec]);
-                        cmd.output().unwrap()
-                    });
-                    if let Some((victim, kind, delay)) = during {
-                        std::thread::sleep(Duration::from_millis(delay));
-                        if kind == 0 && c.nodes[victim].process.is_some() {
-                            faults.push(format!(
-                                "round {round}: kill -9 n{victim} during a push via n{node}"
-                            ));
-                            c.kill_node(victim);
-                        } else if stopped.is_none() && c.nodes[victim].process.is_some() {
-                            faults.push(format!(
-                                "round {round}: SIGSTOP n{victim} 2 s during a push via n{node}"
-                            ));
-                            c.signal(victim, "-STOP");
-                            std::thread::sleep(Duration::from_secs(2));
-                            c.signal(victim, "-CONT");
+    let (c, src) = cluster_with_repo(&w);
+    let urls: Vec<String> = c.nodes.iter().map(|n| n.url("r.git")).collect();
+    let c = std::sync::Mutex::new(c);
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let faults = std::sync::Mutex::new(Vec::<String>::new());
+    let work: Vec<String> = (0..clients)
+        .map(|i| {
+            let name = format!("client{i}");
+            w.git(".", &["clone", "-q", &src, &name]);
+            name
+        })
+        .collect();
+    let pushed: Vec<(String, Pushed)> = std::thread::scope(|s| {
+        let faulting = s.spawn(|| {
+            let mut rng = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
+            while Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(200 + rng.below(1800)));
+                let victim = rng.below(3) as usize;
+                let mut c = c.lock().unwrap();
+                let at = format!(
+                    "{:>5.1} s",
+                    seconds as f64 - (deadline - Instant::now().min(deadline)).as_secs_f64()
+                );
+                match rng.below(8) {
+                    0 | 1 if c.nodes[victim].process.is_some() => {
+                        faults
+                            .lock()
+                            .unwrap()
+                            .push(format!("{at}: kill -9 n{victim}"));
+                        c.kill_node(victim);
+                    }
+                    2 if c.nodes[victim].process.is_some() => {
+                        let pause = 200 + rng.below(2800);
+                        faults
+                            .lock()
+                            .unwrap()
+                            .push(format!("{at}: SIGSTOP n{victim} for {pause} ms"));
+                        c.signal(victim, "-STOP");
+                        std::thread::sleep(Duration::from_millis(pause));
+                        c.signal(victim, "-CONT");
+                    }
+                    3 if c.etcd.members.iter().all(Option::is_some) => {
+                        faults
+                            .lock()
+                            .unwrap()
+                            .push(format!("{at}: kill -9 etcd member {victim}"));
+                        c.etcd.kill(victim);
+                    }
+                    _ => {
+                        for i in 0..3 {
+                            c.etcd.restart(i);
+                            if c.nodes[i].process.is_none() {
+                                c.start_node(&w, i);
+                            }
                         }
                     }
-                    pushing.join().unwrap()
-                });
-                let ok = porcelain(&out).get(&r) == Some(&true);
-                if ok {
-                    acked += 1;
-                } else {
-                    refused += 1;
-                    *reasons.entry(reason(&out)).or_insert(0) += 1;
-                }
-                history.entry(r).or_default().push((value, ok));
-            }
-            6 => {
-                let victim = rng.below(3) as usize;
-                if c.nodes[victim].process.is_some() && stopped != Some(victim) {
-                    faults.push(format!("round {round}: kill -9 n{victim}"));
-                    c.kill_node(victim);
                 }
             }
-            7 => match stopped.take() {
-                Some(v) => c.signal(v, "-CONT"),
-                None => {
-                    let victim = rng.below(3) as usize;
-                    if c.nodes[victim].process.is_some() {
-                        faults.push(format!("round {round}: SIGSTOP n{victim}"));
-                        c.signal(victim, "-STOP");
-                        stopped = Some(victim);
+        });
+        let pushing: Vec<_> = work
+            .iter()
+            .enumerate()
+            .map(|(client, repo)| {
+                let urls = &urls;
+                let w = &w;
+                s.spawn(move || {
+                    let mut rng = Rng(seed
+                        .wrapping_add(client as u64 + 1)
+                        .wrapping_mul(0x2545_f491_4f6c_dd1d)
+                        | 1);
+                    let mut mine = Vec::new();
+                    let mut round = 0;
+                    while Instant::now() < deadline {
+                        round += 1;
+                        let r = match rng.below(5) {
+                            4 => format!("refs/heads/c{client}"),
+                            k => format!("refs/heads/r{k}"),
+                        };
+                        let value = w.commit(repo, "a", &format!("client {client} round {round}"));
+                        let url = &urls[rng.below(3) as usize];
+                        let spec = format!("+HEAD:{r}");
+                        let start = Instant::now();
+                        let mut cmd = w.cmd("timeout", repo);
+                        cmd.args(["120", "git", "push", "--porcelain", url, &spec]);
+                        let out = cmd.output().unwrap();
+                        let end = (out.status.code() != Some(124)).then(Instant::now);
+                        let ok = porcelain(&out).get(&r) == Some(&true);
+                        let why = (!ok).then(|| reason(&out));
+                        mine.push((
+                            r,
+                            Pushed {
+                                value,
+                                start,
+                                end,
+                                ok,
+                            },
+                            why,
+                        ));
                     }
+                    mine
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+        for p in pushing {
+            for (r, pushed, why) in p.join().unwrap() {
+                if let Some(why) = why {
+                    *reasons.entry(why).or_insert(0) += 1;
                 }
-            },
-            8 => {
-                let m = rng.below(3) as usize;
-                if c.etcd.members.iter().all(Option::is_some) {
-                    faults.push(format!("round {round}: kill -9 etcd member {m}"));
-                    c.etcd.kill(m);
-                } else {
-                    for i in 0..3 {
-                        c.etcd.restart(i);
-                    }
-                }
-            }
-            _ => {
-                for i in 0..3 {
-                    if c.nodes[i].process.is_none() {
-                        c.start_node(&w, i);
-                    }
-                }
+                all.push((r, pushed));
             }
         }
-    }
-    if let Some(v) = stopped.take() {
-        c.signal(v, "-CONT");
-    }
+        faulting.join().unwrap();
+        eprintln!("randomized_faults: not acknowledged, by reason: {reasons:#?}");
+        all
+    });
+    let mut c = c.into_inner().unwrap();
     for i in 0..3 {
+        c.signal(i, "-CONT");
         c.etcd.restart(i);
         if c.nodes[i].process.is_none() {
             c.start_node(&w, i);
@@ -994,33 +1050,60 @@ fn randomized_faults() {
     }
     let refs = c.converged(&w, "r.git", 3);
     c.assert_fsck(&w, "r.git");
+    let mut history: BTreeMap<String, Vec<Pushed>> = BTreeMap::new();
+    for (r, p) in pushed {
+        history.entry(r).or_default().push(p);
+    }
+    let faults = faults.into_inner().unwrap();
     for (r, pushes) in &history {
-        let last_ack = pushes.iter().rposition(|p| p.1);
-        let allowed: Vec<&String> = match last_ack {
-            Some(i) => pushes[i..]
-                .iter()
-                .enumerate()
-                .filter(|(j, p)| *j == 0 || !p.1)
-                .map(|(_, p)| &p.0)
-                .collect(),
-            None => pushes.iter().map(|p| &p.0).collect(),
-        };
         let fin = refs.get(r);
-        let fine = match fin {
-            Some(v) => allowed.contains(&v),
-            None => last_ack.is_none(),
-        };
         assert!(
-            fine,
-            "seed {seed}: {r} is {fin:?}, allowed {allowed:?}; pushes {pushes:?}\n{faults:#?}\n{}",
+            linearizable(fin, pushes),
+            "seed {seed}: {r} is {fin:?}, which no order of its pushes allows: {pushes:#?}\n{faults:#?}\n{}",
             c.logs()
         );
     }
+    let total: usize = history.values().map(Vec::len).sum();
+    let acked: usize = history.values().flatten().filter(|p| p.ok).count();
     eprintln!(
-        "randomized_faults: seed {seed}: {rounds} rounds, {acked} pushes acknowledged, {refused} not ({reasons:?}); {} faults:\n{}\nfinal refs {refs:?}",
+        "randomized_faults: seed {seed}: {seconds} s, {clients} clients, {total} pushes, {acked} acknowledged, {} not; {} faults:\n{}\nfinal refs {refs:?}",
+        total - acked,
         faults.len(),
         faults.join("\n")
     );
+}
+
+#[test]
+fn the_fault_scripts_check_is_linearizability() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let p = |value: &str, start: u64, end: Option<u64>, ok: bool| Pushed {
+        value: value.into(),
+        start: at(start),
+        end: end.map(at),
+        ok,
+    };
+    // a acknowledged, then b acknowledged after it: b must win.
+    let seq = [p("a", 0, Some(10), true), p("b", 20, Some(30), true)];
+    assert!(linearizable(Some(&"b".into()), &seq));
+    assert!(!linearizable(Some(&"a".into()), &seq));
+    assert!(!linearizable(None, &seq));
+    // Overlapping: either.
+    let conc = [p("a", 0, Some(30), true), p("b", 10, Some(20), true)];
+    assert!(linearizable(Some(&"a".into()), &conc));
+    assert!(linearizable(Some(&"b".into()), &conc));
+    // An unacknowledged push may land, but not after a later acknowledged one...
+    let lost = [p("a", 0, Some(10), false), p("b", 20, Some(30), true)];
+    assert!(!linearizable(Some(&"a".into()), &lost));
+    assert!(linearizable(Some(&"b".into()), &lost));
+    // ...unless its client gave up (it may land any time).
+    let gave_up = [p("a", 0, None, false), p("b", 20, Some(30), true)];
+    assert!(linearizable(Some(&"a".into()), &gave_up));
+    // Nothing acknowledged: absent is fine, and so is any pushed value, but not another.
+    let none = [p("a", 0, Some(10), false)];
+    assert!(linearizable(None, &none));
+    assert!(linearizable(Some(&"a".into()), &none));
+    assert!(!linearizable(Some(&"z".into()), &none));
 }
 
 #[test]
