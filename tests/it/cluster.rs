@@ -893,7 +893,7 @@ fn linearizable(fin: Option<&String>, pushes: &[Pushed]) -> bool {
 
 /// The randomized fault script (not a CI test; docs/cluster.md has its results):
 /// `BERTH_FAULT_SEED=N BERTH_FAULT_SECONDS=N BERTH_FAULT_CLIENTS=N cargo test --test it
-/// cluster::randomized -- --ignored --nocapture`.
+/// cluster::randomized -- --ignored --nocapture` (`BERTH_FAULT_LOGS=FILE`: the nodes' logs).
 ///
 /// `BERTH_FAULT_CLIENTS` clients (default 4), each with its own clone, force-push new commits
 /// concurrently to random refs (four shared by all clients, and one of their own) through
@@ -1055,6 +1055,9 @@ fn randomized_faults() {
         history.entry(r).or_default().push(p);
     }
     let faults = faults.into_inner().unwrap();
+    if let Some(file) = std::env::var_os("BERTH_FAULT_LOGS") {
+        std::fs::write(file, c.logs()).unwrap();
+    }
     for (r, pushes) in &history {
         let fin = refs.get(r);
         assert!(

@@ -16,7 +16,6 @@
 //! 5. [`GateCommit::finish`] after the local commit: `decide?verdict=commit` to every prepared
 //!    replica; the push is acknowledged when the quorum (`--ack`) applied it.
 //!
-//! Not yet: a lost compare whose winner touched none of this push's refs is not retried.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,6 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::json;
 
+use super::log::Winners;
 use super::objects::pack_objects;
 use super::replica::{SECRET_HEADER, new_of};
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
@@ -78,15 +78,25 @@ impl Gate {
     ) -> Result<Box<dyn GateCommit>, String> {
         let c = &self.cluster;
         let (seq, rev) = c.log_head(&self.name).await.map_err(unavailable)?;
+        let txid = super::random_hex(16);
         let applied = applied_seq(&self.dir);
         if applied != seq {
             if applied < seq {
                 c.clone().spawn_catch_up(self.name.clone());
             }
-            return Err(format!(
-                "this replica ({}) is at log entry {applied} of {seq}; it is catching up, retry",
-                c.node
-            ));
+            // Behind by entries of other refs only (their decisions on their way here): the
+            // old values checked under this push's locks still hold, so it goes on at the head.
+            let disjoint = applied < seq
+                && matches!(
+                    c.winners(&self.name, applied, seq, &txid, updates).await,
+                    Ok(Winners::Disjoint)
+                );
+            if !disjoint {
+                return Err(format!(
+                    "this replica ({}) is at log entry {applied} of {seq}; it is catching up, retry",
+                    c.node
+                ));
+            }
         }
         let updates_json = log::updates_json(updates).ok_or("a ref name is not UTF-8")?;
         let pack = {
@@ -97,7 +107,6 @@ impl Gate {
                 .await
                 .map_err(|e| e.to_string())??
         };
-        let txid = super::random_hex(16);
         let header = json!({
             "repo": self.name,
             "txid": txid,
@@ -204,7 +213,10 @@ impl Gate {
             // Other pushes committed since the base. If none of them touched these refs, the
             // old values checked under the locks still hold: try again after them.
             rounds += 1;
-            match self.winners(base_seq, lost.0, &txid, updates).await {
+            match c
+                .winners(&self.name, base_seq, lost.0, &txid, updates)
+                .await
+            {
                 Ok(Winners::Ours(seq)) => break seq,
                 Ok(Winners::Disjoint) if rounds < MAX_ROUNDS => {
                     tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, after = lost.0, "lost the compare to pushes of other refs; retrying");
@@ -236,43 +248,6 @@ impl Gate {
             need,
             k,
         }))
-    }
-
-    /// What the entries after `base` up to `head` are to this push of `updates`.
-    async fn winners(
-        &self,
-        base: u64,
-        head: u64,
-        txid: &str,
-        updates: &[RefUpdate],
-    ) -> Result<Winners, String> {
-        let from = repo_key(&self.name, &format!("entries/{:020}", base + 1));
-        let to = repo_key(&self.name, &format!("entries/{:020}", head + 1));
-        let kvs = self
-            .cluster
-            .etcd
-            .range(&from, &to)
-            .await
-            .map_err(|e| e.to_string())?;
-        if kvs.len() as u64 != head.saturating_sub(base) {
-            return Err(format!("entries {}..={head} not all in the log", base + 1));
-        }
-        let mut overlap = false;
-        for kv in kvs {
-            let e = log::Entry::decode(&kv.value)?;
-            if e.txid == txid {
-                return Ok(Winners::Ours(e.seq));
-            }
-            overlap |= e
-                .updates
-                .iter()
-                .any(|w| updates.iter().any(|u| conflicts(&w.name, &u.name)));
-        }
-        Ok(if overlap {
-            Winners::Overlap
-        } else {
-            Winners::Disjoint
-        })
     }
 
     /// The etcd compare-and-swap of the log key against `rev`.
@@ -339,23 +314,6 @@ enum Cas {
     Committed,
     /// Another entry is the log's head: its sequence number and the key's mod revision.
     Lost { seq: u64, rev: i64 },
-}
-
-/// The entries committed since a push's base, as seen by that push.
-enum Winners {
-    /// They include this push's own entry (an answer lost earlier): committed at this seq.
-    Ours(u64),
-    /// None of them updates a ref of this push, or a ref above or below one.
-    Disjoint,
-    /// One of them does.
-    Overlap,
-}
-
-/// Whether updates of refs `a` and `b` conflict: the same ref, or one a directory of the
-/// other (`refs/heads/a` and `refs/heads/a/b`).
-fn conflicts(a: &[u8], b: &[u8]) -> bool {
-    let below = |x: &[u8], y: &[u8]| x.len() > y.len() && x.starts_with(y) && x[y.len()] == b'/';
-    a == b || below(a, b) || below(b, a)
 }
 
 /// Wait until the replica at `dir` applied `seq` (at most `limit`); whether it did.

@@ -1,6 +1,8 @@
 //! A repository's log entry (the value of `repos/<name>/log` and `repos/<name>/entries/<seq>`)
 //! and the ref updates as they travel between nodes: JSON, ref names as UTF-8 text, object ids
 //! as hex. Decoding checks everything a peer controls (names by git's rules, ids by length).
+//! Also what a run of entries means to a push ([`Winners`]): whether any of them updates one of
+//! its refs, which decides whether a push decided against another point of the log still holds.
 
 use gix_hash::ObjectId;
 use serde_json::{Value, json};
@@ -106,6 +108,63 @@ impl Entry {
             txid: v["txid"].as_str().unwrap_or_default().to_owned(),
             origin: v["origin"].as_str().unwrap_or_default().to_owned(),
             updates: parse_updates(&v["updates"])?,
+        })
+    }
+}
+
+/// The entries of a repository's log after some base, as seen by one push.
+pub(super) enum Winners {
+    /// They include this push's own entry (an answer lost earlier): committed at this seq.
+    Ours(u64),
+    /// None of them updates a ref of this push, or a ref above or below one.
+    Disjoint,
+    /// One of them does.
+    Overlap,
+}
+
+/// Whether updates of refs `a` and `b` conflict: the same ref, or one a directory of the
+/// other (`refs/heads/a` and `refs/heads/a/b`).
+pub(super) fn conflicts(a: &[u8], b: &[u8]) -> bool {
+    let below = |x: &[u8], y: &[u8]| x.len() > y.len() && x.starts_with(y) && x[y.len()] == b'/';
+    a == b || below(a, b) || below(b, a)
+}
+
+impl super::Cluster {
+    /// What the entries after `base` up to `head` of repository `name` are to the push
+    /// `txid` of `updates` (read from `entries/`; an error if one is missing, e.g. compacted).
+    pub(super) async fn winners(
+        &self,
+        name: &str,
+        base: u64,
+        head: u64,
+        txid: &str,
+        updates: &[RefUpdate],
+    ) -> Result<Winners, String> {
+        let from = super::repo_key(name, &format!("entries/{:020}", base + 1));
+        let to = super::repo_key(name, &format!("entries/{:020}", head + 1));
+        let kvs = self
+            .etcd
+            .range(&from, &to)
+            .await
+            .map_err(|e| e.to_string())?;
+        if kvs.len() as u64 != head.saturating_sub(base) {
+            return Err(format!("entries {}..={head} not all in the log", base + 1));
+        }
+        let mut overlap = false;
+        for kv in kvs {
+            let e = Entry::decode(&kv.value)?;
+            if e.txid == txid {
+                return Ok(Winners::Ours(e.seq));
+            }
+            overlap |= e
+                .updates
+                .iter()
+                .any(|w| updates.iter().any(|u| conflicts(&w.name, &u.name)));
+        }
+        Ok(if overlap {
+            Winners::Overlap
+        } else {
+            Winners::Disjoint
         })
     }
 }

@@ -247,7 +247,16 @@ impl Job {
             let _rt = handle.enter();
             cluster.clone().spawn_catch_up(h.repo.clone());
         }
-        if applied != h.base_seq {
+        // Ahead of the push's base or behind it by entries of other refs only: the old values
+        // this prepare checks under its locks are the ones the push was decided against.
+        let disjoint = || {
+            let (lo, hi) = (applied.min(h.base_seq), applied.max(h.base_seq));
+            matches!(
+                handle.block_on(cluster.winners(&h.repo, lo, hi, &h.txid, &h.updates)),
+                Ok(super::log::Winners::Disjoint)
+            )
+        };
+        if applied != h.base_seq && !disjoint() {
             return fail(
                 ready,
                 format!(
