@@ -1167,3 +1167,40 @@ fn ack_all_refuses_a_push_that_one_replica_cannot_apply() {
     assert_eq!(refs.get("refs/heads/main"), Some(&third));
     c.assert_fsck(&w, "all.git");
 }
+
+#[test]
+fn a_replica_behind_by_entries_of_other_refs_still_prepares_pushes() {
+    if !etcd_present("a_replica_behind_by_entries_of_other_refs_still_prepares_pushes") {
+        return;
+    }
+    let w = World::new();
+    let (c, src) = cluster_with_repo(&w);
+    let n2 = c.nodes[2].dir("r.git");
+    // n2 cannot take refs/heads/x (a lock another process holds): the push of x lands on n0
+    // and n1, and n2 stays behind it, its catch-up stuck on the same lock.
+    let lock = n2.join("refs/heads/x.lock");
+    std::fs::write(&lock, "").unwrap();
+    let x = w.commit(&src, "x", "x");
+    push_ok(&w, &src, &c.nodes[0].url("r.git"), &["HEAD:refs/heads/x"]);
+    // A push of another ref: n2 is behind the push's base only by x's entry, which touches
+    // none of its refs, so n2 prepares and applies it (before this, it refused as behind).
+    let y = w.commit(&src, "y", "y");
+    push_ok(&w, &src, &c.nodes[0].url("r.git"), &["HEAD:refs/heads/y"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while w.ref_map(&n2).get("refs/heads/y") != Some(&y) {
+        assert!(
+            Instant::now() < deadline,
+            "n2 did not apply y while behind on x: {:?}\n{}",
+            w.ref_map(&n2),
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(w.ref_map(&n2).get("refs/heads/x"), None);
+    // Once the lock is gone, n2 catches up on x and records both entries.
+    std::fs::remove_file(&lock).unwrap();
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/x"), Some(&x));
+    assert_eq!(refs.get("refs/heads/y"), Some(&y));
+    c.assert_fsck(&w, "r.git");
+}
