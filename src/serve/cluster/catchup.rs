@@ -17,7 +17,7 @@ use bytes::Bytes;
 use gix_object::Exists;
 use serde_json::json;
 
-use super::objects::{connected, ensure_repository, ingest, pack_objects};
+use super::objects::{connected, ingest, pack_objects};
 use super::replica::{SECRET_HEADER, new_of};
 use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key, set_applied_seq};
 use crate::refs::{self, Atomicity, Change, RefUpdate, TransactionState};
@@ -182,10 +182,7 @@ impl Cluster {
             return Ok(None);
         };
         let dir = repo_dir(&self.root, name);
-        let d = dir.clone();
-        tokio::task::spawn_blocking(move || ensure_repository(&d))
-            .await
-            .map_err(|e| e.to_string())??;
+        self.ensure_copy(name, &dir).await?;
         let mut applied = applied_seq(&dir);
         let from = repo_key(name, &format!("entries/{:020}", applied + 1));
         let end = etcd::prefix_end(&repo_key(name, "entries/"));

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::log::Winners;
-use super::objects::pack_objects;
+use super::objects::{Format, pack_objects};
 use super::replica::{SECRET_HEADER, new_of};
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
 use crate::receive::{CommitGate, GateCommit};
@@ -97,6 +97,9 @@ impl Gate {
                     c.node
                 ));
             }
+        }
+        if seq == 0 {
+            self.record_format().await?;
         }
         let updates_json = log::updates_json(updates).ok_or("a ref name is not UTF-8")?;
         let pack = {
@@ -248,6 +251,26 @@ impl Gate {
             need,
             k,
         }))
+    }
+
+    /// Before the repository's first entry: record its format, so that the replicas that
+    /// create their copies (now, or when they catch up) create them alike.
+    async fn record_format(&self) -> Result<(), String> {
+        let c = &self.cluster;
+        let here = {
+            let dir = self.dir.to_str().ok_or("repository path is not UTF-8")?;
+            let repo = crate::repo::Repository::open(dir, &c.env.for_config())
+                .map_err(|e| e.to_string())?;
+            Format::of(&repo)
+        };
+        match c.record_format(&self.name, &here).await {
+            Ok(recorded) if recorded == here => Ok(()),
+            Ok(recorded) => Err(format!(
+                "the cluster holds this repository as {}/{}, this replica's copy is {}/{}",
+                recorded.object, recorded.refs, here.object, here.refs
+            )),
+            Err(e) => Err(unavailable(e)),
+        }
     }
 
     /// The etcd compare-and-swap of the log key against `rev`.

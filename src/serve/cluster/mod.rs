@@ -19,7 +19,7 @@
 //! etcd keys (all under `/berth/`): `nodes/<node>` (advertise URL, leased), `secret`,
 //! `repos/<name>/replicas` (JSON list), `repos/<name>/log` (the last entry, JSON),
 //! `repos/<name>/entries/<seq, 20 digits>` (the entries not yet applied by every replica, for a
-//! replica that missed some), `repos/<name>/applied/<node>` (what each replica applied).
+//! replica that missed some), `repos/<name>/format` (object and ref format, for new copies), `repos/<name>/applied/<node>` (what each replica applied).
 //! Each replica records the last sequence number it applied in `<git dir>/berth-cluster-seq`.
 
 use std::path::{Path, PathBuf};
@@ -373,6 +373,52 @@ impl Cluster {
                 Ok((entry.seq, kv.mod_revision))
             }
         }
+    }
+
+    /// The format recorded for repository `name` (`None`: not recorded yet).
+    async fn format_of(&self, name: &str) -> Result<Option<objects::Format>, Error> {
+        match self.etcd.get(&repo_key(name, "format")).await? {
+            None => Ok(None),
+            Some(kv) => objects::Format::decode(&kv.value)
+                .map(Some)
+                .map_err(Error::State),
+        }
+    }
+
+    /// Record `format` as repository `name`'s unless one is recorded; the recorded one.
+    pub(in crate::serve::cluster) async fn record_format(
+        &self,
+        name: &str,
+        format: &objects::Format,
+    ) -> Result<objects::Format, Error> {
+        let key = repo_key(name, "format");
+        let t = self
+            .etcd
+            .txn(
+                &[etcd::Compare::Absent(key.clone())],
+                &[etcd::Op::Put(key.clone(), format.encode(), None)],
+                &[etcd::Op::Get(key)],
+            )
+            .await?;
+        if t.succeeded {
+            return Ok(format.clone());
+        }
+        match t.gets.first().and_then(|g| g.first()) {
+            Some(kv) => objects::Format::decode(&kv.value).map_err(Error::State),
+            None => Err(Error::State(format!("{name}: no format recorded"))),
+        }
+    }
+
+    /// Create this replica's copy of `name` at `dir` if it has none, in the recorded format.
+    pub(super) async fn ensure_copy(&self, name: &str, dir: &Path) -> Result<(), String> {
+        if super::repos::is_git_dir(dir) {
+            return Ok(());
+        }
+        let format = self.format_of(name).await.map_err(|e| e.to_string())?;
+        let d = dir.to_owned();
+        tokio::task::spawn_blocking(move || objects::ensure_repository(&d, format.as_ref()))
+            .await
+            .map_err(|e| e.to_string())?
     }
 
     /// Record that the replica at `dir` applied entry `seq` if it applied `seq - 1` before

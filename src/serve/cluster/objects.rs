@@ -40,16 +40,71 @@ pub(super) fn ingest(
         .map_err(|e| format!("migrate: {e}"))
 }
 
-/// Create the bare repository `dir` if it does not exist.
-pub(super) fn ensure_repository(dir: &Path) -> Result<(), String> {
+/// A repository's object and ref format, as the cluster records it (`repos/<name>/format`)
+/// so that every replica's copy is created alike, whatever each node's git defaults are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Format {
+    /// `sha1` or `sha256`.
+    pub(super) object: &'static str,
+    /// `files` or `reftable`.
+    pub(super) refs: &'static str,
+}
+
+impl Format {
+    /// The format of an open repository.
+    pub(super) fn of(repo: &crate::repo::Repository) -> Format {
+        Format {
+            object: match repo.object_format {
+                gix_hash::Kind::Sha256 => "sha256",
+                _ => "sha1",
+            },
+            refs: match repo.ref_format {
+                crate::repo::RefFormat::Reftable => "reftable",
+                crate::repo::RefFormat::Files => "files",
+            },
+        }
+    }
+
+    /// The JSON the cluster records.
+    pub(super) fn encode(&self) -> Vec<u8> {
+        serde_json::json!({"object_format": self.object, "ref_format": self.refs})
+            .to_string()
+            .into_bytes()
+    }
+
+    /// The recorded JSON, checked.
+    pub(super) fn decode(b: &[u8]) -> Result<Format, String> {
+        let v: serde_json::Value = serde_json::from_slice(b).map_err(|e| format!("format: {e}"))?;
+        let object = match v["object_format"].as_str() {
+            Some("sha1") => "sha1",
+            Some("sha256") => "sha256",
+            _ => return Err("format: bad object_format".into()),
+        };
+        let refs = match v["ref_format"].as_str() {
+            Some("files") => "files",
+            Some("reftable") => "reftable",
+            _ => return Err("format: bad ref_format".into()),
+        };
+        Ok(Format { object, refs })
+    }
+}
+
+/// Create the bare repository `dir` if it does not exist, in `format` (else git's defaults).
+pub(super) fn ensure_repository(dir: &Path, format: Option<&Format>) -> Result<(), String> {
     if super::super::repos::is_git_dir(dir) {
         return Ok(());
     }
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent).map_err(|e| format!("cannot create directory: {e}"))?;
     }
-    let out = std::process::Command::new("git")
-        .args(["init", "--quiet", "--bare", "--"])
+    let mut init = std::process::Command::new("git");
+    init.args(["init", "--quiet", "--bare"]);
+    if let Some(f) = format {
+        init.arg(format!("--object-format={}", f.object))
+            .arg(format!("--ref-format={}", f.refs));
+    }
+    let out = init
+        .arg("--")
         .arg(dir)
         .stdin(std::process::Stdio::null())
         .output()
@@ -154,4 +209,26 @@ pub(super) fn pack_objects(
         return Err(format!("git pack-objects failed: {}", err.trim()));
     }
     Ok(pack)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Format;
+
+    #[test]
+    fn format_round_trips_and_refuses_what_git_init_would_not_take() {
+        let f = Format {
+            object: "sha256",
+            refs: "reftable",
+        };
+        assert_eq!(Format::decode(&f.encode()), Ok(f));
+        for bad in [
+            r#"{"object_format":"md5","ref_format":"files"}"#,
+            r#"{"object_format":"sha1","ref_format":"--upload-pack=x"}"#,
+            r#"{"object_format":"sha1"}"#,
+            "not json",
+        ] {
+            assert!(Format::decode(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
 }

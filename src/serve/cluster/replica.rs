@@ -30,7 +30,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
-use super::objects::{Keeps, connected, ensure_repository, ingest};
+use super::objects::{Keeps, connected, ingest};
 use super::{Cluster, applied_seq, log, repo_dir};
 use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
 use crate::serve::{Escaped, Server};
@@ -239,7 +239,7 @@ impl Job {
             tracing::info!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, error = %Escaped::text(&e), "not prepared");
             let _ = ready.send(Err(e));
         };
-        if let Err(e) = ensure_repository(&dir) {
+        if let Err(e) = handle.block_on(cluster.ensure_copy(&h.repo, &dir)) {
             return fail(ready, e);
         }
         let applied = applied_seq(&dir);
