@@ -356,14 +356,15 @@ impl Cluster {
     }
 
     /// Make node `i`'s `repo` pause in the reference-transaction state `state` while
-    /// `<world>/pause-<state>` exists: it creates `<world>/paused-<state>` and sleeps.
+    /// `<world>/pause-<state>` exists: it creates `<world>/paused-<state>` and waits until
+    /// the pause file is removed (25 s at most).
     fn pause_hook(&self, w: &World, i: usize, repo: &str) {
         let hook = self.nodes[i].dir(repo).join("hooks/reference-transaction");
         let at = w.root().display().to_string();
         std::fs::write(
             &hook,
             format!(
-                "#!/bin/sh\ncat >/dev/null\nif [ -e '{at}/pause-'\"$1\" ]; then : > '{at}/paused-'\"$1\"; sleep 25; fi\nexit 0\n"
+                "#!/bin/sh\ncat >/dev/null\nif [ -e '{at}/pause-'\"$1\" ]; then : > '{at}/paused-'\"$1\"; i=0; while [ -e '{at}/pause-'\"$1\" ] && [ $i -lt 250 ]; do sleep 0.1; i=$((i+1)); done; fi\nexit 0\n"
             ),
         )
         .unwrap();
@@ -1283,4 +1284,124 @@ fn replicas_create_their_copies_in_the_repositorys_format_not_their_defaults() {
         assert_eq!(show("--show-ref-format"), refs, "{}", n.name);
     }
     c.assert_fsck(&w, "fmt.git");
+}
+
+#[test]
+fn a_replica_killed_while_it_holds_a_prepared_transaction_catches_up() {
+    if !etcd_present("a_replica_killed_while_it_holds_a_prepared_transaction") {
+        return;
+    }
+    let w = World::new();
+    let (mut c, src) = cluster_with_repo(&w);
+    // n0 pauses after the commit point and its own commit, before it tells the others: n1
+    // and n2 hold their prepared transactions (ref locks) then. n2 is killed there.
+    c.pause_hook(&w, 0, "r.git");
+    std::fs::write(w.path("pause-committed"), "").unwrap();
+    let new = w.commit(&src, "a", "two");
+    let url = c.nodes[0].url("r.git");
+    let out = std::thread::scope(|s| {
+        let pushing = s.spawn(|| push(&w, &src, &url, &["HEAD:refs/heads/main"]));
+        wait_for(&w.path("paused-committed"), &c);
+        c.kill_node(2);
+        std::fs::remove_file(w.path("pause-committed")).unwrap();
+        pushing.join().unwrap()
+    });
+    // n0 and n1 applied it: a majority, so `ok`.
+    assert_eq!(
+        porcelain(&out).get("refs/heads/main"),
+        Some(&true),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    let n2 = c.nodes[2].dir("r.git");
+    assert!(
+        common::leftovers(&n2)
+            .iter()
+            .any(|p| p.ends_with("refs/heads/main.lock"))
+            || common::reftable(),
+        "n2 was killed holding its lock: {:?}",
+        common::leftovers(&n2)
+    );
+    // Restarted, n2 removes the lock its killed transaction left and catches up.
+    c.start_node(&w, 2);
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&new));
+    assert!(
+        common::leftovers(&n2)
+            .iter()
+            .all(|p| !p.to_string_lossy().ends_with(".lock")),
+        "{:?}",
+        common::leftovers(&n2)
+    );
+    c.assert_fsck(&w, "r.git");
+}
+
+#[test]
+fn a_replica_killed_while_it_ingests_the_pack_leaves_no_quarantine_once_restarted() {
+    if !etcd_present("a_replica_killed_while_it_ingests_the_pack") {
+        return;
+    }
+    let w = World::new();
+    let (mut c, src) = cluster_with_repo(&w);
+    // A pack large enough that n2's ingest takes a while: 300 files of random bytes.
+    let mut seed = 0x1234_5678_9abc_def0u64;
+    for f in 0..300 {
+        let bytes: Vec<u8> = (0..16 * 1024)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed >> 24) as u8
+            })
+            .collect();
+        std::fs::write(w.path(&format!("{src}/blob{f}")), bytes).unwrap();
+    }
+    w.git(&src, &["add", "-A"]);
+    w.git(&src, &["commit", "-q", "-m", "big"]);
+    let new = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
+    let url = c.nodes[0].url("r.git");
+    let objects = c.nodes[2].dir("r.git").join("objects");
+    let quarantined = || {
+        std::fs::read_dir(&objects).unwrap().flatten().any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("tmp_objdir-incoming-")
+        })
+    };
+    let (out, killed) = std::thread::scope(|s| {
+        let pushing = s.spawn(|| push(&w, &src, &url, &["HEAD:refs/heads/main"]));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut killed = false;
+        while !pushing.is_finished() && Instant::now() < deadline {
+            if quarantined() {
+                c.kill_node(2);
+                killed = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        (pushing.join().unwrap(), killed)
+    });
+    assert!(
+        killed,
+        "n2's quarantine never seen during the push\n{}",
+        c.logs()
+    );
+    assert!(quarantined(), "the kill left n2's quarantine behind");
+    assert_eq!(
+        porcelain(&out).get("refs/heads/main"),
+        Some(&true),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    c.start_node(&w, 2);
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&new));
+    assert!(
+        !quarantined(),
+        "n2 kept the quarantine of its killed ingest"
+    );
+    c.assert_fsck(&w, "r.git");
 }

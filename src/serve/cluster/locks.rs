@@ -1,14 +1,16 @@
-//! Ref locks a killed node left behind. A ref transaction holds `<ref>.lock` files (and
-//! `packed-refs.lock`, or reftable's `tables.list.lock`) from prepare to commit; a node killed
-//! in between (`kill -9`, a crash) leaves them, and every later transaction of those refs on
-//! this replica would fail, so it could never catch up. Nothing but this node writes the refs
-//! of the cluster's repositories in its root, and at start-up none of its transactions is in
-//! flight: before it serves, the node removes the lock files of the repositories it has.
+//! Ref locks and quarantines a killed node left behind. A ref transaction holds `<ref>.lock`
+//! files (and `packed-refs.lock`, or reftable's `tables.list.lock`) from prepare to commit; a
+//! node killed in between (`kill -9`, a crash) leaves them, and every later transaction of
+//! those refs on this replica would fail, so it could never catch up. A node killed while it
+//! ingests a pack leaves its quarantine (`objects/tmp_objdir-incoming-*`), objects no ref
+//! will ever point to. Nothing but this node writes the cluster's repositories in its root,
+//! and at start-up none of its transactions or ingests is in flight: before it serves, the
+//! node removes both from the repositories it has.
 
 use std::path::Path;
 
-/// Remove the ref lock files of every repository under `root` (in cluster mode the root holds
-/// the cluster's repositories); how many.
+/// Remove the ref lock files and quarantines of every repository under `root` (in cluster
+/// mode the root holds the cluster's repositories); how many.
 pub(super) fn remove_stale(root: &Path) -> usize {
     let mut removed = 0;
     let mut stack = vec![root.to_owned()];
@@ -33,6 +35,19 @@ pub(super) fn remove_stale(root: &Path) -> usize {
 
 fn in_repository(git_dir: &Path) -> usize {
     let mut removed = 0;
+    if let Ok(entries) = std::fs::read_dir(git_dir.join("objects")) {
+        for e in entries.flatten() {
+            let quarantine = e
+                .file_name()
+                .to_string_lossy()
+                .starts_with("tmp_objdir-incoming-")
+                && e.file_type().is_ok_and(|t| t.is_dir());
+            if quarantine && std::fs::remove_dir_all(e.path()).is_ok() {
+                tracing::warn!(target: "berth::cluster", quarantine = %super::super::Escaped::text(&e.path().display().to_string()), "removed a quarantine left by a killed ingest");
+                removed += 1;
+            }
+        }
+    }
     let mut remove = |p: &Path| {
         if std::fs::remove_file(p).is_ok() {
             tracing::warn!(target: "berth::cluster", lock = %super::super::Escaped::text(&p.display().to_string()), "removed a ref lock left by a killed transaction");
@@ -65,7 +80,7 @@ fn in_repository(git_dir: &Path) -> usize {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn removes_ref_locks_of_the_repositories_under_the_root() {
+    fn removes_ref_locks_and_quarantines_of_the_repositories_under_the_root() {
         let root = tempfile::tempdir().unwrap();
         let repo = root.path().join("team/app.git");
         std::fs::create_dir_all(repo.join("refs/heads/x")).unwrap();
@@ -74,12 +89,20 @@ mod tests {
         std::fs::write(repo.join("refs/heads/x/y.lock"), "").unwrap();
         std::fs::write(repo.join("refs/heads/main"), "").unwrap();
         std::fs::write(repo.join("packed-refs.lock"), "").unwrap();
-        std::fs::create_dir_all(repo.join("objects")).unwrap();
+        std::fs::create_dir_all(repo.join("objects/tmp_objdir-incoming-Ab12/pack")).unwrap();
+        std::fs::write(
+            repo.join("objects/tmp_objdir-incoming-Ab12/pack/x.pack"),
+            "",
+        )
+        .unwrap();
+        std::fs::create_dir_all(repo.join("objects/pack")).unwrap();
         // Not a repository: left alone.
         let other = root.path().join("notes");
         std::fs::create_dir_all(&other).unwrap();
         std::fs::write(other.join("a.lock"), "").unwrap();
-        assert_eq!(super::remove_stale(root.path()), 2);
+        assert_eq!(super::remove_stale(root.path()), 3);
+        assert!(!repo.join("objects/tmp_objdir-incoming-Ab12").exists());
+        assert!(repo.join("objects/pack").is_dir());
         assert!(repo.join("refs/heads/main").is_file());
         assert!(!repo.join("refs/heads/x/y.lock").exists());
         assert!(other.join("a.lock").is_file());

@@ -263,7 +263,7 @@ impl Cluster {
         });
         let stale = locks::remove_stale(root);
         if stale > 0 {
-            tracing::warn!(target: "berth::cluster", locks = stale, "removed ref locks left by a killed node");
+            tracing::warn!(target: "berth::cluster", removed = stale, "removed ref locks and quarantines left by a killed node");
         }
         let lease = cluster.register().await?;
         tokio::spawn(cluster.clone().keep_alive(lease));
