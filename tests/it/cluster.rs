@@ -1405,3 +1405,55 @@ fn a_replica_killed_while_it_ingests_the_pack_leaves_no_quarantine_once_restarte
     );
     c.assert_fsck(&w, "r.git");
 }
+
+#[test]
+fn an_accepting_node_stopped_after_the_commit_point_still_acknowledges_once_continued() {
+    if !etcd_present("an_accepting_node_stopped_after_the_commit_point") {
+        return;
+    }
+    let w = World::new();
+    let (c, src) = cluster_with_repo(&w);
+    // n0 stops (SIGSTOP, as a partition would) after the commit point and its own commit,
+    // before it tells n1 and n2: they wait for the decision, then ask the log and commit.
+    c.pause_hook(&w, 0, "r.git");
+    std::fs::write(w.path("pause-committed"), "").unwrap();
+    let new = w.commit(&src, "a", "two");
+    let url = c.nodes[0].url("r.git");
+    let out = std::thread::scope(|s| {
+        let pushing = s.spawn(|| push(&w, &src, &url, &["HEAD:refs/heads/main"]));
+        wait_for(&w.path("paused-committed"), &c);
+        c.signal(0, "-STOP");
+        std::fs::remove_file(w.path("pause-committed")).unwrap();
+        // n1 and n2 resolve from the log while n0 is stopped (asserted once n0 runs again:
+        // a panic here would leave the push waiting on the stopped node).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let resolved = loop {
+            let done = [1, 2]
+                .iter()
+                .all(|&i| w.ref_map(c.nodes[i].dir("r.git")).get("refs/heads/main") == Some(&new));
+            if done || Instant::now() > deadline {
+                break done;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        c.signal(0, "-CONT");
+        (pushing.join().unwrap(), resolved)
+    });
+    let (out, resolved) = out;
+    assert!(
+        resolved,
+        "n1 and n2 did not resolve from the log\n{}",
+        c.logs()
+    );
+    // Continued, n0 hears "committed already" from both: the push is acknowledged.
+    assert_eq!(
+        porcelain(&out).get("refs/heads/main"),
+        Some(&true),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&new));
+    c.assert_fsck(&w, "r.git");
+}

@@ -321,7 +321,7 @@ impl Gate {
     }
 
     async fn decide_all(&self, peers: &[Peer], txid: &str, seq: u64, commit: bool) -> usize {
-        decide_all(&self.cluster, peers, txid, seq, commit).await
+        decide_all(&self.cluster, &self.name, peers, txid, seq, commit).await
     }
 }
 
@@ -356,6 +356,7 @@ pub(super) async fn wait_applied(dir: &std::path::Path, seq: u64, limit: Duratio
 /// Tell `peers` the verdict; how many confirmed.
 async fn decide_all(
     cluster: &Cluster,
+    repo: &str,
     peers: &[Peer],
     txid: &str,
     seq: u64,
@@ -365,7 +366,7 @@ async fn decide_all(
     let sends = peers.iter().map(|p| {
         let url = http::join(
             &p.url,
-            &format!("/_berth/cluster/decide?txid={txid}&seq={seq}&verdict={verdict}"),
+            &format!("/_berth/cluster/decide?repo={repo}&txid={txid}&seq={seq}&verdict={verdict}"),
         );
         let secret = cluster.secret.clone();
         let name = p.name.clone();
@@ -428,6 +429,7 @@ impl GateCommit for Decided {
         }
         applied += self.handle.block_on(decide_all(
             &self.cluster,
+            &self.name,
             &self.prepared,
             &self.txid,
             self.seq,

@@ -6,8 +6,10 @@
 //!   ingests and checks the pack into a quarantine (berth's own ingest with fsck, then a
 //!   connectivity walk of the new tips), migrates it, and prepares the same ref transaction
 //!   (all or nothing; locks held, old values checked). `200 prepared` or `409 <why>`.
-//! - `POST /_berth/cluster/decide?txid=…&seq=…&verdict=commit|abort`: commits (then records
-//!   `seq` as applied) or drops the prepared transaction. `200 committed|aborted`.
+//! - `POST /_berth/cluster/decide?repo=…&txid=…&seq=…&verdict=commit|abort`: commits (then
+//!   records `seq` as applied) or drops the prepared transaction. `200 committed|aborted`; a
+//!   commit of an entry this replica resolved and recorded already (its decision came late):
+//!   `200 committed already`.
 //!
 //! Every request carries the cluster secret in `x-berth-cluster-secret` (403 without it). The
 //! header is at most [`MAX_HEADER`] bytes, the pack at most `--max-request-bytes`, and a body
@@ -423,11 +425,13 @@ async fn pack(cluster: &Arc<Cluster>, req: Request) -> Response {
 
 async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
     let query = req.uri().query().unwrap_or_default().to_owned();
+    let mut repo = None;
     let mut txid = None;
     let mut seq = None;
     let mut commit = None;
     for pair in query.split('&') {
         match pair.split_once('=') {
+            Some(("repo", v)) => repo = Some(v.to_owned()),
             Some(("txid", v)) => txid = Some(v.to_owned()),
             Some(("seq", v)) => seq = v.parse::<u64>().ok(),
             Some(("verdict", "commit")) => commit = Some(true),
@@ -439,6 +443,14 @@ async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
         return text(StatusCode::BAD_REQUEST, "decide: txid, seq, verdict");
     };
     let Some(tx) = cluster.pending.take(&txid) else {
+        // Resolved here already (its decision came late: the accepting node was stopped, and
+        // this replica asked the log and committed): entry `seq` is this push's.
+        let applied = repo
+            .filter(|r| super::super::repos::check_name(r).is_ok() && !r.ends_with(".git"))
+            .is_some_and(|r| applied_seq(&repo_dir(&cluster.root, &r)) >= seq);
+        if commit && seq > 0 && applied {
+            return text(StatusCode::OK, "committed already");
+        }
         return text(StatusCode::NOT_FOUND, "no such prepared transaction");
     };
     let (reply, done) = tokio::sync::oneshot::channel();
