@@ -39,10 +39,12 @@ mod locks;
 mod log;
 mod objects;
 mod replica;
+pub(super) mod tunnel;
 
 pub(super) use forward::{FORWARDED, forward};
 pub(super) use gate::Gate;
 pub(super) use replica::{INTERNAL_PREFIX, internal};
+pub(super) use tunnel::Tunneled;
 
 /// How many replicas have to apply a push before the client is told `ok`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

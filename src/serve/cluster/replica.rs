@@ -9,6 +9,9 @@
 //! - `POST /_berth/cluster/decide?txid=…&seq=…&verdict=commit|abort`: commits (then records
 //!   `seq` as applied) or drops the prepared transaction. `200 committed|aborted`.
 //!
+//! - `POST /_berth/cluster/ssh`: an ssh session forwarded by a node that holds no current
+//!   replica, over an upgraded connection (`tunnel.rs` for the format, `ssh/tunnel.rs` runs it).
+//!
 //! Every request carries the cluster secret in `x-berth-cluster-secret` (403 without it). The
 //! header is at most [`MAX_HEADER`] bytes, the pack at most `--max-request-bytes`, and a body
 //! that stalls for `--idle-timeout` is dropped. A prepared transaction whose decision does not
@@ -95,6 +98,7 @@ pub(in crate::serve) async fn internal(
         Some("prepare") => prepare(server, cluster, req).await,
         Some("decide") => decide(cluster, req).await,
         Some("pack") => pack(cluster, req).await,
+        Some("ssh") => crate::serve::ssh::tunneled(server, cluster, req).await,
         _ => text(StatusCode::NOT_FOUND, "no such internal endpoint"),
     }
 }
