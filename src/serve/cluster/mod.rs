@@ -13,6 +13,10 @@
 //!                     once a majority (or all, `--ack all`) applied it
 //! ```
 //!
+//! ssh commands are routed the same way (`ssh/mod.rs`): a push on a current replica runs
+//! with the same [`Gate`]; otherwise the ssh channel goes to a replica through the internal
+//! tunnel (`tunnel.rs`, `POST /_berth/cluster/ssh` upgraded to a framed byte stream).
+//!
 //! This module owns the node's membership (an etcd lease on `/berth/nodes/<name>`), the cluster
 //! secret (created once, create-if-absent), and the placement of repositories (rendezvous
 //! hashing over the live nodes, recorded at creation in `/berth/repos/<name>/replicas`).
