@@ -122,7 +122,7 @@ impl Etcd {
         etcd
     }
 
-    fn urls(&self) -> String {
+    pub(crate) fn urls(&self) -> String {
         let urls: Vec<String> = self
             .client_ports
             .iter()
@@ -195,7 +195,7 @@ impl Drop for Etcd {
 pub(crate) struct Node {
     pub(crate) name: String,
     root: PathBuf,
-    port: u16,
+    pub(crate) port: u16,
     pub(crate) process: Option<common::ServeProcess>,
     /// The embedded ssh server's port, when started with `--ssh-listen`.
     pub(crate) ssh_port: Option<u16>,

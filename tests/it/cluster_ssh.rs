@@ -238,6 +238,11 @@ fn a_node_without_a_replica_forwards_ssh_pushes_and_fetches() {
             .contains("*\tHEAD:refs/heads/forwarded\t[new branch]"),
         "{forwarded:?}"
     );
+    // What the server said on stderr (`remote:` lines), the same too.
+    assert_eq!(
+        String::from_utf8_lossy(&forwarded.stderr).replace("forwarded", "<ref>"),
+        String::from_utf8_lossy(&direct.stderr).replace("direct", "<ref>"),
+    );
     let refs = c.converged(&w, "app.git", 2);
     assert_eq!(refs.get("refs/heads/forwarded"), Some(&head));
     assert_eq!(refs.get("refs/heads/direct"), Some(&head));
@@ -374,6 +379,30 @@ fn access_rules_apply_through_a_forwarded_ssh_push() {
     assert!(refs.contains_key("refs/heads/bobs"), "{refs:?}");
     assert!(!refs.contains_key("refs/tags/v1"), "{refs:?}");
     assert!(!c.nodes[away].dir("team/app.git").exists());
+    // The refusal reads the same, stdout and stderr, pushed directly or forwarded.
+    let near = (away + 1) % 3;
+    w.git(&src, &["tag", "v2"]);
+    w.git(&src, &["tag", "v3"]);
+    let direct = push_ssh(&w, "bob", &src, &url(&c, near, "team/app.git"), &["v2"]);
+    let forwarded = push_ssh(&w, "bob", &src, &url(&c, away, "team/app.git"), &["v3"]);
+    assert!(!direct.status.success() && !forwarded.status.success());
+    assert_eq!(report(&forwarded, "v3"), report(&direct, "v2"));
+    assert!(
+        report(&forwarded, "v3").contains("(access denied"),
+        "{forwarded:?}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&forwarded.stderr)
+            .replace(&url(&c, away, "team/app.git").replace("git@", ""), "<url>")
+            .replace("v3", "<ref>"),
+        String::from_utf8_lossy(&direct.stderr)
+            .replace(&url(&c, near, "team/app.git").replace("git@", ""), "<url>")
+            .replace("v2", "<ref>"),
+    );
+    eprintln!(
+        "a refused push's stderr: {:?}",
+        String::from_utf8_lossy(&direct.stderr)
+    );
 
     // alice creates `secret`; bob may not read it, even through the forwarding node.
     must(
@@ -562,4 +591,103 @@ fn a_replica_behind_the_log_forwards_ssh_fetches() {
     // Able to record again, it catches up and serves again.
     std::fs::remove_dir(dir.join("berth-cluster-seq.tmp")).unwrap();
     c.converged(&w, "lag.git", 3);
+}
+
+/// One raw HTTP/1.1 request to node port `port`; the status code.
+fn status_of(port: u16, headers: &[(&str, &str)]) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut req = String::from(
+        "POST /_berth/cluster/ssh HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\
+         Connection: upgrade\r\nUpgrade: berth-ssh\r\n",
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    String::from_utf8_lossy(&head[9..12]).parse().unwrap()
+}
+
+#[test]
+fn the_ssh_tunnel_endpoint_wants_the_secret_and_checks_what_it_is_asked() {
+    if !etcd_present("cluster_ssh::the_ssh_tunnel_endpoint_wants_the_secret") {
+        return;
+    }
+    let w = World::new();
+    let c = start(&w, 2, &[]);
+    let src = w.work("src");
+    w.commit(&src, "a", "one");
+    must(
+        push_ssh(
+            &w,
+            "alice",
+            &src,
+            &url(&c, 0, "app.git"),
+            &["HEAD:refs/heads/main"],
+        ),
+        &c,
+        "push",
+    );
+    c.converged(&w, "app.git", 2);
+    let away = non_holder(&c, "app.git");
+    let near = (away + 1) % 3;
+    let good = [
+        ("x-berth-ssh-service", "git-upload-pack"),
+        ("x-berth-ssh-repo", "app.git"),
+        ("x-berth-ssh-user", "alice"),
+        ("x-berth-ssh-addr", "127.0.0.1:4242"),
+    ];
+    // Without the cluster secret, or with a wrong one: refused before anything is read.
+    assert_eq!(status_of(c.nodes[near].port, &good), 403);
+    let mut wrong = good.to_vec();
+    wrong.push(("x-berth-cluster-secret", "00"));
+    assert_eq!(status_of(c.nodes[near].port, &wrong), 403);
+    let Some(secret) = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            &c.etcd.urls(),
+            "get",
+            "--print-value-only",
+            "/berth/secret",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    else {
+        eprintln!(
+            "etcdctl not usable (apt-get install etcd-client): the checks with the secret are not run"
+        );
+        return;
+    };
+    let asked = |port: u16, key: &str, value: Option<&str>| {
+        let mut h: Vec<(&str, &str)> = good.iter().filter(|(k, _)| *k != key).copied().collect();
+        if let Some(v) = value {
+            h.push((key, v));
+        }
+        h.push(("x-berth-cluster-secret", &secret));
+        status_of(port, &h)
+    };
+    // With it: every header checked.
+    for (key, bad) in [
+        ("x-berth-ssh-service", Some("git-upload-archive")),
+        ("x-berth-ssh-service", None),
+        ("x-berth-ssh-repo", Some("../app.git")),
+        ("x-berth-ssh-repo", None),
+        ("x-berth-ssh-user", Some("-alice")),
+        ("x-berth-ssh-user", None),
+        ("x-berth-ssh-addr", Some("nowhere")),
+        ("x-berth-ssh-protocol", Some("version=2;rm")),
+    ] {
+        assert_eq!(asked(c.nodes[near].port, key, bad), 400, "{key}: {bad:?}");
+    }
+    // A node that holds no replica does not serve the tunnel; a replica upgrades.
+    assert_eq!(asked(c.nodes[away].port, "", None), 409);
+    assert_eq!(asked(c.nodes[near].port, "", None), 101);
 }

@@ -329,3 +329,73 @@ fn frames(
         },
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            if let Ok(v) = v.parse() {
+                h.insert(*k, v);
+            }
+        }
+        h
+    }
+
+    const GOOD: [(&str, &str); 5] = [
+        (SERVICE, "git-receive-pack"),
+        (REPO, "team/app.git"),
+        (USER, "alice@example.com"),
+        (ADDR, "192.0.2.7:50022"),
+        (PROTOCOL, "version=2"),
+    ];
+
+    fn with(key: &'static str, value: Option<&str>) -> HeaderMap {
+        let mut pairs: Vec<(&'static str, &str)> =
+            GOOD.iter().filter(|(k, _)| *k != key).copied().collect();
+        if let Some(v) = value {
+            pairs.push((key, v));
+        }
+        headers(&pairs)
+    }
+
+    #[test]
+    fn every_tunnel_header_is_checked() {
+        let run = parse(&headers(&GOOD)).unwrap();
+        assert_eq!(run.service, Service::ReceivePack);
+        assert_eq!(run.repo, "team/app.git");
+        assert_eq!(run.user, "alice@example.com");
+        assert_eq!(run.peer.to_string(), "192.0.2.7:50022");
+        assert_eq!(run.protocol.as_deref(), Some("version=2"));
+        assert_eq!(parse(&with(PROTOCOL, None)).unwrap().protocol, None);
+        let up = parse(&with(SERVICE, Some("git-upload-pack"))).unwrap();
+        assert_eq!(up.service, Service::UploadPack);
+        let refused: &[(&'static str, Option<&str>)] = &[
+            (SERVICE, None),
+            (SERVICE, Some("git-upload-archive")),
+            (REPO, None),
+            (REPO, Some("")),
+            (REPO, Some("../etc/passwd")),
+            (REPO, Some("team/.hidden")),
+            (REPO, Some("a%2e%2e/b")),
+            (REPO, Some("~alice/x")),
+            (REPO, Some("a b")),
+            (USER, None),
+            (USER, Some("")),
+            (USER, Some("-alice")),
+            (USER, Some("al ice")),
+            (USER, Some("alice\"x")),
+            (ADDR, None),
+            (ADDR, Some("localhost")),
+            (PROTOCOL, Some("version=2 x")),
+            (PROTOCOL, Some(&"v".repeat(300))),
+        ];
+        for (k, v) in refused {
+            assert!(parse(&with(k, *v)).is_err(), "{k}: {v:?} accepted");
+        }
+        let long = "a/".repeat(600) + "x";
+        assert!(parse(&with(REPO, Some(&long))).is_err());
+    }
+}
