@@ -593,11 +593,12 @@ fn a_replica_behind_the_log_forwards_ssh_fetches() {
     c.converged(&w, "lag.git", 3);
 }
 
-/// One raw HTTP/1.1 request to node port `port`; the status code.
-fn status_of(port: u16, headers: &[(&str, &str)]) -> u16 {
+/// One raw HTTP/1.1 request for the ssh tunnel to node port `port`: the status code and the
+/// connection, read up to the end of the response head.
+fn open_raw(port: u16, headers: &[(&str, &str)]) -> (u16, std::net::TcpStream) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
         .unwrap();
     let mut req = String::from(
         "POST /_berth/cluster/ssh HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\
@@ -608,9 +609,36 @@ fn status_of(port: u16, headers: &[(&str, &str)]) -> u16 {
     }
     req.push_str("\r\n");
     s.write_all(req.as_bytes()).unwrap();
-    let mut head = [0u8; 12];
-    s.read_exact(&mut head).unwrap();
-    String::from_utf8_lossy(&head[9..12]).parse().unwrap()
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).unwrap();
+        head.push(b[0]);
+    }
+    let status = String::from_utf8_lossy(&head[9..12]).parse().unwrap();
+    (status, s)
+}
+
+fn status_of(port: u16, headers: &[(&str, &str)]) -> u16 {
+    open_raw(port, headers).0
+}
+
+/// The frames a tunnel sends until it closes (kind, payload).
+fn frames_until_closed(s: &mut std::net::TcpStream, c: &Cluster) -> Vec<(u8, Vec<u8>)> {
+    use std::io::Read;
+    let mut all = Vec::new();
+    if let Err(e) = s.read_to_end(&mut all) {
+        panic!("the tunnel did not close ({e}): read {all:?}\n{}", c.logs());
+    }
+    let mut out = Vec::new();
+    let mut rest = &all[..];
+    while rest.len() >= 5 {
+        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        let end = (5 + len).min(rest.len());
+        out.push((rest[0], rest[5..end].to_vec()));
+        rest = &rest[end..];
+    }
+    out
 }
 
 #[test]
@@ -619,7 +647,7 @@ fn the_ssh_tunnel_endpoint_wants_the_secret_and_checks_what_it_is_asked() {
         return;
     }
     let w = World::new();
-    let c = start(&w, 2, &[]);
+    let c = start(&w, 2, &["--idle-timeout", "3"]);
     let src = w.work("src");
     w.commit(&src, "a", "one");
     must(
@@ -690,4 +718,34 @@ fn the_ssh_tunnel_endpoint_wants_the_secret_and_checks_what_it_is_asked() {
     // A node that holds no replica does not serve the tunnel; a replica upgrades.
     assert_eq!(asked(c.nodes[away].port, "", None), 409);
     assert_eq!(asked(c.nodes[near].port, "", None), 101);
+
+    // Bounds: a tunnel that says nothing is closed after --idle-timeout (3 s here), with the
+    // exit status as its last frame; so is one that sends a frame over 1 MiB.
+    let mut h: Vec<(&str, &str)> = good.to_vec();
+    h.push(("x-berth-cluster-secret", &secret));
+    let started = std::time::Instant::now();
+    let (status, mut silent) = open_raw(c.nodes[near].port, &h);
+    assert_eq!(status, 101);
+    let frames = frames_until_closed(&mut silent, &c);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(25),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        frames.iter().any(|f| f.0 == 1),
+        "no advertisement: {frames:?}"
+    );
+    assert_eq!(frames.last().map(|f| f.0), Some(3), "{frames:?}");
+    let (status, mut big) = open_raw(c.nodes[near].port, &h);
+    assert_eq!(status, 101);
+    {
+        use std::io::Write;
+        let mut head = vec![1u8];
+        head.extend_from_slice(&(2u32 << 20).to_be_bytes());
+        big.write_all(&head).unwrap();
+        let _ = big.write_all(&vec![b'0'; 4096]);
+    }
+    let frames = frames_until_closed(&mut big, &c);
+    assert_eq!(frames.last().map(|f| f.0), Some(3), "{frames:?}");
 }
