@@ -281,7 +281,7 @@ impl Cluster {
     }
 
     /// kill -9 node `i`.
-    fn kill_node(&mut self, i: usize) {
+    pub(crate) fn kill_node(&mut self, i: usize) {
         if let Some(mut p) = self.nodes[i].process.take() {
             let _ = p.child.kill();
             let _ = p.child.wait();

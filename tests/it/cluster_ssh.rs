@@ -749,3 +749,83 @@ fn the_ssh_tunnel_endpoint_wants_the_secret_and_checks_what_it_is_asked() {
     let frames = frames_until_closed(&mut big, &c);
     assert_eq!(frames.last().map(|f| f.0), Some(3), "{frames:?}");
 }
+
+#[test]
+fn the_forwarding_node_killed_mid_ssh_push_ends_the_session_and_the_replicas_agree() {
+    if !etcd_present("cluster_ssh::the_forwarding_node_killed_mid_ssh_push") {
+        return;
+    }
+    let w = World::new();
+    let mut c = start(&w, 2, &[]);
+    let src = w.work("src");
+    w.commit(&src, "a", "one");
+    must(
+        push_ssh(
+            &w,
+            "alice",
+            &src,
+            &url(&c, 0, "app.git"),
+            &["HEAD:refs/heads/main"],
+        ),
+        &c,
+        "push",
+    );
+    c.converged(&w, "app.git", 2);
+    let away = non_holder(&c, "app.git");
+    // The replica that runs the forwarded push holds it in pre-receive for 3 s.
+    for n in c.holders("app.git") {
+        let hook = n.dir("app.git").join("hooks/pre-receive");
+        std::fs::write(&hook, "#!/bin/sh\ncat >/dev/null\nsleep 3\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let sessions = |c: &Cluster| {
+        c.holders("app.git")
+            .iter()
+            .map(|n| {
+                n.log()
+                    .lines()
+                    .filter(|l| l.contains("route=\"receive-pack\"") && l.contains("user=alice"))
+                    .count()
+            })
+            .sum::<usize>()
+    };
+    let before = sessions(&c);
+    let pushed = w.commit(&src, "a", "two");
+    let away_url = url(&c, away, "app.git");
+    let out = std::thread::scope(|s| {
+        let push = s.spawn(|| push_ssh(&w, "alice", &src, &away_url, &["HEAD:refs/heads/late"]));
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        c.kill_node(away);
+        push.join().unwrap()
+    });
+    // The client was not told `ok`.
+    assert!(!out.status.success(), "{out:?}");
+    assert_ne!(porcelain(&out).get("refs/heads/late"), Some(&true));
+    // The replica's session ended (its access line is written when it does) ...
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while sessions(&c) <= before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tunneled session did not end\n{}",
+            c.logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    for n in c.holders("app.git") {
+        for l in n
+            .log()
+            .lines()
+            .filter(|l| l.contains("route=\"receive-pack\""))
+        {
+            eprintln!("{}: {l}", n.name);
+        }
+    }
+    // ... and the replicas agree: the push landed everywhere or nowhere.
+    let refs = c.converged(&w, "app.git", 2);
+    c.assert_fsck(&w, "app.git");
+    match refs.get("refs/heads/late") {
+        None => {}
+        Some(id) => assert_eq!(id, &pushed),
+    }
+}
