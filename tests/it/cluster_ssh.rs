@@ -829,3 +829,85 @@ fn the_forwarding_node_killed_mid_ssh_push_ends_the_session_and_the_replicas_agr
         Some(id) => assert_eq!(id, &pushed),
     }
 }
+
+#[test]
+fn a_replica_killed_moments_ago_is_passed_over_for_another() {
+    if !etcd_present("cluster_ssh::a_replica_killed_moments_ago_is_passed_over") {
+        return;
+    }
+    let w = World::new();
+    let mut c = start(&w, 2, &[]);
+    let src = w.work("src");
+    let head = w.commit(&src, "a", "one");
+    must(
+        push_ssh(
+            &w,
+            "alice",
+            &src,
+            &url(&c, 0, "app.git"),
+            &["HEAD:refs/heads/main"],
+        ),
+        &c,
+        "push",
+    );
+    c.converged(&w, "app.git", 2);
+    let away = non_holder(&c, "app.git");
+    // The replica the node without one forwards to first: the first one recorded.
+    let Some(first) = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            &c.etcd.urls(),
+            "get",
+            "--print-value-only",
+            "/berth/repos/app/replicas",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| {
+            let v = String::from_utf8_lossy(&o.stdout).to_string();
+            let name = v.split('"').nth(1)?.to_owned();
+            c.nodes.iter().position(|n| n.name == name)
+        })
+    else {
+        eprintln!("etcdctl not usable (apt-get install etcd-client): test not run");
+        return;
+    };
+    // Killed: still listed as live until its lease expires (10 s), but it does not answer.
+    c.kill_node(first);
+    let out = must(
+        git_ssh(
+            &w,
+            "alice",
+            ".",
+            &["ls-remote", &url(&c, away, "app.git"), "refs/heads/main"],
+        ),
+        &c,
+        "ls-remote through the node without a replica, its first replica dead",
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with(&head),
+        "{out:?}"
+    );
+    // A push gets there too, and is refused by the cluster (2 replicas, one dead: no
+    // quorum), not by the forwarding.
+    w.commit(&src, "a", "two");
+    let out = push_ssh(
+        &w,
+        "alice",
+        &src,
+        &url(&c, away, "app.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("!\tHEAD:refs/heads/main\t[remote rejected]"),
+        "{out:?}\n{}",
+        c.logs()
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("did not answer"),
+        "{out:?}"
+    );
+}

@@ -6,10 +6,14 @@
 //! authenticated by key. The client sees the bytes, stderr and exit status the replica's
 //! session produced, unchanged.
 //!
-//! Bounds: frames of at most `cluster::tunnel::MAX_FRAME` bytes; a tunnel silent in both directions for
-//! `--idle-timeout` is dropped at either end; a push's data has the same idle and size limits
-//! as on the ssh server; the replica validates every header (service, repository path as
-//! [`super::super::repos::check_name`] does, user name as a keydir would, address, protocol).
+//! A replica that cannot be connected to (killed, still listed until its lease expires) is
+//! passed over for the next live one.
+//!
+//! Bounds: frames of at most `cluster::tunnel::MAX_FRAME` bytes; a tunnel silent in both
+//! directions for `--idle-timeout` is dropped at either end; a push's data has the same idle
+//! and size limits as on the ssh server; the replica validates every header (service,
+//! repository path as [`super::super::repos::check_name`] does, user name as a keydir would,
+//! address, protocol).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,7 +31,7 @@ use tokio::sync::mpsc;
 use super::super::cluster::tunnel::{
     self, ADDR, DATA, EOF, EXIT, PROTOCOL, REPO, SERVICE, STDERR, USER,
 };
-use super::super::cluster::{Cluster, Tunneled};
+use super::super::cluster::{Cluster, Tunneled, http, repo_name};
 use super::super::conn::Hold;
 use super::{
     Access, Escaped, In, Out, Run, Server, Service, Source, Where, fatal, keys, new_access, place,
@@ -54,7 +58,7 @@ pub(super) async fn forward(
         addr: run.peer,
         protocol: run.protocol.clone(),
     };
-    let stream = match cluster.open_tunnel(url, &what, idle).await {
+    let stream = match open_any(cluster, url, &what, idle).await {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&run.repo), replica = %Escaped::text(url), error = %Escaped::text(&e.to_string()), "cannot forward an ssh command");
@@ -158,6 +162,40 @@ pub(super) async fn forward(
     }
 }
 
+/// A tunnel to the replica at `url`, or, when it cannot be reached (killed, and still listed
+/// until its lease expires), to another live replica of the repository.
+async fn open_any(
+    cluster: &Arc<Cluster>,
+    url: &str,
+    what: &Tunneled,
+    timeout: Duration,
+) -> Result<tunnel::Stream, tunnel::Error> {
+    let e = match cluster.open_tunnel(url, what, timeout).await {
+        Ok(s) => return Ok(s),
+        Err(e @ tunnel::Error::Http(http::Error::Connect(..))) => e,
+        Err(e) => return Err(e),
+    };
+    let Some(name) = repo_name(&super::literal(&what.repo)) else {
+        return Err(e);
+    };
+    let others = match cluster.replicas_of(&name).await {
+        Ok(Some(replicas)) => cluster.urls_of(&replicas).await.unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    for (node, other) in others.iter().filter(|(_, u)| u != url) {
+        match cluster.open_tunnel(other, what, timeout).await {
+            Ok(s) => {
+                tracing::info!(target: "berth::cluster", repo = %Escaped::token(&name), replica = %Escaped::token(node), "ssh command forwarded to another replica: the first did not answer");
+                return Ok(s);
+            }
+            Err(e) => {
+                tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&name), replica = %Escaped::token(node), error = %Escaped::text(&e.to_string()), "cannot forward an ssh command")
+            }
+        }
+    }
+    Err(e)
+}
+
 /// Why a tunnel request is refused before it is upgraded.
 fn refuse(status: StatusCode, why: &str) -> Response {
     (status, format!("{why}\n")).into_response()
@@ -173,7 +211,7 @@ fn parse(headers: &HeaderMap) -> Result<Run, &'static str> {
     };
     let repo = get(REPO).ok_or("missing repository")?;
     // Only names the cluster can hold are forwarded; the same check as for a URL's.
-    if repo.len() > 1024 || super::super::cluster::repo_name(&super::literal(repo)).is_none() {
+    if repo.len() > 1024 || repo_name(&super::literal(repo)).is_none() {
         return Err("bad repository name");
     }
     let user = get(USER).ok_or("missing user")?;
