@@ -97,6 +97,21 @@ impl Drop for RequestGuard {
     }
 }
 
+/// A request's handle on its connection (a request extension): a connection upgraded to a
+/// tunnel is kept busy with [`Hold::busy`], so the keep-alive timeout does not cut it; the
+/// write timeout still applies.
+#[derive(Clone)]
+pub(super) struct Hold(Arc<ConnState>);
+
+/// The connection counts as serving a request while this lives.
+pub(super) struct Busy(#[allow(dead_code)] RequestGuard);
+
+impl Hold {
+    pub(super) fn busy(&self) -> Busy {
+        Busy(RequestGuard::new(self.0.clone()))
+    }
+}
+
 /// A response body that ends the request's time in flight when it ends.
 struct GuardedBody {
     inner: Body,
@@ -521,6 +536,7 @@ async fn serve_connection(
         let guard = RequestGuard::new(svc_state.clone());
         req.extensions_mut()
             .insert(axum::extract::ConnectInfo(remote));
+        req.extensions_mut().insert(Hold(svc_state.clone()));
         async move {
             let resp = app
                 .oneshot(req.map(Body::new))
@@ -533,7 +549,9 @@ async fn serve_connection(
         .timer(hyper_util::rt::TokioTimer::new())
         // berth's own header-read timeout (above) also covers the keep-alive wait.
         .header_read_timeout(None)
-        .serve_connection(hyper_util::rt::TokioIo::new(io), svc);
+        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+        // The internal ssh tunnel (`/_berth/cluster/ssh`) takes the connection over.
+        .with_upgrades();
     tokio::pin!(conn);
     let mut shutting_down = *closing.borrow();
     if shutting_down {

@@ -634,15 +634,7 @@ async fn serve_git(
                 },
                 ref_access,
                 commit_gate: replicated.map(|(cluster, name, replicas)| {
-                    Arc::new(cluster::Gate {
-                        cluster,
-                        name,
-                        dir: PathBuf::from(&dir),
-                        replicas,
-                        handle: tokio::runtime::Handle::current(),
-                        committer_name: user.name().to_owned(),
-                        committer_email: email.clone(),
-                    }) as Arc<dyn receive::CommitGate>
+                    cluster::Gate::for_push(cluster, name, &dir, replicas, user.name(), &email)
                 }),
                 ..Default::default()
             };

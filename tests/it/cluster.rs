@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Whether `etcd` can run here; if not, say so (the test is skipped, not passed silently).
-fn etcd_present(test: &str) -> bool {
+pub(crate) fn etcd_present(test: &str) -> bool {
     let ok = Command::new("etcd")
         .arg("--version")
         .stdout(Stdio::null())
@@ -64,7 +64,7 @@ fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)
 }
 
 /// A three-member etcd on loopback, killed when dropped.
-struct Etcd {
+pub(crate) struct Etcd {
     members: Vec<Option<Child>>,
     client_ports: Vec<u16>,
     commands: Vec<Command>,
@@ -127,7 +127,7 @@ impl Etcd {
         etcd
     }
 
-    fn urls(&self) -> String {
+    pub(crate) fn urls(&self) -> String {
         let urls: Vec<String> = self
             .client_ports
             .iter()
@@ -138,7 +138,7 @@ impl Etcd {
 
     /// The keys under `prefix`, read with `etcdctl` (etcd-client); `None` (and a note) when
     /// it is not installed.
-    fn keys(&self, prefix: &str) -> Option<Vec<String>> {
+    pub(crate) fn keys(&self, prefix: &str) -> Option<Vec<String>> {
         let out = Command::new("etcdctl")
             .env("ETCDCTL_API", "3")
             .args([
@@ -197,33 +197,35 @@ impl Drop for Etcd {
 }
 
 /// One berth node: its root, port and process (if running).
-struct Node {
-    name: String,
+pub(crate) struct Node {
+    pub(crate) name: String,
     root: PathBuf,
-    port: u16,
-    process: Option<common::ServeProcess>,
+    pub(crate) port: u16,
+    pub(crate) process: Option<common::ServeProcess>,
+    /// The embedded ssh server's port, when started with `--ssh-listen`.
+    pub(crate) ssh_port: Option<u16>,
     /// More environment for this node's process (e.g. other git defaults).
-    env: Vec<(String, String)>,
+    pub(crate) env: Vec<(String, String)>,
 }
 
 impl Node {
-    fn url(&self, repo: &str) -> String {
+    pub(crate) fn url(&self, repo: &str) -> String {
         format!("http://127.0.0.1:{}/{repo}", self.port)
     }
 
-    fn dir(&self, repo: &str) -> PathBuf {
+    pub(crate) fn dir(&self, repo: &str) -> PathBuf {
         self.root.join(repo)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.process.as_ref().map(|p| p.log()).unwrap_or_default()
     }
 }
 
 /// Three etcd members and three berth nodes, each node with `--replicas replicas`.
-struct Cluster {
-    etcd: Etcd,
-    nodes: Vec<Node>,
+pub(crate) struct Cluster {
+    pub(crate) etcd: Etcd,
+    pub(crate) nodes: Vec<Node>,
     replicas: usize,
     /// More arguments for every node.
     extra: Vec<String>,
@@ -235,7 +237,7 @@ impl Cluster {
     }
 
     /// [`Cluster::start`] with more `berth serve` arguments for every node.
-    fn start_with(w: &World, replicas: usize, extra: &[&str]) -> Cluster {
+    pub(crate) fn start_with(w: &World, replicas: usize, extra: &[&str]) -> Cluster {
         let etcd = Etcd::start(w.root());
         let ports = free_ports(3);
         let nodes = (0..3)
@@ -244,6 +246,7 @@ impl Cluster {
                 root: w.path(&format!("node{i}")),
                 port: ports[i],
                 process: None,
+                ssh_port: None,
                 env: Vec::new(),
             })
             .collect();
@@ -273,13 +276,21 @@ impl Cluster {
             .args(["--replicas", &self.replicas.to_string()])
             .args(&self.extra)
             .envs(n.env.iter().map(|(k, v)| (k, v)));
-        n.process = Some(common::ServeProcess::spawn(cmd, |out| {
-            out.contains("listening on")
-        }));
+        let p = common::ServeProcess::spawn(cmd, |out| out.contains("listening on http://"));
+        n.ssh_port = p.stdout.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix("berth serve: listening on ssh://")?
+                .trim_end_matches('/')
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()
+        });
+        n.process = Some(p);
     }
 
     /// kill -9 node `i`.
-    fn kill_node(&mut self, i: usize) {
+    pub(crate) fn kill_node(&mut self, i: usize) {
         if let Some(mut p) = self.nodes[i].process.take() {
             let _ = p.child.kill();
             let _ = p.child.wait();
@@ -287,14 +298,14 @@ impl Cluster {
     }
 
     /// The nodes that hold `repo`.
-    fn holders(&self, repo: &str) -> Vec<&Node> {
+    pub(crate) fn holders(&self, repo: &str) -> Vec<&Node> {
         self.nodes
             .iter()
             .filter(|n| n.dir(repo).join("HEAD").is_file())
             .collect()
     }
 
-    fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         self.nodes
             .iter()
             .map(|n| format!("---- {}:\n{}", n.name, n.log()))
@@ -303,7 +314,12 @@ impl Cluster {
 
     /// Wait until every holder of `repo` has the same refs and the same applied log entry;
     /// those refs.
-    fn converged(&self, w: &World, repo: &str, holders: usize) -> BTreeMap<String, String> {
+    pub(crate) fn converged(
+        &self,
+        w: &World,
+        repo: &str,
+        holders: usize,
+    ) -> BTreeMap<String, String> {
         self.converged_among(w, repo, holders, &[0, 1, 2])
     }
 
@@ -372,7 +388,7 @@ impl Cluster {
         std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 
-    fn assert_fsck(&self, w: &World, repo: &str) {
+    pub(crate) fn assert_fsck(&self, w: &World, repo: &str) {
         for n in self.holders(repo) {
             if let Err(e) = w.fsck(n.dir(repo)) {
                 panic!("git fsck --strict on {}: {e}\n{}", n.name, self.logs());
@@ -382,7 +398,7 @@ impl Cluster {
 }
 
 /// What the client was told about each ref: `name → accepted`.
-fn porcelain(out: &std::process::Output) -> BTreeMap<String, bool> {
+pub(crate) fn porcelain(out: &std::process::Output) -> BTreeMap<String, bool> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
@@ -398,7 +414,7 @@ fn porcelain(out: &std::process::Output) -> BTreeMap<String, bool> {
 }
 
 /// `git push --porcelain <url> <refspecs>` from `repo`.
-fn push(w: &World, repo: &str, url: &str, refspecs: &[&str]) -> std::process::Output {
+pub(crate) fn push(w: &World, repo: &str, url: &str, refspecs: &[&str]) -> std::process::Output {
     let mut args = vec!["push", "--porcelain", url];
     args.extend_from_slice(refspecs);
     w.git_out(repo, &args)

@@ -4,6 +4,8 @@
 //! inflated when it came gzipped), marked with [`FORWARDED`] so that the replica serves it
 //! itself; the replica's answer streams back as it comes.
 //!
+//! (ssh commands are forwarded through `tunnel.rs` instead.)
+//!
 //! The replica authenticates the request again (HTTP Basic passes through). A trusted user
 //! header (`--trusted-user-header`) is only passed on as this node established it: the
 //! client's own copy is dropped, since the replica trusts this node's address.

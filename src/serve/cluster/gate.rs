@@ -58,6 +58,29 @@ pub(in crate::serve) struct Gate {
     pub(in crate::serve) committer_email: String,
 }
 
+impl Gate {
+    /// The commit gate of a push to `name` (at `dir`, with `replicas` as recorded) accepted
+    /// on this node, over HTTP or ssh; called on the runtime the gate blocks on.
+    pub(in crate::serve) fn for_push(
+        cluster: Arc<Cluster>,
+        name: String,
+        dir: &str,
+        replicas: Vec<String>,
+        committer_name: &str,
+        committer_email: &str,
+    ) -> Arc<dyn CommitGate> {
+        Arc::new(Gate {
+            cluster,
+            name,
+            dir: PathBuf::from(dir),
+            replicas,
+            handle: tokio::runtime::Handle::current(),
+            committer_name: committer_name.to_owned(),
+            committer_email: committer_email.to_owned(),
+        })
+    }
+}
+
 /// A prepared peer.
 struct Peer {
     name: String,

@@ -65,7 +65,8 @@ pub async fn send(mut req: Request<Body>, timeout: Duration) -> Result<Response<
             .await
             .map_err(|e| Error::Http(shown.clone(), e))?;
         tokio::spawn(async move {
-            let _ = conn.await;
+            // An upgraded connection (the ssh tunnel) lives on in the response's upgrade.
+            let _ = conn.with_upgrades().await;
         });
         sender
             .send_request(req)

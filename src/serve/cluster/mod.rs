@@ -13,6 +13,10 @@
 //!                     once a majority (or all, `--ack all`) applied it
 //! ```
 //!
+//! ssh commands are routed the same way (`ssh/mod.rs`): a push on a current replica runs
+//! with the same [`Gate`]; otherwise the ssh channel goes to a replica through the internal
+//! tunnel (`tunnel.rs`, `POST /_berth/cluster/ssh` upgraded to a framed byte stream).
+//!
 //! This module owns the node's membership (an etcd lease on `/berth/nodes/<name>`), the cluster
 //! secret (created once, create-if-absent), and the placement of repositories (rendezvous
 //! hashing over the live nodes, recorded at creation in `/berth/repos/<name>/replicas`).
@@ -39,10 +43,12 @@ mod locks;
 mod log;
 mod objects;
 mod replica;
+pub(super) mod tunnel;
 
 pub(super) use forward::{FORWARDED, forward};
 pub(super) use gate::Gate;
 pub(super) use replica::{INTERNAL_PREFIX, internal};
+pub(super) use tunnel::Tunneled;
 
 /// How many replicas have to apply a push before the client is told `ok`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,6 +11,9 @@
 //!   commit of an entry this replica resolved and recorded already (its decision came late):
 //!   `200 committed already`.
 //!
+//! - `POST /_berth/cluster/ssh`: an ssh session forwarded by a node that holds no current
+//!   replica, over an upgraded connection (`tunnel.rs` for the format, `ssh/tunnel.rs` runs it).
+//!
 //! Every request carries the cluster secret in `x-berth-cluster-secret` (403 without it). The
 //! header is at most [`MAX_HEADER`] bytes, the pack at most `--max-request-bytes`, and a body
 //! that stalls for `--idle-timeout` is dropped. A prepared transaction whose decision does not
@@ -97,6 +100,7 @@ pub(in crate::serve) async fn internal(
         Some("prepare") => prepare(server, cluster, req).await,
         Some("decide") => decide(cluster, req).await,
         Some("pack") => pack(cluster, req).await,
+        Some("ssh") => crate::serve::ssh::tunneled(server, cluster, req).await,
         _ => text(StatusCode::NOT_FOUND, "no such internal endpoint"),
     }
 }

@@ -98,11 +98,15 @@ pub(super) fn user_of(file_name: &str) -> Option<String> {
         Some((u, host)) if !host.contains('.') => u,
         _ => stem,
     };
+    valid_user(user).then(|| user.to_owned())
+}
+
+/// Whether `user` is a user name gitolite would accept (and so one a keydir can name).
+pub(super) fn valid_user(user: &str) -> bool {
     let mut chars = user.chars();
-    let first = chars.next()?;
-    (first.is_ascii_alphanumeric()
-        && chars.all(|c| c.is_ascii_alphanumeric() || "-._@+".contains(c)))
-    .then(|| user.to_owned())
+    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && user.len() <= 256
+        && chars.all(|c| c.is_ascii_alphanumeric() || "-._@+".contains(c))
 }
 
 /// What the keydir looked like when it was read: each `*.pub` file with its size and mtime.

@@ -9,6 +9,10 @@
 //! refused. Paths resolve under the root exactly as HTTP URLs do ([`super::repos::resolve`]),
 //! and every access decision goes through `access.rs`.
 //!
+//! With `--cluster`, a git command is routed as HTTP routes the same repository: on a current
+//! replica it runs here ([`session`]; a push with the cluster's commit gate, so it is
+//! replicated), else `tunnel.rs` runs it on a replica and relays its bytes unchanged.
+//!
 //! Limits: a connection must authenticate within `auth_timeout` (or is dropped), a connection
 //! silent in both directions for `idle_timeout` is dropped, at most `max_connections` connections
 //! are served at once (more are closed at accept), and pushes share HTTP's slots, request-size
@@ -30,6 +34,7 @@ use russh::{Channel, ChannelId, ChannelMsg, ChannelOpenFailure, ChannelReadHalf}
 use tokio::sync::{Notify, mpsc};
 use tokio_util::io::{StreamReader, SyncIoBridge};
 
+use super::cluster::{self, Cluster};
 use super::repos::is_git_dir;
 use super::repos::{self, Resolved};
 use super::{Access, BodyReader, Error, Identity, InFlight, Reject, Server, Service, hook_env};
@@ -38,6 +43,9 @@ use crate::receive;
 mod access;
 mod command;
 mod keys;
+mod tunnel;
+
+pub(super) use tunnel::tunneled;
 
 use super::Escaped;
 use access::{Denied, Op, authorize};
@@ -394,11 +402,7 @@ impl Handler for Conn {
         session: &mut Session,
     ) -> Result<(), Self::Error> {
         self.bump(channel, session)?;
-        let ok = name == "GIT_PROTOCOL"
-            && value.len() <= 256
-            && value
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b":=._-".contains(&b));
+        let ok = name == "GIT_PROTOCOL" && valid_git_protocol(value);
         match self.channels.get_mut(&channel) {
             Some(p) if ok => {
                 p.protocol = Some(value.to_owned());
@@ -509,6 +513,141 @@ impl Conn {
 /// Output for the client, in program order: `(stderr?, bytes)`.
 type Out = mpsc::Sender<(bool, Bytes)>;
 
+/// Whether `value` may be passed on as `GIT_PROTOCOL` (what git itself sends).
+fn valid_git_protocol(value: &str) -> bool {
+    value.len() <= 256
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b":=._-".contains(&b))
+}
+
+/// What the client sends on a session: its data, then the end of its input, or nothing more
+/// because it went away.
+enum In {
+    Data(Bytes),
+    Eof,
+    Gone,
+}
+
+/// A session's input, from an ssh channel here or from a tunnel (`tunnel.rs`).
+type Source = std::pin::Pin<Box<dyn futures_util::Stream<Item = In> + Send>>;
+
+/// The channel's data, up to its EOF or close.
+fn channel_source(read: ChannelReadHalf) -> Source {
+    Box::pin(futures_util::stream::unfold(
+        Some(read),
+        |read| async move {
+            let mut read = read?;
+            loop {
+                return match read.wait().await {
+                    Some(ChannelMsg::Data { data }) => Some((In::Data(data), Some(read))),
+                    Some(ChannelMsg::Eof) => Some((In::Eof, None)),
+                    Some(ChannelMsg::Close) | None => Some((In::Gone, None)),
+                    Some(_) => continue,
+                };
+            }
+        },
+    ))
+}
+
+/// A git command to run: which, on what, for whom.
+#[derive(Debug, Clone)]
+struct Run {
+    service: Service,
+    /// The path as the client gave it, without its leading `/`.
+    repo: String,
+    /// The user the key names.
+    user: String,
+    /// The client's address (for a tunneled session, the one the forwarding node saw).
+    peer: SocketAddr,
+    protocol: Option<String>,
+}
+
+/// A push's replication, when the repository is in a cluster: the cluster, the repository's
+/// cluster name and its replicas.
+type Replicated = Option<(Arc<Cluster>, String, Vec<String>)>;
+
+/// Where a git command runs in cluster mode.
+enum Where {
+    /// Here (replicated when a push to a repository of the cluster).
+    Here(Replicated),
+    /// On the replica at this advertise URL.
+    Replica(Arc<Cluster>, String),
+}
+
+/// Route `service` on `repo` as HTTP does ([`Cluster::route`]; a push places a new
+/// repository): here when this node holds a current replica, or is not in a cluster.
+async fn place(
+    server: &Arc<Server>,
+    repo: &str,
+    service: Service,
+    forwarded: bool,
+) -> Result<Where, Reject> {
+    let Some(c) = server.cluster.get() else {
+        return Ok(Where::Here(None));
+    };
+    let push = service == Service::ReceivePack;
+    let (name, routed) = c
+        .route(&literal(repo), push, forwarded)
+        .await
+        .map_err(|e| {
+            tracing::warn!(target: "berth::cluster", repo = %Escaped::token(repo), error = %Escaped::text(&e.to_string()), "cannot route an ssh command");
+            Reject::Unavailable("no replica of the repository can serve it now".into())
+        })?;
+    Ok(match (name, routed) {
+        (_, cluster::Route::Forward(url)) => Where::Replica(c.clone(), url),
+        (Some(name), cluster::Route::Local(Some(replicas))) if push => {
+            Where::Here(Some((c.clone(), name, replicas)))
+        }
+        _ => Where::Here(None),
+    })
+}
+
+/// The ssh path is literal: keep `%` from being read as an escape by the URL resolver.
+fn literal(repo: &str) -> String {
+    repo.replace('%', "%25")
+}
+
+/// Tell the client `fatal: <msg>` and fail the command (exit status 128).
+async fn fatal(tx: &Out, access: &Access, status: StatusCode, msg: String) -> u32 {
+    access.set_status(status);
+    access.set_outcome(msg.clone());
+    let _ = tx
+        .send((true, Bytes::from(format!("fatal: {msg}\n"))))
+        .await;
+    128
+}
+
+/// Run `run` here: access checks, the repository (created by a push when allowed), then
+/// berth's push session (with the cluster's commit gate when `replicated`) or git's
+/// `upload-pack`. The same for a command of this node's ssh server and for one tunneled from
+/// another node. The exit status.
+async fn session(
+    server: &Arc<Server>,
+    run: &Run,
+    replicated: Replicated,
+    source: Source,
+    tx: &Out,
+    access: &Arc<Access>,
+) -> u32 {
+    match prepare(server, &run.user, &run.repo, run.service).await {
+        Ok(dir) => match run.service {
+            Service::ReceivePack => {
+                receive_pack(server, dir, source, tx, run, replicated, access).await
+            }
+            Service::UploadPack => upload_pack(dir, source, tx, run.protocol.clone(), access).await,
+        },
+        Err(reject) => {
+            // As git's own messages for a repository it cannot use.
+            let status = match &reject {
+                Refusal::Denied(_) => StatusCode::FORBIDDEN,
+                Refusal::Reject(r) => r.status(),
+            };
+            fatal(tx, access, status, reject.to_string()).await
+        }
+    }
+}
+
 /// A blocking writer to the client's stdout or stderr.
 struct OutWriter {
     tx: Out,
@@ -542,6 +681,39 @@ struct Peer {
     closed: tokio::sync::watch::Receiver<bool>,
 }
 
+/// The access log's route name of `service`.
+fn route_name(service: Service) -> &'static str {
+    match service {
+        Service::ReceivePack => "receive-pack",
+        Service::UploadPack => "upload-pack",
+    }
+}
+
+/// The access-log record of one ssh command.
+fn new_access(
+    server: &Server,
+    route: &'static str,
+    repo: &str,
+    peer: SocketAddr,
+    user: &str,
+) -> Arc<Access> {
+    Arc::new(Access {
+        start: Instant::now(),
+        method: Method::from_bytes(b"SSH").unwrap_or(Method::GET),
+        route,
+        repo: repo.to_owned(),
+        remote: peer,
+        user: Mutex::new(user.to_owned()),
+        status: AtomicU16::new(0),
+        bytes_in: AtomicU64::new(0),
+        bytes_out: AtomicU64::new(0),
+        too_large: Default::default(),
+        outcome: Mutex::new(None),
+        push: Mutex::new(None),
+        metrics: server.metrics.clone(),
+    })
+}
+
 /// Run one command to its end: output forwarded as it comes, then exit status, EOF, close.
 async fn run_command(
     state: &Arc<State>,
@@ -553,33 +725,13 @@ async fn run_command(
 ) {
     let peer = conn.addr;
     let mut closed = conn.closed;
+    let tunnel_closed = closed.clone();
     let idle = state.server.idle_timeout;
     let (route, repo, service) = match &cmd {
-        Command::Git { service, repo } => (
-            match service {
-                Service::ReceivePack => "receive-pack",
-                Service::UploadPack => "upload-pack",
-            },
-            repo.clone(),
-            Some(*service),
-        ),
+        Command::Git { service, repo } => (route_name(*service), repo.clone(), Some(*service)),
         Command::Info => ("info", String::new(), None),
     };
-    let access = Arc::new(Access {
-        start: Instant::now(),
-        method: Method::from_bytes(b"SSH").unwrap_or(Method::GET),
-        route,
-        repo: repo.clone(),
-        remote: peer,
-        user: Mutex::new(user.clone()),
-        status: AtomicU16::new(0),
-        bytes_in: AtomicU64::new(0),
-        bytes_out: AtomicU64::new(0),
-        too_large: Default::default(),
-        outcome: Mutex::new(None),
-        push: Mutex::new(None),
-        metrics: state.server.metrics.clone(),
-    });
+    let access = new_access(&state.server, route, &repo, peer, &user);
     let (read, write) = channel.split();
     let (tx, mut rx) = mpsc::channel::<(bool, Bytes)>(16);
     let fwd_access = access.clone();
@@ -615,27 +767,32 @@ async fn run_command(
             0
         }
         Some(service) => {
-            match prepare(&state.server, &user, &repo, service).await {
-                Ok(dir) => match service {
-                    Service::ReceivePack => {
-                        receive_pack(state, dir, read, &tx, &user, peer, protocol, &access).await
-                    }
-                    Service::UploadPack => upload_pack(dir, read, &tx, protocol, &access).await,
-                },
-                Err(reject) => {
-                    // As git's own messages for a repository it cannot use.
-                    let status = match &reject {
-                        Refusal::Denied(_) => StatusCode::FORBIDDEN,
-                        Refusal::Reject(r) => r.status(),
-                    };
-                    access.set_status(status);
-                    let msg = reject.to_string();
-                    access.set_outcome(msg.clone());
-                    let _ = tx
-                        .send((true, Bytes::from(format!("fatal: {msg}\n"))))
-                        .await;
-                    128
+            let run = Run {
+                service,
+                repo,
+                user,
+                peer,
+                protocol,
+            };
+            let source = channel_source(read);
+            match place(&state.server, &run.repo, service, false).await {
+                Ok(Where::Here(replicated)) => {
+                    session(&state.server, &run, replicated, source, &tx, &access).await
                 }
+                Ok(Where::Replica(cluster, url)) => {
+                    tunnel::forward(
+                        &state.server,
+                        &cluster,
+                        &url,
+                        &run,
+                        source,
+                        &tx,
+                        tunnel_closed,
+                        &access,
+                    )
+                    .await
+                }
+                Err(r) => fatal(&tx, &access, r.status(), r.to_string()).await,
             }
         }
     };
@@ -673,15 +830,7 @@ async fn prepare(
     repo: &str,
     service: Service,
 ) -> Result<String, Refusal> {
-    // Cluster: pushes over ssh are not replicated yet (docs/cluster.md); refused rather than
-    // committed on this node alone.
-    if service == Service::ReceivePack && server.cluster.get().is_some() {
-        return Err(Refusal::Reject(Reject::Unavailable(
-            "pushes over ssh are not replicated yet; push over HTTP".into(),
-        )));
-    }
-    // The ssh path is literal: keep `%` from being read as an escape by the URL resolver.
-    let name = repo.replace('%', "%25");
+    let name = literal(repo);
     let op = match service {
         Service::UploadPack => Op::Read,
         Service::ReceivePack => {
@@ -714,59 +863,53 @@ async fn prepare(
         .ok_or_else(|| Refusal::Reject(Reject::NotARepository(repo.to_owned())))
 }
 
-/// The channel's data as a reader: ends at the client's EOF, fails if the client goes away
+/// The client's data as a reader: ends at the client's EOF, fails if the client goes away
 /// first, and (for pushes) if it stalls past `idle` or sends more than `max` bytes.
-fn input(
-    read: ChannelReadHalf,
-    limits: Option<(Duration, u64)>,
-    access: Arc<Access>,
-) -> BodyReader {
-    let s = futures_util::stream::unfold(Some((read, 0u64)), move |state| {
+fn input(source: Source, limits: Option<(Duration, u64)>, access: Arc<Access>) -> BodyReader {
+    use futures_util::StreamExt;
+    let s = futures_util::stream::unfold(Some((source, 0u64)), move |state| {
         let access = access.clone();
         async move {
             let (mut read, mut n) = state?;
-            loop {
-                let msg = match limits {
-                    Some((idle, _)) => match tokio::time::timeout(idle, read.wait()).await {
-                        Ok(m) => m,
-                        Err(_) => {
-                            access.set_outcome("push data idle too long");
-                            return Some((
-                                Err(io::Error::new(io::ErrorKind::TimedOut, "idle too long")),
-                                None,
-                            ));
-                        }
-                    },
-                    None => read.wait().await,
-                };
-                match msg {
-                    Some(ChannelMsg::Data { data }) => {
-                        n += data.len() as u64;
-                        access.bytes_in.store(n, Ordering::Relaxed);
-                        if let Some((_, max)) = limits
-                            && n > max
-                        {
-                            access.too_large.store(true, Ordering::Relaxed);
-                            access.set_outcome(format!("push larger than {max} bytes"));
-                            return Some((
-                                Err(io::Error::other(format!("push larger than {max} bytes"))),
-                                None,
-                            ));
-                        }
-                        return Some((Ok(data), Some((read, n))));
-                    }
-                    Some(ChannelMsg::Eof) => return None,
-                    Some(ChannelMsg::Close) | None => {
-                        access.set_outcome("client went away");
+            let msg = match limits {
+                Some((idle, _)) => match tokio::time::timeout(idle, read.next()).await {
+                    Ok(m) => m,
+                    Err(_) => {
+                        access.set_outcome("push data idle too long");
                         return Some((
-                            Err(io::Error::new(
-                                io::ErrorKind::ConnectionAborted,
-                                "client went away",
-                            )),
+                            Err(io::Error::new(io::ErrorKind::TimedOut, "idle too long")),
                             None,
                         ));
                     }
-                    Some(_) => continue,
+                },
+                None => read.next().await,
+            };
+            match msg {
+                Some(In::Data(data)) => {
+                    n += data.len() as u64;
+                    access.bytes_in.store(n, Ordering::Relaxed);
+                    if let Some((_, max)) = limits
+                        && n > max
+                    {
+                        access.too_large.store(true, Ordering::Relaxed);
+                        access.set_outcome(format!("push larger than {max} bytes"));
+                        return Some((
+                            Err(io::Error::other(format!("push larger than {max} bytes"))),
+                            None,
+                        ));
+                    }
+                    Some((Ok(data), Some((read, n))))
+                }
+                Some(In::Eof) => None,
+                Some(In::Gone) | None => {
+                    access.set_outcome("client went away");
+                    Some((
+                        Err(io::Error::new(
+                            io::ErrorKind::ConnectionAborted,
+                            "client went away",
+                        )),
+                        None,
+                    ))
                 }
             }
         }
@@ -775,19 +918,17 @@ fn input(
 }
 
 /// berth's push session on a blocking thread, fed from the channel.
-#[allow(clippy::too_many_arguments)]
 async fn receive_pack(
-    state: &Arc<State>,
+    server: &Arc<Server>,
     dir: String,
-    read: ChannelReadHalf,
+    source: Source,
     tx: &Out,
-    user: &str,
-    peer: SocketAddr,
-    protocol: Option<String>,
+    run: &Run,
+    replicated: Replicated,
     access: &Arc<Access>,
 ) -> u32 {
-    let server = &state.server;
-    let host = peer.ip().to_string();
+    let (user, protocol) = (run.user.as_str(), run.protocol.clone());
+    let host = run.peer.ip().to_string();
     let email = format!("{user}@ssh.{host}");
     let options = receive::Options {
         protocol_version: protocol
@@ -802,7 +943,7 @@ async fn receive_pack(
         ),
         env: receive::Environment {
             committer_name: Some(user.to_owned()),
-            committer_email: Some(email),
+            committer_email: Some(email.clone()),
             ..server.env.clone()
         },
         // The same per-ref check as over HTTP, for the user the key names.
@@ -814,6 +955,10 @@ async fn receive_pack(
             }) as Arc<dyn receive::RefAccess>
         }),
         max_command_bytes: Some(server.max_command_bytes),
+        // In a cluster, committed through etcd and applied on the replicas, as over HTTP.
+        commit_gate: replicated.map(|(cluster, name, replicas)| {
+            cluster::Gate::for_push(cluster, name, &dir, replicas, user, &email)
+        }),
         ..Default::default()
     };
     let Ok(permit) = server.pushes.clone().acquire_owned().await else {
@@ -825,7 +970,7 @@ async fn receive_pack(
         _permit: permit,
     };
     let input = SyncIoBridge::new(input(
-        read,
+        source,
         Some((server.idle_timeout, server.max_request_bytes)),
         access.clone(),
     ));
@@ -866,7 +1011,7 @@ async fn receive_pack(
 /// `git upload-pack <dir>` with the channel as its stdin and its stdout and stderr sent back.
 async fn upload_pack(
     dir: String,
-    read: ChannelReadHalf,
+    source: Source,
     tx: &Out,
     protocol: Option<String>,
     access: &Arc<Access>,
@@ -894,7 +1039,7 @@ async fn upload_pack(
             return 128;
         }
     };
-    let mut body = input(read, None, access.clone());
+    let mut body = input(source, None, access.clone());
     let stdin_task = child.stdin.take().map(|mut stdin| {
         tokio::spawn(async move {
             let _ = tokio::io::copy(&mut body, &mut stdin).await;
