@@ -622,6 +622,15 @@ async fn serve_git(
             });
             let host = remote.ip().to_string();
             let email = format!("{}@http.{host}", user.name());
+            // Replicated: the pack is streamed to the other replicas as it is read.
+            let stream = replicated.as_ref().map(|(cluster, name, replicas)| {
+                Arc::new(cluster::PushStream::new(
+                    cluster.clone(),
+                    name.clone(),
+                    replicas.clone(),
+                    tokio::runtime::Handle::current(),
+                ))
+            });
             let options = receive::Options {
                 stateless_rpc: true,
                 max_command_bytes: Some(server.max_command_bytes),
@@ -633,6 +642,7 @@ async fn serve_git(
                     ..server.env.clone()
                 },
                 ref_access,
+                pack_tee: stream.clone().map(|s| s as Arc<dyn receive::PackTee>),
                 commit_gate: replicated.map(|(cluster, name, replicas)| {
                     Arc::new(cluster::Gate {
                         cluster,
@@ -642,6 +652,7 @@ async fn serve_git(
                         handle: tokio::runtime::Handle::current(),
                         committer_name: user.name().to_owned(),
                         committer_email: email.clone(),
+                        stream,
                     }) as Arc<dyn receive::CommitGate>
                 }),
                 ..Default::default()

@@ -3,9 +3,9 @@
 //!
 //! 1. reads the repository's log head from etcd (sequence number S, mod revision R) and checks
 //!    this replica applied exactly S (else it is behind and refuses);
-//! 2. packs the objects of the new tips that the current refs do not reach (`git pack-objects
-//!    --revs`, not thin) and sends pack + updates to every other live replica's
-//!    `/_berth/cluster/prepare`, in parallel;
+//! 2. sends the updates and the id of the push's pack stream (`tee.rs`: the client's pack, teed
+//!    to the other replicas as it was read, already ingested and checked there) to every other
+//!    live replica's `/_berth/cluster/prepare`, in parallel;
 //! 3. with fewer than the acknowledgement quorum prepared (itself included): aborts everywhere;
 //! 4. the commit point: one etcd txn — if the log key's mod revision is still R, put the entry
 //!    S+1 as the log key and as `entries/<S+1>`. An answer lost to an etcd failure is retried
@@ -25,8 +25,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::json;
 
-use super::objects::pack_objects;
-use super::replica::{SECRET_HEADER, new_of};
+use super::replica::SECRET_HEADER;
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
 use crate::receive::{CommitGate, GateCommit};
 use crate::refs::{RefUpdate, Refs};
@@ -56,6 +55,8 @@ pub(in crate::serve) struct Gate {
     /// The reflog identity, for the replicas' transactions.
     pub(in crate::serve) committer_name: String,
     pub(in crate::serve) committer_email: String,
+    /// The push's pack stream to the other replicas (the same as its `pack_tee`).
+    pub(in crate::serve) stream: Option<Arc<super::PushStream>>,
 }
 
 /// A prepared peer.
@@ -66,16 +67,15 @@ struct Peer {
 
 impl CommitGate for Gate {
     fn decide(&self, updates: &[RefUpdate], current: &Refs) -> Result<Box<dyn GateCommit>, String> {
-        self.handle.block_on(self.decide_async(updates, current))
+        // The objects travelled with the pack stream: the refs the push was decided on are
+        // the replicas' to check (old values, under their locks).
+        let _ = current;
+        self.handle.block_on(self.decide_async(updates))
     }
 }
 
 impl Gate {
-    async fn decide_async(
-        &self,
-        updates: &[RefUpdate],
-        current: &Refs,
-    ) -> Result<Box<dyn GateCommit>, String> {
+    async fn decide_async(&self, updates: &[RefUpdate]) -> Result<Box<dyn GateCommit>, String> {
         let c = &self.cluster;
         let (seq, rev) = c.log_head(&self.name).await.map_err(unavailable)?;
         let applied = applied_seq(&self.dir);
@@ -89,14 +89,7 @@ impl Gate {
             ));
         }
         let updates_json = log::updates_json(updates).ok_or("a ref name is not UTF-8")?;
-        let pack = {
-            let dir = self.dir.clone();
-            let tips: Vec<_> = updates.iter().filter_map(new_of).collect();
-            let have: Vec<_> = current.iter().map(|(_, id)| *id).collect();
-            tokio::task::spawn_blocking(move || pack_objects(&dir, &tips, &have))
-                .await
-                .map_err(|e| e.to_string())??
-        };
+        let stream = self.stream.as_ref().and_then(|s| s.streamed());
         let txid = super::random_hex(16);
         let header = json!({
             "repo": self.name,
@@ -105,15 +98,13 @@ impl Gate {
             "committer_name": self.committer_name,
             "committer_email": self.committer_email,
             "updates": updates_json,
-            "has_pack": !pack.is_empty(),
+            "stream": stream,
         })
         .to_string();
-        let mut body = Vec::with_capacity(4 + header.len() + pack.len());
+        let mut body = Vec::with_capacity(4 + header.len());
         body.extend_from_slice(&(header.len() as u32).to_be_bytes());
         body.extend_from_slice(header.as_bytes());
-        body.extend_from_slice(&pack);
         let body = Bytes::from(body);
-        drop(pack);
 
         let peers = c.urls_of(&self.replicas).await.map_err(unavailable)?;
         let sends = peers.into_iter().map(|(name, url)| {

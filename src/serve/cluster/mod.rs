@@ -35,14 +35,17 @@ pub mod etcd;
 mod forward;
 mod gate;
 pub mod http;
+mod incoming;
 mod locks;
 mod log;
 mod objects;
 mod replica;
+mod tee;
 
 pub(super) use forward::{FORWARDED, forward};
 pub(super) use gate::Gate;
 pub(super) use replica::{INTERNAL_PREFIX, internal};
+pub(super) use tee::PushStream;
 
 /// How many replicas have to apply a push before the client is told `ok`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +103,8 @@ pub(super) struct Cluster {
     pub(super) root: PathBuf,
     /// Prepared transactions of pushes accepted elsewhere, waiting for their decision.
     pub(super) pending: replica::Pending,
+    /// Packs of pushes accepted elsewhere, streamed here, waiting for their prepare.
+    pub(super) streams: incoming::Streams,
     /// The environment repositories are opened with (the server's).
     pub(super) env: crate::receive::Environment,
     /// The largest pack a catch-up accepts from a peer (`--max-request-bytes`).
@@ -255,6 +260,7 @@ impl Cluster {
             secret,
             root: root.to_owned(),
             pending: Default::default(),
+            streams: Default::default(),
             env: env.clone(),
             max_pack,
             catching: Default::default(),

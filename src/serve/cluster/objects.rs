@@ -19,22 +19,45 @@ impl Drop for Keeps {
 }
 
 /// Ingest the pack read from `reader` into a quarantine of `repo`, checking every object as
-/// `index-pack --strict` does, and migrate it; the `.keep` files protect it until the refs
-/// point into it.
+/// `index-pack --strict` does (thin packs completed from the repository's objects), and migrate
+/// it; the `.keep` files protect it until the refs point into it.
 pub(super) fn ingest(
     repo: &crate::repo::Repository,
     objects: &gix_odb::Handle,
     reader: &mut dyn Read,
 ) -> Result<Keeps, String> {
-    let mut q =
-        ingest::Quarantine::create(&repo.objects_dir).map_err(|e| format!("quarantine: {e}"))?;
+    let q = receive(repo, objects, reader)?;
+    migrate(repo, q)
+}
+
+/// Ingest the pack read from `reader` into a new quarantine of `repo` (as [`ingest`]) and
+/// leave it there: nothing is visible to the repository until [`migrate`]; dropping the
+/// quarantine removes it.
+pub(super) fn receive(
+    repo: &crate::repo::Repository,
+    objects: &gix_odb::Handle,
+    reader: &mut dyn Read,
+) -> Result<ingest::Quarantine, String> {
+    let q = ingest::Quarantine::create(&repo.objects_dir)
+        .map_err(|e| format!("quarantine: {e}"))?
+        .with_shared_repository(repo.config.ingest.shared_repository);
     let options = ingest::Options {
         object_format: repo.object_format,
         fsck: Some(Vec::new()),
+        max_input_size: repo.config.ingest.max_input_size,
         ..Default::default()
     };
     let mut input = BufReader::with_capacity(64 * 1024, reader);
     ingest::receive_pack(&mut input, &q, objects, options).map_err(|e| format!("unpack: {e}"))?;
+    Ok(q)
+}
+
+/// Move the quarantine's objects into `repo`; the `.keep` files protect a migrated pack until
+/// the transaction is over.
+pub(super) fn migrate(
+    repo: &crate::repo::Repository,
+    mut q: ingest::Quarantine,
+) -> Result<Keeps, String> {
     q.migrate(&repo.objects_dir)
         .map(Keeps)
         .map_err(|e| format!("migrate: {e}"))
