@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Whether `etcd` can run here; if not, say so (the test is skipped, not passed silently).
-fn etcd_present(test: &str) -> bool {
+pub(crate) fn etcd_present(test: &str) -> bool {
     let ok = Command::new("etcd")
         .arg("--version")
         .stdout(Stdio::null())
@@ -192,19 +192,19 @@ impl Drop for Etcd {
 }
 
 /// One berth node: its root, port and process (if running).
-struct Node {
-    name: String,
-    root: PathBuf,
-    port: u16,
-    process: Option<common::ServeProcess>,
+pub(crate) struct Node {
+    pub(crate) name: String,
+    pub(crate) root: PathBuf,
+    pub(crate) port: u16,
+    pub(crate) process: Option<common::ServeProcess>,
 }
 
 impl Node {
-    fn url(&self, repo: &str) -> String {
+    pub(crate) fn url(&self, repo: &str) -> String {
         format!("http://127.0.0.1:{}/{repo}", self.port)
     }
 
-    fn dir(&self, repo: &str) -> PathBuf {
+    pub(crate) fn dir(&self, repo: &str) -> PathBuf {
         self.root.join(repo)
     }
 
@@ -214,21 +214,33 @@ impl Node {
 }
 
 /// Three etcd members and three berth nodes, each node with `--replicas replicas`.
-struct Cluster {
+pub(crate) struct Cluster {
     etcd: Etcd,
-    nodes: Vec<Node>,
+    pub(crate) nodes: Vec<Node>,
     replicas: usize,
     /// More arguments for every node.
     extra: Vec<String>,
+    /// More environment for every node.
+    env: Vec<(String, String)>,
 }
 
 impl Cluster {
-    fn start(w: &World, replicas: usize) -> Cluster {
+    pub(crate) fn start(w: &World, replicas: usize) -> Cluster {
         Cluster::start_with(w, replicas, &[])
     }
 
     /// [`Cluster::start`] with more `berth serve` arguments for every node.
     fn start_with(w: &World, replicas: usize, extra: &[&str]) -> Cluster {
+        Cluster::start_with_env(w, replicas, extra, &[])
+    }
+
+    /// [`Cluster::start_with`] with more environment for every node.
+    pub(crate) fn start_with_env(
+        w: &World,
+        replicas: usize,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Cluster {
         let etcd = Etcd::start(w.root());
         let ports = free_ports(3);
         let nodes = (0..3)
@@ -244,6 +256,10 @@ impl Cluster {
             nodes,
             replicas,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         for i in 0..3 {
             c.start_node(w, i);
@@ -251,7 +267,7 @@ impl Cluster {
         c
     }
 
-    fn start_node(&mut self, w: &World, i: usize) {
+    pub(crate) fn start_node(&mut self, w: &World, i: usize) {
         let urls = self.etcd.urls();
         let n = &mut self.nodes[i];
         let mut cmd = w.cmd(common::berth(), ".");
@@ -263,14 +279,15 @@ impl Cluster {
             .args(["--cluster", &urls, "--node", &n.name])
             .args(["--advertise", &format!("http://127.0.0.1:{}", n.port)])
             .args(["--replicas", &self.replicas.to_string()])
-            .args(&self.extra);
+            .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         n.process = Some(common::ServeProcess::spawn(cmd, |out| {
             out.contains("listening on")
         }));
     }
 
     /// kill -9 node `i`.
-    fn kill_node(&mut self, i: usize) {
+    pub(crate) fn kill_node(&mut self, i: usize) {
         if let Some(mut p) = self.nodes[i].process.take() {
             let _ = p.child.kill();
             let _ = p.child.wait();
@@ -278,14 +295,14 @@ impl Cluster {
     }
 
     /// The nodes that hold `repo`.
-    fn holders(&self, repo: &str) -> Vec<&Node> {
+    pub(crate) fn holders(&self, repo: &str) -> Vec<&Node> {
         self.nodes
             .iter()
             .filter(|n| n.dir(repo).join("HEAD").is_file())
             .collect()
     }
 
-    fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         self.nodes
             .iter()
             .map(|n| format!("---- {}:\n{}", n.name, n.log()))
@@ -294,7 +311,12 @@ impl Cluster {
 
     /// Wait until every holder of `repo` has the same refs and the same applied log entry;
     /// those refs.
-    fn converged(&self, w: &World, repo: &str, holders: usize) -> BTreeMap<String, String> {
+    pub(crate) fn converged(
+        &self,
+        w: &World,
+        repo: &str,
+        holders: usize,
+    ) -> BTreeMap<String, String> {
         self.converged_among(w, repo, holders, &[0, 1, 2])
     }
 
@@ -362,7 +384,7 @@ impl Cluster {
         std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 
-    fn assert_fsck(&self, w: &World, repo: &str) {
+    pub(crate) fn assert_fsck(&self, w: &World, repo: &str) {
         for n in self.holders(repo) {
             if let Err(e) = w.fsck(n.dir(repo)) {
                 panic!("git fsck --strict on {}: {e}\n{}", n.name, self.logs());
@@ -372,7 +394,7 @@ impl Cluster {
 }
 
 /// What the client was told about each ref: `name → accepted`.
-fn porcelain(out: &std::process::Output) -> BTreeMap<String, bool> {
+pub(crate) fn porcelain(out: &std::process::Output) -> BTreeMap<String, bool> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
@@ -388,14 +410,14 @@ fn porcelain(out: &std::process::Output) -> BTreeMap<String, bool> {
 }
 
 /// `git push --porcelain <url> <refspecs>` from `repo`.
-fn push(w: &World, repo: &str, url: &str, refspecs: &[&str]) -> std::process::Output {
+pub(crate) fn push(w: &World, repo: &str, url: &str, refspecs: &[&str]) -> std::process::Output {
     let mut args = vec!["push", "--porcelain", url];
     args.extend_from_slice(refspecs);
     w.git_out(repo, &args)
 }
 
 /// [`push`] that must be acknowledged.
-fn push_ok(w: &World, repo: &str, url: &str, refspecs: &[&str]) -> std::process::Output {
+pub(crate) fn push_ok(w: &World, repo: &str, url: &str, refspecs: &[&str]) -> std::process::Output {
     let out = push(w, repo, url, refspecs);
     assert!(
         out.status.success(),
@@ -663,7 +685,7 @@ fn a_killed_replica_and_a_killed_etcd_member_do_not_stop_pushes_and_the_replica_
 }
 
 /// Wait for `path` to exist (at most 60 s).
-fn wait_for(path: &Path, c: &Cluster) {
+pub(crate) fn wait_for(path: &Path, c: &Cluster) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !path.exists() {
         assert!(
@@ -677,7 +699,7 @@ fn wait_for(path: &Path, c: &Cluster) {
 }
 
 /// A cluster with `r.git` pushed once through node 0 and replicated; the source repository.
-fn cluster_with_repo(w: &World) -> (Cluster, String) {
+pub(crate) fn cluster_with_repo(w: &World) -> (Cluster, String) {
     let c = Cluster::start(w, 3);
     let src = w.work("src");
     w.commit(&src, "a", "one");
