@@ -3,10 +3,13 @@
 //!
 //! ```text
 //! client ─push→ any node ─(holds no replica)→ forward.rs → a replica
-//!                 │ accepting replica: receive::run decides as alone; at each ref transaction
-//!                 │ (prepared, locks held) its CommitGate (gate.rs):
-//!                 ├─ pack of the new objects + ref updates ─POST /_berth/cluster/prepare→ other
-//!                 │   replicas (replica.rs): ingest, check, prepare the same transaction, hold it
+//!                 │ accepting replica: receive::run decides as alone; its PackTee (tee.rs)
+//!                 ├─ the client's pack, as it is read ─POST /_berth/cluster/stream→ other
+//!                 │   replicas (incoming.rs): ingest and check it into a quarantine as it arrives
+//!                 │ at each ref transaction (prepared, locks held) its CommitGate (gate.rs):
+//!                 ├─ ref updates + the stream's id ─POST /_berth/cluster/prepare→ other
+//!                 │   replicas (replica.rs): migrate that quarantine, check, prepare the same
+//!                 │   transaction, hold it
 //!                 ├─ majority prepared? → etcd txn on the repository's log key: compare its mod
 //!                 │   revision with the one read before, put the entry (the commit point)
 //!                 └─ commit here, ─POST /_berth/cluster/decide→ commit there; `ok` to the client

@@ -1,6 +1,7 @@
-//! Objects between replicas: the pack a push (or a catch-up) sends, its ingestion and checks on
-//! the receiving replica (berth's ingest with fsck into a quarantine, then git's connectivity
-//! walk), and the creation of a replica's repository.
+//! Objects between replicas: their ingestion and checks on the receiving replica (berth's
+//! ingest with fsck into a quarantine, kept or migrated, then git's connectivity walk), the pack
+//! a catch-up asks for (`git pack-objects`; a push's pack is streamed as the client sent it,
+//! `tee.rs`), and the creation of a replica's repository.
 
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -122,7 +123,7 @@ pub(super) fn connected(dir: &Path, tips: &[gix_hash::ObjectId]) -> Result<(), S
 }
 
 /// A pack (not thin) of the objects reachable from `tips` and not from `have`; empty when
-/// there are no tips.
+/// there are no tips. For the catch-up only.
 pub(super) fn pack_objects(
     dir: &std::path::Path,
     tips: &[gix_hash::ObjectId],
