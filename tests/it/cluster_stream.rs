@@ -153,20 +153,35 @@ fn thin_and_both_sides_of_unpack_limit_replicate_without_pack_objects_on_the_acc
 
     let refs = c.converged(&w, "r.git", 3);
     let head = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
-    assert_eq!(refs.get("refs/heads/main"), Some(&head));
     assert_eq!(refs.get("refs/heads/other"), Some(&head));
+
+    // A deletion and an update in one (non-atomic) push: two ref transactions (the deletions
+    // first), one pack; each replica's second prepare finds the objects the first migrated.
+    w.commit(&src, "after.txt", "after the deletion");
+    push_ok(
+        &w,
+        &src,
+        &url,
+        &[":refs/heads/other", "HEAD:refs/heads/main"],
+    );
+
+    let refs = c.converged(&w, "r.git", 3);
+    let head = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
+    assert_eq!(refs.get("refs/heads/main"), Some(&head));
+    assert_eq!(refs.get("refs/heads/other"), None);
     for n in &c.nodes {
         assert_eq!(w.ref_map(n.dir("r.git")), refs, "{}", n.name);
         assert!(quarantines(&n.dir("r.git")).is_empty(), "{}", n.name);
     }
     c.assert_fsck(&w, "r.git");
-    // Every push was prepared by all three replicas from its stream, none caught up later.
+    // Every ref transaction (five pushes, the last one two) was prepared by all three
+    // replicas, none caught up later.
     let log0 = c.nodes[0].process.as_ref().unwrap().log();
     let committed = log0
         .lines()
         .filter(|l| l.contains("committed to the log"))
         .collect::<Vec<_>>();
-    assert_eq!(committed.len(), 4, "{}", c.logs());
+    assert_eq!(committed.len(), 6, "{}", c.logs());
     assert!(
         committed.iter().all(|l| l.contains("prepared=3")),
         "{}",

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::json;
 
-use super::replica::SECRET_HEADER;
+use super::replica::{SECRET_HEADER, new_of};
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
 use crate::receive::{CommitGate, GateCommit};
 use crate::refs::{RefUpdate, Refs};
@@ -89,7 +89,12 @@ impl Gate {
             ));
         }
         let updates_json = log::updates_json(updates).ok_or("a ref name is not UTF-8")?;
-        let stream = self.stream.as_ref().and_then(|s| s.streamed());
+        // A batch of deletions needs no objects: it leaves the stream to the batch that does.
+        let stream = self
+            .stream
+            .as_ref()
+            .filter(|_| updates.iter().any(|u| new_of(u).is_some()))
+            .and_then(|s| s.streamed());
         let txid = super::random_hex(16);
         let header = json!({
             "repo": self.name,

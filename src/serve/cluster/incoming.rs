@@ -10,8 +10,9 @@
 //!   whatever is left of the stream is removed.
 //!
 //! The prepare (`replica.rs`) takes the quarantine with [`Streams::claim`], waiting for a
-//! stream still arriving; a body cut off or ended with an error fails the ingest, which removes
-//! its quarantine at once.
+//! stream still arriving (a later batch of the same push finds it taken: its objects are in
+//! place); a body cut off or ended with an error fails the ingest, which removes its quarantine
+//! at once.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -52,6 +53,8 @@ pub(super) struct Slot {
 enum State {
     Receiving,
     Ready(Quarantine),
+    /// A prepare migrated it (a later batch of the same push finds its objects in place).
+    Taken,
     Failed(String),
 }
 
@@ -123,9 +126,10 @@ impl Streams {
         true
     }
 
-    /// The quarantine of stream `id` of `repo`, once it arrived (waiting for it, bounded);
-    /// removed from the streams: the caller migrates or drops it.
-    pub(super) fn claim(&self, id: &str, repo: &str) -> Result<Quarantine, String> {
+    /// The quarantine of stream `id` of `repo`, once it arrived (waiting for it, bounded), for
+    /// the caller to migrate; `None` when an earlier batch of the push took it already. The
+    /// stream stays (taken) until the push is over.
+    pub(super) fn claim(&self, id: &str, repo: &str) -> Result<Option<Quarantine>, String> {
         let opened_by = Instant::now() + OPEN_WAIT;
         let slot = loop {
             let slot = self.0.lock().ok().and_then(|m| m.get(id).cloned());
@@ -148,16 +152,18 @@ impl Streams {
                 return Err("the push's pack is still arriving".into());
             }
         }
-        let mut map = self.0.lock().map_err(|_| "streams poisoned")?;
-        if map.get(id).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
-            map.remove(id);
-        }
-        drop(map);
         let mut state = slot.state.lock().map_err(|_| "stream poisoned")?;
-        match std::mem::replace(&mut *state, State::Failed("taken by a prepare".into())) {
-            State::Ready(q) => Ok(q),
-            State::Failed(e) => Err(format!("the push's pack: {e}")),
-            State::Receiving => Err("the push's pack is still arriving".into()),
+        match std::mem::replace(&mut *state, State::Taken) {
+            State::Ready(q) => Ok(Some(q)),
+            State::Taken => Ok(None),
+            State::Failed(e) => {
+                *state = State::Failed(e.clone());
+                Err(format!("the push's pack: {e}"))
+            }
+            State::Receiving => {
+                *state = State::Receiving;
+                Err("the push's pack is still arriving".into())
+            }
         }
     }
 
@@ -284,14 +290,17 @@ mod tests {
     fn claimed_dropped_and_bounded() {
         let objects = tempfile::tempdir().unwrap();
         let s = Streams::default();
-        // Received, then claimed: removed from the streams, the quarantine handed over.
+        // Received, then claimed: the quarantine handed over, once; the stream stays until the
+        // push is over.
         let slot = s.open("aa", "r").unwrap();
         s.finish("aa", &slot, Ok(quarantine(objects.path())));
         assert!(s.claim("aa", "other").is_err());
-        let q = s.claim("aa", "r").unwrap();
+        let q = s.claim("aa", "r").unwrap().unwrap();
         assert!(q.path().is_dir());
-        assert_eq!(s.len(), 0);
+        assert!(s.claim("aa", "r").unwrap().is_none());
         drop(q);
+        assert!(s.remove("aa", None));
+        assert_eq!(s.len(), 0);
         // Dropped while arriving: removed when it arrives, nothing left on disk.
         let slot = s.open("bb", "r").unwrap();
         assert!(s.remove("bb", None));
@@ -303,6 +312,8 @@ mod tests {
         let slot = s.open("cc", "r").unwrap();
         s.finish("cc", &slot, Err("unpack: bad".into()));
         assert!(s.claim("cc", "r").unwrap_err().contains("unpack: bad"));
+        assert!(s.remove("cc", None));
+        assert_eq!(s.len(), 0);
         // Bounded in count.
         for i in 0..MAX_STREAMS {
             s.open(&format!("{i:x}"), "r").unwrap();

@@ -283,10 +283,12 @@ impl Job {
         // The pack arrived (or is arriving) on its own stream, already checked.
         let keeps = match &h.stream {
             Some(id) => match cluster.streams.claim(id, &h.repo) {
-                Ok(q) => match migrate(&repo, q) {
+                Ok(Some(q)) => match migrate(&repo, q) {
                     Ok(k) => k,
                     Err(e) => return fail(ready, e),
                 },
+                // An earlier batch of the push migrated it.
+                Ok(None) => Keeps(Vec::new()),
                 Err(e) => return fail(ready, e),
             },
             None => Keeps(Vec::new()),
