@@ -356,7 +356,7 @@ impl Cluster {
     }
 
     /// Send `signal` (`-STOP`, `-CONT`) to node `i`'s process.
-    fn signal(&self, i: usize, signal: &str) {
+    pub(crate) fn signal(&self, i: usize, signal: &str) {
         let Some(p) = self.nodes[i].process.as_ref() else {
             return;
         };

@@ -331,3 +331,55 @@ fn a_stream_cut_off_by_the_accepting_nodes_death_leaves_nothing_on_the_replicas(
     wait_for(&c.nodes[0].dir("r.git").join("HEAD"), &c);
     c.assert_fsck(&w, "r.git");
 }
+
+#[test]
+fn a_replica_too_slow_for_the_stream_is_left_out_after_the_stall_bound_and_catches_up() {
+    if !etcd_present("a_replica_too_slow_for_the_stream") {
+        return;
+    }
+    let w = World::new();
+    let (c, src) = cluster_with_repo(&w);
+    // n2 stopped: it takes the stream's bytes until the sockets' buffers are full, then none.
+    c.signal(2, "-STOP");
+    std::fs::write(w.path(&format!("{src}/noise.bin")), noise(24 << 20, 5)).unwrap();
+    w.git(&src, &["add", "-A"]);
+    w.git(&src, &["commit", "-q", "-m", "noise"]);
+    let new = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
+    let start = Instant::now();
+    let out = push(
+        &w,
+        &src,
+        &c.nodes[0].url("r.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    let took = start.elapsed();
+    c.signal(2, "-CONT");
+    assert!(
+        out.status.success(),
+        "push with n2 stopped: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    // Held up by the stall bound (10 s), not by the stopped replica.
+    assert!(took < Duration::from_secs(60), "{took:?}");
+    let log0 = c.nodes[0].process.as_ref().unwrap().log();
+    assert!(
+        log0.contains("left out of this push"),
+        "n2 was not dropped from the stream:\n{}",
+        c.logs()
+    );
+    // Continued, it refuses what is left of the push and catches up.
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&new));
+    for n in &c.nodes[1..] {
+        let dir = n.dir("r.git");
+        assert!(
+            eventually(Duration::from_secs(30), || quarantines(&dir).is_empty()),
+            "{}: quarantine left: {:?}\n{}",
+            n.name,
+            quarantines(&dir),
+            c.logs()
+        );
+    }
+    c.assert_fsck(&w, "r.git");
+}
