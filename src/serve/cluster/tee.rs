@@ -7,7 +7,8 @@
 //! the prepare and catches up later). A pack this node refused ends each body with an error.
 //! The gate names the stream's id in its prepare ([`PushStream::streamed`]); when the push is
 //! over (the session dropped its options), every replica streamed to is told to drop what is
-//! left of it (`POST /_berth/cluster/drop?stream=<id>`: nothing, when a prepare took it).
+//! left of it (`POST /_berth/cluster/drop?stream=<id>`: the quarantine of a push refused or
+//! aborted before its prepare; only the record, when a prepare migrated it).
 
 use std::io;
 use std::sync::{Arc, Mutex};
