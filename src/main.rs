@@ -563,6 +563,7 @@ fn receive_pack(args: &[std::ffi::OsString]) -> ExitCode {
         ref_access: None,
         max_command_bytes: None,
         commit_gate: None,
+        pack_tee: None,
     };
     let result = berth::receive::run(
         &dir,

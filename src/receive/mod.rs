@@ -27,6 +27,7 @@ mod housekeeping;
 mod options;
 mod outcome;
 mod run_hooks;
+mod tee;
 mod unpack;
 mod update;
 
@@ -36,6 +37,7 @@ pub use options::{
     CommitGate, Environment, GateCommit, Options, RefAccess, RefChange, protocol_version,
 };
 pub use outcome::{Fatal, Outcome, PushResult, Unpack};
+pub use tee::{PackSink, PackTee};
 
 use command::{Cmd, refuse_pending};
 use decide::Decide;

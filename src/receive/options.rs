@@ -42,6 +42,9 @@ pub struct Options {
     /// transaction (locks held, old values checked) before it is committed here. `None`: the
     /// push commits alone, as git does.
     pub commit_gate: Option<Arc<dyn CommitGate>>,
+    /// Sees the pushed pack's bytes as the unpack phase reads them (`berth serve --cluster`
+    /// streams them to the other replicas). `None`: nobody does.
+    pub pack_tee: Option<Arc<dyn super::PackTee>>,
 }
 
 /// The commit point of a replicated push, between this repository's [`crate::refs::Prepared`]

@@ -1,6 +1,7 @@
 //! The unpack phase: the pack that follows the commands is received into a quarantine (git's
 //! `unpack` with `index-pack` / `unpack-objects`), with index-pack's progress relayed to the
-//! client. Nothing is visible to the repository until the quarantine is migrated.
+//! client. Nothing is visible to the repository until the quarantine is migrated. The bytes
+//! read are shown to `Options::pack_tee` as they are consumed (see `tee.rs`).
 
 use std::io::{BufRead, Write};
 
@@ -9,6 +10,7 @@ use tracing::info_span;
 
 use super::Options;
 use super::outcome::Unpack;
+use super::tee::Tee;
 use crate::objects::ingest::{self, Quarantine, Received};
 use crate::protocol::sideband::{Mode, Sideband};
 use crate::repo::Repository;
@@ -83,7 +85,18 @@ pub(super) fn unpack<W: Write, E: Write>(
             durability: config.durability,
         },
     };
-    match ingest::receive_pack(input, &q, objects, opts) {
+    let mut sink = options.pack_tee.as_ref().map(|t| t.start());
+    let result = match sink.as_deref_mut() {
+        Some(sink) => {
+            let mut tee = Tee { inner: input, sink };
+            ingest::receive_pack(&mut tee, &q, objects, opts)
+        }
+        None => ingest::receive_pack(input, &q, objects, opts),
+    };
+    if let Some(sink) = sink {
+        sink.end(result.is_ok());
+    }
+    match result {
         Ok(r) => {
             for m in &r.messages {
                 sb.progress(format!("{m}\n").as_bytes())?;

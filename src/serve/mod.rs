@@ -622,6 +622,16 @@ async fn serve_git(
             });
             let host = remote.ip().to_string();
             let email = format!("{}@http.{host}", user.name());
+            // Replicated: the pack streamed to the other replicas as it is read, the refs
+            // committed through etcd.
+            let (pack_tee, commit_gate) = match replicated {
+                Some((cluster, name, replicas)) => {
+                    let (tee, gate) =
+                        cluster::Gate::for_push(cluster, name, &dir, replicas, user.name(), &email);
+                    (Some(tee), Some(gate))
+                }
+                None => (None, None),
+            };
             let options = receive::Options {
                 stateless_rpc: true,
                 max_command_bytes: Some(server.max_command_bytes),
@@ -633,9 +643,8 @@ async fn serve_git(
                     ..server.env.clone()
                 },
                 ref_access,
-                commit_gate: replicated.map(|(cluster, name, replicas)| {
-                    cluster::Gate::for_push(cluster, name, &dir, replicas, user.name(), &email)
-                }),
+                pack_tee,
+                commit_gate,
                 ..Default::default()
             };
             // Wait for a push slot, for a while; the permit travels with the blocking session.

@@ -215,6 +215,10 @@ impl Server {
         match resolve(&self.root, repo)? {
             Resolved::Repo(p) => {
                 tracing::info!(target: "berth::serve", repo = %Escaped::token(repo), path = %Escaped::text(&p.display().to_string()), "created repository");
+                if let (Some(c), Some(name)) = (self.cluster.get(), super::cluster::repo_name(repo))
+                {
+                    c.created(&name, &p).await;
+                }
                 Ok(p)
             }
             Resolved::Missing(_) => Err(cleanup("repository vanished after init".into())),

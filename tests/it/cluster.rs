@@ -199,12 +199,13 @@ impl Drop for Etcd {
 /// One berth node: its root, port and process (if running).
 pub(crate) struct Node {
     pub(crate) name: String,
-    root: PathBuf,
+    pub(crate) root: PathBuf,
     pub(crate) port: u16,
     pub(crate) process: Option<common::ServeProcess>,
     /// The embedded ssh server's port, when started with `--ssh-listen`.
     pub(crate) ssh_port: Option<u16>,
-    /// More environment for this node's process (e.g. other git defaults).
+    /// More environment for this node's process (e.g. other git defaults), after the
+    /// cluster's.
     pub(crate) env: Vec<(String, String)>,
 }
 
@@ -229,15 +230,27 @@ pub(crate) struct Cluster {
     replicas: usize,
     /// More arguments for every node.
     extra: Vec<String>,
+    /// More environment for every node.
+    env: Vec<(String, String)>,
 }
 
 impl Cluster {
-    fn start(w: &World, replicas: usize) -> Cluster {
+    pub(crate) fn start(w: &World, replicas: usize) -> Cluster {
         Cluster::start_with(w, replicas, &[])
     }
 
     /// [`Cluster::start`] with more `berth serve` arguments for every node.
     pub(crate) fn start_with(w: &World, replicas: usize, extra: &[&str]) -> Cluster {
+        Cluster::start_with_env(w, replicas, extra, &[])
+    }
+
+    /// [`Cluster::start_with`] with more environment for every node.
+    pub(crate) fn start_with_env(
+        w: &World,
+        replicas: usize,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Cluster {
         let etcd = Etcd::start(w.root());
         let ports = free_ports(3);
         let nodes = (0..3)
@@ -255,6 +268,10 @@ impl Cluster {
             nodes,
             replicas,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         for i in 0..3 {
             c.start_node(w, i);
@@ -262,7 +279,7 @@ impl Cluster {
         c
     }
 
-    fn start_node(&mut self, w: &World, i: usize) {
+    pub(crate) fn start_node(&mut self, w: &World, i: usize) {
         let urls = self.etcd.urls();
         let n = &mut self.nodes[i];
         let mut cmd = w.cmd(common::berth(), ".");
@@ -275,6 +292,7 @@ impl Cluster {
             .args(["--advertise", &format!("http://127.0.0.1:{}", n.port)])
             .args(["--replicas", &self.replicas.to_string()])
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .envs(n.env.iter().map(|(k, v)| (k, v)));
         let p = common::ServeProcess::spawn(cmd, |out| out.contains("listening on http://"));
         n.ssh_port = p.stdout.lines().find_map(|l| {
@@ -359,7 +377,7 @@ impl Cluster {
     }
 
     /// Send `signal` (`-STOP`, `-CONT`) to node `i`'s process.
-    fn signal(&self, i: usize, signal: &str) {
+    pub(crate) fn signal(&self, i: usize, signal: &str) {
         let Some(p) = self.nodes[i].process.as_ref() else {
             return;
         };
@@ -421,7 +439,7 @@ pub(crate) fn push(w: &World, repo: &str, url: &str, refspecs: &[&str]) -> std::
 }
 
 /// [`push`] that must be acknowledged.
-fn push_ok(w: &World, repo: &str, url: &str, refspecs: &[&str]) -> std::process::Output {
+pub(crate) fn push_ok(w: &World, repo: &str, url: &str, refspecs: &[&str]) -> std::process::Output {
     let out = push(w, repo, url, refspecs);
     assert!(
         out.status.success(),
@@ -689,7 +707,7 @@ fn a_killed_replica_and_a_killed_etcd_member_do_not_stop_pushes_and_the_replica_
 }
 
 /// Wait for `path` to exist (at most 60 s).
-fn wait_for(path: &Path, c: &Cluster) {
+pub(crate) fn wait_for(path: &Path, c: &Cluster) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !path.exists() {
         assert!(
@@ -703,7 +721,7 @@ fn wait_for(path: &Path, c: &Cluster) {
 }
 
 /// A cluster with `r.git` pushed once through node 0 and replicated; the source repository.
-fn cluster_with_repo(w: &World) -> (Cluster, String) {
+pub(crate) fn cluster_with_repo(w: &World) -> (Cluster, String) {
     let c = Cluster::start(w, 3);
     let src = w.work("src");
     w.commit(&src, "a", "one");

@@ -9,6 +9,7 @@ mod bad_input;
 mod bench;
 mod cluster;
 mod cluster_ssh;
+mod cluster_stream;
 mod crash;
 mod durability;
 mod fuzz_corpus;

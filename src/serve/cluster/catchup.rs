@@ -182,7 +182,6 @@ impl Cluster {
             return Ok(None);
         };
         let dir = repo_dir(&self.root, name);
-        self.ensure_copy(name, &dir).await?;
         let mut applied = applied_seq(&dir);
         let from = repo_key(name, &format!("entries/{:020}", applied + 1));
         let end = etcd::prefix_end(&repo_key(name, "entries/"));
@@ -194,6 +193,8 @@ impl Cluster {
         if entries.is_empty() {
             return Ok(Some(applied));
         }
+        // Entries to apply: this replica's copy, if it has none yet (in the recorded format).
+        self.ensure_copy(name, &dir).await?;
         let replicas = self
             .replicas_of(name)
             .await

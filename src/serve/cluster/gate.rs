@@ -3,9 +3,9 @@
 //!
 //! 1. reads the repository's log head from etcd (sequence number S, mod revision R) and checks
 //!    this replica applied exactly S (else it is behind and refuses);
-//! 2. packs the objects of the new tips that the current refs do not reach (`git pack-objects
-//!    --revs`, not thin) and sends pack + updates to every other live replica's
-//!    `/_berth/cluster/prepare`, in parallel;
+//! 2. sends the updates and the id of the push's pack stream (`tee.rs`: the client's pack, teed
+//!    to the other replicas as it was read, already ingested and checked there) to every other
+//!    live replica's `/_berth/cluster/prepare`, in parallel;
 //! 3. with fewer than the acknowledgement quorum prepared (itself included): aborts everywhere;
 //! 4. the commit point: one etcd txn — if the log key's mod revision is still R, put the entry
 //!    S+1 as the log key and as `entries/<S+1>`. An answer lost to an etcd failure is retried
@@ -25,10 +25,10 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::log::Winners;
-use super::objects::{Format, pack_objects};
+use super::objects::Format;
 use super::replica::{SECRET_HEADER, new_of};
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
-use crate::receive::{CommitGate, GateCommit};
+use crate::receive::{CommitGate, GateCommit, PackTee};
 use crate::refs::{RefUpdate, Refs};
 use crate::serve::Escaped;
 
@@ -56,11 +56,14 @@ pub(in crate::serve) struct Gate {
     /// The reflog identity, for the replicas' transactions.
     pub(in crate::serve) committer_name: String,
     pub(in crate::serve) committer_email: String,
+    /// The push's pack stream to the other replicas (the same as its `pack_tee`).
+    pub(in crate::serve) stream: Option<Arc<super::PushStream>>,
 }
 
 impl Gate {
-    /// The commit gate of a push to `name` (at `dir`, with `replicas` as recorded) accepted
-    /// on this node, over HTTP or ssh; called on the runtime the gate blocks on.
+    /// The pack stream and the commit gate of a push to `name` (at `dir`, with `replicas` as
+    /// recorded) accepted on this node, over HTTP or ssh; called on the runtime the gate
+    /// blocks on.
     pub(in crate::serve) fn for_push(
         cluster: Arc<Cluster>,
         name: String,
@@ -68,16 +71,26 @@ impl Gate {
         replicas: Vec<String>,
         committer_name: &str,
         committer_email: &str,
-    ) -> Arc<dyn CommitGate> {
-        Arc::new(Gate {
+    ) -> (Arc<dyn PackTee>, Arc<dyn CommitGate>) {
+        let handle = tokio::runtime::Handle::current();
+        // The pack is streamed to the other replicas as the session reads it.
+        let stream = Arc::new(super::PushStream::new(
+            cluster.clone(),
+            name.clone(),
+            replicas.clone(),
+            handle.clone(),
+        ));
+        let gate = Arc::new(Gate {
             cluster,
             name,
             dir: PathBuf::from(dir),
             replicas,
-            handle: tokio::runtime::Handle::current(),
+            handle,
             committer_name: committer_name.to_owned(),
             committer_email: committer_email.to_owned(),
-        })
+            stream: Some(stream.clone()),
+        });
+        (stream, gate)
     }
 }
 
@@ -89,16 +102,15 @@ struct Peer {
 
 impl CommitGate for Gate {
     fn decide(&self, updates: &[RefUpdate], current: &Refs) -> Result<Box<dyn GateCommit>, String> {
-        self.handle.block_on(self.decide_async(updates, current))
+        // The objects travelled with the pack stream: the refs the push was decided on are
+        // the replicas' to check (old values, under their locks).
+        let _ = current;
+        self.handle.block_on(self.decide_async(updates))
     }
 }
 
 impl Gate {
-    async fn decide_async(
-        &self,
-        updates: &[RefUpdate],
-        current: &Refs,
-    ) -> Result<Box<dyn GateCommit>, String> {
+    async fn decide_async(&self, updates: &[RefUpdate]) -> Result<Box<dyn GateCommit>, String> {
         let c = &self.cluster;
         let (seq, rev) = c.log_head(&self.name).await.map_err(unavailable)?;
         let txid = super::random_hex(16);
@@ -125,14 +137,12 @@ impl Gate {
             self.record_format().await?;
         }
         let updates_json = log::updates_json(updates).ok_or("a ref name is not UTF-8")?;
-        let pack = {
-            let dir = self.dir.clone();
-            let tips: Vec<_> = updates.iter().filter_map(new_of).collect();
-            let have: Vec<_> = current.iter().map(|(_, id)| *id).collect();
-            tokio::task::spawn_blocking(move || pack_objects(&dir, &tips, &have))
-                .await
-                .map_err(|e| e.to_string())??
-        };
+        // A batch of deletions needs no objects: it leaves the stream to the batch that does.
+        let stream = self
+            .stream
+            .as_ref()
+            .filter(|_| updates.iter().any(|u| new_of(u).is_some()))
+            .and_then(|s| s.streamed());
         let header = json!({
             "repo": self.name,
             "txid": txid,
@@ -140,15 +150,13 @@ impl Gate {
             "committer_name": self.committer_name,
             "committer_email": self.committer_email,
             "updates": updates_json,
-            "has_pack": !pack.is_empty(),
+            "stream": stream,
         })
         .to_string();
-        let mut body = Vec::with_capacity(4 + header.len() + pack.len());
+        let mut body = Vec::with_capacity(4 + header.len());
         body.extend_from_slice(&(header.len() as u32).to_be_bytes());
         body.extend_from_slice(header.as_bytes());
-        body.extend_from_slice(&pack);
         let body = Bytes::from(body);
-        drop(pack);
 
         let peers = c.urls_of(&self.replicas).await.map_err(unavailable)?;
         let sends = peers.into_iter().map(|(name, url)| {

@@ -3,10 +3,13 @@
 //!
 //! ```text
 //! client ─push→ any node ─(holds no replica)→ forward.rs → a replica
-//!                 │ accepting replica: receive::run decides as alone; at each ref transaction
-//!                 │ (prepared, locks held) its CommitGate (gate.rs):
-//!                 ├─ pack of the new objects + ref updates ─POST /_berth/cluster/prepare→ other
-//!                 │   replicas (replica.rs): ingest, check, prepare the same transaction, hold it
+//!                 │ accepting replica: receive::run decides as alone; its PackTee (tee.rs)
+//!                 ├─ the client's pack, as it is read ─POST /_berth/cluster/stream→ other
+//!                 │   replicas (incoming.rs): ingest and check it into a quarantine as it arrives
+//!                 │ at each ref transaction (prepared, locks held) its CommitGate (gate.rs):
+//!                 ├─ ref updates + the stream's id ─POST /_berth/cluster/prepare→ other
+//!                 │   replicas (replica.rs): migrate that quarantine, check, prepare the same
+//!                 │   transaction, hold it
 //!                 ├─ majority prepared? → etcd txn on the repository's log key: compare its mod
 //!                 │   revision with the one read before, put the entry (the commit point)
 //!                 └─ commit here, ─POST /_berth/cluster/decide→ commit there; `ok` to the client
@@ -39,15 +42,18 @@ pub mod etcd;
 mod forward;
 mod gate;
 pub mod http;
+mod incoming;
 mod locks;
 mod log;
 mod objects;
 mod replica;
+mod tee;
 pub(super) mod tunnel;
 
 pub(super) use forward::{FORWARDED, forward};
 pub(super) use gate::Gate;
 pub(super) use replica::{INTERNAL_PREFIX, internal};
+pub(super) use tee::PushStream;
 pub(super) use tunnel::Tunneled;
 
 /// How many replicas have to apply a push before the client is told `ok`.
@@ -106,12 +112,16 @@ pub(super) struct Cluster {
     pub(super) root: PathBuf,
     /// Prepared transactions of pushes accepted elsewhere, waiting for their decision.
     pub(super) pending: replica::Pending,
+    /// Packs of pushes accepted elsewhere, streamed here, waiting for their prepare.
+    pub(super) streams: incoming::Streams,
     /// The environment repositories are opened with (the server's).
     pub(super) env: crate::receive::Environment,
     /// The largest pack a catch-up accepts from a peer (`--max-request-bytes`).
     pub(super) max_pack: u64,
     /// The repositories being caught up.
     pub(super) catching: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Held while this node creates its copy of a repository.
+    pub(super) creating: tokio::sync::Mutex<()>,
     /// Held while a log entry is applied and recorded here (every repository: one at a time).
     pub(super) apply_lock: std::sync::Mutex<()>,
     /// Per repository: the applied sequence number last published to etcd, and (on the
@@ -261,9 +271,11 @@ impl Cluster {
             secret,
             root: root.to_owned(),
             pending: Default::default(),
+            streams: Default::default(),
             env: env.clone(),
             max_pack,
             catching: Default::default(),
+            creating: Default::default(),
             apply_lock: Default::default(),
             published: Default::default(),
         });
@@ -415,16 +427,44 @@ impl Cluster {
         }
     }
 
-    /// Create this replica's copy of `name` at `dir` if it has none, in the recorded format.
+    /// Create this replica's copy of `name` at `dir` if it has none, in the recorded format
+    /// (none recorded: no copy, rather than one in this node's defaults that no later push
+    /// or catch-up could mend).
     pub(super) async fn ensure_copy(&self, name: &str, dir: &Path) -> Result<(), String> {
         if super::repos::is_git_dir(dir) {
             return Ok(());
         }
-        let format = self.format_of(name).await.map_err(|e| e.to_string())?;
-        let d = dir.to_owned();
-        tokio::task::spawn_blocking(move || objects::ensure_repository(&d, format.as_ref()))
+        // A stream, a prepare and a catch-up may all find the copy missing at once.
+        let _one = self.creating.lock().await;
+        if super::repos::is_git_dir(dir) {
+            return Ok(());
+        }
+        let format = self
+            .format_of(name)
             .await
             .map_err(|e| e.to_string())?
+            .ok_or("the repository's format is not recorded yet")?;
+        let d = dir.to_owned();
+        tokio::task::spawn_blocking(move || objects::ensure_repository(&d, &format))
+            .await
+            .map_err(|e| e.to_string())?
+    }
+
+    /// A repository `name` this node just created at `dir` for a push: record its format for
+    /// the other replicas' copies (the gate records it again before the first entry, should
+    /// etcd fail now).
+    pub(in crate::serve) async fn created(&self, name: &str, dir: &Path) {
+        let Some(d) = dir.to_str() else { return };
+        let format = match crate::repo::Repository::open(d, &self.env.for_config()) {
+            Ok(repo) => objects::Format::of(&repo),
+            Err(e) => {
+                tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), error = %Escaped::text(&e.to_string()), "cannot read a new repository's format");
+                return;
+            }
+        };
+        if let Err(e) = self.record_format(name, &format).await {
+            tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), error = %Escaped::text(&e.to_string()), "cannot record a new repository's format");
+        }
     }
 
     /// Record that the replica at `dir` applied entry `seq` if it applied `seq - 1` before

@@ -1,6 +1,7 @@
-//! Objects between replicas: the pack a push (or a catch-up) sends, its ingestion and checks on
-//! the receiving replica (berth's ingest with fsck into a quarantine, then git's connectivity
-//! walk), and the creation of a replica's repository.
+//! Objects between replicas: their ingestion and checks on the receiving replica (berth's
+//! ingest with fsck into a quarantine, kept or migrated, then git's connectivity walk), the pack
+//! a catch-up asks for (`git pack-objects`; a push's pack is streamed as the client sent it,
+//! `tee.rs`), and the creation of a replica's repository.
 
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -19,22 +20,45 @@ impl Drop for Keeps {
 }
 
 /// Ingest the pack read from `reader` into a quarantine of `repo`, checking every object as
-/// `index-pack --strict` does, and migrate it; the `.keep` files protect it until the refs
-/// point into it.
+/// `index-pack --strict` does (thin packs completed from the repository's objects), and migrate
+/// it; the `.keep` files protect it until the refs point into it.
 pub(super) fn ingest(
     repo: &crate::repo::Repository,
     objects: &gix_odb::Handle,
     reader: &mut dyn Read,
 ) -> Result<Keeps, String> {
-    let mut q =
-        ingest::Quarantine::create(&repo.objects_dir).map_err(|e| format!("quarantine: {e}"))?;
+    let q = receive(repo, objects, reader)?;
+    migrate(repo, q)
+}
+
+/// Ingest the pack read from `reader` into a new quarantine of `repo` (as [`ingest`]) and
+/// leave it there: nothing is visible to the repository until [`migrate`]; dropping the
+/// quarantine removes it.
+pub(super) fn receive(
+    repo: &crate::repo::Repository,
+    objects: &gix_odb::Handle,
+    reader: &mut dyn Read,
+) -> Result<ingest::Quarantine, String> {
+    let q = ingest::Quarantine::create(&repo.objects_dir)
+        .map_err(|e| format!("quarantine: {e}"))?
+        .with_shared_repository(repo.config.ingest.shared_repository);
     let options = ingest::Options {
         object_format: repo.object_format,
         fsck: Some(Vec::new()),
+        max_input_size: repo.config.ingest.max_input_size,
         ..Default::default()
     };
     let mut input = BufReader::with_capacity(64 * 1024, reader);
     ingest::receive_pack(&mut input, &q, objects, options).map_err(|e| format!("unpack: {e}"))?;
+    Ok(q)
+}
+
+/// Move the quarantine's objects into `repo`; the `.keep` files protect a migrated pack until
+/// the transaction is over.
+pub(super) fn migrate(
+    repo: &crate::repo::Repository,
+    mut q: ingest::Quarantine,
+) -> Result<Keeps, String> {
     q.migrate(&repo.objects_dir)
         .map(Keeps)
         .map_err(|e| format!("migrate: {e}"))
@@ -89,8 +113,8 @@ impl Format {
     }
 }
 
-/// Create the bare repository `dir` if it does not exist, in `format` (else git's defaults).
-pub(super) fn ensure_repository(dir: &Path, format: Option<&Format>) -> Result<(), String> {
+/// Create the bare repository `dir` in `format` if it does not exist.
+pub(super) fn ensure_repository(dir: &Path, format: &Format) -> Result<(), String> {
     if super::super::repos::is_git_dir(dir) {
         return Ok(());
     }
@@ -98,11 +122,9 @@ pub(super) fn ensure_repository(dir: &Path, format: Option<&Format>) -> Result<(
         std::fs::create_dir_all(parent).map_err(|e| format!("cannot create directory: {e}"))?;
     }
     let mut init = std::process::Command::new("git");
-    init.args(["init", "--quiet", "--bare"]);
-    if let Some(f) = format {
-        init.arg(format!("--object-format={}", f.object))
-            .arg(format!("--ref-format={}", f.refs));
-    }
+    init.args(["init", "--quiet", "--bare"])
+        .arg(format!("--object-format={}", format.object))
+        .arg(format!("--ref-format={}", format.refs));
     let out = init
         .arg("--")
         .arg(dir)
@@ -154,7 +176,7 @@ pub(super) fn connected(dir: &Path, tips: &[gix_hash::ObjectId]) -> Result<(), S
 }
 
 /// A pack (not thin) of the objects reachable from `tips` and not from `have`; empty when
-/// there are no tips.
+/// there are no tips. For the catch-up only.
 pub(super) fn pack_objects(
     dir: &std::path::Path,
     tips: &[gix_hash::ObjectId],

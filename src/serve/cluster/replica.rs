@@ -1,27 +1,33 @@
 //! The internal endpoint a replica serves to the node that accepted a push:
 //!
+//! - `POST /_berth/cluster/stream` and `/drop`: the push's pack, streamed here as the accepting
+//!   node reads it from the client, and its removal (`incoming.rs`).
 //! - `POST /_berth/cluster/prepare`: body = 4 bytes big-endian header length, the header (JSON:
 //!   repository, transaction id, the log sequence number the push was decided against, the
-//!   committer, the ref updates), then the pack of the new objects (may be empty). The replica
-//!   ingests and checks the pack into a quarantine (berth's own ingest with fsck, then a
-//!   connectivity walk of the new tips), migrates it, and prepares the same ref transaction
-//!   (all or nothing; locks held, old values checked). `200 prepared` or `409 <why>`.
+//!   committer, the ref updates, the id of the stream that brought its pack, `null` for a push
+//!   without one). The replica takes that stream's quarantine (ingested and checked with
+//!   berth's ingest and fsck as it arrived; waiting for it if it is still arriving), migrates
+//!   it, checks connectivity (a walk of the new tips), and prepares the same ref transaction
+//!   (all or nothing; locks held, old values checked). `200 prepared` or `409 <why>` (a
+//!   stream that failed here, or never came, is a refusal: the push goes on without this
+//!   replica, which catches up later).
 //! - `POST /_berth/cluster/decide?repo=…&txid=…&seq=…&verdict=commit|abort`: commits (then
 //!   records `seq` as applied) or drops the prepared transaction. `200 committed|aborted`; a
 //!   commit of an entry this replica resolved and recorded already (its decision came late):
 //!   `200 committed already`.
-//!
+//! - `POST /_berth/cluster/pack`: objects for a replica catching up (`catchup.rs`).
 //! - `POST /_berth/cluster/ssh`: an ssh session forwarded by a node that holds no current
 //!   replica, over an upgraded connection (`tunnel.rs` for the format, `ssh/tunnel.rs` runs it).
 //!
 //! Every request carries the cluster secret in `x-berth-cluster-secret` (403 without it). The
-//! header is at most [`MAX_HEADER`] bytes, the pack at most `--max-request-bytes`, and a body
-//! that stalls for `--idle-timeout` is dropped. A prepared transaction whose decision does not
-//! come within [`DECISION_TIMEOUT`] looks at the repository's log in etcd: committed there
-//! (the accepting node died after the commit point) → commit; otherwise abort.
+//! prepare header is at most [`MAX_HEADER`] bytes, a streamed pack at most
+//! `--max-request-bytes`, and a body that stalls for `--idle-timeout` is dropped. A prepared
+//! transaction whose decision does not come within [`DECISION_TIMEOUT`] looks at the
+//! repository's log in etcd: committed there (the accepting node died after the commit point)
+//! → commit; otherwise abort.
 
 use std::collections::HashMap;
-use std::io::{self, Read};
+use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,7 +41,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
-use super::objects::{Keeps, connected, ingest};
+use super::objects::{Keeps, connected, migrate};
 use super::{Cluster, applied_seq, log, repo_dir};
 use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
 use crate::serve::{Escaped, Server};
@@ -77,7 +83,7 @@ impl Pending {
     }
 }
 
-fn text(status: StatusCode, body: impl Into<String>) -> Response {
+pub(super) fn text(status: StatusCode, body: impl Into<String>) -> Response {
     (status, body.into()).into_response()
 }
 
@@ -100,13 +106,15 @@ pub(in crate::serve) async fn internal(
         Some("prepare") => prepare(server, cluster, req).await,
         Some("decide") => decide(cluster, req).await,
         Some("pack") => pack(cluster, req).await,
+        Some("stream") => super::incoming::stream(server, cluster, req).await,
+        Some("drop") => super::incoming::drop_stream(cluster, req).await,
         Some("ssh") => crate::serve::ssh::tunneled(server, cluster, req).await,
         _ => text(StatusCode::NOT_FOUND, "no such internal endpoint"),
     }
 }
 
 /// A request body as a blocking reader: each chunk within `idle`, `max` bytes at most.
-fn body_stream(
+pub(super) fn body_stream(
     body: Body,
     idle: Duration,
     max: u64,
@@ -147,7 +155,8 @@ struct PrepareHeader {
     committer_name: String,
     committer_email: String,
     updates: Vec<RefUpdate>,
-    has_pack: bool,
+    /// The id of the stream that brought the push's pack here; `None`: the push has no pack.
+    stream: Option<String>,
 }
 
 fn parse_header(b: &[u8]) -> Result<PrepareHeader, String> {
@@ -172,18 +181,22 @@ fn parse_header(b: &[u8]) -> Result<PrepareHeader, String> {
         committer_name: s("committer_name")?,
         committer_email: s("committer_email")?,
         updates: log::parse_updates(&v["updates"])?,
-        has_pack: v["has_pack"].as_bool().unwrap_or(false),
+        stream: match &v["stream"] {
+            Value::Null => None,
+            Value::String(id)
+                if !id.is_empty()
+                    && id.len() <= 64
+                    && id.bytes().all(|b| b.is_ascii_hexdigit()) =>
+            {
+                Some(id.clone())
+            }
+            _ => return Err("header: bad stream".into()),
+        },
     })
 }
 
 async fn prepare(server: &Arc<Server>, cluster: &Arc<Cluster>, req: Request) -> Response {
-    let mut body = body_stream(
-        req.into_body(),
-        server.idle_timeout,
-        server
-            .max_request_bytes
-            .saturating_add(MAX_HEADER as u64 + 4),
-    );
+    let mut body = body_stream(req.into_body(), server.idle_timeout, MAX_HEADER as u64 + 4);
     let header = async {
         let len = body.read_u32().await? as usize;
         if len > MAX_HEADER {
@@ -207,7 +220,6 @@ async fn prepare(server: &Arc<Server>, cluster: &Arc<Cluster>, req: Request) -> 
         Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
-    let reader = tokio_util::io::SyncIoBridge::new(body);
     let job = Job {
         dir: repo_dir(&cluster.root, &h.repo),
         env: server.env.clone(),
@@ -215,7 +227,7 @@ async fn prepare(server: &Arc<Server>, cluster: &Arc<Cluster>, req: Request) -> 
         handle: tokio::runtime::Handle::current(),
         h,
     };
-    tokio::task::spawn_blocking(move || job.run(reader, ready_tx));
+    tokio::task::spawn_blocking(move || job.run(ready_tx));
     match ready_rx.await {
         Ok(Ok(())) => text(StatusCode::OK, "prepared"),
         Ok(Err(e)) => text(StatusCode::CONFLICT, e),
@@ -233,7 +245,7 @@ struct Job {
 }
 
 impl Job {
-    fn run(self, mut reader: impl Read, ready: tokio::sync::oneshot::Sender<Result<(), String>>) {
+    fn run(self, ready: tokio::sync::oneshot::Sender<Result<(), String>>) {
         let Job {
             dir,
             env,
@@ -282,13 +294,18 @@ impl Job {
             Ok(o) => o,
             Err(e) => return fail(ready, e.to_string()),
         };
-        let keeps = if h.has_pack {
-            match ingest(&repo, &objects, &mut reader) {
-                Ok(k) => k,
+        // The pack arrived (or is arriving) on its own stream, already checked.
+        let keeps = match &h.stream {
+            Some(id) => match cluster.streams.claim(id, &h.repo) {
+                Ok(Some(q)) => match migrate(&repo, q) {
+                    Ok(k) => k,
+                    Err(e) => return fail(ready, e),
+                },
+                // An earlier batch of the push migrated it.
+                Ok(None) => Keeps(Vec::new()),
                 Err(e) => return fail(ready, e),
-            }
-        } else {
-            Keeps(Vec::new())
+            },
+            None => Keeps(Vec::new()),
         };
         let tips: Vec<gix_hash::ObjectId> = h.updates.iter().filter_map(new_of).collect();
         if let Err(e) = connected(&dir, &tips) {

@@ -930,6 +930,13 @@ async fn receive_pack(
     let (user, protocol) = (run.user.as_str(), run.protocol.clone());
     let host = run.peer.ip().to_string();
     let email = format!("{user}@ssh.{host}");
+    let (pack_tee, commit_gate) = match replicated {
+        Some((cluster, name, replicas)) => {
+            let (tee, gate) = cluster::Gate::for_push(cluster, name, &dir, replicas, user, &email);
+            (Some(tee), Some(gate))
+        }
+        None => (None, None),
+    };
     let options = receive::Options {
         protocol_version: protocol
             .as_deref()
@@ -955,10 +962,10 @@ async fn receive_pack(
             }) as Arc<dyn receive::RefAccess>
         }),
         max_command_bytes: Some(server.max_command_bytes),
-        // In a cluster, committed through etcd and applied on the replicas, as over HTTP.
-        commit_gate: replicated.map(|(cluster, name, replicas)| {
-            cluster::Gate::for_push(cluster, name, &dir, replicas, user, &email)
-        }),
+        // In a cluster, streamed to the replicas, committed through etcd and applied on them,
+        // as over HTTP.
+        pack_tee,
+        commit_gate,
         ..Default::default()
     };
     let Ok(permit) = server.pushes.clone().acquire_owned().await else {
