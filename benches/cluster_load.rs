@@ -37,6 +37,9 @@
 //! Bounded: a small-push case stops sending after `BERTH_CLUSTER_LIMIT` seconds (default 300;
 //! what is left counts as failed), a request times out after 120 s, a catch-up wait after 60 s.
 //! Every process started (etcd, the berth nodes) is killed when the bench ends or panics.
+//! etcd runs with `--max-request-bytes 8388608` (`BERTH_CLUSTER_ETCD_MAX_REQUEST_BYTES`): with
+//! etcd's default, 1.5 MiB, the commit point's txn of a 10,000-ref push (the entry, ~95 bytes
+//! per ref, put twice: `log` and `entries/<seq>`) is refused as too large, and the push fails.
 //! `BERTH_CLUSTER_ACK=all` runs the cluster with `--ack all`; `BERTH_LOAD_ROUNDS` (default 1)
 //! repeats the small-push cases, each round on fresh servers, the first target alternating;
 //! `BERTH_LOAD_KEEP=1` keeps the directory (the nodes' logs are `*/node<i>.log`; `RUST_LOG` is
@@ -80,7 +83,8 @@ struct Etcd {
 }
 
 impl Etcd {
-    fn start(dir: &Path) -> Etcd {
+    /// Three members, each accepting requests of up to `max_request_bytes`.
+    fn start(dir: &Path, max_request_bytes: usize) -> Etcd {
         let ports = free_ports(6);
         let (client, peer) = ports.split_at(3);
         let url = |p: u16| format!("http://127.0.0.1:{p}");
@@ -103,6 +107,7 @@ impl Etcd {
                 .args(["--initial-cluster", &initial.join(",")])
                 .args(["--initial-cluster-state", "new"])
                 .args(["--initial-cluster-token", "berth-bench"])
+                .args(["--max-request-bytes", &max_request_bytes.to_string()])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(log)
@@ -158,8 +163,8 @@ impl Target {
         }
     }
 
-    fn cluster(dir: &Path, ack: &str) -> Target {
-        let etcd = Etcd::start(dir);
+    fn cluster(dir: &Path, ack: &str, etcd_max_request: usize) -> Target {
+        let etcd = Etcd::start(dir, etcd_max_request);
         let ports = free_ports(3);
         let roots: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("root{i}"))).collect();
         let servers = (0..3)
@@ -247,7 +252,41 @@ fn samples(text: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// The counters of every node's and etcd member's `/metrics`, summed over them.
+/// CPU seconds of process `pid` (`self` for this one): its own, and its reaped children's.
+fn cpu_of(pid: &str) -> (f64, f64) {
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name: state, …, utime (11), stime, cutime, cstime (14).
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let n = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0) / tick;
+    (n(11) + n(12), n(13) + n(14))
+}
+
+/// The machine's CPU seconds since boot, all cores: busy, and in all (`/proc/stat`).
+fn machine_cpu() -> (f64, f64) {
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let at = |i: usize| v.get(i).copied().unwrap_or(0.0) / tick;
+    // user nice system idle iowait irq softirq steal
+    let busy = at(0) + at(1) + at(2) + at(5) + at(6) + at(7);
+    (busy, busy + at(3) + at(4))
+}
+
+/// The counters of every node's and etcd member's `/metrics`, summed over them, and the CPU
+/// time of the nodes, their children, etcd, this process and the machine (`cpu:` keys).
 fn scrape(t: &Target) -> BTreeMap<String, f64> {
     let etcd = t
         ._etcd
@@ -261,6 +300,19 @@ fn scrape(t: &Target) -> BTreeMap<String, f64> {
             }
         }
     }
+    let mut add = |k: &str, v: f64| *total.entry(format!("cpu:{k}")).or_insert(0.0) += v;
+    for s in &t.servers {
+        let (own, children) = cpu_of(&s.child.id().to_string());
+        add("berth", own);
+        add("children", children);
+    }
+    for m in t._etcd.iter().flat_map(|e| &e.members) {
+        add("etcd", cpu_of(&m.id().to_string()).0);
+    }
+    add("bench", cpu_of("self").0);
+    let (busy, all) = machine_cpu();
+    add("busy", busy);
+    add("all", all);
     total
 }
 
@@ -298,6 +350,22 @@ fn breakdown(
             .map(|k| d(k))
             .sum::<f64>()
     };
+    let ms = |k: &str| per(d(&format!("cpu:{k}"))) * 1e3;
+    let ours: f64 = ["berth", "children", "etcd", "bench"]
+        .iter()
+        .map(|k| d(&format!("cpu:{k}")))
+        .sum();
+    let (busy, all) = (d("cpu:busy"), d("cpu:all").max(1e-9));
+    out.push_str(&format!(
+        "; CPU per push: berth {:.1} ms, its children (git) {:.1} ms, etcd {:.1} ms, the \
+         clients {:.1} ms; the machine's cores {:.0} % busy, {:.0} % of them by other processes",
+        ms("berth"),
+        ms("children"),
+        ms("etcd"),
+        ms("bench"),
+        busy / all * 100.0,
+        (busy - ours).max(0.0) / all * 100.0,
+    ));
     let fsyncs = d("etcd_disk_wal_fsync_duration_seconds_count");
     if fsyncs > 0.0 {
         out.push_str(&format!(
@@ -552,6 +620,7 @@ fn run() -> bool {
     let runs = env_usize("BERTH_BENCH_RUNS", 5).max(1);
     let limit = Duration::from_secs(env_usize("BERTH_CLUSTER_LIMIT", 300) as u64);
     let ack = std::env::var("BERTH_CLUSTER_ACK").unwrap_or_else(|_| "majority".into());
+    let etcd_max_request = env_usize("BERTH_CLUSTER_ETCD_MAX_REQUEST_BYTES", 8 << 20);
     let shape = Shape::parse(&std::env::var("BERTH_LOAD_SHAPE").unwrap_or_else(|_| "own".into()));
     let tmp = tempfile::Builder::new()
         .prefix("cluster-load-")
@@ -562,7 +631,7 @@ fn run() -> bool {
     git_version.arg("--version");
     let git_version = String::from_utf8(support::run(git_version, None)).unwrap();
     println!(
-        "cluster_load: {}, {} in {}; load average {}",
+        "cluster_load: {}, {} (--max-request-bytes {etcd_max_request}) in {}; load average {}",
         git_version.trim(),
         etcd_version(),
         dir.display(),
@@ -590,7 +659,10 @@ fn run() -> bool {
         let (pdir, cdir) = (rdir.join("plain"), rdir.join("cluster"));
         std::fs::create_dir_all(&pdir).unwrap();
         std::fs::create_dir_all(&cdir).unwrap();
-        let targets = [Target::plain(&pdir), Target::cluster(&cdir, &ack)];
+        let targets = [
+            Target::plain(&pdir),
+            Target::cluster(&cdir, &ack, etcd_max_request),
+        ];
         let mut order = [0, 1];
         if round % 2 == 1 {
             order.reverse();
