@@ -202,10 +202,7 @@ impl Target {
         for (i, chain) in history.chains.iter().enumerate() {
             let step = history.first(i);
             let body = http::body(ZERO, &step.new, &chain.refname, &step.pack);
-            expect_ok(
-                &http::exchange(self.addr(i), "", None, &chain.repo, &body)?,
-                &[&chain.refname],
-            )?;
+            seed_push(self.addr(i), &chain.repo, &body, &chain.refname)?;
         }
         self.caught_up(&history.repos()).map(|_| ())
     }
@@ -382,6 +379,20 @@ fn breakdown(
     out
 }
 
+/// A push that creates `refname` (and the repository, if it is the first): not timed, tried
+/// twice. In a cluster the first push of a repository can fail with `500 cannot create
+/// repository: git init --bare failed` when the node's 5-second catch-up poll, which creates
+/// the replicas it is placed on, runs `git init` in the same directory at the same moment (seen
+/// in this bench: `cannot copy '…/templates/info/exclude' …: File exists`).
+fn seed_push(addr: &str, repo: &str, body: &[u8], refname: &str) -> Result<(), String> {
+    let once = || expect_ok(&http::exchange(addr, "", None, repo, body)?, &[refname]);
+    once().or_else(|e| {
+        println!("  seeding {repo}: {}; trying again", e.replace('\n', " | "));
+        std::thread::sleep(Duration::from_secs(1));
+        once()
+    })
+}
+
 /// A replica's refs (`name → id`) and the log entry it applied (0: none, or not a cluster).
 type State = (BTreeMap<String, String>, u64);
 
@@ -537,10 +548,7 @@ fn many_refs_run(t: &Target, m: &ManyRefs, run: usize) -> Result<Duration, Strin
     let repo = format!("many{run}.git");
     let addr = t.addr(run);
     let seed = http::body(ZERO, &m.commit, "refs/heads/main", &m.seed_pack);
-    expect_ok(
-        &http::exchange(addr, "", None, &repo, &seed)?,
-        &["refs/heads/main"],
-    )?;
+    seed_push(addr, &repo, &seed, "refs/heads/main")?;
     t.caught_up(std::slice::from_ref(&repo))?;
     let start = Instant::now();
     let answer = http::exchange(addr, "", None, &repo, &m.request)?;
