@@ -6,10 +6,11 @@
 //!    `BERTH_LOAD_CLIENTS` (default 8) concurrent clients, pushes/s, p50 and p99, and the
 //!    cluster's ratio to the plain node. Client `c` pushes `main` of its own repository
 //!    `own<c>.git` (http_load's `own` shape): every repository of the cluster has one log in
-//!    etcd, a compare-and-swap on its log key, so clients pushing different branches of one
-//!    repository would measure their collisions (a push that loses the compare to another
-//!    replica's lock fails) rather than what replication costs; `BERTH_LOAD_SHAPE=shared`
-//!    measures that instead. In the cluster, client `c` pushes to node `c mod 3`.
+//!    etcd, and a replica refuses a prepare decided against another entry than the one it
+//!    applied last, so clients pushing different branches of one repository at once would
+//!    measure their collisions (refused pushes: no quorum) rather than what replication costs;
+//!    `BERTH_LOAD_SHAPE=shared` measures that instead. In the cluster, client `c` pushes to
+//!    node `c mod 3`.
 //! 2. the 10,000-ref push (`BERTH_BENCH_REFS`), as `berth bench many-refs` generates it (one
 //!    commit already on the server, the empty pack, ref i at `refs/heads/b/<i>`), over HTTP
 //!    into a new repository seeded with that commit: `BERTH_BENCH_RUNS` (default 5) runs into
@@ -21,7 +22,9 @@
 //! clock started), one connection per request; a push counts only if its report says
 //! `unpack ok` and `ok <ref>`. The repositories are created and seeded through pushes (a
 //! cluster places a repository at its first push), every replica caught up before the clock
-//! starts.
+//! starts. The plain node and the cluster run side by side, each idle while the other is
+//! measured. Each case also prints where its time went: the push phases from the nodes'
+//! `/metrics`, the CPU time of the nodes, their git children and etcd, and etcd's calls.
 //!
 //! After each case, so that failures cannot pass for speed: every replica caught up (the same
 //! `git for-each-ref` and the same applied log entry on the three roots), every branch at its
@@ -146,7 +149,7 @@ struct Target {
     name: String,
     servers: Vec<Server>,
     roots: Vec<PathBuf>,
-    _etcd: Option<Etcd>,
+    etcd: Option<Etcd>,
 }
 
 impl Target {
@@ -159,7 +162,7 @@ impl Target {
             name: "one node".into(),
             servers: vec![spawn_berth(cmd, &dir.join("node0.log"))],
             roots: vec![root],
-            _etcd: None,
+            etcd: None,
         }
     }
 
@@ -183,12 +186,12 @@ impl Target {
             name: format!("3 nodes, --ack {ack}"),
             servers,
             roots,
-            _etcd: Some(etcd),
+            etcd: Some(etcd),
         }
     }
 
     fn is_cluster(&self) -> bool {
-        self._etcd.is_some()
+        self.etcd.is_some()
     }
 
     /// The address client `c` pushes to.
@@ -286,7 +289,7 @@ fn machine_cpu() -> (f64, f64) {
 /// time of the nodes, their children, etcd, this process and the machine (`cpu:` keys).
 fn scrape(t: &Target) -> BTreeMap<String, f64> {
     let etcd = t
-        ._etcd
+        .etcd
         .iter()
         .flat_map(|e| e.clients.iter().map(String::as_str));
     let mut total = BTreeMap::new();
@@ -303,7 +306,7 @@ fn scrape(t: &Target) -> BTreeMap<String, f64> {
         add("berth", own);
         add("children", children);
     }
-    for m in t._etcd.iter().flat_map(|e| &e.members) {
+    for m in t.etcd.iter().flat_map(|e| &e.members) {
         add("etcd", cpu_of(&m.id().to_string()).0);
     }
     add("bench", cpu_of("self").0);
