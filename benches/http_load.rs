@@ -59,13 +59,14 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::load::{self, History, Summary, env_list, env_usize, pkt};
+use support::http::{self, Server, Shape, prepare, spawn_berth};
+use support::load::{self, Summary, env_list, env_usize};
 
 /// The bench user's password (`BERTH_LOAD_AUTH=1`).
 const PASSWORD: &str = "load-bench-password";
@@ -97,235 +98,7 @@ fn authorization() -> Option<&'static str> {
     .as_deref()
 }
 
-const CAPABILITIES: &str =
-    "report-status-v2 side-band-64k quiet object-format=sha1 agent=git/2.47.3";
-
-/// One push, ready to send.
-struct Push {
-    repo: String,
-    refname: String,
-    body: Vec<u8>,
-}
-
-/// How the clients share the repositories.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    /// Every client on its own branch of one repository.
-    Shared,
-    /// One repository per client.
-    Own,
-    /// Each client alternates between its branch of the shared repository and its own one.
-    Mixed,
-}
-
-impl Shape {
-    fn parse(s: &str) -> Shape {
-        match s {
-            "shared" | "one" => Shape::Shared,
-            "own" => Shape::Own,
-            "mixed" => Shape::Mixed,
-            other => {
-                eprintln!("http_load: unknown shape {other:?} (shared, own, mixed)");
-                std::process::exit(2);
-            }
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Shape::Shared => "one repository",
-            Shape::Own => "repository per client",
-            Shape::Mixed => "mixed",
-        }
-    }
-
-    /// The branches (repository, ref) and, per client, the branches it pushes, in turn.
-    fn branches(self, clients: usize) -> (Vec<(String, String)>, Vec<Vec<usize>>) {
-        let shared = |c: usize| ("shared.git".to_owned(), format!("refs/heads/c{c}"));
-        let own = |c: usize| (format!("own{c}.git"), "refs/heads/main".to_owned());
-        match self {
-            Shape::Shared => (
-                (0..clients).map(shared).collect(),
-                (0..clients).map(|c| vec![c]).collect(),
-            ),
-            Shape::Own => (
-                (0..clients).map(own).collect(),
-                (0..clients).map(|c| vec![c]).collect(),
-            ),
-            Shape::Mixed => (
-                (0..clients).flat_map(|c| [shared(c), own(c)]).collect(),
-                (0..clients).map(|c| vec![2 * c, 2 * c + 1]).collect(),
-            ),
-        }
-    }
-}
-
-/// The pushes of one shape and client count: the history and each client's pushes in order.
-fn prepare(dir: &Path, shape: Shape, clients: usize, total: usize) -> (History, Vec<Vec<Push>>) {
-    let per_client = (total / clients).max(1);
-    let (branches, turns) = shape.branches(clients);
-    let len = per_client.div_ceil(turns[0].len());
-    let history = load::history(dir, &branches, len);
-    let work = turns
-        .iter()
-        .map(|chains| {
-            (0..per_client)
-                .map(|i| {
-                    let chain = chains[i % chains.len()];
-                    let step = history.step(chain, i / chains.len() + 1);
-                    let c = &history.chains[chain];
-                    let mut body = pkt(&format!(
-                        "{} {} {}\0{CAPABILITIES}\n",
-                        step.old, step.new, c.refname
-                    ));
-                    body.extend_from_slice(b"0000");
-                    body.extend_from_slice(&step.pack);
-                    Push {
-                        repo: c.repo.clone(),
-                        refname: c.refname.clone(),
-                        body,
-                    }
-                })
-                .collect()
-        })
-        .collect();
-    (history, work)
-}
-
-/// A minimal HTTP/1.1 exchange on a new connection (`Connection: close`): the status and the
-/// body, de-chunked.
-fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> std::io::Result<(u16, Vec<u8>)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_nodelay(true)?;
-    s.set_read_timeout(Some(Duration::from_secs(120)))?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: git/2.47.3\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    if method == "POST" {
-        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    req.push_str("Connection: close\r\n\r\n");
-    let mut buf = req.into_bytes();
-    buf.extend_from_slice(body);
-    s.write_all(&buf)?;
-    let mut resp = Vec::new();
-    s.read_to_end(&mut resp)?;
-    let bad = |what: &str| std::io::Error::other(format!("bad HTTP response: {what}"));
-    let end = resp
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| bad("no end of headers"))?;
-    let head = String::from_utf8_lossy(&resp[..end]).into_owned();
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| bad("no status"))?;
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    let mut rest = &resp[end + 4..];
-    if !chunked {
-        return Ok((status, rest.to_vec()));
-    }
-    let mut out = Vec::new();
-    loop {
-        let nl = rest
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or_else(|| bad("chunk size"))?;
-        let size = std::str::from_utf8(&rest[..nl])
-            .ok()
-            .and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok())
-            .ok_or_else(|| bad("chunk size"))?;
-        rest = &rest[nl + 2..];
-        if size == 0 {
-            return Ok((status, out));
-        }
-        if rest.len() < size + 2 {
-            return Err(bad("truncated chunk"));
-        }
-        out.extend_from_slice(&rest[..size]);
-        rest = &rest[size + 2..];
-    }
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
-/// One push as `git push` makes it: discovery, then the request. `Err` says what went wrong.
-fn push(addr: &str, prefix: &str, p: &Push) -> Result<(), String> {
-    let auth: Vec<(&str, &str)> = authorization()
-        .map(|a| ("Authorization", a))
-        .into_iter()
-        .collect();
-    let (status, body) = http(
-        addr,
-        "GET",
-        &format!("{prefix}/{}/info/refs?service=git-receive-pack", p.repo),
-        &auth,
-        b"",
-    )
-    .map_err(|e| format!("GET: {e}"))?;
-    if status != 200 || !contains(&body, b"# service=git-receive-pack\n") {
-        return Err(format!(
-            "GET: status {status}: {}",
-            String::from_utf8_lossy(&body[..body.len().min(200)])
-        ));
-    }
-    let (status, body) = http(
-        addr,
-        "POST",
-        &format!("{prefix}/{}/git-receive-pack", p.repo),
-        &[
-            ("Content-Type", "application/x-git-receive-pack-request"),
-            ("Accept", "application/x-git-receive-pack-result"),
-        ]
-        .into_iter()
-        .chain(auth.iter().copied())
-        .collect::<Vec<_>>(),
-        &p.body,
-    )
-    .map_err(|e| format!("POST: {e}"))?;
-    if status != 200
-        || !contains(&body, b"unpack ok\n")
-        || !contains(&body, format!("ok {}\n", p.refname).as_bytes())
-    {
-        return Err(format!(
-            "POST {} {}: status {status}: {}",
-            p.repo,
-            p.refname,
-            String::from_utf8_lossy(&body[..body.len().min(300)])
-        ));
-    }
-    Ok(())
-}
-
-/// A running server, stopped when dropped.
-struct Server {
-    child: Child,
-    addr: String,
-    prefix: &'static str,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start_berth(bin: &Path, root: &Path, dir: &Path) -> Server {
-    let log = std::fs::File::create(dir.join("berth-serve.log")).unwrap();
     let mut cmd = Command::new(bin);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--root"])
         .arg(root);
@@ -352,29 +125,7 @@ fn start_berth(bin: &Path, root: &Path, dir: &Path) -> Server {
         std::fs::write(&creds, line.stdout).unwrap();
         cmd.arg("--credentials").arg(creds);
     }
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("berth serve: listening on http://")
-        .and_then(|a| a.strip_suffix('/'))
-        .unwrap_or_else(|| panic!("berth serve did not start: {line:?}"))
-        .to_owned();
-    Server {
-        child,
-        addr,
-        prefix: "",
-    }
+    spawn_berth(cmd, &dir.join("berth-serve.log"))
 }
 
 fn find_lighttpd() -> Option<PathBuf> {
@@ -584,8 +335,9 @@ fn main() {
                             _ => start_lighttpd(&lighttpd, &root, &sub),
                         };
                         let load = load::load_average();
-                        let mut out =
-                            load::run_clients(&work, |_, p| push(&server.addr, server.prefix, p));
+                        let mut out = load::run_clients(&work, |_, p| {
+                            http::push(&server.addr, server.prefix, authorization(), p)
+                        });
                         drop(server);
                         let problems = history.verify(&root);
                         let summary = out.summary();

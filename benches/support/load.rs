@@ -153,6 +153,20 @@ impl History {
         }
     }
 
+    /// The push that creates chain `chain`'s branch at its first commit (the seed, for a
+    /// server that must be seeded through pushes: a cluster).
+    pub fn first(&self, chain: usize) -> Step {
+        let new = &self.chains[chain].commits[0];
+        let mut c = git(&self.gen_dir);
+        c.args(["pack-objects", "--revs", "--stdout", "-q"]);
+        Step {
+            chain,
+            old: ZERO.to_owned(),
+            new: new.clone(),
+            pack: run(c, Some(format!("{new}\n").as_bytes())),
+        }
+    }
+
     /// The repositories the chains live in, each once, in order of first appearance.
     pub fn repos(&self) -> Vec<String> {
         let mut repos: Vec<String> = Vec::new();

@@ -2,6 +2,7 @@
 //! identities and dates) and repositories of K commits made by `git fast-import`.
 #![allow(dead_code)]
 
+pub mod http;
 pub mod load;
 
 use std::fmt::Write as _;

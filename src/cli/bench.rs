@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// The empty pack `git push` sends when the server has every object already: the header of a
 /// pack of no objects and its trailer, the header's hash in the repository's format.
-fn empty_pack(hash: gix_hash::Kind) -> Vec<u8> {
+pub fn empty_pack(hash: gix_hash::Kind) -> Vec<u8> {
     let mut pack = b"PACK\x00\x00\x00\x02\x00\x00\x00\x00".to_vec();
     let mut hasher = gix_hash::hasher(hash);
     hasher.update(&pack);
@@ -615,21 +615,7 @@ fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
     caps.push_str(" object-format=");
     caps.push_str(o.object_format.name());
     caps.push_str(" agent=git/2.47.3");
-    let mut input = Vec::with_capacity(o.refs * 110 + pack.len());
-    let mut expected = Vec::with_capacity(o.refs);
-    for i in 0..o.refs {
-        let name = format!("refs/heads/b/{i:07}");
-        let oid = &commits[i % commits.len()];
-        let line = if i == 0 {
-            format!("{zero} {oid} {name}\0 {caps}")
-        } else {
-            format!("{zero} {oid} {name}")
-        };
-        let _ = write!(input, "{:04x}{line}", line.len() + 4);
-        expected.push((name, oid.clone()));
-    }
-    input.extend_from_slice(b"0000");
-    input.extend_from_slice(&pack);
+    let (input, expected) = request(&commits, o.refs, &caps, &zero, &pack);
     Ok(Setup {
         _tmp: tmp,
         pristine,
@@ -641,8 +627,36 @@ fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
     })
 }
 
+/// The request `git push` sends to create `refs/heads/b/<i, 7 digits>` for each i < `refs` at
+/// `commits[i mod K]`: the commands (`caps` after the first; `zero` is the null id), the flush
+/// and `pack`. Also `ref name → value`, what the push must leave.
+pub fn request(
+    commits: &[String],
+    refs: usize,
+    caps: &str,
+    zero: &str,
+    pack: &[u8],
+) -> (Vec<u8>, Vec<(String, String)>) {
+    let mut input = Vec::with_capacity(refs * 110 + pack.len());
+    let mut expected = Vec::with_capacity(refs);
+    for i in 0..refs {
+        let name = format!("refs/heads/b/{i:07}");
+        let oid = &commits[i % commits.len()];
+        let line = if i == 0 {
+            format!("{zero} {oid} {name}\0 {caps}")
+        } else {
+            format!("{zero} {oid} {name}")
+        };
+        let _ = write!(input, "{:04x}{line}", line.len() + 4);
+        expected.push((name, oid.clone()));
+    }
+    input.extend_from_slice(b"0000");
+    input.extend_from_slice(pack);
+    (input, expected)
+}
+
 /// The payload of the pkt-lines in `data` (stops at the end or a malformed length).
-fn pkt_lines(data: &[u8]) -> Vec<&[u8]> {
+pub fn pkt_lines(data: &[u8]) -> Vec<&[u8]> {
     let mut out = Vec::new();
     let mut pos = 0;
     while pos + 4 <= data.len() {

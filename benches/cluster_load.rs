@@ -1,0 +1,803 @@
+//! What replication costs (issue #15): the same pushes into one plain `berth serve` and into a
+//! three-node `berth serve --cluster … --replicas 3 --ack majority` over a three-member etcd,
+//! all on loopback, in one run:
+//!
+//! 1. small pushes: `BERTH_LOAD_PUSHES` (default 1000) one-commit fast-forwards from
+//!    `BERTH_LOAD_CLIENTS` (default 8) concurrent clients, pushes/s, p50 and p99, and the
+//!    cluster's ratio to the plain node. Client `c` pushes `main` of its own repository
+//!    `own<c>.git` (http_load's `own` shape): every repository of the cluster has one log in
+//!    etcd, and a replica refuses a prepare decided against another entry than the one it
+//!    applied last, so clients pushing different branches of one repository at once would
+//!    measure their collisions (refused pushes: no quorum) rather than what replication costs;
+//!    `BERTH_LOAD_SHAPE=shared` measures that instead. In the cluster, client `c` pushes to
+//!    node `c mod 3`.
+//! 2. the 10,000-ref push (`BERTH_BENCH_REFS`), as `berth bench many-refs` generates it (one
+//!    commit already on the server, the empty pack, ref i at `refs/heads/b/<i>`), over HTTP
+//!    into a new repository seeded with that commit: `BERTH_BENCH_RUNS` (default 5) runs into
+//!    each, the plain node and the cluster taking turns, min / median / max and the ratio of
+//!    the medians.
+//!
+//! The pushes are http_load's (`support/http.rs`): raw HTTP requests as `git push` sends them
+//! (`GET info/refs`, then `POST git-receive-pack` with the commands and a pack made before the
+//! clock started), one connection per request; a push counts only if its report says
+//! `unpack ok` and `ok <ref>`. The repositories are created and seeded through pushes (a
+//! cluster places a repository at its first push), every replica caught up before the clock
+//! starts. The plain node and the cluster run side by side, each idle while the other is
+//! measured. Each case also prints where its time went: the push phases from the nodes'
+//! `/metrics`, the CPU time of the nodes, their git children and etcd, and etcd's calls.
+//!
+//! After each case, so that failures cannot pass for speed: every replica caught up (the same
+//! `git for-each-ref` and the same applied log entry on the three roots), every branch at its
+//! last pushed commit and `git fsck --strict` clean on each, the number of pushes that landed
+//! (each branch's position in its chain) equal to the number acknowledged, and in the cluster
+//! each repository's applied log sequence number equal to its seeds plus its pushes that
+//! landed. Anything else is reported FAILED and the bench exits 1 (its directory kept).
+//!
+//! ```text
+//! cargo bench --bench cluster_load          # needs etcd (Debian: etcd-server); installs nothing
+//! ```
+//!
+//! Bounded: a small-push case stops sending after `BERTH_CLUSTER_LIMIT` seconds (default 300;
+//! what is left counts as failed), a request times out after 120 s, a catch-up wait after 60 s.
+//! Every process started (etcd, the berth nodes) is killed when the bench ends or panics.
+//! etcd runs with `--max-request-bytes 8388608` (`BERTH_CLUSTER_ETCD_MAX_REQUEST_BYTES`): with
+//! etcd's default, 1.5 MiB, the commit point's txn of a 10,000-ref push (the entry, ~95 bytes
+//! per ref, put twice: `log` and `entries/<seq>`) is refused as too large, and the push fails.
+//! `BERTH_CLUSTER_ACK=all` runs the cluster with `--ack all`; `BERTH_LOAD_ROUNDS` (default 1)
+//! repeats the small-push cases, each round on fresh servers, the first target alternating;
+//! `BERTH_LOAD_KEEP=1` keeps the directory (the nodes' logs are `*/node<i>.log`; `RUST_LOG` is
+//! passed to them).
+
+mod support;
+
+#[path = "../src/cli/bench.rs"]
+#[allow(dead_code)]
+mod bench;
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::http::{self, Push, Server, Shape, spawn_berth};
+use support::load::{self, History, Summary, ZERO, env_usize};
+
+/// How long a caught-up check waits.
+const CATCH_UP: Duration = Duration::from_secs(60);
+
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<_> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+/// A three-member etcd on loopback, killed when dropped.
+struct Etcd {
+    members: Vec<Child>,
+    /// The client URLs, comma-separated (`--cluster`).
+    urls: String,
+    /// The members' client addresses (`host:port`).
+    clients: Vec<String>,
+}
+
+impl Etcd {
+    /// Three members, each accepting requests of up to `max_request_bytes`.
+    fn start(dir: &Path, max_request_bytes: usize) -> Etcd {
+        let ports = free_ports(6);
+        let (client, peer) = ports.split_at(3);
+        let url = |p: u16| format!("http://127.0.0.1:{p}");
+        let initial: Vec<String> = (0..3).map(|i| format!("e{i}={}", url(peer[i]))).collect();
+        let mut etcd = Etcd {
+            members: Vec::new(),
+            urls: client.iter().map(|&p| url(p)).collect::<Vec<_>>().join(","),
+            clients: client.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+        };
+        for i in 0..3 {
+            let log = std::fs::File::create(dir.join(format!("etcd{i}.log"))).unwrap();
+            let child = Command::new("etcd")
+                .args(["--name", &format!("e{i}")])
+                .arg("--data-dir")
+                .arg(dir.join(format!("etcd{i}")))
+                .args(["--listen-client-urls", &url(client[i])])
+                .args(["--advertise-client-urls", &url(client[i])])
+                .args(["--listen-peer-urls", &url(peer[i])])
+                .args(["--initial-advertise-peer-urls", &url(peer[i])])
+                .args(["--initial-cluster", &initial.join(",")])
+                .args(["--initial-cluster-state", "new"])
+                .args(["--initial-cluster-token", "berth-bench"])
+                .args(["--max-request-bytes", &max_request_bytes.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot run etcd (Debian: etcd-server): {e}"));
+            etcd.members.push(child);
+        }
+        // Up when every member accepts a write (the cluster has a leader).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for &port in client {
+            let put = br#"{"key":"L2JlcnRoLWJlbmNo","value":"eQ=="}"#;
+            while !matches!(
+                http::http(&format!("127.0.0.1:{port}"), "POST", "/v3/kv/put", &[], put),
+                Ok((200, _))
+            ) {
+                assert!(Instant::now() < deadline, "etcd did not start (etcd*.log)");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        etcd
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for c in &mut self.members {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One plain node or the three nodes of a cluster, with their roots. The servers are
+/// killed (field order) before etcd.
+struct Target {
+    name: String,
+    servers: Vec<Server>,
+    roots: Vec<PathBuf>,
+    etcd: Option<Etcd>,
+}
+
+impl Target {
+    fn plain(dir: &Path) -> Target {
+        let root = dir.join("root0");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_berth"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--root"])
+            .arg(&root);
+        Target {
+            name: "one node".into(),
+            servers: vec![spawn_berth(cmd, &dir.join("node0.log"))],
+            roots: vec![root],
+            etcd: None,
+        }
+    }
+
+    fn cluster(dir: &Path, ack: &str, etcd_max_request: usize) -> Target {
+        let etcd = Etcd::start(dir, etcd_max_request);
+        let ports = free_ports(3);
+        let roots: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("root{i}"))).collect();
+        let servers = (0..3)
+            .map(|i| {
+                let listen = format!("127.0.0.1:{}", ports[i]);
+                let mut cmd = Command::new(env!("CARGO_BIN_EXE_berth"));
+                cmd.args(["serve", "--listen", &listen, "--root"])
+                    .arg(&roots[i])
+                    .args(["--cluster", &etcd.urls, "--node", &format!("n{i}")])
+                    .args(["--advertise", &format!("http://{listen}")])
+                    .args(["--replicas", "3", "--ack", ack]);
+                spawn_berth(cmd, &dir.join(format!("node{i}.log")))
+            })
+            .collect();
+        Target {
+            name: format!("3 nodes, --ack {ack}"),
+            servers,
+            roots,
+            etcd: Some(etcd),
+        }
+    }
+
+    fn is_cluster(&self) -> bool {
+        self.etcd.is_some()
+    }
+
+    /// The address client `c` pushes to.
+    fn addr(&self, c: usize) -> &str {
+        &self.servers[c % self.servers.len()].addr
+    }
+
+    /// Create every chain's branch at its first commit, through pushes (the repositories
+    /// with them), then wait for every replica to have them.
+    fn seed(&self, history: &History) -> Result<(), String> {
+        for (i, chain) in history.chains.iter().enumerate() {
+            let step = history.first(i);
+            let body = http::body(ZERO, &step.new, &chain.refname, &step.pack);
+            seed_push(self.addr(i), &chain.repo, &body, &chain.refname)?;
+        }
+        self.caught_up(&history.repos()).map(|_| ())
+    }
+
+    /// Wait until every root holds each of `repos` with the same refs and (in a cluster) the
+    /// same applied log entry; per repository, its refs (`name → id`) and that entry.
+    fn caught_up(&self, repos: &[String]) -> Result<Vec<State>, String> {
+        let deadline = Instant::now() + CATCH_UP;
+        let mut out = Vec::new();
+        for repo in repos {
+            loop {
+                let states: Vec<State> = self.roots.iter().map(|r| state(&r.join(repo))).collect();
+                let present = self
+                    .roots
+                    .iter()
+                    .all(|r| r.join(repo).join("HEAD").is_file());
+                if present && states.windows(2).all(|p| p[0] == p[1]) {
+                    out.push(states.into_iter().next().expect("a root"));
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let seqs: Vec<u64> = states.iter().map(|s| s.1).collect();
+                    return Err(format!(
+                        "{repo}: the replicas did not agree within {CATCH_UP:?} (present on all: \
+                         {present}; refs per replica {:?}; applied entries {seqs:?})",
+                        states.iter().map(|s| s.0.len()).collect::<Vec<_>>()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Every sample of a Prometheus text exposition, by name and labels (`name{labels}`).
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// CPU seconds of process `pid` (`self` for this one): its own, and its reaped children's.
+fn cpu_of(pid: &str) -> (f64, f64) {
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name: state, …, utime (11), stime, cutime, cstime (14).
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let n = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0) / tick;
+    (n(11) + n(12), n(13) + n(14))
+}
+
+/// The machine's CPU seconds since boot, all cores: busy, and in all (`/proc/stat`).
+fn machine_cpu() -> (f64, f64) {
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let at = |i: usize| v.get(i).copied().unwrap_or(0.0) / tick;
+    // user nice system idle iowait irq softirq steal
+    let busy = at(0) + at(1) + at(2) + at(5) + at(6) + at(7);
+    (busy, busy + at(3) + at(4))
+}
+
+/// The counters of every node's and etcd member's `/metrics`, summed over them, and the CPU
+/// time of the nodes, their children, etcd, this process and the machine (`cpu:` keys).
+fn scrape(t: &Target) -> BTreeMap<String, f64> {
+    let etcd = t
+        .etcd
+        .iter()
+        .flat_map(|e| e.clients.iter().map(String::as_str));
+    let mut total = BTreeMap::new();
+    for addr in t.servers.iter().map(|s| s.addr.as_str()).chain(etcd) {
+        if let Ok((200, body)) = http::http(addr, "GET", "/metrics", &[], b"") {
+            for (k, v) in samples(&String::from_utf8_lossy(&body)) {
+                *total.entry(k).or_insert(0.0) += v;
+            }
+        }
+    }
+    let mut add = |k: &str, v: f64| *total.entry(format!("cpu:{k}")).or_insert(0.0) += v;
+    for s in &t.servers {
+        let (own, children) = cpu_of(&s.child.id().to_string());
+        add("berth", own);
+        add("children", children);
+    }
+    for m in t.etcd.iter().flat_map(|e| &e.members) {
+        add("etcd", cpu_of(&m.id().to_string()).0);
+    }
+    add("bench", cpu_of("self").0);
+    let (busy, all) = machine_cpu();
+    add("busy", busy);
+    add("all", all);
+    total
+}
+
+/// Where a case's time went, from the difference of two [`scrape`]s over `pushes` pushes:
+/// each push phase's mean (berth's `berth_push_phase_seconds`, on the accepting node: the
+/// cluster's commit gate runs inside `update`), and in a cluster etcd's calls and WAL fsyncs
+/// per push.
+fn breakdown(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    pushes: usize,
+) -> String {
+    let d = |k: &str| after.get(k).copied().unwrap_or(0.0) - before.get(k).copied().unwrap_or(0.0);
+    let per = |x: f64| x / pushes.max(1) as f64;
+    let mut parts = Vec::new();
+    for k in after.keys() {
+        if let Some(phase) = k
+            .strip_prefix("berth_push_phase_seconds_sum{phase=\"")
+            .and_then(|p| p.strip_suffix("\"}"))
+        {
+            let ms = per(d(k)) * 1e3;
+            if ms >= 0.05 {
+                parts.push(format!("{phase} {ms:.1} ms"));
+            }
+        }
+    }
+    let mut out = format!("phases per push: {}", parts.join(", "));
+    let calls = |method: &str| {
+        after
+            .keys()
+            .filter(|k| {
+                k.starts_with("grpc_server_handled_total{")
+                    && k.contains(&format!("grpc_method=\"{method}\""))
+            })
+            .map(|k| d(k))
+            .sum::<f64>()
+    };
+    let ms = |k: &str| per(d(&format!("cpu:{k}"))) * 1e3;
+    let ours: f64 = ["berth", "children", "etcd", "bench"]
+        .iter()
+        .map(|k| d(&format!("cpu:{k}")))
+        .sum();
+    let (busy, all) = (d("cpu:busy"), d("cpu:all").max(1e-9));
+    out.push_str(&format!(
+        "; CPU per push: berth {:.1} ms, its children (git) {:.1} ms, etcd {:.1} ms, the \
+         clients {:.1} ms; the machine's cores {:.0} % busy, {:.0} % of them by other processes",
+        ms("berth"),
+        ms("children"),
+        ms("etcd"),
+        ms("bench"),
+        busy / all * 100.0,
+        (busy - ours).max(0.0) / all * 100.0,
+    ));
+    let fsyncs = d("etcd_disk_wal_fsync_duration_seconds_count");
+    if fsyncs > 0.0 {
+        out.push_str(&format!(
+            "; etcd per push: {:.1} Range, {:.1} Txn, {:.1} Put, {:.1} WAL fsyncs (all members) of \
+             {:.2} ms mean, {:.1} ms of backend commits",
+            per(calls("Range")),
+            per(calls("Txn")),
+            per(calls("Put")),
+            per(fsyncs),
+            d("etcd_disk_wal_fsync_duration_seconds_sum") / fsyncs * 1e3,
+            per(d("etcd_disk_backend_commit_duration_seconds_sum")) * 1e3,
+        ));
+    }
+    out
+}
+
+/// A push that creates `refname` (and the repository, if it is the first): not timed, tried
+/// twice. In a cluster the first push of a repository can fail with `500 cannot create
+/// repository: git init --bare failed` when the node's 5-second catch-up poll, which creates
+/// the replicas it is placed on, runs `git init` in the same directory at the same moment (seen
+/// in this bench: `cannot copy '…/templates/info/exclude' …: File exists`).
+fn seed_push(addr: &str, repo: &str, body: &[u8], refname: &str) -> Result<(), String> {
+    let once = || expect_ok(&http::exchange(addr, "", None, repo, body)?, &[refname]);
+    once().or_else(|e| {
+        println!("  seeding {repo}: {}; trying again", e.replace('\n', " | "));
+        std::thread::sleep(Duration::from_secs(1));
+        once()
+    })
+}
+
+/// A replica's refs (`name → id`) and the log entry it applied (0: none, or not a cluster).
+type State = (BTreeMap<String, String>, u64);
+
+/// `git for-each-ref` of the repository `dir` and its applied log entry.
+fn state(dir: &Path) -> State {
+    let mut c = support::git(dir);
+    c.args(["for-each-ref", "--format=%(refname) %(objectname)"]);
+    let refs = c
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let refs = refs
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(n, id)| (n.to_owned(), id.to_owned()))
+        .collect();
+    let seq = std::fs::read_to_string(dir.join("berth-cluster-seq"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    (refs, seq)
+}
+
+/// The report in a side-band answer must say `unpack ok` and `ok` for every one of `refs`,
+/// and nothing else.
+fn expect_ok(answer: &[u8], refs: &[&str]) -> Result<(), String> {
+    let report: Vec<u8> = bench::pkt_lines(answer)
+        .into_iter()
+        .filter(|p| p.first() == Some(&1))
+        .flat_map(|p| p[1..].to_vec())
+        .collect();
+    let lines: Vec<String> = bench::pkt_lines(&report)
+        .into_iter()
+        .map(|l| String::from_utf8_lossy(l).trim_end().to_owned())
+        .collect();
+    if lines.first().map(String::as_str) != Some("unpack ok") {
+        return Err(format!("report: {:?}", lines.first()));
+    }
+    if let Some(bad) = lines[1..].iter().find(|l| !l.starts_with("ok ")) {
+        return Err(format!("report: {bad}"));
+    }
+    let ok: std::collections::HashSet<&str> = lines[1..].iter().map(|l| &l[3..]).collect();
+    if lines.len() - 1 != refs.len() || refs.iter().any(|r| !ok.contains(r)) {
+        return Err(format!(
+            "report: {} ok lines for {} refs",
+            lines.len() - 1,
+            refs.len()
+        ));
+    }
+    Ok(())
+}
+
+/// What a small-push case gave: the summary of the acknowledged pushes, and what went wrong.
+struct Small {
+    summary: Option<Summary>,
+    acked: usize,
+    /// Where the time went ([`breakdown`]).
+    breakdown: String,
+    errors: Vec<String>,
+    problems: Vec<String>,
+}
+
+fn small_pushes(t: &Target, history: &History, work: &[Vec<Push>], limit: Duration) -> Small {
+    let before = scrape(t);
+    let start = Instant::now();
+    let mut out = load::run_clients(work, |c, p| {
+        if start.elapsed() > limit {
+            return Err(format!("not sent: over the {limit:?} limit"));
+        }
+        http::push(t.addr(c), "", None, p)
+    });
+    let acked = out.latencies.len();
+    let summary = out.summary();
+    Small {
+        summary,
+        acked,
+        breakdown: breakdown(&before, &scrape(t), acked),
+        problems: check_small(t, history, acked),
+        errors: out.errors,
+    }
+}
+
+/// Every replica caught up, every branch at its end, fsck clean, the pushes landed equal to
+/// those acknowledged, each repository's log at its seeds plus its pushes.
+fn check_small(t: &Target, history: &History, acked: usize) -> Vec<String> {
+    let repos = history.repos();
+    let states = match t.caught_up(&repos) {
+        Ok(s) => s,
+        Err(e) => return vec![e],
+    };
+    let mut problems = Vec::new();
+    for (i, root) in t.roots.iter().enumerate() {
+        problems.extend(
+            history
+                .verify(root)
+                .into_iter()
+                .map(|p| format!("node {i}: {p}")),
+        );
+    }
+    let mut landed = 0;
+    for (repo, (refs, seq)) in repos.iter().zip(&states) {
+        let mut here = 0;
+        let mut seeds = 0;
+        for chain in history.chains.iter().filter(|c| &c.repo == repo) {
+            seeds += 1;
+            let value = refs.get(&chain.refname);
+            match chain.commits.iter().position(|c| Some(c) == value) {
+                Some(k) => here += k,
+                None => problems.push(format!("{repo} {}: {value:?}, not pushed", chain.refname)),
+            }
+        }
+        if t.is_cluster() && *seq != (seeds + here) as u64 {
+            problems.push(format!(
+                "{repo}: applied log entry {seq}, but {seeds} seeds and {here} pushes landed"
+            ));
+        }
+        landed += here;
+    }
+    if landed != acked {
+        problems.push(format!("{acked} pushes acknowledged, {landed} landed"));
+    }
+    problems
+}
+
+/// The many-ref push: its request, what it must leave, and the commit and pack that seed it.
+struct ManyRefs {
+    request: Vec<u8>,
+    expected: Vec<(String, String)>,
+    commit: String,
+    seed_pack: Vec<u8>,
+}
+
+fn many_refs_setup(dir: &Path, refs: usize) -> ManyRefs {
+    let gen_dir = dir.join("many-gen.git");
+    support::init(&gen_dir);
+    let commit = support::commits(&gen_dir, 1, support::Shape::EmptyTrees)[0].to_string();
+    let seed_pack = support::pack(&gen_dir, "refs/heads/main");
+    let caps = http::CAPABILITIES;
+    let empty = bench::empty_pack(gix_hash::Kind::Sha1);
+    let (request, expected) =
+        bench::request(std::slice::from_ref(&commit), refs, caps, ZERO, &empty);
+    ManyRefs {
+        request,
+        expected,
+        commit,
+        seed_pack,
+    }
+}
+
+/// Run `run`: seed `many<run>.git` with the commit, wait for the replicas, time the push,
+/// check its report and, once the replicas caught up, every ref on every one of them.
+fn many_refs_run(t: &Target, m: &ManyRefs, run: usize) -> Result<Duration, String> {
+    let repo = format!("many{run}.git");
+    let addr = t.addr(run);
+    let seed = http::body(ZERO, &m.commit, "refs/heads/main", &m.seed_pack);
+    seed_push(addr, &repo, &seed, "refs/heads/main")?;
+    t.caught_up(std::slice::from_ref(&repo))?;
+    let start = Instant::now();
+    let answer = http::exchange(addr, "", None, &repo, &m.request)?;
+    let elapsed = start.elapsed();
+    let names: Vec<&str> = m.expected.iter().map(|(n, _)| n.as_str()).collect();
+    expect_ok(&answer, &names)?;
+    let (refs, seq) = t
+        .caught_up(std::slice::from_ref(&repo))?
+        .pop()
+        .expect("one repository");
+    let mut want: BTreeMap<String, String> = m.expected.iter().cloned().collect();
+    want.insert("refs/heads/main".into(), m.commit.clone());
+    if refs != want {
+        return Err(format!(
+            "{repo}: {} refs, expected {}",
+            refs.len(),
+            want.len()
+        ));
+    }
+    if t.is_cluster() && seq != 2 {
+        return Err(format!("{repo}: applied log entry {seq}, expected 2"));
+    }
+    Ok(elapsed)
+}
+
+fn report_small(round: usize, t: &Target, s: &Small, pushes: usize) -> bool {
+    let ok = s.errors.is_empty() && s.problems.is_empty();
+    let breakdown = (!s.breakdown.is_empty()).then(|| format!("\n    {}", s.breakdown));
+    match (&s.summary, ok) {
+        (Some(x), true) => println!(
+            "  round {round}, {}: {} of {pushes} pushes acknowledged and verified: {:.1} pushes/s, \
+             p50 {}, p99 {}, max {} (load average {}){}",
+            t.name,
+            x.pushes,
+            x.rate,
+            load::ms(x.p50),
+            load::ms(x.p99),
+            load::ms(x.max),
+            load::load_average(),
+            breakdown.unwrap_or_default()
+        ),
+        _ => {
+            println!(
+                "  round {round}, {}: FAILED: {} of {pushes} acknowledged, {} errors, {} problems",
+                t.name,
+                s.acked,
+                s.errors.len(),
+                s.problems.len()
+            );
+            for e in s.errors.iter().chain(&s.problems).take(8) {
+                println!("    {}", e.replace('\n', " | "));
+            }
+        }
+    }
+    ok
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and a load run has no
+    // place in a test run.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("cluster_load: a load run; run it with `cargo bench --bench cluster_load`");
+        return;
+    }
+    let failed = run();
+    if failed {
+        std::process::exit(1);
+    }
+}
+
+/// The whole bench; whether anything failed. Everything it starts is stopped when it returns.
+fn run() -> bool {
+    let clients = env_usize("BERTH_LOAD_CLIENTS", 8).max(1);
+    let total = env_usize("BERTH_LOAD_PUSHES", 1000).max(1);
+    let rounds = env_usize("BERTH_LOAD_ROUNDS", 1).max(1);
+    let refs = env_usize("BERTH_BENCH_REFS", 10_000).max(1);
+    let runs = env_usize("BERTH_BENCH_RUNS", 5).max(1);
+    let limit = Duration::from_secs(env_usize("BERTH_CLUSTER_LIMIT", 300) as u64);
+    let ack = std::env::var("BERTH_CLUSTER_ACK").unwrap_or_else(|_| "majority".into());
+    let etcd_max_request = env_usize("BERTH_CLUSTER_ETCD_MAX_REQUEST_BYTES", 8 << 20);
+    let shape = Shape::parse(&std::env::var("BERTH_LOAD_SHAPE").unwrap_or_else(|_| "own".into()));
+    let tmp = tempfile::Builder::new()
+        .prefix("cluster-load-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
+    let mut git_version = support::git(dir);
+    git_version.arg("--version");
+    let git_version = String::from_utf8(support::run(git_version, None)).unwrap();
+    println!(
+        "cluster_load: {}, {} (--max-request-bytes {etcd_max_request}) in {}; load average {}",
+        git_version.trim(),
+        etcd_version(),
+        dir.display(),
+        load::load_average()
+    );
+
+    let t0 = Instant::now();
+    let small = dir.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let (history, work) = http::prepare(&small, shape, clients, total);
+    let pushes: usize = work.iter().map(Vec::len).sum();
+    let many = many_refs_setup(dir, refs);
+    println!(
+        "{pushes} small pushes from {clients} clients ({}), and a {refs}-ref push, prepared in {:.1} s",
+        shape.name(),
+        t0.elapsed().as_secs_f64()
+    );
+
+    let mut failed = false;
+    let mut small_rows: Vec<(usize, String, Option<Summary>, bool)> = Vec::new();
+    let mut many_times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    let mut many_failed: [Option<String>; 2] = [None, None];
+    for round in 0..rounds {
+        let rdir = dir.join(format!("round{round}"));
+        let (pdir, cdir) = (rdir.join("plain"), rdir.join("cluster"));
+        std::fs::create_dir_all(&pdir).unwrap();
+        std::fs::create_dir_all(&cdir).unwrap();
+        let targets = [
+            Target::plain(&pdir),
+            Target::cluster(&cdir, &ack, etcd_max_request),
+        ];
+        let mut order = [0, 1];
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let t = &targets[i];
+            let s = match t.seed(&history) {
+                Ok(()) => small_pushes(t, &history, &work, limit),
+                Err(e) => Small {
+                    summary: None,
+                    acked: 0,
+                    breakdown: String::new(),
+                    errors: vec![format!("seeding: {e}")],
+                    problems: Vec::new(),
+                },
+            };
+            let ok = report_small(round, t, &s, pushes);
+            failed |= !ok;
+            small_rows.push((round, t.name.clone(), s.summary, ok));
+        }
+        if round > 0 {
+            continue;
+        }
+        // The many-ref push: the two targets take turns, run by run.
+        for run in 0..runs {
+            for (i, t) in targets.iter().enumerate() {
+                if many_failed[i].is_some() {
+                    continue;
+                }
+                match many_refs_run(t, &many, run) {
+                    Ok(d) => {
+                        println!(
+                            "  {refs} refs, {}: run {}: {}",
+                            t.name,
+                            run + 1,
+                            load::ms(d)
+                        );
+                        many_times[i].push(d);
+                    }
+                    Err(e) => {
+                        println!("  {refs} refs, {}: run {}: FAILED: {e}", t.name, run + 1);
+                        many_failed[i] = Some(e);
+                        failed = true;
+                    }
+                }
+            }
+        }
+    }
+
+    println!();
+    println!(
+        "| case | target | round | pushes acknowledged | wall | pushes/s | p50 | p99 | max | cluster/one node pushes/s | p50 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let case = format!("{pushes} pushes, {clients} clients, {}", shape.name());
+    for (round, name, s, ok) in &small_rows {
+        let plain = small_rows
+            .iter()
+            .find(|r| r.0 == *round && r.1 == "one node")
+            .and_then(|r| r.2);
+        let ratio = match (s, plain, name.as_str()) {
+            (Some(s), Some(p), n) if n != "one node" => format!(
+                "{:.2}x | {:.2}x",
+                s.rate / p.rate,
+                s.p50.as_secs_f64() / p.p50.as_secs_f64()
+            ),
+            _ => " | ".into(),
+        };
+        match (s, ok) {
+            (Some(s), true) => println!(
+                "| {case} | {name} | {round} | {} | {:.2} s | {:.1} | {} | {} | {} | {ratio} |",
+                s.pushes,
+                s.wall.as_secs_f64(),
+                s.rate,
+                load::ms(s.p50),
+                load::ms(s.p99),
+                load::ms(s.max)
+            ),
+            _ => println!("| {case} | {name} | {round} | FAILED | | | | | | | |"),
+        }
+    }
+    println!();
+    println!("| push | target | runs | min | median | max | cluster/one node (median) |");
+    println!("|---|---|---|---|---|---|---|");
+    let medians: Vec<Option<Duration>> = many_times
+        .iter_mut()
+        .map(|t| (!t.is_empty()).then(|| support::median(t)))
+        .collect();
+    for (i, name) in ["one node".to_owned(), format!("3 nodes, --ack {ack}")]
+        .iter()
+        .enumerate()
+    {
+        let times = &many_times[i];
+        let ratio = match (i, medians[0], medians[1]) {
+            (1, Some(p), Some(c)) => format!("{:.2}x", c.as_secs_f64() / p.as_secs_f64()),
+            _ => String::new(),
+        };
+        match (&many_failed[i], medians[i]) {
+            (None, Some(m)) => println!(
+                "| {refs} refs, one push | {name} | {} | {} | {} | {} | {ratio} |",
+                times.len(),
+                load::ms(times[0]),
+                load::ms(m),
+                load::ms(*times.last().expect("runs"))
+            ),
+            _ => println!("| {refs} refs, one push | {name} | FAILED | | | | |"),
+        }
+    }
+    if failed || std::env::var("BERTH_LOAD_KEEP").as_deref() == Ok("1") {
+        println!("cluster_load: kept {}", tmp.keep().display());
+    }
+    failed
+}
+
+fn etcd_version() -> String {
+    Command::new("etcd")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "etcd: not found".into())
+}
