@@ -73,6 +73,11 @@ pub(crate) struct Etcd {
 
 impl Etcd {
     fn start(dir: &Path) -> Etcd {
+        Etcd::start_with(dir, &[])
+    }
+
+    /// [`Etcd::start`] with more arguments for every member.
+    fn start_with(dir: &Path, extra: &[&str]) -> Etcd {
         let ports = free_ports(6);
         let (client, peer) = ports.split_at(3);
         let initial: Vec<String> = (0..3)
@@ -97,6 +102,7 @@ impl Etcd {
                     .args(["--initial-cluster", &initial])
                     .args(["--initial-cluster-state", "new"])
                     .args(["--initial-cluster-token", "berth-test"])
+                    .args(extra)
                     .stdout(Stdio::null());
                 cmd
             })
@@ -251,7 +257,17 @@ impl Cluster {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Cluster {
-        let etcd = Etcd::start(w.root());
+        Cluster::start_on(w, Etcd::start(w.root()), replicas, extra, env)
+    }
+
+    /// Three nodes on `etcd`.
+    fn start_on(
+        w: &World,
+        etcd: Etcd,
+        replicas: usize,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Cluster {
         let ports = free_ports(3);
         let nodes = (0..3)
             .map(|i| Node {
@@ -555,7 +571,7 @@ fn pushes_to_any_node_replicate_to_all_and_concurrent_results_match_the_final_re
                 .unwrap_or_default();
         }
         assert_eq!(
-            c.etcd.keys("/berth/repos/demo/log").map(|k| k.len()),
+            c.etcd.keys("/berth/logs/demo").map(|k| k.len()),
             Some(1)
         );
     }
@@ -1490,4 +1506,47 @@ fn an_accepting_node_stopped_after_the_commit_point_still_acknowledges_once_cont
     let refs = c.converged(&w, "r.git", 3);
     assert_eq!(refs.get("refs/heads/main"), Some(&new));
     c.assert_fsck(&w, "r.git");
+}
+
+#[test]
+fn a_push_larger_than_an_etcd_request_is_refused_at_once_and_nothing_lands() {
+    if !etcd_present("a_push_larger_than_an_etcd_request") {
+        return;
+    }
+    let w = World::new();
+    // etcd takes requests of 64 KiB at most here (1.5 MiB by default).
+    let etcd = Etcd::start_with(w.root(), &["--max-request-bytes", "65536"]);
+    let c = Cluster::start_on(&w, etcd, 3, &[], &[]);
+    let src = w.work("src");
+    let first = w.commit(&src, "a", "one");
+    push_ok(
+        &w,
+        &src,
+        &c.nodes[0].url("big.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    // 1,000 new refs: an entry of about 100 KB.
+    let specs: Vec<String> = (0..1000)
+        .map(|i| format!("HEAD:refs/heads/b{i:04}"))
+        .collect();
+    let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let out = push(&w, &src, &c.nodes[1].url("big.git"), &specs);
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("1000 ref updates") && err.contains("push them in parts"),
+        "{err}"
+    );
+    // Not retried for 15 s as if etcd were down.
+    assert!(took < Duration::from_secs(10), "{took:?}\n{err}");
+    let refs = c.converged(&w, "big.git", 3);
+    assert_eq!(refs.len(), 1, "{refs:?}");
+    assert_eq!(refs.get("refs/heads/main"), Some(&first));
+    // In parts it lands.
+    push_ok(&w, &src, &c.nodes[1].url("big.git"), &specs[..200]);
+    let refs = c.converged(&w, "big.git", 3);
+    assert_eq!(refs.len(), 201);
+    c.assert_fsck(&w, "big.git");
 }

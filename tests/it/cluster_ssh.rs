@@ -161,8 +161,8 @@ fn an_ssh_push_to_a_replica_is_replicated() {
         let seq = std::fs::read_to_string(n.dir("demo.git").join("berth-cluster-seq")).unwrap();
         assert_eq!(seq.trim(), "4", "{}", n.name);
     }
-    if let Some(keys) = c.etcd.keys("/berth/repos/demo/log") {
-        assert_eq!(keys, vec!["/berth/repos/demo/log".to_owned()]);
+    if let Some(keys) = c.etcd.keys("/berth/logs/demo") {
+        assert_eq!(keys, vec!["/berth/logs/demo".to_owned()]);
     }
     // The accepting node logged the key's user as the pusher.
     assert!(

@@ -30,26 +30,35 @@ const FOLLOW_EVERY: Duration = Duration::from_secs(5);
 const FETCH_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Cluster {
-    /// Watch the logs of every repository: a replica that sees an entry it did not apply
-    /// (after a second, time for the entry's own decision to arrive) catches up at once.
+    /// Watch the logs' heads of every repository: a replica that sees an entry it did not
+    /// apply (after a second, time for the entry's own decision to arrive) catches up at
+    /// once. An entry this node applied already (its own push, or its decision came first)
+    /// costs nothing: the head names its sequence number.
     pub(super) async fn watch_logs(self: Arc<Self>) {
         loop {
             let me = self.clone();
             let e = self
                 .etcd
-                .watch(b"/berth/repos/", move |key| {
+                .watch(b"/berth/logs/", move |key, value| {
                     let Some(name) = key
-                        .strip_prefix(b"/berth/repos/".as_slice())
-                        .and_then(|k| k.strip_suffix(b"/log".as_slice()))
+                        .strip_prefix(b"/berth/logs/".as_slice())
                         .and_then(|n| std::str::from_utf8(n).ok())
                     else {
                         return;
                     };
                     tracing::debug!(target: "berth::cluster", repo = %Escaped::token(name), "log changed");
+                    let seq = log::Entry::decode(&value).ok().map(|e| e.seq);
+                    let dir = repo_dir(&me.root, name);
+                    let behind = move || seq.is_none_or(|s| applied_seq(&dir) < s);
+                    if !behind() {
+                        return;
+                    }
                     let (me, name) = (me.clone(), name.to_owned());
                     tokio::spawn(async move {
                         tokio::time::sleep(Duration::from_secs(1)).await;
-                        me.catch_up_if_behind(&name).await;
+                        if behind() {
+                            me.catch_up_if_behind(&name).await;
+                        }
                     });
                 })
                 .await;

@@ -297,7 +297,7 @@ impl Client {
     /// Watch every key under `prefix` from now on: `on_key` is called with each changed key,
     /// until the stream ends or fails (a member killed): then the error, and the caller
     /// watches again (the next endpoint first).
-    pub async fn watch(&self, prefix: &[u8], mut on_key: impl FnMut(Vec<u8>)) -> Error {
+    pub async fn watch(&self, prefix: &[u8], mut on_put: impl FnMut(Vec<u8>, Vec<u8>)) -> Error {
         use http_body_util::BodyExt;
         let n = self.endpoints.len().max(1);
         // Each watch on the next endpoint: one that ended may have been killed.
@@ -349,7 +349,7 @@ impl Client {
                     .unwrap_or_default();
                 for e in events {
                     if let Ok(key) = unb64(&e["kv"]["key"]) {
-                        on_key(key);
+                        on_put(key, unb64(&e["kv"]["value"]).unwrap_or_default());
                     }
                 }
             }

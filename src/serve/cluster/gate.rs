@@ -230,10 +230,18 @@ impl Gate {
         let mut rounds = 0;
         let committed_seq = loop {
             entry.seq = base_seq + 1;
-            let value = entry.encode().ok_or("a ref name is not UTF-8")?;
-            let lost = match self.commit_point(base_rev, entry.seq, &txid, value).await {
+            let lost = match self.commit_point(base_rev, &entry).await {
                 Ok(Cas::Committed) => break entry.seq,
                 Ok(Cas::Lost { seq, rev }) => (seq, rev),
+                Ok(Cas::TooLarge(bytes)) => {
+                    self.decide_all(&prepared, &txid, 0, false).await;
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, bytes, refs = updates.len(), "log entry larger than etcd takes");
+                    return Err(format!(
+                        "{} ref updates ({bytes} bytes) are more than one cluster log entry holds \
+                         (etcd's --max-request-bytes); push them in parts",
+                        updates.len()
+                    ));
+                }
                 Err(e) => {
                     // Unknown whether the entry is in the log: the replicas keep their
                     // prepared transactions until their decision timeout, then ask the log.
@@ -304,16 +312,16 @@ impl Gate {
         }
     }
 
-    /// The etcd compare-and-swap of the log key against `rev`.
-    async fn commit_point(
-        &self,
-        rev: i64,
-        seq: u64,
-        txid: &str,
-        value: Vec<u8>,
-    ) -> Result<Cas, etcd::Error> {
-        let log_key = repo_key(&self.name, "log");
-        let entry_key = repo_key(&self.name, &format!("entries/{seq:020}"));
+    /// The etcd compare-and-swap of the log key against `rev`: the entry's head as the log
+    /// key, the entry itself (its updates written once) as `entries/<seq>`.
+    async fn commit_point(&self, rev: i64, entry: &log::Entry) -> Result<Cas, etcd::Error> {
+        let txid = entry.txid.as_str();
+        let Some(value) = entry.encode() else {
+            return Err(etcd::Error::Answer("a ref name is not UTF-8".into()));
+        };
+        let head_value = entry.encode_head();
+        let log_key = super::log_key(&self.name);
+        let entry_key = repo_key(&self.name, &format!("entries/{:020}", entry.seq));
         let start = Instant::now();
         loop {
             let r = self
@@ -322,7 +330,7 @@ impl Gate {
                 .txn(
                     &[etcd::Compare::ModRevision(log_key.clone(), rev)],
                     &[
-                        etcd::Op::Put(log_key.clone(), value.clone(), None),
+                        etcd::Op::Put(log_key.clone(), head_value.clone(), None),
                         etcd::Op::Put(entry_key.clone(), value.clone(), None),
                     ],
                     &[etcd::Op::Get(log_key.clone())],
@@ -341,6 +349,10 @@ impl Gate {
                         seq: entry.map_or(0, |e| e.seq),
                         rev: head.map_or(0, |kv| kv.mod_revision),
                     });
+                }
+                // etcd refuses it whatever the retries (its request limit): nothing written.
+                Err(etcd::Error::Status { body, .. }) if body.contains("request is too large") => {
+                    return Ok(Cas::TooLarge(value.len()));
                 }
                 Err(e) if start.elapsed() > COMMIT_RETRY => return Err(e),
                 Err(e) => {
@@ -368,6 +380,8 @@ enum Cas {
     Committed,
     /// Another entry is the log's head: its sequence number and the key's mod revision.
     Lost { seq: u64, rev: i64 },
+    /// The entry (this many bytes) is larger than etcd takes in one request: not written.
+    TooLarge(usize),
 }
 
 /// Wait until the replica at `dir` applied `seq` (at most `limit`); whether it did.
@@ -392,6 +406,20 @@ async fn decide_all(
     txid: &str,
     seq: u64,
     commit: bool,
+) -> usize {
+    decide_until(cluster, repo, peers, txid, seq, commit, peers.len()).await
+}
+
+/// Tell `peers` the verdict; once `enough` confirmed, return (how many did) and let the other
+/// answers come in the background: a slow replica does not hold the client's `ok` up.
+async fn decide_until(
+    cluster: &Cluster,
+    repo: &str,
+    peers: &[Peer],
+    txid: &str,
+    seq: u64,
+    commit: bool,
+    enough: usize,
 ) -> usize {
     let verdict = if commit { "commit" } else { "abort" };
     let sends = peers.iter().map(|p| {
@@ -420,11 +448,21 @@ async fn decide_all(
             matches!(r, Ok((200, _)))
         }
     });
-    futures_util::future::join_all(sends)
-        .await
-        .into_iter()
-        .filter(|ok| *ok)
-        .count()
+    let mut pending: futures_util::stream::FuturesUnordered<_> = sends.collect();
+    let mut confirmed = 0;
+    while confirmed < enough {
+        match futures_util::StreamExt::next(&mut pending).await {
+            Some(true) => confirmed += 1,
+            Some(false) => {}
+            None => break,
+        }
+    }
+    if !pending.is_empty() {
+        tokio::spawn(async move {
+            while futures_util::StreamExt::next(&mut pending).await.is_some() {}
+        });
+    }
+    confirmed
 }
 
 /// A push committed to the log, to be applied on the prepared replicas.
@@ -458,13 +496,15 @@ impl GateCommit for Decided {
             }
             applied += 1;
         }
-        applied += self.handle.block_on(decide_all(
+        // The client hears back once the quorum applied it; the rest confirm in the background.
+        applied += self.handle.block_on(decide_until(
             &self.cluster,
             &self.name,
             &self.prepared,
             &self.txid,
             self.seq,
             true,
+            self.need.saturating_sub(applied),
         ));
         if applied >= self.need {
             Ok(())

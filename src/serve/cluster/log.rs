@@ -86,7 +86,14 @@ pub(super) fn parse_updates(v: &Value) -> Result<Vec<RefUpdate>, String> {
 }
 
 impl Entry {
-    /// The entry as stored in etcd.
+    /// The entry's head, the log key's value: all but the ref updates.
+    pub(super) fn encode_head(&self) -> Vec<u8> {
+        json!({"seq": self.seq, "txid": self.txid, "origin": self.origin})
+            .to_string()
+            .into_bytes()
+    }
+
+    /// The entry as stored in etcd (`entries/<seq>`).
     pub(super) fn encode(&self) -> Option<Vec<u8>> {
         Some(
             json!({
@@ -100,14 +107,17 @@ impl Entry {
         )
     }
 
-    /// An entry read from etcd.
+    /// An entry read from etcd (a head, from the log key, has no updates).
     pub(super) fn decode(b: &[u8]) -> Result<Entry, String> {
         let v: Value = serde_json::from_slice(b).map_err(|e| format!("log entry: {e}"))?;
         Ok(Entry {
             seq: v["seq"].as_u64().ok_or("log entry without seq")?,
             txid: v["txid"].as_str().unwrap_or_default().to_owned(),
             origin: v["origin"].as_str().unwrap_or_default().to_owned(),
-            updates: parse_updates(&v["updates"])?,
+            updates: match &v["updates"] {
+                Value::Null => Vec::new(),
+                u => parse_updates(u)?,
+            },
         })
     }
 }

@@ -24,7 +24,7 @@
 //! secret (created once, create-if-absent), and the placement of repositories (rendezvous
 //! hashing over the live nodes, recorded at creation in `/berth/repos/<name>/replicas`).
 //! etcd keys (all under `/berth/`): `nodes/<node>` (advertise URL, leased), `secret`,
-//! `repos/<name>/replicas` (JSON list), `repos/<name>/log` (the last entry, JSON),
+//! `repos/<name>/replicas` (JSON list), `logs/<name>` (the last entry's head, JSON),
 //! `repos/<name>/entries/<seq, 20 digits>` (the entries not yet applied by every replica, for a
 //! replica that missed some), `repos/<name>/format` (object and ref format, for new copies), `repos/<name>/applied/<node>` (what each replica applied).
 //! Each replica records the last sequence number it applied in `<git dir>/berth-cluster-seq`.
@@ -170,6 +170,13 @@ pub(super) fn repo_name(url_repo: &str) -> Option<String> {
     let rel = super::repos::relative_path(url_repo).ok()?;
     let s = rel.to_str()?.to_owned();
     Some(s.strip_suffix(".git").map(str::to_owned).unwrap_or(s))
+}
+
+/// The etcd key of repository `name`'s log head (its last entry's sequence number, txid and
+/// origin; the entry itself is `entries/<seq>`). Apart from the other keys of the repository,
+/// so that a watch of every log sees the heads only, not the entries' ref updates.
+pub(super) fn log_key(name: &str) -> Vec<u8> {
+    format!("/berth/logs/{name}").into_bytes()
 }
 
 /// The git directory of `name` under `root` (`<root>/<name>.git`).
@@ -384,7 +391,7 @@ impl Cluster {
 
     /// The log's last entry's sequence number and the key's mod revision (0, 0: no entry).
     pub(super) async fn log_head(&self, name: &str) -> Result<(u64, i64), Error> {
-        match self.etcd.get(&repo_key(name, "log")).await? {
+        match self.etcd.get(&log_key(name)).await? {
             None => Ok((0, 0)),
             Some(kv) => {
                 let entry = log::Entry::decode(&kv.value).map_err(Error::State)?;

@@ -420,11 +420,7 @@ pub(super) fn new_of(u: &RefUpdate) -> Option<gix_hash::ObjectId> {
 
 /// The sequence number of the log entry of `txid`, if the repository's last entry is it.
 async fn committed_entry(cluster: &Cluster, repo: &str, txid: &str) -> Option<u64> {
-    let kv = cluster
-        .etcd
-        .get(&super::repo_key(repo, "log"))
-        .await
-        .ok()??;
+    let kv = cluster.etcd.get(&super::log_key(repo)).await.ok()??;
     let entry = log::Entry::decode(&kv.value).ok()?;
     (entry.txid == txid).then_some(entry.seq)
 }
