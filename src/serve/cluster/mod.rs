@@ -96,6 +96,11 @@ pub enum Error {
 
 /// Seconds a node's lease lives without renewal: a node killed disappears after this.
 const LEASE_TTL: i64 = 10;
+/// Nodes by name, with their advertise URLs.
+type Nodes = Vec<(String, String)>;
+
+/// How long a read of the live nodes is reused.
+const LIVE_FOR: Duration = Duration::from_secs(1);
 /// Timeout of one etcd call (per endpoint).
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -122,6 +127,12 @@ pub(super) struct Cluster {
     pub(super) catching: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Held while this node creates its copy of a repository.
     pub(super) creating: tokio::sync::Mutex<()>,
+    /// The replicas of each repository read so far: placement is fixed once recorded, so a
+    /// request does not read it from etcd again.
+    placed: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
+    /// The live nodes as last read, and when: reused for [`LIVE_FOR`] (a killed node stays
+    /// listed for its lease's [`LEASE_TTL`] anyway).
+    live: std::sync::Mutex<Option<(std::time::Instant, Nodes)>>,
     /// Held while a log entry is applied and recorded here (every repository: one at a time).
     pub(super) apply_lock: std::sync::Mutex<()>,
     /// Per repository: the applied sequence number last published to etcd, and (on the
@@ -283,6 +294,8 @@ impl Cluster {
             max_pack,
             catching: Default::default(),
             creating: Default::default(),
+            placed: Default::default(),
+            live: Default::default(),
             apply_lock: Default::default(),
             published: Default::default(),
         });
@@ -332,25 +345,45 @@ impl Cluster {
         }
     }
 
-    /// The live nodes: name → advertise URL, in name order.
+    /// The live nodes: name → advertise URL, in name order (read at most every [`LIVE_FOR`]).
     pub(super) async fn live_nodes(&self) -> Result<Vec<(String, String)>, Error> {
+        if let Ok(live) = self.live.lock()
+            && let Some((at, nodes)) = live.as_ref()
+            && at.elapsed() < LIVE_FOR
+        {
+            return Ok(nodes.clone());
+        }
         let prefix = b"/berth/nodes/";
         let kvs = self.etcd.prefix(prefix).await?;
-        Ok(kvs
+        let nodes: Vec<(String, String)> = kvs
             .into_iter()
             .filter_map(|kv| {
                 let name = String::from_utf8(kv.key.get(prefix.len()..)?.to_vec()).ok()?;
                 let url = String::from_utf8(kv.value).ok()?;
                 Some((name, url))
             })
-            .collect())
+            .collect();
+        if let Ok(mut live) = self.live.lock() {
+            *live = Some((std::time::Instant::now(), nodes.clone()));
+        }
+        Ok(nodes)
     }
 
-    /// The replicas recorded for `name`, if the repository exists in the cluster.
+    /// The replicas recorded for `name`, if the repository exists in the cluster (read from
+    /// etcd once: placement does not change).
     pub(super) async fn replicas_of(&self, name: &str) -> Result<Option<Vec<String>>, Error> {
+        if let Some(r) = self.placed.lock().ok().and_then(|p| p.get(name).cloned()) {
+            return Ok(Some(r));
+        }
         match self.etcd.get(&repo_key(name, "replicas")).await? {
             None => Ok(None),
-            Some(kv) => parse_list(&kv.value).map(Some),
+            Some(kv) => {
+                let r = parse_list(&kv.value)?;
+                if let Ok(mut p) = self.placed.lock() {
+                    p.insert(name.to_owned(), r.clone());
+                }
+                Ok(Some(r))
+            }
         }
     }
 
