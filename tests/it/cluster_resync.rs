@@ -193,3 +193,89 @@ fn a_replica_down_during_pushes_that_lost_its_copy_resyncs_and_follows_the_log()
     // Once node 2 published what it applied, compaction goes on.
     wait_compacted(&c, "r");
 }
+
+/// `POST path` with `headers` and `body` to 127.0.0.1:`port`: the status and the body.
+fn post(port: u16, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|b| b.1.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn the_snapshot_endpoint_wants_the_secret_and_answers_the_refs_at_the_applied_entry() {
+    if !etcd_present("cluster_resync::the_snapshot_endpoint_wants_the_secret") {
+        return;
+    }
+    let w = World::new();
+    let (c, src) = crate::cluster::cluster_with_repo(&w);
+    let port = c.nodes[1].port;
+    let path = "/_berth/cluster/snapshot";
+    let ask = r#"{"repo":"r"}"#;
+    assert_eq!(post(port, path, &[], ask).0, 403);
+    assert_eq!(
+        post(port, path, &[("x-berth-cluster-secret", "00")], ask).0,
+        403
+    );
+    let Some(secret) = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            &c.etcd.urls(),
+            "get",
+            "--print-value-only",
+            "/berth/secret",
+        ])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    else {
+        eprintln!("etcdctl not usable: the checks with the secret are not run");
+        return;
+    };
+    let with = [("x-berth-cluster-secret", secret.as_str())];
+    for bad in [
+        r#"{"repo":"../r"}"#,
+        r#"{"repo":"r.git"}"#,
+        r#"{}"#,
+        "not json",
+    ] {
+        assert_eq!(post(port, path, &with, bad).0, 400, "{bad}");
+    }
+    assert_eq!(post(port, path, &with, r#"{"repo":"elsewhere"}"#).0, 404);
+    let (status, body) = post(port, path, &with, ask);
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect(&body);
+    let seq = std::fs::read_to_string(c.nodes[1].dir("r.git").join("berth-cluster-seq"))
+        .unwrap_or_default();
+    assert_eq!(
+        v["seq"].as_u64().map(|s| s.to_string()),
+        Some(seq.trim().to_owned())
+    );
+    assert_eq!(v["head"], "refs/heads/main");
+    let main = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
+    assert_eq!(v["refs"], serde_json::json!([["refs/heads/main", main]]));
+}
