@@ -5,9 +5,10 @@
 //! - `POST /_berth/cluster/snapshot` (`{"repo": …}`, the cluster secret): the serving replica
 //!   answers, read under its apply lock so that the two agree, the last entry it applied `S`
 //!   and its refs (`{"seq": S, "head": <HEAD's target or null>, "refs": [[name, id], …]}`; at
-//!   most `--max-request-bytes`). The refs hold every entry up to `S`; they may already hold an
-//!   entry after `S` that is committed there but not yet recorded (the catch-up then finds its
-//!   refs at their new values and records it without writing).
+//!   most `--max-request-bytes`). The refs hold every entry up to `S`; they may already hold
+//!   entries after `S` that are committed there but not yet recorded, wholly or in part (the
+//!   catch-up then writes only the updates not yet held). Those touch disjoint refs: a replica
+//!   prepares an entry touching a ref of an unrecorded one only once that one is recorded.
 //! - The resyncing replica takes a snapshot only if it loses nothing the log committed: `S` is
 //!   at least what it applied itself, and entry `S + 1` is still in etcd (or `S` is the log's
 //!   head). Compaction deletes only entries every replica published as applied, and a
