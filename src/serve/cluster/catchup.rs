@@ -8,7 +8,13 @@
 //! for a watch stuck on a stopped etcd member, by [`Cluster::follow`], which polls the log heads
 //! of this node's repositories every [`FOLLOW_EVERY`]. One catch-up per repository runs at a
 //! time. An entry whose refs already hold its new values (the replica
-//! committed it but died before recording the sequence number) is recorded without writing.
+//! committed it but died before recording the sequence number) is recorded without writing;
+//! of an entry partly held (a resync's snapshot taken as it was committed there), only the
+//! updates not yet held are written.
+//!
+//! A replica without a copy while the log has entries, or whose next entry is compacted away,
+//! resyncs from another replica first (`resync.rs`), then applies the entries after the
+//! snapshot; should the next one be gone by then, it resyncs again ([`MAX_RESYNCS`] times).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +34,8 @@ use crate::serve::Escaped;
 const FOLLOW_EVERY: Duration = Duration::from_secs(5);
 /// How long fetching one entry's objects from a peer may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(120);
+/// How many resyncs one catch-up tries (each after the entry after the last one was found gone).
+const MAX_RESYNCS: usize = 3;
 
 impl Cluster {
     /// Watch the logs' heads of every repository: a replica that sees an entry it did not
@@ -185,41 +193,82 @@ impl Cluster {
     }
 
     /// Apply the log entries of `name` this replica has not applied, in order; the last
-    /// sequence number applied, `None` when another catch-up of it runs.
+    /// sequence number applied, `None` when another catch-up of it runs. A replica without a
+    /// copy, or whose next entry is compacted away, resyncs from another replica first
+    /// (`resync.rs`), and again should the entry after that snapshot be gone meanwhile.
     async fn catch_up(self: &Arc<Self>, name: &str) -> Result<Option<u64>, String> {
         let Some(_running) = Running::start(self, name) else {
             return Ok(None);
         };
         let dir = repo_dir(&self.root, name);
-        let mut applied = applied_seq(&dir);
-        let from = repo_key(name, &format!("entries/{:020}", applied + 1));
-        let end = etcd::prefix_end(&repo_key(name, "entries/"));
-        let entries = self
-            .etcd
-            .range(&from, &end)
-            .await
-            .map_err(|e| e.to_string())?;
-        if entries.is_empty() {
-            return Ok(Some(applied));
+        let mut resyncs = 0;
+        loop {
+            // The head first: its entry was put with it, so the range below has every entry
+            // up to it unless compaction removed them.
+            let (head, _) = self.log_head(name).await.map_err(|e| e.to_string())?;
+            let copy = super::super::repos::is_git_dir(&dir);
+            let applied = applied_seq(&dir);
+            let from = repo_key(name, &format!("entries/{:020}", applied + 1));
+            let end = etcd::prefix_end(&repo_key(name, "entries/"));
+            let entries = self
+                .etcd
+                .range(&from, &end)
+                .await
+                .map_err(|e| e.to_string())?;
+            let next = match entries.first() {
+                Some(kv) => Some(log::Entry::decode(&kv.value)?.seq),
+                None => None,
+            };
+            let gap = match next {
+                Some(seq) => seq != applied + 1,
+                None => head > applied,
+            };
+            let resync = gap || (!copy && head > 0);
+            if entries.is_empty() && !resync {
+                return Ok(Some(applied));
+            }
+            // Entries to apply: this replica's copy, if it has none yet (in the recorded format).
+            self.ensure_copy(name, &dir).await?;
+            let replicas = self
+                .replicas_of(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .unwrap_or_default();
+            let peers = self.urls_of(&replicas).await.map_err(|e| e.to_string())?;
+            if resync {
+                resyncs += 1;
+                if resyncs > MAX_RESYNCS {
+                    return Err(format!(
+                        "log entry {} missing (compacted) after {MAX_RESYNCS} resyncs",
+                        applied + 1
+                    ));
+                }
+                tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), applied, head, copy, next = ?next, "resyncing from another replica");
+                self.resync(name, &peers, applied, head).await?;
+                continue;
+            }
+            return self
+                .apply_entries(name, &dir, &peers, entries, applied)
+                .await;
         }
-        // Entries to apply: this replica's copy, if it has none yet (in the recorded format).
-        self.ensure_copy(name, &dir).await?;
-        let replicas = self
-            .replicas_of(name)
-            .await
-            .map_err(|e| e.to_string())?
-            .unwrap_or_default();
-        let peers = self.urls_of(&replicas).await.map_err(|e| e.to_string())?;
+    }
+
+    /// Apply `entries` (consecutive, from `applied + 1`) in order; the last one applied.
+    async fn apply_entries(
+        self: &Arc<Self>,
+        name: &str,
+        dir: &std::path::Path,
+        peers: &[(String, String)],
+        entries: Vec<etcd::Kv>,
+        mut applied: u64,
+    ) -> Result<Option<u64>, String> {
         for kv in entries {
             let entry = log::Entry::decode(&kv.value)?;
             if entry.seq != applied + 1 {
-                return Err(format!(
-                    "log entry {} missing (compacted?): a full resync is not implemented",
-                    applied + 1
-                ));
+                return Err(format!("log entry {} missing", applied + 1));
             }
             let (wants, haves) = {
-                let dir = dir.clone();
+                let dir = dir.to_owned();
                 let env = self.env.clone();
                 let tips: Vec<_> = entry.updates.iter().filter_map(new_of).collect();
                 tokio::task::spawn_blocking(move || missing(&dir, &env, &tips))
@@ -227,9 +276,9 @@ impl Cluster {
                     .map_err(|e| e.to_string())??
             };
             if !wants.is_empty() {
-                self.fetch(name, &peers, &wants, &haves).await?;
+                self.fetch(name, peers, &wants, &haves).await?;
             }
-            let dir2 = dir.clone();
+            let dir2 = dir.to_owned();
             let env = self.env.clone();
             let e2 = entry.clone();
             let cluster = self.clone();
@@ -254,7 +303,7 @@ impl Cluster {
     }
 
     /// Fetch the objects of `wants` from the first peer that has them, into the replica.
-    async fn fetch(
+    pub(super) async fn fetch(
         &self,
         name: &str,
         peers: &[(String, String)],
@@ -334,7 +383,7 @@ impl Drop for Running<'_> {
     }
 }
 
-fn open(
+pub(super) fn open(
     dir: &std::path::Path,
     env: &crate::receive::Environment,
 ) -> Result<(crate::repo::Repository, gix_odb::Handle), String> {
@@ -346,7 +395,7 @@ fn open(
 }
 
 /// Of `tips`, those not in the repository; and the repository's ref tips.
-fn missing(
+pub(super) fn missing(
     dir: &std::path::Path,
     env: &crate::receive::Environment,
     tips: &[gix_hash::ObjectId],
@@ -375,11 +424,15 @@ fn apply(
     let (repo, objects) = open(dir, env)?;
     let store = refs::of_repository(&repo);
     let current = store.snapshot().map_err(|e| e.to_string())?;
-    let done = entry
+    // The updates whose refs do not hold their new values yet: all of them but those of an
+    // entry committed here before a kill, or partly held by a resync's snapshot.
+    let todo: Vec<RefUpdate> = entry
         .updates
         .iter()
-        .all(|u| current.get(&u.name) == new_of(u));
-    if done {
+        .filter(|u| current.get(&u.name) != new_of(u))
+        .cloned()
+        .collect();
+    if todo.is_empty() {
         return Ok(());
     }
     let env = crate::receive::Environment {
@@ -396,7 +449,7 @@ fn apply(
     let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
     let prepared = store
         .transaction(options)
-        .prepare(&entry.updates, &mut observer)
+        .prepare(&todo, &mut observer)
         .map_err(|e| format!("entry {}: {e}", entry.seq))?;
     let results = prepared.commit().map_err(|e| e.to_string())?;
     if let Some(e) = results.into_iter().find_map(Result::err) {

@@ -28,6 +28,8 @@
 //! `repos/<name>/entries/<seq, 20 digits>` (the entries not yet applied by every replica, for a
 //! replica that missed some), `repos/<name>/format` (object and ref format, for new copies), `repos/<name>/applied/<node>` (what each replica applied).
 //! Each replica records the last sequence number it applied in `<git dir>/berth-cluster-seq`.
+//! A replica that missed entries replays them (`catchup.rs`); one that lost its copy, or whose
+//! next entry was compacted away, copies another replica's refs first (`resync.rs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -47,6 +49,7 @@ mod locks;
 mod log;
 mod objects;
 mod replica;
+mod resync;
 mod tee;
 pub(super) mod tunnel;
 

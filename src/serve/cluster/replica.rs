@@ -16,6 +16,8 @@
 //!   commit of an entry this replica resolved and recorded already (its decision came late):
 //!   `200 committed already`.
 //! - `POST /_berth/cluster/pack`: objects for a replica catching up (`catchup.rs`).
+//! - `POST /_berth/cluster/snapshot`: the last entry applied here and the refs at it, for a
+//!   replica resyncing (`resync.rs`).
 //! - `POST /_berth/cluster/ssh`: an ssh session forwarded by a node that holds no current
 //!   replica, over an upgraded connection (`tunnel.rs` for the format, `ssh/tunnel.rs` runs it).
 //!
@@ -106,6 +108,7 @@ pub(in crate::serve) async fn internal(
         Some("prepare") => prepare(server, cluster, req).await,
         Some("decide") => decide(cluster, req).await,
         Some("pack") => pack(cluster, req).await,
+        Some("snapshot") => super::resync::snapshot(cluster, req).await,
         Some("stream") => super::incoming::stream(server, cluster, req).await,
         Some("drop") => super::incoming::drop_stream(cluster, req).await,
         Some("ssh") => crate::serve::ssh::tunneled(server, cluster, req).await,
