@@ -571,8 +571,8 @@ type Replicated = Option<(Arc<Cluster>, String, Vec<String>)>;
 enum Where {
     /// Here (replicated when a push to a repository of the cluster).
     Here(Replicated),
-    /// On the replica at this advertise URL.
-    Replica(Arc<Cluster>, String),
+    /// On the first of these live replicas (name, advertise URL) that can.
+    Replica(Arc<Cluster>, Vec<(String, String)>),
 }
 
 /// Route `service` on `repo` as HTTP does ([`Cluster::route`]; a push places a new
@@ -588,14 +588,15 @@ async fn place(
     };
     let push = service == Service::ReceivePack;
     let (name, routed) = c
-        .route(&literal(repo), push, forwarded)
+        .route(&literal(repo), push, forwarded, true)
         .await
         .map_err(|e| {
             tracing::warn!(target: "berth::cluster", repo = %Escaped::token(repo), error = %Escaped::text(&e.to_string()), "cannot route an ssh command");
             Reject::Unavailable("no replica of the repository can serve it now".into())
         })?;
     Ok(match (name, routed) {
-        (_, cluster::Route::Forward(url)) => Where::Replica(c.clone(), url),
+        (_, cluster::Route::Forward(replicas)) => Where::Replica(c.clone(), replicas),
+        (_, cluster::Route::Behind(seq, applied)) => return Err(Reject::Behind(seq, applied)),
         (Some(name), cluster::Route::Local(Some(replicas))) if push => {
             Where::Here(Some((c.clone(), name, replicas)))
         }
@@ -779,11 +780,11 @@ async fn run_command(
                 Ok(Where::Here(replicated)) => {
                     session(&state.server, &run, replicated, source, &tx, &access).await
                 }
-                Ok(Where::Replica(cluster, url)) => {
+                Ok(Where::Replica(cluster, replicas)) => {
                     tunnel::forward(
                         &state.server,
                         &cluster,
-                        &url,
+                        &replicas,
                         &run,
                         source,
                         &tx,
