@@ -570,10 +570,7 @@ fn pushes_to_any_node_replicate_to_all_and_concurrent_results_match_the_final_re
                 .keys("/berth/repos/demo/entries/")
                 .unwrap_or_default();
         }
-        assert_eq!(
-            c.etcd.keys("/berth/logs/demo").map(|k| k.len()),
-            Some(1)
-        );
+        assert_eq!(c.etcd.keys("/berth/logs/demo").map(|k| k.len()), Some(1));
     }
     match refs.get("refs/heads/shared") {
         None => assert!(
