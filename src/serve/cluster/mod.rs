@@ -20,6 +20,11 @@
 //! with the same [`Gate`]; otherwise the ssh channel goes to a replica through the internal
 //! tunnel (`tunnel.rs`, `POST /_berth/cluster/ssh` upgraded to a framed byte stream).
 //!
+//! Reads are served by a current replica only ([`Cluster::route`]): a replica behind the
+//! repository's log (its `berth-cluster-seq` below the log head) forwards its clients'
+//! requests to the others, and refuses a forwarded read (503 with `x-berth-behind`), so that
+//! the forwarding node (`forward.rs`, `ssh/tunnel.rs`) tries the next live replica.
+//!
 //! This module owns the node's membership (an etcd lease on `/berth/nodes/<name>`), the cluster
 //! secret (created once, create-if-absent), and the placement of repositories (rendezvous
 //! hashing over the live nodes, recorded at creation in `/berth/repos/<name>/replicas`).

@@ -11,7 +11,11 @@
 //!
 //! With `--cluster`, a git command is routed as HTTP routes the same repository: on a current
 //! replica it runs here ([`session`]; a push with the cluster's commit gate, so it is
-//! replicated), else `tunnel.rs` runs it on a replica and relays its bytes unchanged.
+//! replicated), else `tunnel.rs` runs it on a replica and relays its bytes unchanged (the
+//! first live replica, in the recorded order, that is current and answers). A replica behind
+//! the log runs no command (each starts with the refs' advertisement): a tunneled one it
+//! refuses, so that the forwarding node tries the next; one of its own clients it tunnels to
+//! another replica, or, when none is live, refuses with "behind the repository's log".
 //!
 //! Limits: a connection must authenticate within `auth_timeout` (or is dropped), a connection
 //! silent in both directions for `idle_timeout` is dropped, at most `max_connections` connections
