@@ -1,8 +1,8 @@
 //! `berth serve --cluster`: where reads are served. A read of a repository (ls-remote, clone,
 //! fetch; over HTTP or ssh) through a node that holds no replica is served by a replica that
 //! applied the whole log: a replica behind the log refuses a forwarded read and the next one
-//! serves it, and a replica killed moments ago (still listed until its lease expires) is
-//! passed over. The harness of `cluster.rs` (three etcd members, three berth nodes,
+//! serves it; a replica killed moments ago (still listed until its lease expires) is passed
+//! over, and so is a stopped one once its answer is late. The harness of `cluster.rs` (three etcd members, three berth nodes,
 //! `--replicas 2`, so one node holds no replica); skipped (said on stderr) without `etcd`.
 
 use crate::cluster::{Cluster, etcd_present, push_ok};
@@ -194,5 +194,38 @@ fn a_replica_killed_moments_ago_is_passed_over_for_http_reads() {
     assert!(
         killed.elapsed() < Duration::from_secs(9),
         "the reads took longer than the killed node's lease: they do not show it was passed over"
+    );
+}
+
+#[test]
+fn a_stopped_replica_is_passed_over_for_http_reads_once_its_answer_is_late() {
+    if !etcd_present("cluster_reads::a_stopped_replica_is_passed_over_for_http_reads") {
+        return;
+    }
+    let w = World::new();
+    // The wait for a replica's answer head: --idle-timeout + --push-slot-timeout, 5 s here.
+    let c = Cluster::start_with(&w, 2, &["--idle-timeout", "4", "--push-slot-timeout", "1"]);
+    let Some((_, two, first, outsider)) = two_pushes(&w, &c) else {
+        return;
+    };
+    let url = c.nodes[outsider].url("r.git");
+    c.signal(first, "-STOP");
+    // It accepts connections (the kernel does) and answers nothing; still listed until its
+    // lease expires (≤ 10 s): the first request, at least, is sent to it and passed over.
+    let started = Instant::now();
+    let got = main_at(&w, &url, None);
+    c.signal(first, "-CONT");
+    assert_eq!(got.as_deref(), Ok(two.as_str()), "{}", c.logs());
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "answered in {:?}: the stopped replica was not asked first",
+        started.elapsed()
+    );
+    assert!(
+        c.nodes[outsider]
+            .log()
+            .contains("replica passed over: no answer in time"),
+        "{}",
+        c.logs()
     );
 }
