@@ -233,3 +233,62 @@ pub(in crate::serve) async fn forward(
         tokio::time::sleep(BEHIND_PAUSE).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunks(n: usize, size: usize) -> Body {
+        let parts = (0..n).map(move |i| Ok::<_, std::io::Error>(Bytes::from(vec![i as u8; size])));
+        Body::from_stream(futures_util::stream::iter(parts))
+    }
+
+    async fn all(held: Held) -> Vec<u8> {
+        match held {
+            Held::Kept(b) => b.to_vec(),
+            Held::Once(b) => b.unwrap().collect().await.unwrap().to_bytes().to_vec(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_small_body_is_kept_and_a_large_one_streams_once_whole() {
+        let idle = Duration::from_secs(5);
+        let post = Method::POST;
+        let none = HeaderMap::new();
+        let small = hold(chunks(4, 1000), &none, &post, idle).await.unwrap();
+        assert!(matches!(small, Held::Kept(_)));
+        assert_eq!(all(small).await.len(), 4000);
+        // Over the bound: what was read, then the rest, in order.
+        let n = REPLAY_MAX / 65536 + 3;
+        let large = hold(chunks(n, 65536), &none, &post, idle).await.unwrap();
+        assert!(matches!(large, Held::Once(_)));
+        let got = all(large).await;
+        assert_eq!(got.len(), n * 65536);
+        assert!((0..n).all(|i| got[i * 65536] == i as u8));
+        // A declared length over the bound is not read at all.
+        let mut declared = HeaderMap::new();
+        declared.insert(
+            header::CONTENT_LENGTH,
+            HeaderValue::from(REPLAY_MAX as u64 + 1),
+        );
+        let pending =
+            Body::from_stream(futures_util::stream::pending::<Result<Bytes, std::io::Error>>());
+        assert!(matches!(
+            hold(pending, &declared, &post, idle).await,
+            Ok(Held::Once(_))
+        ));
+        // A GET's body is nothing; a body that stalls is bounded.
+        let pending =
+            Body::from_stream(futures_util::stream::pending::<Result<Bytes, std::io::Error>>());
+        assert!(
+            matches!(hold(pending, &none, &Method::GET, idle).await, Ok(Held::Kept(b)) if b.is_empty())
+        );
+        let pending =
+            Body::from_stream(futures_util::stream::pending::<Result<Bytes, std::io::Error>>());
+        assert!(
+            hold(pending, &none, &post, Duration::from_millis(50))
+                .await
+                .is_err()
+        );
+    }
+}
