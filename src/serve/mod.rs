@@ -482,25 +482,34 @@ async fn serve_git(
         let forwarded = headers.contains_key(cluster::FORWARDED);
         let push_rpc = rpc && service == Service::ReceivePack;
         let (name, routed) = c
-            .route(&repo, push_rpc, forwarded)
+            .route(&repo, push_rpc, forwarded, !push_rpc)
             .await
             .map_err(|e| {
                 tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&repo), error = %Escaped::text(&e.to_string()), "cannot route");
                 Reject::Unavailable("no replica of the repository can serve it now".into())
             })?;
         match (name, routed) {
-            (_, cluster::Route::Forward(url)) => {
+            (_, cluster::Route::Forward(replicas)) => {
                 let trusted = match (&server.trusted_user_header, &identity) {
                     (Some(h), Some(Identity::User(u))) => Some((h, u.as_str())),
                     _ => None,
                 };
-                let timeout = server.idle_timeout + server.push_slot_timeout;
-                return cluster::forward(req, &url, &c.node, trusted, timeout)
+                let how = cluster::Forwarding {
+                    node: &c.node,
+                    trusted_user: trusted,
+                    timeout: server.idle_timeout + server.push_slot_timeout,
+                    idle: server.idle_timeout,
+                    replayable: !push_rpc,
+                };
+                return cluster::forward(req, &replicas, &how)
                     .await
                     .map_err(|e| {
-                        tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&repo), error = %Escaped::text(&e.to_string()), "cannot forward");
-                        Reject::Unavailable("the replica did not answer".into())
+                        tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&repo), error = %Escaped::text(&e), "cannot forward");
+                        Reject::Unavailable("no replica of the repository could serve it".into())
                     });
+            }
+            (_, cluster::Route::Behind(seq, applied)) => {
+                return Err(Reject::Behind(seq, applied));
             }
             (Some(name), cluster::Route::Local(Some(replicas))) if push_rpc => {
                 replicated = Some((c.clone(), name, replicas));

@@ -86,6 +86,12 @@ pub(super) enum Reject {
     /// The cluster cannot place or reach the repository now (`--cluster`).
     #[error("cluster: {0}")]
     Unavailable(String),
+    /// This replica has not applied the repository's whole log (`--cluster`): the log head's
+    /// sequence number, the one applied here.
+    #[error(
+        "cluster: this replica is behind the repository's log ({1} of {0} entries applied), retry"
+    )]
+    Behind(u64, u64),
 }
 
 impl Reject {
@@ -101,7 +107,9 @@ impl Reject {
             Reject::ContentType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Reject::TooLarge | Reject::CommandsTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Reject::Init(_) | Reject::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Reject::Busy(_) | Reject::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Reject::Busy(_) | Reject::Unavailable(_) | Reject::Behind(..) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Reject::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Reject::BadHeader(_) => StatusCode::BAD_REQUEST,
             Reject::UntrustedHeader(_) => StatusCode::FORBIDDEN,
@@ -124,8 +132,14 @@ impl Reject {
             Reject::Method(allow) => {
                 h.insert(header::ALLOW, HeaderValue::from_static(allow));
             }
-            Reject::Busy(_) => {
+            Reject::Busy(_) | Reject::Unavailable(_) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            Reject::Behind(seq, applied) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                if let Ok(v) = HeaderValue::from_str(&format!("{applied}/{seq}")) {
+                    h.insert(super::cluster::BEHIND, v);
+                }
             }
             Reject::RateLimited(secs) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from(*secs));

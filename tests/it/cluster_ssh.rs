@@ -32,7 +32,7 @@ fn user_key(w: &World, name: &str) {
 
 /// Three nodes serving ssh too (keys of alice and bob; one host key), with `extra` arguments;
 /// the known_hosts file pins every node's address.
-fn start(w: &World, replicas: usize, extra: &[&str]) -> Cluster {
+pub(crate) fn start(w: &World, replicas: usize, extra: &[&str]) -> Cluster {
     user_key(w, "alice");
     user_key(w, "bob");
     let keydir = w.path("keydir").display().to_string();
@@ -65,7 +65,7 @@ fn start(w: &World, replicas: usize, extra: &[&str]) -> Cluster {
 }
 
 /// `ssh://git@127.0.0.1:<node i's ssh port>/<repo>`.
-fn url(c: &Cluster, i: usize, repo: &str) -> String {
+pub(crate) fn url(c: &Cluster, i: usize, repo: &str) -> String {
     let port = c.nodes[i].ssh_port.expect("node serves ssh");
     format!("ssh://git@127.0.0.1:{port}/{repo}")
 }
@@ -81,7 +81,7 @@ fn ssh_command(w: &World, key: &str) -> String {
 }
 
 /// git in `repo` over ssh as `key`.
-fn git_ssh(w: &World, key: &str, repo: &str, args: &[&str]) -> Output {
+pub(crate) fn git_ssh(w: &World, key: &str, repo: &str, args: &[&str]) -> Output {
     w.git_cmd(repo)
         .env("GIT_SSH_COMMAND", ssh_command(w, key))
         .args(args)

@@ -8,6 +8,7 @@ mod common;
 mod bad_input;
 mod bench;
 mod cluster;
+mod cluster_reads;
 mod cluster_resync;
 mod cluster_ssh;
 mod cluster_stream;

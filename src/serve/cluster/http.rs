@@ -43,39 +43,62 @@ pub fn join(base: &str, path_and_query: &str) -> String {
 
 /// Send `req` (its URI absolute: `http://host:port/path`) and return the response head with its
 /// body streaming; `timeout` bounds the connect and the wait for the response head.
-pub async fn send(mut req: Request<Body>, timeout: Duration) -> Result<Response<Incoming>, Error> {
-    let uri = req.uri().clone();
-    let shown = uri.to_string();
-    let (host, port) = host_port(&uri).ok_or_else(|| Error::Url(shown.clone()))?;
-    let authority = format!("{host}:{port}");
-    let pq = uri
-        .path_and_query()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "/".into());
-    *req.uri_mut() = pq.parse().map_err(|_| Error::Url(shown.clone()))?;
-    if let Ok(v) = authority.parse() {
-        req.headers_mut().insert(axum::http::header::HOST, v);
-    }
+pub async fn send(req: Request<Body>, timeout: Duration) -> Result<Response<Incoming>, Error> {
+    let shown = req.uri().to_string();
     let work = async {
-        let stream = tokio::net::TcpStream::connect(&authority)
-            .await
-            .map_err(|e| Error::Connect(authority.clone(), e))?;
-        let _ = stream.set_nodelay(true);
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| Error::Http(shown.clone(), e))?;
-        tokio::spawn(async move {
-            // An upgraded connection (the ssh tunnel) lives on in the response's upgrade.
-            let _ = conn.with_upgrades().await;
-        });
-        sender
-            .send_request(req)
-            .await
-            .map_err(|e| Error::Http(shown.clone(), e))
+        let conn = connect(&shown).await?;
+        conn.send(req).await
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(r) => r,
         Err(_) => Err(Error::Timeout(shown)),
+    }
+}
+
+/// A connection to a node, not yet used: the request that goes over it, with its body,
+/// has not been touched (so a caller whose connect fails still holds its body).
+pub struct Connection {
+    sender: hyper::client::conn::http1::SendRequest<Body>,
+    authority: String,
+}
+
+/// Connect to `url`'s host and port (`http://host:port/...`); no time bound of its own.
+pub async fn connect(url: &str) -> Result<Connection, Error> {
+    let uri: Uri = url.parse().map_err(|_| Error::Url(url.to_owned()))?;
+    let (host, port) = host_port(&uri).ok_or_else(|| Error::Url(url.to_owned()))?;
+    let authority = format!("{host}:{port}");
+    let stream = tokio::net::TcpStream::connect(&authority)
+        .await
+        .map_err(|e| Error::Connect(authority.clone(), e))?;
+    let _ = stream.set_nodelay(true);
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| Error::Http(url.to_owned(), e))?;
+    tokio::spawn(async move {
+        // An upgraded connection (the ssh tunnel) lives on in the response's upgrade.
+        let _ = conn.with_upgrades().await;
+    });
+    Ok(Connection { sender, authority })
+}
+
+impl Connection {
+    /// Send `req` (its URI absolute, on this connection's host) and return the response head
+    /// with its body streaming; no time bound of its own.
+    pub async fn send(mut self, mut req: Request<Body>) -> Result<Response<Incoming>, Error> {
+        let shown = req.uri().to_string();
+        let pq = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_else(|| "/".into());
+        *req.uri_mut() = pq.parse().map_err(|_| Error::Url(shown.clone()))?;
+        if let Ok(v) = self.authority.parse() {
+            req.headers_mut().insert(axum::http::header::HOST, v);
+        }
+        self.sender
+            .send_request(req)
+            .await
+            .map_err(|e| Error::Http(shown, e))
     }
 }
 

@@ -20,6 +20,11 @@
 //! with the same [`Gate`]; otherwise the ssh channel goes to a replica through the internal
 //! tunnel (`tunnel.rs`, `POST /_berth/cluster/ssh` upgraded to a framed byte stream).
 //!
+//! Reads are served by a current replica only ([`Cluster::route`]): a replica behind the
+//! repository's log (its `berth-cluster-seq` below the log head) forwards its clients'
+//! requests to the others, and refuses a forwarded read (503 with `x-berth-behind`), so that
+//! the forwarding node (`forward.rs`, `ssh/tunnel.rs`) tries the next live replica.
+//!
 //! This module owns the node's membership (an etcd lease on `/berth/nodes/<name>`), the cluster
 //! secret (created once, create-if-absent), and the placement of repositories (rendezvous
 //! hashing over the live nodes, recorded at creation in `/berth/repos/<name>/replicas`).
@@ -53,7 +58,7 @@ mod resync;
 mod tee;
 pub(super) mod tunnel;
 
-pub(super) use forward::{FORWARDED, forward};
+pub(super) use forward::{BEHIND, FORWARDED, Forwarding, forward};
 pub(super) use gate::Gate;
 pub(super) use replica::{INTERNAL_PREFIX, internal};
 pub(super) use tee::PushStream;
@@ -535,20 +540,29 @@ impl Cluster {
 /// Where a client's git request is served.
 #[derive(Debug)]
 pub(super) enum Route {
-    /// By the node at this advertise URL (this one holds no replica, or is behind).
-    Forward(String),
+    /// By the first of these live replicas (name, advertise URL, in the recorded order) that
+    /// can: this node holds no replica, or is behind.
+    Forward(Vec<(String, String)>),
     /// Here; the repository's replicas when it is in the cluster (a push is then replicated).
     Local(Option<Vec<String>>),
+    /// Nowhere: this replica is behind the log and the request needs a current one (it was
+    /// forwarded here, or no other replica is live). The log head's sequence number and the
+    /// one applied here.
+    Behind(u64, u64),
 }
 
 impl Cluster {
     /// Where the request for `url_repo` goes: `push_rpc` for a push's POST (which places a
-    /// new repository), `forwarded` when another node sent it here.
+    /// new repository), `forwarded` when another node sent it here, `current` when only a
+    /// replica that applied the whole log may serve it (every read, and an ssh push, whose
+    /// session starts with the refs' advertisement; not a push's POST over HTTP, whose
+    /// commit gate checks what it misses).
     pub(super) async fn route(
         &self,
         url_repo: &str,
         push_rpc: bool,
         forwarded: bool,
+        current: bool,
     ) -> Result<(Option<String>, Route), Error> {
         let Some(name) = repo_name(url_repo) else {
             // The local resolution refuses it with the usual status.
@@ -560,27 +574,38 @@ impl Cluster {
             None => return Ok((Some(name), Route::Local(None))),
         };
         let here = replicas.contains(&self.node);
-        if forwarded {
-            if !here {
+        if !here {
+            if forwarded {
                 return Err(Error::State(format!(
                     "forwarded a request for {name}, which has no replica on {}",
                     self.node
                 )));
             }
-            return Ok((Some(name), Route::Local(Some(replicas))));
+            let live = self.urls_of(&replicas).await?;
+            if live.is_empty() {
+                return Err(Error::State(format!("no replica of {name} is live")));
+            }
+            return Ok((Some(name), Route::Forward(live)));
         }
-        if !here {
-            return match self.urls_of(&replicas).await?.into_iter().next() {
-                Some((_, url)) => Ok((Some(name), Route::Forward(url))),
-                None => Err(Error::State(format!("no replica of {name} is live"))),
-            };
+        if !current && forwarded {
+            return Ok((Some(name), Route::Local(Some(replicas))));
         }
         // A replica that is behind the log does not serve the repository.
         let (seq, _) = self.log_head(&name).await?;
-        if applied_seq(&repo_dir(&self.root, &name)) < seq
-            && let Some((_, url)) = self.urls_of(&replicas).await?.into_iter().next()
-        {
-            return Ok((Some(name), Route::Forward(url)));
+        let applied = applied_seq(&repo_dir(&self.root, &name));
+        if applied >= seq {
+            return Ok((Some(name), Route::Local(Some(replicas))));
+        }
+        if forwarded {
+            // The forwarding node tries the next replica.
+            return Ok((Some(name), Route::Behind(seq, applied)));
+        }
+        let live = self.urls_of(&replicas).await?;
+        if !live.is_empty() {
+            return Ok((Some(name), Route::Forward(live)));
+        }
+        if current {
+            return Ok((Some(name), Route::Behind(seq, applied)));
         }
         Ok((Some(name), Route::Local(Some(replicas))))
     }

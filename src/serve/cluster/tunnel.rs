@@ -66,6 +66,9 @@ pub(in crate::serve) enum Error {
     /// The replica answered something else than 101.
     #[error("the replica refused the ssh tunnel: {0} {1}")]
     Refused(StatusCode, String),
+    /// The replica is behind the repository's log (503 with `x-berth-behind`).
+    #[error("the replica is behind the repository's log: {0}")]
+    Behind(String),
     /// The upgrade itself failed.
     #[error("upgrade failed: {0}")]
     Upgrade(hyper::Error),
@@ -111,13 +114,17 @@ impl Cluster {
         let resp = http::send(req, timeout).await?;
         if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             let status = resp.status();
+            let behind = status == StatusCode::SERVICE_UNAVAILABLE
+                && resp.headers().contains_key(super::BEHIND);
             let body = http::read_body(resp.into_body(), 4096, timeout, &url)
                 .await
                 .unwrap_or_default();
-            return Err(Error::Refused(
-                status,
-                String::from_utf8_lossy(&body).trim().to_owned(),
-            ));
+            let why = String::from_utf8_lossy(&body).trim().to_owned();
+            return Err(if behind {
+                Error::Behind(why)
+            } else {
+                Error::Refused(status, why)
+            });
         }
         let up = tokio::time::timeout(timeout, hyper::upgrade::on(resp))
             .await

@@ -11,7 +11,11 @@
 //!
 //! With `--cluster`, a git command is routed as HTTP routes the same repository: on a current
 //! replica it runs here ([`session`]; a push with the cluster's commit gate, so it is
-//! replicated), else `tunnel.rs` runs it on a replica and relays its bytes unchanged.
+//! replicated), else `tunnel.rs` runs it on a replica and relays its bytes unchanged (the
+//! first live replica, in the recorded order, that is current and answers). A replica behind
+//! the log runs no command (each starts with the refs' advertisement): a tunneled one it
+//! refuses, so that the forwarding node tries the next; one of its own clients it tunnels to
+//! another replica, or, when none is live, refuses with "behind the repository's log".
 //!
 //! Limits: a connection must authenticate within `auth_timeout` (or is dropped), a connection
 //! silent in both directions for `idle_timeout` is dropped, at most `max_connections` connections
@@ -571,8 +575,8 @@ type Replicated = Option<(Arc<Cluster>, String, Vec<String>)>;
 enum Where {
     /// Here (replicated when a push to a repository of the cluster).
     Here(Replicated),
-    /// On the replica at this advertise URL.
-    Replica(Arc<Cluster>, String),
+    /// On the first of these live replicas (name, advertise URL) that can.
+    Replica(Arc<Cluster>, Vec<(String, String)>),
 }
 
 /// Route `service` on `repo` as HTTP does ([`Cluster::route`]; a push places a new
@@ -588,14 +592,15 @@ async fn place(
     };
     let push = service == Service::ReceivePack;
     let (name, routed) = c
-        .route(&literal(repo), push, forwarded)
+        .route(&literal(repo), push, forwarded, true)
         .await
         .map_err(|e| {
             tracing::warn!(target: "berth::cluster", repo = %Escaped::token(repo), error = %Escaped::text(&e.to_string()), "cannot route an ssh command");
             Reject::Unavailable("no replica of the repository can serve it now".into())
         })?;
     Ok(match (name, routed) {
-        (_, cluster::Route::Forward(url)) => Where::Replica(c.clone(), url),
+        (_, cluster::Route::Forward(replicas)) => Where::Replica(c.clone(), replicas),
+        (_, cluster::Route::Behind(seq, applied)) => return Err(Reject::Behind(seq, applied)),
         (Some(name), cluster::Route::Local(Some(replicas))) if push => {
             Where::Here(Some((c.clone(), name, replicas)))
         }
@@ -779,11 +784,11 @@ async fn run_command(
                 Ok(Where::Here(replicated)) => {
                     session(&state.server, &run, replicated, source, &tx, &access).await
                 }
-                Ok(Where::Replica(cluster, url)) => {
+                Ok(Where::Replica(cluster, replicas)) => {
                     tunnel::forward(
                         &state.server,
                         &cluster,
-                        &url,
+                        &replicas,
                         &run,
                         source,
                         &tx,

@@ -6,8 +6,12 @@
 //! authenticated by key. The client sees the bytes, stderr and exit status the replica's
 //! session produced, unchanged.
 //!
-//! A replica that cannot be connected to (killed, still listed until its lease expires) is
-//! passed over for the next live one.
+//! The repository's live replicas are tried in turn (the recorded order): one that cannot be
+//! connected to (killed, still listed until its lease expires), does not answer, refuses, or
+//! is behind the log (its end refuses the tunnel with 503 and `x-berth-behind` before the
+//! upgrade: a behind replica serves no ssh command, since each starts with the refs'
+//! advertisement) is passed over for the next; nothing of the client's input has gone out by
+//! then.
 //!
 //! Bounds: frames of at most `cluster::tunnel::MAX_FRAME` bytes; a tunnel silent in both
 //! directions for `--idle-timeout` is dropped at either end; a push's data has the same idle
@@ -33,6 +37,7 @@ use super::super::cluster::tunnel::{
 };
 use super::super::cluster::{Cluster, Tunneled, http, repo_name};
 use super::super::conn::Hold;
+use super::super::routing::Reject;
 use super::{
     Access, Escaped, In, Out, Run, Server, Service, Source, Where, fatal, keys, new_access, place,
     route_name, session, valid_git_protocol,
@@ -43,7 +48,7 @@ use super::{
 pub(super) async fn forward(
     server: &Arc<Server>,
     cluster: &Arc<Cluster>,
-    url: &str,
+    replicas: &[(String, String)],
     run: &Run,
     mut source: Source,
     tx: &Out,
@@ -58,20 +63,20 @@ pub(super) async fn forward(
         addr: run.peer,
         protocol: run.protocol.clone(),
     };
-    let stream = match open_any(cluster, url, &what, idle).await {
+    let (node, stream) = match open_any(cluster, replicas, &what, idle).await {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&run.repo), replica = %Escaped::text(url), error = %Escaped::text(&e.to_string()), "cannot forward an ssh command");
+            tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&run.repo), error = %Escaped::text(&e.to_string()), "cannot forward an ssh command");
             return fatal(
                 tx,
                 access,
                 StatusCode::SERVICE_UNAVAILABLE,
-                "the replica did not answer".into(),
+                "no replica of the repository could serve it".into(),
             )
             .await;
         }
     };
-    tracing::debug!(target: "berth::cluster", repo = %Escaped::token(&run.repo), replica = %Escaped::text(url), "ssh command forwarded");
+    tracing::debug!(target: "berth::cluster", repo = %Escaped::token(&run.repo), replica = %Escaped::token(&node), "ssh command forwarded");
     let (mut rd, mut wr) = tokio::io::split(stream);
     // Bytes the client sent on, so that a long upload is not taken for a silent tunnel.
     let sent = Arc::new(AtomicU64::new(0));
@@ -162,38 +167,41 @@ pub(super) async fn forward(
     }
 }
 
-/// A tunnel to the replica at `url`, or, when it cannot be reached (killed, and still listed
-/// until its lease expires), to another live replica of the repository.
+/// How long the rounds over the replicas go on while every one says it is behind.
+const BEHIND_WAIT: Duration = Duration::from_secs(2);
+/// The pause between two such rounds.
+const BEHIND_PAUSE: Duration = Duration::from_millis(200);
+
+/// A tunnel to the first of `replicas` (name, advertise URL, in the recorded order) that
+/// opens one, and its name. Nothing of the client's input is read before the tunnel is open,
+/// so any failure (cannot connect: killed, still listed until its lease expires; no answer;
+/// refused; behind the log) passes to the next one; when one said it is behind and none
+/// opened, the round is tried again for up to [`BEHIND_WAIT`].
 async fn open_any(
     cluster: &Arc<Cluster>,
-    url: &str,
+    replicas: &[(String, String)],
     what: &Tunneled,
     timeout: Duration,
-) -> Result<tunnel::Stream, tunnel::Error> {
-    let e = match cluster.open_tunnel(url, what, timeout).await {
-        Ok(s) => return Ok(s),
-        Err(e @ tunnel::Error::Http(http::Error::Connect(..))) => e,
-        Err(e) => return Err(e),
-    };
-    let Some(name) = repo_name(&super::literal(&what.repo)) else {
-        return Err(e);
-    };
-    let others = match cluster.replicas_of(&name).await {
-        Ok(Some(replicas)) => cluster.urls_of(&replicas).await.unwrap_or_default(),
-        _ => Vec::new(),
-    };
-    for (node, other) in others.iter().filter(|(_, u)| u != url) {
-        match cluster.open_tunnel(other, what, timeout).await {
-            Ok(s) => {
-                tracing::info!(target: "berth::cluster", repo = %Escaped::token(&name), replica = %Escaped::token(node), "ssh command forwarded to another replica: the first did not answer");
-                return Ok(s);
-            }
-            Err(e) => {
-                tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&name), replica = %Escaped::token(node), error = %Escaped::text(&e.to_string()), "cannot forward an ssh command")
+) -> Result<(String, tunnel::Stream), tunnel::Error> {
+    let deadline = std::time::Instant::now() + BEHIND_WAIT;
+    let mut last = tunnel::Error::Http(http::Error::Url("no replica is live".into()));
+    loop {
+        let mut behind = false;
+        for (node, url) in replicas {
+            match cluster.open_tunnel(url, what, timeout).await {
+                Ok(s) => return Ok((node.clone(), s)),
+                Err(e) => {
+                    behind |= matches!(e, tunnel::Error::Behind(_));
+                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&what.repo), replica = %Escaped::token(node), error = %Escaped::text(&e.to_string()), "replica passed over for an ssh command");
+                    last = e;
+                }
             }
         }
+        if !behind || std::time::Instant::now() + BEHIND_PAUSE > deadline {
+            return Err(last);
+        }
+        tokio::time::sleep(BEHIND_PAUSE).await;
     }
-    Err(e)
 }
 
 /// Why a tunnel request is refused before it is upgraded.
@@ -258,6 +266,8 @@ pub(in crate::serve) async fn tunneled(
         Ok(Where::Replica(..)) => {
             return refuse(StatusCode::CONFLICT, "no current replica here");
         }
+        // Behind the log: 503 with `x-berth-behind`, and the forwarding node tries another.
+        Err(r @ Reject::Behind(..)) => return r.response(),
         Err(r) => return refuse(StatusCode::CONFLICT, &r.to_string()),
     };
     // The connection is this session's until it ends: no keep-alive timeout on it.
