@@ -34,7 +34,8 @@ mod update;
 pub use crate::protocol::report::{Reason, Rewrite, Status};
 pub use crate::protocol::request::Command;
 pub use options::{
-    CommitGate, Environment, GateCommit, Options, RefAccess, RefChange, protocol_version,
+    CommitGate, Environment, GateCommit, GateRefusal, Options, RefAccess, RefChange,
+    protocol_version,
 };
 pub use outcome::{Fatal, Outcome, PushResult, Unpack};
 pub use tee::{PackSink, PackTee};

@@ -51,7 +51,9 @@ pub struct Options {
 /// and its commit. The session calls [`CommitGate::decide`] with the batch it holds prepared;
 /// `Ok` commits it here, then tells the returned [`GateCommit`] whether that worked; `Err`
 /// drops the prepared transaction (abort: nothing written) and refuses the batch's refs with
-/// git's `failed to update ref`, the text going to the client's band 2.
+/// git's `failed to update ref`, the text going to the client's band 2 — but for a non-atomic
+/// push whose refusal names only some refs ([`GateRefusal::lost`]), the session refuses those
+/// and tries the others again in a new transaction.
 pub trait CommitGate: Send + Sync + std::fmt::Debug {
     /// Decide `updates` (the batch still prepared, in order), checked against `current` (the
     /// refs the push was decided on).
@@ -59,7 +61,30 @@ pub trait CommitGate: Send + Sync + std::fmt::Debug {
         &self,
         updates: &[crate::refs::RefUpdate],
         current: &crate::refs::Refs,
-    ) -> Result<Box<dyn GateCommit>, String>;
+    ) -> Result<Box<dyn GateCommit>, GateRefusal>;
+}
+
+/// Why a [`CommitGate`] did not commit a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateRefusal {
+    /// What the client is told (band 2, after `cluster: `).
+    pub text: String,
+    /// The positions (in the batch) of the refs that caused it — another push changed them
+    /// first — when the others would commit: a non-atomic push tries those again. `None`: the
+    /// whole batch is refused.
+    pub lost: Option<Vec<usize>>,
+}
+
+impl From<String> for GateRefusal {
+    fn from(text: String) -> Self {
+        GateRefusal { text, lost: None }
+    }
+}
+
+impl From<&str> for GateRefusal {
+    fn from(text: &str) -> Self {
+        text.to_owned().into()
+    }
 }
 
 /// A batch the cluster committed: told how the local commit went, answers whether the push

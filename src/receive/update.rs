@@ -121,6 +121,10 @@ pub(super) fn execute_atomic<W: Write, E: Write>(
     Ok(())
 }
 
+/// How many times a non-atomic batch whose replicated commit lost some refs to other pushes
+/// tries the rest again.
+const GATE_RETRIES: u32 = 3;
+
 /// One ref transaction: prepared (locks taken, old values checked), then committed, with the
 /// transaction's states told to the hooks (reference-transaction output on `diagnostics`).
 fn commit(
@@ -131,6 +135,30 @@ fn commit(
     ctx: &Decide<'_>,
     committer: &gix_actor::Signature,
     diagnostics: &mut dyn Write,
+) -> Result<Vec<RefResult>, TransactionError> {
+    commit_gated(
+        store,
+        updates,
+        atomic,
+        current,
+        ctx,
+        committer,
+        diagnostics,
+        GATE_RETRIES,
+    )
+}
+
+/// [`commit`], with `retries` left for the refs a replicated commit did not lose.
+#[allow(clippy::too_many_arguments)]
+fn commit_gated(
+    store: &dyn RefStore,
+    updates: &[RefUpdate],
+    atomic: bool,
+    current: &Refs,
+    ctx: &Decide<'_>,
+    committer: &gix_actor::Signature,
+    diagnostics: &mut dyn Write,
+    retries: u32,
 ) -> Result<Vec<RefResult>, TransactionError> {
     let options = refs::Options {
         atomicity: if atomic {
@@ -171,13 +199,50 @@ fn commit(
             .collect())
     };
     match gate.decide(&batch, current) {
-        Err(text) => {
+        Err(refusal) => {
             let mut results: Vec<RefResult> = vec![Ok(()); updates.len()];
             for (i, e) in prepared.failed() {
                 results[i] = Err(Box::new(e.clone()));
             }
             drop(prepared);
-            refuse(results, text)
+            // The batch's positions among `updates` (the refs that prepared).
+            let in_batch: Vec<usize> = (0..updates.len()).filter(|i| results[*i].is_ok()).collect();
+            match refusal.lost {
+                // Other pushes changed some of these refs first: those are refused, the rest
+                // (whose old values still hold) go again in a transaction of their own.
+                Some(lost)
+                    if !atomic && retries > 0 && !lost.is_empty() && lost.len() < batch.len() =>
+                {
+                    let message = format!("cluster: {}", refusal.text);
+                    let mut again = Vec::with_capacity(in_batch.len());
+                    for (k, &i) in in_batch.iter().enumerate() {
+                        if lost.contains(&k) {
+                            results[i] = Err(Box::new(refs::RefError::Other {
+                                message: message.clone(),
+                            }));
+                        } else {
+                            again.push(i);
+                        }
+                    }
+                    let subset: Vec<RefUpdate> =
+                        again.iter().map(|&i| updates[i].clone()).collect();
+                    let retried = commit_gated(
+                        store,
+                        &subset,
+                        false,
+                        current,
+                        ctx,
+                        committer,
+                        diagnostics,
+                        retries - 1,
+                    )?;
+                    for (i, r) in again.into_iter().zip(retried) {
+                        results[i] = r;
+                    }
+                    Ok(results)
+                }
+                _ => refuse(results, refusal.text),
+            }
         }
         Ok(decided) => {
             let committed = prepared.commit();

@@ -1547,3 +1547,52 @@ fn a_push_larger_than_an_etcd_request_is_refused_at_once_and_nothing_lands() {
     assert_eq!(refs.len(), 201);
     c.assert_fsck(&w, "big.git");
 }
+
+#[test]
+fn a_push_that_lost_some_refs_to_another_push_lands_the_others() {
+    if !etcd_present("a_push_that_lost_some_refs_to_another_push_lands_the_others") {
+        return;
+    }
+    let w = World::new();
+    let (c, src) = cluster_with_repo(&w);
+    w.git(".", &["clone", "-q", &src, "other"]);
+    let theirs = w.commit("other", "b", "theirs");
+    // n0 holds push A of refs x and y prepared (its locks taken) while push B of y goes
+    // through n1 and commits first.
+    c.pause_hook(&w, 0, "r.git");
+    std::fs::write(w.path("pause-prepared"), "").unwrap();
+    let ours = w.commit(&src, "a", "ours");
+    let url = c.nodes[0].url("r.git");
+    let (a, b) = std::thread::scope(|s| {
+        let pushing = s.spawn(|| push(&w, &src, &url, &["HEAD:refs/heads/x", "HEAD:refs/heads/y"]));
+        wait_for(&w.path("paused-prepared"), &c);
+        let b = push(
+            &w,
+            "other",
+            &c.nodes[1].url("r.git"),
+            &["HEAD:refs/heads/y"],
+        );
+        std::fs::remove_file(w.path("pause-prepared")).unwrap();
+        (pushing.join().unwrap(), b)
+    });
+    assert_eq!(
+        porcelain(&b).get("refs/heads/y"),
+        Some(&true),
+        "{}\n{}",
+        String::from_utf8_lossy(&b.stderr),
+        c.logs()
+    );
+    // A lost y to B; x, which B did not touch, is tried again on its own and lands.
+    let told = porcelain(&a);
+    assert_eq!(
+        (told.get("refs/heads/x"), told.get("refs/heads/y")),
+        (Some(&true), Some(&false)),
+        "{}\n{}",
+        String::from_utf8_lossy(&a.stderr),
+        c.logs()
+    );
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/x"), Some(&ours));
+    assert_eq!(refs.get("refs/heads/y"), Some(&theirs));
+    c.assert_fsck(&w, "r.git");
+}

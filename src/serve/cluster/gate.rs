@@ -28,7 +28,7 @@ use super::log::Winners;
 use super::objects::Format;
 use super::replica::{SECRET_HEADER, new_of};
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
-use crate::receive::{CommitGate, GateCommit, PackTee};
+use crate::receive::{CommitGate, GateCommit, GateRefusal, PackTee};
 use crate::refs::{RefUpdate, Refs};
 use crate::serve::Escaped;
 
@@ -101,7 +101,11 @@ struct Peer {
 }
 
 impl CommitGate for Gate {
-    fn decide(&self, updates: &[RefUpdate], current: &Refs) -> Result<Box<dyn GateCommit>, String> {
+    fn decide(
+        &self,
+        updates: &[RefUpdate],
+        current: &Refs,
+    ) -> Result<Box<dyn GateCommit>, GateRefusal> {
         // The objects travelled with the pack stream: the refs the push was decided on are
         // the replicas' to check (old values, under their locks).
         let _ = current;
@@ -110,7 +114,10 @@ impl CommitGate for Gate {
 }
 
 impl Gate {
-    async fn decide_async(&self, updates: &[RefUpdate]) -> Result<Box<dyn GateCommit>, String> {
+    async fn decide_async(
+        &self,
+        updates: &[RefUpdate],
+    ) -> Result<Box<dyn GateCommit>, GateRefusal> {
         let c = &self.cluster;
         let (seq, rev) = c.log_head(&self.name).await.map_err(unavailable)?;
         let txid = super::random_hex(16);
@@ -121,16 +128,21 @@ impl Gate {
             }
             // Behind by entries of other refs only (their decisions on their way here): the
             // old values checked under this push's locks still hold, so it goes on at the head.
-            let disjoint = applied < seq
-                && matches!(
-                    c.winners(&self.name, applied, seq, &txid, updates).await,
-                    Ok(Winners::Disjoint)
-                );
-            if !disjoint {
-                return Err(format!(
+            let missed = match applied < seq {
+                true => c.winners(&self.name, applied, seq, &txid, updates).await,
+                false => Err("ahead of the log".into()),
+            };
+            if !matches!(missed, Ok(Winners::Disjoint)) {
+                let text = format!(
                     "this replica ({}) is at log entry {applied} of {seq}; it is catching up, retry",
                     c.node
-                ));
+                );
+                // Only some refs are among the entries it misses: the others may go on.
+                let lost = match missed {
+                    Ok(Winners::Overlap(lost)) => Some(lost),
+                    _ => None,
+                };
+                return Err(GateRefusal { text, lost });
             }
         }
         if seq == 0 {
@@ -217,7 +229,8 @@ impl Gate {
             return Err(format!(
                 "only {} of {k} replicas could prepare the push; retry",
                 1 + prepared.len()
-            ));
+            )
+            .into());
         }
 
         let mut entry = log::Entry {
@@ -240,7 +253,8 @@ impl Gate {
                         "{} ref updates ({bytes} bytes) are more than one cluster log entry holds \
                          (etcd's --max-request-bytes); push them in parts",
                         updates.len()
-                    ));
+                    )
+                    .into());
                 }
                 Err(e) => {
                     // Unknown whether the entry is in the log: the replicas keep their
@@ -264,9 +278,15 @@ impl Gate {
                     tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, after = lost.0, "lost the compare to pushes of other refs; retrying");
                     (base_seq, base_rev) = lost;
                 }
-                Ok(_) => {
+                Ok(w) => {
                     self.decide_all(&prepared, &txid, 0, false).await;
-                    return Err("another push to these refs committed first".into());
+                    return Err(GateRefusal {
+                        text: "another push to this ref committed first".into(),
+                        lost: match w {
+                            Winners::Overlap(lost) => Some(lost),
+                            _ => None,
+                        },
+                    });
                 }
                 Err(e) => {
                     self.decide_all(&prepared, &txid, 0, false).await;

@@ -128,15 +128,30 @@ pub(super) enum Winners {
     Ours(u64),
     /// None of them updates a ref of this push, or a ref above or below one.
     Disjoint,
-    /// One of them does.
-    Overlap,
+    /// Some of them do: the positions (in the push's updates) of the refs they touch.
+    Overlap(Vec<usize>),
 }
 
-/// Whether updates of refs `a` and `b` conflict: the same ref, or one a directory of the
-/// other (`refs/heads/a` and `refs/heads/a/b`).
-pub(super) fn conflicts(a: &[u8], b: &[u8]) -> bool {
-    let below = |x: &[u8], y: &[u8]| x.len() > y.len() && x.starts_with(y) && x[y.len()] == b'/';
-    a == b || below(a, b) || below(b, a)
+/// Whether an update of ref `name` conflicts with one of `touched`: the same ref, or one a
+/// directory of the other (`refs/heads/a` and `refs/heads/a/b`).
+pub(super) fn touches(touched: &std::collections::BTreeSet<Vec<u8>>, name: &[u8]) -> bool {
+    if touched.contains(name) {
+        return true;
+    }
+    // A ref above it: each of its directories.
+    let above = name
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'/')
+        .any(|(i, _)| touched.contains(&name[..i]));
+    // A ref below it: the first name after `name/` starts with it.
+    let mut dir = name.to_vec();
+    dir.push(b'/');
+    let below = touched
+        .range(dir.clone()..)
+        .next()
+        .is_some_and(|n| n.starts_with(&dir));
+    above || below
 }
 
 impl super::Cluster {
@@ -160,21 +175,24 @@ impl super::Cluster {
         if kvs.len() as u64 != head.saturating_sub(base) {
             return Err(format!("entries {}..={head} not all in the log", base + 1));
         }
-        let mut overlap = false;
+        let mut touched = std::collections::BTreeSet::new();
         for kv in kvs {
             let e = Entry::decode(&kv.value)?;
             if e.txid == txid {
                 return Ok(Winners::Ours(e.seq));
             }
-            overlap |= e
-                .updates
-                .iter()
-                .any(|w| updates.iter().any(|u| conflicts(&w.name, &u.name)));
+            touched.extend(e.updates.into_iter().map(|u| Vec::from(u.name)));
         }
-        Ok(if overlap {
-            Winners::Overlap
-        } else {
+        let lost: Vec<usize> = updates
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| touches(&touched, &u.name))
+            .map(|(i, _)| i)
+            .collect();
+        Ok(if lost.is_empty() {
             Winners::Disjoint
+        } else {
+            Winners::Overlap(lost)
         })
     }
 }
@@ -182,6 +200,34 @@ impl super::Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn touches_the_same_ref_and_the_refs_above_and_below_it() {
+        let touched: std::collections::BTreeSet<Vec<u8>> =
+            [&b"refs/heads/a/b"[..], b"refs/heads/c", b"refs/tags/v1"]
+                .iter()
+                .map(|n| n.to_vec())
+                .collect();
+        for (name, yes) in [
+            (&b"refs/heads/a/b"[..], true),
+            (b"refs/heads/a", true),
+            (b"refs/heads/a/b/c", true),
+            (b"refs/heads/c/d", true),
+            (b"refs/heads/c", true),
+            (b"refs/heads/ab", false),
+            (b"refs/heads/a-b", false),
+            (b"refs/heads/cc", false),
+            (b"refs/tags/v", false),
+            (b"refs/tags/v10", false),
+        ] {
+            assert_eq!(
+                touches(&touched, name),
+                yes,
+                "{}",
+                String::from_utf8_lossy(name)
+            );
+        }
+    }
 
     #[test]
     fn round_trip() {
