@@ -50,7 +50,16 @@ pub(super) fn execute_non_atomic<W: Write, E: Write>(
             Some(refs) => refs,
             None => &ctx.refs,
         };
-        let result = commit(store, &updates, false, current, ctx, committer, sb.stderr());
+        let result = commit(
+            store,
+            &updates,
+            false,
+            current,
+            ctx,
+            committer,
+            sb.stderr(),
+            GATE_RETRIES,
+        );
         if deletions {
             after_first = Some(store.snapshot().map_err(Fatal::Refs)?);
         }
@@ -110,6 +119,7 @@ pub(super) fn execute_atomic<W: Write, E: Write>(
             ctx,
             committer,
             sb.stderr(),
+            0,
         )
     {
         sb.error(&e)?;
@@ -126,31 +136,10 @@ pub(super) fn execute_atomic<W: Write, E: Write>(
 const GATE_RETRIES: u32 = 3;
 
 /// One ref transaction: prepared (locks taken, old values checked), then committed, with the
-/// transaction's states told to the hooks (reference-transaction output on `diagnostics`).
-fn commit(
-    store: &dyn RefStore,
-    updates: &[RefUpdate],
-    atomic: bool,
-    current: &Refs,
-    ctx: &Decide<'_>,
-    committer: &gix_actor::Signature,
-    diagnostics: &mut dyn Write,
-) -> Result<Vec<RefResult>, TransactionError> {
-    commit_gated(
-        store,
-        updates,
-        atomic,
-        current,
-        ctx,
-        committer,
-        diagnostics,
-        GATE_RETRIES,
-    )
-}
-
-/// [`commit`], with `retries` left for the refs a replicated commit did not lose.
+/// transaction's states told to the hooks (reference-transaction output on `diagnostics`);
+/// replicated, with `retries` left for the refs a lost commit point did not touch.
 #[allow(clippy::too_many_arguments)]
-fn commit_gated(
+fn commit(
     store: &dyn RefStore,
     updates: &[RefUpdate],
     atomic: bool,
@@ -226,7 +215,7 @@ fn commit_gated(
                     }
                     let subset: Vec<RefUpdate> =
                         again.iter().map(|&i| updates[i].clone()).collect();
-                    let retried = commit_gated(
+                    let retried = commit(
                         store,
                         &subset,
                         false,

@@ -435,26 +435,9 @@ fn apply(
     if todo.is_empty() {
         return Ok(());
     }
-    let env = crate::receive::Environment {
-        committer_name: Some(format!("berth-cluster ({})", entry.origin)),
-        ..env.clone()
-    };
-    let committer = env.committer(None, None);
-    let options = refs::Options {
-        atomicity: Atomicity::AllOrNothing,
-        current: &current,
-        committer: &committer,
-        objects: &objects,
-    };
-    let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
-    let prepared = store
-        .transaction(options)
-        .prepare(&todo, &mut observer)
+    let committer = format!("berth-cluster ({})", entry.origin);
+    commit_all(&*store, &todo, &current, &objects, env, committer)
         .map_err(|e| format!("entry {}: {e}", entry.seq))?;
-    let results = prepared.commit().map_err(|e| e.to_string())?;
-    if let Some(e) = results.into_iter().find_map(Result::err) {
-        return Err(format!("entry {}: {e}", entry.seq));
-    }
     let created: Vec<&[u8]> = entry
         .updates
         .iter()
@@ -465,6 +448,40 @@ fn apply(
         super::super::repos::head_to_first_created(d, &created);
     }
     Ok(())
+}
+
+/// Write `updates` to `store` as one all-or-nothing ref transaction checked against `current`,
+/// as a replica applies what the log holds (a catch-up, a resync): by `committer_name`, with no
+/// hooks (a replica runs none); the first ref's error.
+pub(super) fn commit_all(
+    store: &dyn refs::RefStore,
+    updates: &[RefUpdate],
+    current: &refs::Refs,
+    objects: &gix_odb::Handle,
+    env: &crate::receive::Environment,
+    committer_name: String,
+) -> Result<(), String> {
+    let env = crate::receive::Environment {
+        committer_name: Some(committer_name),
+        ..env.clone()
+    };
+    let committer = env.committer(None, None);
+    let options = refs::Options {
+        atomicity: Atomicity::AllOrNothing,
+        current,
+        committer: &committer,
+        objects,
+    };
+    let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
+    let prepared = store
+        .transaction(options)
+        .prepare(updates, &mut observer)
+        .map_err(|e| e.to_string())?;
+    let results = prepared.commit().map_err(|e| e.to_string())?;
+    match results.into_iter().find_map(Result::err) {
+        Some(e) => Err(e.to_string()),
+        None => Ok(()),
+    }
 }
 
 /// The answer to `POST /_berth/cluster/pack` (the body: `{"repo", "want", "have"}`): a pack of

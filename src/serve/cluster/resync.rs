@@ -36,7 +36,7 @@ use tokio::io::AsyncReadExt;
 use super::objects::connected;
 use super::replica::{SECRET_HEADER, body_stream, text};
 use super::{Cluster, applied_seq, http, repo_dir, repo_key, set_applied_seq};
-use crate::refs::{self, Atomicity, Change, Expected, RefUpdate, TransactionState};
+use crate::refs::{self, Change, Expected, RefUpdate};
 use crate::serve::Escaped;
 
 /// How long asking a replica for its snapshot may take.
@@ -327,26 +327,9 @@ fn install(
         }
     }
     if !updates.is_empty() {
-        let env = crate::receive::Environment {
-            committer_name: Some("berth-cluster (resync)".into()),
-            ..env.clone()
-        };
-        let committer = env.committer(None, None);
-        let options = refs::Options {
-            atomicity: Atomicity::AllOrNothing,
-            current: &current,
-            committer: &committer,
-            objects: &objects,
-        };
-        let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
-        let prepared = store
-            .transaction(options)
-            .prepare(&updates, &mut observer)
+        let committer = "berth-cluster (resync)".to_owned();
+        super::catchup::commit_all(&*store, &updates, &current, &objects, env, committer)
             .map_err(|e| format!("resync: {e}"))?;
-        let results = prepared.commit().map_err(|e| e.to_string())?;
-        if let Some(e) = results.into_iter().find_map(Result::err) {
-            return Err(format!("resync: {e}"));
-        }
     }
     if let Some(target) = &snap.head
         && head_target(dir).as_deref() != Some(target.as_str())
