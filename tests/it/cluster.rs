@@ -1471,13 +1471,15 @@ fn an_accepting_node_stopped_after_the_commit_point_still_acknowledges_once_cont
         wait_for(&w.path("paused-committed"), &c);
         c.signal(0, "-STOP");
         std::fs::remove_file(w.path("pause-committed")).unwrap();
-        // n1 and n2 resolve from the log while n0 is stopped (asserted once n0 runs again:
-        // a panic here would leave the push waiting on the stopped node).
+        // The prepared replicas resolve from the log while n0 is stopped (asserted once n0
+        // runs again: a panic here would leave the push waiting on the stopped node). Both
+        // prepared, unless a loaded machine left one out after the quorum's grace: that one
+        // catches up once n0 runs again, and the other is enough for the majority.
         let deadline = Instant::now() + Duration::from_secs(60);
         let resolved = loop {
             let done = [1, 2]
                 .iter()
-                .all(|&i| w.ref_map(c.nodes[i].dir("r.git")).get("refs/heads/main") == Some(&new));
+                .any(|&i| w.ref_map(c.nodes[i].dir("r.git")).get("refs/heads/main") == Some(&new));
             if done || Instant::now() > deadline {
                 break done;
             }
@@ -1487,12 +1489,8 @@ fn an_accepting_node_stopped_after_the_commit_point_still_acknowledges_once_cont
         (pushing.join().unwrap(), resolved)
     });
     let (out, resolved) = out;
-    assert!(
-        resolved,
-        "n1 and n2 did not resolve from the log\n{}",
-        c.logs()
-    );
-    // Continued, n0 hears "committed already" from both: the push is acknowledged.
+    assert!(resolved, "no replica resolved from the log\n{}", c.logs());
+    // Continued, n0 hears "committed already" from the replicas that resolved: acknowledged.
     assert_eq!(
         porcelain(&out).get("refs/heads/main"),
         Some(&true),

@@ -119,9 +119,12 @@ impl Gate {
         updates: &[RefUpdate],
     ) -> Result<Box<dyn GateCommit>, GateRefusal> {
         let c = &self.cluster;
+        // What this replica applied, read before the log's head: entries are applied only
+        // once committed, so it is never ahead of that head (read after, a concurrent push's
+        // entry could be applied in between).
+        let applied = applied_seq(&self.dir);
         let (seq, rev) = c.log_head(&self.name).await.map_err(unavailable)?;
         let txid = super::random_hex(16);
-        let applied = applied_seq(&self.dir);
         if applied != seq {
             if applied < seq {
                 c.clone().spawn_catch_up(self.name.clone());
