@@ -38,8 +38,10 @@ const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
 const PREPARE_GRACE: Duration = Duration::from_secs(2);
 /// How long the commit point retries etcd before giving up (the push then fails, ambiguously).
 const COMMIT_RETRY: Duration = Duration::from_secs(15);
-/// How many times a push that lost the compare to pushes of other refs tries again.
-const MAX_ROUNDS: u32 = 8;
+/// How many times a push that lost the compare to pushes of other refs tries again (a round
+/// is one range read and one txn; with many pushes into one repository at once, each round
+/// may lose to another of them).
+const MAX_ROUNDS: u32 = 64;
 /// How long a committed entry waits for the entries before it to be applied here.
 pub(super) const APPLY_WAIT: Duration = Duration::from_secs(5);
 
@@ -283,12 +285,15 @@ impl Gate {
                 }
                 Ok(w) => {
                     self.decide_all(&prepared, &txid, 0, false).await;
-                    return Err(GateRefusal {
-                        text: "another push to this ref committed first".into(),
-                        lost: match w {
-                            Winners::Overlap(lost) => Some(lost),
-                            _ => None,
+                    return Err(match w {
+                        Winners::Overlap(lost) => GateRefusal {
+                            text: "another push to this ref committed first".into(),
+                            lost: Some(lost),
                         },
+                        _ => format!(
+                            "{MAX_ROUNDS} other pushes to this repository committed first; retry"
+                        )
+                        .into(),
                     });
                 }
                 Err(e) => {
