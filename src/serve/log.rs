@@ -39,6 +39,33 @@ pub(super) const PUSH_RESULTS: [receive::PushResult; 4] = [
 ];
 
 impl Access {
+    /// A new record of a request to `route` (and `repo`) from `remote`, by `user` so far,
+    /// started now.
+    pub(super) fn new(
+        metrics: &Arc<Metrics>,
+        method: Method,
+        route: &'static str,
+        repo: String,
+        remote: SocketAddr,
+        user: &str,
+    ) -> Arc<Access> {
+        Arc::new(Access {
+            start: Instant::now(),
+            method,
+            route,
+            repo,
+            remote,
+            user: Mutex::new(user.to_owned()),
+            status: AtomicU16::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            too_large: Default::default(),
+            outcome: Mutex::new(None),
+            push: Mutex::new(None),
+            metrics: metrics.clone(),
+        })
+    }
+
     pub(super) fn set_status(&self, s: StatusCode) {
         self.status.store(s.as_u16(), Ordering::Relaxed);
     }

@@ -419,21 +419,7 @@ async fn handle(
         Ok(Route::Health) => ("healthz", String::new()),
         Err(_) => ("other", path.chars().take(200).collect()),
     };
-    let access = Arc::new(Access {
-        start: Instant::now(),
-        method,
-        route: route_name,
-        repo,
-        remote,
-        user: Mutex::new("-".into()),
-        status: AtomicU16::new(0),
-        bytes_in: AtomicU64::new(0),
-        bytes_out: AtomicU64::new(0),
-        too_large: Default::default(),
-        outcome: Mutex::new(None),
-        push: Mutex::new(None),
-        metrics: server.metrics.clone(),
-    });
+    let access = Access::new(&server.metrics, method, route_name, repo, remote, "-");
     let result = match routed {
         Ok(Route::Metrics) => Ok(metrics_response(&server)),
         Ok(Route::Health) => Ok("ok\n".into_response()),

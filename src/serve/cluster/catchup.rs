@@ -497,7 +497,7 @@ pub(super) fn serve_pack(
     let name = v["repo"]
         .as_str()
         .ok_or_else(|| bad("pack: no repo".into()))?;
-    if super::super::repos::check_name(name).is_err() || name.ends_with(".git") {
+    if !super::valid_repo_name(name) {
         return Err(bad("pack: bad repository name".into()));
     }
     let ids = |k: &str| -> Result<Vec<gix_hash::ObjectId>, (StatusCode, String)> {

@@ -44,11 +44,12 @@ pub(in crate::serve) const BEHIND: &str = "x-berth-behind";
 /// The largest request body kept to be sent again to another replica.
 pub(in crate::serve) const REPLAY_MAX: usize = 1 << 20;
 
-/// How long the rounds over the replicas go on while every one says it is behind.
-const BEHIND_WAIT: Duration = Duration::from_secs(2);
+/// How long the rounds over the replicas go on while every one says it is behind (HTTP here,
+/// ssh in `ssh/tunnel.rs`).
+pub(in crate::serve) const BEHIND_WAIT: Duration = Duration::from_secs(2);
 
 /// The pause between two such rounds.
-const BEHIND_PAUSE: Duration = Duration::from_millis(200);
+pub(in crate::serve) const BEHIND_PAUSE: Duration = Duration::from_millis(200);
 
 /// The longest wait for a replica's TCP connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -25,7 +25,7 @@ use axum::response::Response;
 
 use super::objects::receive;
 use super::replica::{body_stream, text};
-use super::{Cluster, repo_dir};
+use super::{Cluster, repo_dir, valid_id, valid_repo_name};
 use crate::objects::ingest::Quarantine;
 use crate::serve::{Escaped, Server};
 
@@ -183,11 +183,6 @@ fn query_value<'a>(query: &'a str, key: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
-/// A stream id as the accepting node makes them: 1–64 hex digits.
-fn valid_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
 /// `POST /_berth/cluster/stream`.
 pub(super) async fn stream(server: &Arc<Server>, cluster: &Arc<Cluster>, req: Request) -> Response {
     let query = req.uri().query().unwrap_or_default().to_owned();
@@ -195,7 +190,7 @@ pub(super) async fn stream(server: &Arc<Server>, cluster: &Arc<Cluster>, req: Re
     else {
         return text(StatusCode::BAD_REQUEST, "stream: repo, stream");
     };
-    if super::super::repos::check_name(repo).is_err() || repo.ends_with(".git") || !valid_id(id) {
+    if !valid_repo_name(repo) || !valid_id(id) {
         return text(StatusCode::BAD_REQUEST, "stream: bad repository name or id");
     }
     let (repo, id) = (repo.to_owned(), id.to_owned());

@@ -55,13 +55,19 @@ fn expected(v: &Value) -> Result<Expected, String> {
     }
 }
 
+/// Whether `name`, sent by a peer, is a ref name a push could have written: `refs/…` by git's
+/// rules (`repo::policy`'s one-pass check; one component after `refs/` allowed).
+pub(super) fn valid_ref_name(name: &str) -> bool {
+    crate::repo::policy::is_valid_refname(name.into(), true)
+}
+
 /// The ref updates of `v` (from [`updates_json`]), checked.
 pub(super) fn parse_updates(v: &Value) -> Result<Vec<RefUpdate>, String> {
     let list = v.as_array().ok_or("updates: not a list")?;
     let mut out = Vec::with_capacity(list.len());
     for u in list {
         let name = u["name"].as_str().ok_or("update without a name")?;
-        if !name.starts_with("refs/") || gix_validate::reference::name(name.into()).is_err() {
+        if !valid_ref_name(name) {
             return Err(format!("bad ref name {name:?}"));
         }
         let change = match u["op"].as_str() {

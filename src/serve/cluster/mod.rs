@@ -58,7 +58,7 @@ mod resync;
 mod tee;
 pub(super) mod tunnel;
 
-pub(super) use forward::{BEHIND, FORWARDED, Forwarding, forward};
+pub(super) use forward::{BEHIND, BEHIND_PAUSE, BEHIND_WAIT, FORWARDED, Forwarding, forward};
 pub(super) use gate::Gate;
 pub(super) use replica::{INTERNAL_PREFIX, internal};
 pub(super) use tee::PushStream;
@@ -176,6 +176,17 @@ pub(super) fn random_hex(n: usize) -> String {
         }
     }
     buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `name` is a repository name as nodes send it to each other: the name rule of
+/// `repos::check_name`, without `.git` (the cluster's name of `team/app.git` is `team/app`).
+pub(super) fn valid_repo_name(name: &str) -> bool {
+    super::repos::check_name(name).is_ok() && !name.ends_with(".git")
+}
+
+/// Whether `id` is a transaction or stream id as [`random_hex`] makes them: 1–64 hex digits.
+pub(super) fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The etcd key of `what` of repository `name`.

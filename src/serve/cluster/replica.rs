@@ -170,11 +170,11 @@ fn parse_header(b: &[u8]) -> Result<PrepareHeader, String> {
             .ok_or(format!("header: no {k}"))
     };
     let repo = s("repo")?;
-    if super::super::repos::check_name(&repo).is_err() || repo.ends_with(".git") {
+    if !super::valid_repo_name(&repo) {
         return Err("header: bad repository name".into());
     }
     let txid = s("txid")?;
-    if txid.is_empty() || txid.len() > 64 || !txid.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !super::valid_id(&txid) {
         return Err("header: bad txid".into());
     }
     Ok(PrepareHeader {
@@ -186,13 +186,7 @@ fn parse_header(b: &[u8]) -> Result<PrepareHeader, String> {
         updates: log::parse_updates(&v["updates"])?,
         stream: match &v["stream"] {
             Value::Null => None,
-            Value::String(id)
-                if !id.is_empty()
-                    && id.len() <= 64
-                    && id.bytes().all(|b| b.is_ascii_hexdigit()) =>
-            {
-                Some(id.clone())
-            }
+            Value::String(id) if super::valid_id(id) => Some(id.clone()),
             _ => return Err("header: bad stream".into()),
         },
     })
@@ -466,7 +460,7 @@ async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
         // Resolved here already (its decision came late: the accepting node was stopped, and
         // this replica asked the log and committed): entry `seq` is this push's.
         let applied = repo
-            .filter(|r| super::super::repos::check_name(r).is_ok() && !r.ends_with(".git"))
+            .filter(|r| super::valid_repo_name(r))
             .is_some_and(|r| applied_seq(&repo_dir(&cluster.root, &r)) >= seq);
         if commit && seq > 0 && applied {
             return text(StatusCode::OK, "committed already");

@@ -52,23 +52,19 @@ struct Snapshot {
     refs: Vec<(String, gix_hash::ObjectId)>,
 }
 
-fn valid_ref(name: &str) -> bool {
-    name.starts_with("refs/") && gix_validate::reference::name(name.into()).is_ok()
-}
-
 impl Snapshot {
     fn decode(b: &[u8]) -> Result<Snapshot, String> {
         let v: Value = serde_json::from_slice(b).map_err(|e| format!("snapshot: {e}"))?;
         let seq = v["seq"].as_u64().ok_or("snapshot: no seq")?;
         let head = match &v["head"] {
             Value::Null => None,
-            Value::String(h) if valid_ref(h) => Some(h.clone()),
+            Value::String(h) if super::log::valid_ref_name(h) => Some(h.clone()),
             _ => return Err("snapshot: bad head".into()),
         };
         let list = v["refs"].as_array().ok_or("snapshot: no refs")?;
         let mut refs = Vec::with_capacity(list.len());
         for r in list {
-            let name = r[0].as_str().filter(|n| valid_ref(n));
+            let name = r[0].as_str().filter(|n| super::log::valid_ref_name(n));
             let id = r[1]
                 .as_str()
                 .and_then(|s| gix_hash::ObjectId::from_hex(s.as_bytes()).ok());
@@ -94,9 +90,7 @@ pub(super) async fn snapshot(cluster: &Arc<Cluster>, req: Request) -> Response {
     }
     let name = match serde_json::from_slice::<Value>(&ask) {
         Ok(v) => match v["repo"].as_str() {
-            Some(n) if super::super::repos::check_name(n).is_ok() && !n.ends_with(".git") => {
-                n.to_owned()
-            }
+            Some(n) if super::valid_repo_name(n) => n.to_owned(),
             _ => return text(StatusCode::BAD_REQUEST, "snapshot: bad repository name"),
         },
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("snapshot: {e}")),
@@ -155,7 +149,7 @@ fn head_target(dir: &Path) -> Option<String> {
         .output()
         .ok()?;
     let t = String::from_utf8(out.stdout).ok()?.trim_end().to_owned();
-    (out.status.success() && valid_ref(&t)).then_some(t)
+    (out.status.success() && super::log::valid_ref_name(&t)).then_some(t)
 }
 
 impl Cluster {

@@ -27,9 +27,9 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
 use bytes::Bytes;
@@ -702,21 +702,8 @@ fn new_access(
     peer: SocketAddr,
     user: &str,
 ) -> Arc<Access> {
-    Arc::new(Access {
-        start: Instant::now(),
-        method: Method::from_bytes(b"SSH").unwrap_or(Method::GET),
-        route,
-        repo: repo.to_owned(),
-        remote: peer,
-        user: Mutex::new(user.to_owned()),
-        status: AtomicU16::new(0),
-        bytes_in: AtomicU64::new(0),
-        bytes_out: AtomicU64::new(0),
-        too_large: Default::default(),
-        outcome: Mutex::new(None),
-        push: Mutex::new(None),
-        metrics: server.metrics.clone(),
-    })
+    let method = Method::from_bytes(b"SSH").unwrap_or(Method::GET);
+    Access::new(&server.metrics, method, route, repo.to_owned(), peer, user)
 }
 
 /// Run one command to its end: output forwarded as it comes, then exit status, EOF, close.

@@ -35,7 +35,7 @@ use tokio::sync::mpsc;
 use super::super::cluster::tunnel::{
     self, ADDR, DATA, EOF, EXIT, PROTOCOL, REPO, SERVICE, STDERR, USER,
 };
-use super::super::cluster::{Cluster, Tunneled, http, repo_name};
+use super::super::cluster::{BEHIND_PAUSE, BEHIND_WAIT, Cluster, Tunneled, http, repo_name};
 use super::super::conn::Hold;
 use super::super::routing::Reject;
 use super::{
@@ -166,11 +166,6 @@ pub(super) async fn forward(
         }
     }
 }
-
-/// How long the rounds over the replicas go on while every one says it is behind.
-const BEHIND_WAIT: Duration = Duration::from_secs(2);
-/// The pause between two such rounds.
-const BEHIND_PAUSE: Duration = Duration::from_millis(200);
 
 /// A tunnel to the first of `replicas` (name, advertise URL, in the recorded order) that
 /// opens one, and its name. Nothing of the client's input is read before the tunnel is open,
