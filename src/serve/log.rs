@@ -119,6 +119,20 @@ impl Drop for Access {
         };
         let (refs_updated, refs_refused) = push.map_or((0, 0), |p| (p.updated, p.refused));
         let user = self.user.lock().map(|g| g.clone()).unwrap_or_default();
+        // Counted before the line is written: whoever sees the line sees its counts.
+        let m = &self.metrics;
+        m.request(self.route, status);
+        if self.route == "receive-pack" {
+            let result = match push {
+                Some(p) if status == 200 => Some(p.result),
+                // A flush-only probe, or a request the session never read: not a push.
+                None if status == 200 && failure.is_none() => None,
+                _ => Some(receive::PushResult::Error),
+            };
+            m.push(result, refs_updated, refs_refused, bytes_in, duration);
+        } else if self.route == "upload-pack" {
+            m.fetch(bytes_out);
+        }
         tracing::info!(
             target: "berth::serve",
             method = %self.method,
@@ -135,18 +149,5 @@ impl Drop for Access {
             outcome = %Escaped::text(&outcome),
             "request"
         );
-        let m = &self.metrics;
-        m.request(self.route, status);
-        if self.route == "receive-pack" {
-            let result = match push {
-                Some(p) if status == 200 => Some(p.result),
-                // A flush-only probe, or a request the session never read: not a push.
-                None if status == 200 && failure.is_none() => None,
-                _ => Some(receive::PushResult::Error),
-            };
-            m.push(result, refs_updated, refs_refused, bytes_in, duration);
-        } else if self.route == "upload-pack" {
-            m.fetch(bytes_out);
-        }
     }
 }
