@@ -347,3 +347,10 @@ fn reftable_table(bytes: Vec<u8>) {
         let _ = table.read_ref(name);
     }
 }
+
+/// A request path's repository part (as it stands in a URL): one name, in every spelling,
+/// judged by the access rules as that name (`serve`'s `routing::check_repo_path`).
+#[cfg(feature = "serve")]
+pub fn repo_path(data: &[u8]) {
+    crate::serve::fuzz_repo_path(data);
+}

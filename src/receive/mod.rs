@@ -15,7 +15,7 @@
 
 use std::io::{BufReader, BufWriter, Read, Write};
 
-use gix_object::bstr::ByteSlice;
+use gix_object::bstr::{BString, ByteSlice};
 use tracing::info_span;
 
 mod advertise;
@@ -364,9 +364,19 @@ fn refuse_by_access<W: Write, E: Write>(
         return Ok(());
     };
     let _span = info_span!("access").entered();
+    // A pushed symbolic ref changes the ref it points to (`check_aliased_updates`, later): that
+    // ref is judged too, as the ref the push really writes.
+    let full: Vec<Vec<u8>> = cmds
+        .iter()
+        .map(|c| [s.namespace.as_bytes(), c.command.name.as_slice()].concat())
+        .collect();
+    let targets = s
+        .store
+        .symref_targets(&full.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    drop(full);
     let mut objects = None;
     let mut denied = false;
-    for c in cmds.iter_mut().filter(|c| c.pending()) {
+    for (c, target) in cmds.iter_mut().zip(targets).filter(|(c, _)| c.pending()) {
         let (old, new) = (c.command.old, c.command.new);
         let change = if c.command.is_delete() {
             RefChange::Delete
@@ -386,7 +396,22 @@ fn refuse_by_access<W: Write, E: Write>(
                 _ => RefChange::Rewind,
             }
         };
-        if let Err(text) = access.check(c.command.name.as_bstr(), old, new, change) {
+        // The target as the rules see names: inside the namespace, without its prefix.
+        let target = target
+            .flatten()
+            .map(|t| match t.strip_prefix(s.namespace.as_bytes()) {
+                Some(rel) => BString::from(rel),
+                None => t,
+            });
+        let verdict = access
+            .check(c.command.name.as_bstr(), old, new, change)
+            .and_then(|()| match &target {
+                Some(t) => access
+                    .check(t.as_bstr(), old, new, change)
+                    .map_err(|text| format!("{text} (the symbolic ref's target {t})")),
+                None => Ok(()),
+            });
+        if let Err(text) = verdict {
             // One line for the report, whatever the checker wrote.
             let text: String = text
                 .chars()

@@ -2,7 +2,10 @@
 //! repository formats berth cannot yet write correctly.
 
 pub mod config;
+pub mod name;
 pub mod policy;
+
+pub use name::{Name, NameError};
 
 use std::path::{Path, PathBuf};
 

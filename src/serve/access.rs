@@ -5,6 +5,7 @@
 
 use super::rules::{RefWant, Rules, Want, Who};
 use super::*;
+use crate::repo::Name;
 
 impl Identity {
     /// As the rules see it.
@@ -48,13 +49,13 @@ impl Server {
         self.rules.as_ref().map(|f| f.current())
     }
 
-    /// Whether `who` may use `service` on `repo` (URL name), which exists or not (a push to a
+    /// Whether `who` may use `service` on `repo`, which exists or not (a push to a
     /// missing one needs `C`). A refusal does not tell whether the repository exists: 404
     /// unless the user may read it, 401 for an anonymous request that signing in could help.
     pub(super) fn authorize(
         &self,
         rules: &Rules,
-        repo: &str,
+        repo: &Name,
         service: Service,
         who: &Identity,
         exists: bool,
@@ -74,7 +75,7 @@ impl Server {
             if readable {
                 Reject::Forbidden(denied.to_string())
             } else {
-                Reject::NotARepository(repo.to_owned())
+                Reject::NotARepository(repo.to_string())
             }
         };
         rules.repo_access(repo, who.who(), want).map_err(refuse)?;
@@ -91,7 +92,7 @@ impl Server {
 #[derive(Debug)]
 pub(super) struct PushAccess {
     pub(super) rules: Arc<Rules>,
-    pub(super) repo: String,
+    pub(super) repo: Name,
     pub(super) user: Identity,
 }
 

@@ -409,14 +409,15 @@ async fn handle(
     }
     let routed = route(&method, &path, query.as_deref());
     let (route_name, repo) = match &routed {
-        Ok(Route::InfoRefs { repo, .. }) => ("info-refs", repo.clone()),
+        Ok(Route::InfoRefs { repo, .. }) => ("info-refs", repo.to_string()),
         Ok(Route::Rpc {
             repo,
             service: Service::ReceivePack,
-        }) => ("receive-pack", repo.clone()),
-        Ok(Route::Rpc { repo, .. }) => ("upload-pack", repo.clone()),
+        }) => ("receive-pack", repo.to_string()),
+        Ok(Route::Rpc { repo, .. }) => ("upload-pack", repo.to_string()),
         Ok(Route::Metrics) => ("metrics", String::new()),
         Ok(Route::Health) => ("healthz", String::new()),
+        Err(Reject::BadPath { route, raw, .. }) => (*route, raw.clone()),
         Err(_) => ("other", path.chars().take(200).collect()),
     };
     let access = Access::new(&server.metrics, method, route_name, repo, remote, "-");
@@ -471,7 +472,7 @@ async fn serve_git(
             .route(&repo, push_rpc, forwarded, !push_rpc)
             .await
             .map_err(|e| {
-                tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&repo), error = %Escaped::text(&e.to_string()), "cannot route");
+                tracing::warn!(target: "berth::cluster", repo = %repo, error = %Escaped::text(&e.to_string()), "cannot route");
                 Reject::Unavailable("no replica of the repository can serve it now".into())
             })?;
         match (name, routed) {
@@ -490,7 +491,7 @@ async fn serve_git(
                 return cluster::forward(req, &replicas, &how)
                     .await
                     .map_err(|e| {
-                        tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&repo), error = %Escaped::text(&e), "cannot forward");
+                        tracing::warn!(target: "berth::cluster", repo = %repo, error = %Escaped::text(&e), "cannot forward");
                         Reject::Unavailable("no replica of the repository could serve it".into())
                     });
             }
@@ -528,7 +529,7 @@ async fn serve_git(
     let as_dir = |dir: PathBuf| {
         dir.to_str()
             .map(str::to_owned)
-            .ok_or(Reject::NotARepository(repo.clone()))
+            .ok_or(Reject::NotARepository(repo.to_string()))
     };
 
     if let (false, Some(dir)) = (rpc, &dir) {
@@ -601,7 +602,7 @@ async fn serve_git(
     let dir = match (dir, to_create) {
         (Some(dir), _) => as_dir(dir)?,
         (None, Some(path)) => as_dir(server.create(&repo, &path).await?)?,
-        (None, None) => return Err(Reject::NotARepository(repo.clone())),
+        (None, None) => return Err(Reject::NotARepository(repo.to_string())),
     };
     let body = body_reader(req.into_body(), server, access);
     let result_type = format!("application/x-{}-result", service.name());
@@ -698,6 +699,13 @@ impl Server {
             }
         }
     }
+}
+
+/// The `repo_path` fuzz target's entry point (`crate::fuzzing::repo_path`).
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub fn fuzz_repo_path(data: &[u8]) {
+    routing::check_repo_path(data);
 }
 
 /// The TLS acceptor for `--tls-cert`/`--tls-key`.

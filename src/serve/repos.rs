@@ -1,42 +1,25 @@
-//! From a URL path to a repository under the root, without escaping it; the repository name
-//! rule; the creation of a repository by its first push (`--auto-init`, or `C` in the access
-//! rules), the empty advertisement a missing one answers before that, and its HEAD on the
-//! first branch pushed.
+//! From a request's repository name ([`Name`], decoded and validated once by the transport) to
+//! a repository under the root; the creation of a repository by its first push (`--auto-init`,
+//! or `C` in the access rules), the empty advertisement a missing one answers before that, and
+//! its HEAD on the first branch pushed.
 //!
-//! **Name rule** (every request): the decoded path is at most [`MAX_NAME`] bytes of `/`-separated
-//! segments, each non-empty, of ASCII letters, digits, `.`, `_` and `-`, not starting with `.`
-//! or `-`. So no newline, escape sequence, space, option-like `-x` or hidden `.x` segment ever
-//! reaches a file name, a git command line or a log line.
+//! **What is served** is a git directory at one of the name's [`Name::candidates`], reached from
+//! the root through real directories only:
+//! - **no symbolic link** on the way, in any component below the root (the root itself may lie
+//!   behind one): the repository opened is then always the one whose name the access rules
+//!   judged. A link pushed into a worktree (`receive.denyCurrentBranch=updateInstead`), or made
+//!   by hand, is refused (403) whether it points inside the root or out of it;
+//! - **not nested** in another repository: no directory on the way is a git directory or has a
+//!   `.git` (a worktree). So a repository checked out into a worktree by a push is never served,
+//!   nor created there, and its hooks and config never run.
+//!
+//! **Creation** is race-free: the repository is initialised in a hidden staging directory beside
+//! its place (`.berth-init-*`, a name no request can spell) and renamed into place whole, one
+//! creation at a time per server; a request never sees it half made, and every push that raced
+//! to create it then pushes into it.
 
 use super::*;
-
-/// The longest repository name (decoded URL path), in bytes.
-pub(super) const MAX_NAME: usize = 255;
-
-/// Whether `name` (decoded) follows the name rule; the reason when not.
-pub(super) fn check_name(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() {
-        return Err("empty");
-    }
-    if name.len() > MAX_NAME {
-        return Err("longer than 255 bytes");
-    }
-    for seg in name.split('/') {
-        match seg.as_bytes().first() {
-            None => return Err("absolute or empty segment"),
-            Some(b'.') if seg == "." || seg == ".." => return Err("'.' or '..' segment"),
-            Some(b'.' | b'-') => return Err("a segment starts with '.' or '-'"),
-            Some(_) => {}
-        }
-        if !seg
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-        {
-            return Err("only letters, digits, '.', '_' and '-' in a segment");
-        }
-    }
-    Ok(())
-}
+use crate::repo::Name;
 
 /// Where a repository name leads under the root.
 #[derive(Debug)]
@@ -47,76 +30,71 @@ pub(super) enum Resolved {
     Missing(PathBuf),
 }
 
-/// The relative path a URL's repository part names: decoded, no empty, `.` or `..` segments,
-/// so never absolute and never upwards.
-pub(super) fn relative_path(repo: &str) -> Result<PathBuf, Reject> {
-    let name = percent_decode(repo).ok_or(Reject::BadPath("bad escape or not UTF-8"))?;
-    check_name(&name).map_err(Reject::BadPath)?;
-    Ok(name.split('/').collect())
-}
-
 /// Whether `p` is a git directory (as git's `is_git_directory`, without following `.git` files).
 pub(super) fn is_git_dir(p: &Path) -> bool {
     p.join("HEAD").is_file() && p.join("objects").is_dir() && p.join("refs").is_dir()
 }
 
-/// Resolve `repo` (from the URL) under `root` (canonical) as git's `enter_repo` tries names:
-/// `<p>/.git`, `<p>`, `<p>.git/.git`, `<p>.git`. Every existing candidate is canonicalized and
-/// must stay under the root, so a symlink cannot lead out of it.
-pub(super) fn resolve(root: &Path, repo: &str) -> Result<Resolved, Reject> {
-    let rel = relative_path(repo)?;
-    let base = root.join(&rel);
-    let with_git = {
-        let mut s = base.clone().into_os_string();
-        s.push(".git");
-        PathBuf::from(s)
-    };
-    let candidates = [
-        base.join(".git"),
-        base.clone(),
-        with_git.join(".git"),
-        with_git,
-    ];
-    for c in &candidates {
-        if std::fs::symlink_metadata(c).is_err() {
-            continue;
-        }
-        let canon = c.canonicalize().map_err(|_| Reject::Escapes)?;
-        if !canon.starts_with(root) {
-            return Err(Reject::Escapes);
-        }
-        if canon.is_dir() && is_git_dir(&canon) {
-            return Ok(Resolved::Repo(canon));
+/// What is at `path`, a path below `root` made of a [`Name`]'s segments (and maybe `.git`),
+/// looked at component by component without following links.
+#[derive(Debug, PartialEq, Eq)]
+enum Walk {
+    /// Every component exists and is a directory.
+    Dir,
+    /// A component does not exist.
+    Missing,
+    /// A component is something else than a directory (a file).
+    NotDir,
+}
+
+/// Walk `path` below `root` (see [`Walk`]); a symbolic link anywhere on the way refuses it.
+fn walk(root: &Path, path: &Path) -> Result<Walk, Reject> {
+    let rel = path.strip_prefix(root).map_err(|_| Reject::Symlink)?;
+    let mut at = root.to_path_buf();
+    for c in rel.components() {
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Err(_) => return Ok(Walk::Missing),
+            Ok(m) if m.file_type().is_symlink() => return Err(Reject::Symlink),
+            Ok(m) if !m.is_dir() => return Ok(Walk::NotDir),
+            Ok(_) => {}
         }
     }
-    // Nothing usable exists: check that a new repository there would stay under the root and
-    // not land inside another repository.
-    let mut ancestor = base.parent();
-    while let Some(a) = ancestor {
-        if a.exists() {
-            let canon = a.canonicalize().map_err(|_| Reject::Escapes)?;
-            if !canon.starts_with(root) {
-                return Err(Reject::Escapes);
-            }
-            break;
+    Ok(Walk::Dir)
+}
+
+/// Resolve `name` under `root` (canonical) as git's `enter_repo` tries names ([`Name::candidates`]),
+/// through real directories only and not inside another repository (the module header).
+pub(super) fn resolve(root: &Path, name: &Name) -> Result<Resolved, Reject> {
+    let not_repo = || Reject::NotARepository(name.to_string());
+    // The directories above the repository's own: real, and none of them a repository or a
+    // worktree.
+    let rel = name.relative_path();
+    let mut above = root.to_path_buf();
+    let segments: Vec<_> = rel.components().collect();
+    for seg in &segments[..segments.len() - 1] {
+        above.push(seg);
+        match walk(root, &above)? {
+            Walk::Dir => {}
+            Walk::Missing => return Ok(Resolved::Missing(name.created_at(root))),
+            Walk::NotDir => return Err(not_repo()),
         }
-        ancestor = a.parent();
+        if is_git_dir(&above) || std::fs::symlink_metadata(above.join(".git")).is_ok() {
+            tracing::info!(target: "berth::serve", repo = %name, "refused: inside another repository or its worktree");
+            return Err(not_repo());
+        }
     }
-    let mut a = base.parent();
-    while let Some(p) = a {
-        if !p.starts_with(root) || p == root {
-            break;
+    for c in name.candidates(root) {
+        if walk(root, &c)? == Walk::Dir && is_git_dir(&c) {
+            return Ok(Resolved::Repo(c));
         }
-        if is_git_dir(p) {
-            return Err(Reject::NotARepository(repo.to_owned()));
-        }
-        a = p.parent();
     }
-    if std::fs::symlink_metadata(&base).is_ok() {
+    let at = name.created_at(root);
+    if std::fs::symlink_metadata(&at).is_ok() {
         // Something that is not a repository is in the way.
-        return Err(Reject::NotARepository(repo.to_owned()));
+        return Err(not_repo());
     }
-    Ok(Resolved::Missing(base))
+    Ok(Resolved::Missing(at))
 }
 
 /// What a request's repository is.
@@ -131,46 +109,39 @@ pub(super) enum Target {
 }
 
 impl Server {
-    /// The repository `repo` (URL name) for `service`: resolved under the root, with the
-    /// access rules applied when there are any. Creates nothing.
+    /// The repository `name` for `service`: resolved under the root, with the access rules
+    /// applied when there are any. Creates nothing.
     pub(super) fn target(
         &self,
-        repo: &str,
+        name: &Name,
         service: Service,
         identity: Option<&Identity>,
     ) -> Result<Target, Reject> {
-        let resolved = resolve(&self.root, repo)?;
+        let resolved = resolve(&self.root, name)?;
         let exists = matches!(resolved, Resolved::Repo(_));
         let may_create = match (self.current_rules(), identity) {
             (Some(rules), Some(who)) => {
-                self.authorize(&rules, repo, service, who, exists)?;
+                self.authorize(&rules, name, service, who, exists)?;
                 true
             }
-            _ => self.auto_init && repo.ends_with(".git"),
+            _ => self.auto_init && name.has_git_suffix(),
         };
         let path = match resolved {
             Resolved::Repo(p) => return Ok(Target::Repo(p)),
             Resolved::Missing(p) => p,
         };
         if !(may_create && service == Service::ReceivePack) {
-            return Err(Reject::NotARepository(repo.to_owned()));
+            return Err(Reject::NotARepository(name.to_string()));
         }
-        // `team/app` names `team/app.git` once created, as `resolve` tries it.
-        Ok(Target::Creatable(if repo.ends_with(".git") {
-            path
-        } else {
-            let mut p = path.into_os_string();
-            p.push(".git");
-            PathBuf::from(p)
-        }))
+        Ok(Target::Creatable(path))
     }
 
-    /// Create the bare repository `path` for `repo` (a [`Target::Creatable`]); a failure
-    /// leaves no directory behind.
-    pub(super) async fn create(&self, repo: &str, path: &Path) -> Result<PathBuf, Reject> {
+    /// Create the bare repository `path` for `name` (a [`Target::Creatable`]), or find it
+    /// created by a request that raced this one; a failure leaves no directory behind.
+    pub(super) async fn create(&self, name: &Name, path: &Path) -> Result<PathBuf, Reject> {
         let _guard = self.init_lock.lock().await;
         // Another request may have created it meanwhile.
-        if let Resolved::Repo(p) = resolve(&self.root, repo)? {
+        if let Resolved::Repo(p) = resolve(&self.root, name)? {
             return Ok(p);
         }
         // The outermost directory this creation adds: removed again if it fails.
@@ -181,47 +152,69 @@ impl Server {
             }
             top = parent.to_owned();
         }
-        let cleanup = |why: String| {
-            if top.starts_with(&self.root) && top != self.root {
+        let cleanup = |why: &str| {
+            if top != path && top.starts_with(&self.root) && top != self.root {
                 let _ = std::fs::remove_dir_all(&top);
             }
-            Reject::Init(why)
+            Reject::Init(why.to_owned())
         };
         let parent = path.parent().unwrap_or(&self.root).to_owned();
         if let Err(e) = std::fs::create_dir_all(&parent) {
-            tracing::warn!(target: "berth::serve", repo = %Escaped::token(repo), error = %e, "cannot create the repository's directory");
-            return Err(cleanup("cannot create its directory".into()));
+            tracing::warn!(target: "berth::serve", repo = %name, error = %e, "cannot create the repository's directory");
+            return Err(cleanup("cannot create its directory"));
         }
+        let staging = match tempfile::Builder::new()
+            .prefix(".berth-init-")
+            .tempdir_in(&parent)
+        {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(target: "berth::serve", repo = %name, error = %e, "cannot make a staging directory");
+                return Err(cleanup("cannot create its directory"));
+            }
+        };
         let out = tokio::process::Command::new("git")
             .args(["init", "--quiet", "--bare", "--"])
-            .arg(path)
+            .arg(staging.path())
             .stdin(std::process::Stdio::null())
             .output()
             .await;
         let out = match out {
             Ok(o) => o,
-            Err(e) => return Err(cleanup(format!("cannot run git init: {e}"))),
+            Err(e) => {
+                tracing::warn!(target: "berth::serve", repo = %name, error = %e, "cannot run git init");
+                return Err(cleanup("cannot run git init"));
+            }
         };
         if !out.status.success() {
             // The details name server paths: for the log, not the client.
             tracing::warn!(
                 target: "berth::serve",
-                repo = %Escaped::token(repo),
+                repo = %name,
                 stderr = %Escaped::text(String::from_utf8_lossy(&out.stderr).trim()),
                 "git init --bare failed"
             );
-            return Err(cleanup("git init --bare failed".into()));
+            return Err(cleanup("git init --bare failed"));
         }
-        match resolve(&self.root, repo)? {
+        // Whole, in one step; if another server process put one there first, that one is it.
+        let staged = staging.keep();
+        if let Err(e) = std::fs::rename(&staged, path) {
+            let _ = std::fs::remove_dir_all(&staged);
+            if let Resolved::Repo(p) = resolve(&self.root, name)? {
+                return Ok(p);
+            }
+            tracing::warn!(target: "berth::serve", repo = %name, error = %e, "cannot move the new repository into place");
+            return Err(cleanup("cannot move it into place"));
+        }
+        match resolve(&self.root, name)? {
             Resolved::Repo(p) => {
-                tracing::info!(target: "berth::serve", repo = %Escaped::token(repo), path = %Escaped::text(&p.display().to_string()), "created repository");
-                if let (Some(c), Some(name)) = (self.cluster.get(), super::cluster::repo_name(repo))
-                {
-                    c.created(&name, &p).await;
+                tracing::info!(target: "berth::serve", repo = %name, path = %Escaped::text(&p.display().to_string()), "created repository");
+                if let Some(c) = self.cluster.get() {
+                    c.created(name.key(), &p).await;
                 }
                 Ok(p)
             }
-            Resolved::Missing(_) => Err(cleanup("repository vanished after init".into())),
+            Resolved::Missing(_) => Err(cleanup("repository vanished after init")),
         }
     }
 }
@@ -345,44 +338,6 @@ pub(super) fn head_to_first_created(dir: &str, created: &[&[u8]]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn name_rule() {
-        for good in [
-            "a.git",
-            "team/app.git",
-            "team/app",
-            "A_b-c.1/x",
-            &"x".repeat(255),
-        ] {
-            assert_eq!(check_name(good), Ok(()), "{good}");
-        }
-        for bad in [
-            "",
-            "/abs",
-            "a//b",
-            "a/",
-            ".",
-            "..",
-            "a/../b",
-            ".hidden.git",
-            "team/.git",
-            "-upload-pack.git",
-            "team/-x",
-            "a\nb",
-            "a\u{1b}[31m",
-            "sp ace",
-            "tab\t",
-            "back\\slash",
-            "nul\0",
-            "ünïcode",
-            "\u{202e}evil",
-            "q?uery",
-            &"x".repeat(256),
-        ] {
-            assert!(check_name(bad).is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn empty_advertisement_is_an_empty_repositorys() {

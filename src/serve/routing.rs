@@ -2,6 +2,7 @@
 //! can get before any git work (with git-http-backend's statuses and texts).
 
 use super::*;
+use crate::repo::{Name, NameError};
 
 /// The no-cache headers git-http-backend sends with every dynamic response.
 pub(super) const NO_CACHE: [(header::HeaderName, &str); 3] = [
@@ -36,11 +37,11 @@ impl Service {
     }
 }
 
-/// One request's route.
+/// One request's route; the repository named as [`Name`], decoded and checked here, once.
 #[derive(Debug)]
 pub(super) enum Route {
-    InfoRefs { repo: String, service: Service },
-    Rpc { repo: String, service: Service },
+    InfoRefs { repo: Name, service: Service },
+    Rpc { repo: Name, service: Service },
     Metrics,
     Health,
 }
@@ -54,10 +55,17 @@ pub(super) enum Reject {
     Method(&'static str),
     #[error("Unsupported service: '{0}'")]
     UnsupportedService(String),
-    #[error("invalid repository path: {0}")]
-    BadPath(&'static str),
-    #[error("repository path leaves the served root")]
-    Escapes,
+    /// The request's repository part is no [`Name`]: the route it was for (for the log) and
+    /// the part as it came, still encoded.
+    #[error("invalid repository path: {why}")]
+    BadPath {
+        route: &'static str,
+        raw: String,
+        why: NameError,
+    },
+    /// A symbolic link on the way to the repository ([`super::repos`]'s header).
+    #[error("repository path has a symbolic link, which this server does not follow")]
+    Symlink,
     #[error("Not a git repository: '{0}'")]
     NotARepository(String),
     #[error("Authentication required")]
@@ -99,10 +107,10 @@ impl Reject {
         match self {
             Reject::NotFound | Reject::NotARepository(_) => StatusCode::NOT_FOUND,
             Reject::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
-            Reject::UnsupportedService(_) | Reject::Escapes | Reject::Forbidden(_) => {
+            Reject::UnsupportedService(_) | Reject::Symlink | Reject::Forbidden(_) => {
                 StatusCode::FORBIDDEN
             }
-            Reject::BadPath(_) => StatusCode::BAD_REQUEST,
+            Reject::BadPath { .. } => StatusCode::BAD_REQUEST,
             Reject::Unauthorized => StatusCode::UNAUTHORIZED,
             Reject::ContentType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Reject::TooLarge | Reject::CommandsTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -176,7 +184,7 @@ pub(super) fn route(method: &Method, path: &str, query: Option<&str>) -> Result<
         let service = Service::from_name(service)
             .ok_or_else(|| Reject::UnsupportedService(service.chars().take(64).collect()))?;
         return Ok(Route::InfoRefs {
-            repo: repo.to_owned(),
+            repo: name("info-refs", repo)?,
             service,
         });
     }
@@ -188,8 +196,12 @@ pub(super) fn route(method: &Method, path: &str, query: Option<&str>) -> Result<
             if method != Method::POST {
                 return Err(Reject::Method("POST"));
             }
+            let route = match service {
+                Service::ReceivePack => "receive-pack",
+                Service::UploadPack => "upload-pack",
+            };
             return Ok(Route::Rpc {
-                repo: repo.to_owned(),
+                repo: name(route, repo)?,
                 service,
             });
         }
@@ -197,21 +209,111 @@ pub(super) fn route(method: &Method, path: &str, query: Option<&str>) -> Result<
     Err(Reject::NotFound)
 }
 
-/// Percent-decode a URL path; `None` if it is not valid UTF-8 or has a bad escape.
-pub(super) fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = b.get(i + 1..i + 3)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
+/// The [`Name`] a URL's repository part spells, or the refusal of `route`'s request.
+fn name(route: &'static str, encoded: &str) -> Result<Name, Reject> {
+    Name::from_url_path(encoded).map_err(|why| Reject::BadPath {
+        route,
+        raw: encoded.chars().take(300).collect(),
+        why,
+    })
+}
+
+/// The property the `repo_path` fuzz target checks on a request path's repository part
+/// (`data`, as it would stand in a URL): a path that maps to a repository name maps to exactly
+/// one, whatever the spelling of its bytes, and the access decision is made on that name. Panics
+/// where it does not hold.
+pub(super) fn check_repo_path(data: &[u8]) {
+    use super::rules::{Rules, Want, Who};
+    let Ok(part) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(Route::InfoRefs { repo, .. }) = route(
+        &Method::GET,
+        &format!("/{part}/info/refs"),
+        Some("service=git-upload-pack"),
+    ) else {
+        return;
+    };
+    // Its text is its one spelling without escapes; every byte escaped (either case of hex)
+    // spells it too.
+    assert_eq!(Name::from_url_path(repo.as_str()).as_ref(), Ok(&repo));
+    for upper in [false, true] {
+        let escaped: String = repo
+            .as_str()
+            .bytes()
+            .map(|b| match upper {
+                true => format!("%{b:02X}"),
+                false => format!("%{b:02x}"),
+            })
+            .collect();
+        let again = route(&Method::POST, &format!("/{escaped}/git-receive-pack"), None);
+        assert!(
+            matches!(&again, Ok(Route::Rpc { repo: r, .. }) if *r == repo),
+            "{escaped}: {again:?}"
+        );
     }
-    String::from_utf8(out).ok()
+    // Nothing of it leaves a root, and the filesystem sees the same segments.
+    let rel = repo.relative_path();
+    assert!(
+        rel.components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+    );
+    assert_eq!(rel.to_str(), Some(repo.as_str()));
+    // The rules judge this name: its own `-` rule (naming it as requested, which the rules
+    // read as its key) above `@all` keeps mallory out, in every spelling, while others get in.
+    let text = format!(
+        "repo {}\n    - = mallory\nrepo @all\n    R = @all\n",
+        repo.as_str()
+    );
+    if let Ok(rules) = Rules::parse(&text, "fuzz") {
+        assert!(
+            rules
+                .repo_access(&repo, Who::User("mallory"), Want::Read)
+                .is_err(),
+            "{part}"
+        );
+        assert!(
+            rules
+                .repo_access(&repo, Who::User("alice"), Want::Read)
+                .is_ok(),
+            "{part}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`check_repo_path`] over generated parts biased to what confuses decoders: escapes of
+    /// every byte, `%` alone, `/`, `.`, hex digits and the `.git` suffix.
+    #[test]
+    fn every_repo_path_maps_to_one_name_judged_once() {
+        const ALPHABET: &[&str] = &[
+            "%", "%2", "%2e", "%2E", "%2f", "%2F", "%25", "%00", "%0a", "%ff", "%c3%a9", "/", ".",
+            "..", ".git", "a", "B", "0", "-", "_", "s", "e", "c", "r", "t", "%73", "%65", "%41",
+            "~", " ", "+", "\\",
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut named = 0;
+        for _ in 0..20_000 {
+            let len = 1 + next() % 12;
+            let part: String = (0..len)
+                .map(|_| ALPHABET[(next() % ALPHABET.len() as u64) as usize])
+                .collect();
+            check_repo_path(part.as_bytes());
+            named += usize::from(name("info-refs", &part).is_ok());
+        }
+        // The generator reaches names, not only refusals.
+        assert!(named > 1000, "{named}");
+        check_repo_path(b"s%65cret.git");
+        check_repo_path(b"team/%61pp");
+        check_repo_path(b"x.git.git");
+    }
 }

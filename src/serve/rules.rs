@@ -42,6 +42,8 @@ use std::time::SystemTime;
 
 use regex::Regex;
 
+use crate::repo::Name;
+
 /// Who asks: a signed-in user or an anonymous request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Who<'a> {
@@ -189,10 +191,14 @@ pub(crate) struct Rules {
 /// gitolite's wild-repository words, which berth does not support.
 const WILD_KEYWORDS: [&str; 3] = ["CREATOR", "READERS", "WRITERS"];
 
-/// A plain repository name as gitolite tells names from patterns.
+/// Whether a `repo` line's token (without `.git`) is a name rather than a pattern: every
+/// [`Name::key`] is one (a leading `_` included, which the name rule allows), so that a rule
+/// written with a repository's name always applies to it.
 fn is_plain_name(s: &str) -> bool {
     let mut chars = s.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || "-._@/+".contains(c))
 }
 
@@ -408,9 +414,9 @@ impl Rules {
         }
     }
 
-    /// The rules for `repo` (URL name, `.git` stripped) and `who`, in file order.
-    fn applying<'s>(&'s self, repo: &'s str, who: Who<'s>) -> impl Iterator<Item = &'s Rule> + 's {
-        let repo = repo_key(repo);
+    /// The rules for `repo` (its [`Name::key`]) and `who`, in file order.
+    fn applying<'s>(&'s self, repo: &'s Name, who: Who<'s>) -> impl Iterator<Item = &'s Rule> + 's {
+        let repo = repo.key();
         self.rules.iter().filter(move |r| {
             r.repos.iter().any(|s| s.matches(repo))
                 && r.users.iter().any(|u| self.user_matches(u, who, 0))
@@ -425,7 +431,7 @@ impl Rules {
     }
 
     /// Whether `who` may `want` the repository `repo` as a whole.
-    pub(crate) fn repo_access(&self, repo: &str, who: Who<'_>, want: Want) -> Result<(), Denied> {
+    pub(crate) fn repo_access(&self, repo: &Name, who: Who<'_>, want: Want) -> Result<(), Denied> {
         for rule in self.applying(repo, who) {
             if rule.perm == Perm::Deny && rule.refexes.is_empty() {
                 return Err(self.denied_by(rule));
@@ -438,14 +444,14 @@ impl Rules {
             "access denied: no rule in {} gives {} on {} to {who}",
             self.file,
             want.as_str(),
-            repo_key(repo)
+            repo.key()
         )))
     }
 
     /// Whether `who` may change `refname` of `repo` as `want` says.
     pub(crate) fn ref_access(
         &self,
-        repo: &str,
+        repo: &Name,
         who: Who<'_>,
         refname: &str,
         want: RefWant,
@@ -473,20 +479,14 @@ impl Rules {
 
     /// Whether some signed-in user could get `want` on `repo`: then asking an anonymous
     /// client to authenticate (401) can help.
-    pub(crate) fn signed_in_could(&self, repo: &str, want: Want) -> bool {
-        let key = repo_key(repo);
+    pub(crate) fn signed_in_could(&self, repo: &Name, want: Want) -> bool {
+        let key = repo.key();
         self.rules.iter().any(|r| {
             r.perm.grants(want)
                 && r.repos.iter().any(|s| s.matches(key))
                 && r.users.iter().any(|u| u != "anonymous")
         })
     }
-}
-
-/// The name rules speak of: the URL's repository path without a trailing `.git`.
-pub(crate) fn repo_key(repo: &str) -> &str {
-    let repo = repo.trim_end_matches('/');
-    repo.strip_suffix(".git").unwrap_or(repo)
 }
 
 /// A file's modification time and size, to tell that it changed.
@@ -551,6 +551,10 @@ impl RulesFile {
 mod tests {
     use super::*;
 
+    fn n(s: &str) -> Name {
+        Name::new(s).unwrap()
+    }
+
     const CONF: &str = r#"
 # comment
 @devs = alice bob
@@ -592,58 +596,82 @@ repo secret
         let r = rules();
         // R for everyone, anonymous included, through @all; RW through a group.
         assert!(
-            r.repo_access("team/app.git", Who::Anonymous, Want::Read)
+            r.repo_access(&n("team/app.git"), Who::Anonymous, Want::Read)
                 .is_ok()
         );
-        assert!(r.repo_access("team/app", A, Want::Write).is_ok());
+        assert!(r.repo_access(&n("team/app"), A, Want::Write).is_ok());
         assert!(
-            r.repo_access("team/app.git", Who::User("zed"), Want::Write)
+            r.repo_access(&n("team/app.git"), Who::User("zed"), Want::Write)
                 .is_err()
         );
         // Repository groups, and the reserved anonymous.
         assert!(
-            r.repo_access("docs.git", Who::Anonymous, Want::Read)
+            r.repo_access(&n("docs.git"), Who::Anonymous, Want::Read)
                 .is_ok()
         );
-        assert!(r.repo_access("site", Who::User("zed"), Want::Read).is_err());
         assert!(
-            r.repo_access("docs", Who::User("anonymous"), Want::Read)
+            r.repo_access(&n("site"), Who::User("zed"), Want::Read)
+                .is_err()
+        );
+        assert!(
+            r.repo_access(&n("docs"), Who::User("anonymous"), Want::Read)
                 .is_err()
         );
         // C: only by the pattern, only for @leads (nested group).
-        assert!(r.repo_access("team/new.git", D, Want::Create).is_ok());
+        assert!(r.repo_access(&n("team/new.git"), D, Want::Create).is_ok());
         assert!(
-            r.repo_access("team/new.git", Who::User("carol"), Want::Create)
+            r.repo_access(&n("team/new.git"), Who::User("carol"), Want::Create)
                 .is_ok()
         );
         assert!(
-            r.repo_access("team/new.git", Who::User("zed"), Want::Create)
+            r.repo_access(&n("team/new.git"), Who::User("zed"), Want::Create)
                 .is_err()
         );
-        assert!(r.repo_access("other/new.git", D, Want::Create).is_err());
+        assert!(r.repo_access(&n("other/new.git"), D, Want::Create).is_err());
         // A pattern is anchored.
-        assert!(r.repo_access("xteam/new", D, Want::Create).is_err());
+        assert!(r.repo_access(&n("xteam/new"), D, Want::Create).is_err());
         // RW does not create; C does not read.
-        assert!(r.repo_access("team/app", A, Want::Create).is_err());
-        assert!(r.repo_access("secret", A, Want::Create).is_err());
+        assert!(r.repo_access(&n("team/app"), A, Want::Create).is_err());
+        assert!(r.repo_access(&n("secret"), A, Want::Create).is_err());
         // A refex-less deny keeps mallory out before `R = @all`; continuation lines work.
         let e = r
-            .repo_access("secret", Who::User("mallory"), Want::Read)
+            .repo_access(&n("secret"), Who::User("mallory"), Want::Read)
             .unwrap_err();
         assert_eq!(e.0, "access denied by `- = mallory` (access.conf:23)");
-        assert!(r.repo_access("secret", A, Want::Write).is_ok());
-        assert!(r.repo_access("secret", B, Want::Read).is_ok());
-        assert!(r.repo_access("secret", B, Want::Write).is_err());
+        assert!(r.repo_access(&n("secret"), A, Want::Write).is_ok());
+        assert!(r.repo_access(&n("secret"), B, Want::Read).is_ok());
+        assert!(r.repo_access(&n("secret"), B, Want::Write).is_err());
         // A ref-level deny does not deny the repository.
-        assert!(r.repo_access("team/app", B, Want::Write).is_ok());
-        assert!(r.signed_in_could("team/app", Want::Write));
-        assert!(!r.signed_in_could("nothing", Want::Read));
+        assert!(r.repo_access(&n("team/app"), B, Want::Write).is_ok());
+        assert!(r.signed_in_could(&n("team/app"), Want::Write));
+        assert!(!r.signed_in_could(&n("nothing"), Want::Read));
+    }
+
+    /// Found by the `repo_path` property: `_private.git` was read as a pattern (which keeps its
+    /// `.git`), so its own `-` rule never applied and `@all` let mallory in.
+    #[test]
+    fn a_name_starting_with_underscore_is_a_name() {
+        let r = Rules::parse(
+            "repo _private.git\n    - = mallory\nrepo @all\n    R = @all\n",
+            "t",
+        )
+        .unwrap();
+        for spelled in ["_private", "_private.git"] {
+            assert!(
+                r.repo_access(&n(spelled), Who::User("mallory"), Want::Read)
+                    .is_err()
+            );
+            assert!(
+                r.repo_access(&n(spelled), Who::User("x"), Want::Read)
+                    .is_ok()
+            );
+        }
     }
 
     #[test]
     fn ref_level_first_match_wins() {
         let r = rules();
-        let ok = |who, name, want| r.ref_access("team/app.git", who, name, want);
+        let ok = |who, name, want| r.ref_access(&n("team/app.git"), who, name, want);
         assert!(ok(D, "refs/tags/v1", RefWant::Rewind).is_ok());
         assert!(ok(A, "refs/heads/main", RefWant::Write).is_ok());
         assert!(ok(A, "refs/heads/dev/x", RefWant::Write).is_ok());
@@ -694,11 +722,11 @@ repo secret
         let path = dir.path().join("access.conf");
         std::fs::write(&path, "repo x\n R = @all\n").unwrap();
         let f = RulesFile::load(&path).unwrap();
-        assert!(f.current().repo_access("x", A, Want::Read).is_ok());
+        assert!(f.current().repo_access(&n("x"), A, Want::Read).is_ok());
         std::fs::write(&path, "repo y\n  R = @all\n").unwrap();
-        assert!(f.current().repo_access("x", A, Want::Read).is_err());
-        assert!(f.current().repo_access("y", A, Want::Read).is_ok());
+        assert!(f.current().repo_access(&n("x"), A, Want::Read).is_err());
+        assert!(f.current().repo_access(&n("y"), A, Want::Read).is_ok());
         std::fs::write(&path, "repo y\n  bogus line\n").unwrap();
-        assert!(f.current().repo_access("y", A, Want::Read).is_ok());
+        assert!(f.current().repo_access(&n("y"), A, Want::Read).is_ok());
     }
 }

@@ -49,3 +49,8 @@ fn proc_receive_corpus() {
 fn reftable_corpus() {
     assert!(replay("reftable", berth::fuzzing::reftable) >= 3);
 }
+
+#[test]
+fn repo_path_corpus() {
+    assert!(replay("repo_path", berth::fuzzing::repo_path) >= 6);
+}

@@ -28,6 +28,7 @@ mod races;
 mod refs_batch;
 mod reftable;
 mod reftable_push;
+mod repo_names;
 mod sample_hooks;
 mod serve;
 mod ssh;

@@ -178,10 +178,10 @@ pub(super) fn random_hex(n: usize) -> String {
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Whether `name` is a repository name as nodes send it to each other: the name rule of
-/// `repos::check_name`, without `.git` (the cluster's name of `team/app.git` is `team/app`).
+/// Whether `name` is a repository name as nodes send it to each other: a [`crate::repo::Name`]'s
+/// key (the cluster's name of `team/app.git` is `team/app`).
 pub(super) fn valid_repo_name(name: &str) -> bool {
-    super::repos::check_name(name).is_ok() && !name.ends_with(".git")
+    crate::repo::Name::new(name).is_ok_and(|n| n.key() == name)
 }
 
 /// Whether `id` is a transaction or stream id as [`random_hex`] makes them: 1–64 hex digits.
@@ -192,14 +192,6 @@ pub(super) fn valid_id(id: &str) -> bool {
 /// The etcd key of `what` of repository `name`.
 pub(super) fn repo_key(name: &str, what: &str) -> Vec<u8> {
     format!("/berth/repos/{name}/{what}").into_bytes()
-}
-
-/// The repository name a URL's repository part stands for in the cluster: `team/app.git`
-/// and `team/app` are one repository, `team/app`.
-pub(super) fn repo_name(url_repo: &str) -> Option<String> {
-    let rel = super::repos::relative_path(url_repo).ok()?;
-    let s = rel.to_str()?.to_owned();
-    Some(s.strip_suffix(".git").map(str::to_owned).unwrap_or(s))
 }
 
 /// The etcd key of repository `name`'s log head (its last entry's sequence number, txid and
@@ -563,22 +555,19 @@ pub(super) enum Route {
 }
 
 impl Cluster {
-    /// Where the request for `url_repo` goes: `push_rpc` for a push's POST (which places a
+    /// Where the request for `repo` goes: `push_rpc` for a push's POST (which places a
     /// new repository), `forwarded` when another node sent it here, `current` when only a
     /// replica that applied the whole log may serve it (every read, and an ssh push, whose
     /// session starts with the refs' advertisement; not a push's POST over HTTP, whose
     /// commit gate checks what it misses).
     pub(super) async fn route(
         &self,
-        url_repo: &str,
+        repo: &crate::repo::Name,
         push_rpc: bool,
         forwarded: bool,
         current: bool,
     ) -> Result<(Option<String>, Route), Error> {
-        let Some(name) = repo_name(url_repo) else {
-            // The local resolution refuses it with the usual status.
-            return Ok((None, Route::Local(None)));
-        };
+        let name = repo.key().to_owned();
         let replicas = match self.replicas_of(&name).await? {
             Some(r) => r,
             None if push_rpc => self.place(&name).await?,

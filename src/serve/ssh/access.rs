@@ -5,6 +5,7 @@
 //! the same in-process [`crate::receive::RefAccess`] as over HTTP (`PushAccess`).
 
 use super::super::{Identity, Server, Service};
+use crate::repo::Name;
 
 /// What a user wants to do with a repository.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,10 +22,10 @@ pub(super) enum Op {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Denied(pub(super) String);
 
-/// May `user` do `op` on `repo` (the name as the client gave it, without the leading `/`)? The
+/// May `user` do `op` on `repo`? The
 /// access rules decide, as for HTTP ([`Server::authorize`]); without rules, yes (creation
 /// still needs auto-init, which [`Server::target`] checks).
-pub(super) fn authorize(server: &Server, user: &str, repo: &str, op: Op) -> Result<(), Denied> {
+pub(super) fn authorize(server: &Server, user: &str, repo: &Name, op: Op) -> Result<(), Denied> {
     let Some(rules) = server.current_rules() else {
         return Ok(());
     };

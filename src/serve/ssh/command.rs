@@ -2,12 +2,13 @@
 //! `git-upload-pack '<path>'`, and the `git receive-pack` spellings) and gitolite's `info`.
 
 use super::super::routing::Service;
+use crate::repo::Name;
 
 /// A parsed exec request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Command {
-    /// A git service on a repository (the path without its leading `/`).
-    Git { service: Service, repo: String },
+    /// A git service on a repository ([`Name::from_ssh_path`]).
+    Git { service: Service, repo: Name },
     /// The greeting: who you are and what you may read or write.
     Info,
 }
@@ -51,16 +52,9 @@ pub(super) fn parse(raw: &[u8]) -> Result<Command, Refused> {
             service.name()
         ))
     })?;
-    // `ssh://host/repo.git` sends `/repo.git`, `host:repo.git` sends `repo.git`: both name
-    // `repo.git` under the root, as gitolite does.
-    let repo = path.strip_prefix('/').unwrap_or(&path);
-    if repo.is_empty() || repo.starts_with('~') {
-        return Err(Refused(format!("invalid repository path '{path}'")));
-    }
-    Ok(Command::Git {
-        service,
-        repo: repo.to_owned(),
-    })
+    let repo = Name::from_ssh_path(&path)
+        .map_err(|e| Refused(format!("invalid repository path '{path}': {e}")))?;
+    Ok(Command::Git { service, repo })
 }
 
 /// One argument as git's `sq_quote_buf` writes it (`'a'\''b'`), or a bare word.
@@ -97,7 +91,7 @@ mod tests {
     fn git(service: Service, repo: &str) -> Result<Command, Refused> {
         Ok(Command::Git {
             service,
-            repo: repo.into(),
+            repo: Name::new(repo).unwrap(),
         })
     }
 
@@ -111,10 +105,7 @@ mod tests {
             parse(b"git-upload-pack 'team/x.git'"),
             git(Service::UploadPack, "team/x.git")
         );
-        assert_eq!(
-            parse(b"git receive-pack '/a'\\''b.git'"),
-            git(Service::ReceivePack, "a'b.git")
-        );
+        assert!(parse(b"git receive-pack '/a'\\''b.git'").is_err());
         assert_eq!(
             parse(b"git upload-pack demo.git"),
             git(Service::UploadPack, "demo.git")

@@ -43,6 +43,7 @@ use super::repos::is_git_dir;
 use super::repos::{self, Resolved};
 use super::{Access, BodyReader, Error, Identity, InFlight, Reject, Server, Service, hook_env};
 use crate::receive;
+use crate::repo::Name;
 
 mod access;
 mod command;
@@ -558,8 +559,8 @@ fn channel_source(read: ChannelReadHalf) -> Source {
 #[derive(Debug, Clone)]
 struct Run {
     service: Service,
-    /// The path as the client gave it, without its leading `/`.
-    repo: String,
+    /// The repository, as [`Name::from_ssh_path`] read the client's path.
+    repo: Name,
     /// The user the key names.
     user: String,
     /// The client's address (for a tunneled session, the one the forwarding node saw).
@@ -583,7 +584,7 @@ enum Where {
 /// repository): here when this node holds a current replica, or is not in a cluster.
 async fn place(
     server: &Arc<Server>,
-    repo: &str,
+    repo: &Name,
     service: Service,
     forwarded: bool,
 ) -> Result<Where, Reject> {
@@ -592,10 +593,10 @@ async fn place(
     };
     let push = service == Service::ReceivePack;
     let (name, routed) = c
-        .route(&literal(repo), push, forwarded, true)
+        .route(repo, push, forwarded, true)
         .await
         .map_err(|e| {
-            tracing::warn!(target: "berth::cluster", repo = %Escaped::token(repo), error = %Escaped::text(&e.to_string()), "cannot route an ssh command");
+            tracing::warn!(target: "berth::cluster", repo = %repo, error = %Escaped::text(&e.to_string()), "cannot route an ssh command");
             Reject::Unavailable("no replica of the repository can serve it now".into())
         })?;
     Ok(match (name, routed) {
@@ -606,11 +607,6 @@ async fn place(
         }
         _ => Where::Here(None),
     })
-}
-
-/// The ssh path is literal: keep `%` from being read as an escape by the URL resolver.
-fn literal(repo: &str) -> String {
-    repo.replace('%', "%25")
 }
 
 /// Tell the client `fatal: <msg>` and fail the command (exit status 128).
@@ -720,10 +716,18 @@ async fn run_command(
     let tunnel_closed = closed.clone();
     let idle = state.server.idle_timeout;
     let (route, repo, service) = match &cmd {
-        Command::Git { service, repo } => (route_name(*service), repo.clone(), Some(*service)),
-        Command::Info => ("info", String::new(), None),
+        Command::Git { service, repo } => {
+            (route_name(*service), Some(repo.clone()), Some(*service))
+        }
+        Command::Info => ("info", None, None),
     };
-    let access = new_access(&state.server, route, &repo, peer, &user);
+    let access = new_access(
+        &state.server,
+        route,
+        repo.as_ref().map_or("", Name::as_str),
+        peer,
+        &user,
+    );
     let (read, write) = channel.split();
     let (tx, mut rx) = mpsc::channel::<(bool, Bytes)>(16);
     let fwd_access = access.clone();
@@ -759,6 +763,7 @@ async fn run_command(
             0
         }
         Some(service) => {
+            let Some(repo) = repo else { return };
             let run = Run {
                 service,
                 repo,
@@ -819,40 +824,32 @@ enum Refusal {
 async fn prepare(
     server: &Arc<Server>,
     user: &str,
-    repo: &str,
+    repo: &Name,
     service: Service,
 ) -> Result<String, Refusal> {
-    let name = literal(repo);
     let op = match service {
         Service::UploadPack => Op::Read,
         Service::ReceivePack => {
-            match repos::resolve(&server.root, &name).map_err(Refusal::Reject)? {
+            match repos::resolve(&server.root, repo).map_err(Refusal::Reject)? {
                 Resolved::Repo(_) => Op::Write,
                 Resolved::Missing(_) => Op::Create,
             }
         }
     };
     authorize(server, user, repo, op).map_err(Refusal::Denied)?;
-    let as_client_named = |r| match r {
-        Reject::NotARepository(_) => Reject::NotARepository(repo.to_owned()),
-        r => r,
-    };
     let who = Identity::User(user.to_owned());
     let dir = match server
-        .target(&name, service, Some(&who))
-        .map_err(as_client_named)
+        .target(repo, service, Some(&who))
         .map_err(Refusal::Reject)?
     {
         super::repos::Target::Repo(dir) => dir,
-        super::repos::Target::Creatable(path) => server
-            .create(&name, &path)
-            .await
-            .map_err(as_client_named)
-            .map_err(Refusal::Reject)?,
+        super::repos::Target::Creatable(path) => {
+            server.create(repo, &path).await.map_err(Refusal::Reject)?
+        }
     };
     dir.to_str()
         .map(str::to_owned)
-        .ok_or_else(|| Refusal::Reject(Reject::NotARepository(repo.to_owned())))
+        .ok_or_else(|| Refusal::Reject(Reject::NotARepository(repo.to_string())))
 }
 
 /// The client's data as a reader: ends at the client's EOF, fails if the client goes away
@@ -949,7 +946,7 @@ async fn receive_pack(
         ref_access: server.current_rules().map(|rules| {
             Arc::new(super::access::PushAccess {
                 rules,
-                repo: access.repo.clone(),
+                repo: run.repo.clone(),
                 user: Identity::User(user.to_owned()),
             }) as Arc<dyn receive::RefAccess>
         }),
@@ -1108,9 +1105,9 @@ async fn info(server: Arc<Server>, user: String) -> String {
     tokio::task::spawn_blocking(move || {
         let mut s = format!("hello {user}, this is berth serve over ssh\n\n");
         let repos = list_repositories(&server.root, 1000);
-        for name in &repos {
-            let r = authorize(&server, &user, name, Op::Read).is_ok();
-            let w = authorize(&server, &user, name, Op::Write).is_ok();
+        for name in repos.iter().filter_map(|r| Name::new(r).ok()) {
+            let r = authorize(&server, &user, &name, Op::Read).is_ok();
+            let w = authorize(&server, &user, &name, Op::Write).is_ok();
             if r || w {
                 s.push_str(&format!(
                     " {} {}\t{name}\n",

@@ -16,7 +16,7 @@
 //! Bounds: frames of at most `cluster::tunnel::MAX_FRAME` bytes; a tunnel silent in both
 //! directions for `--idle-timeout` is dropped at either end; a push's data has the same idle
 //! and size limits as on the ssh server; the replica validates every header (service,
-//! repository path as [`super::super::repos::check_name`] does, user name as a keydir would,
+//! repository path as [`crate::repo::Name`] does, user name as a keydir would,
 //! address, protocol).
 
 use std::net::SocketAddr;
@@ -35,13 +35,14 @@ use tokio::sync::mpsc;
 use super::super::cluster::tunnel::{
     self, ADDR, DATA, EOF, EXIT, PROTOCOL, REPO, SERVICE, STDERR, USER,
 };
-use super::super::cluster::{BEHIND_PAUSE, BEHIND_WAIT, Cluster, Tunneled, http, repo_name};
+use super::super::cluster::{BEHIND_PAUSE, BEHIND_WAIT, Cluster, Tunneled, http};
 use super::super::conn::Hold;
 use super::super::routing::Reject;
 use super::{
     Access, Escaped, In, Out, Run, Server, Service, Source, Where, fatal, keys, new_access, place,
     route_name, session, valid_git_protocol,
 };
+use crate::repo::Name;
 
 /// Run `run` on the replica at `url` and relay what it says to the client. The exit status.
 #[allow(clippy::too_many_arguments)]
@@ -58,7 +59,7 @@ pub(super) async fn forward(
     let idle = server.idle_timeout;
     let what = Tunneled {
         service: run.service.name(),
-        repo: run.repo.clone(),
+        repo: run.repo.to_string(),
         user: run.user.clone(),
         addr: run.peer,
         protocol: run.protocol.clone(),
@@ -66,7 +67,7 @@ pub(super) async fn forward(
     let (node, stream) = match open_any(cluster, replicas, &what, idle).await {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&run.repo), error = %Escaped::text(&e.to_string()), "cannot forward an ssh command");
+            tracing::warn!(target: "berth::cluster", repo = %run.repo, error = %Escaped::text(&e.to_string()), "cannot forward an ssh command");
             return fatal(
                 tx,
                 access,
@@ -76,7 +77,7 @@ pub(super) async fn forward(
             .await;
         }
     };
-    tracing::debug!(target: "berth::cluster", repo = %Escaped::token(&run.repo), replica = %Escaped::token(&node), "ssh command forwarded");
+    tracing::debug!(target: "berth::cluster", repo = %run.repo, replica = %Escaped::token(&node), "ssh command forwarded");
     let (mut rd, mut wr) = tokio::io::split(stream);
     // Bytes the client sent on, so that a long upload is not taken for a silent tunnel.
     let sent = Arc::new(AtomicU64::new(0));
@@ -213,10 +214,8 @@ fn parse(headers: &HeaderMap) -> Result<Run, &'static str> {
         _ => return Err("bad or missing service"),
     };
     let repo = get(REPO).ok_or("missing repository")?;
-    // Only names the cluster can hold are forwarded; the same check as for a URL's.
-    if repo.len() > 1024 || repo_name(&super::literal(repo)).is_none() {
-        return Err("bad repository name");
-    }
+    // The name as the forwarding node read it, read again here: the same rule.
+    let repo = Name::new(repo).map_err(|_| "bad repository name")?;
     let user = get(USER).ok_or("missing user")?;
     if !keys::valid_user(user) {
         return Err("bad user name");
@@ -231,7 +230,7 @@ fn parse(headers: &HeaderMap) -> Result<Run, &'static str> {
     };
     Ok(Run {
         service,
-        repo: repo.to_owned(),
+        repo,
         user: user.to_owned(),
         peer,
         protocol,
@@ -297,7 +296,7 @@ async fn serve(
     let access = new_access(
         &server,
         route_name(run.service),
-        &run.repo,
+        run.repo.as_str(),
         run.peer,
         &run.user,
     );
@@ -408,7 +407,7 @@ mod tests {
     fn every_tunnel_header_is_checked() {
         let run = parse(&headers(&GOOD)).unwrap();
         assert_eq!(run.service, Service::ReceivePack);
-        assert_eq!(run.repo, "team/app.git");
+        assert_eq!(run.repo.as_str(), "team/app.git");
         assert_eq!(run.user, "alice@example.com");
         assert_eq!(run.peer.to_string(), "192.0.2.7:50022");
         assert_eq!(run.protocol.as_deref(), Some("version=2"));
