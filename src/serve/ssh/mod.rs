@@ -287,7 +287,7 @@ impl Conn {
         tracing::info!(
             target: "berth::serve",
             remote = %self.peer.ip(),
-            user = self.user.as_deref().unwrap_or("-"),
+            user = %Escaped::token(self.user.as_deref().unwrap_or("-")),
             refused = %Escaped::text(msg),
             "ssh request refused"
         );
