@@ -559,6 +559,8 @@ fn receive_pack(args: &[std::ffi::OsString]) -> ExitCode {
             .unwrap_or(0),
         in_process: None,
         hook_env: Vec::new(),
+        // git's contract: hooks inherit receive-pack's whole environment.
+        hook_environment: berth::receive::HookEnvironment::Inherit,
         env: berth::receive::Environment::from_process(),
         ref_access: None,
         max_command_bytes: None,
