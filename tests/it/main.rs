@@ -30,5 +30,6 @@ mod reftable;
 mod reftable_push;
 mod sample_hooks;
 mod serve;
+mod serve_hardening;
 mod ssh;
 mod ssh_serve;

@@ -11,20 +11,20 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `berth serve`, killed when dropped.
-struct Serve {
-    addr: String,
-    process: common::ServeProcess,
+pub(crate) struct Serve {
+    pub(crate) addr: String,
+    pub(crate) process: common::ServeProcess,
 }
 
 impl Serve {
     /// Start `berth serve --root <world>/repos --listen 127.0.0.1:0 <args>` and wait for the
     /// address it prints.
-    fn start(w: &World, args: &[&str]) -> Serve {
+    pub(crate) fn start(w: &World, args: &[&str]) -> Serve {
         Serve::launch(w, None, args, &[])
     }
 
     /// As [`Serve::start`], with more environment for the server process.
-    fn start_with_env(w: &World, args: &[&str], env: &[(&str, &str)]) -> Serve {
+    pub(crate) fn start_with_env(w: &World, args: &[&str], env: &[(&str, &str)]) -> Serve {
         Serve::launch(w, None, args, env)
     }
 
@@ -34,6 +34,17 @@ impl Serve {
     }
 
     fn launch(w: &World, nofile: Option<u32>, args: &[&str], env: &[(&str, &str)]) -> Serve {
+        Serve::launch_at(w, nofile, "127.0.0.1:0", args, env)
+    }
+
+    /// As [`Serve::start_with_env`], listening on `listen` instead of `127.0.0.1:0`.
+    pub(crate) fn launch_at(
+        w: &World,
+        nofile: Option<u32>,
+        listen: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Serve {
         let mut cmd = match nofile {
             None => w.cmd(common::berth(), "."),
             Some(n) => {
@@ -47,7 +58,7 @@ impl Serve {
             .arg("serve")
             .arg("--root")
             .arg(w.path("repos"))
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .args(args);
         let process = common::ServeProcess::spawn(cmd, |out| out.contains('\n'));
         let line = process.stdout.trim();
@@ -60,11 +71,11 @@ impl Serve {
         Serve { addr, process }
     }
 
-    fn url(&self, repo: &str) -> String {
+    pub(crate) fn url(&self, repo: &str) -> String {
         format!("http://{}/{repo}", self.addr)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.process.log()
     }
 
@@ -110,7 +121,7 @@ fn field(line: &str, key: &str) -> Option<u64> {
 }
 
 /// git in `repo` of the world with prompts off (a 401 must fail, not hang).
-fn git(w: &World, repo: &str, args: &[&str]) -> Output {
+pub(crate) fn git(w: &World, repo: &str, args: &[&str]) -> Output {
     w.git_cmd(repo)
         .env("GIT_TERMINAL_PROMPT", "0")
         .args(args)
@@ -118,7 +129,7 @@ fn git(w: &World, repo: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn ok(out: Output) -> String {
+pub(crate) fn ok(out: Output) -> String {
     assert!(
         out.status.success(),
         "failed:\n{}{}",
@@ -130,10 +141,10 @@ fn ok(out: Output) -> String {
 
 /// A parsed HTTP/1.1 response.
 #[derive(Debug)]
-struct Http {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+pub(crate) struct Http {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Http {
@@ -146,7 +157,13 @@ impl Http {
 }
 
 /// One raw HTTP/1.1 request (no normalisation of the path, unlike curl), read to the end.
-fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Http {
+pub(crate) fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Http {
     let mut s = TcpStream::connect(addr).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
@@ -231,7 +248,7 @@ fn pkt(s: &str) -> Vec<u8> {
 }
 
 /// `refs` of a bare repository in the world as `git for-each-ref` prints them.
-fn server_refs(w: &World, repo: &str) -> String {
+pub(crate) fn server_refs(w: &World, repo: &str) -> String {
     w.refs(repo)
 }
 
@@ -254,7 +271,7 @@ fn local_refs(w: &World, repo: &str) -> String {
     )
 }
 
-fn credentials(w: &World, user: &str, password: &str) -> String {
+pub(crate) fn credentials(w: &World, user: &str, password: &str) -> String {
     let mut child = w
         .cmd(common::berth(), ".")
         .args(["passwd", user])
@@ -1563,7 +1580,7 @@ fn missing_repository_get_creates_nothing_and_failed_creation_leaves_nothing() {
 }
 
 /// Wait up to 10 s for `needle` in the server's log (its stderr is read by another thread).
-fn wait_log(srv: &Serve, needle: &str) {
+pub(crate) fn wait_log(srv: &Serve, needle: &str) {
     let start = Instant::now();
     while !srv.log().contains(needle) {
         assert!(
