@@ -167,6 +167,17 @@ struct ServeArgs {
     /// When a push is acknowledged: once a majority of its replicas applied it, or all.
     #[arg(long, value_enum, default_value = "majority")]
     ack: AckArg,
+    /// Also pass this variable of the server's environment to hooks and `git upload-pack`
+    /// (repeatable). They get a clean environment: git's and the session's variables, PATH,
+    /// HOME, USER, LOGNAME, TMPDIR, TZ, the locale, the GIT_* variables that configure git, and
+    /// the names given here; nothing else of the server's.
+    #[arg(long = "hook-env", value_name = "NAME")]
+    hook_env: Vec<String>,
+    /// Serve /metrics (and /healthz) on this address of its own, plain HTTP; the main listener
+    /// then answers 404 for /metrics [default: /metrics on the main listener when that listens
+    /// on loopback, else nowhere].
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
     #[command(flatten)]
     limits: LimitArgs,
 }
@@ -453,6 +464,8 @@ fn serve(a: ServeArgs) -> ExitCode {
             }),
             _ => None,
         },
+        hook_env: a.hook_env,
+        metrics_listen: a.metrics_listen,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -559,6 +572,8 @@ fn receive_pack(args: &[std::ffi::OsString]) -> ExitCode {
             .unwrap_or(0),
         in_process: None,
         hook_env: Vec::new(),
+        // git's contract: hooks inherit receive-pack's whole environment.
+        hook_environment: berth::receive::HookEnvironment::Inherit,
         env: berth::receive::Environment::from_process(),
         ref_access: None,
         max_command_bytes: None,

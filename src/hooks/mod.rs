@@ -23,10 +23,12 @@
 //! ([`process`]) and the proc-receive protocol ([`proc_receive`]) are the crate's own (public
 //! with the `internals` feature).
 
+mod environment;
 internal! { mod process; }
 internal! { mod proc_receive; }
 mod parallel;
 
+pub use self::environment::{HookEnvironment, Kept, kept};
 pub(crate) use self::process::*;
 
 use std::path::Path;

@@ -287,6 +287,7 @@ mod tests {
             base_env: &[],
             env: &[],
             env_remove: &[],
+            environment: &Default::default(),
             keepalive: Some(std::time::Duration::from_millis(300)),
         };
         let mut out = Vec::new();

@@ -277,6 +277,8 @@ pub struct Invocation<'a> {
     pub env: &'a [(String, BString)],
     /// Environment variables to remove.
     pub env_remove: &'a [&'a str],
+    /// What the hook takes from this process's environment, before all of the above.
+    pub environment: &'a super::HookEnvironment,
     /// Tell the sink after this much silence (`receive.keepAlive`).
     pub keepalive: Option<Duration>,
 }
@@ -372,6 +374,7 @@ fn command(hook: &Hook, inv: &Invocation<'_>, via_shell: bool) -> Process {
     for a in inv.args {
         process.arg(std::ffi::OsStr::from_bytes(a));
     }
+    inv.environment.apply(&mut process);
     process.current_dir(inv.git_dir).env("GIT_DIR", ".");
     for k in inv.env_remove {
         process.env_remove(k);
@@ -571,6 +574,7 @@ impl Conversation {
         } else {
             path.as_path()
         });
+        inv.environment.apply(&mut p);
         p.arg0(argv0)
             .current_dir(inv.git_dir)
             .env("GIT_DIR", ".")

@@ -16,10 +16,12 @@ use crate::repo::Repository;
 pub(super) fn housekeeping<W: Write, E: Write>(
     repo: &Repository,
     keepalive: Option<std::time::Duration>,
+    environment: &hooks::HookEnvironment,
     sb: &mut Sideband<W, E>,
 ) -> io::Result<()> {
     let git = |args: &[&str]| {
         let mut p = std::process::Command::new("git");
+        environment.apply(&mut p);
         p.args(args).current_dir(&repo.git_dir).env("GIT_DIR", ".");
         p
     };

@@ -31,6 +31,7 @@ mod tee;
 mod unpack;
 mod update;
 
+pub use crate::hooks::HookEnvironment;
 pub use crate::protocol::report::{Reason, Rewrite, Status};
 pub use crate::protocol::request::Command;
 pub use options::{
@@ -218,7 +219,7 @@ pub fn run(
         hooks.post_receive(&cmds, &mut sb)?;
         hooks.post_update(&cmds, &mut sb)?;
     }
-    housekeeping::housekeeping(&repo, hooks.keepalive, &mut sb)?;
+    housekeeping::housekeeping(&repo, hooks.keepalive, hooks.environment, &mut sb)?;
     sb.finish()?;
     // In place: a `Cmd` is larger than the `Command` it holds.
     let commands = cmds.into_iter().map(|c| c.command).collect();

@@ -28,6 +28,9 @@ pub struct Options {
     /// Environment for every hook the session runs (`berth serve` passes git-http-backend's
     /// CGI variables: `REMOTE_USER`, `REMOTE_ADDR`, `GIT_PROTOCOL`).
     pub hook_env: Vec<(String, BString)>,
+    /// What hooks (and the `git` commands a push runs) take from this process's environment:
+    /// all of it, as git's receive-pack (the default), or a clean environment (`berth serve`).
+    pub hook_environment: hooks::HookEnvironment,
     /// What the session takes from the process environment.
     pub env: Environment,
     /// Who may update which ref (`berth serve --access`): asked about every pushed ref after

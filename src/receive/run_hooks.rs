@@ -30,6 +30,8 @@ pub(super) struct Hooks<'a> {
     pub(super) keepalive: Option<std::time::Duration>,
     /// [`Options::hook_env`].
     pub(super) base_env: &'a [(String, BString)],
+    /// [`Options::hook_environment`].
+    pub(super) environment: &'a hooks::HookEnvironment,
     /// A signed push's certificate.
     pub(super) certificate: Option<crate::protocol::push_cert::Certificate<'a>>,
     /// Its `GIT_PUSH_CERT*` variables, worked out (blob written, signature checked) the first
@@ -58,6 +60,7 @@ impl<'a> Hooks<'a> {
             push_options,
             keepalive: repo.config.hooks.keep_alive,
             base_env: &options.hook_env,
+            environment: &options.hook_environment,
             certificate,
             certificate_env: std::cell::OnceCell::new(),
             config_file: &repo.config_file,
@@ -108,6 +111,7 @@ impl<'a> Hooks<'a> {
             base_env: self.base_env,
             env,
             env_remove: &[],
+            environment: self.environment,
             keepalive: self.keepalive,
         }
     }
@@ -301,6 +305,7 @@ impl<'a> Hooks<'a> {
         // git runs these with their output on its stderr.
         let mut git = |dir: &std::path::Path, args: &[&str]| {
             let mut p = std::process::Command::new("git");
+            self.environment.apply(&mut p);
             p.args(args)
                 .current_dir(dir)
                 .env("GIT_DIR", &git_dir)

@@ -1,5 +1,6 @@
 //! The access log (one line per request, written when its response is done) and the
-//! Prometheus counters derived from it and from each push's [`receive::Outcome`].
+//! Prometheus counters derived from it and from each push's [`receive::Outcome`]. Every value
+//! a client has a say in goes through [`Escaped`], so a line has exactly its fields.
 
 use super::*;
 
@@ -135,7 +136,8 @@ impl Drop for Access {
         }
         tracing::info!(
             target: "berth::serve",
-            method = %self.method,
+            method = %Escaped::token(self.method.as_str()),
+            // The server's own name for it, written quoted.
             route = self.route,
             repo = %Escaped::token(&self.repo),
             user = %Escaped::token(&user),
@@ -149,5 +151,82 @@ impl Drop for Access {
             outcome = %Escaped::text(&outcome),
             "request"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::escape::tests::{hostile_values, parse_fields};
+
+    /// A `Write` into a shared buffer, for a subscriber's writer.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_access_line_has_exactly_its_fields_whatever_the_client_sent() {
+        let buf = Buf::default();
+        let writer = buf.clone();
+        // The text format `berth serve --log-format text` writes (without colours).
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let metrics = Arc::new(Metrics::default());
+        let remote: SocketAddr = "192.0.2.7:1234".parse().unwrap();
+        let values = hostile_values();
+        tracing::subscriber::with_default(subscriber, || {
+            for v in &values {
+                let a = Access::new(&metrics, Method::POST, "other", v.clone(), remote, v);
+                a.set_status(StatusCode::UNSUPPORTED_MEDIA_TYPE);
+                a.set_outcome(v.clone());
+            }
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), values.len(), "one line per request:\n{out}");
+        for (line, v) in lines.iter().zip(&values) {
+            let (_, fields) = line
+                .split_once(" berth::serve: request ")
+                .unwrap_or_else(|| panic!("{line:?}"));
+            let fields = parse_fields(fields).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+            let keys: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
+            assert_eq!(
+                keys,
+                [
+                    "method",
+                    "route",
+                    "repo",
+                    "user",
+                    "remote",
+                    "status",
+                    "bytes_in",
+                    "bytes_out",
+                    "duration_ms",
+                    "refs_updated",
+                    "refs_refused",
+                    "outcome"
+                ],
+                "{line:?}"
+            );
+            let get = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str());
+            assert_eq!(get("method"), Some("POST"));
+            assert_eq!(get("route"), Some("other"));
+            assert_eq!(get("repo"), Some(v.as_str()), "{line:?}");
+            assert_eq!(get("user"), Some(v.as_str()), "{line:?}");
+            assert_eq!(get("outcome"), Some(v.as_str()), "{line:?}");
+            assert_eq!(get("status"), Some("415"));
+            assert_eq!(get("remote"), Some("192.0.2.7"));
+        }
     }
 }

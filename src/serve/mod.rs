@@ -45,6 +45,7 @@ mod escape;
 mod limits;
 mod log;
 mod metrics;
+mod metrics_listen;
 mod repos;
 mod routing;
 mod rules;
@@ -100,6 +101,12 @@ pub struct Config {
     pub ssh: Option<SshConfig>,
     /// Join a replicated cluster through etcd (`--cluster`); `None` for a single node.
     pub cluster: Option<ClusterConfig>,
+    /// Variables of the server's environment that hooks and `git upload-pack` get beyond the
+    /// clean environment's base (`--hook-env NAME`; see [`receive::HookEnvironment`]).
+    pub hook_env: Vec<String>,
+    /// Serve `/metrics` (and `/healthz`) on this address of its own (`--metrics-listen`);
+    /// without it, `/metrics` is served on the main listener only when that is on loopback.
+    pub metrics_listen: Option<String>,
 }
 
 /// `--tls-cert FILE --tls-key FILE`.
@@ -211,6 +218,10 @@ struct Server {
     new_repo_format: gix_hash::Kind,
     /// `--cluster`: set once the node joined (after the socket is bound).
     cluster: std::sync::OnceLock<Arc<cluster::Cluster>>,
+    /// What hooks and `git upload-pack` take from the server's environment: a clean one.
+    hook_environment: receive::HookEnvironment,
+    /// Where `/metrics` is served.
+    metrics_at: metrics_listen::MetricsAt,
 }
 
 /// A listener on the first of `addrs` (what `listen` resolved to) that can be bound.
@@ -329,6 +340,8 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         env: receive::Environment::from_process(),
         new_repo_format: repos::new_repository_format(),
         cluster: std::sync::OnceLock::new(),
+        hook_environment: receive::HookEnvironment::clean_from_process(&config.hook_env),
+        metrics_at: metrics_listen::MetricsAt::decide(config.metrics_listen.as_deref(), loopback),
     });
 
     let app = axum::Router::new()
@@ -354,12 +367,23 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         max_connections = server.max_connections,
         "serving"
     );
+    let metrics_task = match &server.metrics_at {
+        metrics_listen::MetricsAt::Own(addr) => {
+            let (at, task) = metrics_listen::start(server.clone(), addr).await?;
+            tracing::info!(target: "berth::serve", listen = %at, "serving metrics");
+            Some(task)
+        }
+        _ => None,
+    };
     let ssh = match &config.ssh {
         Some(c) => Some(ssh::start(server.clone(), c).await?),
         None => None,
     };
     on_listening(local);
     conn::serve(listener, app, server, tls, shutdown_signal()).await;
+    if let Some(task) = metrics_task {
+        task.abort();
+    }
     if let Some(ssh) = ssh {
         ssh.shutdown().await;
     }
@@ -422,7 +446,8 @@ async fn handle(
     };
     let access = Access::new(&server.metrics, method, route_name, repo, remote, "-");
     let result = match routed {
-        Ok(Route::Metrics) => Ok(metrics_response(&server)),
+        Ok(Route::Metrics) if server.metrics_at.on_main() => Ok(metrics_response(&server)),
+        Ok(Route::Metrics) => Err(Reject::NotFound),
         Ok(Route::Health) => Ok("ok\n".into_response()),
         Ok(r) => serve_git(&server, r, remote, req, &access).await,
         Err(e) => Err(e),
@@ -574,6 +599,7 @@ async fn serve_git(
                     preamble,
                     access,
                     Some(permit),
+                    &server.hook_environment,
                 )
                 .await
             }
@@ -633,6 +659,7 @@ async fn serve_git(
                 max_command_bytes: Some(server.max_command_bytes),
                 protocol_version: version,
                 hook_env: hook_env(&user, &host, &email, protocol.as_deref()),
+                hook_environment: server.hook_environment.clone(),
                 env: receive::Environment {
                     committer_name: Some(user.name().to_owned()),
                     committer_email: Some(email.clone()),
@@ -673,6 +700,7 @@ async fn serve_git(
                 None,
                 access,
                 Some(permit),
+                &server.hook_environment,
             )
             .await
         }

@@ -262,9 +262,12 @@ pub(super) async fn upload_pack(
     preamble: Option<Bytes>,
     access: &Arc<Access>,
     slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    environment: &receive::HookEnvironment,
 ) -> Result<Response, Reject> {
     use std::process::Stdio;
     let mut cmd = tokio::process::Command::new("git");
+    // Its hooks and configured commands get what a push's hooks get.
+    environment.apply(cmd.as_std_mut());
     cmd.args(["upload-pack", "--stateless-rpc"]);
     if advertise {
         cmd.arg("--advertise-refs");

@@ -31,5 +31,6 @@ mod reftable_push;
 mod repo_names;
 mod sample_hooks;
 mod serve;
+mod serve_hardening;
 mod ssh;
 mod ssh_serve;

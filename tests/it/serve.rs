@@ -34,6 +34,17 @@ impl Serve {
     }
 
     fn launch(w: &World, nofile: Option<u32>, args: &[&str], env: &[(&str, &str)]) -> Serve {
+        Serve::launch_at(w, nofile, "127.0.0.1:0", args, env)
+    }
+
+    /// As [`Serve::start_with_env`], listening on `listen` instead of `127.0.0.1:0`.
+    pub(crate) fn launch_at(
+        w: &World,
+        nofile: Option<u32>,
+        listen: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Serve {
         let mut cmd = match nofile {
             None => w.cmd(common::berth(), "."),
             Some(n) => {
@@ -47,7 +58,7 @@ impl Serve {
             .arg("serve")
             .arg("--root")
             .arg(w.path("repos"))
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .args(args);
         let process = common::ServeProcess::spawn(cmd, |out| out.contains('\n'));
         let line = process.stdout.trim();
@@ -133,7 +144,7 @@ pub(crate) fn ok(out: Output) -> String {
 pub(crate) struct Http {
     pub(crate) status: u16,
     pub(crate) headers: Vec<(String, String)>,
-    body: Vec<u8>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Http {

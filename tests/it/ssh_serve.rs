@@ -14,7 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `berth serve` with ssh, killed when dropped.
-struct Serve {
+pub(crate) struct Serve {
     ssh_port: u16,
     known_hosts_line: String,
     process: common::ServeProcess,
@@ -24,9 +24,15 @@ impl Serve {
     /// `berth serve --root <world>/repos --listen 127.0.0.1:0 --ssh-listen 127.0.0.1:0
     /// --keydir <world>/keydir --ssh-host-key <world>/host_key <args>`; waits for the lines
     /// it prints and writes the known_hosts file the clients pin.
-    fn start(w: &World, args: &[&str]) -> Serve {
+    pub(crate) fn start(w: &World, args: &[&str]) -> Serve {
+        Serve::start_with_env(w, args, &[])
+    }
+
+    /// As [`Serve::start`], with more environment for the server process.
+    pub(crate) fn start_with_env(w: &World, args: &[&str], env: &[(&str, &str)]) -> Serve {
         let mut cmd = w.cmd(common::berth(), ".");
-        cmd.arg("serve")
+        cmd.envs(env.iter().copied())
+            .arg("serve")
             .arg("--root")
             .arg(w.path("repos"))
             .args(["--listen", "127.0.0.1:0", "--ssh-listen", "127.0.0.1:0"])
@@ -56,12 +62,12 @@ impl Serve {
         s
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.process.log()
     }
 
     /// `ssh://git@127.0.0.1:<port>/<repo>`.
-    fn url(&self, repo: &str) -> String {
+    pub(crate) fn url(&self, repo: &str) -> String {
         format!("ssh://git@127.0.0.1:{}/{repo}", self.ssh_port)
     }
 
@@ -91,7 +97,7 @@ fn keygen(w: &World, name: &str) -> String {
 }
 
 /// A world with `keydir/alice@laptop.pub` and an empty `repos/`.
-fn world() -> World {
+pub(crate) fn world() -> World {
     let w = World::new();
     std::fs::create_dir_all(w.path("keydir")).unwrap();
     std::fs::create_dir_all(w.path("repos")).unwrap();
@@ -101,7 +107,7 @@ fn world() -> World {
 }
 
 /// git in `repo` over ssh with `key`.
-fn git_ssh(w: &World, srv: &Serve, key: &str, repo: &str, args: &[&str]) -> Output {
+pub(crate) fn git_ssh(w: &World, srv: &Serve, key: &str, repo: &str, args: &[&str]) -> Output {
     w.git_cmd(repo)
         .env("GIT_SSH_COMMAND", srv.ssh(w, key))
         .args(args)
@@ -120,7 +126,7 @@ fn ok(out: Output) -> String {
 }
 
 /// `ssh <args>` with `key`; the command's output whatever its status.
-fn ssh(w: &World, srv: &Serve, key: &str, args: &[&str]) -> Output {
+pub(crate) fn ssh(w: &World, srv: &Serve, key: &str, args: &[&str]) -> Output {
     let line = srv.ssh(w, key);
     let mut parts = line.split(' ');
     let mut c = w.cmd(parts.next().unwrap(), ".");

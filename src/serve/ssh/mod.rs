@@ -288,7 +288,7 @@ impl Conn {
         tracing::info!(
             target: "berth::serve",
             remote = %self.peer.ip(),
-            user = self.user.as_deref().unwrap_or("-"),
+            user = %Escaped::token(self.user.as_deref().unwrap_or("-")),
             refused = %Escaped::text(msg),
             "ssh request refused"
         );
@@ -636,7 +636,10 @@ async fn session(
             Service::ReceivePack => {
                 receive_pack(server, dir, source, tx, run, replicated, access).await
             }
-            Service::UploadPack => upload_pack(dir, source, tx, run.protocol.clone(), access).await,
+            Service::UploadPack => {
+                let env = &server.hook_environment;
+                upload_pack(dir, source, tx, run.protocol.clone(), access, env).await
+            }
         },
         Err(reject) => {
             // As git's own messages for a repository it cannot use.
@@ -937,6 +940,7 @@ async fn receive_pack(
             &email,
             protocol.as_deref(),
         ),
+        hook_environment: server.hook_environment.clone(),
         env: receive::Environment {
             committer_name: Some(user.to_owned()),
             committer_email: Some(email.clone()),
@@ -1011,10 +1015,13 @@ async fn upload_pack(
     tx: &Out,
     protocol: Option<String>,
     access: &Arc<Access>,
+    environment: &receive::HookEnvironment,
 ) -> u32 {
     use std::process::Stdio;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut cmd = tokio::process::Command::new("git");
+    // Its hooks and configured commands get what a push's hooks get.
+    environment.apply(cmd.as_std_mut());
     cmd.args(["upload-pack", "--strict"])
         .arg(&dir)
         .stdin(Stdio::piped())
