@@ -11,15 +11,15 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `berth serve`, killed when dropped.
-struct Serve {
-    addr: String,
+pub(crate) struct Serve {
+    pub(crate) addr: String,
     process: common::ServeProcess,
 }
 
 impl Serve {
     /// Start `berth serve --root <world>/repos --listen 127.0.0.1:0 <args>` and wait for the
     /// address it prints.
-    fn start(w: &World, args: &[&str]) -> Serve {
+    pub(crate) fn start(w: &World, args: &[&str]) -> Serve {
         Serve::launch(w, None, args, &[])
     }
 
@@ -60,11 +60,11 @@ impl Serve {
         Serve { addr, process }
     }
 
-    fn url(&self, repo: &str) -> String {
+    pub(crate) fn url(&self, repo: &str) -> String {
         format!("http://{}/{repo}", self.addr)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.process.log()
     }
 
@@ -110,7 +110,7 @@ fn field(line: &str, key: &str) -> Option<u64> {
 }
 
 /// git in `repo` of the world with prompts off (a 401 must fail, not hang).
-fn git(w: &World, repo: &str, args: &[&str]) -> Output {
+pub(crate) fn git(w: &World, repo: &str, args: &[&str]) -> Output {
     w.git_cmd(repo)
         .env("GIT_TERMINAL_PROMPT", "0")
         .args(args)
@@ -118,7 +118,7 @@ fn git(w: &World, repo: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn ok(out: Output) -> String {
+pub(crate) fn ok(out: Output) -> String {
     assert!(
         out.status.success(),
         "failed:\n{}{}",
@@ -130,10 +130,10 @@ fn ok(out: Output) -> String {
 
 /// A parsed HTTP/1.1 response.
 #[derive(Debug)]
-struct Http {
+pub(crate) struct Http {
     status: u16,
     headers: Vec<(String, String)>,
-    body: Vec<u8>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Http {
@@ -146,7 +146,13 @@ impl Http {
 }
 
 /// One raw HTTP/1.1 request (no normalisation of the path, unlike curl), read to the end.
-fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Http {
+pub(crate) fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Http {
     let mut s = TcpStream::connect(addr).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
@@ -231,7 +237,7 @@ fn pkt(s: &str) -> Vec<u8> {
 }
 
 /// `refs` of a bare repository in the world as `git for-each-ref` prints them.
-fn server_refs(w: &World, repo: &str) -> String {
+pub(crate) fn server_refs(w: &World, repo: &str) -> String {
     w.refs(repo)
 }
 
@@ -822,7 +828,7 @@ fn paths_outside_the_root_are_refused() {
 }
 
 /// Deterministic incompressible bytes.
-fn noise(n: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn noise(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     (0..n)
         .map(|_| {
@@ -866,7 +872,7 @@ fn large_push_goes_through_the_probe_and_a_chunked_body() {
 }
 
 /// A push request without sideband: one create command, then a pack of `commit`.
-fn push_request(w: &World, repo: &str, commit: &str) -> Vec<u8> {
+pub(crate) fn push_request(w: &World, repo: &str, commit: &str) -> Vec<u8> {
     let zero = common::ZERO.to_string();
     let mut req = pkt(&format!("{zero} {commit} refs/heads/main\0report-status\n"));
     req.extend_from_slice(b"0000");
@@ -1728,7 +1734,7 @@ fn hostile_user_name_gets_a_well_formed_reflog() {
 
 /// The value of an unlabelled or labelled sample in the `/metrics` text, e.g.
 /// `berth_password_verifications_total`.
-fn metric(addr: &str, sample: &str) -> f64 {
+pub(crate) fn metric(addr: &str, sample: &str) -> f64 {
     let m = String::from_utf8(http(addr, "GET", "/metrics", &[], b"").body).unwrap();
     m.lines()
         .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
@@ -1736,7 +1742,7 @@ fn metric(addr: &str, sample: &str) -> f64 {
 }
 
 /// Open a POST git-receive-pack to `repo` declaring `len` body bytes and send `first` of them.
-fn start_post(addr: &str, repo: &str, len: usize, first: &[u8]) -> TcpStream {
+pub(crate) fn start_post(addr: &str, repo: &str, len: usize, first: &[u8]) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
     let head = format!(
         "POST /{repo}/git-receive-pack HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
@@ -1748,7 +1754,7 @@ fn start_post(addr: &str, repo: &str, len: usize, first: &[u8]) -> TcpStream {
 }
 
 /// Whether the server closed `s` (or answered and closed) within `limit`.
-fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
+pub(crate) fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
     s.set_read_timeout(Some(limit)).unwrap();
     let mut buf = [0u8; 4096];
     let start = Instant::now();
