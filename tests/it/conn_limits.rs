@@ -397,13 +397,14 @@ fn an_ssh_push_that_finds_no_slot_in_time_is_told_the_server_is_busy() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    // (Not read before: a push still waiting leaves its ssh holding the pipe open.)
+    let status = status.expect("the ssh push still waits for a slot after 10 s");
     let mut stderr = String::new();
     push.stderr
         .take()
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
-    let status = status.unwrap_or_else(|| panic!("the ssh push still waits:\n{stderr}"));
     assert!(!status.success());
     assert!(
         stderr.contains("fatal: server busy: no push slot free in time, retry later"),
