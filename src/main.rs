@@ -148,9 +148,14 @@ struct ServeArgs {
     /// Seconds an ssh connection may take to authenticate.
     #[arg(long, default_value_t = 30)]
     ssh_auth_timeout: u64,
-    /// How many ssh connections are served at once; more are closed.
+    /// How many ssh connections are served at once; more are closed (after cutting off the
+    /// one that has waited longest without authenticating, if any).
     #[arg(long, default_value_t = 64)]
     ssh_max_connections: usize,
+    /// ssh connections from one address (IPv4, or IPv6 /64) at once, as --ssh-max-connections
+    /// [default: half of --ssh-max-connections]; 0: no cap.
+    #[arg(long, value_name = "N")]
+    ssh_max_connections_per_address: Option<usize>,
     /// Join a replicated cluster: etcd client URLs (comma-separated). Every push is then
     /// replicated to the repository's replicas and committed through etcd (docs/cluster.md).
     #[arg(long, value_name = "URL[,URL...]", requires = "node")]
@@ -244,6 +249,30 @@ struct LimitArgs {
     /// Seconds of the --auth-max-failures window.
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]
     auth_failure_window: f64,
+    /// Open connections from one address (IPv4, or IPv6 /64) at once; at the cap the address's
+    /// longest-idle connection makes room, else 503 [default: half of --max-connections];
+    /// 0: no cap. Explicit --trusted-proxy addresses are not capped.
+    #[arg(long, value_name = "N")]
+    max_connections_per_address: Option<usize>,
+    /// Push slots one address may hold or wait for at once [default: half of
+    /// --max-concurrent-pushes]; 0: no cap. Explicit --trusted-proxy addresses are not capped.
+    #[arg(long, value_name = "N")]
+    max_pushes_per_address: Option<usize>,
+    /// `git upload-pack` slots one address may hold or wait for at once [default: half of
+    /// --max-concurrent-fetches]; 0: no cap.
+    #[arg(long, value_name = "N")]
+    max_fetches_per_address: Option<usize>,
+    /// Drop a response (and its connection) whose client reads slower than this many bytes/s
+    /// over --send-rate-window (counting only time spent waiting for the client); 0: off.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    min_send_rate: u64,
+    /// Seconds over which --min-send-rate is measured.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    send_rate_window: f64,
+    /// Seconds a request body may take in all, however fast it trickles (a push holds its slot
+    /// meanwhile); the default lets 2 GiB through at 150 KB/s; 0: no limit.
+    #[arg(long, value_name = "SECS", default_value_t = 14400.0)]
+    max_body_time: f64,
 }
 
 #[cfg(feature = "serve")]
@@ -266,6 +295,12 @@ impl LimitArgs {
             auth_cache_ttl: secs(self.auth_cache_ttl),
             auth_max_failures: self.auth_max_failures,
             auth_failure_window: secs(self.auth_failure_window),
+            max_connections_per_address: self.max_connections_per_address,
+            max_pushes_per_address: self.max_pushes_per_address,
+            max_fetches_per_address: self.max_fetches_per_address,
+            min_send_rate: self.min_send_rate,
+            send_rate_window: secs(self.send_rate_window),
+            max_body_time: secs(self.max_body_time),
             ..d
         }
     }
@@ -424,6 +459,7 @@ fn serve(a: ServeArgs) -> ExitCode {
             keydir,
             auth_timeout: std::time::Duration::from_secs(a.ssh_auth_timeout.max(1)),
             max_connections: a.ssh_max_connections,
+            max_connections_per_address: a.ssh_max_connections_per_address,
             on_listening: berth::serve::OnSshListening(std::sync::Arc::new(|l| {
                 // Tests and scripts read the port and pin the host key from these lines.
                 println!("berth serve: listening on ssh://{}/", l.addr);

@@ -1,11 +1,16 @@
 //! Connections: berth's own accept loop on hyper's HTTP/1.1 server (axum's `serve` hides the
 //! knobs a server on a network needs), with
 //! - a cap on open connections that keeps the server answering: at the cap, the connection
-//!   that has waited longest for a request is closed to make room (a flood of idle sockets
-//!   cannot lock everyone out), and only when none is idle does a newcomer get a 503;
+//!   that has waited longest for a request (or is still in its TLS handshake) is closed to make
+//!   room (a flood of idle sockets cannot lock everyone out), and only when none is idle does a
+//!   newcomer get a 503;
+//! - the same per client address (`--max-connections-per-address`, `per_address.rs`): at its
+//!   cap, the address's own longest-idle connection makes room, else the newcomer gets a 503;
 //! - a header-read timeout (from the first byte of a request to its last header line) and a
 //!   keep-alive idle timeout (from the end of one response, or the accept, to the next request);
 //! - a write timeout: a client that stops reading the response is dropped;
+//! - a minimum send rate (`--min-send-rate`, judged by `rate.rs`): a client reading slower is
+//!   dropped, and the slot its response held (a `git upload-pack`) is freed;
 //! - optional TLS (rustls), whose handshake runs under the header-read timeout.
 //!
 //! Body-level limits (minimum rate, size) are in [`super::session::body_reader`].
@@ -18,6 +23,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
+use super::per_address::{AddrKey, Over, Scope};
 use super::*;
 
 /// Timeouts and caps on connections (see [`Limits`]).
@@ -26,6 +32,7 @@ pub(super) struct ConnLimits {
     pub(super) header_read: Duration,
     pub(super) keepalive: Duration,
     pub(super) write: Duration,
+    pub(super) send_rate: rate::MinRate,
 }
 
 /// What the accept loop and a connection's I/O share.
@@ -38,14 +45,20 @@ pub(super) struct ConnState {
     idle_since: Mutex<Instant>,
     /// Told to close by the accept loop (eviction at the connection cap).
     evict: tokio::sync::Notify,
+    /// The client's address, for the per-address cap.
+    key: AddrKey,
+    /// Chosen for eviction already (not chosen again while it closes).
+    evicted: std::sync::atomic::AtomicBool,
     /// The connection's reader, parked while a request was in flight: woken when the request
     /// ends so that the wait for the next one is timed.
     read_waker: Mutex<Option<std::task::Waker>>,
 }
 
 impl ConnState {
-    fn new() -> Self {
+    fn new(key: AddrKey) -> Self {
         ConnState {
+            key,
+            evicted: Default::default(),
             in_flight: AtomicUsize::new(0),
             served: Default::default(),
             idle_since: Mutex::new(Instant::now()),
@@ -153,6 +166,11 @@ struct Guarded<T> {
     head_started: Option<(Instant, Instant)>,
     read_timer: Option<Pin<Box<Sleep>>>,
     write_timer: Option<Pin<Box<Sleep>>>,
+    /// `--min-send-rate`: the current window, since when the pending write waits, and the
+    /// timer that judges the window when the client reads nothing at all.
+    send: rate::Window,
+    send_pending: Option<Instant>,
+    send_timer: Option<Pin<Box<Sleep>>>,
     metrics: Arc<Metrics>,
 }
 
@@ -193,6 +211,77 @@ impl<T> Guarded<T> {
         }
         out
     }
+
+    /// A write (or flush) is pending on the client: whether the send-rate window it waits in
+    /// is over with too few bytes sent.
+    fn send_too_slow(&mut self, cx: &mut Context<'_>) -> bool {
+        let rate = self.limits.send_rate;
+        loop {
+            let since = *self.send_pending.get_or_insert_with(Instant::now);
+            let rate::Verdict::Open(left) = self.send.record(rate, 0, Duration::ZERO) else {
+                return true;
+            };
+            if left == Duration::MAX {
+                return false;
+            }
+            if !Self::arm(&mut self.send_timer, since + left, cx) {
+                return false;
+            }
+            // The window's waiting is used up: judge it (a new window waits from now).
+            let now = Instant::now();
+            self.send_pending = Some(now);
+            if self.send.record(rate, 0, now - since) == rate::Verdict::TooSlow {
+                return true;
+            }
+        }
+    }
+
+    /// A write (or flush) went through after waiting since `send_pending`: count it, and
+    /// whether the window it ends was too slow.
+    fn sent(&mut self, n: usize) -> bool {
+        let waited = self
+            .send_pending
+            .take()
+            .map_or(Duration::ZERO, |t| t.elapsed());
+        self.write_timer = None;
+        self.send.record(self.limits.send_rate, n as u64, waited) == rate::Verdict::TooSlow
+    }
+
+    /// The outcome of a write or flush of the underlying stream, under the write timeout and
+    /// the minimum send rate.
+    fn after_write<R>(
+        &mut self,
+        r: Poll<io::Result<R>>,
+        n: impl FnOnce(&R) -> usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<R>> {
+        match r {
+            Poll::Pending if self.send_too_slow(cx) => {
+                self.metrics.timeout("send_rate");
+                Poll::Ready(Err(send_too_slow()))
+            }
+            Poll::Pending if self.write_timed_out(cx) => Poll::Ready(Err(write_timeout())),
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(v)) => {
+                if self.sent(n(&v)) {
+                    self.metrics.timeout("send_rate");
+                    return Poll::Ready(Err(send_too_slow()));
+                }
+                Poll::Ready(Ok(v))
+            }
+            r => {
+                self.write_timer = None;
+                r
+            }
+        }
+    }
+}
+
+fn send_too_slow() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "client reads slower than --min-send-rate",
+    )
 }
 
 fn write_timeout() -> io::Error {
@@ -258,41 +347,23 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.io).poll_write(cx, buf) {
-            Poll::Pending if self.write_timed_out(cx) => Poll::Ready(Err(write_timeout())),
-            Poll::Pending => Poll::Pending,
-            r => {
-                self.write_timer = None;
-                r
-            }
-        }
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.after_write(r, |n| *n, cx)
     }
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.io).poll_write_vectored(cx, bufs) {
-            Poll::Pending if self.write_timed_out(cx) => Poll::Ready(Err(write_timeout())),
-            Poll::Pending => Poll::Pending,
-            r => {
-                self.write_timer = None;
-                r
-            }
-        }
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.after_write(r, |n| *n, cx)
     }
     fn is_write_vectored(&self) -> bool {
         self.io.is_write_vectored()
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match Pin::new(&mut self.io).poll_flush(cx) {
-            Poll::Pending if self.write_timed_out(cx) => Poll::Ready(Err(write_timeout())),
-            Poll::Pending => Poll::Pending,
-            r => {
-                self.write_timer = None;
-                r
-            }
-        }
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        self.after_write(r, |_| 0, cx)
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
@@ -353,45 +424,51 @@ pub(super) async fn serve(
             },
         };
         while tasks.try_join_next().is_some() {}
-        let permit = match slots.clone().try_acquire_owned() {
+        let ip = remote.ip();
+        let key = AddrKey::of(ip);
+        let per_address = &server.per_address.connections;
+        // The address's own cap first: its longest-idle connection makes room.
+        let address = match per_address.try_acquire(ip) {
             Ok(p) => p,
-            Err(_) => {
-                // At the cap: close the connection that has waited longest for a request.
-                let victim = {
-                    let open = open.lock().unwrap_or_else(|e| e.into_inner());
-                    open.conns
-                        .values()
-                        .filter_map(|c| c.idle().map(|t| (t, c.clone())))
-                        .min_by_key(|(t, _)| *t)
-                        .map(|(_, c)| c)
-                };
-                match victim {
-                    Some(v) => {
-                        v.evict.notify_one();
-                        server.metrics.timeout("evicted");
-                        match tokio::time::timeout(
-                            Duration::from_millis(500),
-                            slots.clone().acquire_owned(),
-                        )
-                        .await
-                        {
-                            Ok(Ok(p)) => p,
-                            _ => {
-                                busy(stream, tls.is_some());
-                                continue;
-                            }
+            Err(Over) => match make_room(&open, Scope::Address(key), &server.metrics) {
+                Room::Made => {
+                    match tokio::time::timeout(EVICTION_WAIT, per_address.acquire(ip)).await {
+                        Ok(Ok(p)) => p,
+                        _ => {
+                            busy(stream, tls.is_some(), Full::Address);
+                            continue;
                         }
                     }
-                    None => {
-                        server.metrics.rejected_connections.inc();
-                        busy(stream, tls.is_some());
-                        continue;
+                }
+                Room::None => {
+                    server.metrics.rejected_connections.inc();
+                    busy(stream, tls.is_some(), Full::Address);
+                    continue;
+                }
+            },
+        };
+        let permit = match slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            // At the cap: close the connection that has waited longest for a request.
+            Err(_) => match make_room(&open, Scope::Any, &server.metrics) {
+                Room::Made => {
+                    match tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned()).await {
+                        Ok(Ok(p)) => p,
+                        _ => {
+                            busy(stream, tls.is_some(), Full::Server);
+                            continue;
+                        }
                     }
                 }
-            }
+                Room::None => {
+                    server.metrics.rejected_connections.inc();
+                    busy(stream, tls.is_some(), Full::Server);
+                    continue;
+                }
+            },
         };
         let _ = stream.set_nodelay(true);
-        let state = Arc::new(ConnState::new());
+        let state = Arc::new(ConnState::new(key));
         let id = {
             let mut o = open.lock().unwrap_or_else(|e| e.into_inner());
             o.next += 1;
@@ -405,19 +482,22 @@ pub(super) async fn serve(
         let mut closing = closing_rx.clone();
         let metrics = server.metrics.clone();
         tasks.spawn(async move {
-            let _permit = permit;
+            let _permit = (permit, address);
             metrics.open_connections.inc();
             let handshake = async {
                 match tls {
                     None => Some(Io::Plain(stream)),
-                    Some(acceptor) => {
-                        match tokio::time::timeout(limits.header_read, acceptor.accept(stream))
-                            .await
-                        {
-                            Ok(Ok(s)) => Some(Io::Tls(Box::new(s))),
-                            _ => None,
+                    // A handshake in progress may be evicted, as a connection waiting for its
+                    // first request may.
+                    Some(acceptor) => tokio::select! {
+                        r = tokio::time::timeout(limits.header_read, acceptor.accept(stream)) => {
+                            match r {
+                                Ok(Ok(s)) => Some(Io::Tls(Box::new(s))),
+                                _ => None,
+                            }
                         }
-                    }
+                        _ = state.evict.notified() => None,
+                    },
                 }
             };
             if let Some(io) = handshake.await {
@@ -500,13 +580,60 @@ impl AsyncWrite for Io {
     }
 }
 
-/// The answer to a connection over the cap: a 503 written without waiting (the socket's send
+/// How long a newcomer waits for an evicted connection to close.
+const EVICTION_WAIT: Duration = Duration::from_millis(500);
+
+/// Whether [`make_room`] found a connection to close.
+enum Room {
+    Made,
+    None,
+}
+
+/// Ask the connection in `scope` that has waited longest for a request (or is in its TLS
+/// handshake) to close.
+fn make_room(open: &Mutex<Open>, scope: Scope, metrics: &Metrics) -> Room {
+    let open = open.lock().unwrap_or_else(|e| e.into_inner());
+    let candidates = open.conns.iter().filter_map(|(id, c)| {
+        (!c.evicted.load(Ordering::Acquire))
+            .then(|| c.idle())
+            .flatten()
+            .map(|t| (*id, c.key, t))
+    });
+    match per_address::victim(candidates, scope).and_then(|id| open.conns.get(&id)) {
+        Some(v) => {
+            v.evicted.store(true, Ordering::Release);
+            v.evict.notify_one();
+            metrics.timeout("evicted");
+            Room::Made
+        }
+        None => Room::None,
+    }
+}
+
+/// Which cap a refused connection is over.
+#[derive(Debug, Clone, Copy)]
+enum Full {
+    /// `--max-connections`.
+    Server,
+    /// `--max-connections-per-address`.
+    Address,
+}
+
+/// The answer to a connection over a cap: a 503 written without waiting (the socket's send
 /// buffer is empty), then closed. A TLS client just sees the close.
-fn busy(stream: tokio::net::TcpStream, tls: bool) {
+fn busy(stream: tokio::net::TcpStream, tls: bool, full: Full) {
     if !tls {
+        let text = match full {
+            Full::Server => "server busy: too many open connections\r\n",
+            Full::Address => "server busy: too many open connections from your address\r\n",
+        };
         let _ = stream.try_write(
-            b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\n\
-              Content-Length: 41\r\nConnection: close\r\n\r\nserver busy: too many open connections\r\n\r\n",
+            format!(
+                "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                text.len()
+            )
+            .as_bytes(),
         );
     }
 }
@@ -528,6 +655,9 @@ async fn serve_connection(
         head_started: None,
         read_timer: None,
         write_timer: None,
+        send: rate::Window::default(),
+        send_pending: None,
+        send_timer: None,
         metrics: metrics.clone(),
     };
     let svc_state = state.clone();

@@ -43,6 +43,24 @@ pub struct Limits {
     pub auth_max_failures: u32,
     /// `--auth-failure-window`: the window of `--auth-max-failures`.
     pub auth_failure_window: Duration,
+    /// `--max-connections-per-address`: open connections from one address (an IPv4 address or
+    /// an IPv6 /64); `None` for half of `--max-connections`, `Some(0)` for no cap.
+    pub max_connections_per_address: Option<usize>,
+    /// `--max-pushes-per-address`: push slots one address may hold (or wait for) at once;
+    /// `None` for half of `--max-concurrent-pushes`, `Some(0)` for no cap.
+    pub max_pushes_per_address: Option<usize>,
+    /// `--max-fetches-per-address`: fetch slots one address may hold at once; `None` for half
+    /// of `--max-concurrent-fetches`, `Some(0)` for no cap.
+    pub max_fetches_per_address: Option<usize>,
+    /// `--min-send-rate`: a response read by its client slower than this many bytes per second
+    /// over [`Limits::send_rate_window`] (counting only the time spent waiting for the client)
+    /// is dropped, with its connection; 0 turns the check off.
+    pub min_send_rate: u64,
+    /// `--send-rate-window`: the window of `--min-send-rate`.
+    pub send_rate_window: Duration,
+    /// `--max-body-time`: how long a request body may take in all (a push slot is held while
+    /// it arrives); zero for no limit.
+    pub max_body_time: Duration,
 }
 
 impl Default for Limits {
@@ -64,6 +82,13 @@ impl Default for Limits {
             auth_cache_ttl: Duration::from_secs(60),
             auth_max_failures: 10,
             auth_failure_window: Duration::from_secs(60),
+            max_connections_per_address: None,
+            max_pushes_per_address: None,
+            max_fetches_per_address: None,
+            min_send_rate: 1024,
+            send_rate_window: Duration::from_secs(30),
+            // 2 GiB at 150 KB/s.
+            max_body_time: Duration::from_secs(4 * 3600),
         }
     }
 }

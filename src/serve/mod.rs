@@ -46,6 +46,8 @@ mod limits;
 mod log;
 mod metrics;
 mod metrics_listen;
+mod per_address;
+mod rate;
 mod repos;
 mod routing;
 mod rules;
@@ -62,6 +64,7 @@ use limits::*;
 use log::*;
 pub use metrics::phase_layer;
 use metrics::*;
+use per_address::{Slot, SlotKind};
 use repos::Target;
 use routing::*;
 use session::*;
@@ -207,6 +210,10 @@ struct Server {
     max_command_bytes: u64,
     conn_limits: conn::ConnLimits,
     max_connections: usize,
+    /// Per-address caps on connections and slots (`per_address.rs`).
+    per_address: per_address::Caps,
+    /// `--max-body-time`: a request body's whole time; `None` for no limit.
+    max_body_time: Option<Duration>,
     auth: Auth,
     init_lock: tokio::sync::Mutex<()>,
     metrics: Arc<Metrics>,
@@ -298,6 +305,8 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
     for p in &config.trusted_proxies {
         trusted_proxies.push(Cidr::parse(p).ok_or_else(|| Error::TrustedProxy(p.clone()))?);
     }
+    // Everyone behind an explicit proxy comes from its address: no per-address caps for it.
+    let uncapped = trusted_proxies.clone();
     if trusted_proxies.is_empty() {
         trusted_proxies = vec![
             Cidr::parse("127.0.0.0/8").expect("valid"),
@@ -309,6 +318,10 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         None => None,
     };
     let limits = &config.limits;
+    let max_connections = limits
+        .max_connections
+        .unwrap_or_else(default_max_connections);
+    let max_pushes = config.max_concurrent_pushes.max(1);
     let metrics = Arc::new(Metrics::default());
     metrics.init();
     let server = Arc::new(Server {
@@ -319,7 +332,7 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         trusted_user_header,
         max_request_bytes: config.max_request_bytes,
         idle_timeout: config.idle_timeout,
-        pushes: Arc::new(Semaphore::new(config.max_concurrent_pushes.max(1))),
+        pushes: Arc::new(Semaphore::new(max_pushes)),
         push_slot_timeout: limits.push_slot_timeout,
         fetches: Arc::new(Semaphore::new(limits.max_concurrent_fetches.max(1))),
         min_body_rate: limits.min_body_rate,
@@ -329,10 +342,11 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
             header_read: limits.header_read_timeout,
             keepalive: limits.keepalive_timeout,
             write: limits.write_timeout,
+            send_rate: rate::MinRate::new(limits.min_send_rate, limits.send_rate_window),
         },
-        max_connections: limits
-            .max_connections
-            .unwrap_or_else(default_max_connections),
+        max_connections,
+        per_address: per_address::Caps::new(limits, max_connections, max_pushes, &uncapped),
+        max_body_time: (!limits.max_body_time.is_zero()).then_some(limits.max_body_time),
         auth: Auth::new(limits, trusted_proxies),
         init_lock: tokio::sync::Mutex::new(()),
         metrics,
@@ -589,7 +603,7 @@ async fn serve_git(
                 .await)
             }
             Service::UploadPack => {
-                let permit = server.slot(&server.fetches, "upload-pack").await?;
+                let permit = server.slot(SlotKind::Fetch, remote.ip()).await?;
                 upload_pack(
                     dir,
                     true,
@@ -671,7 +685,7 @@ async fn serve_git(
                 ..Default::default()
             };
             // Wait for a push slot, for a while; the permit travels with the blocking session.
-            let permit = server.slot(&server.pushes, "push").await?;
+            let permit = server.slot(SlotKind::Push, remote.ip()).await?;
             let metrics = server.metrics.clone();
             metrics.pushes_in_flight.inc();
             let guard = InFlight {
@@ -690,7 +704,7 @@ async fn serve_git(
             .await)
         }
         Service::UploadPack => {
-            let permit = server.slot(&server.fetches, "upload-pack").await?;
+            let permit = server.slot(SlotKind::Fetch, remote.ip()).await?;
             upload_pack(
                 dir,
                 false,
@@ -708,22 +722,33 @@ async fn serve_git(
 }
 
 impl Server {
-    /// A slot of `slots`, waiting at most `--push-slot-timeout` (then 503 with `Retry-After`).
-    async fn slot(
-        &self,
-        slots: &Arc<Semaphore>,
-        what: &'static str,
-    ) -> Result<tokio::sync::OwnedSemaphorePermit, Reject> {
-        match tokio::time::timeout(self.push_slot_timeout, slots.clone().acquire_owned()).await {
-            Ok(Ok(p)) => Ok(p),
+    /// A push or fetch slot for a client at `remote`: first one of its address's
+    /// (`--max-pushes-per-address`, `--max-fetches-per-address`), then one of the server's,
+    /// waiting at most `--push-slot-timeout` for both (then 503 with `Retry-After`).
+    async fn slot(&self, kind: SlotKind, remote: std::net::IpAddr) -> Result<Slot, Reject> {
+        let (slots, per_address) = match kind {
+            SlotKind::Push => (&self.pushes, &self.per_address.pushes),
+            SlotKind::Fetch => (&self.fetches, &self.per_address.fetches),
+        };
+        let ((name, address_name), (reason, address_reason)) = (kind.names(), kind.busy_reasons());
+        let deadline = tokio::time::Instant::now() + self.push_slot_timeout;
+        let address = match tokio::time::timeout_at(deadline, per_address.acquire(remote)).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => return Err(Reject::Internal("server shutting down".into())),
+            Err(_) => {
+                self.metrics.busy(address_reason);
+                return Err(Reject::Busy(address_name));
+            }
+        };
+        match tokio::time::timeout_at(deadline, slots.clone().acquire_owned()).await {
+            Ok(Ok(p)) => Ok(Slot {
+                _global: p,
+                _address: address,
+            }),
             Ok(Err(_)) => Err(Reject::Internal("server shutting down".into())),
             Err(_) => {
-                self.metrics.busy(if what == "push" {
-                    "push_slot"
-                } else {
-                    "upload_pack"
-                });
-                Err(Reject::Busy(what))
+                self.metrics.busy(reason);
+                Err(Reject::Busy(name))
             }
         }
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicUsize;
 /// A push slot and the in-flight gauge, released when the push session ends.
 pub(super) struct InFlight {
     pub(super) metrics: Arc<Metrics>,
-    pub(super) _permit: tokio::sync::OwnedSemaphorePermit,
+    pub(super) _permit: Slot,
 }
 
 impl Drop for InFlight {
@@ -18,7 +18,9 @@ impl Drop for InFlight {
 }
 
 /// A request body as an `AsyncRead`: gzip already inflated by the decompression layer, counted
-/// against `--max-request-bytes`, and abandoned when the client stalls past `--idle-timeout`.
+/// against `--max-request-bytes`, and abandoned when the client stalls past `--idle-timeout`,
+/// sends slower than `--min-body-rate`, or is still sending `--max-body-time` after the
+/// session began reading it (so that a body just above the rate cannot hold its slot forever).
 pub(super) type BodyReader = StreamReader<
     std::pin::Pin<Box<dyn futures_util::Stream<Item = io::Result<Bytes>> + Send>>,
     Bytes,
@@ -29,6 +31,7 @@ pub(super) fn body_reader(body: Body, server: &Server, access: &Arc<Access>) -> 
     let idle = server.idle_timeout;
     let rate = server.min_body_rate;
     let window = server.body_rate_window;
+    let total = server.max_body_time;
     let access = access.clone();
     let stream = body.into_data_stream();
     let s = futures_util::stream::unfold(Some((stream, 0u64, Rate::default())), move |state| {
@@ -48,6 +51,13 @@ pub(super) fn body_reader(body: Body, server: &Server, access: &Arc<Access>) -> 
             } else {
                 budget
             };
+            // The whole body's time, from the session's first read.
+            let started = *r.started.get_or_insert_with(Instant::now);
+            let left = total.map(|t| t.saturating_sub(started.elapsed()));
+            if left == Some(Duration::ZERO) {
+                return fail("request body took longer than --max-body-time", "body_time");
+            }
+            let budget = budget.min(left.unwrap_or(Duration::MAX));
             let t0 = Instant::now();
             let next = tokio::time::timeout(budget, stream.next()).await;
             let spent = t0.elapsed();
@@ -66,6 +76,9 @@ pub(super) fn body_reader(body: Body, server: &Server, access: &Arc<Access>) -> 
             }
             match next {
                 Err(_) if r.stalled >= idle => fail("request body idle too long", "idle_body"),
+                Err(_) if left.is_some_and(|l| spent >= l) => {
+                    fail("request body took longer than --max-body-time", "body_time")
+                }
                 // The rate window ended without a verdict against the client: wait on.
                 Err(_) => Some((Ok(Bytes::new()), Some((stream, n, r)))),
                 Ok(None) => None,
@@ -99,6 +112,8 @@ struct Rate {
     waited: Duration,
     /// Time since the last byte, for `--idle-timeout`.
     stalled: Duration,
+    /// When the session began reading, for `--max-body-time`.
+    started: Option<Instant>,
 }
 
 /// The session's output, handed to the response body chunk by chunk as it is written.
@@ -261,7 +276,7 @@ pub(super) async fn upload_pack(
     content_type: &str,
     preamble: Option<Bytes>,
     access: &Arc<Access>,
-    slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    slot: Option<Slot>,
     environment: &receive::HookEnvironment,
 ) -> Result<Response, Reject> {
     use std::process::Stdio;

@@ -839,7 +839,7 @@ fn paths_outside_the_root_are_refused() {
 }
 
 /// Deterministic incompressible bytes.
-fn noise(n: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn noise(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     (0..n)
         .map(|_| {
@@ -883,7 +883,7 @@ fn large_push_goes_through_the_probe_and_a_chunked_body() {
 }
 
 /// A push request without sideband: one create command, then a pack of `commit`.
-fn push_request(w: &World, repo: &str, commit: &str) -> Vec<u8> {
+pub(crate) fn push_request(w: &World, repo: &str, commit: &str) -> Vec<u8> {
     let zero = common::ZERO.to_string();
     let mut req = pkt(&format!("{zero} {commit} refs/heads/main\0report-status\n"));
     req.extend_from_slice(b"0000");
@@ -1745,7 +1745,7 @@ fn hostile_user_name_gets_a_well_formed_reflog() {
 
 /// The value of an unlabelled or labelled sample in the `/metrics` text, e.g.
 /// `berth_password_verifications_total`.
-fn metric(addr: &str, sample: &str) -> f64 {
+pub(crate) fn metric(addr: &str, sample: &str) -> f64 {
     let m = String::from_utf8(http(addr, "GET", "/metrics", &[], b"").body).unwrap();
     m.lines()
         .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
@@ -1753,7 +1753,7 @@ fn metric(addr: &str, sample: &str) -> f64 {
 }
 
 /// Open a POST git-receive-pack to `repo` declaring `len` body bytes and send `first` of them.
-fn start_post(addr: &str, repo: &str, len: usize, first: &[u8]) -> TcpStream {
+pub(crate) fn start_post(addr: &str, repo: &str, len: usize, first: &[u8]) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
     let head = format!(
         "POST /{repo}/git-receive-pack HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
@@ -1765,7 +1765,7 @@ fn start_post(addr: &str, repo: &str, len: usize, first: &[u8]) -> TcpStream {
 }
 
 /// Whether the server closed `s` (or answered and closed) within `limit`.
-fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
+pub(crate) fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
     s.set_read_timeout(Some(limit)).unwrap();
     let mut buf = [0u8; 4096];
     let start = Instant::now();

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 /// A running `berth serve` with ssh, killed when dropped.
 pub(crate) struct Serve {
-    ssh_port: u16,
+    pub(crate) ssh_port: u16,
     known_hosts_line: String,
-    process: common::ServeProcess,
+    pub(crate) process: common::ServeProcess,
 }
 
 impl Serve {
@@ -72,7 +72,7 @@ impl Serve {
     }
 
     /// The ssh command line for `key` (under `<world>/keys/`), pinning the printed host key.
-    fn ssh(&self, w: &World, key: &str) -> String {
+    pub(crate) fn ssh(&self, w: &World, key: &str) -> String {
         format!(
             "ssh -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o UserKnownHostsFile={} \
              -o StrictHostKeyChecking=yes -o LogLevel=ERROR -p {}",
@@ -445,7 +445,7 @@ fn noise(n: usize, seed: u64) -> Vec<u8> {
 }
 
 /// Read pkt-lines up to and including a flush.
-fn read_until_flush(r: &mut impl Read) {
+pub(crate) fn read_until_flush(r: &mut impl Read) {
     loop {
         let mut len = [0u8; 4];
         r.read_exact(&mut len).unwrap();
@@ -669,7 +669,7 @@ fn embedded_and_openssh_forced_command_leave_identical_repositories() {
 }
 
 /// Everything a connection sends until the server closes it (or `limit` passes: panics).
-fn read_to_close(s: &mut TcpStream, limit: Duration) -> Vec<u8> {
+pub(crate) fn read_to_close(s: &mut TcpStream, limit: Duration) -> Vec<u8> {
     s.set_read_timeout(Some(limit)).unwrap();
     let mut all = Vec::new();
     let mut buf = [0u8; 4096];
@@ -688,7 +688,14 @@ fn connection_cap_and_authentication_timeout() {
     let w = world();
     let srv = Serve::start(
         &w,
-        &["--ssh-auth-timeout", "1", "--ssh-max-connections", "2"],
+        &[
+            "--ssh-auth-timeout",
+            "1",
+            "--ssh-max-connections",
+            "2",
+            "--ssh-max-connections-per-address",
+            "0",
+        ],
     );
     let addr = ("127.0.0.1", srv.ssh_port);
     let mut idle: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
@@ -698,9 +705,14 @@ fn connection_cap_and_authentication_timeout() {
         s.read_exact(&mut line).unwrap();
         assert_eq!(&line, b"SSH-2.0-");
     }
-    // A third is closed at once, without a word.
+    // A third is served too: the one that has waited longest without authenticating is cut
+    // off to make room (conn_limits.rs has the per-address side).
     let mut third = TcpStream::connect(addr).unwrap();
-    assert_eq!(read_to_close(&mut third, Duration::from_secs(5)), b"");
+    read_to_close(&mut idle[0], Duration::from_secs(5));
+    let mut line = [0u8; 8];
+    third.read_exact(&mut line).unwrap();
+    assert_eq!(&line, b"SSH-2.0-");
+    idle[0] = third;
     // The two that never authenticate are dropped after the timeout.
     let start = Instant::now();
     for s in &mut idle {

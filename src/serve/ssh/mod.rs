@@ -46,6 +46,7 @@ use crate::receive;
 use crate::repo::Name;
 
 mod access;
+mod admission;
 mod command;
 mod keys;
 mod tunnel;
@@ -67,8 +68,12 @@ pub struct SshConfig {
     pub keydir: PathBuf,
     /// How long a connection may take to authenticate.
     pub auth_timeout: Duration,
-    /// How many connections are served at once; more are closed when accepted.
+    /// How many connections are served at once; more are closed when accepted (after cutting
+    /// off the one that has waited longest without authenticating, if any).
     pub max_connections: usize,
+    /// How many connections from one address (IPv4, or IPv6 /64) are served at once; `None`
+    /// for half of `max_connections`, `Some(0)` for no cap.
+    pub max_connections_per_address: Option<usize>,
     /// Told the address and host key once the ssh socket listens (the binary prints them).
     pub on_listening: OnSshListening,
 }
@@ -102,7 +107,7 @@ struct State {
     keydir: keys::Keydir,
     russh: Arc<russh::server::Config>,
     auth_timeout: Duration,
-    connections: Arc<tokio::sync::Semaphore>,
+    connections: Arc<admission::Admission>,
     /// Commands running now, and a wake-up when one ends (for shutdown).
     commands: AtomicUsize,
     command_ended: Notify,
@@ -153,7 +158,10 @@ pub(super) async fn start(server: Arc<Server>, cfg: &SshConfig) -> Result<Runnin
         keydir,
         russh: Arc::new(russh),
         auth_timeout: cfg.auth_timeout,
-        connections: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections.max(1))),
+        connections: admission::Admission::new(
+            cfg.max_connections,
+            cfg.max_connections_per_address,
+        ),
         commands: AtomicUsize::new(0),
         command_ended: Notify::new(),
     });
@@ -184,31 +192,40 @@ async fn accept_loop(listener: tokio::net::TcpListener, state: Arc<State>) {
                 continue;
             }
         };
-        let Ok(permit) = state.connections.clone().try_acquire_owned() else {
-            tracing::warn!(target: "berth::serve", remote = %peer.ip(), "ssh connection refused: too many connections");
-            drop(sock);
-            continue;
+        let admitted = match state.connections.admit(peer.ip()).await {
+            Ok(a) => a,
+            Err(why) => {
+                tracing::warn!(target: "berth::serve", remote = %peer.ip(), "ssh connection refused: {why}");
+                drop(sock);
+                continue;
+            }
         };
         let state = state.clone();
         tokio::spawn(async move {
-            let _permit = permit;
-            connection(state, sock, peer).await;
+            connection(state, sock, peer, admitted).await;
         });
     }
 }
 
 /// One connection, from the version exchange to its end; dropped if it has not authenticated
 /// within the auth timeout.
-async fn connection(state: Arc<State>, sock: tokio::net::TcpStream, peer: SocketAddr) {
+async fn connection(
+    state: Arc<State>,
+    sock: tokio::net::TcpStream,
+    peer: SocketAddr,
+    admitted: admission::Admitted,
+) {
     // A second handle on the socket, to cut it off whatever state the protocol is in.
     let (sock, killer) = match sock.into_std().and_then(|s| {
         let k = s.try_clone()?;
-        Ok((tokio::net::TcpStream::from_std(s)?, k))
+        Ok((tokio::net::TcpStream::from_std(s)?, Arc::new(k)))
     }) {
         Ok(x) => x,
         Err(_) => return,
     };
     let authed = Arc::new(AtomicBool::new(false));
+    // Until it authenticates, the connection may be cut off to make room for another.
+    admitted.watch(killer.clone(), authed.clone());
     let (closed_tx, closed) = tokio::sync::watch::channel(false);
     let conn = Conn {
         state: state.clone(),
@@ -961,8 +978,10 @@ async fn receive_pack(
         commit_gate,
         ..Default::default()
     };
-    let Ok(permit) = server.pushes.clone().acquire_owned().await else {
-        return 128;
+    // As over HTTP: at most --push-slot-timeout for a slot, then the client is told.
+    let permit = match server.slot(super::SlotKind::Push, run.peer.ip()).await {
+        Ok(p) => p,
+        Err(r) => return fatal(tx, access, r.status(), r.to_string()).await,
     };
     server.metrics.pushes_in_flight.inc();
     let slot = InFlight {
