@@ -11,15 +11,15 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `berth serve`, killed when dropped.
-struct Serve {
-    addr: String,
-    process: common::ServeProcess,
+pub(crate) struct Serve {
+    pub(crate) addr: String,
+    pub(crate) process: common::ServeProcess,
 }
 
 impl Serve {
     /// Start `berth serve --root <world>/repos --listen 127.0.0.1:0 <args>` and wait for the
     /// address it prints.
-    fn start(w: &World, args: &[&str]) -> Serve {
+    pub(crate) fn start(w: &World, args: &[&str]) -> Serve {
         Serve::launch(w, None, args, &[])
     }
 
@@ -64,7 +64,7 @@ impl Serve {
         format!("http://{}/{repo}", self.addr)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.process.log()
     }
 
@@ -110,7 +110,7 @@ fn field(line: &str, key: &str) -> Option<u64> {
 }
 
 /// git in `repo` of the world with prompts off (a 401 must fail, not hang).
-fn git(w: &World, repo: &str, args: &[&str]) -> Output {
+pub(crate) fn git(w: &World, repo: &str, args: &[&str]) -> Output {
     w.git_cmd(repo)
         .env("GIT_TERMINAL_PROMPT", "0")
         .args(args)
@@ -118,7 +118,7 @@ fn git(w: &World, repo: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn ok(out: Output) -> String {
+pub(crate) fn ok(out: Output) -> String {
     assert!(
         out.status.success(),
         "failed:\n{}{}",
@@ -130,8 +130,8 @@ fn ok(out: Output) -> String {
 
 /// A parsed HTTP/1.1 response.
 #[derive(Debug)]
-struct Http {
-    status: u16,
+pub(crate) struct Http {
+    pub(crate) status: u16,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
 }
@@ -146,7 +146,13 @@ impl Http {
 }
 
 /// One raw HTTP/1.1 request (no normalisation of the path, unlike curl), read to the end.
-fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Http {
+pub(crate) fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Http {
     let mut s = TcpStream::connect(addr).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
@@ -161,7 +167,7 @@ fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[
     read_response(s)
 }
 
-fn read_response(mut s: TcpStream) -> Http {
+pub(crate) fn read_response(mut s: TcpStream) -> Http {
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
@@ -231,7 +237,7 @@ fn pkt(s: &str) -> Vec<u8> {
 }
 
 /// `refs` of a bare repository in the world as `git for-each-ref` prints them.
-fn server_refs(w: &World, repo: &str) -> String {
+pub(crate) fn server_refs(w: &World, repo: &str) -> String {
     w.refs(repo)
 }
 
@@ -254,7 +260,7 @@ fn local_refs(w: &World, repo: &str) -> String {
     )
 }
 
-fn credentials(w: &World, user: &str, password: &str) -> String {
+pub(crate) fn credentials(w: &World, user: &str, password: &str) -> String {
     let mut child = w
         .cmd(common::berth(), ".")
         .args(["passwd", user])
@@ -1728,7 +1734,7 @@ fn hostile_user_name_gets_a_well_formed_reflog() {
 
 /// The value of an unlabelled or labelled sample in the `/metrics` text, e.g.
 /// `berth_password_verifications_total`.
-fn metric(addr: &str, sample: &str) -> f64 {
+pub(crate) fn metric(addr: &str, sample: &str) -> f64 {
     let m = String::from_utf8(http(addr, "GET", "/metrics", &[], b"").body).unwrap();
     m.lines()
         .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
@@ -2028,7 +2034,7 @@ fn trusted_user_header_only_from_proxies_once_and_never_beside_a_wrong_password(
 }
 
 /// `base64(s)`, for Basic credentials in raw requests.
-fn base64_basic(s: &str) -> String {
+pub(crate) fn base64_basic(s: &str) -> String {
     const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let b = s.as_bytes();
     let mut out = String::new();

@@ -14,17 +14,17 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// A running `berth serve` with ssh, killed when dropped.
-struct Serve {
+pub(crate) struct Serve {
     ssh_port: u16,
     known_hosts_line: String,
-    process: common::ServeProcess,
+    pub(crate) process: common::ServeProcess,
 }
 
 impl Serve {
     /// `berth serve --root <world>/repos --listen 127.0.0.1:0 --ssh-listen 127.0.0.1:0
     /// --keydir <world>/keydir --ssh-host-key <world>/host_key <args>`; waits for the lines
     /// it prints and writes the known_hosts file the clients pin.
-    fn start(w: &World, args: &[&str]) -> Serve {
+    pub(crate) fn start(w: &World, args: &[&str]) -> Serve {
         let mut cmd = w.cmd(common::berth(), ".");
         cmd.arg("serve")
             .arg("--root")
@@ -56,7 +56,7 @@ impl Serve {
         s
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.process.log()
     }
 
@@ -66,7 +66,7 @@ impl Serve {
     }
 
     /// The ssh command line for `key` (under `<world>/keys/`), pinning the printed host key.
-    fn ssh(&self, w: &World, key: &str) -> String {
+    pub(crate) fn ssh(&self, w: &World, key: &str) -> String {
         format!(
             "ssh -i {} -o IdentitiesOnly=yes -o BatchMode=yes -o UserKnownHostsFile={} \
              -o StrictHostKeyChecking=yes -o LogLevel=ERROR -p {}",
@@ -78,7 +78,7 @@ impl Serve {
 }
 
 /// A new ed25519 key `<world>/keys/<name>`; its public half is returned.
-fn keygen(w: &World, name: &str) -> String {
+pub(crate) fn keygen(w: &World, name: &str) -> String {
     let dir = w.path("keys");
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new("ssh-keygen")
@@ -91,7 +91,7 @@ fn keygen(w: &World, name: &str) -> String {
 }
 
 /// A world with `keydir/alice@laptop.pub` and an empty `repos/`.
-fn world() -> World {
+pub(crate) fn world() -> World {
     let w = World::new();
     std::fs::create_dir_all(w.path("keydir")).unwrap();
     std::fs::create_dir_all(w.path("repos")).unwrap();
@@ -120,7 +120,7 @@ fn ok(out: Output) -> String {
 }
 
 /// `ssh <args>` with `key`; the command's output whatever its status.
-fn ssh(w: &World, srv: &Serve, key: &str, args: &[&str]) -> Output {
+pub(crate) fn ssh(w: &World, srv: &Serve, key: &str, args: &[&str]) -> Output {
     let line = srv.ssh(w, key);
     let mut parts = line.split(' ');
     let mut c = w.cmd(parts.next().unwrap(), ".");
