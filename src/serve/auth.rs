@@ -241,7 +241,6 @@ impl Auth {
     /// Verify on a verifier thread, in `lane` of the fair queue for `addr`: refused at once
     /// (503) when the address has its share or the lane is full, and when no verifier took the
     /// check within `wait`.
-    #[allow(clippy::too_many_arguments)]
     async fn verify(
         &self,
         creds: &Arc<Credentials>,

@@ -38,8 +38,10 @@ pub struct Limits {
     /// `--auth-cache-ttl`: how long a verified user/password pair is trusted without a new
     /// verification; 0 turns the cache off.
     pub auth_cache_ttl: Duration,
-    /// `--auth-max-failures`: failed logins per user and per client address within
-    /// [`Limits::auth_failure_window`] before further attempts get 429; 0 turns it off.
+    /// `--auth-max-failures`: failed logins per client address (IPv6 by its /64) within
+    /// [`Limits::auth_failure_window`] before its further attempts get 429; a user with as
+    /// many failures from anywhere is under attack, and an address that failed for them waits
+    /// too (never one that has not failed); 0 turns it off.
     pub auth_max_failures: u32,
     /// `--auth-failure-window`: the window of `--auth-max-failures`.
     pub auth_failure_window: Duration,
