@@ -331,4 +331,37 @@ mod tests {
         assert_eq!(user_of("-x.pub"), None);
         assert_eq!(user_of("a b.pub"), None);
     }
+
+    fn key_line(seed: u8) -> String {
+        let pair = russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&[seed; 32]);
+        PublicKey::from(pair.public).to_openssh().unwrap()
+    }
+
+    #[test]
+    fn the_index_follows_directory_changes_and_the_rescan_sees_files_rewritten_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = |seed| PublicKey::from_openssh(&key_line(seed)).unwrap();
+        std::fs::write(dir.path().join("alice.pub"), key_line(1)).unwrap();
+        let k = Keydir::open(dir.path()).unwrap();
+        let user = |seed| k.current().keys.get(key(seed).key_data()).cloned();
+        assert_eq!(user(1).as_deref(), Some("alice"));
+        assert!(!k.current().dirs_changed());
+        // A new file in a new subdirectory: the top directory changed.
+        std::fs::create_dir(dir.path().join("team")).unwrap();
+        std::fs::write(dir.path().join("team/bob.pub"), key_line(2)).unwrap();
+        assert!(k.current().dirs_changed());
+        k.refresh(Walk::DirChanged);
+        assert!(!k.current().dirs_changed());
+        assert_eq!(user(2).as_deref(), Some("bob"));
+        // Removed from the subdirectory: that directory changed.
+        std::fs::remove_file(dir.path().join("team/bob.pub")).unwrap();
+        assert!(k.current().dirs_changed());
+        k.refresh(Walk::DirChanged);
+        assert_eq!(user(2), None);
+        // Rewritten in place: no directory changed; the rescan finds it.
+        std::fs::write(dir.path().join("alice.pub"), "# revoked\n").unwrap();
+        assert!(!k.current().dirs_changed());
+        k.refresh(Walk::Rescan);
+        assert_eq!(user(1), None);
+    }
 }
