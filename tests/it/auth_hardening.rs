@@ -290,14 +290,29 @@ fn fake_key(i: u32) -> String {
     )
 }
 
-/// User plus system CPU time the process has used.
-fn cpu(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+/// User plus system CPU time in a `/proc/.../stat` line.
+fn cpu_of(stat: &str) -> Duration {
     let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
     let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Duration::from_millis(ticks * 1000 / hz)
+}
+
+/// The CPU time the process has used, without its keydir rescan thread's (that one runs every
+/// few seconds whatever the clients do, so a slow machine would count more of it).
+fn cpu(pid: u32) -> Duration {
+    let total = cpu_of(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap());
+    let rescan: Duration = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "berth-keydir")
+        })
+        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+        .map(|s| cpu_of(&s))
+        .sum();
+    total.saturating_sub(rescan)
 }
 
 /// The server's CPU for `n` connections offering a key it does not know (each refused).
