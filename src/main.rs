@@ -242,8 +242,10 @@ struct LimitArgs {
     /// Seconds a verified user and password are trusted without a new argon2 check; 0: off.
     #[arg(long, value_name = "SECS", default_value_t = 60.0)]
     auth_cache_ttl: f64,
-    /// Failed logins per user and per client address within --auth-failure-window before
-    /// 429 with Retry-After; 0 turns it off.
+    /// Failed logins from one client address (IPv6: its /64), for any users, within
+    /// --auth-failure-window before that address gets 429 with Retry-After. A user with this
+    /// many failures from anywhere is under attack: an address that failed for them waits too;
+    /// an address that has not failed never does. 0 turns it off.
     #[arg(long, value_name = "N", default_value_t = 10)]
     auth_max_failures: u32,
     /// Seconds of the --auth-max-failures window.

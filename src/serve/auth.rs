@@ -2,6 +2,9 @@
 //! or a header set by a trusted reverse proxy, or anonymous where allowed.
 
 use super::*;
+use credentials::Credentials;
+use fair::{FairQueue, Lane};
+use logins::{AddrGroup, Admission, FailureLimit, Logins, UserTag};
 
 /// Who is pushing.
 #[derive(Debug, Clone)]
@@ -17,104 +20,6 @@ impl Identity {
             Identity::Anonymous => "anonymous",
         }
     }
-}
-
-/// The users allowed to push and their argon2 hashes.
-pub(super) struct Credentials {
-    pub(super) users: HashMap<String, String>,
-    /// Verified against for unknown users, so both cases take the same time.
-    pub(super) dummy: String,
-}
-
-impl Credentials {
-    pub(super) fn load(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::CredentialsFile {
-            path: path.to_owned(),
-            source,
-        })?;
-        let mut users = HashMap::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let bad = || Error::CredentialsLine {
-                path: path.to_owned(),
-                line: i + 1,
-            };
-            let (user, hash) = line.split_once(':').ok_or_else(bad)?;
-            if user.is_empty()
-                || argon2::password_hash::phc::PasswordHash::new(hash).is_err()
-                || !hash.starts_with("$argon2")
-            {
-                return Err(bad());
-            }
-            users.insert(user.to_owned(), hash.to_owned());
-        }
-        Ok(Credentials {
-            users,
-            dummy: hash_password("not a password")?,
-        })
-    }
-
-    /// Whether `password` is `user`'s (blocking: argon2 is deliberately slow). `memory` is the
-    /// caller's argon2 working memory, grown to the hash's `m` parameter and kept for the next
-    /// check: the allocator does not get to fragment ~19 MiB per check (it did, to gigabytes).
-    pub(super) fn verify(
-        &self,
-        user: &str,
-        password: &str,
-        memory: &mut Vec<argon2::Block>,
-    ) -> bool {
-        let (hash, known) = match self.users.get(user) {
-            Some(h) => (h.as_str(), true),
-            None => (self.dummy.as_str(), false),
-        };
-        verify_hash(hash, password, memory) && known
-    }
-}
-
-/// The most argon2 memory a stored hash may ask for (1 GiB), so a credentials line cannot make
-/// every check allocate without bound.
-const MAX_ARGON2_BLOCKS: usize = 1 << 20;
-
-fn verify_hash(hash: &str, password: &str, memory: &mut Vec<argon2::Block>) -> bool {
-    use argon2::password_hash::phc::PasswordHash;
-    let Ok(phc) = PasswordHash::new(hash) else {
-        return false;
-    };
-    let (Some(salt), Some(expected)) = (&phc.salt, &phc.hash) else {
-        return false;
-    };
-    let Ok(params) = argon2::Params::try_from(&phc) else {
-        return false;
-    };
-    let Ok(algorithm) = argon2::Algorithm::try_from(phc.algorithm.as_str()) else {
-        return false;
-    };
-    let version = match phc.version.map(argon2::Version::try_from).transpose() {
-        Ok(v) => v.unwrap_or_default(),
-        Err(_) => return false,
-    };
-    let blocks = params.block_count();
-    if blocks > MAX_ARGON2_BLOCKS {
-        return false;
-    }
-    if memory.len() < blocks {
-        memory.resize_with(blocks, argon2::Block::default);
-    }
-    let expected: &[u8] = expected.as_ref();
-    let mut out = vec![0u8; expected.len()];
-    let ok = argon2::Argon2::new(algorithm, version, params)
-        .hash_password_into_with_memory(
-            password.as_bytes(),
-            salt.as_ref(),
-            &mut out,
-            &mut memory[..blocks],
-        )
-        .is_ok();
-    // Constant time in the output's length.
-    ok && out.iter().zip(expected).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
 }
 
 /// An argon2id PHC string for `password`, for the credentials file.
@@ -142,28 +47,72 @@ pub(super) fn parse_basic(v: &HeaderValue) -> Option<(String, String)> {
     Some((u.to_owned(), p.to_owned()))
 }
 
-/// A password verification to run on a verifier thread; the permit is released when it is done.
+/// A password check waiting for, or running on, a verifier thread.
 struct Job {
     creds: Arc<Credentials>,
     user: String,
     password: String,
+    /// Told when a verifier takes the job; gone if the request stopped waiting (the job is
+    /// then dropped unrun).
+    started: oneshot::Sender<()>,
     reply: oneshot::Sender<bool>,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// The verifier threads' work: the fair queue and a wake-up for them.
+struct Checkers {
+    queue: Mutex<FairQueue<Job>>,
+    ready: std::sync::Condvar,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Checkers {
+    /// One verifier thread: take the next job, run it unless its request stopped waiting.
+    fn work(&self) {
+        let mut memory = Vec::new();
+        loop {
+            let (addr, job) = {
+                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if self.closed.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if let Some(next) = q.pop() {
+                        break next;
+                    }
+                    q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            if job.started.send(()).is_ok() {
+                let ok = job.creds.verify(&job.user, &job.password, &mut memory);
+                let _ = job.reply.send(ok);
+            }
+            self.queue
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .release(addr);
+        }
+    }
+}
+
+/// A verified `user:password` pair: for whom, against which stored hash, and when.
+struct Verified {
+    user: String,
+    hash: Arc<str>,
+    at: Instant,
 }
 
 /// What authentication keeps between requests: the verifier threads (a fixed few, so argon2's
-/// ~19 MiB per check is allocated by at most that many threads at once and reused), the cache
-/// of verified credentials, the failure limits, and the proxies trusted with the user header.
+/// ~19 MiB per check is allocated by at most that many threads at once and reused) and their
+/// fair queue, the cache of verified credentials, the login tables (failure limits, returning
+/// users), and the proxies trusted with the user header.
 pub(super) struct Auth {
-    permits: Arc<Semaphore>,
-    jobs: std::sync::mpsc::SyncSender<Job>,
+    checkers: Arc<Checkers>,
     wait: Duration,
-    /// Keyed hashes of verified `user:password` pairs → (user, verified at).
-    cache: Mutex<HashMap<[u8; 32], (String, Instant)>>,
+    /// Keyed hashes of verified `user:password` pairs.
+    cache: Mutex<HashMap<[u8; 32], Verified>>,
     cache_key: [u8; 32],
     cache_ttl: Duration,
-    by_user: FailureLimiter<String>,
-    by_addr: FailureLimiter<std::net::IpAddr>,
+    logins: Mutex<Logins>,
     pub(super) trusted_proxies: Vec<Cidr>,
 }
 
@@ -175,26 +124,25 @@ const MAX_PASSWORD_BYTES: usize = 1024;
 /// Verified credentials kept at most (a full cache is emptied of expired entries, then cleared).
 const CACHE_ENTRIES: usize = 10_000;
 
+/// Password checks waiting, per lane of the fair queue, at most (each holds a user name and a
+/// password, at most ~1.3 KiB).
+const MAX_WAITING_CHECKS: usize = 1024;
+
 impl Auth {
     pub(super) fn new(limits: &Limits, trusted_proxies: Vec<Cidr>) -> Auth {
         let workers = limits.max_concurrent_auth.max(1);
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(workers);
-        let rx = Arc::new(Mutex::new(rx));
+        // An address may hold as many checks as there are verifiers (at least two: a client's
+        // few parallel requests), never more, whatever it sends.
+        let checkers = Arc::new(Checkers {
+            queue: Mutex::new(FairQueue::new(workers.max(2), MAX_WAITING_CHECKS)),
+            ready: std::sync::Condvar::new(),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        });
         for i in 0..workers {
-            let rx = rx.clone();
+            let checkers = checkers.clone();
             let _ = std::thread::Builder::new()
                 .name(format!("berth-auth-{i}"))
-                .spawn(move || {
-                    let mut memory = Vec::new();
-                    loop {
-                        let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-                            Ok(j) => j,
-                            Err(_) => return,
-                        };
-                        let ok = job.creds.verify(&job.user, &job.password, &mut memory);
-                        let _ = job.reply.send(ok);
-                    }
-                });
+                .spawn(move || checkers.work());
         }
         let mut cache_key = [0u8; 32];
         {
@@ -211,14 +159,15 @@ impl Auth {
             }
         }
         Auth {
-            permits: Arc::new(Semaphore::new(workers)),
-            jobs: tx,
+            checkers,
             wait: limits.auth_wait,
             cache: Mutex::new(HashMap::new()),
             cache_key,
             cache_ttl: limits.auth_cache_ttl,
-            by_user: FailureLimiter::new(limits.auth_max_failures, limits.auth_failure_window),
-            by_addr: FailureLimiter::new(limits.auth_max_failures, limits.auth_failure_window),
+            logins: Mutex::new(Logins::new(FailureLimit::new(
+                limits.auth_max_failures,
+                limits.auth_failure_window,
+            ))),
             trusted_proxies,
         }
     }
@@ -233,61 +182,111 @@ impl Auth {
         h.finalize().into()
     }
 
-    fn cached(&self, key: &[u8; 32], user: &str) -> bool {
+    /// The user name as the login tables keep it.
+    fn tag(&self, user: &str) -> UserTag {
+        use blake2::digest::Digest;
+        let mut h = blake2::Blake2b256::new();
+        h.update(self.cache_key);
+        h.update(b"user");
+        h.update(user.as_bytes());
+        let full: [u8; 32] = h.finalize().into();
+        let mut tag = [0u8; 16];
+        tag.copy_from_slice(&full[..16]);
+        UserTag(tag)
+    }
+
+    fn logins(&self) -> std::sync::MutexGuard<'_, Logins> {
+        self.logins.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the pair was verified within the TTL against the hash `creds` hold for the user
+    /// now: a reloaded file with another password (or without the user) voids the entry.
+    fn cached(&self, key: &[u8; 32], user: &str, creds: &Credentials) -> bool {
         if self.cache_ttl.is_zero() {
             return false;
         }
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache
-            .get(key)
-            .is_some_and(|(u, at)| u == user && at.elapsed() < self.cache_ttl)
+        cache.get(key).is_some_and(|v| {
+            v.user == user
+                && v.at.elapsed() < self.cache_ttl
+                && creds.hash_of(user).is_some_and(|h| *h == v.hash)
+        })
     }
 
-    fn remember(&self, key: [u8; 32], user: &str) {
+    fn remember(&self, key: [u8; 32], user: &str, creds: &Credentials) {
+        let Some(hash) = creds.hash_of(user) else {
+            return;
+        };
         if self.cache_ttl.is_zero() {
             return;
         }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= CACHE_ENTRIES {
             let ttl = self.cache_ttl;
-            cache.retain(|_, (_, at)| at.elapsed() < ttl);
+            cache.retain(|_, v| v.at.elapsed() < ttl);
             if cache.len() >= CACHE_ENTRIES {
                 cache.clear();
             }
         }
-        cache.insert(key, (user.to_owned(), Instant::now()));
+        cache.insert(
+            key,
+            Verified {
+                user: user.to_owned(),
+                hash: hash.clone(),
+                at: Instant::now(),
+            },
+        );
     }
 
-    /// Verify on a verifier thread, waiting at most `wait` for one to be free.
+    /// Verify on a verifier thread, in `lane` of the fair queue for `addr`: refused at once
+    /// (503) when the address has its share or the lane is full, and when no verifier took the
+    /// check within `wait`.
     async fn verify(
         &self,
         creds: &Arc<Credentials>,
         user: &str,
         password: &str,
+        addr: AddrGroup,
+        lane: Lane,
         metrics: &Metrics,
     ) -> Result<bool, Reject> {
-        let permit =
-            match tokio::time::timeout(self.wait, self.permits.clone().acquire_owned()).await {
-                Ok(Ok(p)) => p,
-                _ => {
-                    metrics.busy("auth");
-                    return Err(Reject::Busy("password verification"));
-                }
-            };
+        let (started, taken) = oneshot::channel();
         let (reply, answer) = oneshot::channel();
         let job = Job {
             creds: creds.clone(),
             user: user.to_owned(),
             password: password.to_owned(),
+            started,
             reply,
-            _permit: permit,
         };
-        // The permit guarantees a free worker, so the channel has room.
-        self.jobs
-            .try_send(job)
-            .map_err(|_| Reject::Busy("password verification"))?;
+        let queued = self
+            .checkers
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(addr, lane, job);
+        if let Err(why) = queued {
+            tracing::debug!(target: "berth::serve", refused = %why, "password check refused");
+            metrics.busy("auth");
+            return Err(Reject::Busy("password verification"));
+        }
+        self.checkers.ready.notify_one();
+        match tokio::time::timeout(self.wait, taken).await {
+            Ok(Ok(())) => {}
+            _ => {
+                metrics.busy("auth");
+                return Err(Reject::Busy("password verification"));
+            }
+        }
         metrics.password_verifications.inc();
         Ok(answer.await.unwrap_or(false))
+    }
+}
+
+impl Drop for Auth {
+    fn drop(&mut self) {
+        self.checkers.closed.store(true, Ordering::Relaxed);
+        self.checkers.ready.notify_all();
     }
 }
 
@@ -340,28 +339,31 @@ impl Server {
                     return Err(Reject::Unauthorized);
                 };
                 let auth = &self.auth;
+                let creds = creds.current();
                 let key = auth.cache_key(&user, &password);
-                if auth.cached(&key, &user) {
+                if auth.cached(&key, &user, &creds) {
                     metrics.auth_cache_hits.inc();
                     return Ok(Identity::User(user));
                 }
-                let blocked = auth
-                    .by_addr
-                    .blocked(&ip)
-                    .into_iter()
-                    .chain(auth.by_user.blocked(&user))
-                    .max();
-                if let Some(wait) = blocked {
-                    metrics.rate_limited();
-                    return Err(Reject::RateLimited(wait.as_secs().max(1)));
-                }
-                return if auth.verify(creds, &user, &password, metrics).await? {
-                    auth.remember(key, &user);
+                let (tag, addr) = (auth.tag(&user), AddrGroup::of(ip));
+                let lane = match auth.logins().admit(tag, addr, Instant::now()) {
+                    Admission::Check(lane) => lane,
+                    Admission::Wait { retry_after, why } => {
+                        tracing::debug!(target: "berth::serve", remote = %ip, why = why.as_str(), "login attempt must wait");
+                        metrics.rate_limited();
+                        return Err(Reject::RateLimited(retry_after.as_secs().max(1)));
+                    }
+                };
+                return if auth
+                    .verify(&creds, &user, &password, addr, lane, metrics)
+                    .await?
+                {
+                    auth.remember(key, &user, &creds);
+                    auth.logins().succeeded(tag, addr, Instant::now());
                     Ok(Identity::User(user))
                 } else {
                     metrics.auth_failure("password");
-                    auth.by_addr.fail(&ip);
-                    auth.by_user.fail(&user);
+                    auth.logins().failed(tag, addr, Instant::now());
                     Err(Reject::Unauthorized)
                 };
             }

@@ -38,8 +38,10 @@ pub struct Limits {
     /// `--auth-cache-ttl`: how long a verified user/password pair is trusted without a new
     /// verification; 0 turns the cache off.
     pub auth_cache_ttl: Duration,
-    /// `--auth-max-failures`: failed logins per user and per client address within
-    /// [`Limits::auth_failure_window`] before further attempts get 429; 0 turns it off.
+    /// `--auth-max-failures`: failed logins per client address (IPv6 by its /64) within
+    /// [`Limits::auth_failure_window`] before its further attempts get 429; a user with as
+    /// many failures from anywhere is under attack, and an address that failed for them waits
+    /// too (never one that has not failed); 0 turns it off.
     pub auth_max_failures: u32,
     /// `--auth-failure-window`: the window of `--auth-max-failures`.
     pub auth_failure_window: Duration,
@@ -134,57 +136,6 @@ impl Cidr {
     }
 }
 
-/// Failures per key within a window; a key over the limit is refused until its window ends.
-pub(super) struct FailureLimiter<K> {
-    max: u32,
-    window: Duration,
-    seen: Mutex<HashMap<K, (Instant, u32)>>,
-}
-
-/// Keys kept at most (then expired ones are dropped, and new keys are not tracked until there
-/// is room: the per-address limit still applies).
-const LIMITER_KEYS: usize = 100_000;
-
-impl<K: std::hash::Hash + Eq + Clone> FailureLimiter<K> {
-    pub(super) fn new(max: u32, window: Duration) -> Self {
-        FailureLimiter {
-            max,
-            window,
-            seen: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// How long `key` must wait, if it is over the limit.
-    pub(super) fn blocked(&self, key: &K) -> Option<Duration> {
-        if self.max == 0 {
-            return None;
-        }
-        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        let (start, n) = seen.get(key)?;
-        let left = self.window.checked_sub(start.elapsed())?;
-        (*n >= self.max).then_some(left)
-    }
-
-    pub(super) fn fail(&self, key: &K) {
-        if self.max == 0 {
-            return;
-        }
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        if seen.len() >= LIMITER_KEYS && !seen.contains_key(key) {
-            seen.retain(|_, (start, _)| now.duration_since(*start) < self.window);
-            if seen.len() >= LIMITER_KEYS {
-                return;
-            }
-        }
-        let e = seen.entry(key.clone()).or_insert((now, 0));
-        if now.duration_since(e.0) >= self.window {
-            *e = (now, 0);
-        }
-        e.1 += 1;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,18 +161,5 @@ mod tests {
         );
         assert!(Cidr::parse("10.0.0.0/33").is_none());
         assert!(Cidr::parse("nonsense").is_none());
-    }
-
-    #[test]
-    fn limiter_blocks_after_max_failures_until_the_window_ends() {
-        let l = FailureLimiter::new(2, Duration::from_millis(200));
-        assert!(l.blocked(&"a").is_none());
-        l.fail(&"a");
-        assert!(l.blocked(&"a").is_none());
-        l.fail(&"a");
-        assert!(l.blocked(&"a").is_some());
-        assert!(l.blocked(&"b").is_none());
-        std::thread::sleep(Duration::from_millis(250));
-        assert!(l.blocked(&"a").is_none());
     }
 }

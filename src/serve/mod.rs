@@ -41,9 +41,12 @@ mod access;
 mod auth;
 mod cluster;
 mod conn;
+mod credentials;
 mod escape;
+mod fair;
 mod limits;
 mod log;
+mod logins;
 mod metrics;
 mod metrics_listen;
 mod per_address;
@@ -198,7 +201,8 @@ struct Server {
     root: PathBuf,
     auto_init: bool,
     anonymous: bool,
-    credentials: Option<Arc<Credentials>>,
+    /// `--credentials`: the users, re-read when their file changes.
+    credentials: Option<credentials::CredentialsFile>,
     trusted_user_header: Option<header::HeaderName>,
     max_request_bytes: u64,
     idle_timeout: Duration,
@@ -288,7 +292,7 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         });
     }
     let credentials = match &config.credentials {
-        Some(p) => Some(Arc::new(Credentials::load(p)?)),
+        Some(p) => Some(credentials::CredentialsFile::load(p)?),
         None => None,
     };
     let trusted_user_header = match &config.trusted_user_header {

@@ -5,6 +5,7 @@
 
 mod common;
 
+mod auth_hardening;
 mod bad_input;
 mod bench;
 mod cluster;

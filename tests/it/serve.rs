@@ -178,7 +178,7 @@ pub(crate) fn http(
     read_response(s)
 }
 
-fn read_response(mut s: TcpStream) -> Http {
+pub(crate) fn read_response(mut s: TcpStream) -> Http {
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
@@ -2045,7 +2045,7 @@ fn trusted_user_header_only_from_proxies_once_and_never_beside_a_wrong_password(
 }
 
 /// `base64(s)`, for Basic credentials in raw requests.
-fn base64_basic(s: &str) -> String {
+pub(crate) fn base64_basic(s: &str) -> String {
     const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let b = s.as_bytes();
     let mut out = String::new();

@@ -84,7 +84,7 @@ impl Serve {
 }
 
 /// A new ed25519 key `<world>/keys/<name>`; its public half is returned.
-fn keygen(w: &World, name: &str) -> String {
+pub(crate) fn keygen(w: &World, name: &str) -> String {
     let dir = w.path("keys");
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new("ssh-keygen")

@@ -1,10 +1,10 @@
 //! Keys: the server's host key (created once, then reused) and the users' public keys in
-//! gitolite's keydir convention, reread whenever the directory changes.
+//! gitolite's keydir convention, indexed by key and reindexed when the directory changes.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use russh::keys::ssh_key::public::KeyData;
 use russh::keys::{PrivateKey, PublicKey};
@@ -109,59 +109,145 @@ pub(super) fn valid_user(user: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || "-._@+".contains(c))
 }
 
-/// What the keydir looked like when it was read: each `*.pub` file with its size and mtime.
+/// Every `*.pub` file of the keydir with its size and mtime, in path order.
 type Stamp = Vec<(PathBuf, u64, Option<SystemTime>)>;
 
+/// What a directory looked like: an entry added, removed or renamed changes its times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DirStamp {
+    modified: Option<SystemTime>,
+    changed: (i64, i64),
+    inode: (u64, u64),
+}
+
+impl DirStamp {
+    fn of(dir: &Path) -> Option<DirStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(dir).ok()?;
+        Some(DirStamp {
+            modified: m.modified().ok(),
+            changed: (m.ctime(), m.ctime_nsec()),
+            inode: (m.dev(), m.ino()),
+        })
+    }
+}
+
+/// How often the whole keydir is walked for what no directory's times show (a key file
+/// rewritten in place), on a thread of its own.
+const RESCAN: Duration = Duration::from_secs(5);
+
+/// The most directories a key lookup stats to see whether the keydir changed; a keydir with
+/// more subdirectories relies on the rescan alone.
+const MAX_WATCHED_DIRS: usize = 64;
+
+/// The keys, indexed, and what the keydir looked like when they were read.
+struct Index {
+    keys: Arc<HashMap<KeyData, String>>,
+    /// Each directory read, stamped before it was read.
+    dirs: Vec<(PathBuf, Option<DirStamp>)>,
+    files: Stamp,
+}
+
+impl Index {
+    /// Whether a watched directory changed since (a stat per directory, at most
+    /// [`MAX_WATCHED_DIRS`]).
+    fn dirs_changed(&self) -> bool {
+        self.dirs.len() <= MAX_WATCHED_DIRS
+            && self.dirs.iter().any(|(d, st)| DirStamp::of(d) != *st)
+    }
+}
+
+/// Why the keydir is being walked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// A lookup saw a directory change.
+    DirChanged,
+    /// The periodic rescan.
+    Rescan,
+}
+
 /// The users' keys, from a keydir: `<user>.pub` / `<user>@<anything>.pub` files (in
-/// subdirectories too), each with one or more OpenSSH public key lines.
+/// subdirectories too), each with one or more OpenSSH public key lines. A lookup is one hash
+/// lookup whatever the keydir's size: the index is rebuilt when a directory of the keydir
+/// changes (a stat per directory at each lookup, the walk on a blocking thread) and when the
+/// rescan every [`RESCAN`] finds a file changed.
 pub(super) struct Keydir {
     dir: PathBuf,
-    state: Mutex<(Stamp, Arc<HashMap<KeyData, String>>)>,
+    index: Mutex<Arc<Index>>,
+    /// Held while walking, so that one walk runs at a time.
+    walking: Mutex<()>,
 }
 
 impl Keydir {
-    pub(super) fn open(dir: &Path) -> Result<Self, String> {
+    pub(super) fn open(dir: &Path) -> Result<Arc<Self>, String> {
         if !dir.is_dir() {
             return Err(format!("keydir {} is not a directory", dir.display()));
         }
-        let k = Keydir {
+        let (dirs, files) = walk(dir);
+        let keys = Arc::new(load(&files));
+        tracing::info!(target: "berth::serve", keydir = %dir.display(), keys = keys.len(), "ssh keydir loaded");
+        let k = Arc::new(Keydir {
             dir: dir.to_owned(),
-            state: Mutex::new((Vec::new(), Arc::new(HashMap::new()))),
-        };
-        k.keys();
+            index: Mutex::new(Arc::new(Index { keys, dirs, files })),
+            walking: Mutex::new(()),
+        });
+        let weak = Arc::downgrade(&k);
+        std::thread::Builder::new()
+            .name("berth-keydir".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(RESCAN);
+                    match weak.upgrade() {
+                        Some(k) => k.refresh(Walk::Rescan),
+                        None => return,
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the keydir rescan: {e}"))?;
         Ok(k)
     }
 
-    /// The keys as the directory holds them now: reread when any `.pub` file was added,
-    /// removed or changed since the last look (a directory walk and a stat per file).
-    pub(super) fn keys(&self) -> Arc<HashMap<KeyData, String>> {
-        let stamp = stamp(&self.dir);
-        let Ok(mut g) = self.state.lock() else {
-            return Arc::new(HashMap::new());
-        };
-        if g.0 != stamp || (g.0.is_empty() && g.1.is_empty()) {
-            let keys = Arc::new(load(&stamp));
-            tracing::info!(
-                target: "berth::serve",
-                keydir = %self.dir.display(),
-                keys = keys.len(),
-                "ssh keydir loaded"
-            );
-            *g = (stamp, keys);
+    fn current(&self) -> Arc<Index> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Walk the keydir (blocking) and rebuild the index if a key file changed.
+    fn refresh(&self, why: Walk) {
+        let _one = self.walking.lock().unwrap_or_else(|e| e.into_inner());
+        let before = self.current();
+        if why == Walk::DirChanged && !before.dirs_changed() {
+            // Another lookup's walk saw the change first.
+            return;
         }
-        g.1.clone()
+        let (dirs, files) = walk(&self.dir);
+        let keys = if files == before.files {
+            before.keys.clone()
+        } else {
+            let keys = Arc::new(load(&files));
+            tracing::info!(target: "berth::serve", keydir = %self.dir.display(), keys = keys.len(), "ssh keydir loaded");
+            keys
+        };
+        *self.index.lock().unwrap_or_else(|e| e.into_inner()) =
+            Arc::new(Index { keys, dirs, files });
     }
 
     /// The user whose key this is.
-    pub(super) fn user(&self, key: &PublicKey) -> Option<String> {
-        self.keys().get(key.key_data()).cloned()
+    pub(super) async fn user(self: &Arc<Self>, key: &PublicKey) -> Option<String> {
+        if self.current().dirs_changed() {
+            let me = self.clone();
+            let _ = tokio::task::spawn_blocking(move || me.refresh(Walk::DirChanged)).await;
+        }
+        self.current().keys.get(key.key_data()).cloned()
     }
 }
 
-fn stamp(dir: &Path) -> Stamp {
+/// The keydir's directories (each stamped before it is read) and its `.pub` files.
+fn walk(dir: &Path) -> (Vec<(PathBuf, Option<DirStamp>)>, Stamp) {
+    let mut dirs = Vec::new();
     let mut out = Vec::new();
     let mut stack = vec![(dir.to_owned(), 0)];
     while let Some((d, depth)) = stack.pop() {
+        dirs.push((d.clone(), DirStamp::of(&d)));
         let Ok(rd) = std::fs::read_dir(&d) else {
             continue;
         };
@@ -179,8 +265,9 @@ fn stamp(dir: &Path) -> Stamp {
             }
         }
     }
+    dirs.sort_by(|a, b| a.0.cmp(&b.0));
     out.sort();
-    out
+    (dirs, out)
 }
 
 fn load(stamp: &Stamp) -> HashMap<KeyData, String> {
@@ -243,5 +330,38 @@ mod tests {
         assert_eq!(user_of("alice.txt"), None);
         assert_eq!(user_of("-x.pub"), None);
         assert_eq!(user_of("a b.pub"), None);
+    }
+
+    fn key_line(seed: u8) -> String {
+        let pair = russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&[seed; 32]);
+        PublicKey::from(pair.public).to_openssh().unwrap()
+    }
+
+    #[test]
+    fn the_index_follows_directory_changes_and_the_rescan_sees_files_rewritten_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = |seed| PublicKey::from_openssh(&key_line(seed)).unwrap();
+        std::fs::write(dir.path().join("alice.pub"), key_line(1)).unwrap();
+        let k = Keydir::open(dir.path()).unwrap();
+        let user = |seed| k.current().keys.get(key(seed).key_data()).cloned();
+        assert_eq!(user(1).as_deref(), Some("alice"));
+        assert!(!k.current().dirs_changed());
+        // A new file in a new subdirectory: the top directory changed.
+        std::fs::create_dir(dir.path().join("team")).unwrap();
+        std::fs::write(dir.path().join("team/bob.pub"), key_line(2)).unwrap();
+        assert!(k.current().dirs_changed());
+        k.refresh(Walk::DirChanged);
+        assert!(!k.current().dirs_changed());
+        assert_eq!(user(2).as_deref(), Some("bob"));
+        // Removed from the subdirectory: that directory changed.
+        std::fs::remove_file(dir.path().join("team/bob.pub")).unwrap();
+        assert!(k.current().dirs_changed());
+        k.refresh(Walk::DirChanged);
+        assert_eq!(user(2), None);
+        // Rewritten in place: no directory changed; the rescan finds it.
+        std::fs::write(dir.path().join("alice.pub"), "# revoked\n").unwrap();
+        assert!(!k.current().dirs_changed());
+        k.refresh(Walk::Rescan);
+        assert_eq!(user(1), None);
     }
 }

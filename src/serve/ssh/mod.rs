@@ -104,7 +104,7 @@ impl std::fmt::Debug for OnSshListening {
 /// The ssh side's shared state.
 struct State {
     server: Arc<Server>,
-    keydir: keys::Keydir,
+    keydir: Arc<keys::Keydir>,
     russh: Arc<russh::server::Config>,
     auth_timeout: Duration,
     connections: Arc<admission::Admission>,
@@ -317,8 +317,8 @@ impl Conn {
         session.close(id)
     }
 
-    fn accept_key(&self, key: &russh::keys::PublicKey) -> Option<String> {
-        self.state.keydir.user(key)
+    async fn accept_key(&self, key: &russh::keys::PublicKey) -> Option<String> {
+        self.state.keydir.user(key).await
     }
 }
 
@@ -330,7 +330,7 @@ impl Handler for Conn {
         _user: &str,
         offer: russh::server::PublicKeyOffer<'_>,
     ) -> Result<Auth, Self::Error> {
-        Ok(match self.accept_key(offer.public_key) {
+        Ok(match self.accept_key(offer.public_key).await {
             Some(_) => Auth::Accept,
             None => Auth::reject(),
         })
@@ -341,7 +341,7 @@ impl Handler for Conn {
         login: &str,
         key: russh::server::VerifiedPublicKey<'_>,
     ) -> Result<Auth, Self::Error> {
-        match self.accept_key(key.public_key) {
+        match self.accept_key(key.public_key).await {
             Some(user) => {
                 tracing::debug!(
                     target: "berth::serve",
