@@ -360,8 +360,11 @@ fn a_replica_too_slow_for_the_stream_is_left_out_after_the_stall_bound_and_catch
         String::from_utf8_lossy(&out.stderr),
         c.logs()
     );
-    // Held up by the stall bound (10 s), not by the stopped replica.
-    assert!(took < Duration::from_secs(60), "{took:?}");
+    // Held up by the stall bound (10 s), not by the stopped replica: the push ended while n2 was
+    // still stopped (it is continued only now), which is the behaviour; the bound is only there
+    // to tell a push that waited out some other timeout (the idle timeout is 300 s), at ten times
+    // what the push needs on a quiet machine in a debug build.
+    assert!(took < Duration::from_secs(280), "{took:?}");
     let log0 = c.nodes[0].process.as_ref().unwrap().log();
     assert!(
         log0.contains("left out of this push"),
