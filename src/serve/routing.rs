@@ -222,6 +222,7 @@ fn name(route: &'static str, encoded: &str) -> Result<Name, Reject> {
 /// (`data`, as it would stand in a URL): a path that maps to a repository name maps to exactly
 /// one, whatever the spelling of its bytes, and the access decision is made on that name. Panics
 /// where it does not hold.
+#[cfg(any(test, feature = "internals"))]
 pub(super) fn check_repo_path(data: &[u8]) {
     use super::rules::{Rules, Want, Who};
     let Ok(part) = std::str::from_utf8(data) else {

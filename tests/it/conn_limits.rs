@@ -413,3 +413,158 @@ fn an_ssh_push_that_finds_no_slot_in_time_is_told_the_server_is_busy() {
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+/// An ssh command's `ssh … git@127.0.0.1 <remote command>` with its stdin and stdout piped.
+fn ssh_command(w: &World, srv: &ssh_serve::Serve, remote: &str) -> std::process::Child {
+    let line = srv.ssh(w, "alice");
+    let mut parts = line.split(' ');
+    w.cmd(parts.next().unwrap(), ".")
+        .args(parts)
+        .args(["git@127.0.0.1", remote])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait for `child` at most `limit`; its status, or `None` (then it was killed).
+fn wait_at_most(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ssh_fetches_take_fetch_slots_and_one_that_finds_none_is_told() {
+    let w = ssh_serve::world();
+    let srv = ssh_serve::Serve::start(
+        &w,
+        &["--max-concurrent-fetches", "1", "--push-slot-timeout", "1"],
+    );
+    w.bare("repos/b.git");
+    w.work("src");
+    w.commit("src", "a", "1");
+    w.git(
+        "src",
+        &[
+            "push",
+            "-q",
+            w.path("repos/b.git").to_str().unwrap(),
+            "main",
+        ],
+    );
+    // One ssh fetch holds the only fetch slot: the advertisement read, then nothing.
+    let mut holder = ssh_command(&w, &srv, "git-upload-pack '/b.git'");
+    let mut advertisement = holder.stdout.take().unwrap();
+    ssh_serve::read_until_flush(&mut advertisement);
+    let mut other = w
+        .git_cmd("src")
+        .env("GIT_SSH_COMMAND", srv.ssh(&w, "alice"))
+        .args(["ls-remote", &srv.url("b.git")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // One second of waiting for the slot, bounded at ten times that.
+    let status = wait_at_most(&mut other, Duration::from_secs(10))
+        .expect("the ssh fetch still waits for a slot after 10 s");
+    let mut stderr = String::new();
+    other
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains("server busy: no upload-pack slot free in time, retry later"),
+        "{stderr}"
+    );
+    // Once the holder is gone, the slot is free again.
+    drop(holder.stdin.take());
+    let _ = wait_at_most(&mut holder, Duration::from_secs(30));
+    let out = w
+        .git_cmd("src")
+        .env("GIT_SSH_COMMAND", srv.ssh(&w, "alice"))
+        .args(["ls-remote", &srv.url("b.git")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn an_ssh_push_trickling_under_the_idle_timeout_is_cut_at_max_body_time() {
+    let w = ssh_serve::world();
+    let srv = ssh_serve::Serve::start(&w, &["--max-body-time", "2", "--min-body-rate", "0"]);
+    w.bare("repos/b.git");
+    w.work("src");
+    let c = w.commit("src", "a", "1");
+    let mut push = ssh_command(&w, &srv, "git-receive-pack '/b.git'");
+    let mut advertisement = push.stdout.take().unwrap();
+    ssh_serve::read_until_flush(&mut advertisement);
+    let pack = w.pack(true, &format!("{c}\n"));
+    let mut req = common::request(
+        &[format!("{} {c} refs/heads/main", common::ZERO)],
+        "report-status",
+    );
+    req.extend_from_slice(&pack[..pack.len() - 1]);
+    // A byte every 200 ms: far under the idle timeout (300 s), so only the total time ends it.
+    let mut stdin = push.stdin.take().unwrap();
+    let start = Instant::now();
+    let mut cut = false;
+    for b in &req {
+        if stdin.write_all(&[*b]).and_then(|()| stdin.flush()).is_err()
+            || push.try_wait().unwrap().is_some()
+        {
+            cut = true;
+            break;
+        }
+        // Ten times the bound.
+        if start.elapsed() > Duration::from_secs(20) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = wait_at_most(&mut push, Duration::from_secs(20));
+    assert!(
+        cut || status.is_some_and(|s| !s.success()),
+        "the trickle went on"
+    );
+    serve_log_wait(&srv, "push data took longer than --max-body-time");
+    assert_eq!(w.refs("repos/b.git"), "");
+    assert!(
+        common::leftovers(&w.path("repos/b.git")).is_empty(),
+        "{:?}",
+        common::leftovers(&w.path("repos/b.git"))
+    );
+}
+
+/// Wait up to 10 s for `needle` in the ssh server's log.
+fn serve_log_wait(srv: &ssh_serve::Serve, needle: &str) {
+    let start = Instant::now();
+    while !srv.process.log().contains(needle) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no {needle:?} in:\n{}",
+            srv.process.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -654,6 +654,12 @@ async fn session(
                 receive_pack(server, dir, source, tx, run, replicated, access).await
             }
             Service::UploadPack => {
+                // As over HTTP: a fetch slot (the server's and its address's), at most
+                // --push-slot-timeout, then the client is told.
+                let _slot = match server.slot(super::SlotKind::Fetch, run.peer.ip()).await {
+                    Ok(s) => s,
+                    Err(r) => return fatal(tx, access, r.status(), r.to_string()).await,
+                };
                 let env = &server.hook_environment;
                 upload_pack(dir, source, tx, run.protocol.clone(), access, env).await
             }
@@ -874,30 +880,55 @@ async fn prepare(
 
 /// The client's data as a reader: ends at the client's EOF, fails if the client goes away
 /// first, and (for pushes) if it stalls past `idle` or sends more than `max` bytes.
-fn input(source: Source, limits: Option<(Duration, u64)>, access: Arc<Access>) -> BodyReader {
+/// The bounds of a push's data over ssh, as of an HTTP push's body.
+#[derive(Debug, Clone, Copy)]
+struct InputLimits {
+    /// `--idle-timeout`: the longest wait for the next data.
+    idle: Duration,
+    /// `--max-request-bytes`.
+    max_bytes: u64,
+    /// `--max-body-time` from when the push got its slot: however fast it trickles, no later.
+    deadline: Option<tokio::time::Instant>,
+}
+
+fn input(source: Source, limits: Option<InputLimits>, access: Arc<Access>) -> BodyReader {
     use futures_util::StreamExt;
     let s = futures_util::stream::unfold(Some((source, 0u64)), move |state| {
         let access = access.clone();
         async move {
             let (mut read, mut n) = state?;
             let msg = match limits {
-                Some((idle, _)) => match tokio::time::timeout(idle, read.next()).await {
-                    Ok(m) => m,
-                    Err(_) => {
-                        access.set_outcome("push data idle too long");
-                        return Some((
-                            Err(io::Error::new(io::ErrorKind::TimedOut, "idle too long")),
-                            None,
-                        ));
+                Some(l) => {
+                    let idle = tokio::time::Instant::now() + l.idle;
+                    let until = l.deadline.map_or(idle, |d| d.min(idle));
+                    match tokio::time::timeout_at(until, read.next()).await {
+                        Ok(m) => m,
+                        Err(_) if until < idle => {
+                            access.set_outcome("push data took longer than --max-body-time");
+                            return Some((
+                                Err(io::Error::new(
+                                    io::ErrorKind::TimedOut,
+                                    "push data took longer than the server allows",
+                                )),
+                                None,
+                            ));
+                        }
+                        Err(_) => {
+                            access.set_outcome("push data idle too long");
+                            return Some((
+                                Err(io::Error::new(io::ErrorKind::TimedOut, "idle too long")),
+                                None,
+                            ));
+                        }
                     }
-                },
+                }
                 None => read.next().await,
             };
             match msg {
                 Some(In::Data(data)) => {
                     n += data.len() as u64;
                     access.bytes_in.store(n, Ordering::Relaxed);
-                    if let Some((_, max)) = limits
+                    if let Some(InputLimits { max_bytes: max, .. }) = limits
                         && n > max
                     {
                         access.too_large.store(true, Ordering::Relaxed);
@@ -990,7 +1021,13 @@ async fn receive_pack(
     };
     let input = SyncIoBridge::new(input(
         source,
-        Some((server.idle_timeout, server.max_request_bytes)),
+        Some(InputLimits {
+            idle: server.idle_timeout,
+            max_bytes: server.max_request_bytes,
+            deadline: server
+                .max_body_time
+                .map(|t| tokio::time::Instant::now() + t),
+        }),
         access.clone(),
     ));
     let mut out = OutWriter {
