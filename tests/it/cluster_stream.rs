@@ -386,3 +386,65 @@ fn a_replica_too_slow_for_the_stream_is_left_out_after_the_stall_bound_and_catch
     }
     c.assert_fsck(&w, "r.git");
 }
+
+/// Whether every thread of process `pid` is traced (its `TracerPid` is set).
+fn traced(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks.filter_map(Result::ok).all(|t| {
+                std::fs::read_to_string(t.path().join("status")).is_ok_and(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("TracerPid:"))
+                        .is_some_and(|v| v.trim() != "0")
+                })
+            })
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_replica_prepares_and_commits_ten_pushes_without_a_git_process() {
+    if !etcd_present("a_replica_prepares_and_commits_ten_pushes_without_a_git_process") {
+        return;
+    }
+    let w = World::new();
+    let (c, src) = cluster_with_repo(&w);
+    // strace every thread of replica n1 from now on; its execve calls are its children's.
+    let pid = c.nodes[1].process.as_ref().unwrap().child.id();
+    let trace = w.path("n1.trace");
+    let mut strace = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=execve", "-o"])
+        .arg(&trace)
+        .args(["-p", &pid.to_string()])
+        .spawn()
+        .expect("strace (the CI installs it)");
+    assert!(
+        eventually(Duration::from_secs(30), || traced(pid)),
+        "strace did not attach to n1"
+    );
+    let mut last = String::new();
+    for i in 0..10 {
+        last = w.commit(&src, "a", &format!("push {i}"));
+        push_ok(
+            &w,
+            &src,
+            &c.nodes[0].url("r.git"),
+            &["HEAD:refs/heads/main"],
+        );
+    }
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&last));
+    // Detach (SIGINT), then read what n1 ran.
+    let _ = Command::new("kill")
+        .args(["-INT", &strace.id().to_string()])
+        .status();
+    let _ = strace.wait();
+    let calls = std::fs::read_to_string(&trace).unwrap();
+    let execs: Vec<&str> = calls.lines().filter(|l| l.contains("execve(")).collect();
+    assert!(
+        execs.is_empty(),
+        "n1 ran processes for the pushes:\n{}",
+        execs.join("\n")
+    );
+    c.assert_fsck(&w, "r.git");
+}

@@ -1894,10 +1894,11 @@ fn header_read_and_keepalive_timeouts_close_connections() {
         &w,
         &["--header-read-timeout", "0.5", "--keepalive-timeout", "1"],
     );
-    // Nothing sent: closed after the header-read timeout.
+    // Nothing sent: closed after the header-read timeout (bounded at ten times it: a loaded
+    // machine is slow to run the timer).
     let mut s = TcpStream::connect(&srv.addr).unwrap();
     let t = Instant::now();
-    assert!(closed_within(&mut s, Duration::from_secs(3)));
+    assert!(closed_within(&mut s, Duration::from_secs(5)));
     assert!(
         t.elapsed() >= Duration::from_millis(400),
         "{:?}",
@@ -1906,7 +1907,7 @@ fn header_read_and_keepalive_timeouts_close_connections() {
     // Half a request line, then nothing: closed too.
     let mut s = TcpStream::connect(&srv.addr).unwrap();
     s.write_all(b"GET /healthz HTT").unwrap();
-    assert!(closed_within(&mut s, Duration::from_secs(3)));
+    assert!(closed_within(&mut s, Duration::from_secs(5)));
     // A kept-alive connection is answered, then closed after the keep-alive timeout (not the
     // shorter header-read one).
     let mut s = TcpStream::connect(&srv.addr).unwrap();
@@ -1917,7 +1918,7 @@ fn header_read_and_keepalive_timeouts_close_connections() {
     let n = s.read(&mut buf).unwrap();
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
     let t = Instant::now();
-    assert!(closed_within(&mut s, Duration::from_secs(4)));
+    assert!(closed_within(&mut s, Duration::from_secs(10)));
     assert!(
         t.elapsed() >= Duration::from_millis(800),
         "{:?}",

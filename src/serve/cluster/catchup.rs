@@ -23,7 +23,7 @@ use bytes::Bytes;
 use gix_object::Exists;
 use serde_json::json;
 
-use super::objects::{connected, ingest, pack_objects};
+use super::objects::{PackIndex, connected, ingest, pack_objects};
 use super::replica::{SECRET_HEADER, new_of};
 use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key, set_applied_seq};
 use crate::refs::{self, Atomicity, Change, RefUpdate, TransactionState};
@@ -334,8 +334,8 @@ impl Cluster {
                     let wants = wants.to_vec();
                     let r = tokio::task::spawn_blocking(move || -> Result<(), String> {
                         let (repo, objects) = open(&dir, &env)?;
-                        let keeps = ingest(&repo, &objects, &mut &pack[..])?;
-                        connected(&dir, &wants)?;
+                        let (keeps, index) = ingest(&repo, &objects, &mut &pack[..])?;
+                        connected(&repo, &objects, index.as_ref().map(PackIndex::file), &wants)?;
                         // The refs that will point into the pack are written next; a
                         // concurrent repack before then would only repack it.
                         drop(keeps);

@@ -24,9 +24,9 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::objects::receive;
+use super::objects::{Arrived, PackIndex};
 use super::replica::{body_stream, text};
 use super::{Cluster, repo_dir, valid_id, valid_repo_name};
-use crate::objects::ingest::Quarantine;
 use crate::serve::{Escaped, Server};
 
 /// Streams held (arriving or waiting for their prepare) at a time.
@@ -52,9 +52,10 @@ pub(super) struct Slot {
 #[derive(Debug)]
 enum State {
     Receiving,
-    Ready(Quarantine),
-    /// A prepare migrated it (a later batch of the same push finds its objects in place).
-    Taken,
+    Ready(Arrived),
+    /// A prepare migrated it (a later batch of the same push finds its objects in place, and
+    /// walks them through the pack's index).
+    Taken(Option<PackIndex>),
     Failed(String),
 }
 
@@ -79,7 +80,7 @@ impl Streams {
 
     /// The stream `id` arrived (`Ok`: its quarantine) or failed. A stream dropped meanwhile is
     /// removed now.
-    fn finish(&self, id: &str, slot: &Arc<Slot>, result: Result<Quarantine, String>) {
+    fn finish(&self, id: &str, slot: &Arc<Slot>, result: Result<Arrived, String>) {
         let mut gone = None;
         if let Ok(map) = self.0.lock() {
             let held = map.get(id).is_some_and(|s| Arc::ptr_eq(s, slot));
@@ -126,10 +127,10 @@ impl Streams {
         true
     }
 
-    /// The quarantine of stream `id` of `repo`, once it arrived (waiting for it, bounded), for
-    /// the caller to migrate; `None` when an earlier batch of the push took it already. The
+    /// The pack of stream `id` of `repo`, once it arrived (waiting for it, bounded), for the
+    /// caller to migrate, or its index when an earlier batch of the push took it already. The
     /// stream stays (taken) until the push is over.
-    pub(super) fn claim(&self, id: &str, repo: &str) -> Result<Option<Quarantine>, String> {
+    pub(super) fn claim(&self, id: &str, repo: &str) -> Result<Claimed, String> {
         let opened_by = Instant::now() + OPEN_WAIT;
         let slot = loop {
             let slot = self.0.lock().ok().and_then(|m| m.get(id).cloned());
@@ -153,9 +154,15 @@ impl Streams {
             }
         }
         let mut state = slot.state.lock().map_err(|_| "stream poisoned")?;
-        match std::mem::replace(&mut *state, State::Taken) {
-            State::Ready(q) => Ok(Some(q)),
-            State::Taken => Ok(None),
+        match std::mem::replace(&mut *state, State::Taken(None)) {
+            State::Ready(a) => {
+                *state = State::Taken(a.index.clone());
+                Ok(Claimed::Arrived(a))
+            }
+            State::Taken(index) => {
+                *state = State::Taken(index.clone());
+                Ok(Claimed::Migrated(index))
+            }
             State::Failed(e) => {
                 *state = State::Failed(e.clone());
                 Err(format!("the push's pack: {e}"))
@@ -172,6 +179,15 @@ impl Streams {
     fn len(&self) -> usize {
         self.0.lock().map_or(0, |m| m.len())
     }
+}
+
+/// What [`Streams::claim`] hands a prepare.
+#[derive(Debug)]
+pub(super) enum Claimed {
+    /// The pack, checked, in its quarantine: to migrate.
+    Arrived(Arrived),
+    /// An earlier batch of the push migrated it; the pack's index.
+    Migrated(Option<PackIndex>),
 }
 
 /// The query's value of `key`.
@@ -255,7 +271,7 @@ fn receive_into(
     dir: PathBuf,
     env: &crate::receive::Environment,
     reader: &mut dyn std::io::Read,
-) -> Result<Quarantine, String> {
+) -> Result<Arrived, String> {
     let dir_str = dir.to_str().ok_or("repository path is not UTF-8")?;
     let repo =
         crate::repo::Repository::open(dir_str, &env.for_config()).map_err(|e| e.to_string())?;
@@ -280,8 +296,11 @@ pub(super) async fn drop_stream(cluster: &Arc<Cluster>, req: Request) -> Respons
 mod tests {
     use super::*;
 
-    fn quarantine(root: &std::path::Path) -> Quarantine {
-        Quarantine::create(root).unwrap()
+    fn quarantine(root: &std::path::Path) -> Arrived {
+        Arrived {
+            quarantine: crate::objects::ingest::Quarantine::create(root).unwrap(),
+            index: None,
+        }
     }
 
     #[test]
@@ -293,17 +312,22 @@ mod tests {
         let slot = s.open("aa", "r").unwrap();
         s.finish("aa", &slot, Ok(quarantine(objects.path())));
         assert!(s.claim("aa", "other").is_err());
-        let q = s.claim("aa", "r").unwrap().unwrap();
-        assert!(q.path().is_dir());
-        assert!(s.claim("aa", "r").unwrap().is_none());
-        drop(q);
+        let Claimed::Arrived(a) = s.claim("aa", "r").unwrap() else {
+            panic!("not the pack")
+        };
+        assert!(a.quarantine.path().is_dir());
+        assert!(matches!(
+            s.claim("aa", "r").unwrap(),
+            Claimed::Migrated(None)
+        ));
+        drop(a);
         assert!(s.remove("aa", None));
         assert_eq!(s.len(), 0);
         // Dropped while arriving: removed when it arrives, nothing left on disk.
         let slot = s.open("bb", "r").unwrap();
         assert!(s.remove("bb", None));
         let q = quarantine(objects.path());
-        let path = q.path().to_owned();
+        let path = q.quarantine.path().to_owned();
         s.finish("bb", &slot, Ok(q));
         assert!(!path.exists());
         // Failed: the prepare learns why.

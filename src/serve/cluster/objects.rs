@@ -1,12 +1,40 @@
 //! Objects between replicas: their ingestion and checks on the receiving replica (berth's
-//! ingest with fsck into a quarantine, kept or migrated, then git's connectivity walk), the pack
+//! ingest with fsck into a quarantine, kept or migrated, then berth's connectivity walk through
+//! the objects the pack brought, `objects::connectivity`, with no `git` process), the pack
 //! a catch-up asks for (`git pack-objects`; a push's pack is streamed as the client sent it,
 //! `tee.rs`), and the creation of a replica's repository.
 
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use crate::objects::connectivity::{Check, Status};
 use crate::objects::ingest;
+
+/// The index of a pack a peer sent, kept for the connectivity walk after the pack itself moved
+/// into the repository (the mapping outlives the rename).
+#[derive(Clone)]
+pub(super) struct PackIndex(Arc<gix_pack::index::File>);
+
+impl PackIndex {
+    pub(super) fn file(&self) -> &gix_pack::index::File {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for PackIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PackIndex({} objects)", self.0.num_objects())
+    }
+}
+
+/// A pack a peer sent, checked, in its quarantine, and its index (`None` for a pack without
+/// objects).
+#[derive(Debug)]
+pub(super) struct Arrived {
+    pub(super) quarantine: ingest::Quarantine,
+    pub(super) index: Option<PackIndex>,
+}
 
 /// The `.keep` files of a migrated pack, removed once the transaction is over.
 pub(super) struct Keeps(pub(super) Vec<PathBuf>);
@@ -21,14 +49,15 @@ impl Drop for Keeps {
 
 /// Ingest the pack read from `reader` into a quarantine of `repo`, checking every object as
 /// `index-pack --strict` does (thin packs completed from the repository's objects), and migrate
-/// it; the `.keep` files protect it until the refs point into it.
+/// it; the `.keep` files protect it until the refs point into it. The pack's index, for
+/// [`connected`].
 pub(super) fn ingest(
     repo: &crate::repo::Repository,
     objects: &gix_odb::Handle,
     reader: &mut dyn Read,
-) -> Result<Keeps, String> {
-    let q = receive(repo, objects, reader)?;
-    migrate(repo, q)
+) -> Result<(Keeps, Option<PackIndex>), String> {
+    let arrived = receive(repo, objects, reader)?;
+    Ok((migrate(repo, arrived.quarantine)?, arrived.index))
 }
 
 /// Ingest the pack read from `reader` into a new quarantine of `repo` (as [`ingest`]) and
@@ -38,7 +67,7 @@ pub(super) fn receive(
     repo: &crate::repo::Repository,
     objects: &gix_odb::Handle,
     reader: &mut dyn Read,
-) -> Result<ingest::Quarantine, String> {
+) -> Result<Arrived, String> {
     let q = ingest::Quarantine::create(&repo.objects_dir)
         .map_err(|e| format!("quarantine: {e}"))?
         .with_shared_repository(repo.config.ingest.shared_repository);
@@ -49,8 +78,12 @@ pub(super) fn receive(
         ..Default::default()
     };
     let mut input = BufReader::with_capacity(64 * 1024, reader);
-    ingest::receive_pack(&mut input, &q, objects, options).map_err(|e| format!("unpack: {e}"))?;
-    Ok(q)
+    let received = ingest::receive_pack(&mut input, &q, objects, options)
+        .map_err(|e| format!("unpack: {e}"))?;
+    Ok(Arrived {
+        quarantine: q,
+        index: received.index.map(|i| PackIndex(Arc::new(i))),
+    })
 }
 
 /// Move the quarantine's objects into `repo`; the `.keep` files protect a migrated pack until
@@ -137,41 +170,32 @@ pub(super) fn ensure_repository(dir: &Path, format: &Format) -> Result<(), Strin
     Ok(())
 }
 
-/// Whether every object reachable from `tips` is in the repository (with `quarantine`'s
-/// objects, if given) or reachable from its refs: git's connectivity check.
-pub(super) fn connected(dir: &Path, tips: &[gix_hash::ObjectId]) -> Result<(), String> {
+/// Whether every object reachable from `tips` is in `repo` (whose `objects` see the migrated
+/// pack): git's `rev-list --objects <tips> --not --all`, as the accepting node checks it
+/// (`objects::connectivity`): the walk goes through the objects of the pack `index` lists and
+/// stops at objects the repository had, which a checked push or git itself put there. Without
+/// an index (the objects were fetched and checked before) each tip must exist.
+pub(super) fn connected(
+    repo: &crate::repo::Repository,
+    objects: &gix_odb::Handle,
+    index: Option<&gix_pack::index::File>,
+    tips: &[gix_hash::ObjectId],
+) -> Result<(), String> {
     if tips.is_empty() {
         return Ok(());
     }
-    let mut cmd = std::process::Command::new("git");
-    cmd.arg("--git-dir")
-        .arg(dir)
-        .args([
-            "rev-list",
-            "--objects",
-            "--quiet",
-            "--stdin",
-            "--not",
-            "--all",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run git rev-list: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        use std::io::Write;
-        let list: String = tips.iter().map(|t| format!("{t}\n")).collect();
-        let _ = stdin.write_all(list.as_bytes());
+    let mut check = Check::new(objects, index, std::iter::empty())
+        .with_shallow(repo.shallow().into_iter().collect(), Default::default());
+    if check.prewalk(tips) {
+        return Ok(());
     }
-    let status = child
-        .wait()
-        .map_err(|e| format!("git rev-list failed: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err("missing necessary objects".into())
+    match tips
+        .iter()
+        .map(|t| check.tip(*t))
+        .find(|s| matches!(s, Status::Missing(_)))
+    {
+        Some(_) => Err("missing necessary objects".into()),
+        None => Ok(()),
     }
 }
 

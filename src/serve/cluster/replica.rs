@@ -43,7 +43,8 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
-use super::objects::{Keeps, connected, migrate};
+use super::incoming::Claimed;
+use super::objects::{Keeps, PackIndex, connected, migrate};
 use super::{Cluster, applied_seq, log, repo_dir};
 use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
 use crate::serve::{Escaped, Server};
@@ -292,20 +293,20 @@ impl Job {
             Err(e) => return fail(ready, e.to_string()),
         };
         // The pack arrived (or is arriving) on its own stream, already checked.
-        let keeps = match &h.stream {
+        let (keeps, index) = match &h.stream {
             Some(id) => match cluster.streams.claim(id, &h.repo) {
-                Ok(Some(q)) => match migrate(&repo, q) {
-                    Ok(k) => k,
+                Ok(Claimed::Arrived(a)) => match migrate(&repo, a.quarantine) {
+                    Ok(k) => (k, a.index),
                     Err(e) => return fail(ready, e),
                 },
                 // An earlier batch of the push migrated it.
-                Ok(None) => Keeps(Vec::new()),
+                Ok(Claimed::Migrated(index)) => (Keeps(Vec::new()), index),
                 Err(e) => return fail(ready, e),
             },
-            None => Keeps(Vec::new()),
+            None => (Keeps(Vec::new()), None),
         };
         let tips: Vec<gix_hash::ObjectId> = h.updates.iter().filter_map(new_of).collect();
-        if let Err(e) = connected(&dir, &tips) {
+        if let Err(e) = connected(&repo, &objects, index.as_ref().map(PackIndex::file), &tips) {
             return fail(ready, e);
         }
         let store = refs::of_repository(&repo);

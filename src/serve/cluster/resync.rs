@@ -289,8 +289,8 @@ fn install(
     if applied_seq(dir) >= snap.seq && snap.seq > 0 {
         return Ok(None);
     }
-    // Every object of the snapshot here (fetched now, or there before).
-    connected(dir, &tips)?;
+    // Every object of the snapshot here (fetched now and checked then, or there before).
+    connected(&repo, &objects, None, &tips)?;
     let store = refs::of_repository(&repo);
     let current = store.snapshot().map_err(|e| e.to_string())?;
     let mut updates = Vec::new();
