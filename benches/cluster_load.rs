@@ -50,8 +50,9 @@
 
 mod support;
 
-#[path = "../src/cli/bench.rs"]
-#[allow(dead_code)]
+#[path = "../src/cli/bench/mod.rs"]
+// The unit tests' imports are unused without the test harness.
+#[allow(dead_code, unused_imports)]
 mod bench;
 
 use std::collections::BTreeMap;
@@ -422,12 +423,12 @@ fn state(dir: &Path) -> State {
 /// The report in a side-band answer must say `unpack ok` and `ok` for every one of `refs`,
 /// and nothing else.
 fn expect_ok(answer: &[u8], refs: &[&str]) -> Result<(), String> {
-    let report: Vec<u8> = bench::pkt_lines(answer)
+    let report: Vec<u8> = bench::run::pkt_lines(answer)
         .into_iter()
         .filter(|p| p.first() == Some(&1))
         .flat_map(|p| p[1..].to_vec())
         .collect();
-    let lines: Vec<String> = bench::pkt_lines(&report)
+    let lines: Vec<String> = bench::run::pkt_lines(&report)
         .into_iter()
         .map(|l| String::from_utf8_lossy(l).trim_end().to_owned())
         .collect();
@@ -534,9 +535,9 @@ fn many_refs_setup(dir: &Path, refs: usize) -> ManyRefs {
     let commit = support::commits(&gen_dir, 1, support::Shape::EmptyTrees)[0].to_string();
     let seed_pack = support::pack(&gen_dir, "refs/heads/main");
     let caps = http::CAPABILITIES;
-    let empty = bench::empty_pack(gix_hash::Kind::Sha1);
+    let empty = bench::run::empty_pack(gix_hash::Kind::Sha1);
     let (request, expected) =
-        bench::request(std::slice::from_ref(&commit), refs, caps, ZERO, &empty);
+        bench::run::request(std::slice::from_ref(&commit), refs, caps, ZERO, &empty);
     ManyRefs {
         request,
         expected,

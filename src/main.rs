@@ -1,6 +1,6 @@
 //! The `berth` command line: argument parsing only; the work is in the library.
 
-#[path = "cli/bench.rs"]
+#[path = "cli/bench/mod.rs"]
 mod bench;
 #[path = "cli/receive_pack_args.rs"]
 mod receive_pack_args;
@@ -34,54 +34,7 @@ enum Cmd {
 #[derive(Subcommand)]
 enum BenchCmd {
     /// N ref creations in one push, exactly as `git push` sends them, fed to each receiver.
-    ManyRefs(ManyRefsArgs),
-}
-
-#[derive(clap::Args)]
-struct ManyRefsArgs {
-    /// How many refs the push creates.
-    #[arg(long, default_value_t = 10_000)]
-    refs: usize,
-    /// How many distinct commits the refs point at (round-robin).
-    #[arg(long, default_value_t = 1)]
-    commits: usize,
-    /// Timed runs per receiver.
-    #[arg(long, default_value_t = 7)]
-    runs: usize,
-    /// The target repository's ref storage.
-    #[arg(long, value_enum, default_value = "files")]
-    ref_format: bench::RefFormat,
-    /// The object format of the repositories.
-    #[arg(long, value_enum, default_value = "sha1")]
-    object_format: bench::ObjectFormat,
-    /// Ask for side-band-64k.
-    #[arg(long)]
-    sideband: bool,
-    /// The report-status version.
-    #[arg(long, value_enum, default_value = "v2")]
-    report: bench::Report,
-    /// Push atomically.
-    #[arg(long)]
-    atomic: bool,
-    /// Install an `update` hook in the target (and time spawning it N times).
-    #[arg(long)]
-    update_hook: bool,
-    /// Where the objects come from: already on the server, or in the pushed pack.
-    #[arg(long, value_enum, default_value = "server")]
-    objects: bench::Scenario,
-    /// A receiver command, run as `<command> --stateless-rpc <repo>` (repeat; default:
-    /// `git receive-pack` and this berth).
-    #[arg(long = "receiver")]
-    receivers: Vec<String>,
-    /// Print the results as JSON on stdout instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Do not build and run the floor program (`benches/floor.c`).
-    #[arg(long)]
-    no_floor: bool,
-    /// Build the repositories under this directory (default: $TMPDIR).
-    #[arg(long)]
-    workdir: Option<std::path::PathBuf>,
+    ManyRefs(Box<bench::ManyRefsArgs>),
 }
 
 #[cfg(feature = "serve")]
@@ -356,7 +309,7 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => serve(*a),
         #[cfg(feature = "serve")]
         Cmd::Passwd(a) => passwd(a),
-        Cmd::Bench(BenchCmd::ManyRefs(a)) => bench_many_refs(a),
+        Cmd::Bench(BenchCmd::ManyRefs(a)) => bench::many_refs_main(*a),
     }
 }
 
@@ -399,52 +352,6 @@ fn init_logging(serving: Option<LogFormat>) {
     #[cfg(not(feature = "serve"))]
     let phases: Option<tracing_subscriber::layer::Identity> = None;
     tracing_subscriber::registry().with(log).with(phases).init();
-}
-
-fn bench_many_refs(a: ManyRefsArgs) -> ExitCode {
-    let mut receivers = a.receivers;
-    if receivers.is_empty() {
-        let me = std::env::current_exe()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| "berth".into());
-        receivers = vec![
-            "git receive-pack".into(),
-            format!("'{}' receive-pack", me.replace('\'', "'\\''")),
-        ];
-    }
-    let options = bench::Options {
-        refs: a.refs,
-        commits: a.commits,
-        runs: a.runs,
-        ref_format: a.ref_format,
-        object_format: a.object_format,
-        sideband: a.sideband,
-        report: a.report,
-        atomic: a.atomic,
-        update_hook: a.update_hook,
-        objects: a.objects,
-        receivers,
-        workdir: a.workdir,
-        floor: !a.no_floor,
-    };
-    match bench::many_refs(&options, &mut std::io::stderr()) {
-        Ok(r) => {
-            if a.json {
-                println!("{}", r.json());
-            } else {
-                print!("{}", r.table());
-            }
-            if r.all_ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Err(e) => {
-            eprintln!("berth bench: {e}");
-            ExitCode::from(2)
-        }
-    }
 }
 
 #[cfg(feature = "serve")]

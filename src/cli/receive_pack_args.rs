@@ -79,8 +79,26 @@ fn exit(stdout: &str, stderr: String, code: u8) -> Parsed {
     }
 }
 
-fn show_usage(stderr: String) -> Parsed {
-    exit(USAGE, stderr, 129)
+/// Why the usage is printed on stdout, which decides the exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Usage {
+    /// `-h`, `--help`, `--help-all`: the user asked; git master exits 0.
+    Asked,
+    /// After an `error:` (an ambiguous option): exit 129.
+    AfterError,
+}
+
+impl Usage {
+    fn code(self) -> u8 {
+        match self {
+            Usage::Asked => 0,
+            Usage::AfterError => 129,
+        }
+    }
+}
+
+fn show_usage(why: Usage, stderr: String) -> Parsed {
+    exit(USAGE, stderr, why.code())
 }
 
 fn error_only(msg: String) -> Parsed {
@@ -181,14 +199,17 @@ fn parse_long(a: &mut Args, quiet: &mut u32, arg: &[u8], disallow_abbreviated: b
     }
     if let (Some((amb, amb_unset)), Some((abb, abb_unset))) = (ambiguous, abbrev) {
         let no = |u: bool| if u { "no-" } else { "" };
-        return Long::Exit(show_usage(format!(
-            "error: ambiguous option: {} (could be --{}{} or --{}{})\n",
-            String::from_utf8_lossy(arg),
-            no(amb_unset),
-            OPTIONS[amb].0,
-            no(abb_unset),
-            OPTIONS[abb].0
-        )));
+        return Long::Exit(show_usage(
+            Usage::AfterError,
+            format!(
+                "error: ambiguous option: {} (could be --{}{} or --{}{})\n",
+                String::from_utf8_lossy(arg),
+                no(amb_unset),
+                OPTIONS[amb].0,
+                no(abb_unset),
+                OPTIONS[abb].0
+            ),
+        ));
     }
     if let Some((opt, unset)) = abbrev {
         let value = (arg_end < arg.len()).then(|| &arg[arg_end + 1..]);
@@ -298,7 +319,7 @@ pub fn parse(args: &[OsString], disallow_abbreviated: Option<&str>) -> Parsed {
                     return p;
                 }
                 if arg[pos] == b'h' {
-                    return show_usage(String::new());
+                    return show_usage(Usage::Asked, String::new());
                 }
                 unknown = (arg.to_vec(), pos);
             } else {
@@ -317,7 +338,7 @@ pub fn parse(args: &[OsString], disallow_abbreviated: Option<&str>) -> Parsed {
                         continue;
                     }
                     if arg[pos] == b'h' {
-                        return show_usage(String::new());
+                        return show_usage(Usage::Asked, String::new());
                     }
                     // git reports the rest of the cluster as if it were its own argument.
                     let mut faked = vec![b'-'];
@@ -336,10 +357,10 @@ pub fn parse(args: &[OsString], disallow_abbreviated: Option<&str>) -> Parsed {
                 break;
             }
             if arg == b"--help-all" {
-                return exit(USAGE_ALL, String::new(), 129);
+                return exit(USAGE_ALL, String::new(), Usage::Asked.code());
             }
             if arg == b"--help" {
-                return show_usage(String::new());
+                return show_usage(Usage::Asked, String::new());
             }
             if arg == b"--skip-connectivity-check" {
                 a.skip_connectivity_check = true;
@@ -406,6 +427,37 @@ mod tests {
             panic!()
         };
         assert_eq!(a.directory, "-h");
+    }
+
+    #[test]
+    fn help_asked_for_exits_0_on_stdout_errors_129() {
+        for args in [
+            &["-h"][..],
+            &["-qh"],
+            &["x", "-h"],
+            &["--help"],
+            &["--help-all"],
+        ] {
+            let Parsed::Exit {
+                stdout,
+                stderr,
+                code,
+            } = run(args)
+            else {
+                panic!("{args:?}")
+            };
+            assert!(stdout.starts_with("usage: git receive-pack"), "{args:?}");
+            assert_eq!((stderr.as_str(), code), ("", 0), "{args:?}");
+        }
+        // The usage after an error still exits 129.
+        let Parsed::Exit { stdout, code, .. } = run(&["--no"]) else {
+            panic!()
+        };
+        assert_eq!((stdout.as_str(), code), (USAGE, 129));
+        let Parsed::Exit { code, .. } = run(&["--bogus"]) else {
+            panic!()
+        };
+        assert_eq!(code, 129);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `berth bench many-refs`: both receivers and the floor program verified and timed, taking
-//! turns, and a receiver that drops refs reported as failed.
+//! turns, a receiver that drops refs reported as failed, and a sweep of cases written as JSON,
+//! CSV, markdown and an SVG plot.
 
 use std::process::Command;
 
@@ -21,27 +22,27 @@ fn bench(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn both_receivers_succeed_with_a_ratio() {
-    let out = bench(&["--refs", "200", "--runs", "2", "--json"]);
+    let out = bench(&["--refs", "200", "--runs", "2", "--warmup", "1", "--json"]);
     let json = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "{json}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(json.starts_with("{\"refs\":200,"), "{json}");
-    // git, berth, and the floor program (this machine has cc: it builds berth).
-    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
     assert!(
-        json.contains("{\"command\":\"floor (C, packed-refs)\",\"ok\":true"),
+        json.starts_with("{\"runs\":2,\"warmup\":1,\"cases\":[{\"refs\":200,"),
         "{json}"
     );
-    let floor = json.split("\"command\":").nth(3).unwrap();
+    // git, berth, and the floor program (this machine has cc: it builds berth).
+    assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
+    assert!(json.contains("{\"name\":\"floor\",\"ok\":true"), "{json}");
+    let floor = json.split("\"name\":").nth(3).unwrap();
     assert!(floor.contains("\"floor_ratio\":1.0000"), "{json}");
-    assert!(json.contains("\"command\":\"git receive-pack\""), "{json}");
-    assert!(json.contains("receive-pack\",\"ok\":true"), "{json}");
+    assert!(json.contains("\"name\":\"git\",\"ok\":true"), "{json}");
+    assert!(json.contains("\"name\":\"berth\",\"ok\":true"), "{json}");
     assert!(json.contains("\"ratio\":1.0000"), "{json}");
     // The second receiver's ratio is a number, not null.
-    let second = json.split("\"command\":").nth(2).unwrap();
+    let second = json.split("\"name\":").nth(2).unwrap();
     assert!(!second.contains("\"ratio\":null"), "{json}");
     assert_eq!(
         second
@@ -63,6 +64,13 @@ fn both_receivers_succeed_with_a_ratio() {
         .filter_map(|l| l.rsplit_once(": run ").map(|(_, n)| n))
         .collect();
     assert_eq!(runs, ["1/2", "1/2", "1/2", "2/2", "2/2", "2/2"], "{stderr}");
+    // A warm-up run of each first, verified but not timed.
+    let first_run = stderr.find(": run 1/2").unwrap();
+    assert_eq!(
+        stderr[..first_run].matches(": warm-up 1/1").count(),
+        3,
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -74,6 +82,8 @@ fn table_with_sideband_v1_atomic_and_objects_in_the_pack() {
         "30",
         "--runs",
         "1",
+        "--warmup",
+        "0",
         "--sideband",
         "--report",
         "v1",
@@ -94,12 +104,12 @@ fn table_with_sideband_v1_atomic_and_objects_in_the_pack() {
     assert!(
         table
             .lines()
-            .any(|l| l.starts_with("git receive-pack") && l.contains(" 1.000x ")),
+            .any(|l| l.starts_with("git ") && l.contains(" 1.000 ± 0.000 ")),
         "{table}"
     );
     assert!(!table.contains("FAILED"), "{table}");
     // Not a push the floor program handles (objects in the pack, atomic): it does not run.
-    assert!(!table.contains("floor (C"), "{table}");
+    assert!(!table.lines().any(|l| l.starts_with("floor ")), "{table}");
 }
 
 #[test]
@@ -124,7 +134,7 @@ fn a_receiver_that_drops_refs_is_reported_failed() {
         "--receiver",
         "git receive-pack",
         "--receiver",
-        script.to_str().unwrap(),
+        &format!("dropper={}", script.display()),
     ]);
     let json = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{json}");
@@ -137,6 +147,15 @@ fn a_receiver_that_drops_refs_is_reported_failed() {
     assert!(
         json.contains("\"median_ms\":null"),
         "a failed receiver is not timed: {json}"
+    );
+    // A bare command is named by itself, a NAME=COMMAND by its name.
+    assert!(
+        json.contains("{\"name\":\"git receive-pack\",\"ok\":true"),
+        "{json}"
+    );
+    assert!(
+        json.contains("{\"name\":\"dropper\",\"ok\":false"),
+        "{json}"
     );
 }
 
@@ -160,4 +179,184 @@ fn reftable_targets_verified_for_both_receivers() {
     assert!(json.contains("\"ref_format\":\"reftable\""), "{json}");
     // The floor too (its report checked; it writes packed-refs, not tables).
     assert_eq!(json.matches("\"ok\":true").count(), 3, "{json}");
+}
+
+/// A tiny XML well-formedness check: every tag closed in order, attributes quoted, one root.
+fn well_formed(xml: &str) -> Result<usize, String> {
+    let mut stack: Vec<&str> = Vec::new();
+    let mut elements = 0;
+    let mut rest = xml;
+    let mut roots = 0;
+    while let Some(start) = rest.find('<') {
+        if stack.is_empty() && !rest[..start].trim().is_empty() {
+            return Err(format!("text outside the root: {:?}", &rest[..start]));
+        }
+        rest = &rest[start..];
+        let end = rest.find('>').ok_or("unclosed tag")?;
+        let tag = &rest[1..end];
+        rest = &rest[end + 1..];
+        if tag.starts_with('?') || tag.starts_with('!') {
+            continue;
+        }
+        if !tag.matches('"').count().is_multiple_of(2) {
+            return Err(format!("unbalanced quotes in <{tag}>"));
+        }
+        if let Some(name) = tag.strip_prefix('/') {
+            match stack.pop() {
+                Some(open) if open == name.trim() => {}
+                other => return Err(format!("</{name}> closes {other:?}")),
+            }
+            continue;
+        }
+        let name = tag.split([' ', '/', '\n']).next().unwrap_or("");
+        if name.is_empty() {
+            return Err(format!("empty tag name in <{tag}>"));
+        }
+        elements += 1;
+        if stack.is_empty() {
+            roots += 1;
+        }
+        if !tag.ends_with('/') {
+            stack.push(name);
+        }
+    }
+    if !stack.is_empty() || roots != 1 || !rest.trim().is_empty() {
+        return Err(format!("open at the end: {stack:?}, {roots} roots"));
+    }
+    Ok(elements)
+}
+
+/// Two ref counts × two formats × two named receivers, the second the baseline: the JSON has
+/// every case with every receiver verified, CSV and markdown a row per case and receiver, and
+/// the SVG is well-formed XML with one line per receiver and format.
+#[test]
+fn a_sweep_over_refs_and_formats_in_every_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let me = format!("'{}' receive-pack", berth());
+    let sweep = |format: &str, plot: Option<&std::path::Path>| {
+        let mut args: Vec<String> = [
+            "--refs",
+            "100,300",
+            "--ref-format",
+            "files,reftable",
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--no-floor",
+            "--receiver",
+            "git-installed=git receive-pack",
+            "--receiver",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.push(format!("mine={me}"));
+        args.extend(["--baseline".into(), "mine".into(), format.into()]);
+        if let Some(p) = plot {
+            args.push("--plot".into());
+            args.push(p.display().to_string());
+        }
+        let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let out = bench(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        (stdout, stderr)
+    };
+    let svg = tmp.path().join("sweep.svg");
+    let (json, stderr) = sweep("--json", Some(&svg));
+    for (i, case) in ["1/4", "2/4", "3/4", "4/4"].iter().enumerate() {
+        assert!(
+            stderr.contains(&format!("bench: case {case}: ")),
+            "case {i}: {stderr}"
+        );
+    }
+    let cases: Vec<&str> = json.split("{\"refs\":").skip(1).collect();
+    assert_eq!(cases.len(), 4, "{json}");
+    let mut seen = Vec::new();
+    for c in &cases {
+        let refs = c.split(',').next().unwrap();
+        let format = c
+            .split("\"ref_format\":\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        seen.push(format!("{refs} {format}"));
+        // The baseline first, both verified, two timed runs each.
+        assert!(
+            c.contains("\"receivers\":[{\"name\":\"mine\",\"ok\":true")
+                && c.contains("{\"name\":\"git-installed\",\"ok\":true"),
+            "{c}"
+        );
+        assert!(c.contains("\"ratio\":1.0000,\"ratio_sd\":"), "{c}");
+        assert_eq!(c.matches("\"times_ms\":[").count(), 2, "{c}");
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        ["100 files", "100 reftable", "300 files", "300 reftable"]
+    );
+
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    well_formed(&svg).unwrap_or_else(|e| panic!("{e}\n{svg}"));
+    assert!(svg.starts_with("<svg"), "{svg}");
+    for label in [
+        "mine, files",
+        "mine, reftable",
+        "git-installed, files",
+        "git-installed, reftable",
+    ] {
+        assert_eq!(
+            svg.matches(&format!("\n{label}\n")).count(),
+            1,
+            "{label}: {svg}"
+        );
+    }
+    // One line per series (and its legend swatch), each in its own colour.
+    let series: std::collections::BTreeSet<&str> = svg
+        .split("<polyline ")
+        .skip(1)
+        .filter(|p| p.contains("stroke-width=\"2\""))
+        .filter_map(|p| p.split("stroke=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(series.len(), 4, "{svg}");
+
+    let (csv, _) = sweep("--csv", None);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].starts_with("refs,commits,ref_format,"), "{csv}");
+    assert_eq!(lines.len(), 1 + 4 * 2, "{csv}");
+    assert_eq!(
+        lines.iter().filter(|l| l.contains(",mine,true,")).count(),
+        4,
+        "{csv}"
+    );
+
+    let (md, _) = sweep("--markdown", None);
+    let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| ")).collect();
+    assert_eq!(rows.len(), 1 + 4 * 2, "{md}");
+    assert!(
+        rows[0].starts_with("| refs | ref_format | receiver |"),
+        "{md}"
+    );
+}
+
+#[test]
+fn an_unknown_baseline_is_a_usage_error() {
+    let out = bench(&[
+        "--refs",
+        "10",
+        "--baseline",
+        "nope",
+        "--receiver",
+        "a=git receive-pack",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--baseline nope: no receiver has that name (they are: a)"),
+        "{stderr}"
+    );
 }

@@ -1,0 +1,518 @@
+//! What a sweep's results look like: each case's receivers summarised (mean ± σ, median,
+//! min … max, outliers, the ratio to the baseline and to the floor, each with its σ) and the
+//! noise verdict, written as the terminal table, JSON, CSV or a markdown table.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::run::{self, FLOOR, Failure};
+use super::stats::{self, Noise, Ratio, Summary};
+use super::sweep;
+
+/// One receiver's line of a case.
+#[derive(Debug, Clone)]
+pub struct Row<'a> {
+    /// The receiver.
+    pub name: &'a str,
+    /// Its timed runs, in ms, when it passed.
+    pub summary: Option<Summary>,
+    /// Its mean over the baseline's.
+    pub ratio: Option<Ratio>,
+    /// Its mean over the floor's, when the floor ran.
+    pub floor_ratio: Option<Ratio>,
+    /// Why it failed.
+    pub failure: Option<&'a Failure>,
+    /// Its runs in ms.
+    pub times: Vec<f64>,
+}
+
+/// One case's lines and verdict.
+#[derive(Debug, Clone)]
+pub struct CaseView<'a> {
+    /// One per receiver, the baseline first.
+    pub rows: Vec<Row<'a>>,
+    /// Spawning the hook N times, in ms.
+    pub hook_spawn: Option<Summary>,
+    /// Whether the machine was quiet enough.
+    pub noise: Noise,
+}
+
+fn ms(d: &Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The summaries, ratios and verdict of one case (the baseline is its first receiver).
+pub fn view(outcome: &run::Outcome, noisy_cv: f64) -> CaseView<'_> {
+    let summaries: Vec<Option<Summary>> = outcome
+        .receivers
+        .iter()
+        .map(|r| {
+            if r.failure.is_some() {
+                None
+            } else {
+                stats::summarize(&r.times.iter().map(ms).collect::<Vec<_>>())
+            }
+        })
+        .collect();
+    let base = summaries.first().cloned().flatten();
+    let floor = outcome
+        .receivers
+        .iter()
+        .position(|r| r.name == FLOOR)
+        .and_then(|i| summaries[i].clone());
+    let rows = outcome
+        .receivers
+        .iter()
+        .zip(&summaries)
+        .map(|(r, s)| Row {
+            name: &r.name,
+            summary: s.clone(),
+            ratio: s
+                .as_ref()
+                .zip(base.as_ref())
+                .and_then(|(s, b)| stats::ratio(s, b)),
+            floor_ratio: s
+                .as_ref()
+                .zip(floor.as_ref())
+                .and_then(|(s, f)| stats::ratio(s, f)),
+            failure: r.failure.as_ref(),
+            times: r.times.iter().map(ms).collect(),
+        })
+        .collect();
+    CaseView {
+        rows,
+        hook_spawn: stats::summarize(&outcome.hook_spawn.iter().map(ms).collect::<Vec<_>>()),
+        noise: stats::noise(floor.as_ref(), base.as_ref(), noisy_cv),
+    }
+}
+
+/// The warning to print for a noisy case, if it is one.
+pub fn noise_warning(noise: &Noise, threshold: f64) -> Option<String> {
+    match noise {
+        Noise::Noisy { gauge, cv } => Some(format!(
+            "WARNING: the machine is too noisy for these figures: the {}'s runs vary by {:.1} % \
+             (σ/mean, above {:.0} %); differences smaller than that are noise. Quiet the machine \
+             or add --runs.",
+            match gauge {
+                stats::Gauge::Floor => "floor",
+                stats::Gauge::Baseline => "baseline",
+            },
+            cv * 100.0,
+            threshold * 100.0
+        )),
+        Noise::Quiet { .. } | Noise::Unknown => None,
+    }
+}
+
+fn ratio_text(r: Option<Ratio>) -> String {
+    r.map_or("-".to_owned(), |r| format!("{:.3} ± {:.3}", r.value, r.sd))
+}
+
+/// The terminal table: per case its title, one line per receiver, the hook's cost, a warning.
+pub fn table(o: &sweep::Outcome, noisy_cv: f64) -> String {
+    let mut out = String::new();
+    let of = o.cases.len();
+    for (i, c) in o.cases.iter().enumerate() {
+        let v = view(c, noisy_cv);
+        if i > 0 {
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "{}{}; {} runs each after {} warm-up",
+            if of > 1 {
+                format!("[{}/{of}] ", i + 1)
+            } else {
+                String::new()
+            },
+            c.case.title(),
+            o.runs,
+            o.warmup
+        );
+        let width = v
+            .rows
+            .iter()
+            .map(|r| r.name.len())
+            .max()
+            .unwrap_or(8)
+            .max(8);
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>21} {:>10} {:>23} {:>16} {:>16}",
+            "receiver", "mean ± σ", "median", "min … max", "ratio", "x floor"
+        );
+        for r in &v.rows {
+            match (&r.summary, r.failure) {
+                (Some(s), None) => {
+                    let _ = writeln!(
+                        out,
+                        "{:<width$}  {:>21} {:>10} {:>23} {:>16} {:>16}{}",
+                        r.name,
+                        format!("{:.1} ± {:.1} ms", s.mean, s.sd),
+                        format!("{:.1} ms", s.median),
+                        format!("{:.1} … {:.1} ms", s.min, s.max),
+                        ratio_text(r.ratio),
+                        ratio_text(r.floor_ratio),
+                        if s.outliers.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                "  ({} outlier{})",
+                                s.outliers.len(),
+                                if s.outliers.len() == 1 { "" } else { "s" }
+                            )
+                        }
+                    );
+                }
+                (_, f) => {
+                    let _ = writeln!(
+                        out,
+                        "{:<width$}  FAILED: {}",
+                        r.name,
+                        f.map_or("no runs".to_owned(), |f| f.to_string())
+                    );
+                }
+            }
+        }
+        if let Some(h) = &v.hook_spawn {
+            let _ = writeln!(
+                out,
+                "spawning the update hook {} times in a row: {:.1} ± {:.1} ms",
+                c.case.refs, h.mean, h.sd
+            );
+            for r in &v.rows {
+                if let Some(s) = &r.summary {
+                    let over = (s.mean / h.mean - 1.0) * 100.0;
+                    let _ = writeln!(out, "  {}: {over:+.1} % over spawning", r.name);
+                }
+            }
+        }
+        if let Some(w) = noise_warning(&v.noise, noisy_cv) {
+            let _ = writeln!(out, "{w}");
+        }
+    }
+    out
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn num(x: Option<f64>, places: usize) -> String {
+    x.map_or("null".to_owned(), |x| format!("{x:.places$}"))
+}
+
+/// The results as JSON: `{"runs","warmup","cases":[{<case fields>,"noise",...,"receivers":[…]}]}`.
+pub fn json(o: &sweep::Outcome, noisy_cv: f64) -> String {
+    let mut out = format!("{{\"runs\":{},\"warmup\":{},\"cases\":[", o.runs, o.warmup);
+    for (i, c) in o.cases.iter().enumerate() {
+        let v = view(c, noisy_cv);
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('{');
+        for (k, val) in c.case.fields() {
+            let val = match val.parse::<usize>() {
+                Ok(n) => n.to_string(),
+                Err(_) => json_string(&val),
+            };
+            let _ = write!(out, "\"{k}\":{val},");
+        }
+        let (noise, cv) = match v.noise {
+            Noise::Quiet { cv, .. } => ("quiet", Some(cv)),
+            Noise::Noisy { cv, .. } => ("noisy", Some(cv)),
+            Noise::Unknown => ("unknown", None),
+        };
+        let _ = write!(
+            out,
+            "\"noise\":\"{noise}\",\"noise_cv\":{},\"hook_spawn_ms\":{},\"receivers\":[",
+            num(cv, 4),
+            num(v.hook_spawn.as_ref().map(|h| h.mean), 3)
+        );
+        for (j, r) in v.rows.iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            let s = r.summary.as_ref();
+            let times: Vec<String> = r.times.iter().map(|t| format!("{t:.3}")).collect();
+            let _ = write!(
+                out,
+                "{{\"name\":{},\"ok\":{},\"error\":{},\"mean_ms\":{},\"sd_ms\":{},\"median_ms\":{},\
+                 \"min_ms\":{},\"max_ms\":{},\"outliers\":{},\"ratio\":{},\"ratio_sd\":{},\
+                 \"floor_ratio\":{},\"floor_ratio_sd\":{},\"times_ms\":[{}]}}",
+                json_string(r.name),
+                r.failure.is_none(),
+                r.failure
+                    .map_or("null".to_owned(), |f| json_string(&f.to_string())),
+                num(s.map(|s| s.mean), 3),
+                num(s.map(|s| s.sd), 3),
+                num(s.map(|s| s.median), 3),
+                num(s.map(|s| s.min), 3),
+                num(s.map(|s| s.max), 3),
+                s.map_or("[]".to_owned(), |s| format!("{:?}", s.outliers)),
+                num(r.ratio.map(|x| x.value), 4),
+                num(r.ratio.map(|x| x.sd), 4),
+                num(r.floor_ratio.map(|x| x.value), 4),
+                num(r.floor_ratio.map(|x| x.sd), 4),
+                times.join(",")
+            );
+        }
+        out.push_str("]}");
+    }
+    out.push_str("]}");
+    out
+}
+
+const COLUMNS: [&str; 11] = [
+    "receiver",
+    "ok",
+    "mean_ms",
+    "sd_ms",
+    "median_ms",
+    "min_ms",
+    "max_ms",
+    "outliers",
+    "ratio",
+    "ratio_sd",
+    "noise",
+];
+
+/// One line per case × receiver: the case's fields, then [`COLUMNS`].
+fn records(o: &sweep::Outcome, noisy_cv: f64) -> (Vec<&'static str>, Vec<Vec<String>>) {
+    let mut header: Vec<&'static str> = Vec::new();
+    let mut lines = Vec::new();
+    for c in &o.cases {
+        let v = view(c, noisy_cv);
+        let fields = c.case.fields();
+        if header.is_empty() {
+            header = fields.iter().map(|(k, _)| *k).chain(COLUMNS).collect();
+        }
+        let noise = match v.noise {
+            Noise::Quiet { .. } => "quiet",
+            Noise::Noisy { .. } => "noisy",
+            Noise::Unknown => "unknown",
+        };
+        for r in &v.rows {
+            let s = r.summary.as_ref();
+            let f = |x: Option<f64>, p: usize| x.map_or(String::new(), |x| format!("{x:.p$}"));
+            let mut line: Vec<String> = fields.iter().map(|(_, v)| v.clone()).collect();
+            line.extend([
+                r.name.to_owned(),
+                r.failure.is_none().to_string(),
+                f(s.map(|s| s.mean), 3),
+                f(s.map(|s| s.sd), 3),
+                f(s.map(|s| s.median), 3),
+                f(s.map(|s| s.min), 3),
+                f(s.map(|s| s.max), 3),
+                s.map_or(String::new(), |s| s.outliers.len().to_string()),
+                f(r.ratio.map(|x| x.value), 4),
+                f(r.ratio.map(|x| x.sd), 4),
+                noise.to_owned(),
+            ]);
+            lines.push(line);
+        }
+    }
+    (header, lines)
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+/// The results as CSV: a header, then one line per case × receiver.
+pub fn csv(o: &sweep::Outcome, noisy_cv: f64) -> String {
+    let (header, lines) = records(o, noisy_cv);
+    let mut out = header.join(",");
+    out.push('\n');
+    for l in lines {
+        out.push_str(&l.iter().map(|f| csv_field(f)).collect::<Vec<_>>().join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// The results as a markdown table for a PR or a mailing-list post: one row per case ×
+/// receiver, the columns that vary across the cases, mean ± σ, median, range and ratio.
+pub fn markdown(o: &sweep::Outcome, noisy_cv: f64) -> String {
+    let all: Vec<_> = o.cases.iter().map(|c| c.case.fields()).collect();
+    // The case's columns whose value differs between cases (refs always).
+    let varying: Vec<usize> = (0..all.first().map_or(0, |f| f.len()))
+        .filter(|&k| k == 0 || all.iter().any(|f| f[k].1 != all[0][k].1))
+        .collect();
+    let mut out = String::new();
+    let names: Vec<&str> = varying.iter().map(|&k| all[0][k].0).collect();
+    let _ = writeln!(
+        out,
+        "| {} | receiver | mean ± σ (ms) | median (ms) | min … max (ms) | ratio |",
+        names.join(" | ")
+    );
+    let _ = writeln!(out, "|{}", "---|".repeat(names.len() + 5));
+    let mut noisy = 0;
+    for (c, fields) in o.cases.iter().zip(&all) {
+        let v = view(c, noisy_cv);
+        if matches!(v.noise, Noise::Noisy { .. }) {
+            noisy += 1;
+        }
+        let case: Vec<&str> = varying.iter().map(|&k| fields[k].1.as_str()).collect();
+        for r in &v.rows {
+            let cells = match (&r.summary, r.failure) {
+                (Some(s), None) => format!(
+                    "{:.1} ± {:.1} | {:.1} | {:.1} … {:.1} | {}",
+                    s.mean,
+                    s.sd,
+                    s.median,
+                    s.min,
+                    s.max,
+                    ratio_text(r.ratio)
+                ),
+                (_, f) => format!(
+                    "FAILED: {} | | | ",
+                    f.map_or("no runs".to_owned(), |f| f.to_string())
+                        .replace('|', "\\|")
+                ),
+            };
+            let _ = writeln!(out, "| {} | {} | {cells} |", case.join(" | "), r.name);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n{} runs per receiver after {} warm-up; ratio: mean over the first receiver's, ± σ.",
+        o.runs, o.warmup
+    );
+    if noisy > 0 {
+        let _ = writeln!(
+            out,
+            "**Noisy:** in {noisy} of {} cases the gauge's runs varied by more than {:.0} %.",
+            o.cases.len(),
+            noisy_cv * 100.0
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::case::{Case, ObjectFormat, RefFormat, Report, Scenario, Switch};
+
+    fn case(refs: usize, ref_format: RefFormat) -> Case {
+        Case {
+            refs,
+            commits: 1,
+            ref_format,
+            object_format: ObjectFormat::Sha1,
+            sideband: Switch::Off,
+            report: Report::V2,
+            atomic: Switch::Off,
+            update_hook: Switch::Off,
+            objects: Scenario::Server,
+        }
+    }
+
+    fn measured(name: &str, ms: &[u64]) -> run::Measured {
+        run::Measured {
+            name: name.into(),
+            times: ms.iter().map(|&m| Duration::from_millis(m)).collect(),
+            failure: None,
+        }
+    }
+
+    fn outcome() -> sweep::Outcome {
+        let mut cases = Vec::new();
+        for f in [RefFormat::Files, RefFormat::Reftable] {
+            for refs in [100, 300] {
+                cases.push(run::Outcome {
+                    case: case(refs, f),
+                    receivers: vec![
+                        measured("git", &[10, 12, 11]),
+                        measured("berth", &[5, 6, 7]),
+                        measured(FLOOR, &[1, 1, 1]),
+                    ],
+                    hook_spawn: Vec::new(),
+                });
+            }
+        }
+        cases[3].receivers[1].failure = Some(Failure::RefMissing("refs/heads/b/0000007".into()));
+        cases[3].receivers[1].times.clear();
+        sweep::Outcome {
+            runs: 3,
+            warmup: 1,
+            cases,
+        }
+    }
+
+    #[test]
+    fn ratios_against_the_first_receiver_and_the_floor() {
+        let o = outcome();
+        let v = view(&o.cases[0], stats::NOISY_CV);
+        assert_eq!(v.rows[0].ratio.unwrap().value, 1.0);
+        assert!((v.rows[1].ratio.unwrap().value - 6.0 / 11.0).abs() < 1e-9);
+        assert!(v.rows[1].ratio.unwrap().sd > 0.0);
+        assert!((v.rows[0].floor_ratio.unwrap().value - 11.0).abs() < 1e-9);
+        assert!(matches!(
+            v.noise,
+            Noise::Quiet {
+                gauge: stats::Gauge::Floor,
+                ..
+            }
+        ));
+        let failed = view(&o.cases[3], stats::NOISY_CV);
+        assert!(failed.rows[1].summary.is_none() && failed.rows[1].ratio.is_none());
+    }
+
+    #[test]
+    fn csv_and_markdown_have_a_row_per_case_and_receiver() {
+        let o = outcome();
+        let csv = csv(&o, stats::NOISY_CV);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 1 + 4 * 3);
+        assert!(lines[0].starts_with("refs,commits,ref_format,"), "{csv}");
+        assert!(lines[1].starts_with("100,1,files,sha1,server,v2,off,off,off,git,true,11.000,"));
+        assert!(csv.contains(",berth,false,,"), "{csv}");
+        let md = markdown(&o, stats::NOISY_CV);
+        let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| ")).collect();
+        // The header and 12 rows; only refs and ref_format vary.
+        assert_eq!(rows.len(), 13, "{md}");
+        assert!(
+            rows[0].starts_with("| refs | ref_format | receiver |"),
+            "{md}"
+        );
+        assert!(
+            rows.iter()
+                .any(|r| r.starts_with("| 300 | reftable | berth | FAILED: ref"))
+        );
+    }
+
+    #[test]
+    fn noisy_machines_are_warned_about() {
+        let mut o = outcome();
+        o.cases[0].receivers[2] = measured(FLOOR, &[7, 96, 20]);
+        let t = table(&o, stats::NOISY_CV);
+        assert_eq!(
+            t.matches("WARNING: the machine is too noisy").count(),
+            1,
+            "{t}"
+        );
+        assert!(t.contains("floor's runs vary by"), "{t}");
+        assert!(json(&o, stats::NOISY_CV).contains("\"noise\":\"noisy\""));
+        assert!(markdown(&o, stats::NOISY_CV).contains("**Noisy:** in 1 of 4 cases"));
+    }
+}
