@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::json;
 
-use super::log::Winners;
+use super::decide::{self, AfterLost, Position, Quorum, Verdict, Winners};
 use super::objects::Format;
 use super::replica::{SECRET_HEADER, new_of};
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
@@ -38,10 +38,6 @@ const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
 const PREPARE_GRACE: Duration = Duration::from_secs(2);
 /// How long the commit point retries etcd before giving up (the push then fails, ambiguously).
 const COMMIT_RETRY: Duration = Duration::from_secs(15);
-/// How many times a push that lost the compare to pushes of other refs tries again (a round
-/// is one range read and one txn; with many pushes into one repository at once, each round
-/// may lose to another of them).
-const MAX_ROUNDS: u32 = 64;
 /// How long a committed entry waits for the entries before it to be applied here.
 pub(super) const APPLY_WAIT: Duration = Duration::from_secs(5);
 
@@ -127,15 +123,16 @@ impl Gate {
         let applied = applied_seq(&self.dir);
         let (seq, rev) = c.log_head(&self.name).await.map_err(unavailable)?;
         let txid = super::random_hex(16);
-        if applied != seq {
-            if applied < seq {
+        let position = decide::position(applied, seq);
+        if position != Position::Current {
+            if position == Position::Behind {
                 c.clone().spawn_catch_up(self.name.clone());
             }
             // Behind by entries of other refs only (their decisions on their way here): the
             // old values checked under this push's locks still hold, so it goes on at the head.
-            let missed = match applied < seq {
-                true => c.winners(&self.name, applied, seq, &txid, updates).await,
-                false => Err("ahead of the log".into()),
+            let missed = match position {
+                Position::Behind => c.winners(&self.name, applied, seq, &txid, updates).await,
+                _ => Err("ahead of the log".into()),
             };
             if !matches!(missed, Ok(Winners::Disjoint)) {
                 let text = format!(
@@ -222,20 +219,16 @@ impl Gate {
                 )),
                 Err(e) => refused.push(format!("{}: {e}", peer.name)),
             }
-            if grace.is_none() && 1 + prepared.len() >= need {
+            if grace.is_none() && decide::quorum(prepared.len(), need) == Quorum::Met {
                 grace = Some(Box::pin(tokio::time::sleep(PREPARE_GRACE)));
             }
         }
         drop(pending);
-        if 1 + prepared.len() < need {
-            self.decide_all(&prepared, &txid, 0, false).await;
+        if let Quorum::Short { prepared: n } = decide::quorum(prepared.len(), need) {
+            self.decide_all(&prepared, &txid, Verdict::Abort).await;
             // The replicas' reasons name nodes and paths: for the log, not the client.
             tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, refused = %Escaped::text(&refused.join("; ")), "no quorum prepared");
-            return Err(format!(
-                "only {} of {k} replicas could prepare the push; retry",
-                1 + prepared.len()
-            )
-            .into());
+            return Err(format!("only {n} of {k} replicas could prepare the push; retry").into());
         }
 
         let mut entry = log::Entry {
@@ -252,7 +245,7 @@ impl Gate {
                 Ok(Cas::Committed) => break entry.seq,
                 Ok(Cas::Lost { seq, rev }) => (seq, rev),
                 Ok(Cas::TooLarge(bytes)) => {
-                    self.decide_all(&prepared, &txid, 0, false).await;
+                    self.decide_all(&prepared, &txid, Verdict::Abort).await;
                     tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, bytes, refs = updates.len(), "log entry larger than etcd takes");
                     return Err(format!(
                         "{} ref updates ({bytes} bytes) are more than one cluster log entry holds \
@@ -274,32 +267,37 @@ impl Gate {
             // Other pushes committed since the base. If none of them touched these refs, the
             // old values checked under the locks still hold: try again after them.
             rounds += 1;
-            match c
+            let winners = match c
                 .winners(&self.name, base_seq, lost.0, &txid, updates)
                 .await
             {
-                Ok(Winners::Ours(seq)) => break seq,
-                Ok(Winners::Disjoint) if rounds < MAX_ROUNDS => {
+                Ok(w) => w,
+                Err(e) => {
+                    self.decide_all(&prepared, &txid, Verdict::Abort).await;
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e), "cannot read the log");
+                    return Err("cannot read the repository's log; retry".into());
+                }
+            };
+            match decide::after_lost_compare(winners, rounds) {
+                AfterLost::Committed(seq) => break seq,
+                AfterLost::Retry => {
                     tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, after = lost.0, "lost the compare to pushes of other refs; retrying");
                     (base_seq, base_rev) = lost;
                 }
-                Ok(w) => {
-                    self.decide_all(&prepared, &txid, 0, false).await;
-                    return Err(match w {
-                        Winners::Overlap(lost) => GateRefusal {
-                            text: "another push to this ref committed first".into(),
-                            lost: Some(lost),
-                        },
-                        _ => format!(
-                            "{MAX_ROUNDS} other pushes to this repository committed first; retry"
-                        )
-                        .into(),
+                AfterLost::Lost(lost) => {
+                    self.decide_all(&prepared, &txid, Verdict::Abort).await;
+                    return Err(GateRefusal {
+                        text: "another push to this ref committed first".into(),
+                        lost: Some(lost),
                     });
                 }
-                Err(e) => {
-                    self.decide_all(&prepared, &txid, 0, false).await;
-                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e), "cannot read the log");
-                    return Err("cannot read the repository's log; retry".into());
+                AfterLost::GiveUp => {
+                    self.decide_all(&prepared, &txid, Verdict::Abort).await;
+                    return Err(format!(
+                        "{} other pushes to this repository committed first; retry",
+                        decide::MAX_ROUNDS
+                    )
+                    .into());
                 }
             }
         };
@@ -391,8 +389,8 @@ impl Gate {
         }
     }
 
-    async fn decide_all(&self, peers: &[Peer], txid: &str, seq: u64, commit: bool) -> usize {
-        decide_all(&self.cluster, &self.name, peers, txid, seq, commit).await
+    async fn decide_all(&self, peers: &[Peer], txid: &str, verdict: Verdict) -> usize {
+        decide_all(&self.cluster, &self.name, peers, txid, verdict).await
     }
 }
 
@@ -432,10 +430,9 @@ async fn decide_all(
     repo: &str,
     peers: &[Peer],
     txid: &str,
-    seq: u64,
-    commit: bool,
+    verdict: Verdict,
 ) -> usize {
-    decide_until(cluster, repo, peers, txid, seq, commit, peers.len()).await
+    decide_until(cluster, repo, peers, txid, verdict, peers.len()).await
 }
 
 /// Tell `peers` the verdict; once `enough` confirmed, return (how many did) and let the other
@@ -445,15 +442,15 @@ async fn decide_until(
     repo: &str,
     peers: &[Peer],
     txid: &str,
-    seq: u64,
-    commit: bool,
+    verdict: Verdict,
     enough: usize,
 ) -> usize {
-    let verdict = if commit { "commit" } else { "abort" };
+    let query = verdict.query();
+    let verdict = verdict.word();
     let sends = peers.iter().map(|p| {
         let url = http::join(
             &p.url,
-            &format!("/_berth/cluster/decide?repo={repo}&txid={txid}&seq={seq}&verdict={verdict}"),
+            &format!("/_berth/cluster/decide?repo={repo}&txid={txid}&{query}"),
         );
         let secret = cluster.secret.clone();
         let name = p.name.clone();
@@ -530,8 +527,7 @@ impl GateCommit for Decided {
             &self.name,
             &self.prepared,
             &self.txid,
-            self.seq,
-            true,
+            Verdict::Commit { seq: self.seq },
             self.need.saturating_sub(applied),
         ));
         if applied >= self.need {

@@ -1,13 +1,15 @@
 //! A repository's log entry (the value of `repos/<name>/log` and `repos/<name>/entries/<seq>`)
 //! and the ref updates as they travel between nodes: JSON, ref names as UTF-8 text, object ids
 //! as hex. Decoding checks everything a peer controls (names by git's rules, ids by length).
-//! Also what a run of entries means to a push ([`Winners`]): whether any of them updates one of
-//! its refs, which decides whether a push decided against another point of the log still holds.
+//! What a run of entries means to a push is `decide.rs`'s ([`Winners`]); [`Cluster::winners`]
+//! reads the entries for it.
 
 use gix_hash::ObjectId;
 use serde_json::{Value, json};
 
 use crate::refs::{Change, Expected, RefUpdate};
+
+use super::decide::Winners;
 
 /// One committed batch of ref updates.
 #[derive(Debug, Clone)]
@@ -128,38 +130,6 @@ impl Entry {
     }
 }
 
-/// The entries of a repository's log after some base, as seen by one push.
-pub(super) enum Winners {
-    /// They include this push's own entry (an answer lost earlier): committed at this seq.
-    Ours(u64),
-    /// None of them updates a ref of this push, or a ref above or below one.
-    Disjoint,
-    /// Some of them do: the positions (in the push's updates) of the refs they touch.
-    Overlap(Vec<usize>),
-}
-
-/// Whether an update of ref `name` conflicts with one of `touched`: the same ref, or one a
-/// directory of the other (`refs/heads/a` and `refs/heads/a/b`).
-pub(super) fn touches(touched: &std::collections::BTreeSet<Vec<u8>>, name: &[u8]) -> bool {
-    if touched.contains(name) {
-        return true;
-    }
-    // A ref above it: each of its directories.
-    let above = name
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| **b == b'/')
-        .any(|(i, _)| touched.contains(&name[..i]));
-    // A ref below it: the first name after `name/` starts with it.
-    let mut dir = name.to_vec();
-    dir.push(b'/');
-    let below = touched
-        .range(dir.clone()..)
-        .next()
-        .is_some_and(|n| n.starts_with(&dir));
-    above || below
-}
-
 impl super::Cluster {
     /// What the entries after `base` up to `head` of repository `name` are to the push
     /// `txid` of `updates` (read from `entries/`; an error if one is missing, e.g. compacted).
@@ -181,63 +151,17 @@ impl super::Cluster {
         if kvs.len() as u64 != head.saturating_sub(base) {
             return Err(format!("entries {}..={head} not all in the log", base + 1));
         }
-        // Any update of one of these refs, or of one above or below it, is a conflict — even
-        // one that left the ref at the value this push expects: a replica commits on top of an
-        // entry only once that entry is recorded in order there, so that the catch-up and the
-        // resync never meet a ref two unrecorded entries ahead (the fault script found it).
-        let mut touched = std::collections::BTreeSet::new();
-        for kv in kvs {
-            let e = Entry::decode(&kv.value)?;
-            if e.txid == txid {
-                return Ok(Winners::Ours(e.seq));
-            }
-            touched.extend(e.updates.into_iter().map(|u| Vec::from(u.name)));
-        }
-        let lost: Vec<usize> = updates
+        let entries = kvs
             .iter()
-            .enumerate()
-            .filter(|(_, u)| touches(&touched, &u.name))
-            .map(|(i, _)| i)
-            .collect();
-        Ok(if lost.is_empty() {
-            Winners::Disjoint
-        } else {
-            Winners::Overlap(lost)
-        })
+            .map(|kv| Entry::decode(&kv.value))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(super::decide::winners(&entries, txid, updates))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn touches_the_same_ref_and_the_refs_above_and_below_it() {
-        let touched: std::collections::BTreeSet<Vec<u8>> =
-            [&b"refs/heads/a/b"[..], b"refs/heads/c", b"refs/tags/v1"]
-                .iter()
-                .map(|n| n.to_vec())
-                .collect();
-        for (name, yes) in [
-            (&b"refs/heads/a/b"[..], true),
-            (b"refs/heads/a", true),
-            (b"refs/heads/a/b/c", true),
-            (b"refs/heads/c/d", true),
-            (b"refs/heads/c", true),
-            (b"refs/heads/ab", false),
-            (b"refs/heads/a-b", false),
-            (b"refs/heads/cc", false),
-            (b"refs/tags/v", false),
-            (b"refs/tags/v10", false),
-        ] {
-            assert_eq!(
-                touches(&touched, name),
-                yes,
-                "{}",
-                String::from_utf8_lossy(name)
-            );
-        }
-    }
 
     #[test]
     fn round_trip() {

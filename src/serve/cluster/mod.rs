@@ -45,6 +45,7 @@ use serde_json::{Value, json};
 use super::Escaped;
 
 mod catchup;
+mod decide;
 pub mod etcd;
 mod forward;
 mod gate;
@@ -241,13 +242,7 @@ pub(super) fn rendezvous(repo: &str, live: &[String], n: usize) -> Vec<String> {
     scored.into_iter().take(n).map(|(_, n)| n.clone()).collect()
 }
 
-/// How many replicas out of `k` must apply a push before it is acknowledged.
-pub(super) fn needed(ack: Ack, k: usize) -> usize {
-    match ack {
-        Ack::Majority => k / 2 + 1,
-        Ack::All => k,
-    }
-}
+use decide::needed;
 
 impl Cluster {
     /// Join: take the secret (creating it if this is the first node), register under a

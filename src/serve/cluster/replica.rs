@@ -43,6 +43,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
+use super::decide::Verdict;
 use super::incoming::Claimed;
 use super::objects::{Keeps, PackIndex, connected, migrate};
 use super::{Cluster, applied_seq, log, repo_dir};
@@ -60,8 +61,7 @@ const DECISION_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A decision for a prepared transaction, and where to say how it went.
 struct Decision {
-    commit: bool,
-    seq: u64,
+    verdict: Verdict,
     reply: tokio::sync::oneshot::Sender<Result<(), String>>,
 }
 
@@ -71,7 +71,7 @@ pub(in crate::serve) struct Pending(Mutex<HashMap<String, std::sync::mpsc::SyncS
 
 impl std::fmt::Debug for Decision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Decision(commit={}, seq={})", self.commit, self.seq)
+        write!(f, "Decision({:?})", self.verdict)
     }
 }
 
@@ -269,7 +269,7 @@ impl Job {
             let (lo, hi) = (applied.min(h.base_seq), applied.max(h.base_seq));
             matches!(
                 handle.block_on(cluster.winners(&h.repo, lo, hi, &h.txid, &h.updates)),
-                Ok(super::log::Winners::Disjoint)
+                Ok(super::decide::Winners::Disjoint)
             )
         };
         if applied != h.base_seq && !disjoint() {
@@ -342,19 +342,16 @@ impl Job {
         }
         let decision = rx.recv_timeout(DECISION_TIMEOUT);
         cluster.pending.take(&h.txid);
-        let (commit, seq, reply) = match decision {
-            Ok(d) => (d.commit, d.seq, Some(d.reply)),
+        let (verdict, reply) = match decision {
+            Ok(d) => (d.verdict, Some(d.reply)),
             Err(_) => {
                 // No word from the accepting node: the log says whether it committed.
                 let head = handle.block_on(committed_entry(&cluster, &h.repo, &h.txid));
                 tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, committed = ?head, "no decision in time; asked the log");
-                match head {
-                    Some(seq) => (true, seq, None),
-                    None => (false, 0, None),
-                }
+                (Verdict::from_log(head), None)
             }
         };
-        let result = if commit {
+        let result = if let Verdict::Commit { seq } = verdict {
             // In log order: the entries before this one (other refs) first, when they come.
             handle.block_on(super::gate::wait_applied(
                 &dir,
@@ -400,7 +397,7 @@ impl Job {
         if let Err(e) = &result {
             tracing::error!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, error = %Escaped::text(e), "commit of a decided push failed here");
         } else {
-            tracing::info!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, seq, commit, "decided");
+            tracing::info!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, verdict = ?verdict, "decided");
         }
         if let Some(reply) = reply {
             let _ = reply.send(result);
@@ -443,37 +440,47 @@ async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
     let mut repo = None;
     let mut txid = None;
     let mut seq = None;
-    let mut commit = None;
+    let mut word = None;
     for pair in query.split('&') {
         match pair.split_once('=') {
             Some(("repo", v)) => repo = Some(v.to_owned()),
             Some(("txid", v)) => txid = Some(v.to_owned()),
             Some(("seq", v)) => seq = v.parse::<u64>().ok(),
-            Some(("verdict", "commit")) => commit = Some(true),
-            Some(("verdict", "abort")) => commit = Some(false),
+            Some(("verdict", v)) => word = Some(v.to_owned()),
             _ => {}
         }
     }
-    let (Some(txid), Some(seq), Some(commit)) = (txid, seq, commit) else {
+    let verdict = word.and_then(|w| Verdict::parse(&w, seq));
+    let (Some(txid), Some(verdict)) = (txid, verdict) else {
         return text(StatusCode::BAD_REQUEST, "decide: txid, seq, verdict");
     };
     let Some(tx) = cluster.pending.take(&txid) else {
         // Resolved here already (its decision came late: the accepting node was stopped, and
         // this replica asked the log and committed): entry `seq` is this push's.
-        let applied = repo
-            .filter(|r| super::valid_repo_name(r))
-            .is_some_and(|r| applied_seq(&repo_dir(&cluster.root, &r)) >= seq);
-        if commit && seq > 0 && applied {
+        let applied = |seq| {
+            repo.as_deref()
+                .filter(|r| super::valid_repo_name(r))
+                .is_some_and(|r| applied_seq(&repo_dir(&cluster.root, r)) >= seq)
+        };
+        if let Verdict::Commit { seq } = verdict
+            && applied(seq)
+        {
             return text(StatusCode::OK, "committed already");
         }
         return text(StatusCode::NOT_FOUND, "no such prepared transaction");
     };
     let (reply, done) = tokio::sync::oneshot::channel();
-    if tx.send(Decision { commit, seq, reply }).is_err() {
+    if tx.send(Decision { verdict, reply }).is_err() {
         return text(StatusCode::GONE, "the prepared transaction gave up");
     }
     match tokio::time::timeout(Duration::from_secs(60), done).await {
-        Ok(Ok(Ok(()))) => text(StatusCode::OK, if commit { "committed" } else { "aborted" }),
+        Ok(Ok(Ok(()))) => text(
+            StatusCode::OK,
+            match verdict {
+                Verdict::Commit { .. } => "committed",
+                Verdict::Abort => "aborted",
+            },
+        ),
         Ok(Ok(Err(e))) => text(StatusCode::INTERNAL_SERVER_ERROR, e),
         _ => text(
             StatusCode::INTERNAL_SERVER_ERROR,

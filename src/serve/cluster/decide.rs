@@ -1,0 +1,374 @@
+//! The cluster's decisions, without I/O: how many replicas make a quorum, where a replica stands
+//! against the log, what the entries committed since a push's base are to it (the winners of a
+//! lost compare), what the gate does next after losing one, and the verdict a prepared replica
+//! is told. The gate (`gate.rs`), the replica (`replica.rs`) and the catch-up ask these; each is
+//! unit-tested here, the cases the fault script found among them (docs/cluster.md).
+
+use std::collections::BTreeSet;
+
+use crate::refs::RefUpdate;
+
+use super::Ack;
+use super::log::Entry;
+
+/// How many rounds of lost compares to pushes of other refs a push tries before it gives up (a
+/// round is one range read and one txn; with many pushes into one repository at once each round
+/// may lose to another of them: 50 concurrent pushes to one repository needed 9–16).
+pub(super) const MAX_ROUNDS: u32 = 64;
+
+/// How many of a repository's `k` replicas must apply a push before it is acknowledged.
+pub(super) fn needed(ack: Ack, k: usize) -> usize {
+    match ack {
+        Ack::Majority => k / 2 + 1,
+        Ack::All => k,
+    }
+}
+
+/// Whether the accepting replica and `prepared_peers` other replicas are a quorum of `need`.
+pub(super) fn quorum(prepared_peers: usize, need: usize) -> Quorum {
+    if 1 + prepared_peers >= need {
+        Quorum::Met
+    } else {
+        Quorum::Short {
+            prepared: 1 + prepared_peers,
+        }
+    }
+}
+
+/// [`quorum`]'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Quorum {
+    /// Enough replicas prepared: the push may go to the commit point.
+    Met,
+    /// Only this many (the accepting replica included) prepared.
+    Short { prepared: usize },
+}
+
+/// Where a replica that applied entry `applied` stands against a log whose head is `head`.
+pub(super) fn position(applied: u64, head: u64) -> Position {
+    match applied.cmp(&head) {
+        std::cmp::Ordering::Equal => Position::Current,
+        std::cmp::Ordering::Less => Position::Behind,
+        std::cmp::Ordering::Greater => Position::Ahead,
+    }
+}
+
+/// [`position`]'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Position {
+    /// It applied the whole log.
+    Current,
+    /// Entries are missing here: it catches up (and a push it accepts may go on only if those
+    /// entries touch none of its refs, [`winners`]).
+    Behind,
+    /// It applied more than the head it read: read in the wrong order, never to go on from.
+    Ahead,
+}
+
+/// What the entries committed after a push's base are to that push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Winners {
+    /// They include this push's own entry (an answer lost earlier): committed at this seq.
+    Ours(u64),
+    /// None of them updates a ref of this push, or a ref above or below one.
+    Disjoint,
+    /// Some of them do: the positions (in the push's updates) of the refs they touch.
+    Overlap(Vec<usize>),
+}
+
+/// What `entries` (committed after the base of the push `txid` of `updates`, in log order) are
+/// to it. Any update of one of its refs, or of one above or below it, is a conflict — even one
+/// that left the ref at the value this push expects: a replica commits on top of an entry only
+/// once that entry is recorded in order there, so the catch-up and the resync never meet a ref
+/// two unrecorded entries ahead (the fault script, seed 31).
+pub(super) fn winners<'a>(
+    entries: impl IntoIterator<Item = &'a Entry>,
+    txid: &str,
+    updates: &[RefUpdate],
+) -> Winners {
+    let mut touched = BTreeSet::new();
+    for e in entries {
+        if e.txid == txid {
+            return Winners::Ours(e.seq);
+        }
+        touched.extend(e.updates.iter().map(|u| Vec::from(u.name.as_slice())));
+    }
+    let lost: Vec<usize> = updates
+        .iter()
+        .enumerate()
+        .filter(|(_, u)| touches(&touched, &u.name))
+        .map(|(i, _)| i)
+        .collect();
+    if lost.is_empty() {
+        Winners::Disjoint
+    } else {
+        Winners::Overlap(lost)
+    }
+}
+
+/// Whether an update of ref `name` conflicts with one of `touched`: the same ref, or one a
+/// directory of the other (`refs/heads/a` and `refs/heads/a/b`).
+pub(super) fn touches(touched: &BTreeSet<Vec<u8>>, name: &[u8]) -> bool {
+    if touched.contains(name) {
+        return true;
+    }
+    // A ref above it: each of its directories.
+    let above = name
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'/')
+        .any(|(i, _)| touched.contains(&name[..i]));
+    // A ref below it: the first name after `name/` starts with it.
+    let mut dir = name.to_vec();
+    dir.push(b'/');
+    let below = touched
+        .range(dir.clone()..)
+        .next()
+        .is_some_and(|n| n.starts_with(&dir));
+    above || below
+}
+
+/// What the gate does after its compare-and-swap lost to other entries, in `round` (1-based).
+pub(super) fn after_lost_compare(winners: Winners, round: u32) -> AfterLost {
+    match winners {
+        Winners::Ours(seq) => AfterLost::Committed(seq),
+        Winners::Disjoint if round < MAX_ROUNDS => AfterLost::Retry,
+        Winners::Disjoint => AfterLost::GiveUp,
+        Winners::Overlap(lost) => AfterLost::Lost(lost),
+    }
+}
+
+/// [`after_lost_compare`]'s answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum AfterLost {
+    /// Its own entry is in the log at this seq (an earlier answer was lost).
+    Committed(u64),
+    /// The winners are other refs': try again after them.
+    Retry,
+    /// Other refs' pushes won [`MAX_ROUNDS`] times: refuse, the client retries.
+    GiveUp,
+    /// The winners changed these refs of the push (positions in its updates): those are lost,
+    /// the others may go on in a transaction of their own.
+    Lost(Vec<usize>),
+}
+
+/// What a prepared replica is told to do with its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Commit it: it is the log's entry `seq`.
+    Commit { seq: u64 },
+    /// Abort it: it is in no entry of the log.
+    Abort,
+}
+
+impl Verdict {
+    /// The verdict a replica that heard nothing reads off the log: committed at the entry that
+    /// holds its transaction, else aborted.
+    pub(super) fn from_log(entry: Option<u64>) -> Verdict {
+        match entry {
+            Some(seq) => Verdict::Commit { seq },
+            None => Verdict::Abort,
+        }
+    }
+
+    /// Its form in the decide request's query (`verdict=…&seq=…`).
+    pub(super) fn query(self) -> String {
+        match self {
+            Verdict::Commit { seq } => format!("verdict=commit&seq={seq}"),
+            Verdict::Abort => "verdict=abort&seq=0".into(),
+        }
+    }
+
+    /// Read back from a decide request's `verdict` and `seq`: a commit needs an entry (seq ≥ 1).
+    pub(super) fn parse(verdict: &str, seq: Option<u64>) -> Option<Verdict> {
+        match (verdict, seq) {
+            ("commit", Some(seq)) if seq > 0 => Some(Verdict::Commit { seq }),
+            ("abort", _) => Some(Verdict::Abort),
+            _ => None,
+        }
+    }
+
+    /// The word for logs and answers.
+    pub(super) fn word(self) -> &'static str {
+        match self {
+            Verdict::Commit { .. } => "commit",
+            Verdict::Abort => "abort",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::refs::{Change, Expected};
+    use gix_hash::ObjectId;
+
+    fn id(n: u8) -> ObjectId {
+        ObjectId::from_bytes_or_panic(&[n; 20])
+    }
+
+    fn update(name: &str, old: Option<u8>, new: u8) -> RefUpdate {
+        RefUpdate {
+            name: name.into(),
+            change: match old {
+                None => Change::Create { new: id(new) },
+                Some(o) => Change::Update {
+                    old: Expected::MustBe(id(o)),
+                    new: id(new),
+                },
+            },
+        }
+    }
+
+    fn entry(seq: u64, txid: &str, updates: Vec<RefUpdate>) -> Entry {
+        Entry {
+            seq,
+            txid: txid.into(),
+            origin: "n0".into(),
+            updates,
+        }
+    }
+
+    #[test]
+    fn quorum_of_k_replicas() {
+        for (ack, k, need) in [
+            (Ack::Majority, 1, 1),
+            (Ack::Majority, 2, 2),
+            (Ack::Majority, 3, 2),
+            (Ack::Majority, 5, 3),
+            (Ack::All, 3, 3),
+        ] {
+            assert_eq!(needed(ack, k), need, "{ack:?} {k}");
+        }
+        // Three replicas, majority: the accepting one and one other.
+        assert_eq!(quorum(1, 2), Quorum::Met);
+        assert_eq!(quorum(0, 2), Quorum::Short { prepared: 1 });
+        assert_eq!(quorum(2, 3), Quorum::Met);
+        assert_eq!(quorum(1, 3), Quorum::Short { prepared: 2 });
+    }
+
+    #[test]
+    fn a_replica_against_the_log() {
+        assert_eq!(position(4, 4), Position::Current);
+        assert_eq!(position(3, 4), Position::Behind);
+        assert_eq!(position(0, 1), Position::Behind);
+        assert_eq!(position(5, 4), Position::Ahead);
+    }
+
+    #[test]
+    fn winners_of_a_lost_compare() {
+        let push = [
+            update("refs/heads/main", Some(1), 2),
+            update("refs/heads/dev", None, 3),
+        ];
+        // Other refs only: disjoint.
+        let others = [entry(5, "b", vec![update("refs/heads/other", None, 9)])];
+        assert_eq!(winners(&others, "a", &push), Winners::Disjoint);
+        // No entries (nothing won): disjoint.
+        assert_eq!(winners(&[], "a", &push), Winners::Disjoint);
+        // The same ref: lost, that ref only.
+        let same = [
+            entry(5, "b", vec![update("refs/heads/x", None, 9)]),
+            entry(6, "c", vec![update("refs/heads/dev", None, 4)]),
+        ];
+        assert_eq!(winners(&same, "a", &push), Winners::Overlap(vec![1]));
+        // A ref above or below one of them (a directory/file conflict): lost.
+        let above = [entry(5, "b", vec![update("refs/heads/main/x", None, 9)])];
+        assert_eq!(winners(&above, "a", &push), Winners::Overlap(vec![0]));
+        let below = [entry(5, "b", vec![update("refs/heads", None, 9)])];
+        assert_eq!(winners(&below, "a", &push), Winners::Overlap(vec![0, 1]));
+        // Its own entry among them (the answer to its compare was lost): committed there.
+        let ours = [
+            entry(5, "b", vec![update("refs/heads/main", Some(1), 7)]),
+            entry(6, "a", push.to_vec()),
+        ];
+        assert_eq!(winners(&ours, "a", &push), Winners::Ours(6));
+    }
+
+    /// The fault script's seed 31: an entry that left `main` at the value this push expects
+    /// (1 → 7 → 1) was once taken for no conflict; two replicas then stuck at entry 230, each
+    /// with different refs. It is a conflict.
+    #[test]
+    fn an_entry_that_left_the_ref_at_the_expected_value_is_a_conflict() {
+        let push = [update("refs/heads/main", Some(1), 2)];
+        let there_and_back = [
+            entry(229, "b", vec![update("refs/heads/main", Some(1), 7)]),
+            entry(230, "c", vec![update("refs/heads/main", Some(7), 1)]),
+        ];
+        assert_eq!(
+            winners(&there_and_back, "a", &push),
+            Winners::Overlap(vec![0])
+        );
+    }
+
+    #[test]
+    fn touches_the_same_ref_and_the_refs_above_and_below_it() {
+        let touched: std::collections::BTreeSet<Vec<u8>> =
+            [&b"refs/heads/a/b"[..], b"refs/heads/c", b"refs/tags/v1"]
+                .iter()
+                .map(|n| n.to_vec())
+                .collect();
+        for (name, yes) in [
+            (&b"refs/heads/a/b"[..], true),
+            (b"refs/heads/a", true),
+            (b"refs/heads/a/b/c", true),
+            (b"refs/heads/c/d", true),
+            (b"refs/heads/c", true),
+            (b"refs/heads/ab", false),
+            (b"refs/heads/a-b", false),
+            (b"refs/heads/cc", false),
+            (b"refs/tags/v", false),
+            (b"refs/tags/v10", false),
+        ] {
+            assert_eq!(
+                touches(&touched, name),
+                yes,
+                "{}",
+                String::from_utf8_lossy(name)
+            );
+        }
+    }
+
+    #[test]
+    fn after_a_lost_compare() {
+        assert_eq!(
+            after_lost_compare(Winners::Ours(9), 1),
+            AfterLost::Committed(9)
+        );
+        assert_eq!(after_lost_compare(Winners::Disjoint, 1), AfterLost::Retry);
+        assert_eq!(
+            after_lost_compare(Winners::Disjoint, MAX_ROUNDS - 1),
+            AfterLost::Retry
+        );
+        assert_eq!(
+            after_lost_compare(Winners::Disjoint, MAX_ROUNDS),
+            AfterLost::GiveUp
+        );
+        assert_eq!(
+            after_lost_compare(Winners::Overlap(vec![2]), 1),
+            AfterLost::Lost(vec![2])
+        );
+    }
+
+    #[test]
+    fn verdicts_on_the_wire_and_from_the_log() {
+        for v in [Verdict::Commit { seq: 7 }, Verdict::Abort] {
+            let q = v.query();
+            let (mut word, mut seq) = ("", None);
+            for pair in q.split('&') {
+                match pair.split_once('=') {
+                    Some(("verdict", w)) => word = w,
+                    Some(("seq", s)) => seq = s.parse().ok(),
+                    _ => {}
+                }
+            }
+            assert_eq!(Verdict::parse(word, seq), Some(v), "{q}");
+        }
+        // A commit names an entry; anything else is no verdict.
+        assert_eq!(Verdict::parse("commit", Some(0)), None);
+        assert_eq!(Verdict::parse("commit", None), None);
+        assert_eq!(Verdict::parse("maybe", Some(3)), None);
+        assert_eq!(Verdict::from_log(Some(4)), Verdict::Commit { seq: 4 });
+        assert_eq!(Verdict::from_log(None), Verdict::Abort);
+    }
+}
