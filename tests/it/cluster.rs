@@ -1594,3 +1594,48 @@ fn a_push_that_lost_some_refs_to_another_push_lands_the_others() {
     assert_eq!(refs.get("refs/heads/y"), Some(&theirs));
     c.assert_fsck(&w, "r.git");
 }
+
+#[test]
+fn a_node_started_before_etcd_waits_for_it_and_joins() {
+    if !etcd_present("a_node_started_before_etcd_waits_for_it_and_joins") {
+        return;
+    }
+    let w = World::new();
+    let mut etcd = Etcd::start(w.root());
+    for i in 0..3 {
+        etcd.kill(i);
+    }
+    let port = free_ports(1)[0];
+    let mut cmd = w.cmd(common::berth(), ".");
+    cmd.env("RUST_LOG", "berth=info")
+        .arg("serve")
+        .arg("--root")
+        .arg(w.path("node0"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--cluster", &etcd.urls(), "--node", "n0", "--replicas", "1"]);
+    // The node starts while no etcd member listens; etcd comes two seconds later.
+    let node = std::thread::spawn(move || {
+        common::ServeProcess::spawn(cmd, |out| out.contains("listening on http://"))
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    for i in 0..3 {
+        etcd.restart(i);
+    }
+    let node = node
+        .join()
+        .expect("the node exited instead of waiting for etcd");
+    assert!(node.log().contains("waiting for etcd"), "{}", node.log());
+    let src = w.work("src");
+    let c1 = w.commit(&src, "a", "one");
+    push_ok(
+        &w,
+        &src,
+        &format!("http://127.0.0.1:{port}/r.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    assert_eq!(
+        w.git(w.path("node0/r.git"), &["rev-parse", "refs/heads/main"])
+            .trim(),
+        c1
+    );
+}

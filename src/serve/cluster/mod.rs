@@ -112,6 +112,8 @@ type Nodes = Vec<(String, String)>;
 const LIVE_FOR: Duration = Duration::from_secs(1);
 /// Timeout of one etcd call (per endpoint).
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a starting node waits for etcd to answer before it gives up (and exits).
+const JOIN_WAIT: Duration = Duration::from_secs(120);
 
 /// A joined node.
 #[derive(Debug)]
@@ -260,17 +262,33 @@ impl Cluster {
         let etcd = etcd::Client::new(&config.etcd, ETCD_TIMEOUT);
         let key = b"/berth/secret".to_vec();
         let candidate = random_hex(32);
-        let t = etcd
-            .txn(
-                &[etcd::Compare::Absent(key.clone())],
-                &[etcd::Op::Put(
-                    key.clone(),
-                    candidate.clone().into_bytes(),
-                    None,
-                )],
-                &[etcd::Op::Get(key)],
-            )
-            .await?;
+        // Nodes and etcd started together (the README's quick start, a host's boot): wait for
+        // etcd to listen, saying so, rather than exit at once.
+        let waiting_since = std::time::Instant::now();
+        let mut said = None::<std::time::Instant>;
+        let t = loop {
+            let t = etcd
+                .txn(
+                    &[etcd::Compare::Absent(key.clone())],
+                    &[etcd::Op::Put(
+                        key.clone(),
+                        candidate.clone().into_bytes(),
+                        None,
+                    )],
+                    &[etcd::Op::Get(key.clone())],
+                )
+                .await;
+            match t {
+                Err(etcd::Error::Unreachable(why)) if waiting_since.elapsed() < JOIN_WAIT => {
+                    if said.is_none_or(|s| s.elapsed() >= Duration::from_secs(10)) {
+                        tracing::warn!(target: "berth::cluster", etcd = %Escaped::text(&config.etcd.join(",")), error = %Escaped::text(&why), "waiting for etcd to answer before joining");
+                        said = Some(std::time::Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                t => break t?,
+            }
+        };
         let secret = if t.succeeded {
             candidate
         } else {
