@@ -68,25 +68,32 @@ pub trait CommitGate: Send + Sync + std::fmt::Debug {
 }
 
 /// Why a [`CommitGate`] did not commit a batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct GateRefusal {
-    /// What the client is told (band 2, after `cluster: `).
-    pub text: String,
+    /// Why, in the gate's own type; its `Display` is what the client is told (band 2, after
+    /// `cluster: `).
+    pub reason: std::sync::Arc<dyn std::error::Error + Send + Sync>,
     /// The positions (in the batch) of the refs that caused it — another push changed them
     /// first — when the others would commit: a non-atomic push tries those again. `None`: the
     /// whole batch is refused.
     pub lost: Option<Vec<usize>>,
 }
 
-impl From<String> for GateRefusal {
-    fn from(text: String) -> Self {
-        GateRefusal { text, lost: None }
+impl GateRefusal {
+    /// The whole batch refused for `reason`.
+    pub fn new(reason: impl std::error::Error + Send + Sync + 'static) -> Self {
+        GateRefusal {
+            reason: std::sync::Arc::new(reason),
+            lost: None,
+        }
     }
-}
 
-impl From<&str> for GateRefusal {
-    fn from(text: &str) -> Self {
-        text.to_owned().into()
+    /// Refused for `reason` because of the refs at `lost` (see [`GateRefusal::lost`]).
+    pub fn lost(reason: impl std::error::Error + Send + Sync + 'static, lost: Vec<usize>) -> Self {
+        GateRefusal {
+            lost: Some(lost),
+            ..GateRefusal::new(reason)
+        }
     }
 }
 

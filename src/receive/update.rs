@@ -202,7 +202,7 @@ fn commit(
                 Some(lost)
                     if !atomic && retries > 0 && !lost.is_empty() && lost.len() < batch.len() =>
                 {
-                    let message = format!("cluster: {}", refusal.text);
+                    let message = format!("cluster: {}", refusal.reason);
                     let mut again = Vec::with_capacity(in_batch.len());
                     for (k, &i) in in_batch.iter().enumerate() {
                         if lost.contains(&k) {
@@ -230,7 +230,7 @@ fn commit(
                     }
                     Ok(results)
                 }
-                _ => refuse(results, refusal.text),
+                _ => refuse(results, refusal.reason.to_string()),
             }
         }
         Ok(decided) => {

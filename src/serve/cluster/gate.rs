@@ -135,22 +135,23 @@ impl Gate {
                 _ => Err("ahead of the log".into()),
             };
             if !matches!(missed, Ok(Winners::Disjoint)) {
-                let text = format!(
-                    "this replica ({}) is at log entry {applied} of {seq}; it is catching up, retry",
-                    c.node
-                );
-                // Only some refs are among the entries it misses: the others may go on.
-                let lost = match missed {
-                    Ok(Winners::Overlap(lost)) => Some(lost),
-                    _ => None,
+                let behind = Refusal::Behind {
+                    node: c.node.clone(),
+                    applied,
+                    head: seq,
                 };
-                return Err(GateRefusal { text, lost });
+                // Only some refs are among the entries it misses: the others may go on.
+                return Err(match missed {
+                    Ok(Winners::Overlap(lost)) => GateRefusal::lost(behind, lost),
+                    _ => GateRefusal::new(behind),
+                });
             }
         }
         if seq == 0 {
             self.record_format().await?;
         }
-        let updates_json = log::updates_json(updates).ok_or("a ref name is not UTF-8")?;
+        let updates_json = log::updates_json(updates)
+            .ok_or_else(|| Refusal::Local("a ref name is not UTF-8".into()))?;
         // A batch of deletions needs no objects: it leaves the stream to the batch that does.
         let stream = self
             .stream
@@ -228,7 +229,7 @@ impl Gate {
             self.decide_all(&prepared, &txid, Verdict::Abort).await;
             // The replicas' reasons name nodes and paths: for the log, not the client.
             tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, refused = %Escaped::text(&refused.join("; ")), "no quorum prepared");
-            return Err(format!("only {n} of {k} replicas could prepare the push; retry").into());
+            return Err(GateRefusal::new(Refusal::NoQuorum { prepared: n, k }));
         }
 
         let mut entry = log::Entry {
@@ -247,21 +248,16 @@ impl Gate {
                 Ok(Cas::TooLarge(bytes)) => {
                     self.decide_all(&prepared, &txid, Verdict::Abort).await;
                     tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, bytes, refs = updates.len(), "log entry larger than etcd takes");
-                    return Err(format!(
-                        "{} ref updates ({bytes} bytes) are more than one cluster log entry holds \
-                         (etcd's --max-request-bytes); push them in parts",
-                        updates.len()
-                    )
-                    .into());
+                    return Err(GateRefusal::new(Refusal::TooLarge {
+                        refs: updates.len(),
+                        bytes,
+                    }));
                 }
                 Err(e) => {
                     // Unknown whether the entry is in the log: the replicas keep their
                     // prepared transactions until their decision timeout, then ask the log.
                     tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, error = %Escaped::text(&e.to_string()), "commit point unconfirmed");
-                    return Err(
-                        "etcd did not confirm the commit; the push may still land, fetch to see"
-                            .into(),
-                    );
+                    return Err(GateRefusal::new(Refusal::Unconfirmed));
                 }
             };
             // Other pushes committed since the base. If none of them touched these refs, the
@@ -275,7 +271,7 @@ impl Gate {
                 Err(e) => {
                     self.decide_all(&prepared, &txid, Verdict::Abort).await;
                     tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e), "cannot read the log");
-                    return Err("cannot read the repository's log; retry".into());
+                    return Err(GateRefusal::new(Refusal::LogUnreadable));
                 }
             };
             match decide::after_lost_compare(winners, rounds) {
@@ -286,18 +282,13 @@ impl Gate {
                 }
                 AfterLost::Lost(lost) => {
                     self.decide_all(&prepared, &txid, Verdict::Abort).await;
-                    return Err(GateRefusal {
-                        text: "another push to this ref committed first".into(),
-                        lost: Some(lost),
-                    });
+                    return Err(GateRefusal::lost(Refusal::LostToAnotherPush, lost));
                 }
                 AfterLost::GiveUp => {
                     self.decide_all(&prepared, &txid, Verdict::Abort).await;
-                    return Err(format!(
-                        "{} other pushes to this repository committed first; retry",
-                        decide::MAX_ROUNDS
-                    )
-                    .into());
+                    return Err(GateRefusal::new(Refusal::OutRaced {
+                        rounds: decide::MAX_ROUNDS,
+                    }));
                 }
             }
         };
@@ -320,20 +311,23 @@ impl Gate {
 
     /// Before the repository's first entry: record its format, so that the replicas that
     /// create their copies (now, or when they catch up) create them alike.
-    async fn record_format(&self) -> Result<(), String> {
+    async fn record_format(&self) -> Result<(), Refusal> {
         let c = &self.cluster;
         let here = {
-            let dir = self.dir.to_str().ok_or("repository path is not UTF-8")?;
+            let dir = self
+                .dir
+                .to_str()
+                .ok_or_else(|| Refusal::Local("repository path is not UTF-8".into()))?;
             let repo = crate::repo::Repository::open(dir, &c.env.for_config())
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| Refusal::Local(e.to_string()))?;
             Format::of(&repo)
         };
         match c.record_format(&self.name, &here).await {
             Ok(recorded) if recorded == here => Ok(()),
-            Ok(recorded) => Err(format!(
-                "the cluster holds this repository as {}/{}, this replica's copy is {}/{}",
-                recorded.object, recorded.refs, here.object, here.refs
-            )),
+            Ok(recorded) => Err(Refusal::FormatMismatch {
+                recorded: format!("{}/{}", recorded.object, recorded.refs),
+                here: format!("{}/{}", here.object, here.refs),
+            }),
             Err(e) => Err(unavailable(e)),
         }
     }
@@ -394,10 +388,60 @@ impl Gate {
     }
 }
 
-/// The client's text for an etcd failure (its details, addresses included, go to the log).
-fn unavailable(e: super::Error) -> String {
+/// Why the gate refused a push; the `Display` is the client's text (after `cluster: `). What
+/// names nodes' addresses or paths goes to the log, not here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum Refusal {
+    /// The accepting replica misses log entries that touch this push's refs (or is ahead of the
+    /// head it read).
+    #[error("this replica ({node}) is at log entry {applied} of {head}; it is catching up, retry")]
+    Behind {
+        node: String,
+        applied: u64,
+        head: u64,
+    },
+    /// Fewer replicas than the quorum prepared.
+    #[error("only {prepared} of {k} replicas could prepare the push; retry")]
+    NoQuorum { prepared: usize, k: usize },
+    /// Another push changed one of these refs first.
+    #[error("another push to this ref committed first")]
+    LostToAnotherPush,
+    /// Pushes of other refs won the compare every round.
+    #[error("{rounds} other pushes to this repository committed first; retry")]
+    OutRaced { rounds: u32 },
+    /// The log entry is larger than etcd takes in one request.
+    #[error(
+        "{refs} ref updates ({bytes} bytes) are more than one cluster log entry holds \
+         (etcd's --max-request-bytes); push them in parts"
+    )]
+    TooLarge { refs: usize, bytes: usize },
+    /// etcd did not answer the commit point: the entry may or may not be in the log.
+    #[error("etcd did not confirm the commit; the push may still land, fetch to see")]
+    Unconfirmed,
+    /// etcd could not be read or written.
+    #[error("the cluster's etcd is unavailable; retry")]
+    EtcdUnavailable,
+    /// The entries after the push's base could not be read.
+    #[error("cannot read the repository's log; retry")]
+    LogUnreadable,
+    /// The repository's recorded format is not this copy's.
+    #[error("the cluster holds this repository as {recorded}, this replica's copy is {here}")]
+    FormatMismatch { recorded: String, here: String },
+    /// This replica's copy cannot be read, or a ref name cannot travel (not UTF-8).
+    #[error("{0}")]
+    Local(String),
+}
+
+impl From<Refusal> for GateRefusal {
+    fn from(r: Refusal) -> Self {
+        GateRefusal::new(r)
+    }
+}
+
+/// The refusal for an etcd failure (its details, addresses included, go to the log).
+fn unavailable(e: super::Error) -> Refusal {
     tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "etcd");
-    "the cluster's etcd is unavailable; retry".into()
+    Refusal::EtcdUnavailable
 }
 
 /// The answer of the commit point.
