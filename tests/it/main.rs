@@ -12,6 +12,7 @@ mod cluster_reads;
 mod cluster_resync;
 mod cluster_ssh;
 mod cluster_stream;
+mod config;
 mod crash;
 mod durability;
 mod fuzz_corpus;
