@@ -22,6 +22,7 @@ mod in_process;
 mod invocation;
 mod lock_wait;
 mod memory;
+mod onboarding;
 mod parallel_hooks;
 mod protocol;
 mod push;
