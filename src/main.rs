@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "berth", version, about = "A git server-side receive-pack")]
+#[command(name = "berth", version = env!("BERTH_VERSION"), about = "A git server-side receive-pack")]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
