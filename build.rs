@@ -28,7 +28,10 @@ fn main() {
         watched.push(branch);
     }
     for w in watched {
-        if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", &w]) {
+        // A path that does not exist would make cargo run this script on every build.
+        if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", &w])
+            && std::path::Path::new(&path).exists()
+        {
             println!("cargo:rerun-if-changed={path}");
         }
     }
