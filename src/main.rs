@@ -2,6 +2,9 @@
 
 #[path = "cli/bench/mod.rs"]
 mod bench;
+#[cfg(feature = "serve")]
+#[path = "cli/config.rs"]
+mod config;
 #[path = "cli/receive_pack_args.rs"]
 mod receive_pack_args;
 
@@ -10,7 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "berth", version, about = "A git server-side receive-pack")]
+#[command(name = "berth", version = env!("BERTH_VERSION"), about = "A git server-side receive-pack")]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -40,6 +43,15 @@ enum BenchCmd {
 #[cfg(feature = "serve")]
 #[derive(clap::Args)]
 struct ServeArgs {
+    /// Read settings from this TOML file first: each key is a flag of `berth serve` without
+    /// `--` (`listen = "0.0.0.0:8080"`, `auto-init = true`, `trusted-proxy = ["10.0.0.0/8"]`);
+    /// flags on the command line override it (docs/berth.toml).
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// Print the effective settings (the file, the command line and the defaults) as TOML, and
+    /// exit.
+    #[arg(long)]
+    print_config: bool,
     /// The directory holding the repositories (created if missing).
     #[arg(long, default_value = "./repos")]
     root: std::path::PathBuf,
@@ -294,7 +306,34 @@ fn main() -> ExitCode {
         init_logging(None);
         return receive_pack(&args[2..]);
     }
+    // `berth serve --config FILE`: the file's settings become arguments before the command
+    // line's.
+    #[cfg(feature = "serve")]
+    let args = match args.get(1).is_some_and(|a| a == "serve") {
+        true => match config::with_file(&config::Keys::of(&serve_command()), args, 1) {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("berth serve: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        false => args,
+    };
+    #[cfg(feature = "serve")]
+    let serve_args = args.get(1..).map(<[_]>::to_vec).unwrap_or_default();
     let cli = Cli::parse_from(args);
+    #[cfg(feature = "serve")]
+    if let Cmd::Serve(a) = &cli.command
+        && a.print_config
+    {
+        return match config::effective(&config::Keys::of(&serve_command()), &serve_args) {
+            Ok(toml) => {
+                print!("{toml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => e.exit(),
+        };
+    }
     #[cfg(feature = "serve")]
     let serving = match &cli.command {
         Cmd::Serve(a) => Some(a.log_format),
@@ -311,6 +350,16 @@ fn main() -> ExitCode {
         Cmd::Passwd(a) => passwd(a),
         Cmd::Bench(BenchCmd::ManyRefs(a)) => bench::many_refs_main(*a),
     }
+}
+
+/// clap's definition of `berth serve`: where the settings file's keys come from.
+#[cfg(feature = "serve")]
+fn serve_command() -> clap::Command {
+    let mut cli = <Cli as clap::CommandFactory>::command();
+    cli.build();
+    cli.find_subcommand("serve")
+        .cloned()
+        .expect("berth has a serve subcommand")
 }
 
 /// stderr logging: `RUST_LOG` when set (with each phase's span), else for `berth serve` one
@@ -356,6 +405,9 @@ fn init_logging(serving: Option<LogFormat>) {
 
 #[cfg(feature = "serve")]
 fn serve(a: ServeArgs) -> ExitCode {
+    if let Some(file) = &a.config {
+        tracing::info!(target: "berth::serve", config = %file.display(), "settings read");
+    }
     let ssh = match (a.ssh_listen, a.keydir) {
         (None, _) => None,
         (Some(_), None) => {

@@ -24,6 +24,11 @@ use std::path::{Path, PathBuf};
 /// The longest repository name (decoded), in bytes.
 pub const MAX_LEN: usize = 255;
 
+/// The name rule, as a refusal tells it to the client.
+pub const RULE: &str = "a repository name is at most 255 bytes of '/'-separated segments of \
+                        ASCII letters, digits, '.', '_' and '-', none empty and none starting \
+                        with '.' or '-'";
+
 /// Why a request's repository path is not a repository name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {

@@ -67,9 +67,21 @@ impl Server {
             (Service::ReceivePack, false) => Want::Create,
         };
         let auth_configured = self.credentials.is_some() || self.trusted_user_header.is_some();
+        // Whether `who` could push to the repository were it there (a creation refused).
+        let could_write = || rules.repo_access(repo, who.who(), Want::Write).is_ok();
         let refuse = |denied: super::rules::Denied| {
-            if anonymous && auth_configured && rules.signed_in_could(repo, want) {
+            // A missing repository that a signed-in user could push to asks for credentials
+            // as an existing one would: the creation may be theirs, or its refusal explained.
+            let signed_in_could = rules.signed_in_could(repo, want)
+                || (want == Want::Create && rules.signed_in_could(repo, Want::Write));
+            if anonymous && auth_configured && signed_in_could {
                 return Reject::Unauthorized;
+            }
+            if want == Want::Create && could_write() {
+                return Reject::CreateNeedsC {
+                    repo: repo.to_string(),
+                    user: who.name().to_owned(),
+                };
             }
             let readable = exists && rules.repo_access(repo, who.who(), Want::Read).is_ok();
             if readable {

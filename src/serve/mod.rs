@@ -498,9 +498,13 @@ async fn serve_git(
     let headers = req.headers().clone();
     // Who asks, before the repository is looked at (a 401 says nothing of it).
     let identity = server.identify(&headers, service, remote).await?;
-    if let Some(id) = &identity {
-        access.set_user(id.name());
-    }
+    // Unauthenticated is `anonymous` in the log for a fetch (not identified without access
+    // rules) as for a push.
+    access.set_user(
+        identity
+            .as_ref()
+            .map_or(Identity::Anonymous.name(), Identity::name),
+    );
     let protocol = git_protocol(&headers);
     let version = protocol
         .as_deref()

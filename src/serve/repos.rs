@@ -131,6 +131,9 @@ impl Server {
             Resolved::Missing(p) => p,
         };
         if !(may_create && service == Service::ReceivePack) {
+            if self.auto_init && service == Service::ReceivePack && !name.has_git_suffix() {
+                return Err(Reject::AutoInitNeedsGitSuffix(name.to_string()));
+            }
             return Err(Reject::NotARepository(name.to_string()));
         }
         Ok(Target::Creatable(path))

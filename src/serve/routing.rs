@@ -57,7 +57,7 @@ pub(super) enum Reject {
     UnsupportedService(String),
     /// The request's repository part is no [`Name`]: the route it was for (for the log) and
     /// the part as it came, still encoded.
-    #[error("invalid repository path: {why}")]
+    #[error("invalid repository path: {why} ({rule})", rule = crate::repo::name::RULE)]
     BadPath {
         route: &'static str,
         raw: String,
@@ -68,6 +68,21 @@ pub(super) enum Reject {
     Symlink,
     #[error("Not a git repository: '{0}'")]
     NotARepository(String),
+    /// A push to a missing repository by a user the access rules let push to it but not
+    /// create it.
+    #[error(
+        "Not a git repository: '{repo}'. {user} may push to it but not create it: a push \
+         creates a repository only for a user given C on its repo line of the access rules \
+         (C = {user})"
+    )]
+    CreateNeedsC { repo: String, user: String },
+    /// A push to a missing repository whose name does not end in `.git`, which `--auto-init`
+    /// does not create.
+    #[error(
+        "Not a git repository: '{0}'. A push creates a repository (--auto-init) only for a \
+         name ending in .git: push to '{0}.git'"
+    )]
+    AutoInitNeedsGitSuffix(String),
     #[error("Authentication required")]
     Unauthorized,
     /// The user may read the repository but not do this (`--access`).
@@ -105,7 +120,10 @@ pub(super) enum Reject {
 impl Reject {
     pub(super) fn status(&self) -> StatusCode {
         match self {
-            Reject::NotFound | Reject::NotARepository(_) => StatusCode::NOT_FOUND,
+            Reject::NotFound | Reject::NotARepository(_) | Reject::AutoInitNeedsGitSuffix(_) => {
+                StatusCode::NOT_FOUND
+            }
+            Reject::CreateNeedsC { .. } => StatusCode::FORBIDDEN,
             Reject::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
             Reject::UnsupportedService(_) | Reject::Symlink | Reject::Forbidden(_) => {
                 StatusCode::FORBIDDEN

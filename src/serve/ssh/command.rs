@@ -52,8 +52,12 @@ pub(super) fn parse(raw: &[u8]) -> Result<Command, Refused> {
             service.name()
         ))
     })?;
-    let repo = Name::from_ssh_path(&path)
-        .map_err(|e| Refused(format!("invalid repository path '{path}': {e}")))?;
+    let repo = Name::from_ssh_path(&path).map_err(|e| {
+        Refused(format!(
+            "invalid repository path '{path}': {e} ({})",
+            crate::repo::name::RULE
+        ))
+    })?;
     Ok(Command::Git { service, repo })
 }
 
