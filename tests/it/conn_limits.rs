@@ -7,7 +7,7 @@
 //! slot is told so.
 
 use crate::common;
-use crate::serve::{self, Serve, closed_within, git, metric, ok, start_post};
+use crate::serve::{self, Serve, certificate, closed_within, git, metric, ok, start_post};
 use crate::ssh_serve;
 use common::World;
 
@@ -36,28 +36,6 @@ fn connect_from(from: &str, addr: &str, rcvbuf: Option<u32>) -> TcpStream {
     let s = s.into_std().unwrap();
     s.set_nonblocking(false).unwrap();
     s
-}
-
-/// A self-signed certificate for 127.0.0.1 in the world: (cert, key).
-fn certificate(w: &World) -> (std::path::PathBuf, std::path::PathBuf) {
-    let (cert, key) = (w.path("cert.pem"), w.path("key.pem"));
-    let out = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .args(["ec_paramgen_curve:P-256", "-nodes", "-days", "2"])
-        .args(["-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (cert, key)
 }
 
 #[test]

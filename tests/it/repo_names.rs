@@ -41,6 +41,25 @@ fn serve_with_rules(w: &World, rules: &str) -> Serve {
     )
 }
 
+/// A server with [`RULES`], a work repository `src` with one commit, and `secret.git` holding
+/// it as `main`: the server and the commit.
+fn serve_with_a_secret(w: &World) -> (Serve, String) {
+    let srv = serve_with_rules(w, RULES);
+    w.work("src");
+    let c1 = w.commit("src", "a", "1");
+    w.bare("repos/secret.git");
+    w.git(
+        "src",
+        &[
+            "push",
+            "-q",
+            w.path("repos/secret.git").to_str().unwrap(),
+            "main",
+        ],
+    );
+    (srv, c1)
+}
+
 /// Every way of spelling `name` with one letter as a `%XX` escape, in both cases of hex.
 fn escaped_spellings(name: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -56,19 +75,7 @@ fn escaped_spellings(name: &str) -> Vec<String> {
 #[test]
 fn escaped_names_are_judged_as_the_repository_they_open() {
     let w = World::new();
-    let srv = serve_with_rules(&w, RULES);
-    w.work("src");
-    let c1 = w.commit("src", "a", "1");
-    w.bare("repos/secret.git");
-    w.git(
-        "src",
-        &[
-            "push",
-            "-q",
-            w.path("repos/secret.git").to_str().unwrap(),
-            "main",
-        ],
-    );
+    let (srv, c1) = serve_with_a_secret(&w);
     let c2 = w.commit("src", "a", "2");
     for spelled in escaped_spellings("secret.git") {
         // Read: the refs' advertisement and a clone.
@@ -160,19 +167,7 @@ fn escaped_names_are_judged_as_the_repository_they_open() {
 #[test]
 fn a_symlink_pushed_into_a_worktree_or_made_in_the_root_serves_nothing() {
     let w = World::new();
-    let srv = serve_with_rules(&w, RULES);
-    w.work("src");
-    let c1 = w.commit("src", "a", "1");
-    w.bare("repos/secret.git");
-    w.git(
-        "src",
-        &[
-            "push",
-            "-q",
-            w.path("repos/secret.git").to_str().unwrap(),
-            "main",
-        ],
-    );
+    let (srv, c1) = serve_with_a_secret(&w);
     // A non-bare repository alice may push to, which checks out what she pushes.
     w.work("repos/site");
     w.commit("repos/site", "index.html", "hello");

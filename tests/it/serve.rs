@@ -2258,9 +2258,8 @@ fn a_body_crossing_the_limit_mid_stream_gets_413_and_command_bytes_are_capped() 
     assert_eq!(server_refs(&w, "repos/l.git"), "");
 }
 
-#[test]
-fn push_and_clone_over_tls_with_a_self_signed_certificate() {
-    let w = World::new();
+/// A self-signed certificate for localhost and 127.0.0.1 in the world: (cert, key).
+pub(crate) fn certificate(w: &World) -> (std::path::PathBuf, std::path::PathBuf) {
     let (cert, key) = (w.path("cert.pem"), w.path("key.pem"));
     let out = Command::new("openssl")
         .args([
@@ -2284,6 +2283,13 @@ fn push_and_clone_over_tls_with_a_self_signed_certificate() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    (cert, key)
+}
+
+#[test]
+fn push_and_clone_over_tls_with_a_self_signed_certificate() {
+    let w = World::new();
+    let (cert, key) = certificate(&w);
     let srv = Serve::start(
         &w,
         &[
