@@ -23,6 +23,7 @@ mod in_process;
 mod invocation;
 mod lock_wait;
 mod memory;
+mod missing_objects;
 mod parallel_hooks;
 mod protocol;
 mod push;
