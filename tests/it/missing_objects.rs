@@ -142,3 +142,31 @@ fn missing_objects_do_not_rescan_the_object_directories() {
         "{per_command} stats per missing object: {small:?} for {few}, {large:?} for {many}"
     );
 }
+
+#[test]
+fn a_pushed_commit_is_found_after_a_miss_spent_the_refresh() {
+    // The miss comes first (in the connectivity check); the decision for the pushed commit
+    // happens after the quarantine's migration, with the push's refresh spent.
+    let seen = common::differential(|r| {
+        let w = world();
+        let old = w.git("src", &["rev-parse", "main"]);
+        let new = w.commit("src", "b", "2");
+        let pack = w.pack(true, &format!("{new}\n^{}\n", old.trim()));
+        let mut input = pkt(&format!(
+            "{ZERO} {} refs/heads/gone\0report-status",
+            missing(0)
+        ));
+        input.extend(pkt(&format!("{ZERO} {new} refs/heads/new")));
+        input.extend(b"0000");
+        input.extend(pack);
+        let out = receive_pack(&w, r, &input);
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            w.refs("srv.git"),
+        )
+    });
+    let (report, refs) = seen;
+    assert!(report.contains("ng refs/heads/gone missing necessary objects"));
+    assert!(report.contains("ok refs/heads/new"), "{report}");
+    assert!(refs.contains("refs/heads/new"), "{refs}");
+}
