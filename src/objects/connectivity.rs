@@ -22,6 +22,8 @@ use foldhash::{HashMap, HashSet, HashSetExt};
 use gix_hash::ObjectId;
 use gix_object::{Exists, Find, Kind};
 
+use crate::objects::lookup::{Budget, Objects};
+
 /// The outcome for one tip.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Status {
@@ -70,7 +72,8 @@ impl Missing {
 
 /// Checks tips against a push's objects.
 pub struct Check<'a> {
-    objects: gix_odb::Handle,
+    /// A miss lists the object directories again at most once (see [`crate::objects::lookup`]).
+    objects: Objects,
     pack: Option<&'a gix_pack::index::File>,
     known: HashSet<ObjectId>,
     buf: Vec<u8>,
@@ -90,7 +93,7 @@ impl<'a> Check<'a> {
         pack: Option<&'a gix_pack::index::File>,
         tips: impl IntoIterator<Item = ObjectId>,
     ) -> Self {
-        let mut objects = objects.clone();
+        let mut objects = Objects::new(objects, Budget::default());
         objects.set_pack_cache(|| Box::new(DeltaCache::default()));
         Check {
             objects,
@@ -113,6 +116,13 @@ impl<'a> Check<'a> {
     ) -> Self {
         self.shallow = repository;
         self.client_shallow = client;
+        self
+    }
+
+    /// Spend the push's `budget` for refreshing the view of the packs after a miss, instead of
+    /// one of this check's own.
+    pub fn with_refresh_budget(mut self, budget: Budget) -> Self {
+        self.objects = self.objects.with_budget(budget);
         self
     }
 

@@ -6,4 +6,5 @@ pub mod connectivity;
 pub mod fsck;
 pub mod gitmodules;
 pub mod ingest;
+pub mod lookup;
 pub mod pack_files;

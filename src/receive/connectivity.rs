@@ -12,6 +12,7 @@ use super::Fatal;
 use super::command::Cmd;
 use crate::objects::connectivity::{self, Check};
 use crate::objects::ingest::{self, Quarantine};
+use crate::objects::lookup::Budget;
 use crate::protocol::report::Reason;
 use crate::protocol::sideband::Sideband;
 use crate::repo::Repository;
@@ -24,6 +25,7 @@ pub(super) fn check_connectivity<W: Write, E: Write>(
     quarantine: Option<&Quarantine>,
     received: Option<&ingest::Received>,
     shallow: &[ObjectId],
+    refresh: Budget,
     sb: &mut Sideband<W, E>,
 ) -> Result<(), Fatal> {
     let _span = info_span!("connectivity").entered();
@@ -38,7 +40,8 @@ pub(super) fn check_connectivity<W: Write, E: Write>(
         received.and_then(|r| r.index.as_ref()),
         std::iter::empty(),
     )
-    .with_shallow(repo.shallow().into_iter().collect(), client_shallow);
+    .with_shallow(repo.shallow().into_iter().collect(), client_shallow)
+    .with_refresh_budget(refresh);
     // All tips at once first, as git's combined rev-list; each on its own only if that fails.
     let tips: Vec<ObjectId> = cmds
         .iter()
@@ -70,9 +73,12 @@ pub(super) fn check_connectivity<W: Write, E: Write>(
     // culprit's own run reports on receive-pack's stderr.
     if let Some(first) = failed.first() {
         sb.progress(first.message().as_bytes())?;
+        // Buffered: a hostile request may name a missing object in each of many commands.
+        let mut stderr = std::io::BufWriter::with_capacity(64 * 1024, sb.stderr());
         for m in &failed {
-            sb.stderr().write_all(m.message().as_bytes())?;
+            stderr.write_all(m.message().as_bytes())?;
         }
+        stderr.flush()?;
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ use gix_odb::Header;
 
 use super::command::Cmd;
 use super::run_hooks::Hooks;
+use crate::objects::lookup::Objects;
 use crate::protocol::report::Reason;
 use crate::protocol::sideband::Sideband;
 use crate::refs::{Change, Expected, RefError, RefUpdate, Refs};
@@ -24,7 +25,8 @@ pub(super) struct Decide<'a> {
     /// `GIT_NAMESPACE`'s prefix, or empty.
     pub(super) namespace: &'a str,
     pub(super) hooks: &'a Hooks<'a>,
-    pub(super) objects: &'a gix_odb::Handle,
+    /// Re-reads the object directories at most once after a miss, for the whole push.
+    pub(super) objects: &'a Objects,
     pub(super) worktrees: Vec<crate::repo::Worktree>,
     /// The refs as the update stage starts.
     pub(super) refs: Refs,
@@ -197,7 +199,7 @@ pub(super) fn decide<W: Write, E: Write>(
 }
 
 /// Whether `ancestor` is reachable from `tip` through parents.
-pub(super) fn is_ancestor(objects: &gix_odb::Handle, ancestor: ObjectId, tip: ObjectId) -> bool {
+pub(super) fn is_ancestor(objects: &impl Find, ancestor: ObjectId, tip: ObjectId) -> bool {
     let mut seen = HashSet::new();
     let mut stack = vec![tip];
     let mut buf = Vec::new();
@@ -299,7 +301,12 @@ mod tests {
         let set = HookSet::default();
         let options = Options::default();
         let hooks = Hooks::new(&set, None, &f.repo, &[], &options, None);
-        let objects = gix_odb::at(&f.repo.objects_dir, gix_hash::Kind::Sha1).unwrap();
+        let objects = Objects::at(
+            &f.repo.objects_dir,
+            gix_hash::Kind::Sha1,
+            Default::default(),
+        )
+        .unwrap();
         let ctx = Decide {
             repo: &f.repo,
             namespace: "",

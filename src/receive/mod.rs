@@ -48,6 +48,7 @@ use run_hooks::Hooks;
 use crate::hooks::HookSet;
 use crate::hooks::proc_receive::Proc;
 use crate::objects::ingest::Quarantine;
+use crate::objects::lookup::{Budget, Objects};
 use crate::protocol::report;
 use crate::protocol::request::{self, Start};
 use crate::protocol::sideband::{Mode, Sideband};
@@ -165,6 +166,8 @@ pub fn run(
     }
 
     let objects = gix_odb::at(&repo.objects_dir, repo.object_format).map_err(Fatal::Objects)?;
+    // The phases after the unpack re-read the object directories at most once after a miss.
+    let refresh = Budget::default();
     let needs_pack = cmds.iter().any(|c| !c.command.is_delete());
     let unpacked = unpack::unpack(
         reader.inner_mut(),
@@ -183,7 +186,7 @@ pub fn run(
         let session = Session {
             repo: &repo,
             store: store.as_ref(),
-            objects: &objects,
+            refresh: refresh.clone(),
             namespace: &namespace,
             hooks: &hooks,
             options,
@@ -197,6 +200,7 @@ pub fn run(
                 quarantine.as_ref(),
                 unpacked.received.as_ref(),
                 &req.shallow,
+                refresh,
                 &mut sb,
             )?;
         }
@@ -235,7 +239,8 @@ pub fn run(
 struct Session<'a> {
     repo: &'a Repository,
     store: &'a dyn RefStore,
-    objects: &'a gix_odb::Handle,
+    /// How often a missing object may still make the push re-read the object directories.
+    refresh: Budget,
     /// `GIT_NAMESPACE`'s prefix, or empty.
     namespace: &'a str,
     hooks: &'a Hooks<'a>,
@@ -314,11 +319,14 @@ fn execute_commands<W: Write, E: Write>(
             }
         }
     }
+    // Opened after the migration: its first lookup lists the packs that came with the push.
+    let objects = Objects::at(&s.repo.objects_dir, s.repo.object_format, s.refresh.clone())
+        .map_err(Fatal::Objects)?;
     let ctx = Decide {
         repo: s.repo,
         namespace: s.namespace,
         hooks: s.hooks,
-        objects: s.objects,
+        objects: &objects,
         worktrees: s.repo.worktrees(),
         refs: s.store.snapshot().map_err(Fatal::Refs)?,
         kinds: Default::default(),
@@ -385,11 +393,9 @@ fn refuse_by_access<W: Write, E: Write>(
             RefChange::Create
         } else {
             if objects.is_none() {
-                let odb = match quarantine {
-                    Some(q) => gix_odb::at(q.path(), s.repo.object_format),
-                    None => gix_odb::at(&s.repo.objects_dir, s.repo.object_format),
-                }
-                .map_err(Fatal::Objects)?;
+                let dir = quarantine.map_or(s.repo.objects_dir.as_path(), Quarantine::path);
+                let odb = Objects::at(dir, s.repo.object_format, s.refresh.clone())
+                    .map_err(Fatal::Objects)?;
                 objects = Some(odb);
             }
             match &objects {

@@ -157,7 +157,7 @@ fn commit(
         },
         current,
         committer,
-        objects: ctx.objects,
+        objects: ctx.objects.settled(),
     };
     let mut observer = |state: TransactionState, batch: &[RefUpdate]| {
         ctx.hooks.transaction(state, batch, diagnostics)

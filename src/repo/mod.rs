@@ -5,6 +5,8 @@ pub mod config;
 pub mod name;
 pub mod policy;
 
+// The server's (and the fuzz targets') repository names; unused by the receive-pack alone.
+#[cfg_attr(not(feature = "serve"), allow(unused_imports))]
 pub use name::{Name, NameError};
 
 use std::path::{Path, PathBuf};

@@ -24,6 +24,7 @@ mod in_process;
 mod invocation;
 mod lock_wait;
 mod memory;
+mod missing_objects;
 mod onboarding;
 mod parallel_hooks;
 mod protocol;

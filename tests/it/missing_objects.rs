@@ -1,0 +1,172 @@
+//! A hostile request: many `create` commands naming objects that do not exist, with the empty
+//! pack. Each is refused as git refuses it (`missing necessary objects`), no ref is created, and
+//! the object directories are not listed again for each command: under `strace -f -c`, the
+//! directory-scanning syscalls of 2,000 and of 20,000 such commands are the same, and the stats
+//! grow by what one lookup of a loose object costs, not by a rescan.
+
+use std::collections::BTreeMap;
+use std::process::Output;
+
+use crate::common;
+use common::{EMPTY_PACK, Receiver, World, ZERO, pkt};
+
+/// An id of the tests' object format that no object has (`dead…` and the number).
+fn missing(i: usize) -> String {
+    let width = ZERO.len();
+    format!("dead{i:0>w$x}", w = width - 4)
+}
+
+/// `n` creates of `refs/heads/b<i>` at missing objects, with capabilities `caps` and the pack
+/// git sends when there are no objects to send.
+fn request(n: usize, caps: &str) -> Vec<u8> {
+    let mut input = Vec::with_capacity(n * 100);
+    for i in 0..n {
+        let line = format!("{ZERO} {} refs/heads/b{i}", missing(i));
+        if i == 0 {
+            input.extend(pkt(&format!("{line}\0{caps}")));
+        } else {
+            input.extend(pkt(&line));
+        }
+    }
+    input.extend(b"0000");
+    input.extend(EMPTY_PACK);
+    input
+}
+
+/// A world with `srv.git` holding one pushed commit (its objects loose, its directories there).
+fn world() -> World {
+    let w = World::new();
+    w.bare("srv.git");
+    w.git("srv.git", &["config", "receive.autogc", "false"]);
+    w.work("src");
+    w.commit("src", "a", "1");
+    w.git("src", &["push", "-q", "../srv.git", "main"]);
+    w
+}
+
+fn receive_pack(w: &World, receiver: Receiver, input: &[u8]) -> Output {
+    let mut cmd = match receiver {
+        Receiver::Git => w.git_cmd("."),
+        Receiver::Berth => w.cmd(common::berth(), "."),
+    };
+    cmd.args(["receive-pack", "--stateless-rpc", "srv.git"]);
+    w.git_with_stdin_cmd(cmd, input)
+}
+
+#[test]
+fn creates_of_missing_objects_are_refused_as_git_refuses_them() {
+    let caps = "report-status side-band-64k";
+    let input = request(50, caps);
+    let seen = common::differential(|r| {
+        let w = world();
+        let out = receive_pack(&w, r, &input);
+        (
+            out.status.success(),
+            out.stdout,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            w.refs("srv.git"),
+        )
+    });
+    let (_, stdout, stderr, refs) = seen;
+    let stdout = String::from_utf8_lossy(&stdout);
+    for i in 0..50 {
+        assert!(
+            stdout.contains(&format!("ng refs/heads/b{i} missing necessary objects\n")),
+            "{stdout}"
+        );
+        assert!(stderr.contains(&format!("fatal: bad object {}\n", missing(i))));
+    }
+    assert_eq!(refs.lines().count(), 1, "{refs}");
+}
+
+/// Syscall counts (`strace -f -c`) of berth receiving `n` creates of missing objects, after
+/// checking that each was refused and no ref created.
+fn syscalls(n: usize) -> BTreeMap<String, u64> {
+    let w = world();
+    let summary = w.path("summary");
+    let mut cmd = w.cmd("strace", ".");
+    cmd.args([
+        "-f",
+        "-c",
+        "-e",
+        "trace=openat,statx,newfstatat,getdents64",
+        "-o",
+    ])
+    .arg(&summary)
+    .arg(common::berth())
+    .args(["receive-pack", "--stateless-rpc", "srv.git"]);
+    let out = w.git_with_stdin_cmd(cmd, &request(n, "report-status"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Without the sideband the report is plain pkt-lines.
+    let report = String::from_utf8_lossy(&out.stdout);
+    let refused = report.matches(" missing necessary objects\n").count();
+    assert_eq!(refused, n, "{report}");
+    assert!(report.contains(&format!("ng refs/heads/b{} missing", n - 1)));
+    assert_eq!(w.refs("srv.git").lines().count(), 1);
+    // `% time  seconds  usecs/call  calls  [errors]  syscall`
+    std::fs::read_to_string(&summary)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let calls = fields.get(3)?.parse().ok()?;
+            Some((fields.last()?.to_string(), calls))
+        })
+        .collect()
+}
+
+#[test]
+fn missing_objects_do_not_rescan_the_object_directories() {
+    let (few, many) = (2_000, 20_000);
+    let small = syscalls(few);
+    let large = syscalls(many);
+    let count = |m: &BTreeMap<String, u64>, names: &[&str]| -> u64 {
+        names.iter().map(|n| m.get(*n).copied().unwrap_or(0)).sum()
+    };
+    // Listing a directory: opening it and reading its entries.
+    let scans = |m| count(m, &["openat", "getdents64"]);
+    assert!(
+        scans(&large) < scans(&small) + 20,
+        "directory scans grow with the commands: {small:?} for {few}, {large:?} for {many}"
+    );
+    // A missing object's lookup stats a loose path in the quarantine and the repository; a
+    // rescan of the packs would stat every file of the pack directories too.
+    let stats = |m| count(m, &["statx", "newfstatat"]);
+    let per_command = (stats(&large).saturating_sub(stats(&small))) / (many - few) as u64;
+    assert!(
+        per_command <= 2,
+        "{per_command} stats per missing object: {small:?} for {few}, {large:?} for {many}"
+    );
+}
+
+#[test]
+fn a_pushed_commit_is_found_after_a_miss_spent_the_refresh() {
+    // The miss comes first (in the connectivity check); the decision for the pushed commit
+    // happens after the quarantine's migration, with the push's refresh spent.
+    let seen = common::differential(|r| {
+        let w = world();
+        let old = w.git("src", &["rev-parse", "main"]);
+        let new = w.commit("src", "b", "2");
+        let pack = w.pack(true, &format!("{new}\n^{}\n", old.trim()));
+        let mut input = pkt(&format!(
+            "{ZERO} {} refs/heads/gone\0report-status",
+            missing(0)
+        ));
+        input.extend(pkt(&format!("{ZERO} {new} refs/heads/new")));
+        input.extend(b"0000");
+        input.extend(pack);
+        let out = receive_pack(&w, r, &input);
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            w.refs("srv.git"),
+        )
+    });
+    let (report, refs) = seen;
+    assert!(report.contains("ng refs/heads/gone missing necessary objects"));
+    assert!(report.contains("ok refs/heads/new"), "{report}");
+    assert!(refs.contains("refs/heads/new"), "{refs}");
+}
