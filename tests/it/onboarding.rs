@@ -246,3 +246,38 @@ fn version_names_the_commit_of_the_checkout() {
     };
     assert_eq!(version, expected);
 }
+
+#[test]
+fn an_unknown_ssh_key_is_logged_by_its_fingerprint_not_its_key() {
+    use crate::ssh_serve;
+    let w = ssh_serve::world();
+    let srv = ssh_serve::Serve::start(&w, &[]);
+    // mallory's key is in no file of the keydir.
+    let public = ssh_serve::keygen(&w, "mallory");
+    let out = ssh_serve::ssh(&w, &srv, "mallory", &["git@127.0.0.1", "info"]);
+    assert!(!out.status.success());
+    let fingerprint = std::process::Command::new("ssh-keygen")
+        .args(["-l", "-E", "sha256", "-f"])
+        .arg(w.path("keys/mallory.pub"))
+        .output()
+        .unwrap();
+    let fingerprint = String::from_utf8(fingerprint.stdout).unwrap();
+    let fingerprint = fingerprint.split(' ').nth(1).unwrap().to_owned();
+    let start = std::time::Instant::now();
+    while !srv.log().contains("ssh key not in the keydir") {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "no log line for the unknown key:\n{}",
+            srv.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let log = srv.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("ssh key not in the keydir"))
+        .unwrap();
+    assert!(line.contains(&fingerprint), "{line}");
+    let blob = public.split(' ').nth(1).unwrap();
+    assert!(!log.contains(blob), "the key itself is in the log:\n{log}");
+}

@@ -234,6 +234,7 @@ async fn connection(
         authed: authed.clone(),
         channels: HashMap::new(),
         closed,
+        refused_key_logged: false,
     };
     let timeout = state.auth_timeout;
     let watchdog = tokio::spawn(async move {
@@ -280,6 +281,9 @@ struct Conn {
     channels: HashMap<ChannelId, Pending>,
     /// Becomes true when the connection has ended.
     closed: tokio::sync::watch::Receiver<bool>,
+    /// Whether a key not in the keydir was logged already (once per connection: a client
+    /// offers each key of its agent in turn).
+    refused_key_logged: bool,
 }
 
 impl Conn {
@@ -327,12 +331,26 @@ impl Handler for Conn {
 
     async fn auth_publickey_offered(
         &mut self,
-        _user: &str,
+        user: &str,
         offer: russh::server::PublicKeyOffer<'_>,
     ) -> Result<Auth, Self::Error> {
         Ok(match self.accept_key(offer.public_key).await {
             Some(_) => Auth::Accept,
-            None => Auth::reject(),
+            None => {
+                // The operator's clue when a user's key is missing: its fingerprint, never the
+                // key itself.
+                if !self.refused_key_logged {
+                    self.refused_key_logged = true;
+                    tracing::info!(
+                        target: "berth::serve",
+                        remote = %self.peer.ip(),
+                        login = %Escaped::token(user),
+                        key = %offer.public_key.fingerprint(russh::keys::HashAlg::Sha256),
+                        "ssh key not in the keydir; refused (more keys this connection offers are not logged)"
+                    );
+                }
+                Auth::reject()
+            }
         })
     }
 
