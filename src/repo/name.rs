@@ -91,15 +91,13 @@ impl Name {
     /// What the access rules and the cluster know the repository by: the name without one
     /// trailing `.git` (`team/app`).
     pub fn key(&self) -> &str {
-        match self.0.strip_suffix(".git") {
-            Some(k) if !k.is_empty() && !k.ends_with('/') => k,
-            _ => &self.0,
-        }
+        // Never empty: no segment of a name is `.git` alone (the name rule).
+        self.0.strip_suffix(".git").unwrap_or(&self.0)
     }
 
     /// Whether the name ends in `.git` (`team/app.git`, not `team/app`).
     pub fn has_git_suffix(&self) -> bool {
-        self.key().len() != self.0.len()
+        self.0.ends_with(".git")
     }
 
     /// The name as a path relative to a root: never absolute, never upwards.

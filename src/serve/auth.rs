@@ -1,10 +1,11 @@
 //! Who is pushing: HTTP Basic against argon2 hashes from a credentials file (`berth passwd`),
 //! or a header set by a trusted reverse proxy, or anonymous where allowed.
 
+use super::address::AddrGroup;
 use super::*;
 use credentials::Credentials;
 use fair::{FairQueue, Lane};
-use logins::{AddrGroup, Admission, FailureLimit, Logins, UserTag};
+use logins::{Admission, FailureLimit, Logins, UserTag};
 
 /// Who is pushing.
 #[derive(Debug, Clone)]

@@ -23,7 +23,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-use super::per_address::{AddrKey, Over, Scope};
+use super::per_address::{AddrGroup, Over, Scope};
 use super::*;
 
 /// Timeouts and caps on connections (see [`Limits`]).
@@ -46,7 +46,7 @@ pub(super) struct ConnState {
     /// Told to close by the accept loop (eviction at the connection cap).
     evict: tokio::sync::Notify,
     /// The client's address, for the per-address cap.
-    key: AddrKey,
+    key: AddrGroup,
     /// Chosen for eviction already (not chosen again while it closes).
     evicted: std::sync::atomic::AtomicBool,
     /// The connection's reader, parked while a request was in flight: woken when the request
@@ -55,7 +55,7 @@ pub(super) struct ConnState {
 }
 
 impl ConnState {
-    fn new(key: AddrKey) -> Self {
+    fn new(key: AddrGroup) -> Self {
         ConnState {
             key,
             evicted: Default::default(),
@@ -425,7 +425,7 @@ pub(super) async fn serve(
         };
         while tasks.try_join_next().is_some() {}
         let ip = remote.ip();
-        let key = AddrKey::of(ip);
+        let key = AddrGroup::of(ip);
         let per_address = &server.per_address.connections;
         // The address's own cap first: its longest-idle connection makes room.
         let address = match per_address.try_acquire(ip) {

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::logins::AddrGroup;
+use super::address::AddrGroup;
 
 /// Which line a check waits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,32 +13,11 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
+use super::address::AddrGroup;
 use super::fair::Lane;
-
-/// The client address as logins are counted: an IPv4 address (also v4-mapped) by itself, an
-/// IPv6 address by its /64, the prefix one host or site gets and can rotate addresses within.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum AddrGroup {
-    V4(u32),
-    V6Prefix(u64),
-}
-
-impl AddrGroup {
-    pub(super) fn of(ip: IpAddr) -> AddrGroup {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-            v4 => v4,
-        };
-        match ip {
-            IpAddr::V4(v4) => AddrGroup::V4(u32::from(v4)),
-            IpAddr::V6(v6) => AddrGroup::V6Prefix((u128::from(v6) >> 64) as u64),
-        }
-    }
-}
 
 /// A user name as the tables keep it: a keyed hash, the same size whatever the client sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

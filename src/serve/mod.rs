@@ -38,6 +38,7 @@ use tokio_util::io::{ReaderStream, StreamReader, SyncIoBridge};
 use crate::receive;
 
 mod access;
+mod address;
 mod auth;
 mod cluster;
 mod conn;

@@ -12,27 +12,8 @@ use std::net::IpAddr;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+pub(super) use super::address::AddrGroup;
 use super::*;
-
-/// The part of a client address a cap counts by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum AddrKey {
-    V4(u32),
-    /// The upper 64 bits.
-    V6(u64),
-}
-
-impl AddrKey {
-    pub(super) fn of(ip: IpAddr) -> AddrKey {
-        match ip {
-            IpAddr::V4(v4) => AddrKey::V4(u32::from(v4)),
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => AddrKey::V4(u32::from(v4)),
-                None => AddrKey::V6((u128::from(v6) >> 64) as u64),
-            },
-        }
-    }
-}
 
 /// One per-address cap as configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,14 +52,14 @@ pub(super) struct Over;
 pub(super) struct PerAddress {
     cap: Cap,
     exempt: Vec<Cidr>,
-    table: Mutex<HashMap<AddrKey, Arc<Semaphore>>>,
+    table: Mutex<HashMap<AddrGroup, Arc<Semaphore>>>,
 }
 
 /// A place held by an address, given back when dropped.
 pub(super) struct AddrPermit {
     permit: Option<OwnedSemaphorePermit>,
     /// The table and key to clean up, when the address is tracked.
-    tracked: Option<(Arc<PerAddress>, AddrKey)>,
+    tracked: Option<(Arc<PerAddress>, AddrGroup)>,
 }
 
 impl Drop for AddrPermit {
@@ -114,7 +95,7 @@ impl PerAddress {
             return Tracked::Untracked;
         }
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        let key = AddrKey::of(ip);
+        let key = AddrGroup::of(ip);
         if t.len() >= MAX_ADDRESSES && !t.contains_key(&key) {
             return Tracked::Untracked;
         }
@@ -128,7 +109,7 @@ impl PerAddress {
     fn permit(self: &Arc<Self>, ip: IpAddr, permit: OwnedSemaphorePermit) -> AddrPermit {
         AddrPermit {
             permit: Some(permit),
-            tracked: Some((self.clone(), AddrKey::of(ip))),
+            tracked: Some((self.clone(), AddrGroup::of(ip))),
         }
     }
 
@@ -142,7 +123,7 @@ impl PerAddress {
             Tracked::Sem(s) => match s.try_acquire_owned() {
                 Ok(p) => Ok(self.permit(ip, p)),
                 Err(_) => {
-                    self.forget_if_unused(AddrKey::of(ip));
+                    self.forget_if_unused(AddrGroup::of(ip));
                     Err(Over)
                 }
             },
@@ -161,7 +142,7 @@ impl PerAddress {
                 // entry goes with the last holder's drop, or with the cleanup below.
                 let waiter = Waiter {
                     table: self.clone(),
-                    key: AddrKey::of(ip),
+                    key: AddrGroup::of(ip),
                 };
                 let r = s.acquire_owned().await;
                 drop(waiter);
@@ -170,7 +151,7 @@ impl PerAddress {
         }
     }
 
-    fn forget_if_unused(&self, key: AddrKey) {
+    fn forget_if_unused(&self, key: AddrGroup) {
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
         // Only the table's own handle left: nobody holds or waits.
         if t.get(&key).is_some_and(|s| Arc::strong_count(s) == 1) {
@@ -188,7 +169,7 @@ impl PerAddress {
 /// Cleans up an address's entry when a wait for it ends without a place (dropped by a timeout).
 struct Waiter {
     table: Arc<PerAddress>,
-    key: AddrKey,
+    key: AddrGroup,
 }
 
 impl Drop for Waiter {
@@ -264,13 +245,13 @@ pub(super) enum Scope {
     /// Any (the server-wide cap is reached).
     Any,
     /// Those of one address (its cap is reached).
-    Address(AddrKey),
+    Address(AddrGroup),
 }
 
 /// The connection to close to make room: of those in `scope` that may be evicted now (waiting
 /// for a request, in a TLS handshake, or not authenticated over ssh), the one waiting longest.
 pub(super) fn victim<I: Copy>(
-    candidates: impl IntoIterator<Item = (I, AddrKey, Instant)>,
+    candidates: impl IntoIterator<Item = (I, AddrGroup, Instant)>,
     scope: Scope,
 ) -> Option<I> {
     candidates
@@ -294,18 +275,18 @@ mod tests {
     #[test]
     fn ipv6_counts_by_64_and_mapped_ipv4_as_ipv4() {
         assert_eq!(
-            AddrKey::of(ip("2001:db8:1:2::1")),
-            AddrKey::of(ip("2001:db8:1:2:ffff::9"))
+            AddrGroup::of(ip("2001:db8:1:2::1")),
+            AddrGroup::of(ip("2001:db8:1:2:ffff::9"))
         );
         assert_ne!(
-            AddrKey::of(ip("2001:db8:1:2::1")),
-            AddrKey::of(ip("2001:db8:1:3::1"))
+            AddrGroup::of(ip("2001:db8:1:2::1")),
+            AddrGroup::of(ip("2001:db8:1:3::1"))
         );
         assert_eq!(
-            AddrKey::of(ip("::ffff:10.0.0.1")),
-            AddrKey::of(ip("10.0.0.1"))
+            AddrGroup::of(ip("::ffff:10.0.0.1")),
+            AddrGroup::of(ip("10.0.0.1"))
         );
-        assert_ne!(AddrKey::of(ip("10.0.0.1")), AddrKey::of(ip("10.0.0.2")));
+        assert_ne!(AddrGroup::of(ip("10.0.0.1")), AddrGroup::of(ip("10.0.0.2")));
     }
 
     #[test]
@@ -364,8 +345,8 @@ mod tests {
     #[test]
     fn the_victim_is_the_longest_waiting_in_scope() {
         let t0 = Instant::now();
-        let a = AddrKey::of(ip("10.0.0.1"));
-        let b = AddrKey::of(ip("10.0.0.2"));
+        let a = AddrGroup::of(ip("10.0.0.1"));
+        let b = AddrGroup::of(ip("10.0.0.2"));
         let c = [
             (1, a, t0 + Duration::from_secs(2)),
             (2, b, t0),
@@ -373,7 +354,7 @@ mod tests {
         ];
         assert_eq!(victim(c, Scope::Any), Some(2));
         assert_eq!(victim(c, Scope::Address(a)), Some(3));
-        let none = AddrKey::of(ip("10.0.0.3"));
+        let none = AddrGroup::of(ip("10.0.0.3"));
         assert_eq!(victim(c, Scope::Address(none)), None);
     }
 }

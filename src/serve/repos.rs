@@ -47,10 +47,11 @@ enum Walk {
     NotDir,
 }
 
-/// Walk `path` below `root` (see [`Walk`]); a symbolic link anywhere on the way refuses it.
-fn walk(root: &Path, path: &Path) -> Result<Walk, Reject> {
-    let rel = path.strip_prefix(root).map_err(|_| Reject::Symlink)?;
-    let mut at = root.to_path_buf();
+/// Walk `path` below `from` (a real directory already looked at: the root, or a directory
+/// [`resolve`] walked), see [`Walk`]; a symbolic link anywhere on the way refuses it.
+fn walk(from: &Path, path: &Path) -> Result<Walk, Reject> {
+    let rel = path.strip_prefix(from).map_err(|_| Reject::Symlink)?;
+    let mut at = from.to_path_buf();
     for c in rel.components() {
         at.push(c);
         match std::fs::symlink_metadata(&at) {
@@ -73,8 +74,9 @@ pub(super) fn resolve(root: &Path, name: &Name) -> Result<Resolved, Reject> {
     let mut above = root.to_path_buf();
     let segments: Vec<_> = rel.components().collect();
     for seg in &segments[..segments.len() - 1] {
+        let parent = above.clone();
         above.push(seg);
-        match walk(root, &above)? {
+        match walk(&parent, &above)? {
             Walk::Dir => {}
             Walk::Missing => return Ok(Resolved::Missing(name.created_at(root))),
             Walk::NotDir => return Err(not_repo()),
@@ -85,7 +87,7 @@ pub(super) fn resolve(root: &Path, name: &Name) -> Result<Resolved, Reject> {
         }
     }
     for c in name.candidates(root) {
-        if walk(root, &c)? == Walk::Dir && is_git_dir(&c) {
+        if walk(&above, &c)? == Walk::Dir && is_git_dir(&c) {
             return Ok(Resolved::Repo(c));
         }
     }

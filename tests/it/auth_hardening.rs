@@ -19,37 +19,7 @@ use std::time::{Duration, Instant};
 
 /// A TCP connection to `dst` from the loopback address `src` (bound before connecting).
 fn connect_from(src: Ipv4Addr, dst: SocketAddr) -> std::io::Result<TcpStream> {
-    use std::os::fd::FromRawFd;
-    let SocketAddr::V4(dst) = dst else {
-        panic!("IPv4 only")
-    };
-    let sockaddr = |a: Ipv4Addr, port: u16| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(a).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: a fresh socket descriptor, owned by the TcpStream from here on; the addresses are
-    // valid sockaddr_in values of the given length.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let stream = TcpStream::from_raw_fd(fd);
-        let local = sockaddr(src, 0);
-        if libc::bind(fd, (&raw const local).cast(), len) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let remote = sockaddr(*dst.ip(), dst.port());
-        if libc::connect(fd, (&raw const remote).cast(), len) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(stream)
-    }
+    crate::conn_limits::try_connect_from(&src.to_string(), &dst.to_string(), None)
 }
 
 /// The status of `GET /<repo>/info/refs?service=git-receive-pack` with Basic `user:password`,

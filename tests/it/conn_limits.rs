@@ -21,21 +21,30 @@ use std::time::{Duration, Instant};
 /// A blocking connection to `addr` from the loopback address `from` (e.g. `127.0.0.2`), with a
 /// receive buffer of `rcvbuf` bytes when given (set before the connect, so the window is small).
 fn connect_from(from: &str, addr: &str, rcvbuf: Option<u32>) -> TcpStream {
+    try_connect_from(from, addr, rcvbuf).unwrap()
+}
+
+/// [`connect_from`], or why the connection could not be made.
+pub(crate) fn try_connect_from(
+    from: &str,
+    addr: &str,
+    rcvbuf: Option<u32>,
+) -> std::io::Result<TcpStream> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
-        .build()
-        .unwrap();
+        .build()?;
     let s = rt.block_on(async {
-        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        let sock = tokio::net::TcpSocket::new_v4()?;
         if let Some(n) = rcvbuf {
-            sock.set_recv_buffer_size(n).unwrap();
+            sock.set_recv_buffer_size(n)?;
         }
-        sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
-        sock.connect(addr.parse().unwrap()).await.unwrap()
-    });
-    let s = s.into_std().unwrap();
-    s.set_nonblocking(false).unwrap();
-    s
+        let bad = |e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+        sock.bind(format!("{from}:0").parse().map_err(bad)?)?;
+        sock.connect(addr.parse().map_err(bad)?).await
+    })?;
+    let s = s.into_std()?;
+    s.set_nonblocking(false)?;
+    Ok(s)
 }
 
 #[test]

@@ -388,6 +388,22 @@ impl Gate {
     }
 }
 
+impl Cluster {
+    /// What the entries after `base` up to `head` of repository `name` are to the push `txid`
+    /// of `updates` ([`decide::winners`] on [`Cluster::entries`]).
+    pub(super) async fn winners(
+        &self,
+        name: &str,
+        base: u64,
+        head: u64,
+        txid: &str,
+        updates: &[RefUpdate],
+    ) -> Result<Winners, String> {
+        let entries = self.entries(name, base, head).await?;
+        Ok(decide::winners(&entries, txid, updates))
+    }
+}
+
 /// Why the gate refused a push; the `Display` is the client's text (after `cluster: `). What
 /// names nodes' addresses or paths goes to the log, not here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

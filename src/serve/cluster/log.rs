@@ -1,15 +1,13 @@
 //! A repository's log entry (the value of `repos/<name>/log` and `repos/<name>/entries/<seq>`)
 //! and the ref updates as they travel between nodes: JSON, ref names as UTF-8 text, object ids
 //! as hex. Decoding checks everything a peer controls (names by git's rules, ids by length).
-//! What a run of entries means to a push is `decide.rs`'s ([`Winners`]); [`Cluster::winners`]
-//! reads the entries for it.
+//! What a run of entries means to a push is `decide.rs`'s to say; [`Cluster::entries`] reads
+//! them.
 
 use gix_hash::ObjectId;
 use serde_json::{Value, json};
 
 use crate::refs::{Change, Expected, RefUpdate};
-
-use super::decide::Winners;
 
 /// One committed batch of ref updates.
 #[derive(Debug, Clone)]
@@ -131,16 +129,14 @@ impl Entry {
 }
 
 impl super::Cluster {
-    /// What the entries after `base` up to `head` of repository `name` are to the push
-    /// `txid` of `updates` (read from `entries/`; an error if one is missing, e.g. compacted).
-    pub(super) async fn winners(
+    /// The entries after `base` up to `head` of repository `name`, in log order (read from
+    /// `entries/`; an error if one is missing, e.g. compacted).
+    pub(super) async fn entries(
         &self,
         name: &str,
         base: u64,
         head: u64,
-        txid: &str,
-        updates: &[RefUpdate],
-    ) -> Result<Winners, String> {
+    ) -> Result<Vec<Entry>, String> {
         let from = super::repo_key(name, &format!("entries/{:020}", base + 1));
         let to = super::repo_key(name, &format!("entries/{:020}", head + 1));
         let kvs = self
@@ -151,11 +147,7 @@ impl super::Cluster {
         if kvs.len() as u64 != head.saturating_sub(base) {
             return Err(format!("entries {}..={head} not all in the log", base + 1));
         }
-        let entries = kvs
-            .iter()
-            .map(|kv| Entry::decode(&kv.value))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(super::decide::winners(&entries, txid, updates))
+        kvs.iter().map(|kv| Entry::decode(&kv.value)).collect()
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::super::per_address::{self, AddrKey, AddrPermit, Cap, PerAddress, Scope};
+use super::super::per_address::{self, AddrGroup, AddrPermit, Cap, PerAddress, Scope};
 
 /// How long a newcomer waits for a connection it evicted to close.
 const EVICTION_WAIT: Duration = Duration::from_millis(500);
@@ -27,7 +27,7 @@ pub(super) enum Refused {
 
 /// A connection as the caps see it.
 struct Entry {
-    key: AddrKey,
+    key: AddrGroup,
     since: Instant,
     /// Set once the connection has authenticated (then it is never evicted).
     authed: Arc<AtomicBool>,
@@ -108,7 +108,7 @@ impl Admission {
 
     /// Places for a new connection from `ip`, evicting an unauthenticated one if need be.
     pub(super) async fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Admitted, Refused> {
-        let key = AddrKey::of(ip);
+        let key = AddrGroup::of(ip);
         let address = match self.per_address.try_acquire(ip) {
             Ok(p) => p,
             Err(_) if self.evict(Scope::Address(key)) => {
