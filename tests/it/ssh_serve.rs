@@ -509,15 +509,10 @@ fn client_gone_mid_push_leaves_nothing_behind() {
     // ...when the client dies.
     child.kill().unwrap();
     child.wait().unwrap();
-    let start = Instant::now();
-    while !common::leftovers(&w.path("repos/cut.git")).is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "left behind: {:?}",
-            common::leftovers(&w.path("repos/cut.git"))
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert_eq!(
+        common::leftovers_after_session(&w.path("repos/cut.git")),
+        Vec::<std::path::PathBuf>::new()
+    );
     assert_eq!(w.refs("repos/cut.git"), "");
     w.assert_clean("repos/cut.git");
 }
@@ -749,7 +744,10 @@ fn push_size_limit_applies_over_ssh() {
     );
     assert!(!out.status.success(), "{out:?}");
     assert_eq!(w.refs("repos/l.git"), "");
-    assert!(common::leftovers(&w.path("repos/l.git")).is_empty());
+    assert_eq!(
+        common::leftovers_after_session(&w.path("repos/l.git")),
+        Vec::<std::path::PathBuf>::new()
+    );
     assert!(
         srv.log().contains("push larger than 20000 bytes"),
         "{}",
