@@ -570,7 +570,7 @@ fn push_outcome_decides_log_line_and_metrics() {
 
     // The last line is written as its response ends: wait for it rather than race it.
     let start = Instant::now();
-    while srv.push_log_lines().len() < 4 && start.elapsed() < Duration::from_secs(10) {
+    while srv.push_log_lines().len() < 4 && start.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let outcomes: Vec<String> = srv
@@ -1578,12 +1578,12 @@ fn missing_repository_get_creates_nothing_and_failed_creation_leaves_nothing() {
     wait_log(&srv, "git init --bare failed");
 }
 
-/// Wait up to 10 s for `needle` in the server's log (its stderr is read by another thread).
+/// Wait up to 60 s for `needle` in the server's log (its stderr is read by another thread).
 pub(crate) fn wait_log(srv: &Serve, needle: &str) {
     let start = Instant::now();
     while !srv.log().contains(needle) {
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(60),
             "no {needle:?} in:\n{}",
             srv.log()
         );
@@ -1670,7 +1670,7 @@ fn hostile_names_refused_and_log_lines_without_control_characters() {
     // Wait for the last request's log line.
     let start = Instant::now();
     while srv.log().matches("route=\"upload-pack\"").count() < 1 {
-        assert!(start.elapsed() < Duration::from_secs(10), "{}", srv.log());
+        assert!(start.elapsed() < Duration::from_secs(60), "{}", srv.log());
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(100));
@@ -2327,7 +2327,7 @@ fn metrics_time_each_phase_and_healthz_answers() {
     // The second push's phases are timed by the time its last metric is: wait for it first.
     let start = Instant::now();
     while metric(&srv.addr, "berth_push_duration_seconds_count") < 2.0
-        && start.elapsed() < Duration::from_secs(10)
+        && start.elapsed() < Duration::from_secs(60)
     {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -2351,7 +2351,7 @@ fn metrics_time_each_phase_and_healthz_answers() {
         let start = Instant::now();
         loop {
             let n = metric(&srv.addr, sample);
-            if n >= 2.0 || start.elapsed() > Duration::from_secs(10) {
+            if n >= 2.0 || start.elapsed() > Duration::from_secs(60) {
                 return n;
             }
             std::thread::sleep(Duration::from_millis(20));

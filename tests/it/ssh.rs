@@ -94,7 +94,7 @@ fn start_sshd(dir: &Path, authorized_keys: &str) -> Sshd {
                 return sshd;
             }
             assert!(
-                start.elapsed() < Duration::from_secs(10),
+                start.elapsed() < Duration::from_secs(60),
                 "sshd did not listen"
             );
             std::thread::sleep(Duration::from_millis(20));
