@@ -35,6 +35,9 @@ macro_rules! internal {
     };
 }
 
+#[cfg(feature = "serve")]
+mod cluster;
+mod escape;
 pub mod fsync;
 #[cfg(feature = "internals")]
 pub mod fuzzing;

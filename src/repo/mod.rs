@@ -1,9 +1,12 @@
 //! Finding and opening the repository a push goes to, as git's `enter_repo` does, and refusing
 //! repository formats berth cannot yet write correctly.
 
+mod head;
 pub mod config;
 pub mod name;
 pub mod policy;
+
+pub(crate) use head::head_to_first_created;
 
 // The server's (and the fuzz targets') repository names; unused by the receive-pack alone.
 #[cfg_attr(not(feature = "serve"), allow(unused_imports))]
@@ -238,7 +241,8 @@ fn resolve_git_dir(path: &Path) -> Option<PathBuf> {
     is_git_dir(path).then(|| path.to_owned())
 }
 
-fn is_git_dir(path: &Path) -> bool {
+/// Whether `path` is a git directory (as git's `is_git_directory`, without following `.git` files).
+pub(crate) fn is_git_dir(path: &Path) -> bool {
     path.join("objects").is_dir() && path.join("refs").is_dir() && path.join("HEAD").is_file()
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use super::Error;
-use super::escape::Escaped;
+use crate::escape::Escaped;
 
 /// The users allowed to push and their argon2 hashes.
 pub(super) struct Credentials {

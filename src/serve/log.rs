@@ -157,7 +157,7 @@ impl Drop for Access {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::escape::tests::{hostile_values, parse_fields};
+    use crate::escape::tests::{hostile_values, parse_fields};
 
     /// A `Write` into a shared buffer, for a subscriber's writer.
     #[derive(Clone, Default)]

@@ -9,7 +9,7 @@
 //! streaming bodies between the network and the blocking push session, the access log and the
 //! metrics. A push itself is [`crate::receive::run`], exactly as for `berth receive-pack`;
 //! fetches and clones run git's own `git upload-pack --stateless-rpc`. With `--cluster`,
-//! `cluster/` places repositories on several nodes, forwards requests to them, and commits
+//! `crate::cluster` places repositories on several nodes, forwards requests to them, and commits
 //! every push through etcd (docs/cluster.md).
 //!
 //! What git-http-backend does and this module copies: the `# service=` preamble (left out when
@@ -40,10 +40,8 @@ use crate::receive;
 mod access;
 mod address;
 mod auth;
-mod cluster;
 mod conn;
 mod credentials;
-mod escape;
 mod fair;
 mod limits;
 mod log;
@@ -58,11 +56,12 @@ mod rules;
 mod session;
 mod ssh;
 
+use crate::cluster;
+pub use crate::cluster::{Ack, ClusterConfig};
+pub(crate) use crate::escape::Escaped;
 pub use auth::hash_password;
 use auth::*;
-pub use cluster::{Ack, ClusterConfig};
 pub use conn::default_max_connections;
-use escape::Escaped;
 pub use limits::Limits;
 use limits::*;
 use log::*;
@@ -371,9 +370,16 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
     let listener = bind(&addrs, &config.listen).await?;
     let local = listener.local_addr().map_err(Error::Serve)?;
     if let Some(c) = &config.cluster {
-        let joined = cluster::Cluster::join(c, &root, local, &server.env, server.max_request_bytes)
-            .await
-            .map_err(Error::Cluster)?;
+        let joined = cluster::Cluster::join(
+            c,
+            &root,
+            local,
+            &server.env,
+            server.max_request_bytes,
+            server.idle_timeout,
+        )
+        .await
+        .map_err(Error::Cluster)?;
         let _ = server.cluster.set(joined);
     }
     tracing::info!(
@@ -448,7 +454,10 @@ async fn handle(
     if path.starts_with(cluster::INTERNAL_PREFIX)
         && let Some(c) = server.cluster.get()
     {
-        return cluster::internal(&server, c, req).await;
+        return match cluster::internal(c, req).await {
+            cluster::Internal::Answered(response) => response,
+            cluster::Internal::SshTunnel(req) => ssh::tunneled(&server, c, req).await,
+        };
     }
     let routed = route(&method, &path, query.as_deref());
     let (route_name, repo) = match &routed {

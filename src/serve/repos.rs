@@ -30,10 +30,7 @@ pub(super) enum Resolved {
     Missing(PathBuf),
 }
 
-/// Whether `p` is a git directory (as git's `is_git_directory`, without following `.git` files).
-pub(super) fn is_git_dir(p: &Path) -> bool {
-    p.join("HEAD").is_file() && p.join("objects").is_dir() && p.join("refs").is_dir()
-}
+pub(super) use crate::repo::is_git_dir;
 
 /// What is at `path`, a path below `root` made of a [`Name`]'s segments (and maybe `.git`),
 /// looked at component by component without following links.
@@ -288,56 +285,7 @@ pub(super) fn head_to_first_branch(dir: &str, outcome: &receive::Outcome) {
         })
         .map(|(command, _)| command.name.as_slice())
         .collect();
-    head_to_first_created(dir, &created);
-}
-
-/// [`head_to_first_branch`] for the branches `created` (full names, in push order) by a push
-/// into `dir`: also run by a cluster's replicas, which apply the same pushes.
-pub(super) fn head_to_first_created(dir: &str, created: &[&[u8]]) {
-    let Some(first) = created.first() else {
-        return;
-    };
-    // The common case without a process: HEAD names a loose branch that exists.
-    if let Ok(head) = std::fs::read_to_string(Path::new(dir).join("HEAD"))
-        && let Some(target) = head.trim_end().strip_prefix("ref: refs/heads/")
-        && !target.starts_with('.')
-        && Path::new(dir).join("refs/heads").join(target).is_file()
-    {
-        return;
-    }
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("--git-dir")
-            .arg(dir)
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .output()
-            .ok()
-    };
-    if git(&["rev-parse", "-q", "--verify", "HEAD"]).is_some_and(|o| o.status.success()) {
-        return;
-    }
-    let Some(branches) = git(&["for-each-ref", "--format=%(refname)", "refs/heads/"]) else {
-        return;
-    };
-    if !branches.status.success()
-        || !branches
-            .stdout
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .all(|l| created.contains(&l))
-    {
-        return;
-    }
-    let Ok(first) = std::str::from_utf8(first) else {
-        return;
-    };
-    if let Some(o) = git(&["symbolic-ref", "HEAD", first])
-        && !o.status.success()
-    {
-        tracing::warn!(target: "berth::serve", branch = %Escaped::token(first), "cannot point HEAD at the first pushed branch");
-    }
+    crate::repo::head_to_first_created(dir, &created);
 }
 
 #[cfg(test)]

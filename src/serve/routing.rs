@@ -164,7 +164,7 @@ impl Reject {
             Reject::Behind(seq, applied) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 if let Ok(v) = HeaderValue::from_str(&format!("{applied}/{seq}")) {
-                    h.insert(super::cluster::BEHIND, v);
+                    h.insert(crate::cluster::BEHIND, v);
                 }
             }
             Reject::RateLimited(secs) => {

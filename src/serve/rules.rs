@@ -538,7 +538,7 @@ impl RulesFile {
                     *state = (stamp, Arc::new(rules));
                 }
                 Err(e) => {
-                    tracing::warn!(target: "berth::serve", error = %super::escape::Escaped::text(&e), "access rules not reloaded; keeping the previous ones");
+                    tracing::warn!(target: "berth::serve", error = %crate::escape::Escaped::text(&e), "access rules not reloaded; keeping the previous ones");
                     state.0 = now;
                 }
             }

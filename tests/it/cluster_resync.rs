@@ -1,4 +1,4 @@
-//! Full resync (`src/serve/cluster/resync.rs`): a replica whose copy of a repository is gone
+//! Full resync (`src/cluster/resync.rs`): a replica whose copy of a repository is gone
 //! after the log's entries were compacted away copies a current replica (`POST
 //! /_berth/cluster/snapshot`, then the objects through `/_berth/cluster/pack`) and follows the
 //! log from there. The harness is `cluster.rs`'s: three etcd members, three berth nodes, the

@@ -38,10 +38,10 @@ use russh::{Channel, ChannelId, ChannelMsg, ChannelOpenFailure, ChannelReadHalf}
 use tokio::sync::{Notify, mpsc};
 use tokio_util::io::{StreamReader, SyncIoBridge};
 
-use super::cluster::{self, Cluster};
 use super::repos::is_git_dir;
 use super::repos::{self, Resolved};
 use super::{Access, BodyReader, Error, Identity, InFlight, Reject, Server, Service, hook_env};
+use crate::cluster::{self, Cluster};
 use crate::receive;
 use crate::repo::Name;
 

@@ -32,16 +32,14 @@ use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use super::super::cluster::tunnel::{
-    self, ADDR, DATA, EOF, EXIT, PROTOCOL, REPO, SERVICE, STDERR, USER,
-};
-use super::super::cluster::{BEHIND_PAUSE, BEHIND_WAIT, Cluster, Tunneled, http};
 use super::super::conn::Hold;
 use super::super::routing::Reject;
 use super::{
     Access, Escaped, In, Out, Run, Server, Service, Source, Where, fatal, keys, new_access, place,
     route_name, session, valid_git_protocol,
 };
+use crate::cluster::tunnel::{self, ADDR, DATA, EOF, EXIT, PROTOCOL, REPO, SERVICE, STDERR, USER};
+use crate::cluster::{BEHIND_PAUSE, BEHIND_WAIT, Cluster, Tunneled, http};
 use crate::repo::Name;
 
 /// Run `run` on the replica at `url` and relay what it says to the client. The exit status.

@@ -31,25 +31,25 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use http_body_util::BodyExt;
 
-use super::super::Escaped;
 use super::http;
+use crate::escape::Escaped;
 
 /// Marks a request forwarded by another node (its value: that node's name).
-pub(in crate::serve) const FORWARDED: &str = "x-berth-forwarded";
+pub(crate) const FORWARDED: &str = "x-berth-forwarded";
 
 /// Marks a replica's refusal to serve a forwarded read because it is behind the log (on a
 /// 503; its value: `<applied>/<log head>`).
-pub(in crate::serve) const BEHIND: &str = "x-berth-behind";
+pub(crate) const BEHIND: &str = "x-berth-behind";
 
 /// The largest request body kept to be sent again to another replica.
-pub(in crate::serve) const REPLAY_MAX: usize = 1 << 20;
+pub(crate) const REPLAY_MAX: usize = 1 << 20;
 
 /// How long the rounds over the replicas go on while every one says it is behind (HTTP here,
 /// ssh in `ssh/tunnel.rs`).
-pub(in crate::serve) const BEHIND_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const BEHIND_WAIT: Duration = Duration::from_secs(2);
 
 /// The pause between two such rounds.
-pub(in crate::serve) const BEHIND_PAUSE: Duration = Duration::from_millis(200);
+pub(crate) const BEHIND_PAUSE: Duration = Duration::from_millis(200);
 
 /// The longest wait for a replica's TCP connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -67,17 +67,17 @@ const HOP: [&str; 8] = [
 ];
 
 /// How a request is forwarded.
-pub(in crate::serve) struct Forwarding<'a> {
+pub(crate) struct Forwarding<'a> {
     /// This node's name (the [`FORWARDED`] header's value).
-    pub(in crate::serve) node: &'a str,
+    pub(crate) node: &'a str,
     /// The trusted user header and the user this node established, if any.
-    pub(in crate::serve) trusted_user: Option<(&'a header::HeaderName, &'a str)>,
+    pub(crate) trusted_user: Option<(&'a header::HeaderName, &'a str)>,
     /// Bounds the wait for a replica's answer head.
-    pub(in crate::serve) timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Bounds the wait for each piece of the client's body while it is kept.
-    pub(in crate::serve) idle: Duration,
+    pub(crate) idle: Duration,
     /// Whether the request may go to another replica after a failure (not a push's POST).
-    pub(in crate::serve) replayable: bool,
+    pub(crate) replayable: bool,
 }
 
 /// The client's body: kept whole (may be sent again), or to be streamed once.
@@ -132,7 +132,7 @@ fn is_behind(resp: &axum::http::Response<hyper::body::Incoming>) -> bool {
 
 /// Send `req` to the first of `replicas` (name, advertise URL) that serves it, and stream its
 /// answer back; why none did.
-pub(in crate::serve) async fn forward(
+pub(crate) async fn forward(
     req: Request,
     replicas: &[(String, String)],
     how: &Forwarding<'_>,

@@ -25,41 +25,41 @@ use bytes::Bytes;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::replica::SECRET_HEADER;
+use super::wire::SECRET_HEADER;
 use super::{Cluster, http};
 
 /// The internal endpoint's path.
-pub(in crate::serve) const PATH: &str = "/_berth/cluster/ssh";
+pub(crate) const PATH: &str = "/_berth/cluster/ssh";
 /// The `Upgrade` protocol name.
-pub(in crate::serve) const PROTOCOL_NAME: &str = "berth-ssh";
+pub(crate) const PROTOCOL_NAME: &str = "berth-ssh";
 /// Header: which git service.
-pub(in crate::serve) const SERVICE: &str = "x-berth-ssh-service";
+pub(crate) const SERVICE: &str = "x-berth-ssh-service";
 /// Header: the repository path as the ssh client named it.
-pub(in crate::serve) const REPO: &str = "x-berth-ssh-repo";
+pub(crate) const REPO: &str = "x-berth-ssh-repo";
 /// Header: the authenticated user.
-pub(in crate::serve) const USER: &str = "x-berth-ssh-user";
+pub(crate) const USER: &str = "x-berth-ssh-user";
 /// Header: the ssh client's address (`ip:port`).
-pub(in crate::serve) const ADDR: &str = "x-berth-ssh-addr";
+pub(crate) const ADDR: &str = "x-berth-ssh-addr";
 /// Header: the client's `GIT_PROTOCOL`, if it sent one.
-pub(in crate::serve) const PROTOCOL: &str = "x-berth-ssh-protocol";
+pub(crate) const PROTOCOL: &str = "x-berth-ssh-protocol";
 
 /// Frame: data (the client's input one way, its stdout the other).
-pub(in crate::serve) const DATA: u8 = 1;
+pub(crate) const DATA: u8 = 1;
 /// Frame: the client's stderr.
-pub(in crate::serve) const STDERR: u8 = 2;
+pub(crate) const STDERR: u8 = 2;
 /// Frame: the exit status (4 bytes), the last frame from the replica.
-pub(in crate::serve) const EXIT: u8 = 3;
+pub(crate) const EXIT: u8 = 3;
 /// Frame: the client closed its input (no payload).
-pub(in crate::serve) const EOF: u8 = 4;
+pub(crate) const EOF: u8 = 4;
 /// The largest frame payload either side accepts.
-pub(in crate::serve) const MAX_FRAME: usize = 1 << 20;
+pub(crate) const MAX_FRAME: usize = 1 << 20;
 
 /// The upgraded connection.
-pub(in crate::serve) type Stream = TokioIo<hyper::upgrade::Upgraded>;
+pub(crate) type Stream = TokioIo<hyper::upgrade::Upgraded>;
 
 /// Why a tunnel could not be opened.
 #[derive(Debug, thiserror::Error)]
-pub(in crate::serve) enum Error {
+pub(crate) enum Error {
     /// The HTTP request failed.
     #[error(transparent)]
     Http(#[from] http::Error),
@@ -76,18 +76,18 @@ pub(in crate::serve) enum Error {
 
 /// What the replica runs.
 #[derive(Debug, Clone)]
-pub(in crate::serve) struct Tunneled {
-    pub(in crate::serve) service: &'static str,
-    pub(in crate::serve) repo: String,
-    pub(in crate::serve) user: String,
-    pub(in crate::serve) addr: std::net::SocketAddr,
-    pub(in crate::serve) protocol: Option<String>,
+pub(crate) struct Tunneled {
+    pub(crate) service: &'static str,
+    pub(crate) repo: String,
+    pub(crate) user: String,
+    pub(crate) addr: std::net::SocketAddr,
+    pub(crate) protocol: Option<String>,
 }
 
 impl Cluster {
     /// Open a tunnel to the node at `base` (its advertise URL) for `what`; `timeout` bounds
     /// the connect and the answer.
-    pub(in crate::serve) async fn open_tunnel(
+    pub(crate) async fn open_tunnel(
         &self,
         base: &str,
         what: &Tunneled,
@@ -135,7 +135,7 @@ impl Cluster {
 }
 
 /// Write one frame.
-pub(in crate::serve) async fn write_frame<W: AsyncWrite + Unpin>(
+pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(
     w: &mut W,
     kind: u8,
     payload: &[u8],
@@ -155,9 +155,7 @@ pub(in crate::serve) async fn write_frame<W: AsyncWrite + Unpin>(
 
 /// Read one frame: `None` at a clean end of the stream (before a frame began). A frame longer
 /// than [`MAX_FRAME`] or of an unknown kind is an error.
-pub(in crate::serve) async fn read_frame<R: AsyncRead + Unpin>(
-    r: &mut R,
-) -> io::Result<Option<(u8, Bytes)>> {
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<Option<(u8, Bytes)>> {
     let mut head = [0u8; 5];
     match r.read(&mut head[..1]).await? {
         0 => return Ok(None),

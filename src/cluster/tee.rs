@@ -18,10 +18,10 @@ use axum::body::Body;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::replica::SECRET_HEADER;
+use super::wire::SECRET_HEADER;
 use super::{Cluster, http};
+use crate::escape::Escaped;
 use crate::receive::{PackSink, PackTee};
-use crate::serve::Escaped;
 
 /// The bytes sent to the replicas at a time.
 const CHUNK: usize = 64 * 1024;
@@ -34,7 +34,7 @@ const STREAM_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// One push's pack stream to the other replicas.
 #[derive(Debug)]
-pub(in crate::serve) struct PushStream {
+pub(crate) struct PushStream {
     cluster: Arc<Cluster>,
     /// The repository's cluster name.
     name: String,
@@ -47,7 +47,7 @@ pub(in crate::serve) struct PushStream {
 }
 
 impl PushStream {
-    pub(in crate::serve) fn new(
+    pub(crate) fn new(
         cluster: Arc<Cluster>,
         name: String,
         replicas: Vec<String>,

@@ -148,7 +148,7 @@ impl Format {
 
 /// Create the bare repository `dir` in `format` if it does not exist.
 pub(super) fn ensure_repository(dir: &Path, format: &Format) -> Result<(), String> {
-    if super::super::repos::is_git_dir(dir) {
+    if crate::repo::is_git_dir(dir) {
         return Ok(());
     }
     if let Some(parent) = dir.parent() {
@@ -164,7 +164,7 @@ pub(super) fn ensure_repository(dir: &Path, format: &Format) -> Result<(), Strin
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| format!("cannot run git init: {e}"))?;
-    if !out.status.success() && !super::super::repos::is_git_dir(dir) {
+    if !out.status.success() && !crate::repo::is_git_dir(dir) {
         return Err("git init --bare failed".into());
     }
     Ok(())

@@ -23,11 +23,12 @@ use bytes::Bytes;
 use gix_object::Exists;
 use serde_json::json;
 
+use super::log::new_of;
 use super::objects::{PackIndex, connected, ingest, pack_objects};
-use super::replica::{SECRET_HEADER, new_of};
+use super::wire::SECRET_HEADER;
 use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key, set_applied_seq};
+use crate::escape::Escaped;
 use crate::refs::{self, Atomicity, Change, RefUpdate, TransactionState};
-use crate::serve::Escaped;
 
 /// How often the log heads of this node's repositories are compared with what it applied
 /// (besides the watch), and its applied entries published for compaction.
@@ -120,7 +121,7 @@ impl Cluster {
             let (seq, _) = self.log_head(&name).await.map_err(|e| e.to_string())?;
             let dir = repo_dir(&self.root, &name);
             let applied = applied_seq(&dir);
-            if seq > applied || !super::super::repos::is_git_dir(&dir) {
+            if seq > applied || !crate::repo::is_git_dir(&dir) {
                 self.clone().spawn_catch_up(name.clone());
             }
             if let Err(e) = self.publish_and_compact(&name, &replicas, applied).await {
@@ -206,7 +207,7 @@ impl Cluster {
             // The head first: its entry was put with it, so the range below has every entry
             // up to it unless compaction removed them.
             let (head, _) = self.log_head(name).await.map_err(|e| e.to_string())?;
-            let copy = super::super::repos::is_git_dir(&dir);
+            let copy = crate::repo::is_git_dir(&dir);
             let applied = applied_seq(&dir);
             let from = repo_key(name, &format!("entries/{:020}", applied + 1));
             let end = etcd::prefix_end(&repo_key(name, "entries/"));
@@ -445,7 +446,7 @@ fn apply(
         .map(|u| u.name.as_slice())
         .collect();
     if let Some(d) = dir.to_str() {
-        super::super::repos::head_to_first_created(d, &created);
+        crate::repo::head_to_first_created(d, &created);
     }
     Ok(())
 }
@@ -513,7 +514,7 @@ pub(super) fn serve_pack(
     };
     let (want, have) = (ids("want")?, ids("have")?);
     let dir = repo_dir(&cluster.root, name);
-    if !super::super::repos::is_git_dir(&dir) {
+    if !crate::repo::is_git_dir(&dir) {
         return Err((StatusCode::NOT_FOUND, "no such repository here".into()));
     }
     let (_, objects) =

@@ -23,7 +23,7 @@ pub(super) fn remove_stale(root: &Path) -> usize {
             if !e.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
-            if super::super::repos::is_git_dir(&p) {
+            if crate::repo::is_git_dir(&p) {
                 removed += in_repository(&p);
             } else {
                 stack.push(p);
@@ -43,14 +43,14 @@ fn in_repository(git_dir: &Path) -> usize {
                 .starts_with("tmp_objdir-incoming-")
                 && e.file_type().is_ok_and(|t| t.is_dir());
             if quarantine && std::fs::remove_dir_all(e.path()).is_ok() {
-                tracing::warn!(target: "berth::cluster", quarantine = %super::super::Escaped::text(&e.path().display().to_string()), "removed a quarantine left by a killed ingest");
+                tracing::warn!(target: "berth::cluster", quarantine = %crate::escape::Escaped::text(&e.path().display().to_string()), "removed a quarantine left by a killed ingest");
                 removed += 1;
             }
         }
     }
     let mut remove = |p: &Path| {
         if std::fs::remove_file(p).is_ok() {
-            tracing::warn!(target: "berth::cluster", lock = %super::super::Escaped::text(&p.display().to_string()), "removed a ref lock left by a killed transaction");
+            tracing::warn!(target: "berth::cluster", lock = %crate::escape::Escaped::text(&p.display().to_string()), "removed a ref lock left by a killed transaction");
             removed += 1;
         }
     };

@@ -1,30 +1,9 @@
-//! The internal endpoint a replica serves to the node that accepted a push:
+//! A replica's side of a push: `prepare` (take the streamed pack's quarantine, migrate it, check
+//! connectivity with berth's walk, prepare the same ref transaction and hold its locks),
+//! `decide` (commit and record the applied sequence, or abort) and `pack` (objects for a replica
+//! catching up). The requests and their bounds are listed in `endpoint.rs`.
 //!
-//! - `POST /_berth/cluster/stream` and `/drop`: the push's pack, streamed here as the accepting
-//!   node reads it from the client, and its removal (`incoming.rs`).
-//! - `POST /_berth/cluster/prepare`: body = 4 bytes big-endian header length, the header (JSON:
-//!   repository, transaction id, the log sequence number the push was decided against, the
-//!   committer, the ref updates, the id of the stream that brought its pack, `null` for a push
-//!   without one). The replica takes that stream's quarantine (ingested and checked with
-//!   berth's ingest and fsck as it arrived; waiting for it if it is still arriving), migrates
-//!   it, checks connectivity (a walk of the new tips), and prepares the same ref transaction
-//!   (all or nothing; locks held, old values checked). `200 prepared` or `409 <why>` (a
-//!   stream that failed here, or never came, is a refusal: the push goes on without this
-//!   replica, which catches up later).
-//! - `POST /_berth/cluster/decide?repo=…&txid=…&seq=…&verdict=commit|abort`: commits (then
-//!   records `seq` as applied) or drops the prepared transaction. `200 committed|aborted`; a
-//!   commit of an entry this replica resolved and recorded already (its decision came late):
-//!   `200 committed already`.
-//! - `POST /_berth/cluster/pack`: objects for a replica catching up (`catchup.rs`).
-//! - `POST /_berth/cluster/snapshot`: the last entry applied here and the refs at it, for a
-//!   replica resyncing (`resync.rs`).
-//! - `POST /_berth/cluster/ssh`: an ssh session forwarded by a node that holds no current
-//!   replica, over an upgraded connection (`tunnel.rs` for the format, `ssh/tunnel.rs` runs it).
-//!
-//! Every request carries the cluster secret in `x-berth-cluster-secret` (403 without it). The
-//! prepare header is at most [`MAX_HEADER`] bytes, a streamed pack at most
-//! `--max-request-bytes`, and a body that stalls for `--idle-timeout` is dropped. A prepared
-//! transaction whose decision does not come within [`DECISION_TIMEOUT`] looks at the
+//! A prepared transaction whose decision does not come within [`DECISION_TIMEOUT`] looks at the
 //! repository's log in etcd: committed there (the accepting node died after the commit point)
 //! → commit; otherwise abort.
 
@@ -34,26 +13,21 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
 use super::decide::Verdict;
 use super::incoming::Claimed;
+use super::log::new_of;
 use super::objects::{Keeps, PackIndex, connected, migrate};
+use super::wire::{body_stream, text};
 use super::{Cluster, applied_seq, log, repo_dir};
+use crate::escape::Escaped;
 use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
-use crate::serve::{Escaped, Server};
 
-/// Where the internal endpoint lives.
-pub(in crate::serve) const INTERNAL_PREFIX: &str = "/_berth/cluster/";
-/// The header that carries the cluster secret.
-pub(super) const SECRET_HEADER: &str = "x-berth-cluster-secret";
 /// The largest prepare header (the ref updates).
 const MAX_HEADER: usize = 64 << 20;
 /// How long a prepared transaction waits for its decision before asking etcd.
@@ -67,7 +41,7 @@ struct Decision {
 
 /// The prepared transactions waiting for a decision, by transaction id.
 #[derive(Debug, Default)]
-pub(in crate::serve) struct Pending(Mutex<HashMap<String, std::sync::mpsc::SyncSender<Decision>>>);
+pub(crate) struct Pending(Mutex<HashMap<String, std::sync::mpsc::SyncSender<Decision>>>);
 
 impl std::fmt::Debug for Decision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -84,71 +58,6 @@ impl Pending {
     fn take(&self, txid: &str) -> Option<std::sync::mpsc::SyncSender<Decision>> {
         self.0.lock().ok()?.remove(txid)
     }
-}
-
-pub(super) fn text(status: StatusCode, body: impl Into<String>) -> Response {
-    (status, body.into()).into_response()
-}
-
-/// Serve a request under [`INTERNAL_PREFIX`].
-pub(in crate::serve) async fn internal(
-    server: &Arc<Server>,
-    cluster: &Arc<Cluster>,
-    req: Request,
-) -> Response {
-    let given = req
-        .headers()
-        .get(SECRET_HEADER)
-        .map(|v| v.as_bytes().to_vec())
-        .unwrap_or_default();
-    if !cluster.secret_matches(&given) {
-        return text(StatusCode::FORBIDDEN, "not a node of this cluster");
-    }
-    let path = req.uri().path().to_owned();
-    match path.strip_prefix(INTERNAL_PREFIX) {
-        Some("prepare") => prepare(server, cluster, req).await,
-        Some("decide") => decide(cluster, req).await,
-        Some("pack") => pack(cluster, req).await,
-        Some("snapshot") => super::resync::snapshot(cluster, req).await,
-        Some("stream") => super::incoming::stream(server, cluster, req).await,
-        Some("drop") => super::incoming::drop_stream(cluster, req).await,
-        Some("ssh") => crate::serve::ssh::tunneled(server, cluster, req).await,
-        _ => text(StatusCode::NOT_FOUND, "no such internal endpoint"),
-    }
-}
-
-/// A request body as a blocking reader: each chunk within `idle`, `max` bytes at most.
-pub(super) fn body_stream(
-    body: Body,
-    idle: Duration,
-    max: u64,
-) -> tokio_util::io::StreamReader<
-    std::pin::Pin<Box<dyn futures_util::Stream<Item = io::Result<Bytes>> + Send>>,
-    Bytes,
-> {
-    let s = futures_util::stream::unfold(
-        Some((body.into_data_stream(), 0u64)),
-        move |state| async move {
-            let (mut s, n) = state?;
-            match tokio::time::timeout(idle, s.next()).await {
-                Err(_) => Some((
-                    Err(io::Error::new(io::ErrorKind::TimedOut, "peer stalled")),
-                    None,
-                )),
-                Ok(None) => None,
-                Ok(Some(Err(e))) => Some((Err(io::Error::other(e)), None)),
-                Ok(Some(Ok(b))) => {
-                    let n = n + b.len() as u64;
-                    if n > max {
-                        Some((Err(io::Error::other("prepare body too large")), None))
-                    } else {
-                        Some((Ok(b), Some((s, n))))
-                    }
-                }
-            }
-        },
-    );
-    tokio_util::io::StreamReader::new(Box::pin(s))
 }
 
 /// What a prepare request asks.
@@ -193,8 +102,8 @@ fn parse_header(b: &[u8]) -> Result<PrepareHeader, String> {
     })
 }
 
-async fn prepare(server: &Arc<Server>, cluster: &Arc<Cluster>, req: Request) -> Response {
-    let mut body = body_stream(req.into_body(), server.idle_timeout, MAX_HEADER as u64 + 4);
+pub(super) async fn prepare(cluster: &Arc<Cluster>, req: Request) -> Response {
+    let mut body = body_stream(req.into_body(), cluster.idle_timeout, MAX_HEADER as u64 + 4);
     let header = async {
         let len = body.read_u32().await? as usize;
         if len > MAX_HEADER {
@@ -220,7 +129,7 @@ async fn prepare(server: &Arc<Server>, cluster: &Arc<Cluster>, req: Request) -> 
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
     let job = Job {
         dir: repo_dir(&cluster.root, &h.repo),
-        env: server.env.clone(),
+        env: cluster.env.clone(),
         cluster: cluster.clone(),
         handle: tokio::runtime::Handle::current(),
         h,
@@ -369,7 +278,7 @@ impl Job {
                         })
                         .map(|u| u.name.as_slice())
                         .collect();
-                    super::super::repos::head_to_first_created(dir_str, &created);
+                    crate::repo::head_to_first_created(dir_str, &created);
                     match cluster.record_applied(&dir, seq) {
                         Ok(true) => Ok(()),
                         Ok(false) => {
@@ -405,14 +314,6 @@ impl Job {
     }
 }
 
-/// The new value of `u`, `None` for a deletion.
-pub(super) fn new_of(u: &RefUpdate) -> Option<gix_hash::ObjectId> {
-    match u.change {
-        refs::Change::Create { new } | refs::Change::Update { new, .. } => Some(new),
-        refs::Change::Delete { .. } => None,
-    }
-}
-
 /// The sequence number of the log entry of `txid`, if the repository's last entry is it.
 async fn committed_entry(cluster: &Cluster, repo: &str, txid: &str) -> Option<u64> {
     let kv = cluster.etcd.get(&super::log_key(repo)).await.ok()??;
@@ -421,7 +322,7 @@ async fn committed_entry(cluster: &Cluster, repo: &str, txid: &str) -> Option<u6
 }
 
 /// `POST /_berth/cluster/pack`: objects for a replica catching up.
-async fn pack(cluster: &Arc<Cluster>, req: Request) -> Response {
+pub(super) async fn pack(cluster: &Arc<Cluster>, req: Request) -> Response {
     let mut ask = Vec::new();
     let mut body = body_stream(req.into_body(), Duration::from_secs(30), MAX_HEADER as u64);
     if let Err(e) = body.read_to_end(&mut ask).await {
@@ -435,7 +336,7 @@ async fn pack(cluster: &Arc<Cluster>, req: Request) -> Response {
     }
 }
 
-async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
+pub(super) async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
     let query = req.uri().query().unwrap_or_default().to_owned();
     let mut repo = None;
     let mut txid = None;

@@ -34,10 +34,10 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
 use super::objects::connected;
-use super::replica::{SECRET_HEADER, body_stream, text};
+use super::wire::{SECRET_HEADER, body_stream, text};
 use super::{Cluster, applied_seq, http, repo_dir, repo_key, set_applied_seq};
+use crate::escape::Escaped;
 use crate::refs::{self, Change, Expected, RefUpdate};
-use crate::serve::Escaped;
 
 /// How long asking a replica for its snapshot may take.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -105,7 +105,7 @@ pub(super) async fn snapshot(cluster: &Arc<Cluster>, req: Request) -> Response {
 
 fn take_snapshot(cluster: &Cluster, name: &str) -> Result<Vec<u8>, (StatusCode, String)> {
     let dir = repo_dir(&cluster.root, name);
-    if !super::super::repos::is_git_dir(&dir) {
+    if !crate::repo::is_git_dir(&dir) {
         return Err((StatusCode::NOT_FOUND, "no such repository here".into()));
     }
     let internal = |e: String| (StatusCode::INTERNAL_SERVER_ERROR, e);

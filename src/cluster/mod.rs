@@ -42,10 +42,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::Escaped;
+use crate::escape::Escaped;
 
 mod catchup;
 mod decide;
+mod endpoint;
 pub mod etcd;
 mod forward;
 mod gate;
@@ -57,13 +58,14 @@ mod objects;
 mod replica;
 mod resync;
 mod tee;
-pub(super) mod tunnel;
+pub(crate) mod tunnel;
+mod wire;
 
-pub(super) use forward::{BEHIND, BEHIND_PAUSE, BEHIND_WAIT, FORWARDED, Forwarding, forward};
-pub(super) use gate::Gate;
-pub(super) use replica::{INTERNAL_PREFIX, internal};
-pub(super) use tee::PushStream;
-pub(super) use tunnel::Tunneled;
+pub(crate) use endpoint::{INTERNAL_PREFIX, Internal, internal};
+pub(crate) use forward::{BEHIND, BEHIND_PAUSE, BEHIND_WAIT, FORWARDED, Forwarding, forward};
+pub(crate) use gate::Gate;
+pub(crate) use tee::PushStream;
+pub(crate) use tunnel::Tunneled;
 
 /// How many replicas have to apply a push before the client is told `ok`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,27 +119,29 @@ const JOIN_WAIT: Duration = Duration::from_secs(120);
 
 /// A joined node.
 #[derive(Debug)]
-pub(super) struct Cluster {
-    pub(super) etcd: etcd::Client,
-    pub(super) node: String,
-    pub(super) advertise: String,
-    pub(super) replicas: usize,
-    pub(super) ack: Ack,
+pub(crate) struct Cluster {
+    etcd: etcd::Client,
+    pub(crate) node: String,
+    advertise: String,
+    replicas: usize,
+    ack: Ack,
     /// Proves a request to the internal endpoint comes from a node of this cluster.
-    pub(super) secret: String,
-    pub(super) root: PathBuf,
+    secret: String,
+    root: PathBuf,
     /// Prepared transactions of pushes accepted elsewhere, waiting for their decision.
-    pub(super) pending: replica::Pending,
+    pending: replica::Pending,
     /// Packs of pushes accepted elsewhere, streamed here, waiting for their prepare.
-    pub(super) streams: incoming::Streams,
+    streams: incoming::Streams,
     /// The environment repositories are opened with (the server's).
-    pub(super) env: crate::receive::Environment,
+    env: crate::receive::Environment,
     /// The largest pack a catch-up accepts from a peer (`--max-request-bytes`).
-    pub(super) max_pack: u64,
+    max_pack: u64,
+    /// How long an internal request's body may stay silent (the server's `--idle-timeout`).
+    idle_timeout: std::time::Duration,
     /// The repositories being caught up.
-    pub(super) catching: std::sync::Mutex<std::collections::HashSet<String>>,
+    catching: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Held while this node creates its copy of a repository.
-    pub(super) creating: tokio::sync::Mutex<()>,
+    creating: tokio::sync::Mutex<()>,
     /// The replicas of each repository read so far: placement is fixed once recorded, so a
     /// request does not read it from etcd again.
     placed: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
@@ -145,10 +149,10 @@ pub(super) struct Cluster {
     /// listed for its lease's [`LEASE_TTL`] anyway).
     live: std::sync::Mutex<Option<(std::time::Instant, Nodes)>>,
     /// Held while a log entry is applied and recorded here (every repository: one at a time).
-    pub(super) apply_lock: std::sync::Mutex<()>,
+    apply_lock: std::sync::Mutex<()>,
     /// Per repository: the applied sequence number last published to etcd, and (on the
     /// repository's first replica, which compacts) the entries compacted up to.
-    pub(super) published: std::sync::Mutex<std::collections::HashMap<String, (u64, u64)>>,
+    published: std::sync::Mutex<std::collections::HashMap<String, (u64, u64)>>,
 }
 
 fn valid_node_name(n: &str) -> bool {
@@ -159,7 +163,7 @@ fn valid_node_name(n: &str) -> bool {
 }
 
 /// Random bytes as hex (the cluster secret, transaction ids).
-pub(super) fn random_hex(n: usize) -> String {
+fn random_hex(n: usize) -> String {
     use std::io::Read;
     let mut buf = vec![0u8; n];
     if std::fs::File::open("/dev/urandom")
@@ -183,34 +187,34 @@ pub(super) fn random_hex(n: usize) -> String {
 
 /// Whether `name` is a repository name as nodes send it to each other: a [`crate::repo::Name`]'s
 /// key (the cluster's name of `team/app.git` is `team/app`).
-pub(super) fn valid_repo_name(name: &str) -> bool {
+fn valid_repo_name(name: &str) -> bool {
     crate::repo::Name::new(name).is_ok_and(|n| n.key() == name)
 }
 
 /// Whether `id` is a transaction or stream id as [`random_hex`] makes them: 1–64 hex digits.
-pub(super) fn valid_id(id: &str) -> bool {
+fn valid_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The etcd key of `what` of repository `name`.
-pub(super) fn repo_key(name: &str, what: &str) -> Vec<u8> {
+fn repo_key(name: &str, what: &str) -> Vec<u8> {
     format!("/berth/repos/{name}/{what}").into_bytes()
 }
 
 /// The etcd key of repository `name`'s log head (its last entry's sequence number, txid and
 /// origin; the entry itself is `entries/<seq>`). Apart from the other keys of the repository,
 /// so that a watch of every log sees the heads only, not the entries' ref updates.
-pub(super) fn log_key(name: &str) -> Vec<u8> {
+fn log_key(name: &str) -> Vec<u8> {
     format!("/berth/logs/{name}").into_bytes()
 }
 
 /// The git directory of `name` under `root` (`<root>/<name>.git`).
-pub(super) fn repo_dir(root: &Path, name: &str) -> PathBuf {
+fn repo_dir(root: &Path, name: &str) -> PathBuf {
     root.join(format!("{name}.git"))
 }
 
 /// The last log sequence number this replica applied to the repository at `dir`.
-pub(super) fn applied_seq(dir: &Path) -> u64 {
+fn applied_seq(dir: &Path) -> u64 {
     std::fs::read_to_string(dir.join("berth-cluster-seq"))
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -218,14 +222,14 @@ pub(super) fn applied_seq(dir: &Path) -> u64 {
 }
 
 /// Record that this replica applied the log up to `seq` (written to a temporary file, renamed).
-pub(super) fn set_applied_seq(dir: &Path, seq: u64) -> std::io::Result<()> {
+fn set_applied_seq(dir: &Path, seq: u64) -> std::io::Result<()> {
     let tmp = dir.join("berth-cluster-seq.tmp");
     std::fs::write(&tmp, format!("{seq}\n"))?;
     std::fs::rename(tmp, dir.join("berth-cluster-seq"))
 }
 
 /// The `n` nodes of `live` with the highest rendezvous score for `repo`, best first.
-pub(super) fn rendezvous(repo: &str, live: &[String], n: usize) -> Vec<String> {
+fn rendezvous(repo: &str, live: &[String], n: usize) -> Vec<String> {
     use blake2::digest::Digest;
     let mut scored: Vec<([u8; 8], &String)> = live
         .iter()
@@ -249,12 +253,13 @@ use decide::needed;
 impl Cluster {
     /// Join: take the secret (creating it if this is the first node), register under a
     /// lease kept alive in the background.
-    pub(super) async fn join(
+    pub(crate) async fn join(
         config: &ClusterConfig,
         root: &Path,
         local: std::net::SocketAddr,
         env: &crate::receive::Environment,
         max_pack: u64,
+        idle_timeout: std::time::Duration,
     ) -> Result<Arc<Cluster>, Error> {
         if !valid_node_name(&config.node) {
             return Err(Error::NodeName(config.node.clone()));
@@ -316,6 +321,7 @@ impl Cluster {
             streams: Default::default(),
             env: env.clone(),
             max_pack,
+            idle_timeout,
             catching: Default::default(),
             creating: Default::default(),
             placed: Default::default(),
@@ -370,7 +376,7 @@ impl Cluster {
     }
 
     /// The live nodes: name → advertise URL, in name order (read at most every [`LIVE_FOR`]).
-    pub(super) async fn live_nodes(&self) -> Result<Vec<(String, String)>, Error> {
+    async fn live_nodes(&self) -> Result<Vec<(String, String)>, Error> {
         if let Ok(live) = self.live.lock()
             && let Some((at, nodes)) = live.as_ref()
             && at.elapsed() < LIVE_FOR
@@ -395,7 +401,7 @@ impl Cluster {
 
     /// The replicas recorded for `name`, if the repository exists in the cluster (read from
     /// etcd once: placement does not change).
-    pub(super) async fn replicas_of(&self, name: &str) -> Result<Option<Vec<String>>, Error> {
+    async fn replicas_of(&self, name: &str) -> Result<Option<Vec<String>>, Error> {
         if let Some(r) = self.placed.lock().ok().and_then(|p| p.get(name).cloned()) {
             return Ok(Some(r));
         }
@@ -413,7 +419,7 @@ impl Cluster {
 
     /// Place a new repository: the rendezvous choice over the live nodes, recorded unless
     /// another node recorded one first (then that one).
-    pub(super) async fn place(&self, name: &str) -> Result<Vec<String>, Error> {
+    async fn place(&self, name: &str) -> Result<Vec<String>, Error> {
         let live: Vec<String> = self.live_nodes().await?.into_iter().map(|n| n.0).collect();
         let chosen = rendezvous(name, &live, self.replicas);
         let key = repo_key(name, "replicas");
@@ -437,7 +443,7 @@ impl Cluster {
     }
 
     /// The advertise URLs of `nodes` that are live, in the order given (this node left out).
-    pub(super) async fn urls_of(&self, nodes: &[String]) -> Result<Vec<(String, String)>, Error> {
+    async fn urls_of(&self, nodes: &[String]) -> Result<Vec<(String, String)>, Error> {
         let live = self.live_nodes().await?;
         Ok(nodes
             .iter()
@@ -447,7 +453,7 @@ impl Cluster {
     }
 
     /// The log's last entry's sequence number and the key's mod revision (0, 0: no entry).
-    pub(super) async fn log_head(&self, name: &str) -> Result<(u64, i64), Error> {
+    async fn log_head(&self, name: &str) -> Result<(u64, i64), Error> {
         match self.etcd.get(&log_key(name)).await? {
             None => Ok((0, 0)),
             Some(kv) => {
@@ -468,7 +474,7 @@ impl Cluster {
     }
 
     /// Record `format` as repository `name`'s unless one is recorded; the recorded one.
-    pub(in crate::serve::cluster) async fn record_format(
+    async fn record_format(
         &self,
         name: &str,
         format: &objects::Format,
@@ -494,13 +500,13 @@ impl Cluster {
     /// Create this replica's copy of `name` at `dir` if it has none, in the recorded format
     /// (none recorded: no copy, rather than one in this node's defaults that no later push
     /// or catch-up could mend).
-    pub(super) async fn ensure_copy(&self, name: &str, dir: &Path) -> Result<(), String> {
-        if super::repos::is_git_dir(dir) {
+    async fn ensure_copy(&self, name: &str, dir: &Path) -> Result<(), String> {
+        if crate::repo::is_git_dir(dir) {
             return Ok(());
         }
         // A stream, a prepare and a catch-up may all find the copy missing at once.
         let _one = self.creating.lock().await;
-        if super::repos::is_git_dir(dir) {
+        if crate::repo::is_git_dir(dir) {
             return Ok(());
         }
         let format = self
@@ -517,7 +523,7 @@ impl Cluster {
     /// A repository `name` this node just created at `dir` for a push: record its format for
     /// the other replicas' copies (the gate records it again before the first entry, should
     /// etcd fail now).
-    pub(in crate::serve) async fn created(&self, name: &str, dir: &Path) {
+    pub(crate) async fn created(&self, name: &str, dir: &Path) {
         let Some(d) = dir.to_str() else { return };
         let format = match crate::repo::Repository::open(d, &self.env.for_config()) {
             Ok(repo) => objects::Format::of(&repo),
@@ -533,7 +539,7 @@ impl Cluster {
 
     /// Record that the replica at `dir` applied entry `seq` if it applied `seq - 1` before
     /// (log order); whether it recorded.
-    pub(super) fn record_applied(&self, dir: &Path, seq: u64) -> std::io::Result<bool> {
+    fn record_applied(&self, dir: &Path, seq: u64) -> std::io::Result<bool> {
         let _g = self.apply_lock.lock();
         if applied_seq(dir) + 1 != seq {
             return Ok(false);
@@ -542,7 +548,7 @@ impl Cluster {
     }
 
     /// Whether `given` is the cluster secret (compared as hashes, in constant time).
-    pub(super) fn secret_matches(&self, given: &[u8]) -> bool {
+    fn secret_matches(&self, given: &[u8]) -> bool {
         use blake2::digest::Digest;
         let a = blake2::Blake2b256::digest(self.secret.as_bytes());
         let b = blake2::Blake2b256::digest(given);
@@ -555,7 +561,7 @@ impl Cluster {
 
 /// Where a client's git request is served.
 #[derive(Debug)]
-pub(super) enum Route {
+pub(crate) enum Route {
     /// By the first of these live replicas (name, advertise URL, in the recorded order) that
     /// can: this node holds no replica, or is behind.
     Forward(Vec<(String, String)>),
@@ -573,7 +579,7 @@ impl Cluster {
     /// replica that applied the whole log may serve it (every read, and an ssh push, whose
     /// session starts with the refs' advertisement; not a push's POST over HTTP, whose
     /// commit gate checks what it misses).
-    pub(super) async fn route(
+    pub(crate) async fn route(
         &self,
         repo: &crate::repo::Name,
         push_rpc: bool,

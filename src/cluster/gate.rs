@@ -25,12 +25,13 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::decide::{self, AfterLost, Position, Quorum, Verdict, Winners};
+use super::log::new_of;
 use super::objects::Format;
-use super::replica::{SECRET_HEADER, new_of};
+use super::wire::SECRET_HEADER;
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
+use crate::escape::Escaped;
 use crate::receive::{CommitGate, GateCommit, GateRefusal, PackTee};
 use crate::refs::{RefUpdate, Refs};
-use crate::serve::Escaped;
 
 /// How long a replica may take to ingest and prepare.
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -43,26 +44,26 @@ pub(super) const APPLY_WAIT: Duration = Duration::from_secs(5);
 
 /// The commit gate of one push to one repository.
 #[derive(Debug)]
-pub(in crate::serve) struct Gate {
-    pub(in crate::serve) cluster: Arc<Cluster>,
+pub(crate) struct Gate {
+    pub(crate) cluster: Arc<Cluster>,
     /// The repository's cluster name.
-    pub(in crate::serve) name: String,
-    pub(in crate::serve) dir: PathBuf,
+    pub(crate) name: String,
+    pub(crate) dir: PathBuf,
     /// Its replicas as recorded in etcd.
-    pub(in crate::serve) replicas: Vec<String>,
-    pub(in crate::serve) handle: tokio::runtime::Handle,
+    pub(crate) replicas: Vec<String>,
+    pub(crate) handle: tokio::runtime::Handle,
     /// The reflog identity, for the replicas' transactions.
-    pub(in crate::serve) committer_name: String,
-    pub(in crate::serve) committer_email: String,
+    pub(crate) committer_name: String,
+    pub(crate) committer_email: String,
     /// The push's pack stream to the other replicas (the same as its `pack_tee`).
-    pub(in crate::serve) stream: Option<Arc<super::PushStream>>,
+    pub(crate) stream: Option<Arc<super::PushStream>>,
 }
 
 impl Gate {
     /// The pack stream and the commit gate of a push to `name` (at `dir`, with `replicas` as
     /// recorded) accepted on this node, over HTTP or ssh; called on the runtime the gate
     /// blocks on.
-    pub(in crate::serve) fn for_push(
+    pub(crate) fn for_push(
         cluster: Arc<Cluster>,
         name: String,
         dir: &str,

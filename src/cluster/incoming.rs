@@ -25,9 +25,9 @@ use axum::response::Response;
 
 use super::objects::receive;
 use super::objects::{Arrived, PackIndex};
-use super::replica::{body_stream, text};
+use super::wire::{body_stream, text};
 use super::{Cluster, repo_dir, valid_id, valid_repo_name};
-use crate::serve::{Escaped, Server};
+use crate::escape::Escaped;
 
 /// Streams held (arriving or waiting for their prepare) at a time.
 pub(super) const MAX_STREAMS: usize = 32;
@@ -40,7 +40,7 @@ const ARRIVE_WAIT: Duration = Duration::from_secs(50);
 
 /// The streams of this node, by id.
 #[derive(Debug, Default)]
-pub(in crate::serve) struct Streams(Mutex<HashMap<String, Arc<Slot>>>);
+pub(crate) struct Streams(Mutex<HashMap<String, Arc<Slot>>>);
 
 #[derive(Debug)]
 pub(super) struct Slot {
@@ -200,7 +200,7 @@ fn query_value<'a>(query: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// `POST /_berth/cluster/stream`.
-pub(super) async fn stream(server: &Arc<Server>, cluster: &Arc<Cluster>, req: Request) -> Response {
+pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
     let query = req.uri().query().unwrap_or_default().to_owned();
     let (Some(repo), Some(id)) = (query_value(&query, "repo"), query_value(&query, "stream"))
     else {
@@ -224,11 +224,7 @@ pub(super) async fn stream(server: &Arc<Server>, cluster: &Arc<Cluster>, req: Re
             };
         }
     }
-    let body = body_stream(
-        req.into_body(),
-        server.idle_timeout,
-        server.max_request_bytes,
-    );
+    let body = body_stream(req.into_body(), cluster.idle_timeout, cluster.max_pack);
     let mut reader = tokio_util::io::SyncIoBridge::new(body);
     let dir = repo_dir(&cluster.root, &repo);
     // This replica's first push of the repository: its copy, in the recorded format.
@@ -236,7 +232,7 @@ pub(super) async fn stream(server: &Arc<Server>, cluster: &Arc<Cluster>, req: Re
         cluster.streams.remove(&id, Some(&slot));
         return text(StatusCode::CONFLICT, e);
     }
-    let env = server.env.clone();
+    let env = cluster.env.clone();
     let c = cluster.clone();
     let handle = tokio::runtime::Handle::current();
     let job = tokio::task::spawn_blocking(move || {

@@ -151,6 +151,14 @@ impl super::Cluster {
     }
 }
 
+/// The new value of `u`, `None` for a deletion.
+pub(super) fn new_of(u: &RefUpdate) -> Option<gix_hash::ObjectId> {
+    match u.change {
+        Change::Create { new } | Change::Update { new, .. } => Some(new),
+        Change::Delete { .. } => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
