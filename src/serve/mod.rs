@@ -33,13 +33,14 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, mpsc, oneshot};
-use tokio_util::io::{ReaderStream, StreamReader, SyncIoBridge};
+use tokio_util::io::{ReaderStream, SyncIoBridge};
 
 use crate::receive;
 
 mod access;
 mod address;
 mod auth;
+mod body;
 mod conn;
 mod credentials;
 mod fair;
@@ -49,6 +50,7 @@ mod logins;
 mod metrics;
 mod metrics_listen;
 mod per_address;
+mod push;
 mod rate;
 mod repos;
 mod routing;
@@ -667,49 +669,18 @@ async fn serve_git(
     match service {
         Service::ReceivePack => {
             let user = identity.unwrap_or(Identity::Anonymous);
-            let ref_access = server.current_rules().map(|rules| {
-                Arc::new(access::PushAccess {
-                    rules,
-                    repo: repo.clone(),
-                    user: user.clone(),
-                }) as Arc<dyn receive::RefAccess>
-            });
-            let host = remote.ip().to_string();
-            let email = format!("{}@http.{host}", user.name());
-            // Replicated: the pack streamed to the other replicas as it is read, the refs
-            // committed through etcd.
-            let (pack_tee, commit_gate) = match replicated {
-                Some((cluster, name, replicas)) => {
-                    let (tee, gate) =
-                        cluster::Gate::for_push(cluster, name, &dir, replicas, user.name(), &email);
-                    (Some(tee), Some(gate))
-                }
-                None => (None, None),
+            let push = push::Push {
+                server,
+                user: &user,
+                peer: remote.ip(),
+                transport: push::Transport::Http,
+                protocol: protocol.as_deref(),
+                repo: &repo,
+                dir: &dir,
             };
-            let options = receive::Options {
-                stateless_rpc: true,
-                max_command_bytes: Some(server.max_command_bytes),
-                protocol_version: version,
-                hook_env: hook_env(&user, &host, &email, protocol.as_deref()),
-                hook_environment: server.hook_environment.clone(),
-                env: receive::Environment {
-                    committer_name: Some(user.name().to_owned()),
-                    committer_email: Some(email.clone()),
-                    ..server.env.clone()
-                },
-                ref_access,
-                pack_tee,
-                commit_gate,
-                ..Default::default()
-            };
+            let options = push.options(replicated);
             // Wait for a push slot, for a while; the permit travels with the blocking session.
-            let permit = server.slot(SlotKind::Push, remote.ip()).await?;
-            let metrics = server.metrics.clone();
-            metrics.pushes_in_flight.inc();
-            let guard = InFlight {
-                metrics,
-                _permit: permit,
-            };
+            let guard = push::admit(server, remote.ip()).await?;
             Ok(run_session(
                 dir,
                 options,
@@ -804,27 +775,4 @@ fn tls_acceptor(t: &Tls) -> Result<tokio_rustls::TlsAcceptor, Error> {
         .map_err(|e| Error::Tls(e.to_string()))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
-}
-
-/// What git-http-backend's hooks find in their environment, from the web server's CGI
-/// variables and its own setup: `REMOTE_USER` (only when authenticated), `REMOTE_ADDR`,
-/// `GIT_PROTOCOL` (the `Git-Protocol` header), and the reflog identity as
-/// `GIT_COMMITTER_NAME`/`GIT_COMMITTER_EMAIL`.
-fn hook_env(
-    user: &Identity,
-    remote_addr: &str,
-    email: &str,
-    protocol: Option<&str>,
-) -> Vec<(String, gix_object::bstr::BString)> {
-    let mut env = Vec::new();
-    if let Identity::User(u) = user {
-        env.push(("REMOTE_USER".to_owned(), u.as_str().into()));
-    }
-    env.push(("REMOTE_ADDR".to_owned(), remote_addr.into()));
-    if let Some(p) = protocol {
-        env.push(("GIT_PROTOCOL".to_owned(), p.into()));
-    }
-    env.push(("GIT_COMMITTER_NAME".to_owned(), user.name().into()));
-    env.push(("GIT_COMMITTER_EMAIL".to_owned(), email.into()));
-    env
 }

@@ -1,6 +1,7 @@
 //! Streaming between the network and the blocking git work: the request body into a push
 //! session or `git upload-pack`, and their output back as the response body.
 
+use super::body::BodyReader;
 use super::*;
 
 use std::sync::atomic::AtomicUsize;
@@ -17,103 +18,16 @@ impl Drop for InFlight {
     }
 }
 
-/// A request body as an `AsyncRead`: gzip already inflated by the decompression layer, counted
-/// against `--max-request-bytes`, and abandoned when the client stalls past `--idle-timeout`,
-/// sends slower than `--min-body-rate`, or is still sending `--max-body-time` after the
-/// session began reading it (so that a body just above the rate cannot hold its slot forever).
-pub(super) type BodyReader = StreamReader<
-    std::pin::Pin<Box<dyn futures_util::Stream<Item = io::Result<Bytes>> + Send>>,
-    Bytes,
->;
-
+/// An HTTP request body (gzip already inflated by the decompression layer) as the session's
+/// reader, within the server's bounds (`body.rs`).
 pub(super) fn body_reader(body: Body, server: &Server, access: &Arc<Access>) -> BodyReader {
-    let max = server.max_request_bytes;
-    let idle = server.idle_timeout;
-    let rate = server.min_body_rate;
-    let window = server.body_rate_window;
-    let total = server.max_body_time;
-    let access = access.clone();
-    let stream = body.into_data_stream();
-    let s = futures_util::stream::unfold(Some((stream, 0u64, Rate::default())), move |state| {
-        let access = access.clone();
-        async move {
-            let (mut stream, mut n, mut r) = state?;
-            let fail = |what: &'static str, reason: &'static str| {
-                access.set_outcome(what);
-                access.metrics.timeout(reason);
-                Some((Err(io::Error::new(io::ErrorKind::TimedOut, what)), None))
-            };
-            // Wait for the client at most until the idle timeout, or until the waiting
-            // time of the rate window is used up (then the window is judged).
-            let budget = idle.saturating_sub(r.stalled);
-            let budget = if rate > 0 {
-                budget.min(window.saturating_sub(r.waited))
-            } else {
-                budget
-            };
-            // The whole body's time, from the session's first read.
-            let started = *r.started.get_or_insert_with(Instant::now);
-            let left = total.map(|t| t.saturating_sub(started.elapsed()));
-            if left == Some(Duration::ZERO) {
-                return fail("request body took longer than --max-body-time", "body_time");
-            }
-            let budget = budget.min(left.unwrap_or(Duration::MAX));
-            let t0 = Instant::now();
-            let next = tokio::time::timeout(budget, stream.next()).await;
-            let spent = t0.elapsed();
-            r.waited += spent;
-            r.stalled += spent;
-            if let Ok(Some(Ok(b))) = &next {
-                r.bytes += b.len() as u64;
-                r.stalled = Duration::ZERO;
-            }
-            if rate > 0 && r.waited >= window {
-                if r.bytes < (rate as f64 * window.as_secs_f64()) as u64 {
-                    return fail("request body slower than --min-body-rate", "body_rate");
-                }
-                r.waited = Duration::ZERO;
-                r.bytes = 0;
-            }
-            match next {
-                Err(_) if r.stalled >= idle => fail("request body idle too long", "idle_body"),
-                Err(_) if left.is_some_and(|l| spent >= l) => {
-                    fail("request body took longer than --max-body-time", "body_time")
-                }
-                // The rate window ended without a verdict against the client: wait on.
-                Err(_) => Some((Ok(Bytes::new()), Some((stream, n, r)))),
-                Ok(None) => None,
-                Ok(Some(Err(e))) => Some((Err(io::Error::other(e)), None)),
-                Ok(Some(Ok(b))) => {
-                    n += b.len() as u64;
-                    access.bytes_in.store(n, Ordering::Relaxed);
-                    if n > max {
-                        access.too_large.store(true, Ordering::Relaxed);
-                        access.set_outcome(format!("request body larger than {max} bytes"));
-                        Some((
-                            Err(io::Error::other(format!(
-                                "request body larger than {max} bytes"
-                            ))),
-                            None,
-                        ))
-                    } else {
-                        Some((Ok(b), Some((stream, n, r))))
-                    }
-                }
-            }
-        }
-    });
-    StreamReader::new(Box::pin(s))
-}
-
-/// Bytes received and time spent waiting for them in the current `--body-rate-window`.
-#[derive(Default, Clone, Copy)]
-struct Rate {
-    bytes: u64,
-    waited: Duration,
-    /// Time since the last byte, for `--idle-timeout`.
-    stalled: Duration,
-    /// When the session began reading, for `--max-body-time`.
-    started: Option<Instant>,
+    let data = body.into_data_stream().map(|r| r.map_err(io::Error::other));
+    super::body::bounded(
+        data,
+        Some(super::body::Bounds::of(server)),
+        super::body::Wording::Http,
+        access,
+    )
 }
 
 /// The session's output, handed to the response body chunk by chunk as it is written.
@@ -210,22 +124,22 @@ pub(super) async fn run_session(
             access: task_access.clone(),
         };
         let mut stderr = Capped::default();
+        // Ends before the client sees the end of the response (the writer's drop).
         let result = match input {
-            Some(r) => receive::run(&dir, &options, r, &mut writer, &mut stderr),
-            None => receive::run(&dir, &options, io::empty(), &mut writer, &mut stderr),
+            Some(r) => super::push::run(&dir, &options, r, &mut writer, &mut stderr, &task_access),
+            None => super::push::run(
+                &dir,
+                &options,
+                io::empty(),
+                &mut writer,
+                &mut stderr,
+                &task_access,
+            ),
         };
-        // Before the client sees the end of the response (the writer's drop).
-        if let Ok(outcome) = &result {
-            super::repos::head_to_first_branch(&dir, outcome);
-        }
         drop(writer);
         let msg = String::from_utf8_lossy(&stderr.0);
         if !msg.trim().is_empty() {
             tracing::debug!(target: "berth::serve", repo = %Escaped::token(&task_access.repo), stderr = %Escaped::text(msg.trim()), "session stderr");
-        }
-        match &result {
-            Ok(outcome) => task_access.set_push(outcome),
-            Err(e) => task_access.set_outcome(format!("fatal: {e}")),
         }
         let _ = done_tx.send(result.map(drop).map_err(|e| {
             let over = matches!(

@@ -498,8 +498,25 @@ fn ssh_fetches_take_fetch_slots_and_one_that_finds_none_is_told() {
 
 #[test]
 fn an_ssh_push_trickling_under_the_idle_timeout_is_cut_at_max_body_time() {
+    trickle_an_ssh_push(
+        &["--max-body-time", "2", "--min-body-rate", "0"],
+        "push data took longer than --max-body-time",
+    );
+}
+
+#[test]
+fn an_ssh_push_slower_than_the_minimum_rate_is_cut_as_an_http_body_is() {
+    trickle_an_ssh_push(
+        &["--min-body-rate", "1000", "--body-rate-window", "1"],
+        "push data slower than --min-body-rate",
+    );
+}
+
+/// A push over ssh sent a byte every 200 ms (5 B/s, far under the idle timeout of 300 s): the
+/// server started with `args` cuts it off, logs `why`, and leaves nothing behind.
+fn trickle_an_ssh_push(args: &[&str], why: &str) {
     let w = ssh_serve::world();
-    let srv = ssh_serve::Serve::start(&w, &["--max-body-time", "2", "--min-body-rate", "0"]);
+    let srv = ssh_serve::Serve::start(&w, args);
     w.bare("repos/b.git");
     w.work("src");
     let c = w.commit("src", "a", "1");
@@ -512,7 +529,6 @@ fn an_ssh_push_trickling_under_the_idle_timeout_is_cut_at_max_body_time() {
         "report-status",
     );
     req.extend_from_slice(&pack[..pack.len() - 1]);
-    // A byte every 200 ms: far under the idle timeout (300 s), so only the total time ends it.
     let mut stdin = push.stdin.take().unwrap();
     let start = Instant::now();
     let mut cut = false;
@@ -523,7 +539,7 @@ fn an_ssh_push_trickling_under_the_idle_timeout_is_cut_at_max_body_time() {
             cut = true;
             break;
         }
-        // Ten times the bound.
+        // Ten times the bound (2 s of total time, or a 1 s window judged).
         if start.elapsed() > Duration::from_secs(20) {
             break;
         }
@@ -534,12 +550,11 @@ fn an_ssh_push_trickling_under_the_idle_timeout_is_cut_at_max_body_time() {
         cut || status.is_some_and(|s| !s.success()),
         "the trickle went on"
     );
-    serve_log_wait(&srv, "push data took longer than --max-body-time");
+    serve_log_wait(&srv, why);
     assert_eq!(w.refs("repos/b.git"), "");
-    assert!(
-        common::leftovers(&w.path("repos/b.git")).is_empty(),
-        "{:?}",
-        common::leftovers(&w.path("repos/b.git"))
+    assert_eq!(
+        common::leftovers_after_session(&w.path("repos/b.git")),
+        Vec::<std::path::PathBuf>::new()
     );
 }
 

@@ -36,11 +36,13 @@ use bytes::Bytes;
 use russh::server::{Auth, Handler, Msg, Session};
 use russh::{Channel, ChannelId, ChannelMsg, ChannelOpenFailure, ChannelReadHalf};
 use tokio::sync::{Notify, mpsc};
-use tokio_util::io::{StreamReader, SyncIoBridge};
+use tokio_util::io::SyncIoBridge;
 
+use super::body::{BodyReader, Bounds, Wording};
+use super::push::Replicated;
 use super::repos::is_git_dir;
 use super::repos::{self, Resolved};
-use super::{Access, BodyReader, Error, Identity, InFlight, Reject, Server, Service, hook_env};
+use super::{Access, Error, Identity, Reject, Server, Service};
 use crate::cluster::{self, Cluster};
 use crate::receive;
 use crate::repo::Name;
@@ -603,10 +605,6 @@ struct Run {
     protocol: Option<String>,
 }
 
-/// A push's replication, when the repository is in a cluster: the cluster, the repository's
-/// cluster name and its replicas.
-type Replicated = Option<(Arc<Cluster>, String, Vec<String>)>;
-
 /// Where a git command runs in cluster mode.
 enum Where {
     /// Here (replicated when a push to a repository of the cluster).
@@ -897,82 +895,29 @@ async fn prepare(
 }
 
 /// The client's data as a reader: ends at the client's EOF, fails if the client goes away
-/// first, and (for pushes) if it stalls past `idle` or sends more than `max` bytes.
-/// The bounds of a push's data over ssh, as of an HTTP push's body.
-#[derive(Debug, Clone, Copy)]
-struct InputLimits {
-    /// `--idle-timeout`: the longest wait for the next data.
-    idle: Duration,
-    /// `--max-request-bytes`.
-    max_bytes: u64,
-    /// `--max-body-time` from when the push got its slot: however fast it trickles, no later.
-    deadline: Option<tokio::time::Instant>,
-}
-
-fn input(source: Source, limits: Option<InputLimits>, access: Arc<Access>) -> BodyReader {
+/// first; for a push (`bounds`), within the server's bounds as an HTTP body is (`body.rs`).
+fn input(source: Source, bounds: Option<Bounds>, access: &Arc<Access>) -> BodyReader {
     use futures_util::StreamExt;
-    let s = futures_util::stream::unfold(Some((source, 0u64)), move |state| {
-        let access = access.clone();
-        async move {
-            let (mut read, mut n) = state?;
-            let msg = match limits {
-                Some(l) => {
-                    let idle = tokio::time::Instant::now() + l.idle;
-                    let until = l.deadline.map_or(idle, |d| d.min(idle));
-                    match tokio::time::timeout_at(until, read.next()).await {
-                        Ok(m) => m,
-                        Err(_) if until < idle => {
-                            access.set_outcome("push data took longer than --max-body-time");
-                            return Some((
-                                Err(io::Error::new(
-                                    io::ErrorKind::TimedOut,
-                                    "push data took longer than the server allows",
-                                )),
-                                None,
-                            ));
-                        }
-                        Err(_) => {
-                            access.set_outcome("push data idle too long");
-                            return Some((
-                                Err(io::Error::new(io::ErrorKind::TimedOut, "idle too long")),
-                                None,
-                            ));
-                        }
-                    }
+    let gone = access.clone();
+    let data = source
+        .scan(false, move |ended, msg| {
+            let item = match msg {
+                _ if *ended => None,
+                In::Data(data) => Some(Ok(data)),
+                In::Eof => None,
+                In::Gone => {
+                    *ended = true;
+                    gone.set_outcome("client went away");
+                    Some(Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "client went away",
+                    )))
                 }
-                None => read.next().await,
             };
-            match msg {
-                Some(In::Data(data)) => {
-                    n += data.len() as u64;
-                    access.bytes_in.store(n, Ordering::Relaxed);
-                    if let Some(InputLimits { max_bytes: max, .. }) = limits
-                        && n > max
-                    {
-                        access.too_large.store(true, Ordering::Relaxed);
-                        access.set_outcome(format!("push larger than {max} bytes"));
-                        return Some((
-                            Err(io::Error::other(format!("push larger than {max} bytes"))),
-                            None,
-                        ));
-                    }
-                    Some((Ok(data), Some((read, n))))
-                }
-                Some(In::Eof) => None,
-                Some(In::Gone) | None => {
-                    access.set_outcome("client went away");
-                    Some((
-                        Err(io::Error::new(
-                            io::ErrorKind::ConnectionAborted,
-                            "client went away",
-                        )),
-                        None,
-                    ))
-                }
-            }
-        }
-    });
-    StreamReader::new(Box::pin(s))
+            std::future::ready(item)
+        })
+        .boxed();
+    super::body::bounded(data, bounds, Wording::Ssh, access)
 }
 
 /// berth's push session on a blocking thread, fed from the channel.
@@ -985,69 +930,23 @@ async fn receive_pack(
     replicated: Replicated,
     access: &Arc<Access>,
 ) -> u32 {
-    let (user, protocol) = (run.user.as_str(), run.protocol.clone());
-    let host = run.peer.ip().to_string();
-    let email = format!("{user}@ssh.{host}");
-    let (pack_tee, commit_gate) = match replicated {
-        Some((cluster, name, replicas)) => {
-            let (tee, gate) = cluster::Gate::for_push(cluster, name, &dir, replicas, user, &email);
-            (Some(tee), Some(gate))
-        }
-        None => (None, None),
+    let user = Identity::User(run.user.clone());
+    let push = super::push::Push {
+        server,
+        user: &user,
+        peer: run.peer.ip(),
+        transport: super::push::Transport::Ssh,
+        protocol: run.protocol.as_deref(),
+        repo: &run.repo,
+        dir: &dir,
     };
-    let options = receive::Options {
-        protocol_version: protocol
-            .as_deref()
-            .map(receive::protocol_version)
-            .unwrap_or(0),
-        hook_env: hook_env(
-            &Identity::User(user.to_owned()),
-            &host,
-            &email,
-            protocol.as_deref(),
-        ),
-        hook_environment: server.hook_environment.clone(),
-        env: receive::Environment {
-            committer_name: Some(user.to_owned()),
-            committer_email: Some(email.clone()),
-            ..server.env.clone()
-        },
-        // The same per-ref check as over HTTP, for the user the key names.
-        ref_access: server.current_rules().map(|rules| {
-            Arc::new(super::access::PushAccess {
-                rules,
-                repo: run.repo.clone(),
-                user: Identity::User(user.to_owned()),
-            }) as Arc<dyn receive::RefAccess>
-        }),
-        max_command_bytes: Some(server.max_command_bytes),
-        // In a cluster, streamed to the replicas, committed through etcd and applied on them,
-        // as over HTTP.
-        pack_tee,
-        commit_gate,
-        ..Default::default()
-    };
+    let options = push.options(replicated);
     // As over HTTP: at most --push-slot-timeout for a slot, then the client is told.
-    let permit = match server.slot(super::SlotKind::Push, run.peer.ip()).await {
-        Ok(p) => p,
+    let slot = match super::push::admit(server, run.peer.ip()).await {
+        Ok(slot) => slot,
         Err(r) => return fatal(tx, access, r.status(), r.to_string()).await,
     };
-    server.metrics.pushes_in_flight.inc();
-    let slot = InFlight {
-        metrics: server.metrics.clone(),
-        _permit: permit,
-    };
-    let input = SyncIoBridge::new(input(
-        source,
-        Some(InputLimits {
-            idle: server.idle_timeout,
-            max_bytes: server.max_request_bytes,
-            deadline: server
-                .max_body_time
-                .map(|t| tokio::time::Instant::now() + t),
-        }),
-        access.clone(),
-    ));
+    let input = SyncIoBridge::new(input(source, Some(Bounds::of(server)), access));
     let mut out = OutWriter {
         tx: tx.clone(),
         stderr: false,
@@ -1062,15 +961,9 @@ async fn receive_pack(
     let repo = access.repo.clone();
     tokio::task::spawn_blocking(move || {
         let _slot = slot;
-        match receive::run(&dir, &options, input, &mut out, &mut err) {
-            Ok(outcome) => {
-                access.set_push(&outcome);
-                // As over HTTP: the first branch pushed into a new repository becomes HEAD.
-                super::repos::head_to_first_branch(&dir, &outcome);
-                0
-            }
+        match super::push::run(&dir, &options, input, &mut out, &mut err, &access) {
+            Ok(_) => 0,
             Err(e) => {
-                access.set_outcome(format!("fatal: {e}"));
                 // As the client named it, not as the server's file system does.
                 let lines = String::from_utf8_lossy(&e.die_lines()).replace(&dir, &repo);
                 let _ = err.write_all(lines.as_bytes());
@@ -1116,7 +1009,7 @@ async fn upload_pack(
             return 128;
         }
     };
-    let mut body = input(source, None, access.clone());
+    let mut body = input(source, None, access);
     let stdin_task = child.stdin.take().map(|mut stdin| {
         tokio::spawn(async move {
             let _ = tokio::io::copy(&mut body, &mut stdin).await;
