@@ -293,6 +293,10 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
             source: io::Error::new(io::ErrorKind::InvalidInput, "path is not UTF-8"),
         });
     }
+    {
+        let root = root.clone();
+        tokio::task::spawn_blocking(move || repos::remove_stale_staging(&root));
+    }
     let credentials = match &config.credentials {
         Some(p) => Some(credentials::CredentialsFile::load(p)?),
         None => None,

@@ -166,7 +166,7 @@ impl Server {
             return Err(cleanup("cannot create its directory"));
         }
         let staging = match tempfile::Builder::new()
-            .prefix(".berth-init-")
+            .prefix(STAGING_PREFIX)
             .tempdir_in(&parent)
         {
             Ok(d) => d,
@@ -219,6 +219,55 @@ impl Server {
             Resolved::Missing(_) => Err(cleanup("repository vanished after init")),
         }
     }
+}
+
+/// The prefix of a creation's staging directory (no request can name one: a segment may not
+/// start with `.`).
+const STAGING_PREFIX: &str = ".berth-init-";
+
+/// A staging directory older than this was left by a creation a crash interrupted (`git init`
+/// takes milliseconds); a younger one may belong to another server process on the same root.
+const STALE_STAGING: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// How deep below the root [`remove_stale_staging`] looks (a name has at most this many
+/// segments in practice; deeper directories are left alone).
+const STAGING_DEPTH: usize = 16;
+
+/// Remove the staging directories (`.berth-init-*`) under `root` that a crash left behind,
+/// once at start: directories only, never into a repository or a link, and only those older
+/// than [`STALE_STAGING`]. Returns the paths removed.
+pub(super) fn remove_stale_staging(root: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let mut stack = vec![(root.to_owned(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            // Not following links: a link's own type.
+            let Ok(kind) = e.file_type() else { continue };
+            if !kind.is_dir() {
+                continue;
+            }
+            let path = e.path();
+            let name = e.file_name();
+            if name.to_string_lossy().starts_with(STAGING_PREFIX) {
+                let old = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > STALE_STAGING);
+                if old && std::fs::remove_dir_all(&path).is_ok() {
+                    tracing::info!(target: "berth::serve", path = %Escaped::text(&path.display().to_string()), "removed a repository creation a crash interrupted");
+                    removed.push(path);
+                }
+            } else if depth + 1 < STAGING_DEPTH && !is_git_dir(&path) {
+                stack.push((path, depth + 1));
+            }
+        }
+    }
+    removed
 }
 
 /// What receive-pack advertises for a repository without refs, without the repository: `<zero
@@ -291,6 +340,46 @@ pub(super) fn head_to_first_branch(dir: &str, outcome: &receive::Outcome) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_stale_staging_directories_outside_repositories_are_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        let old = |p: &Path| {
+            std::fs::create_dir_all(p).unwrap();
+            let two_hours = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+            std::fs::File::open(p)
+                .unwrap()
+                .set_modified(two_hours)
+                .unwrap();
+        };
+        old(&r.join("team/.berth-init-crashed"));
+        old(&r.join(".berth-init-top"));
+        std::fs::create_dir_all(r.join("team/.berth-init-in-flight")).unwrap();
+        // Inside a repository: not ours to judge.
+        for d in ["repo.git/objects", "repo.git/refs"] {
+            std::fs::create_dir_all(r.join(d)).unwrap();
+        }
+        std::fs::write(r.join("repo.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        old(&r.join("repo.git/.berth-init-inside"));
+        // A link is not followed.
+        let outside = tempfile::tempdir().unwrap();
+        old(&outside.path().join(".berth-init-elsewhere"));
+        std::os::unix::fs::symlink(outside.path(), r.join("link")).unwrap();
+
+        let mut removed = remove_stale_staging(r);
+        removed.sort();
+        assert_eq!(
+            removed,
+            vec![
+                r.join(".berth-init-top"),
+                r.join("team/.berth-init-crashed")
+            ]
+        );
+        assert!(r.join("team/.berth-init-in-flight").is_dir());
+        assert!(r.join("repo.git/.berth-init-inside").is_dir());
+        assert!(outside.path().join(".berth-init-elsewhere").is_dir());
+    }
 
     #[test]
     fn empty_advertisement_is_an_empty_repositorys() {

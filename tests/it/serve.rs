@@ -1516,6 +1516,22 @@ fn access_rules_each_kind_with_the_real_client() {
 }
 
 #[test]
+fn a_creation_a_crash_interrupted_is_removed_when_the_server_starts() {
+    let w = World::new();
+    let stale = w.path("repos/team/.berth-init-crashed");
+    std::fs::create_dir_all(stale.join("objects")).unwrap();
+    let two_hours = std::time::SystemTime::now() - Duration::from_secs(7200);
+    std::fs::File::open(&stale)
+        .unwrap()
+        .set_modified(two_hours)
+        .unwrap();
+    let srv = Serve::start(&w, &[]);
+    wait_log(&srv, "removed a repository creation a crash interrupted");
+    assert!(!stale.exists());
+    assert!(w.path("repos/team").is_dir());
+}
+
+#[test]
 fn missing_repository_get_creates_nothing_and_failed_creation_leaves_nothing() {
     let w = World::new();
     let srv = Serve::start(&w, &[]);
