@@ -5,7 +5,8 @@
 //! over, and so is a stopped one once its answer is late. The harness of `cluster.rs` (three etcd members, three berth nodes,
 //! `--replicas 2`, so one node holds no replica); skipped (said on stderr) without `etcd`.
 
-use crate::cluster::{Cluster, etcd_present, push_ok};
+use crate::cluster::{Cluster, push_ok};
+use crate::cluster_fixture::{cluster, cluster_world};
 use crate::common;
 use common::World;
 
@@ -97,15 +98,12 @@ fn main_at(w: &World, url: &str, ssh: Option<&str>) -> Result<String, String> {
 
 #[test]
 fn a_replica_behind_the_log_serves_no_forwarded_http_read() {
-    if !etcd_present("cluster_reads::a_replica_behind_the_log_serves_no_forwarded_http_read") {
-        return;
-    }
+    let Some(w) = cluster_world() else { return };
     if common::reftable() {
         eprintln!("SKIPPED under reftable: the test holds a files-backend ref lock");
         return;
     }
-    let w = World::new();
-    let c = Cluster::start(&w, 2);
+    let c = cluster(&w).replicas(2).start();
     let Some((one, two, first, outsider)) = two_pushes(&w, &c) else {
         return;
     };
@@ -135,15 +133,12 @@ fn a_replica_behind_the_log_serves_no_forwarded_http_read() {
 
 #[test]
 fn a_replica_behind_the_log_serves_no_forwarded_ssh_read() {
-    if !etcd_present("cluster_reads::a_replica_behind_the_log_serves_no_forwarded_ssh_read") {
-        return;
-    }
+    let Some(w) = cluster_world() else { return };
     if common::reftable() {
         eprintln!("SKIPPED under reftable: the test holds a files-backend ref lock");
         return;
     }
-    let w = World::new();
-    let c = crate::cluster_ssh::start(&w, 2, &[]);
+    let c = cluster(&w).replicas(2).ssh().start();
     let Some((one, two, first, outsider)) = two_pushes(&w, &c) else {
         return;
     };
@@ -162,11 +157,8 @@ fn a_replica_behind_the_log_serves_no_forwarded_ssh_read() {
 
 #[test]
 fn a_replica_killed_moments_ago_is_passed_over_for_http_reads() {
-    if !etcd_present("cluster_reads::a_replica_killed_moments_ago_is_passed_over_for_http_reads") {
-        return;
-    }
-    let w = World::new();
-    let mut c = Cluster::start(&w, 2);
+    let Some(w) = cluster_world() else { return };
+    let mut c = cluster(&w).replicas(2).start();
     let Some((_, two, first, outsider)) = two_pushes(&w, &c) else {
         return;
     };
@@ -199,12 +191,12 @@ fn a_replica_killed_moments_ago_is_passed_over_for_http_reads() {
 
 #[test]
 fn a_stopped_replica_is_passed_over_for_http_reads_once_its_answer_is_late() {
-    if !etcd_present("cluster_reads::a_stopped_replica_is_passed_over_for_http_reads") {
-        return;
-    }
-    let w = World::new();
+    let Some(w) = cluster_world() else { return };
     // The wait for a replica's answer head: --idle-timeout + --push-slot-timeout, 5 s here.
-    let c = Cluster::start_with(&w, 2, &["--idle-timeout", "4", "--push-slot-timeout", "1"]);
+    let c = cluster(&w)
+        .replicas(2)
+        .args(&["--idle-timeout", "4", "--push-slot-timeout", "1"])
+        .start();
     let Some((_, two, first, outsider)) = two_pushes(&w, &c) else {
         return;
     };
