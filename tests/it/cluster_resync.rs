@@ -23,7 +23,7 @@ fn wait_compacted(c: &Cluster, repo: &str) {
         std::thread::sleep(Duration::from_secs(15));
         return;
     };
-    let deadline = Instant::now() + Duration::from_secs(40);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while !left.is_empty() {
         assert!(
             Instant::now() < deadline,
@@ -184,7 +184,7 @@ fn a_replica_down_during_pushes_that_lost_its_copy_resyncs_and_follows_the_log()
 fn post(port: u16, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     let mut req = format!(
         "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()

@@ -209,7 +209,7 @@ fn a_push_refused_by_pre_receive_leaves_no_quarantine_and_no_objects_on_the_repl
     std::fs::write(
         &hook,
         format!(
-            "#!/bin/sh\ncat >/dev/null\ni=0\nwhile [ $i -lt 300 ]; do\n  if ls -d '{}'/objects/tmp_objdir* >/dev/null 2>&1 && ls -d '{}'/objects/tmp_objdir* >/dev/null 2>&1; then\n    : > '{}'\n    echo 'refused by the test' >&2\n    exit 1\n  fi\n  sleep 0.1\n  i=$((i+1))\ndone\necho 'the pack never reached the replicas' >&2\nexit 1\n",
+            "#!/bin/sh\ncat >/dev/null\ni=0\nwhile [ $i -lt 1200 ]; do\n  if ls -d '{}'/objects/tmp_objdir* >/dev/null 2>&1 && ls -d '{}'/objects/tmp_objdir* >/dev/null 2>&1; then\n    : > '{}'\n    echo 'refused by the test' >&2\n    exit 1\n  fi\n  sleep 0.1\n  i=$((i+1))\ndone\necho 'the pack never reached the replicas' >&2\nexit 1\n",
             d1.display(),
             d2.display(),
             w.path("streamed").display()
@@ -242,7 +242,7 @@ fn a_push_refused_by_pre_receive_leaves_no_quarantine_and_no_objects_on_the_repl
     for n in &c.nodes {
         let dir = n.dir("r.git");
         assert!(
-            eventually(Duration::from_secs(15), || quarantines(&dir).is_empty()),
+            eventually(Duration::from_secs(60), || quarantines(&dir).is_empty()),
             "{}: quarantine left: {:?}\n{}",
             n.name,
             quarantines(&dir),
@@ -290,7 +290,7 @@ fn a_stream_cut_off_by_the_accepting_nodes_death_leaves_nothing_on_the_replicas(
     // The replicas are ingesting it as it arrives.
     let (d1, d2) = (c.nodes[1].dir("r.git"), c.nodes[2].dir("r.git"));
     assert!(
-        eventually(Duration::from_secs(20), || !quarantines(&d1).is_empty()
+        eventually(Duration::from_secs(60), || !quarantines(&d1).is_empty()
             && !quarantines(&d2).is_empty()),
         "the pack was not streamed to the replicas while it arrived:\n{}",
         c.logs()
@@ -299,7 +299,7 @@ fn a_stream_cut_off_by_the_accepting_nodes_death_leaves_nothing_on_the_replicas(
     drop(s);
     for (i, dir) in [(1, &d1), (2, &d2)] {
         assert!(
-            eventually(Duration::from_secs(20), || quarantines(dir).is_empty()),
+            eventually(Duration::from_secs(60), || quarantines(dir).is_empty()),
             "n{i}: quarantine left: {:?}\n{}",
             quarantines(dir),
             c.logs()
@@ -364,7 +364,7 @@ fn a_replica_too_slow_for_the_stream_is_left_out_after_the_stall_bound_and_catch
     for n in &c.nodes[1..] {
         let dir = n.dir("r.git");
         assert!(
-            eventually(Duration::from_secs(30), || quarantines(&dir).is_empty()),
+            eventually(Duration::from_secs(60), || quarantines(&dir).is_empty()),
             "{}: quarantine left: {:?}\n{}",
             n.name,
             quarantines(&dir),
@@ -403,7 +403,7 @@ fn a_replica_prepares_and_commits_ten_pushes_without_a_git_process() {
         .spawn()
         .expect("strace (the CI installs it)");
     assert!(
-        eventually(Duration::from_secs(30), || traced(pid)),
+        eventually(Duration::from_secs(60), || traced(pid)),
         "strace did not attach to n1"
     );
     let mut last = String::new();
