@@ -351,6 +351,27 @@ impl Cluster {
         }
     }
 
+    /// [`push`] of `refspecs` from `src` through node `i`'s `repo`, which must be acknowledged
+    /// (if not, `what`, git's stderr and the nodes' logs).
+    pub(crate) fn must_push(
+        &self,
+        w: &World,
+        src: &str,
+        i: usize,
+        repo: &str,
+        refspecs: &[&str],
+        what: &str,
+    ) -> std::process::Output {
+        let out = push(w, src, &self.nodes[i].url(repo), refspecs);
+        assert!(
+            out.status.success(),
+            "{what}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+        out
+    }
+
     /// Send `signal` (`-STOP`, `-CONT`) to node `i`'s process.
     pub(crate) fn signal(&self, i: usize, signal: &str) {
         let Some(p) = self.nodes[i].process.as_ref() else {
@@ -438,17 +459,13 @@ fn pushes_to_any_node_replicate_to_all_and_concurrent_results_match_the_final_re
         } else {
             w.commit(&src, "a", content)
         };
-        let out = push(
+        c.must_push(
             &w,
             &src,
-            &c.nodes[i % 3].url("demo.git"),
+            i % 3,
+            "demo.git",
             &["HEAD:refs/heads/main"],
-        );
-        assert!(
-            out.status.success(),
-            "push {i}: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            c.logs()
+            &format!("push {i}"),
         );
         let refs = c.converged(&w, "demo.git", 3);
         assert_eq!(refs.get("refs/heads/main"), Some(&head));
@@ -557,18 +574,13 @@ fn a_node_without_a_replica_forwards_pushes_and_fetches() {
     w.commit(&src, "a", "one");
     // Pushes through every node, so at least one of them holds no replica.
     for (i, content) in ["two", "three", "four"].iter().enumerate() {
-        let out = push(
+        c.must_push(
             &w,
             &src,
-            &c.nodes[i].url("app.git"),
+            i,
+            "app.git",
             &["HEAD:refs/heads/main"],
-        );
-        assert!(
-            out.status.success(),
-            "push via {}: {}\n{}",
-            c.nodes[i].name,
-            String::from_utf8_lossy(&out.stderr),
-            c.logs()
+            &format!("push via {}", c.nodes[i].name),
         );
         w.commit(&src, "a", content);
     }
@@ -607,36 +619,28 @@ fn a_killed_replica_and_a_killed_etcd_member_do_not_stop_pushes_and_the_replica_
     let mut heads = Vec::new();
     for (i, content) in ["two", "three"].iter().enumerate() {
         heads.push(w.commit(&src, "a", content));
-        let out = push(
+        c.must_push(
             &w,
             &src,
-            &c.nodes[i].url("r.git"),
+            i,
+            "r.git",
             &[
                 "HEAD:refs/heads/main",
                 &format!("HEAD:refs/heads/while-down-{i}"),
             ],
-        );
-        assert!(
-            out.status.success(),
-            "push with n2 down: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            c.logs()
+            "push with n2 down",
         );
     }
     // kill -9 of one etcd member of three: the nodes go on with the other two.
     c.etcd.kill(0);
     heads.push(w.commit(&src, "a", "four"));
-    let out = push(
+    c.must_push(
         &w,
         &src,
-        &c.nodes[1].url("r.git"),
+        1,
+        "r.git",
         &["HEAD:refs/heads/main"],
-    );
-    assert!(
-        out.status.success(),
-        "push with an etcd member down: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        c.logs()
+        "push with an etcd member down",
     );
 
     // The replica comes back and catches up from the log, objects from its peers. Until it
@@ -742,18 +746,7 @@ fn accepting_node_killed_before_the_commit_point_nothing_lands_and_it_recovers()
     );
     // The other nodes go on.
     let newer = w.commit(&src, "a", "three");
-    let out = push(
-        &w,
-        &src,
-        &c.nodes[1].url("r.git"),
-        &["HEAD:refs/heads/main"],
-    );
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        c.logs()
-    );
+    c.must_push(&w, &src, 1, "r.git", &["HEAD:refs/heads/main"], "push");
     // Node 0 comes back with main.lock left by the killed transaction: removed at start-up,
     // then it catches up.
     c.start_node(&w, 0);
@@ -776,17 +769,13 @@ fn a_stopped_replica_does_not_hold_pushes_up_and_catches_up_when_continued() {
     for (i, content) in ["two", "three"].iter().enumerate() {
         last = w.commit(&src, "a", content);
         let start = Instant::now();
-        let out = push(
+        c.must_push(
             &w,
             &src,
-            &c.nodes[i].url("r.git"),
+            i,
+            "r.git",
             &["HEAD:refs/heads/main"],
-        );
-        assert!(
-            out.status.success(),
-            "push with n2 stopped: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            c.logs()
+            "push with n2 stopped",
         );
         // Not held up by the stopped replica: the others prepare, and it has the quorum's
         // grace (2 s); a push that waited for it would wait out the prepare timeout (60 s).
@@ -1114,18 +1103,7 @@ fn ack_all_refuses_a_push_that_one_replica_cannot_apply() {
     c.start_node(&w, 2);
     c.converged(&w, "all.git", 3);
     let third = w.commit(&src, "a", "three");
-    let out = push(
-        &w,
-        &src,
-        &c.nodes[2].url("all.git"),
-        &["HEAD:refs/heads/main"],
-    );
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        c.logs()
-    );
+    c.must_push(&w, &src, 2, "all.git", &["HEAD:refs/heads/main"], "push");
     let refs = c.converged(&w, "all.git", 3);
     assert_eq!(refs.get("refs/heads/main"), Some(&third));
     c.assert_fsck(&w, "all.git");
