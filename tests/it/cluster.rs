@@ -153,6 +153,23 @@ impl Etcd {
         }
     }
 
+    /// The value of `key`, read with `etcdctl` (etcd-client); `None` when it is not usable.
+    pub(crate) fn value(&self, key: &str) -> Option<String> {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args([
+                "--endpoints",
+                &self.urls(),
+                "get",
+                "--print-value-only",
+                key,
+            ])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    }
+
     /// (Re)start member `i` (a data directory that exists already is the member's state).
     fn restart(&mut self, i: usize) {
         if self.members[i].is_some() {
@@ -372,6 +389,34 @@ impl Cluster {
         out
     }
 
+    /// Each concurrent client `t`'s branch `refs/heads/t<t>` in the final `refs` as the client
+    /// was told (`results[t]`): at its commit `commits[t]` if acknowledged, absent if refused;
+    /// how many were acknowledged.
+    pub(crate) fn assert_told(
+        &self,
+        results: &[BTreeMap<String, bool>],
+        refs: &BTreeMap<String, String>,
+        commits: &[String],
+    ) -> usize {
+        let mut accepted = 0;
+        for (t, told) in results.iter().enumerate() {
+            let branch = format!("refs/heads/t{t}");
+            match told.get(&branch) {
+                Some(true) => {
+                    accepted += 1;
+                    assert_eq!(
+                        refs.get(&branch),
+                        Some(&commits[t]),
+                        "{branch} was acknowledged"
+                    );
+                }
+                Some(false) => assert_eq!(refs.get(&branch), None, "{branch} was refused"),
+                None => panic!("no result for {branch}: {told:?}\n{}", self.logs()),
+            }
+        }
+        accepted
+    }
+
     /// Send `signal` (`-STOP`, `-CONT`) to node `i`'s process.
     pub(crate) fn signal(&self, i: usize, signal: &str) {
         let Some(p) = self.nodes[i].process.as_ref() else {
@@ -505,22 +550,7 @@ fn pushes_to_any_node_replicate_to_all_and_concurrent_results_match_the_final_re
     eprintln!("concurrent pushes, what each client was told: {results:?}");
     let refs = c.converged(&w, "demo.git", 3);
     c.assert_fsck(&w, "demo.git");
-    let mut accepted = 0;
-    for (t, told) in results.iter().enumerate() {
-        let branch = format!("refs/heads/t{t}");
-        match told.get(&branch) {
-            Some(true) => {
-                accepted += 1;
-                assert_eq!(
-                    refs.get(&branch),
-                    Some(&commits[t]),
-                    "{branch} was acknowledged"
-                );
-            }
-            Some(false) => assert_eq!(refs.get(&branch), None, "{branch} was refused"),
-            None => panic!("no result for {branch}: {told:?}"),
-        }
-    }
+    let accepted = c.assert_told(&results, &refs, &commits);
     assert!(
         accepted > 0,
         "no concurrent push went through:\n{results:?}\n{}",

@@ -10,35 +10,23 @@ use crate::cluster_fixture::{cluster, cluster_world};
 use crate::common;
 use common::World;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The replicas recorded for repository `name`, in their order (read with `etcdctl`);
 /// `None` (and a note) when etcdctl is not installed.
 fn replicas_of(c: &Cluster, name: &str) -> Option<Vec<String>> {
-    let out = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", &c.etcd.urls(), "get", "--print-value-only"])
-        .arg(format!("/berth/repos/{name}/replicas"))
-        .output();
-    match out {
-        Ok(o) if o.status.success() => {
-            let text = String::from_utf8_lossy(&o.stdout);
-            let list: Vec<String> = text
-                .trim()
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .split(',')
-                .map(|s| s.trim().trim_matches('"').to_owned())
-                .filter(|s| !s.is_empty())
-                .collect();
-            Some(list)
-        }
-        _ => {
-            eprintln!("SKIPPED: etcdctl not usable (apt-get install etcd-client)");
-            None
-        }
-    }
+    let Some(text) = c.etcd.value(&format!("/berth/repos/{name}/replicas")) else {
+        eprintln!("SKIPPED: etcdctl not usable (apt-get install etcd-client)");
+        return None;
+    };
+    let list: Vec<String> = text
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
+    Some(list)
 }
 
 /// The index of node `name`.

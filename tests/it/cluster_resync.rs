@@ -222,20 +222,7 @@ fn the_snapshot_endpoint_wants_the_secret_and_answers_the_refs_at_the_applied_en
         post(port, path, &[("x-berth-cluster-secret", "00")], ask).0,
         403
     );
-    let Some(secret) = std::process::Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args([
-            "--endpoints",
-            &c.etcd.urls(),
-            "get",
-            "--print-value-only",
-            "/berth/secret",
-        ])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-    else {
+    let Some(secret) = c.etcd.value("/berth/secret") else {
         eprintln!("etcdctl not usable: the checks with the secret are not run");
         return;
     };

@@ -479,22 +479,7 @@ fn http_and_ssh_pushes_to_one_repository_converge() {
     eprintln!("concurrent http and ssh pushes, what each client was told: {results:?}");
     let refs = c.converged(&w, "mix.git", 3);
     c.assert_fsck(&w, "mix.git");
-    let mut accepted = 0;
-    for (t, told) in results.iter().enumerate() {
-        let branch = format!("refs/heads/t{t}");
-        match told.get(&branch) {
-            Some(true) => {
-                accepted += 1;
-                assert_eq!(
-                    refs.get(&branch),
-                    Some(&commits[t]),
-                    "{branch} was acknowledged"
-                );
-            }
-            Some(false) => assert_eq!(refs.get(&branch), None, "{branch} was refused"),
-            None => panic!("no result for {branch}: {told:?}\n{}", c.logs()),
-        }
-    }
+    let accepted = c.assert_told(&results, &refs, &commits);
     assert!(accepted > 0, "{results:?}\n{}", c.logs());
     // Every transport reads the same refs from every node.
     for i in 0..3 {
@@ -636,20 +621,7 @@ fn the_ssh_tunnel_endpoint_wants_the_secret_and_checks_what_it_is_asked() {
     let mut wrong = good.to_vec();
     wrong.push(("x-berth-cluster-secret", "00"));
     assert_eq!(status_of(c.nodes[near].port, &wrong), 403);
-    let Some(secret) = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args([
-            "--endpoints",
-            &c.etcd.urls(),
-            "get",
-            "--print-value-only",
-            "/berth/secret",
-        ])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-    else {
+    let Some(secret) = c.etcd.value("/berth/secret") else {
         eprintln!(
             "etcdctl not usable (apt-get install etcd-client): the checks with the secret are not run"
         );
@@ -782,24 +754,10 @@ fn a_replica_killed_moments_ago_is_passed_over_for_another() {
     let head = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
     let away = non_holder(&c, "app.git");
     // The replica the node without one forwards to first: the first one recorded.
-    let Some(first) = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args([
-            "--endpoints",
-            &c.etcd.urls(),
-            "get",
-            "--print-value-only",
-            "/berth/repos/app/replicas",
-        ])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| {
-            let v = String::from_utf8_lossy(&o.stdout).to_string();
-            let name = v.split('"').nth(1)?.to_owned();
-            c.nodes.iter().position(|n| n.name == name)
-        })
-    else {
+    let Some(first) = c.etcd.value("/berth/repos/app/replicas").and_then(|v| {
+        let name = v.split('"').nth(1)?.to_owned();
+        c.nodes.iter().position(|n| n.name == name)
+    }) else {
         eprintln!("etcdctl not usable (apt-get install etcd-client): test not run");
         return;
     };
