@@ -24,7 +24,7 @@ use std::process::{Command, Stdio};
 
 /// Whether `etcd` can run here; if not, say so (the test is skipped, not passed silently).
 /// Under CI (`CI` set) a missing etcd fails the test.
-pub(crate) fn etcd_present(test: &str) -> bool {
+fn etcd_present(test: &str) -> bool {
     let ok = Command::new("etcd")
         .arg("--version")
         .stdout(Stdio::null())
