@@ -5,39 +5,28 @@
 //! over, and so is a stopped one once its answer is late. The harness of `cluster.rs` (three etcd members, three berth nodes,
 //! `--replicas 2`, so one node holds no replica); skipped (said on stderr) without `etcd`.
 
-use crate::cluster::{Cluster, etcd_present, push_ok};
+use crate::cluster::{Cluster, push_ok};
+use crate::cluster_fixture::{cluster, cluster_world};
 use crate::common;
 use common::World;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The replicas recorded for repository `name`, in their order (read with `etcdctl`);
 /// `None` (and a note) when etcdctl is not installed.
 fn replicas_of(c: &Cluster, name: &str) -> Option<Vec<String>> {
-    let out = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", &c.etcd.urls(), "get", "--print-value-only"])
-        .arg(format!("/berth/repos/{name}/replicas"))
-        .output();
-    match out {
-        Ok(o) if o.status.success() => {
-            let text = String::from_utf8_lossy(&o.stdout);
-            let list: Vec<String> = text
-                .trim()
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .split(',')
-                .map(|s| s.trim().trim_matches('"').to_owned())
-                .filter(|s| !s.is_empty())
-                .collect();
-            Some(list)
-        }
-        _ => {
-            eprintln!("SKIPPED: etcdctl not usable (apt-get install etcd-client)");
-            None
-        }
-    }
+    let Some(text) = c.etcd.value(&format!("/berth/repos/{name}/replicas")) else {
+        eprintln!("SKIPPED: etcdctl not usable (apt-get install etcd-client)");
+        return None;
+    };
+    let list: Vec<String> = text
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
+    Some(list)
 }
 
 /// The index of node `name`.
@@ -97,15 +86,12 @@ fn main_at(w: &World, url: &str, ssh: Option<&str>) -> Result<String, String> {
 
 #[test]
 fn a_replica_behind_the_log_serves_no_forwarded_http_read() {
-    if !etcd_present("cluster_reads::a_replica_behind_the_log_serves_no_forwarded_http_read") {
-        return;
-    }
+    let Some(w) = cluster_world() else { return };
     if common::reftable() {
         eprintln!("SKIPPED under reftable: the test holds a files-backend ref lock");
         return;
     }
-    let w = World::new();
-    let c = Cluster::start(&w, 2);
+    let c = cluster(&w).replicas(2).start();
     let Some((one, two, first, outsider)) = two_pushes(&w, &c) else {
         return;
     };
@@ -135,15 +121,12 @@ fn a_replica_behind_the_log_serves_no_forwarded_http_read() {
 
 #[test]
 fn a_replica_behind_the_log_serves_no_forwarded_ssh_read() {
-    if !etcd_present("cluster_reads::a_replica_behind_the_log_serves_no_forwarded_ssh_read") {
-        return;
-    }
+    let Some(w) = cluster_world() else { return };
     if common::reftable() {
         eprintln!("SKIPPED under reftable: the test holds a files-backend ref lock");
         return;
     }
-    let w = World::new();
-    let c = crate::cluster_ssh::start(&w, 2, &[]);
+    let c = cluster(&w).replicas(2).ssh().start();
     let Some((one, two, first, outsider)) = two_pushes(&w, &c) else {
         return;
     };
@@ -162,11 +145,8 @@ fn a_replica_behind_the_log_serves_no_forwarded_ssh_read() {
 
 #[test]
 fn a_replica_killed_moments_ago_is_passed_over_for_http_reads() {
-    if !etcd_present("cluster_reads::a_replica_killed_moments_ago_is_passed_over_for_http_reads") {
-        return;
-    }
-    let w = World::new();
-    let mut c = Cluster::start(&w, 2);
+    let Some(w) = cluster_world() else { return };
+    let mut c = cluster(&w).replicas(2).start();
     let Some((_, two, first, outsider)) = two_pushes(&w, &c) else {
         return;
     };
@@ -199,12 +179,12 @@ fn a_replica_killed_moments_ago_is_passed_over_for_http_reads() {
 
 #[test]
 fn a_stopped_replica_is_passed_over_for_http_reads_once_its_answer_is_late() {
-    if !etcd_present("cluster_reads::a_stopped_replica_is_passed_over_for_http_reads") {
-        return;
-    }
-    let w = World::new();
+    let Some(w) = cluster_world() else { return };
     // The wait for a replica's answer head: --idle-timeout + --push-slot-timeout, 5 s here.
-    let c = Cluster::start_with(&w, 2, &["--idle-timeout", "4", "--push-slot-timeout", "1"]);
+    let c = cluster(&w)
+        .replicas(2)
+        .args(&["--idle-timeout", "4", "--push-slot-timeout", "1"])
+        .start();
     let Some((_, two, first, outsider)) = two_pushes(&w, &c) else {
         return;
     };

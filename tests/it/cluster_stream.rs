@@ -5,9 +5,8 @@
 //! refused by pre-receive, and a stream cut off by the accepting node's death, leave no
 //! quarantine and no objects on the replicas.
 
-use crate::cluster::{
-    Cluster, cluster_with_repo, etcd_present, porcelain, push, push_ok, wait_for,
-};
+use crate::cluster::{porcelain, push, push_ok, wait_for};
+use crate::cluster_fixture::{cluster, cluster_world};
 use crate::common::World;
 
 use std::io::Write;
@@ -93,12 +92,9 @@ fn noise(n: usize, seed: u64) -> Vec<u8> {
 
 #[test]
 fn thin_and_both_sides_of_unpack_limit_replicate_without_pack_objects_on_the_accepting_node() {
-    if !etcd_present("thin_and_both_sides_of_unpack_limit") {
-        return;
-    }
-    let w = World::new();
+    let Some(w) = cluster_world() else { return };
     let path = logging_git(&w);
-    let c = Cluster::start_with_env(&w, 3, &[], &[("PATH", &path)]);
+    let c = cluster(&w).env("PATH", &path).start();
     let url = c.nodes[0].url("r.git");
     let src = w.work("src");
     // A history with a large text file, so that the next push's pack is thin (a delta against
@@ -203,11 +199,8 @@ fn thin_and_both_sides_of_unpack_limit_replicate_without_pack_objects_on_the_acc
 
 #[test]
 fn a_push_refused_by_pre_receive_leaves_no_quarantine_and_no_objects_on_the_replicas() {
-    if !etcd_present("a_push_refused_by_pre_receive") {
-        return;
-    }
-    let w = World::new();
-    let (c, src) = cluster_with_repo(&w);
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).with_repo("r.git");
     let before = c.converged(&w, "r.git", 3);
     // node 0's pre-receive waits until the pack reached both other replicas' quarantines (it
     // was streamed there while node 0 read it), then refuses.
@@ -216,7 +209,7 @@ fn a_push_refused_by_pre_receive_leaves_no_quarantine_and_no_objects_on_the_repl
     std::fs::write(
         &hook,
         format!(
-            "#!/bin/sh\ncat >/dev/null\ni=0\nwhile [ $i -lt 300 ]; do\n  if ls -d '{}'/objects/tmp_objdir* >/dev/null 2>&1 && ls -d '{}'/objects/tmp_objdir* >/dev/null 2>&1; then\n    : > '{}'\n    echo 'refused by the test' >&2\n    exit 1\n  fi\n  sleep 0.1\n  i=$((i+1))\ndone\necho 'the pack never reached the replicas' >&2\nexit 1\n",
+            "#!/bin/sh\ncat >/dev/null\ni=0\nwhile [ $i -lt 1200 ]; do\n  if ls -d '{}'/objects/tmp_objdir* >/dev/null 2>&1 && ls -d '{}'/objects/tmp_objdir* >/dev/null 2>&1; then\n    : > '{}'\n    echo 'refused by the test' >&2\n    exit 1\n  fi\n  sleep 0.1\n  i=$((i+1))\ndone\necho 'the pack never reached the replicas' >&2\nexit 1\n",
             d1.display(),
             d2.display(),
             w.path("streamed").display()
@@ -249,7 +242,7 @@ fn a_push_refused_by_pre_receive_leaves_no_quarantine_and_no_objects_on_the_repl
     for n in &c.nodes {
         let dir = n.dir("r.git");
         assert!(
-            eventually(Duration::from_secs(15), || quarantines(&dir).is_empty()),
+            eventually(Duration::from_secs(60), || quarantines(&dir).is_empty()),
             "{}: quarantine left: {:?}\n{}",
             n.name,
             quarantines(&dir),
@@ -263,11 +256,8 @@ fn a_push_refused_by_pre_receive_leaves_no_quarantine_and_no_objects_on_the_repl
 
 #[test]
 fn a_stream_cut_off_by_the_accepting_nodes_death_leaves_nothing_on_the_replicas() {
-    if !etcd_present("a_stream_cut_off") {
-        return;
-    }
-    let w = World::new();
-    let (mut c, src) = cluster_with_repo(&w);
+    let Some(w) = cluster_world() else { return };
+    let (mut c, src) = cluster(&w).with_repo("r.git");
     let before = c.converged(&w, "r.git", 3);
     let old = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
     std::fs::write(w.path(&format!("{src}/noise.bin")), noise(2 << 20, 11)).unwrap();
@@ -300,7 +290,7 @@ fn a_stream_cut_off_by_the_accepting_nodes_death_leaves_nothing_on_the_replicas(
     // The replicas are ingesting it as it arrives.
     let (d1, d2) = (c.nodes[1].dir("r.git"), c.nodes[2].dir("r.git"));
     assert!(
-        eventually(Duration::from_secs(20), || !quarantines(&d1).is_empty()
+        eventually(Duration::from_secs(60), || !quarantines(&d1).is_empty()
             && !quarantines(&d2).is_empty()),
         "the pack was not streamed to the replicas while it arrived:\n{}",
         c.logs()
@@ -309,7 +299,7 @@ fn a_stream_cut_off_by_the_accepting_nodes_death_leaves_nothing_on_the_replicas(
     drop(s);
     for (i, dir) in [(1, &d1), (2, &d2)] {
         assert!(
-            eventually(Duration::from_secs(20), || quarantines(dir).is_empty()),
+            eventually(Duration::from_secs(60), || quarantines(dir).is_empty()),
             "n{i}: quarantine left: {:?}\n{}",
             quarantines(dir),
             c.logs()
@@ -334,11 +324,8 @@ fn a_stream_cut_off_by_the_accepting_nodes_death_leaves_nothing_on_the_replicas(
 
 #[test]
 fn a_replica_too_slow_for_the_stream_is_left_out_after_the_stall_bound_and_catches_up() {
-    if !etcd_present("a_replica_too_slow_for_the_stream") {
-        return;
-    }
-    let w = World::new();
-    let (c, src) = cluster_with_repo(&w);
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).with_repo("r.git");
     // n2 stopped: it takes the stream's bytes until the sockets' buffers are full, then none.
     c.signal(2, "-STOP");
     std::fs::write(w.path(&format!("{src}/noise.bin")), noise(24 << 20, 5)).unwrap();
@@ -377,7 +364,7 @@ fn a_replica_too_slow_for_the_stream_is_left_out_after_the_stall_bound_and_catch
     for n in &c.nodes[1..] {
         let dir = n.dir("r.git");
         assert!(
-            eventually(Duration::from_secs(30), || quarantines(&dir).is_empty()),
+            eventually(Duration::from_secs(60), || quarantines(&dir).is_empty()),
             "{}: quarantine left: {:?}\n{}",
             n.name,
             quarantines(&dir),
@@ -404,11 +391,8 @@ fn traced(pid: u32) -> bool {
 
 #[test]
 fn a_replica_prepares_and_commits_ten_pushes_without_a_git_process() {
-    if !etcd_present("a_replica_prepares_and_commits_ten_pushes_without_a_git_process") {
-        return;
-    }
-    let w = World::new();
-    let (c, src) = cluster_with_repo(&w);
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).with_repo("r.git");
     // strace every thread of replica n1 from now on; its execve calls are its children's.
     let pid = c.nodes[1].process.as_ref().unwrap().child.id();
     let trace = w.path("n1.trace");
@@ -419,7 +403,7 @@ fn a_replica_prepares_and_commits_ten_pushes_without_a_git_process() {
         .spawn()
         .expect("strace (the CI installs it)");
     assert!(
-        eventually(Duration::from_secs(30), || traced(pid)),
+        eventually(Duration::from_secs(60), || traced(pid)),
         "strace did not attach to n1"
     );
     let mut last = String::new();
