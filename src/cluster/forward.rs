@@ -17,7 +17,8 @@
 //!
 //! (ssh commands are forwarded through `tunnel.rs` instead.)
 //!
-//! The replica authenticates the request again (HTTP Basic passes through). A trusted user
+//! The replica authenticates the request again (HTTP Basic passes through). It learns the
+//! client's address from [`CLIENT`], which it believes only beside the cluster secret. A trusted user
 //! header (`--trusted-user-header`) is only passed on as this node established it: the
 //! client's own copy is dropped, since the replica trusts this node's address.
 
@@ -32,10 +33,15 @@ use futures_util::StreamExt;
 use http_body_util::BodyExt;
 
 use super::http;
+use super::wire::SECRET_HEADER;
 use crate::escape::Escaped;
 
 /// Marks a request forwarded by another node (its value: that node's name).
 pub(crate) const FORWARDED: &str = "x-berth-forwarded";
+
+/// The address of the client a forwarded request came from, as the forwarding node saw it;
+/// believed only beside the cluster secret (`Cluster::vouched_client`).
+pub(crate) const CLIENT: &str = "x-berth-client";
 
 /// Marks a replica's refusal to serve a forwarded read because it is behind the log (on a
 /// 503; its value: `<applied>/<log head>`).
@@ -78,6 +84,16 @@ pub(crate) struct Forwarding<'a> {
     pub(crate) idle: Duration,
     /// Whether the request may go to another replica after a failure (not a push's POST).
     pub(crate) replayable: bool,
+    /// The client's address and the cluster secret that vouches for it to the replica, so
+    /// that its per-address limits, log and hooks see the client, not this node.
+    pub(crate) client: Vouch<'a>,
+}
+
+/// A client's address, vouched for with the cluster secret (made by `Cluster::vouch`).
+#[derive(Clone, Copy)]
+pub(crate) struct Vouch<'a> {
+    pub(super) client: std::net::SocketAddr,
+    pub(super) secret: &'a str,
 }
 
 /// The client's body: kept whole (may be sent again), or to be streamed once.
@@ -184,12 +200,20 @@ pub(crate) async fn forward(
                 .method(parts.method.clone())
                 .uri(&url);
             for (k, v) in &parts.headers {
-                if HOP.contains(&k.as_str()) || how.trusted_user.is_some_and(|(h, _)| h == k) {
+                // The client's own copies of what only this node may say are dropped.
+                if HOP.contains(&k.as_str())
+                    || how.trusted_user.is_some_and(|(h, _)| h == k)
+                    || k == CLIENT
+                    || k == SECRET_HEADER
+                {
                     continue;
                 }
                 b = b.header(k, v);
             }
-            b = b.header(FORWARDED, how.node);
+            b = b
+                .header(FORWARDED, how.node)
+                .header(CLIENT, how.client.client.to_string())
+                .header(SECRET_HEADER, how.client.secret);
             if let Some((h, user)) = how.trusted_user
                 && let Ok(v) = HeaderValue::from_str(user)
             {

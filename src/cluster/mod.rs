@@ -62,7 +62,9 @@ pub(crate) mod tunnel;
 mod wire;
 
 pub(crate) use endpoint::{INTERNAL_PREFIX, Internal, internal};
-pub(crate) use forward::{BEHIND, BEHIND_PAUSE, BEHIND_WAIT, FORWARDED, Forwarding, forward};
+pub(crate) use forward::{
+    BEHIND, BEHIND_PAUSE, BEHIND_WAIT, FORWARDED, Forwarding, Vouch, forward,
+};
 pub(crate) use gate::Gate;
 pub(crate) use tee::PushStream;
 pub(crate) use tunnel::Tunneled;
@@ -548,6 +550,27 @@ impl Cluster {
     }
 
     /// Whether `given` is the cluster secret (compared as hashes, in constant time).
+    /// `client`'s address, vouched for to a replica a request is forwarded to.
+    pub(crate) fn vouch(&self, client: std::net::SocketAddr) -> Vouch<'_> {
+        Vouch {
+            client,
+            secret: &self.secret,
+        }
+    }
+
+    /// The client a request forwarded by a node of this cluster came from: its
+    /// [`forward::CLIENT`] header, believed only beside the cluster secret.
+    pub(crate) fn vouched_client(
+        &self,
+        headers: &axum::http::HeaderMap,
+    ) -> Option<std::net::SocketAddr> {
+        let secret = headers.get(wire::SECRET_HEADER)?;
+        if !self.secret_matches(secret.as_bytes()) {
+            return None;
+        }
+        headers.get(forward::CLIENT)?.to_str().ok()?.parse().ok()
+    }
+
     fn secret_matches(&self, given: &[u8]) -> bool {
         use blake2::digest::Digest;
         let a = blake2::Blake2b256::digest(self.secret.as_bytes());

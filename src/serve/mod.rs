@@ -448,6 +448,17 @@ fn git_protocol(headers: &HeaderMap) -> Option<String> {
         .then(|| v.to_owned())
 }
 
+/// Who a request comes from.
+#[derive(Debug, Clone, Copy)]
+struct Client {
+    /// The TCP peer: the address `--trusted-proxy` and the trusted user header are judged by.
+    peer: SocketAddr,
+    /// The client itself: the peer, or the client a node of the cluster forwarded the request
+    /// for. Per-address slots, the access log, the hooks' `REMOTE_ADDR` and the reflog
+    /// identity use it.
+    addr: SocketAddr,
+}
+
 /// The single handler: route, authenticate, resolve the repository, run the service.
 async fn handle(
     State(server): State<Arc<Server>>,
@@ -478,12 +489,22 @@ async fn handle(
         Err(Reject::BadPath { route, raw, .. }) => (*route, raw.clone()),
         Err(_) => ("other", path.chars().take(200).collect()),
     };
-    let access = Access::new(&server.metrics, method, route_name, repo, remote, "-");
+    // The client: for a request another node of the cluster forwarded, the one it vouches for
+    // (the TCP peer is that node).
+    let client = Client {
+        peer: remote,
+        addr: server
+            .cluster
+            .get()
+            .and_then(|c| c.vouched_client(req.headers()))
+            .unwrap_or(remote),
+    };
+    let access = Access::new(&server.metrics, method, route_name, repo, client.addr, "-");
     let result = match routed {
         Ok(Route::Metrics) if server.metrics_at.on_main() => Ok(metrics_response(&server)),
         Ok(Route::Metrics) => Err(Reject::NotFound),
         Ok(Route::Health) => Ok("ok\n".into_response()),
-        Ok(r) => serve_git(&server, r, remote, req, &access).await,
+        Ok(r) => serve_git(&server, r, client, req, &access).await,
         Err(e) => Err(e),
     };
     match result {
@@ -502,7 +523,7 @@ async fn handle(
 async fn serve_git(
     server: &Arc<Server>,
     route: Route,
-    remote: SocketAddr,
+    client: Client,
     req: Request,
     access: &Arc<Access>,
 ) -> Result<Response, Reject> {
@@ -513,7 +534,8 @@ async fn serve_git(
     };
     let headers = req.headers().clone();
     // Who asks, before the repository is looked at (a 401 says nothing of it).
-    let identity = server.identify(&headers, service, remote).await?;
+    let identity = server.identify(&headers, service, client.peer).await?;
+    let remote = client.addr;
     // Unauthenticated is `anonymous` in the log for a fetch (not identified without access
     // rules) as for a push.
     access.set_user(
@@ -550,6 +572,7 @@ async fn serve_git(
                     timeout: server.idle_timeout + server.push_slot_timeout,
                     idle: server.idle_timeout,
                     replayable: !push_rpc,
+                    client: c.vouch(remote),
                 };
                 return cluster::forward(req, &replicas, &how)
                     .await

@@ -639,6 +639,73 @@ fn a_node_without_a_replica_forwards_pushes_and_fetches() {
 }
 
 #[test]
+fn a_forwarded_push_is_served_for_the_client_address_not_the_forwarding_node() {
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).replicas(2).with_repo("app.git");
+    let holders = c.holders("app.git");
+    assert_eq!(holders.len(), 2);
+    for h in &holders {
+        let dir = h.dir("app.git");
+        w.git(
+            dir.to_str().unwrap(),
+            &["config", "core.logAllRefUpdates", "true"],
+        );
+    }
+    let outsider = c
+        .nodes
+        .iter()
+        .find(|n| !n.dir("app.git").join("HEAD").is_file())
+        .unwrap();
+    // A push from 127.0.0.2 to the node that holds no replica, which forwards it (from
+    // 127.0.0.1) to one that does.
+    let commit = w.commit(&src, "a", "from afar");
+    let zero = common::ZERO.to_string();
+    let mut body = common::pkt(&format!("{zero} {commit} refs/heads/far\0report-status\n"));
+    body.extend_from_slice(b"0000");
+    let pack = w.git_with_stdin(
+        &src,
+        &["pack-objects", "--revs", "--stdout", "-q"],
+        format!("{commit}\n").as_bytes(),
+    );
+    body.extend_from_slice(&pack.stdout);
+    let addr = format!("127.0.0.1:{}", outsider.port);
+    let mut s = crate::conn_limits::try_connect_from("127.0.0.2", &addr, None).unwrap();
+    let head = format!(
+        "POST /app.git/git-receive-pack HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/x-git-receive-pack-request\r\n\
+         X-Berth-Client: 10.9.9.9:1\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let r = crate::serve::read_response(s);
+    assert_eq!(r.status, 200);
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("ok refs/heads/far"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let refs = c.converged(&w, "app.git", 2);
+    assert_eq!(refs.get("refs/heads/far"), Some(&commit));
+    // The reflog identity is the client's (on the replica that ran the push and on the one
+    // that applied it); a client's own X-Berth-Client header is not believed.
+    for h in &holders {
+        let dir = h.dir("app.git");
+        assert_eq!(
+            w.git(
+                dir.to_str().unwrap(),
+                &["reflog", "show", "--format=%ge", "refs/heads/far"]
+            )
+            .trim(),
+            "anonymous@http.127.0.0.2",
+            "{}",
+            h.log()
+        );
+    }
+    assert!(!c.nodes.iter().any(|n| n.log().contains("10.9.9.9")));
+}
+
+#[test]
 fn a_killed_replica_and_a_killed_etcd_member_do_not_stop_pushes_and_the_replica_catches_up() {
     let Some(w) = cluster_world() else { return };
     let (mut c, src) = cluster(&w).with_repo("r.git");
