@@ -89,6 +89,10 @@ pub enum Reason {
     ShallowError,
     /// The ref transaction refused this ref; git's `ref_transaction_error_msg` text.
     Transaction(&'static str),
+    /// A replicated push's commit point refused the ref, or acknowledged it with too few
+    /// copies: the cluster's text (`cluster: …`, saying whether it landed). git has no cluster,
+    /// so no text of its own here.
+    Gate(String),
     /// Another ref of an atomic push was refused.
     AtomicPushFailure,
     /// The ref transaction of an atomic push failed.
@@ -122,7 +126,7 @@ impl Reason {
             Reason::BadRef => "bad ref",
             Reason::NonFastForward => "non-fast-forward",
             Reason::HookDeclined => "hook declined",
-            Reason::AccessDenied(text) => text,
+            Reason::AccessDenied(text) | Reason::Gate(text) => text,
             Reason::Worktree(text) | Reason::Transaction(text) => text,
             Reason::ShallowError => "shallow error",
             Reason::AtomicPushFailure => "atomic push failure",

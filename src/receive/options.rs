@@ -54,7 +54,8 @@ pub struct Options {
 /// and its commit. The session calls [`CommitGate::decide`] with the batch it holds prepared;
 /// `Ok` commits it here, then tells the returned [`GateCommit`] whether that worked; `Err`
 /// drops the prepared transaction (abort: nothing written) and refuses the batch's refs with
-/// git's `failed to update ref`, the text going to the client's band 2 — but for a non-atomic
+/// the refusal's text as their `ng` reason (`cluster: …`; also on the client's band 2) — but
+/// for a non-atomic
 /// push whose refusal names only some refs ([`GateRefusal::lost`]), the session refuses those
 /// and tries the others again in a new transaction.
 pub trait CommitGate: Send + Sync + std::fmt::Debug {

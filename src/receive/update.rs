@@ -68,7 +68,10 @@ pub(super) fn execute_non_atomic<W: Write, E: Write>(
                 for (i, result) in queued.iter().zip(results) {
                     if let Err(e) = result {
                         sb.error(&e)?;
-                        cmds[*i].error = Some(Reason::Transaction(e.reason()));
+                        cmds[*i].error = Some(match &*e {
+                            refs::RefError::Gate { message } => Reason::Gate(message.clone()),
+                            e => Reason::Transaction(e.reason()),
+                        });
                     }
                 }
             }
@@ -123,7 +126,12 @@ pub(super) fn execute_atomic<W: Write, E: Write>(
         )
     {
         sb.error(&e)?;
-        failure = Some(Reason::AtomicTransactionFailed);
+        failure = Some(match &e {
+            TransactionError::Prepare(refs::transaction::prepare::Error::Ref(
+                refs::RefError::Gate { message },
+            )) => Reason::Gate(message.clone()),
+            _ => Reason::AtomicTransactionFailed,
+        });
     }
     if let Some(reason) = failure {
         refuse_pending(cmds, reason);
@@ -175,13 +183,13 @@ fn commit(
         let message = format!("cluster: {text}");
         if atomic {
             return Err(TransactionError::Prepare(
-                refs::transaction::prepare::Error::Ref(refs::RefError::Other { message }),
+                refs::transaction::prepare::Error::Ref(refs::RefError::Gate { message }),
             ));
         }
         Ok(results
             .into_iter()
             .map(|r| {
-                r.and(Err(Box::new(refs::RefError::Other {
+                r.and(Err(Box::new(refs::RefError::Gate {
                     message: message.clone(),
                 })))
             })
@@ -206,7 +214,7 @@ fn commit(
                     let mut again = Vec::with_capacity(in_batch.len());
                     for (k, &i) in in_batch.iter().enumerate() {
                         if lost.contains(&k) {
-                            results[i] = Err(Box::new(refs::RefError::Other {
+                            results[i] = Err(Box::new(refs::RefError::Gate {
                                 message: message.clone(),
                             }));
                         } else {

@@ -320,6 +320,14 @@ pub enum RefError {
         /// The object.
         new: ObjectId,
     },
+    /// The commit point of a replicated push (a cluster's [`crate::receive::CommitGate`])
+    /// refused the update, or took it without enough copies: its text, in the cluster's terms
+    /// (`cluster: …`), is also the `ng` reason.
+    #[error("{message}")]
+    Gate {
+        /// One line, saying whether the update landed and what to do.
+        message: String,
+    },
     /// The store failed in another way.
     #[error("{message}")]
     Other {
@@ -346,6 +354,8 @@ impl RefError {
             | RefError::ConflictInPush { .. } => "refname conflict",
             RefError::NonCommitToBranch { .. } => "invalid new value provided",
             RefError::Other { .. } => "failed to update ref",
+            // The text goes out as `Reason::Gate` instead; this is git's for the same place.
+            RefError::Gate { .. } => "failed to update ref",
         }
     }
 }

@@ -1191,9 +1191,15 @@ fn ack_all_refuses_a_push_that_one_replica_cannot_apply() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("only 2 of 3 replicas could prepare"), "{err}");
-    // `git push --porcelain` reports on stdout: `!\tHEAD:refs/heads/main\t[remote rejected] (failed to update ref)`.
+    // `git push --porcelain` reports on stdout, in the cluster's terms (not git's generic
+    // `failed to update ref`): `!\tHEAD:refs/heads/main\t[remote rejected] (cluster: …)`.
     let told = String::from_utf8_lossy(&out.stdout);
-    assert!(told.contains("(failed to update ref)"), "{told}");
+    assert!(
+        told.contains(
+            "[remote rejected] (cluster: only 2 of 3 replicas could prepare the push; retry)"
+        ),
+        "{told}"
+    );
     let refs = c.converged_among(&w, "all.git", 2, &[0, 1]);
     assert_eq!(refs.get("refs/heads/main"), Some(&first));
     // Back with all three: acknowledged.
