@@ -22,12 +22,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use serde_json::json;
 
 use super::decide::{self, AfterLost, Position, Quorum, Verdict, Winners};
 use super::log::new_of;
 use super::objects::Format;
-use super::wire::SECRET_HEADER;
+use super::wire::{self, SECRET_HEADER};
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
 use crate::escape::Escaped;
 use crate::receive::{CommitGate, GateCommit, GateRefusal, PackTee};
@@ -123,7 +122,8 @@ impl Gate {
         // entry could be applied in between).
         let applied = applied_seq(&self.dir);
         let (seq, rev) = c.log_head(&self.name).await.map_err(unavailable)?;
-        let txid = super::random_hex(16);
+        let id = wire::Id::random();
+        let txid = id.to_string();
         let position = decide::position(applied, seq);
         if position != Position::Current {
             if position == Position::Behind {
@@ -132,8 +132,11 @@ impl Gate {
             // Behind by entries of other refs only (their decisions on their way here): the
             // old values checked under this push's locks still hold, so it goes on at the head.
             let missed = match position {
-                Position::Behind => c.winners(&self.name, applied, seq, &txid, updates).await,
-                _ => Err("ahead of the log".into()),
+                Position::Behind => c
+                    .winners(&self.name, applied, seq, &txid, updates)
+                    .await
+                    .map_err(Some),
+                _ => Err(None),
             };
             if !matches!(missed, Ok(Winners::Disjoint)) {
                 let behind = Refusal::Behind {
@@ -151,27 +154,27 @@ impl Gate {
         if seq == 0 {
             self.record_format().await?;
         }
-        let updates_json = log::updates_json(updates)
-            .ok_or_else(|| Refusal::Local("a ref name is not UTF-8".into()))?;
+        let not_replicable = |e: wire::NotReplicable| Refusal::NotReplicable(e);
+        let wire_updates = wire::updates(updates).map_err(not_replicable)?;
         // A batch of deletions needs no objects: it leaves the stream to the batch that does.
         let stream = self
             .stream
             .as_ref()
             .filter(|_| updates.iter().any(|u| new_of(u).is_some()))
-            .and_then(|s| s.streamed());
-        let header = json!({
-            "repo": self.name,
-            "txid": txid,
-            "base_seq": seq,
-            "committer_name": self.committer_name,
-            "committer_email": self.committer_email,
-            "updates": updates_json,
-            "stream": stream,
-        })
-        .to_string();
+            .and_then(|s| s.streamed().cloned());
+        let header = wire::encode(&wire::Prepare {
+            base_seq: seq,
+            committer_email: self.committer_email.clone(),
+            committer_name: self.committer_name.clone(),
+            repo: wire::RepoName::try_from(self.name.as_str())
+                .map_err(|e| not_replicable(e.into()))?,
+            stream,
+            txid: id,
+            updates: wire_updates,
+        });
         let mut body = Vec::with_capacity(4 + header.len());
         body.extend_from_slice(&(header.len() as u32).to_be_bytes());
-        body.extend_from_slice(header.as_bytes());
+        body.extend_from_slice(&header);
         let body = Bytes::from(body);
 
         let peers = c.urls_of(&self.replicas).await.map_err(unavailable)?;
@@ -244,6 +247,10 @@ impl Gate {
         let committed_seq = loop {
             entry.seq = base_seq + 1;
             let lost = match self.commit_point(base_rev, &entry).await {
+                Err(CommitPoint::NotReplicable(e)) => {
+                    self.decide_all(&prepared, &txid, Verdict::Abort).await;
+                    return Err(GateRefusal::new(Refusal::NotReplicable(e)));
+                }
                 Ok(Cas::Committed) => break entry.seq,
                 Ok(Cas::Lost { seq, rev }) => (seq, rev),
                 Ok(Cas::TooLarge(bytes)) => {
@@ -254,7 +261,7 @@ impl Gate {
                         bytes,
                     }));
                 }
-                Err(e) => {
+                Err(CommitPoint::Etcd(e)) => {
                     // Unknown whether the entry is in the log: the replicas keep their
                     // prepared transactions until their decision timeout, then ask the log.
                     tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, error = %Escaped::text(&e.to_string()), "commit point unconfirmed");
@@ -271,7 +278,7 @@ impl Gate {
                 Ok(w) => w,
                 Err(e) => {
                     self.decide_all(&prepared, &txid, Verdict::Abort).await;
-                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e), "cannot read the log");
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e.to_string()), "cannot read the log");
                     return Err(GateRefusal::new(Refusal::LogUnreadable));
                 }
             };
@@ -315,32 +322,24 @@ impl Gate {
     async fn record_format(&self) -> Result<(), Refusal> {
         let c = &self.cluster;
         let here = {
-            let dir = self
-                .dir
-                .to_str()
-                .ok_or_else(|| Refusal::Local("repository path is not UTF-8".into()))?;
+            let dir = self.dir.to_str().ok_or(Refusal::PathNotUtf8)?;
             let repo = crate::repo::Repository::open(dir, &c.env.for_config())
-                .map_err(|e| Refusal::Local(e.to_string()))?;
+                .map_err(|e| Refusal::Open(Arc::new(e)))?;
             Format::of(&repo)
         };
         match c.record_format(&self.name, &here).await {
             Ok(recorded) if recorded == here => Ok(()),
-            Ok(recorded) => Err(Refusal::FormatMismatch {
-                recorded: format!("{}/{}", recorded.object, recorded.refs),
-                here: format!("{}/{}", here.object, here.refs),
-            }),
+            Ok(recorded) => Err(Refusal::FormatMismatch { recorded, here }),
             Err(e) => Err(unavailable(e)),
         }
     }
 
     /// The etcd compare-and-swap of the log key against `rev`: the entry's head as the log
     /// key, the entry itself (its updates written once) as `entries/<seq>`.
-    async fn commit_point(&self, rev: i64, entry: &log::Entry) -> Result<Cas, etcd::Error> {
+    async fn commit_point(&self, rev: i64, entry: &log::Entry) -> Result<Cas, CommitPoint> {
         let txid = entry.txid.as_str();
-        let Some(value) = entry.encode() else {
-            return Err(etcd::Error::Answer("a ref name is not UTF-8".into()));
-        };
-        let head_value = entry.encode_head();
+        let value = entry.encode()?;
+        let head_value = entry.encode_head()?;
         let log_key = super::log_key(&self.name);
         let entry_key = repo_key(&self.name, &format!("entries/{:020}", entry.seq));
         let start = Instant::now();
@@ -375,7 +374,7 @@ impl Gate {
                 Err(etcd::Error::Status { body, .. }) if body.contains("request is too large") => {
                     return Ok(Cas::TooLarge(value.len()));
                 }
-                Err(e) if start.elapsed() > COMMIT_RETRY => return Err(e),
+                Err(e) if start.elapsed() > COMMIT_RETRY => return Err(CommitPoint::Etcd(e)),
                 Err(e) => {
                     tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "commit point: etcd failed, retrying");
                     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -399,7 +398,7 @@ impl Cluster {
         head: u64,
         txid: &str,
         updates: &[RefUpdate],
-    ) -> Result<Winners, String> {
+    ) -> Result<Winners, log::Error> {
         let entries = self.entries(name, base, head).await?;
         Ok(decide::winners(&entries, txid, updates))
     }
@@ -407,7 +406,7 @@ impl Cluster {
 
 /// Why the gate refused a push; the `Display` is the client's text (after `cluster: `). What
 /// names nodes' addresses or paths goes to the log, not here.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub(super) enum Refusal {
     /// The accepting replica misses log entries that touch this push's refs (or is ahead of the
     /// head it read).
@@ -443,10 +442,31 @@ pub(super) enum Refusal {
     LogUnreadable,
     /// The repository's recorded format is not this copy's.
     #[error("the cluster holds this repository as {recorded}, this replica's copy is {here}")]
-    FormatMismatch { recorded: String, here: String },
-    /// This replica's copy cannot be read, or a ref name cannot travel (not UTF-8).
+    FormatMismatch { recorded: Format, here: Format },
+    /// A ref name cannot travel (not UTF-8), or a name a peer would refuse.
+    #[error(transparent)]
+    NotReplicable(wire::NotReplicable),
+    /// This replica's copy is at a path that is not UTF-8.
+    #[error("repository path is not UTF-8")]
+    PathNotUtf8,
+    /// This replica's copy cannot be opened.
     #[error("{0}")]
-    Local(String),
+    Open(Arc<crate::repo::Error>),
+    /// Committed to the log, but fewer replicas than the quorum applied it (the refs are
+    /// refused to the client, though committed).
+    #[error("committed to the log as entry {seq}, but only {applied} of {k} replicas applied it")]
+    Unapplied { seq: u64, applied: usize, k: usize },
+}
+
+/// Why the commit point wrote nothing, or may have.
+#[derive(Debug, thiserror::Error)]
+enum CommitPoint {
+    /// The entry cannot be encoded: nothing written.
+    #[error(transparent)]
+    NotReplicable(#[from] wire::NotReplicable),
+    /// etcd did not confirm it, retries included.
+    #[error(transparent)]
+    Etcd(etcd::Error),
 }
 
 impl From<Refusal> for GateRefusal {
@@ -565,7 +585,10 @@ struct Decided {
 }
 
 impl GateCommit for Decided {
-    fn finish(self: Box<Self>, committed_here: bool) -> Result<(), String> {
+    fn finish(
+        self: Box<Self>,
+        committed_here: bool,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let mut applied = 0;
         if committed_here {
             // In log order only: if an entry before this one is not applied here yet, the
@@ -594,10 +617,11 @@ impl GateCommit for Decided {
         if applied >= self.need {
             Ok(())
         } else {
-            Err(format!(
-                "committed to the log as entry {}, but only {applied} of {} replicas applied it",
-                self.seq, self.k
-            ))
+            Err(Box::new(Refusal::Unapplied {
+                seq: self.seq,
+                applied,
+                k: self.k,
+            }))
         }
     }
 }

@@ -1,6 +1,7 @@
 //! What every internal request shares, on both sides: the header that carries the cluster secret,
-//! a plain-text answer, and a request body read within bounds (each chunk within the idle
-//! timeout, a total at most).
+//! a plain-text answer, a request body read within bounds (each chunk within the idle
+//! timeout, a total at most), and the messages themselves as checked serde types
+//! (`wire/message.rs`).
 
 use std::io;
 use std::time::Duration;
@@ -10,6 +11,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
+
+mod message;
+pub(super) use message::*;
 
 /// The header that carries the cluster secret.
 pub(super) const SECRET_HEADER: &str = "x-berth-cluster-secret";

@@ -239,7 +239,7 @@ fn commit(
             let results = committed?;
             match finished {
                 Ok(()) => Ok(results),
-                Err(text) => refuse(results, text),
+                Err(why) => refuse(results, why.to_string()),
             }
         }
     }
