@@ -504,7 +504,7 @@ impl Cluster {
             )
             .await?;
         if t.succeeded {
-            return Ok(format.clone());
+            return Ok(*format);
         }
         match t.gets.first().and_then(|g| g.first()) {
             Some(kv) => Ok(objects::Format::decode(&kv.value)?),

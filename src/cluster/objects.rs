@@ -137,64 +137,42 @@ pub(super) fn migrate(
 
 /// A repository's object and ref format, as the cluster records it (`repos/<name>/format`)
 /// so that every replica's copy is created alike, whatever each node's git defaults are.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Format {
-    /// `sha1` or `sha256`.
-    pub(super) object: &'static str,
-    /// `files` or `reftable`.
-    pub(super) refs: &'static str,
-}
+pub(super) use super::wire::Format;
 
 impl Format {
     /// The format of an open repository.
     pub(super) fn of(repo: &crate::repo::Repository) -> Format {
         Format {
-            object: match repo.object_format {
-                gix_hash::Kind::Sha256 => "sha256",
-                _ => "sha1",
+            object_format: match repo.object_format {
+                gix_hash::Kind::Sha256 => wire::ObjectFormat::Sha256,
+                _ => wire::ObjectFormat::Sha1,
             },
-            refs: match repo.ref_format {
-                crate::repo::RefFormat::Reftable => "reftable",
-                crate::repo::RefFormat::Files => "files",
+            ref_format: match repo.ref_format {
+                crate::repo::RefFormat::Reftable => wire::RefFormat::Reftable,
+                crate::repo::RefFormat::Files => wire::RefFormat::Files,
             },
         }
     }
 
     /// The JSON the cluster records.
     pub(super) fn encode(&self) -> Vec<u8> {
-        let object_format = match self.object {
-            "sha256" => wire::ObjectFormat::Sha256,
-            _ => wire::ObjectFormat::Sha1,
-        };
-        let ref_format = match self.refs {
-            "reftable" => wire::RefFormat::Reftable,
-            _ => wire::RefFormat::Files,
-        };
-        wire::encode(&wire::Format {
-            object_format,
-            ref_format,
-        })
+        wire::encode(self)
     }
 
     /// The recorded JSON, checked.
     pub(super) fn decode(b: &[u8]) -> Result<Format, wire::Decode> {
-        let f: wire::Format = wire::decode("format", b)?;
-        Ok(Format {
-            object: match f.object_format {
-                wire::ObjectFormat::Sha1 => "sha1",
-                wire::ObjectFormat::Sha256 => "sha256",
-            },
-            refs: match f.ref_format {
-                wire::RefFormat::Files => "files",
-                wire::RefFormat::Reftable => "reftable",
-            },
-        })
+        wire::decode("format", b)
     }
 }
 
 impl std::fmt::Display for Format {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.object, self.refs)
+        write!(
+            f,
+            "{}/{}",
+            self.object_format.as_str(),
+            self.ref_format.as_str()
+        )
     }
 }
 
@@ -208,8 +186,8 @@ pub(super) fn ensure_repository(dir: &Path, format: &Format) -> Result<(), Error
     }
     let mut init = std::process::Command::new("git");
     init.args(["init", "--quiet", "--bare"])
-        .arg(format!("--object-format={}", format.object))
-        .arg(format!("--ref-format={}", format.refs));
+        .arg(format!("--object-format={}", format.object_format.as_str()))
+        .arg(format!("--ref-format={}", format.ref_format.as_str()));
     let out = init
         .arg("--")
         .arg(dir)
@@ -312,13 +290,13 @@ pub(super) fn pack_objects(
 
 #[cfg(test)]
 mod tests {
-    use super::Format;
+    use super::{Format, wire};
 
     #[test]
     fn format_round_trips_and_refuses_what_git_init_would_not_take() {
         let f = Format {
-            object: "sha256",
-            refs: "reftable",
+            object_format: wire::ObjectFormat::Sha256,
+            ref_format: wire::RefFormat::Reftable,
         };
         assert_eq!(Format::decode(&f.encode()).unwrap(), f);
         assert_eq!(f.to_string(), "sha256/reftable");

@@ -456,12 +456,32 @@ pub(in crate::cluster) enum ObjectFormat {
     Sha256,
 }
 
+impl ObjectFormat {
+    /// The name `git init --object-format` takes.
+    pub(in crate::cluster) fn as_str(self) -> &'static str {
+        match self {
+            ObjectFormat::Sha1 => "sha1",
+            ObjectFormat::Sha256 => "sha256",
+        }
+    }
+}
+
 /// A ref format `git init` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub(in crate::cluster) enum RefFormat {
     Files,
     Reftable,
+}
+
+impl RefFormat {
+    /// The name `git init --ref-format` takes.
+    pub(in crate::cluster) fn as_str(self) -> &'static str {
+        match self {
+            RefFormat::Files => "files",
+            RefFormat::Reftable => "reftable",
+        }
+    }
 }
 
 /// A repository's formats as the cluster records them (`repos/<name>/format`).
