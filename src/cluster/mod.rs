@@ -299,9 +299,9 @@ impl Cluster {
                 )
                 .await;
             match t {
-                Err(etcd::Error::Unreachable(why)) if waiting_since.elapsed() < JOIN_WAIT => {
+                Err(why) if why.is_unreachable() && waiting_since.elapsed() < JOIN_WAIT => {
                     if said.is_none_or(|s| s.elapsed() >= Duration::from_secs(10)) {
-                        tracing::warn!(target: "berth::cluster", etcd = %Escaped::text(&config.etcd.join(",")), error = %Escaped::text(&why), "waiting for etcd to answer before joining");
+                        tracing::warn!(target: "berth::cluster", etcd = %Escaped::text(&config.etcd.join(",")), error = %Escaped::text(&why.to_string()), "waiting for etcd to answer before joining");
                         said = Some(std::time::Instant::now());
                     }
                     tokio::time::sleep(Duration::from_millis(500)).await;
