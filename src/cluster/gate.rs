@@ -154,8 +154,7 @@ impl Gate {
         if seq == 0 {
             self.record_format().await?;
         }
-        let not_replicable = |e: wire::NotReplicable| Refusal::NotReplicable(e);
-        let wire_updates = wire::updates(updates).map_err(not_replicable)?;
+        let wire_updates = wire::updates(updates).map_err(Refusal::NotReplicable)?;
         // A batch of deletions needs no objects: it leaves the stream to the batch that does.
         let stream = self
             .stream
@@ -167,7 +166,7 @@ impl Gate {
             committer_email: self.committer_email.clone(),
             committer_name: self.committer_name.clone(),
             repo: wire::RepoName::try_from(self.name.as_str())
-                .map_err(|e| not_replicable(e.into()))?,
+                .map_err(|e| Refusal::NotReplicable(e.into()))?,
             stream,
             txid: id,
             updates: wire_updates,
@@ -323,8 +322,8 @@ impl Gate {
         let c = &self.cluster;
         let here = {
             let dir = self.dir.to_str().ok_or(Refusal::PathNotUtf8)?;
-            let repo = crate::repo::Repository::open(dir, &c.env.for_config())
-                .map_err(|e| Refusal::Open(Arc::new(e)))?;
+            let repo =
+                crate::repo::Repository::open(dir, &c.env.for_config()).map_err(Refusal::Open)?;
             Format::of(&repo)
         };
         match c.record_format(&self.name, &here).await {
@@ -450,8 +449,8 @@ pub(super) enum Refusal {
     #[error("repository path is not UTF-8")]
     PathNotUtf8,
     /// This replica's copy cannot be opened.
-    #[error("{0}")]
-    Open(Arc<crate::repo::Error>),
+    #[error(transparent)]
+    Open(crate::repo::Error),
     /// Committed to the log, but fewer replicas than the quorum applied it (the refs are
     /// refused to the client, though committed).
     #[error("committed to the log as entry {seq}, but only {applied} of {k} replicas applied it")]
