@@ -24,7 +24,7 @@ use gix_object::Exists;
 
 use super::log::new_of;
 use super::objects::{PackIndex, connected, ingest, pack_objects};
-use super::wire::{self, SECRET_HEADER};
+use super::wire::{self, Answered, Attempts, SECRET_HEADER};
 use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key, set_applied_seq};
 use crate::escape::Escaped;
 use crate::refs::{self, Atomicity, Change, RefUpdate, TransactionState};
@@ -115,60 +115,6 @@ pub(super) enum Local {
     /// A ref of the transaction failed.
     #[error(transparent)]
     Ref(#[from] Box<refs::RefError>),
-}
-
-/// One peer's failure to give what was asked: its name and why.
-#[derive(Debug)]
-pub(super) struct Attempt {
-    pub(super) peer: String,
-    pub(super) why: Box<dyn std::error::Error + Send + Sync>,
-}
-
-/// What each peer asked answered instead (`<peer>: <why>; …`).
-#[derive(Debug, Default)]
-pub(super) struct Attempts(pub(super) Vec<Attempt>);
-
-impl Attempts {
-    /// `peer` failed for `why`.
-    pub(super) fn push(
-        &mut self,
-        peer: &str,
-        why: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-    ) {
-        self.0.push(Attempt {
-            peer: peer.to_owned(),
-            why: why.into(),
-        });
-    }
-}
-
-impl std::fmt::Display for Attempts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, a) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
-            }
-            write!(f, "{}: {}", a.peer, a.why)?;
-        }
-        Ok(())
-    }
-}
-
-/// A peer's answer other than `200`: its status and its (trimmed) text.
-#[derive(Debug, thiserror::Error)]
-#[error("{status} {body}")]
-pub(super) struct Answered {
-    pub(super) status: u16,
-    pub(super) body: String,
-}
-
-impl Answered {
-    pub(super) fn new(status: u16, body: &[u8]) -> Answered {
-        Answered {
-            status,
-            body: String::from_utf8_lossy(body).trim().to_owned(),
-        }
-    }
 }
 
 impl Cluster {

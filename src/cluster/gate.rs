@@ -26,7 +26,7 @@ use bytes::Bytes;
 use super::decide::{self, AfterLost, Position, Quorum, Verdict, Winners};
 use super::log::new_of;
 use super::objects::Format;
-use super::wire::{self, SECRET_HEADER};
+use super::wire::{self, Answered, Attempts, SECRET_HEADER};
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
 use crate::escape::Escaped;
 use crate::receive::{CommitGate, GateCommit, GateRefusal, PackTee};
@@ -200,14 +200,16 @@ impl Gate {
         // transaction from the log after its decision timeout, then catches up).
         let mut pending: futures_util::stream::FuturesUnordered<_> = sends.collect();
         let mut prepared = Vec::new();
-        let mut refused = Vec::new();
+        let mut refused = Attempts::default();
+        // The replicas still preparing when the grace ran out.
+        let mut slow = 0;
         let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
         loop {
             let next = match grace.as_mut() {
                 Some(g) => tokio::select! {
                     n = futures_util::StreamExt::next(&mut pending) => n,
                     _ = g => {
-                        refused.push(format!("{} slow replica(s) left out", pending.len()));
+                        slow = pending.len();
                         None
                     }
                 },
@@ -216,12 +218,8 @@ impl Gate {
             let Some((peer, r)) = next else { break };
             match r {
                 Ok((200, _)) => prepared.push(peer),
-                Ok((status, why)) => refused.push(format!(
-                    "{}: {status} {}",
-                    peer.name,
-                    String::from_utf8_lossy(&why).trim()
-                )),
-                Err(e) => refused.push(format!("{}: {e}", peer.name)),
+                Ok((status, why)) => refused.push(&peer.name, Answered::new(status, &why)),
+                Err(e) => refused.push(&peer.name, e),
             }
             if grace.is_none() && decide::quorum(prepared.len(), need) == Quorum::Met {
                 grace = Some(Box::pin(tokio::time::sleep(PREPARE_GRACE)));
@@ -231,7 +229,7 @@ impl Gate {
         if let Quorum::Short { prepared: n } = decide::quorum(prepared.len(), need) {
             self.decide_all(&prepared, &txid, Verdict::Abort).await;
             // The replicas' reasons name nodes and paths: for the log, not the client.
-            tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, refused = %Escaped::text(&refused.join("; ")), "no quorum prepared");
+            tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, refused = %Escaped::text(&refused.to_string()), slow, "no quorum prepared");
             return Err(GateRefusal::new(Refusal::NoQuorum { prepared: n, k }));
         }
 
@@ -545,7 +543,7 @@ async fn decide_until(
             .await;
             if !matches!(r, Ok((200, _))) {
                 let result = match &r {
-                    Ok((status, b)) => format!("{status} {}", String::from_utf8_lossy(b).trim()),
+                    Ok((status, b)) => Answered::new(*status, b).to_string(),
                     Err(e) => e.to_string(),
                 };
                 tracing::warn!(target: "berth::cluster", peer = %Escaped::token(&name), verdict, result = %Escaped::text(&result), "decision not confirmed");

@@ -32,9 +32,9 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 
-use super::catchup::{Answered, Attempts, Local};
+use super::catchup::Local;
 use super::objects::connected;
-use super::wire::{self, SECRET_HEADER, Snapshot, body_stream, text};
+use super::wire::{self, Answered, Attempts, SECRET_HEADER, Snapshot, body_stream, text};
 use super::{Cluster, applied_seq, etcd, http, repo_dir, repo_key, set_applied_seq};
 use crate::escape::Escaped;
 use crate::refs::{self, Change, Expected, RefUpdate};

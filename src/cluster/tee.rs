@@ -118,9 +118,7 @@ impl PackTee for PushStream {
                         )
                         .await
                         .unwrap_or_default();
-                        (status != 200).then(|| {
-                            format!("{status} {}", String::from_utf8_lossy(&why).trim())
-                        })
+                        (status != 200).then(|| super::wire::Answered::new(status, &why).to_string())
                     }
                     Err(e) => Some(e.to_string()),
                 };
