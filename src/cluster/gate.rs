@@ -622,3 +622,41 @@ impl GateCommit for Decided {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_client_reads_the_refusals_as_before() {
+        let unapplied = Refusal::Unapplied {
+            seq: 7,
+            applied: 1,
+            k: 3,
+        };
+        assert_eq!(
+            unapplied.to_string(),
+            "committed to the log as entry 7, but only 1 of 3 replicas applied it"
+        );
+        let recorded = Format {
+            object_format: wire::ObjectFormat::Sha1,
+            ref_format: wire::RefFormat::Files,
+        };
+        let here = Format {
+            object_format: wire::ObjectFormat::Sha256,
+            ref_format: wire::RefFormat::Reftable,
+        };
+        assert_eq!(
+            Refusal::FormatMismatch { recorded, here }.to_string(),
+            "the cluster holds this repository as sha1/files, this replica's copy is sha256/reftable"
+        );
+        assert_eq!(
+            Refusal::NotReplicable(wire::NotReplicable::NotUtf8).to_string(),
+            "a ref name is not UTF-8"
+        );
+        assert_eq!(
+            Refusal::PathNotUtf8.to_string(),
+            "repository path is not UTF-8"
+        );
+    }
+}

@@ -398,3 +398,32 @@ pub(super) async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accepting_node_reads_the_refusals_as_before() {
+        let behind = NotPrepared::Behind {
+            node: "n2".into(),
+            applied: 3,
+            base: 5,
+        };
+        assert_eq!(
+            behind.to_string(),
+            "replica n2 is at log entry 3, the push at 5"
+        );
+        let stream = NotPrepared::from(super::super::incoming::Error::NeverArrived);
+        assert_eq!(stream.to_string(), "the push's pack never arrived here");
+        let objects = NotPrepared::from(super::super::objects::Error::MissingObjects);
+        assert_eq!(objects.to_string(), "missing necessary objects");
+        let copy = NotPrepared::from(CopyError::FormatUnrecorded);
+        assert_eq!(
+            copy.to_string(),
+            "the repository's format is not recorded yet"
+        );
+        let record = NotCommitted::Record(io::Error::other("disk full"));
+        assert_eq!(record.to_string(), "cannot record seq: disk full");
+    }
+}

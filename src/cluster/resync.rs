@@ -367,7 +367,20 @@ fn install(
 
 #[cfg(test)]
 mod tests {
-    use super::{Snapshot, wire};
+    use super::{Answered, Attempts, Error, PassedOver, Snapshot, wire};
+
+    #[test]
+    fn a_failed_resync_says_why_each_replica_was_passed_over() {
+        let mut why = Attempts::default();
+        why.push("n1", Answered::new(503, b" etcd down\n"));
+        why.push("n2", PassedOver::Behind { seq: 3, applied: 4 });
+        why.push("n3", PassedOver::Compacted { seq: 3 });
+        assert_eq!(
+            Error::NoCopy(why).to_string(),
+            "no replica could be copied (n1: 503 etcd down; n2: at entry 3, behind this \
+             replica's 4; n3: at entry 3, and entry 4 is compacted)"
+        );
+    }
 
     #[test]
     fn a_snapshot_is_checked() {
