@@ -131,6 +131,8 @@ impl Cluster {
                     let Some(name) = key
                         .strip_prefix(b"/berth/logs/".as_slice())
                         .and_then(|n| std::str::from_utf8(n).ok())
+                        // A key's name becomes a path: only a repository name as nodes send it.
+                        .filter(|n| wire::RepoName::try_from(*n).is_ok())
                     else {
                         return;
                     };
@@ -189,6 +191,8 @@ impl Cluster {
                 .strip_prefix(prefix.as_slice())
                 .and_then(|k| k.strip_suffix(b"/replicas".as_slice()))
                 .and_then(|n| std::str::from_utf8(n).ok())
+                // A key's name becomes a path: only a repository name as nodes send it.
+                .filter(|n| wire::RepoName::try_from(*n).is_ok())
             else {
                 continue;
             };
