@@ -21,11 +21,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gix_object::Exists;
-use serde_json::json;
 
 use super::log::new_of;
 use super::objects::{PackIndex, connected, ingest, pack_objects};
-use super::wire::SECRET_HEADER;
+use super::wire::{self, Answered, Attempts, SECRET_HEADER};
 use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key, set_applied_seq};
 use crate::escape::Escaped;
 use crate::refs::{self, Atomicity, Change, RefUpdate, TransactionState};
@@ -37,6 +36,86 @@ const FOLLOW_EVERY: Duration = Duration::from_secs(5);
 const FETCH_TIMEOUT: Duration = Duration::from_secs(120);
 /// How many resyncs one catch-up tries (each after the entry after the last one was found gone).
 const MAX_RESYNCS: usize = 3;
+
+/// Why a catch-up (or the poll that starts them) stopped.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Error {
+    /// etcd failed.
+    #[error(transparent)]
+    Etcd(#[from] etcd::Error),
+    /// The cluster's state could not be read.
+    #[error(transparent)]
+    Cluster(#[from] super::Error),
+    /// A log entry could not be read.
+    #[error(transparent)]
+    Decode(#[from] wire::Decode),
+    /// This replica's copy could not be created.
+    #[error(transparent)]
+    Copy(#[from] super::CopyError),
+    /// This replica's copy could not be read or written.
+    #[error(transparent)]
+    Local(#[from] Local),
+    /// Fetched objects were refused.
+    #[error(transparent)]
+    Objects(#[from] super::objects::Error),
+    /// A blocking task was lost.
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
+    /// The repository's name cannot travel.
+    #[error(transparent)]
+    Name(#[from] wire::Invalid),
+    /// The entry after the last resync's snapshot is gone each time.
+    #[error("log entry {next} missing (compacted) after {MAX_RESYNCS} resyncs")]
+    Compacted { next: u64 },
+    /// The next entry is not in the range read.
+    #[error("log entry {next} missing")]
+    Missing { next: u64 },
+    /// Something else applied entries in between.
+    #[error("applied {now} while catching up to {seq}")]
+    Raced { now: u64, seq: u64 },
+    /// An entry's ref updates could not be written.
+    #[error("entry {seq}: {source}")]
+    Entry {
+        seq: u64,
+        #[source]
+        source: Local,
+    },
+    /// The applied sequence number could not be recorded.
+    #[error(transparent)]
+    Record(std::io::Error),
+    /// No peer sent the objects.
+    #[error("no replica sent the objects ({0})")]
+    NoObjects(Attempts),
+    /// The resync failed.
+    #[error(transparent)]
+    Resync(#[from] Box<super::resync::Error>),
+}
+
+/// Why this replica's copy could not be opened, read or written.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Local {
+    /// Its path is not UTF-8.
+    #[error("repository path is not UTF-8")]
+    PathNotUtf8,
+    /// It is not a repository berth serves.
+    #[error(transparent)]
+    Repo(#[from] crate::repo::Error),
+    /// Its object database could not be opened.
+    #[error(transparent)]
+    Objects(#[from] std::io::Error),
+    /// Its refs could not be read.
+    #[error(transparent)]
+    Refs(#[from] refs::SnapshotError),
+    /// The ref transaction could not be prepared.
+    #[error(transparent)]
+    Prepare(#[from] refs::transaction::prepare::Error),
+    /// The ref transaction could not be committed.
+    #[error(transparent)]
+    Commit(#[from] refs::transaction::commit::Error),
+    /// A ref of the transaction failed.
+    #[error(transparent)]
+    Ref(#[from] Box<refs::RefError>),
+}
 
 impl Cluster {
     /// Watch the logs' heads of every repository: a replica that sees an entry it did not
@@ -52,6 +131,8 @@ impl Cluster {
                     let Some(name) = key
                         .strip_prefix(b"/berth/logs/".as_slice())
                         .and_then(|n| std::str::from_utf8(n).ok())
+                        // A key's name becomes a path: only a repository name as nodes send it.
+                        .filter(|n| wire::RepoName::try_from(*n).is_ok())
                     else {
                         return;
                     };
@@ -95,21 +176,23 @@ impl Cluster {
     pub(super) async fn follow(self: Arc<Self>) {
         loop {
             if let Err(e) = self.catch_up_all().await {
-                tracing::debug!(target: "berth::cluster", error = %Escaped::text(&e), "follow");
+                tracing::debug!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "follow");
             }
             tokio::time::sleep(FOLLOW_EVERY).await;
         }
     }
 
     /// Catch up every repository this node is a replica of.
-    async fn catch_up_all(self: &Arc<Self>) -> Result<(), String> {
+    async fn catch_up_all(self: &Arc<Self>) -> Result<(), Error> {
         let prefix = b"/berth/repos/";
-        let keys = self.etcd.keys(prefix).await.map_err(|e| e.to_string())?;
+        let keys = self.etcd.keys(prefix).await?;
         for key in keys {
             let Some(name) = key
                 .strip_prefix(prefix.as_slice())
                 .and_then(|k| k.strip_suffix(b"/replicas".as_slice()))
                 .and_then(|n| std::str::from_utf8(n).ok())
+                // A key's name becomes a path: only a repository name as nodes send it.
+                .filter(|n| wire::RepoName::try_from(*n).is_ok())
             else {
                 continue;
             };
@@ -118,7 +201,7 @@ impl Cluster {
                 Ok(Some(r)) if r.contains(&self.node) => r,
                 _ => continue,
             };
-            let (seq, _) = self.log_head(&name).await.map_err(|e| e.to_string())?;
+            let (seq, _) = self.log_head(&name).await?;
             let dir = repo_dir(&self.root, &name);
             let applied = applied_seq(&dir);
             if seq > applied || !crate::repo::is_git_dir(&dir) {
@@ -187,7 +270,7 @@ impl Cluster {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&name), error = %Escaped::text(&e), "catch-up failed")
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&name), error = %Escaped::text(&e.to_string()), "catch-up failed")
                 }
             }
         });
@@ -197,7 +280,7 @@ impl Cluster {
     /// sequence number applied, `None` when another catch-up of it runs. A replica without a
     /// copy, or whose next entry is compacted away, resyncs from another replica first
     /// (`resync.rs`), and again should the entry after that snapshot be gone meanwhile.
-    async fn catch_up(self: &Arc<Self>, name: &str) -> Result<Option<u64>, String> {
+    async fn catch_up(self: &Arc<Self>, name: &str) -> Result<Option<u64>, Error> {
         let Some(_running) = Running::start(self, name) else {
             return Ok(None);
         };
@@ -206,16 +289,12 @@ impl Cluster {
         loop {
             // The head first: its entry was put with it, so the range below has every entry
             // up to it unless compaction removed them.
-            let (head, _) = self.log_head(name).await.map_err(|e| e.to_string())?;
+            let (head, _) = self.log_head(name).await?;
             let copy = crate::repo::is_git_dir(&dir);
             let applied = applied_seq(&dir);
             let from = repo_key(name, &format!("entries/{:020}", applied + 1));
             let end = etcd::prefix_end(&repo_key(name, "entries/"));
-            let entries = self
-                .etcd
-                .range(&from, &end)
-                .await
-                .map_err(|e| e.to_string())?;
+            let entries = self.etcd.range(&from, &end).await?;
             let next = match entries.first() {
                 Some(kv) => Some(log::Entry::decode(&kv.value)?.seq),
                 None => None,
@@ -230,22 +309,17 @@ impl Cluster {
             }
             // Entries to apply: this replica's copy, if it has none yet (in the recorded format).
             self.ensure_copy(name, &dir).await?;
-            let replicas = self
-                .replicas_of(name)
-                .await
-                .map_err(|e| e.to_string())?
-                .unwrap_or_default();
-            let peers = self.urls_of(&replicas).await.map_err(|e| e.to_string())?;
+            let replicas = self.replicas_of(name).await?.unwrap_or_default();
+            let peers = self.urls_of(&replicas).await?;
             if resync {
                 resyncs += 1;
                 if resyncs > MAX_RESYNCS {
-                    return Err(format!(
-                        "log entry {} missing (compacted) after {MAX_RESYNCS} resyncs",
-                        applied + 1
-                    ));
+                    return Err(Error::Compacted { next: applied + 1 });
                 }
                 tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), applied, head, copy, next = ?next, "resyncing from another replica");
-                self.resync(name, &peers, applied, head).await?;
+                self.resync(name, &peers, applied, head)
+                    .await
+                    .map_err(Box::new)?;
                 continue;
             }
             return self
@@ -262,19 +336,17 @@ impl Cluster {
         peers: &[(String, String)],
         entries: Vec<etcd::Kv>,
         mut applied: u64,
-    ) -> Result<Option<u64>, String> {
+    ) -> Result<Option<u64>, Error> {
         for kv in entries {
             let entry = log::Entry::decode(&kv.value)?;
             if entry.seq != applied + 1 {
-                return Err(format!("log entry {} missing", applied + 1));
+                return Err(Error::Missing { next: applied + 1 });
             }
             let (wants, haves) = {
                 let dir = dir.to_owned();
                 let env = self.env.clone();
                 let tips: Vec<_> = entry.updates.iter().filter_map(new_of).collect();
-                tokio::task::spawn_blocking(move || missing(&dir, &env, &tips))
-                    .await
-                    .map_err(|e| e.to_string())??
+                tokio::task::spawn_blocking(move || missing(&dir, &env, &tips)).await??
             };
             if !wants.is_empty() {
                 self.fetch(name, peers, &wants, &haves).await?;
@@ -283,7 +355,7 @@ impl Cluster {
             let env = self.env.clone();
             let e2 = entry.clone();
             let cluster = self.clone();
-            tokio::task::spawn_blocking(move || -> Result<(), String> {
+            tokio::task::spawn_blocking(move || -> Result<(), Error> {
                 // The entry may have been applied meanwhile by its own push's decision.
                 let _g = cluster.apply_lock.lock();
                 let now = applied_seq(&dir2);
@@ -291,13 +363,12 @@ impl Cluster {
                     return Ok(());
                 }
                 if now + 1 != e2.seq {
-                    return Err(format!("applied {now} while catching up to {}", e2.seq));
+                    return Err(Error::Raced { now, seq: e2.seq });
                 }
                 apply(&dir2, &env, &e2)?;
-                set_applied_seq(&dir2, e2.seq).map_err(|e| e.to_string())
+                set_applied_seq(&dir2, e2.seq).map_err(Error::Record)
             })
-            .await
-            .map_err(|e| e.to_string())??;
+            .await??;
             applied = entry.seq;
         }
         Ok(Some(applied))
@@ -310,20 +381,19 @@ impl Cluster {
         peers: &[(String, String)],
         wants: &[gix_hash::ObjectId],
         haves: &[gix_hash::ObjectId],
-    ) -> Result<(), String> {
-        let ask = json!({
-            "repo": name,
-            "want": wants.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
-            "have": haves.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
-        })
-        .to_string();
-        let mut why = Vec::new();
+    ) -> Result<(), Error> {
+        let ask = Bytes::from(wire::encode(&wire::PackAsk {
+            have: haves.iter().copied().map(wire::Oid).collect(),
+            repo: wire::RepoName::try_from(name)?,
+            want: wants.iter().copied().map(wire::Oid).collect(),
+        }));
+        let mut why = Attempts::default();
         for (peer, url) in peers {
             let target = http::join(url, "/_berth/cluster/pack");
             let got = http::post(
                 &target,
                 &[(SECRET_HEADER, &self.secret)],
-                Bytes::from(ask.clone()),
+                ask.clone(),
                 usize::try_from(self.max_pack).unwrap_or(usize::MAX),
                 FETCH_TIMEOUT,
             )
@@ -333,7 +403,7 @@ impl Cluster {
                     let dir = repo_dir(&self.root, name);
                     let env = self.env.clone();
                     let wants = wants.to_vec();
-                    let r = tokio::task::spawn_blocking(move || -> Result<(), String> {
+                    let r = tokio::task::spawn_blocking(move || -> Result<(), Error> {
                         let (repo, objects) = open(&dir, &env)?;
                         let (keeps, index) = ingest(&repo, &objects, &mut &pack[..])?;
                         connected(&repo, &objects, index.as_ref().map(PackIndex::file), &wants)?;
@@ -342,21 +412,17 @@ impl Cluster {
                         drop(keeps);
                         Ok(())
                     })
-                    .await
-                    .map_err(|e| e.to_string())?;
+                    .await?;
                     match r {
                         Ok(()) => return Ok(()),
-                        Err(e) => why.push(format!("{peer}: {e}")),
+                        Err(e) => why.push(peer, e),
                     }
                 }
-                Ok((status, body)) => why.push(format!(
-                    "{peer}: {status} {}",
-                    String::from_utf8_lossy(&body).trim()
-                )),
-                Err(e) => why.push(format!("{peer}: {e}")),
+                Ok((status, body)) => why.push(peer, Answered::new(status, &body)),
+                Err(e) => why.push(peer, e),
             }
         }
-        Err(format!("no replica sent the objects ({})", why.join("; ")))
+        Err(Error::NoObjects(why))
     }
 }
 
@@ -387,11 +453,10 @@ impl Drop for Running<'_> {
 pub(super) fn open(
     dir: &std::path::Path,
     env: &crate::receive::Environment,
-) -> Result<(crate::repo::Repository, gix_odb::Handle), String> {
-    let dir_str = dir.to_str().ok_or("repository path is not UTF-8")?;
-    let repo =
-        crate::repo::Repository::open(dir_str, &env.for_config()).map_err(|e| e.to_string())?;
-    let objects = gix_odb::at(&repo.objects_dir, repo.object_format).map_err(|e| e.to_string())?;
+) -> Result<(crate::repo::Repository, gix_odb::Handle), Local> {
+    let dir_str = dir.to_str().ok_or(Local::PathNotUtf8)?;
+    let repo = crate::repo::Repository::open(dir_str, &env.for_config())?;
+    let objects = gix_odb::at(&repo.objects_dir, repo.object_format)?;
     Ok((repo, objects))
 }
 
@@ -400,16 +465,14 @@ pub(super) fn missing(
     dir: &std::path::Path,
     env: &crate::receive::Environment,
     tips: &[gix_hash::ObjectId],
-) -> Result<(Vec<gix_hash::ObjectId>, Vec<gix_hash::ObjectId>), String> {
+) -> Result<(Vec<gix_hash::ObjectId>, Vec<gix_hash::ObjectId>), Local> {
     let (repo, objects) = open(dir, env)?;
     let wants = tips
         .iter()
         .filter(|t| !objects.exists(t))
         .copied()
         .collect();
-    let refs = refs::of_repository(&repo)
-        .snapshot()
-        .map_err(|e| e.to_string())?;
+    let refs = refs::of_repository(&repo).snapshot()?;
     let mut haves: Vec<_> = refs.iter().map(|(_, id)| *id).collect();
     haves.sort();
     haves.dedup();
@@ -421,10 +484,10 @@ fn apply(
     dir: &std::path::Path,
     env: &crate::receive::Environment,
     entry: &log::Entry,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let (repo, objects) = open(dir, env)?;
     let store = refs::of_repository(&repo);
-    let current = store.snapshot().map_err(|e| e.to_string())?;
+    let current = store.snapshot().map_err(Local::from)?;
     // The updates whose refs do not hold their new values yet: all of them but those of an
     // entry committed here before a kill, or partly held by a resync's snapshot.
     let todo: Vec<RefUpdate> = entry
@@ -437,8 +500,12 @@ fn apply(
         return Ok(());
     }
     let committer = format!("berth-cluster ({})", entry.origin);
-    commit_all(&*store, &todo, &current, &objects, env, committer)
-        .map_err(|e| format!("entry {}: {e}", entry.seq))?;
+    commit_all(&*store, &todo, &current, &objects, env, committer).map_err(|source| {
+        Error::Entry {
+            seq: entry.seq,
+            source,
+        }
+    })?;
     let created: Vec<&[u8]> = entry
         .updates
         .iter()
@@ -461,7 +528,7 @@ pub(super) fn commit_all(
     objects: &gix_odb::Handle,
     env: &crate::receive::Environment,
     committer_name: String,
-) -> Result<(), String> {
+) -> Result<(), Local> {
     let env = crate::receive::Environment {
         committer_name: Some(committer_name),
         ..env.clone()
@@ -474,54 +541,64 @@ pub(super) fn commit_all(
         objects,
     };
     let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
-    let prepared = store
-        .transaction(options)
-        .prepare(updates, &mut observer)
-        .map_err(|e| e.to_string())?;
-    let results = prepared.commit().map_err(|e| e.to_string())?;
+    let prepared = store.transaction(options).prepare(updates, &mut observer)?;
+    let results = prepared.commit()?;
     match results.into_iter().find_map(Result::err) {
-        Some(e) => Err(e.to_string()),
+        Some(e) => Err(e.into()),
         None => Ok(()),
     }
 }
 
-/// The answer to `POST /_berth/cluster/pack` (the body: `{"repo", "want", "have"}`): a pack of
-/// the wanted objects not reachable from the haves this replica has.
-pub(super) fn serve_pack(
-    cluster: &Cluster,
-    ask: &[u8],
-) -> Result<Vec<u8>, (axum::http::StatusCode, String)> {
-    use axum::http::StatusCode;
-    let bad = |e: String| (StatusCode::BAD_REQUEST, e);
-    let v: serde_json::Value =
-        serde_json::from_slice(ask).map_err(|e| bad(format!("pack: {e}")))?;
-    let name = v["repo"]
-        .as_str()
-        .ok_or_else(|| bad("pack: no repo".into()))?;
-    if !super::valid_repo_name(name) {
-        return Err(bad("pack: bad repository name".into()));
+/// Why `POST /_berth/cluster/pack` sent no pack; [`PackError::status`] is the answer's.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PackError {
+    /// The ask is not what a catch-up sends.
+    #[error(transparent)]
+    Ask(#[from] wire::Decode),
+    /// This node has no copy of the repository.
+    #[error("no such repository here")]
+    NoRepository,
+    /// A wanted object is not here.
+    #[error("{0} not here")]
+    NotHere(gix_hash::ObjectId),
+    /// The copy could not be opened.
+    #[error(transparent)]
+    Local(#[from] Local),
+    /// `git pack-objects` failed.
+    #[error(transparent)]
+    Objects(#[from] super::objects::Error),
+}
+
+impl PackError {
+    /// The HTTP status of the answer.
+    pub(super) fn status(&self) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        match self {
+            PackError::Ask(_) => StatusCode::BAD_REQUEST,
+            PackError::NoRepository | PackError::NotHere(_) => StatusCode::NOT_FOUND,
+            PackError::Local(_) | PackError::Objects(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
     }
-    let ids = |k: &str| -> Result<Vec<gix_hash::ObjectId>, (StatusCode, String)> {
-        v[k].as_array()
-            .ok_or_else(|| bad(format!("pack: no {k}")))?
-            .iter()
-            .map(|s| {
-                s.as_str()
-                    .and_then(|s| gix_hash::ObjectId::from_hex(s.as_bytes()).ok())
-                    .ok_or_else(|| bad(format!("pack: bad {k}")))
-            })
-            .collect()
-    };
-    let (want, have) = (ids("want")?, ids("have")?);
-    let dir = repo_dir(&cluster.root, name);
+}
+
+/// The answer to `POST /_berth/cluster/pack` (the body: [`wire::PackAsk`]): a pack of the
+/// wanted objects not reachable from the haves this replica has.
+pub(super) fn serve_pack(cluster: &Cluster, ask: &[u8]) -> Result<Vec<u8>, PackError> {
+    let ask: wire::PackAsk = wire::decode("pack", ask)?;
+    let dir = repo_dir(&cluster.root, ask.repo.as_str());
     if !crate::repo::is_git_dir(&dir) {
-        return Err((StatusCode::NOT_FOUND, "no such repository here".into()));
+        return Err(PackError::NoRepository);
     }
-    let (_, objects) =
-        open(&dir, &cluster.env).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    let (_, objects) = open(&dir, &cluster.env)?;
+    let want: Vec<_> = ask.want.iter().map(|w| w.0).collect();
     if let Some(w) = want.iter().find(|w| !objects.exists(w)) {
-        return Err((StatusCode::NOT_FOUND, format!("{w} not here")));
+        return Err(PackError::NotHere(*w));
     }
-    let have: Vec<_> = have.into_iter().filter(|h| objects.exists(h)).collect();
-    pack_objects(&dir, &want, &have).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))
+    let have: Vec<_> = ask
+        .have
+        .iter()
+        .map(|h| h.0)
+        .filter(|h| objects.exists(h))
+        .collect();
+    Ok(pack_objects(&dir, &want, &have)?)
 }

@@ -27,9 +27,37 @@ const MAX_ANSWER: usize = 64 << 20;
 /// Why an etcd call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// No endpoint answered.
+    /// No endpoint is configured.
+    #[error("etcd unreachable: no endpoint given")]
+    NoEndpoint,
+    /// An endpoint cannot be a request's URL.
+    #[error("etcd unreachable: bad endpoint {0}")]
+    BadEndpoint(String),
+    /// No endpoint answered: the last one's failure.
     #[error("etcd unreachable: {0}")]
-    Unreachable(String),
+    Http(#[source] http::Error),
+    /// No endpoint answered but with an unavailable status (5xx): the last one's.
+    #[error("etcd unreachable: {url}: {status} {body}")]
+    Unavailable {
+        /// The endpoint's URL.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// Its answer.
+        body: String,
+    },
+    /// A watch's stream ended.
+    #[error("etcd unreachable: {0}: watch ended")]
+    WatchEnded(String),
+    /// A watch's stream failed.
+    #[error("etcd unreachable: {url}: {source}")]
+    WatchFailed {
+        /// The endpoint.
+        url: String,
+        /// Why.
+        #[source]
+        source: hyper::Error,
+    },
     /// An endpoint answered with an error.
     #[error("etcd {status}: {body}")]
     Status {
@@ -38,9 +66,33 @@ pub enum Error {
         /// The answer, shortened.
         body: String,
     },
-    /// The answer is not the JSON expected.
+    /// The answer is not JSON.
     #[error("etcd answer not understood: {0}")]
-    Answer(String),
+    Json(#[source] serde_json::Error),
+    /// A key or value is not base64.
+    #[error("etcd answer not understood: base64: {0}")]
+    Base64(#[source] base64::DecodeError),
+    /// A watch's line is longer than an answer may be.
+    #[error("etcd answer not understood: watch: line too long")]
+    LineTooLong,
+    /// A lease grant answered without the lease.
+    #[error("etcd answer not understood: lease grant without an ID")]
+    NoLeaseId,
+}
+
+impl Error {
+    /// Whether no endpoint answered at all (etcd is down, or not up yet).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            Error::NoEndpoint
+                | Error::BadEndpoint(_)
+                | Error::Http(_)
+                | Error::Unavailable { .. }
+                | Error::WatchEnded(_)
+                | Error::WatchFailed { .. }
+        )
+    }
 }
 
 /// One key's value and revisions.
@@ -101,7 +153,7 @@ fn unb64(v: &Value) -> Result<Vec<u8>, Error> {
         None => Ok(Vec::new()),
         Some(s) => base64::engine::general_purpose::STANDARD
             .decode(s)
-            .map_err(|e| Error::Answer(format!("base64: {e}"))),
+            .map_err(Error::Base64),
     }
 }
 
@@ -161,11 +213,11 @@ impl Client {
     async fn call(&self, path: &str, body: Value) -> Result<Value, Error> {
         let n = self.endpoints.len();
         if n == 0 {
-            return Err(Error::Unreachable("no endpoint given".into()));
+            return Err(Error::NoEndpoint);
         }
         let body = Bytes::from(body.to_string());
         let start = self.current.load(Ordering::Relaxed);
-        let mut last = String::new();
+        let mut last = Error::NoEndpoint;
         for i in 0..n {
             let at = (start + i) % n;
             let url = http::join(&self.endpoints[at], path);
@@ -173,12 +225,15 @@ impl Client {
             match http::post(&url, &headers, body.clone(), MAX_ANSWER, self.timeout).await {
                 Ok((200, answer)) => {
                     self.current.store(at, Ordering::Relaxed);
-                    return serde_json::from_slice(&answer)
-                        .map_err(|e| Error::Answer(e.to_string()));
+                    return serde_json::from_slice(&answer).map_err(Error::Json);
                 }
                 // Unavailable (no leader yet, or this member is cut off): ask the next one.
                 Ok((status, answer)) if status >= 500 => {
-                    last = format!("{url}: {status} {}", String::from_utf8_lossy(&answer));
+                    last = Error::Unavailable {
+                        url,
+                        status,
+                        body: String::from_utf8_lossy(&answer).into_owned(),
+                    };
                 }
                 Ok((status, answer)) => {
                     return Err(Error::Status {
@@ -186,10 +241,10 @@ impl Client {
                         body: String::from_utf8_lossy(&answer).chars().take(300).collect(),
                     });
                 }
-                Err(e) => last = e.to_string(),
+                Err(e) => last = Error::Http(e),
             }
         }
-        Err(Error::Unreachable(last))
+        Err(last)
     }
 
     /// The value of `key`, if it exists.
@@ -303,7 +358,7 @@ impl Client {
         // Each watch on the next endpoint: one that ended may have been killed.
         let at = self.watch_at.fetch_add(1, Ordering::Relaxed) % n;
         let Some(base) = self.endpoints.get(at) else {
-            return Error::Unreachable("no endpoint given".into());
+            return Error::NoEndpoint;
         };
         let body =
             json!({"create_request": {"key": b64(prefix), "range_end": b64(&prefix_end(prefix))}});
@@ -313,7 +368,7 @@ impl Client {
             .header("content-type", "application/json")
             .body(axum::body::Body::from(body.to_string()));
         let Ok(req) = req else {
-            return Error::Unreachable(format!("bad endpoint {base}"));
+            return Error::BadEndpoint(base.clone());
         };
         let resp = match http::send(req, self.timeout).await {
             Ok(r) if r.status().is_success() => r,
@@ -323,14 +378,19 @@ impl Client {
                     body: String::new(),
                 };
             }
-            Err(e) => return Error::Unreachable(e.to_string()),
+            Err(e) => return Error::Http(e),
         };
         let mut body = resp.into_body();
         let mut buf: Vec<u8> = Vec::new();
         loop {
             match body.frame().await {
-                None => return Error::Unreachable(format!("{base}: watch ended")),
-                Some(Err(e)) => return Error::Unreachable(format!("{base}: {e}")),
+                None => return Error::WatchEnded(base.clone()),
+                Some(Err(source)) => {
+                    return Error::WatchFailed {
+                        url: base.clone(),
+                        source,
+                    };
+                }
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
                         buf.extend_from_slice(&data);
@@ -354,7 +414,7 @@ impl Client {
                 }
             }
             if buf.len() > MAX_ANSWER {
-                return Error::Answer("watch: line too long".into());
+                return Error::LineTooLong;
             }
         }
     }
@@ -365,7 +425,7 @@ impl Client {
             .call("/v3/lease/grant", json!({"TTL": ttl.to_string()}))
             .await?;
         match int(&v["ID"]) {
-            0 => Err(Error::Answer("lease grant without an ID".into())),
+            0 => Err(Error::NoLeaseId),
             id => Ok(id),
         }
     }

@@ -96,6 +96,35 @@ pub(crate) struct Vouch<'a> {
     pub(super) secret: &'a str,
 }
 
+/// Why no replica served a forwarded request (for the log: it names addresses).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// The client's body stopped coming while it was kept.
+    #[error("the client's body stalled")]
+    BodyStalled,
+    /// The client's body failed while it was kept.
+    #[error("the client's body: {0}")]
+    Body(#[source] axum::Error),
+    /// No replica was tried.
+    #[error("no replica is live")]
+    NoneLive,
+    /// Connecting to, or the exchange with, the last replica tried failed.
+    #[error(transparent)]
+    Http(#[from] http::Error),
+    /// The last replica tried did not take the connection in time.
+    #[error("{url}: connect timed out")]
+    ConnectTimeout { url: String },
+    /// A replica's URL cannot be a request's.
+    #[error("bad URL {url}")]
+    BadUrl { url: String },
+    /// The last replica tried is behind the log.
+    #[error("{name} is behind the log")]
+    Behind { name: String },
+    /// The last replica tried sent no answer head in time.
+    #[error("{url}: no answer in time")]
+    NoAnswer { url: String },
+}
+
 /// The client's body: kept whole (may be sent again), or to be streamed once.
 enum Held {
     Kept(Bytes),
@@ -109,7 +138,7 @@ async fn hold(
     headers: &HeaderMap,
     method: &Method,
     idle: Duration,
-) -> Result<Held, String> {
+) -> Result<Held, Error> {
     if method == Method::GET || method == Method::HEAD {
         return Ok(Held::Kept(Bytes::new()));
     }
@@ -123,9 +152,9 @@ async fn hold(
     let mut kept = BytesMut::new();
     loop {
         let frame = match tokio::time::timeout(idle, body.frame()).await {
-            Err(_) => return Err("the client's body stalled".into()),
+            Err(_) => return Err(Error::BodyStalled),
             Ok(None) => return Ok(Held::Kept(kept.freeze())),
-            Ok(Some(Err(e))) => return Err(format!("the client's body: {e}")),
+            Ok(Some(Err(e))) => return Err(Error::Body(e)),
             Ok(Some(Ok(f))) => f,
         };
         if let Ok(data) = frame.into_data() {
@@ -152,7 +181,7 @@ pub(crate) async fn forward(
     req: Request,
     replicas: &[(String, String)],
     how: &Forwarding<'_>,
-) -> Result<Response, String> {
+) -> Result<Response, Error> {
     let (parts, body) = req.into_parts();
     let pq = parts
         .uri
@@ -165,7 +194,7 @@ pub(crate) async fn forward(
         Held::Once(Some(body))
     };
     let deadline = Instant::now() + BEHIND_WAIT;
-    let mut why = "no replica is live".to_owned();
+    let mut why = Error::NoneLive;
     loop {
         let mut behind = 0;
         for (name, base) in replicas {
@@ -178,12 +207,12 @@ pub(crate) async fn forward(
             {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => {
-                    why = e.to_string();
-                    tracing::info!(target: "berth::cluster", replica = %Escaped::token(name), error = %Escaped::text(&why), "replica passed over: cannot connect");
+                    tracing::info!(target: "berth::cluster", replica = %Escaped::token(name), error = %Escaped::text(&e.to_string()), "replica passed over: cannot connect");
+                    why = e.into();
                     continue;
                 }
                 Err(_) => {
-                    why = format!("{url}: connect timed out");
+                    why = Error::ConnectTimeout { url: url.clone() };
                     tracing::info!(target: "berth::cluster", replica = %Escaped::token(name), "replica passed over: connect timed out");
                     continue;
                 }
@@ -219,10 +248,12 @@ pub(crate) async fn forward(
             {
                 b = b.header(h, v);
             }
-            let out = b.body(body).map_err(|_| format!("bad URL {url}"))?;
+            let out = b
+                .body(body)
+                .map_err(|_| Error::BadUrl { url: url.clone() })?;
             match tokio::time::timeout(how.timeout, conn.send(out)).await {
                 Ok(Ok(resp)) if is_behind(&resp) => {
-                    why = format!("{name} is behind the log");
+                    why = Error::Behind { name: name.clone() };
                     tracing::info!(target: "berth::cluster", replica = %Escaped::token(name), "replica passed over: behind the log");
                     if !replay {
                         return Err(why);
@@ -237,14 +268,14 @@ pub(crate) async fn forward(
                     return Ok(Response::from_parts(parts, Body::new(body)));
                 }
                 Ok(Err(e)) => {
-                    why = e.to_string();
                     if !replay {
-                        return Err(why);
+                        return Err(e.into());
                     }
-                    tracing::info!(target: "berth::cluster", replica = %Escaped::token(name), error = %Escaped::text(&why), "replica passed over: no answer");
+                    tracing::info!(target: "berth::cluster", replica = %Escaped::token(name), error = %Escaped::text(&e.to_string()), "replica passed over: no answer");
+                    why = e.into();
                 }
                 Err(_) => {
-                    why = format!("{url}: no answer in time");
+                    why = Error::NoAnswer { url: url.clone() };
                     if !replay {
                         return Err(why);
                     }

@@ -22,12 +22,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use serde_json::json;
 
 use super::decide::{self, AfterLost, Position, Quorum, Verdict, Winners};
 use super::log::new_of;
 use super::objects::Format;
-use super::wire::SECRET_HEADER;
+use super::wire::{self, Answered, Attempts, SECRET_HEADER};
 use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
 use crate::escape::Escaped;
 use crate::receive::{CommitGate, GateCommit, GateRefusal, PackTee};
@@ -123,7 +122,8 @@ impl Gate {
         // entry could be applied in between).
         let applied = applied_seq(&self.dir);
         let (seq, rev) = c.log_head(&self.name).await.map_err(unavailable)?;
-        let txid = super::random_hex(16);
+        let id = wire::Id::random();
+        let txid = id.to_string();
         let position = decide::position(applied, seq);
         if position != Position::Current {
             if position == Position::Behind {
@@ -132,8 +132,11 @@ impl Gate {
             // Behind by entries of other refs only (their decisions on their way here): the
             // old values checked under this push's locks still hold, so it goes on at the head.
             let missed = match position {
-                Position::Behind => c.winners(&self.name, applied, seq, &txid, updates).await,
-                _ => Err("ahead of the log".into()),
+                Position::Behind => c
+                    .winners(&self.name, applied, seq, &txid, updates)
+                    .await
+                    .map_err(Some),
+                _ => Err(None),
             };
             if !matches!(missed, Ok(Winners::Disjoint)) {
                 let behind = Refusal::Behind {
@@ -151,27 +154,26 @@ impl Gate {
         if seq == 0 {
             self.record_format().await?;
         }
-        let updates_json = log::updates_json(updates)
-            .ok_or_else(|| Refusal::Local("a ref name is not UTF-8".into()))?;
+        let wire_updates = wire::updates(updates).map_err(Refusal::NotReplicable)?;
         // A batch of deletions needs no objects: it leaves the stream to the batch that does.
         let stream = self
             .stream
             .as_ref()
             .filter(|_| updates.iter().any(|u| new_of(u).is_some()))
-            .and_then(|s| s.streamed());
-        let header = json!({
-            "repo": self.name,
-            "txid": txid,
-            "base_seq": seq,
-            "committer_name": self.committer_name,
-            "committer_email": self.committer_email,
-            "updates": updates_json,
-            "stream": stream,
-        })
-        .to_string();
+            .and_then(|s| s.streamed().cloned());
+        let header = wire::encode(&wire::Prepare {
+            base_seq: seq,
+            committer_email: self.committer_email.clone(),
+            committer_name: self.committer_name.clone(),
+            repo: wire::RepoName::try_from(self.name.as_str())
+                .map_err(|e| Refusal::NotReplicable(e.into()))?,
+            stream,
+            txid: id,
+            updates: wire_updates,
+        });
         let mut body = Vec::with_capacity(4 + header.len());
         body.extend_from_slice(&(header.len() as u32).to_be_bytes());
-        body.extend_from_slice(header.as_bytes());
+        body.extend_from_slice(&header);
         let body = Bytes::from(body);
 
         let peers = c.urls_of(&self.replicas).await.map_err(unavailable)?;
@@ -198,14 +200,16 @@ impl Gate {
         // transaction from the log after its decision timeout, then catches up).
         let mut pending: futures_util::stream::FuturesUnordered<_> = sends.collect();
         let mut prepared = Vec::new();
-        let mut refused = Vec::new();
+        let mut refused = Attempts::default();
+        // The replicas still preparing when the grace ran out.
+        let mut slow = 0;
         let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
         loop {
             let next = match grace.as_mut() {
                 Some(g) => tokio::select! {
                     n = futures_util::StreamExt::next(&mut pending) => n,
                     _ = g => {
-                        refused.push(format!("{} slow replica(s) left out", pending.len()));
+                        slow = pending.len();
                         None
                     }
                 },
@@ -214,12 +218,8 @@ impl Gate {
             let Some((peer, r)) = next else { break };
             match r {
                 Ok((200, _)) => prepared.push(peer),
-                Ok((status, why)) => refused.push(format!(
-                    "{}: {status} {}",
-                    peer.name,
-                    String::from_utf8_lossy(&why).trim()
-                )),
-                Err(e) => refused.push(format!("{}: {e}", peer.name)),
+                Ok((status, why)) => refused.push(&peer.name, Answered::new(status, &why)),
+                Err(e) => refused.push(&peer.name, e),
             }
             if grace.is_none() && decide::quorum(prepared.len(), need) == Quorum::Met {
                 grace = Some(Box::pin(tokio::time::sleep(PREPARE_GRACE)));
@@ -229,7 +229,7 @@ impl Gate {
         if let Quorum::Short { prepared: n } = decide::quorum(prepared.len(), need) {
             self.decide_all(&prepared, &txid, Verdict::Abort).await;
             // The replicas' reasons name nodes and paths: for the log, not the client.
-            tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, refused = %Escaped::text(&refused.join("; ")), "no quorum prepared");
+            tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, refused = %Escaped::text(&refused.to_string()), slow, "no quorum prepared");
             return Err(GateRefusal::new(Refusal::NoQuorum { prepared: n, k }));
         }
 
@@ -244,6 +244,10 @@ impl Gate {
         let committed_seq = loop {
             entry.seq = base_seq + 1;
             let lost = match self.commit_point(base_rev, &entry).await {
+                Err(CommitPoint::NotReplicable(e)) => {
+                    self.decide_all(&prepared, &txid, Verdict::Abort).await;
+                    return Err(GateRefusal::new(Refusal::NotReplicable(e)));
+                }
                 Ok(Cas::Committed) => break entry.seq,
                 Ok(Cas::Lost { seq, rev }) => (seq, rev),
                 Ok(Cas::TooLarge(bytes)) => {
@@ -254,7 +258,7 @@ impl Gate {
                         bytes,
                     }));
                 }
-                Err(e) => {
+                Err(CommitPoint::Etcd(e)) => {
                     // Unknown whether the entry is in the log: the replicas keep their
                     // prepared transactions until their decision timeout, then ask the log.
                     tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, error = %Escaped::text(&e.to_string()), "commit point unconfirmed");
@@ -271,7 +275,7 @@ impl Gate {
                 Ok(w) => w,
                 Err(e) => {
                     self.decide_all(&prepared, &txid, Verdict::Abort).await;
-                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e), "cannot read the log");
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e.to_string()), "cannot read the log");
                     return Err(GateRefusal::new(Refusal::LogUnreadable));
                 }
             };
@@ -315,32 +319,24 @@ impl Gate {
     async fn record_format(&self) -> Result<(), Refusal> {
         let c = &self.cluster;
         let here = {
-            let dir = self
-                .dir
-                .to_str()
-                .ok_or_else(|| Refusal::Local("repository path is not UTF-8".into()))?;
-            let repo = crate::repo::Repository::open(dir, &c.env.for_config())
-                .map_err(|e| Refusal::Local(e.to_string()))?;
+            let dir = self.dir.to_str().ok_or(Refusal::PathNotUtf8)?;
+            let repo =
+                crate::repo::Repository::open(dir, &c.env.for_config()).map_err(Refusal::Open)?;
             Format::of(&repo)
         };
         match c.record_format(&self.name, &here).await {
             Ok(recorded) if recorded == here => Ok(()),
-            Ok(recorded) => Err(Refusal::FormatMismatch {
-                recorded: format!("{}/{}", recorded.object, recorded.refs),
-                here: format!("{}/{}", here.object, here.refs),
-            }),
+            Ok(recorded) => Err(Refusal::FormatMismatch { recorded, here }),
             Err(e) => Err(unavailable(e)),
         }
     }
 
     /// The etcd compare-and-swap of the log key against `rev`: the entry's head as the log
     /// key, the entry itself (its updates written once) as `entries/<seq>`.
-    async fn commit_point(&self, rev: i64, entry: &log::Entry) -> Result<Cas, etcd::Error> {
+    async fn commit_point(&self, rev: i64, entry: &log::Entry) -> Result<Cas, CommitPoint> {
         let txid = entry.txid.as_str();
-        let Some(value) = entry.encode() else {
-            return Err(etcd::Error::Answer("a ref name is not UTF-8".into()));
-        };
-        let head_value = entry.encode_head();
+        let value = entry.encode()?;
+        let head_value = entry.encode_head()?;
         let log_key = super::log_key(&self.name);
         let entry_key = repo_key(&self.name, &format!("entries/{:020}", entry.seq));
         let start = Instant::now();
@@ -375,7 +371,7 @@ impl Gate {
                 Err(etcd::Error::Status { body, .. }) if body.contains("request is too large") => {
                     return Ok(Cas::TooLarge(value.len()));
                 }
-                Err(e) if start.elapsed() > COMMIT_RETRY => return Err(e),
+                Err(e) if start.elapsed() > COMMIT_RETRY => return Err(CommitPoint::Etcd(e)),
                 Err(e) => {
                     tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "commit point: etcd failed, retrying");
                     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -399,7 +395,7 @@ impl Cluster {
         head: u64,
         txid: &str,
         updates: &[RefUpdate],
-    ) -> Result<Winners, String> {
+    ) -> Result<Winners, log::Error> {
         let entries = self.entries(name, base, head).await?;
         Ok(decide::winners(&entries, txid, updates))
     }
@@ -407,7 +403,7 @@ impl Cluster {
 
 /// Why the gate refused a push; the `Display` is the client's text (after `cluster: `). What
 /// names nodes' addresses or paths goes to the log, not here.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub(super) enum Refusal {
     /// The accepting replica misses log entries that touch this push's refs (or is ahead of the
     /// head it read).
@@ -443,10 +439,31 @@ pub(super) enum Refusal {
     LogUnreadable,
     /// The repository's recorded format is not this copy's.
     #[error("the cluster holds this repository as {recorded}, this replica's copy is {here}")]
-    FormatMismatch { recorded: String, here: String },
-    /// This replica's copy cannot be read, or a ref name cannot travel (not UTF-8).
-    #[error("{0}")]
-    Local(String),
+    FormatMismatch { recorded: Format, here: Format },
+    /// A ref name cannot travel (not UTF-8), or a name a peer would refuse.
+    #[error(transparent)]
+    NotReplicable(wire::NotReplicable),
+    /// This replica's copy is at a path that is not UTF-8.
+    #[error("repository path is not UTF-8")]
+    PathNotUtf8,
+    /// This replica's copy cannot be opened.
+    #[error(transparent)]
+    Open(crate::repo::Error),
+    /// Committed to the log, but fewer replicas than the quorum applied it (the refs are
+    /// refused to the client, though committed).
+    #[error("committed to the log as entry {seq}, but only {applied} of {k} replicas applied it")]
+    Unapplied { seq: u64, applied: usize, k: usize },
+}
+
+/// Why the commit point wrote nothing, or may have.
+#[derive(Debug, thiserror::Error)]
+enum CommitPoint {
+    /// The entry cannot be encoded: nothing written.
+    #[error(transparent)]
+    NotReplicable(#[from] wire::NotReplicable),
+    /// etcd did not confirm it, retries included.
+    #[error(transparent)]
+    Etcd(etcd::Error),
 }
 
 impl From<Refusal> for GateRefusal {
@@ -526,7 +543,7 @@ async fn decide_until(
             .await;
             if !matches!(r, Ok((200, _))) {
                 let result = match &r {
-                    Ok((status, b)) => format!("{status} {}", String::from_utf8_lossy(b).trim()),
+                    Ok((status, b)) => Answered::new(*status, b).to_string(),
                     Err(e) => e.to_string(),
                 };
                 tracing::warn!(target: "berth::cluster", peer = %Escaped::token(&name), verdict, result = %Escaped::text(&result), "decision not confirmed");
@@ -565,7 +582,10 @@ struct Decided {
 }
 
 impl GateCommit for Decided {
-    fn finish(self: Box<Self>, committed_here: bool) -> Result<(), String> {
+    fn finish(
+        self: Box<Self>,
+        committed_here: bool,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let mut applied = 0;
         if committed_here {
             // In log order only: if an entry before this one is not applied here yet, the
@@ -594,10 +614,49 @@ impl GateCommit for Decided {
         if applied >= self.need {
             Ok(())
         } else {
-            Err(format!(
-                "committed to the log as entry {}, but only {applied} of {} replicas applied it",
-                self.seq, self.k
-            ))
+            Err(Box::new(Refusal::Unapplied {
+                seq: self.seq,
+                applied,
+                k: self.k,
+            }))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_client_reads_the_refusals_as_before() {
+        let unapplied = Refusal::Unapplied {
+            seq: 7,
+            applied: 1,
+            k: 3,
+        };
+        assert_eq!(
+            unapplied.to_string(),
+            "committed to the log as entry 7, but only 1 of 3 replicas applied it"
+        );
+        let recorded = Format {
+            object_format: wire::ObjectFormat::Sha1,
+            ref_format: wire::RefFormat::Files,
+        };
+        let here = Format {
+            object_format: wire::ObjectFormat::Sha256,
+            ref_format: wire::RefFormat::Reftable,
+        };
+        assert_eq!(
+            Refusal::FormatMismatch { recorded, here }.to_string(),
+            "the cluster holds this repository as sha1/files, this replica's copy is sha256/reftable"
+        );
+        assert_eq!(
+            Refusal::NotReplicable(wire::NotReplicable::NotUtf8).to_string(),
+            "a ref name is not UTF-8"
+        );
+        assert_eq!(
+            Refusal::PathNotUtf8.to_string(),
+            "repository path is not UTF-8"
+        );
     }
 }

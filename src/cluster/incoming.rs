@@ -23,10 +23,11 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::Response;
 
+use super::catchup::Local;
 use super::objects::receive;
 use super::objects::{Arrived, PackIndex};
-use super::wire::{body_stream, text};
-use super::{Cluster, repo_dir, valid_id, valid_repo_name};
+use super::wire::{self, body_stream, text};
+use super::{Cluster, repo_dir};
 use crate::escape::Escaped;
 
 /// Streams held (arriving or waiting for their prepare) at a time.
@@ -37,6 +38,60 @@ const STREAM_TTL: Duration = Duration::from_secs(60);
 const OPEN_WAIT: Duration = Duration::from_secs(10);
 /// How long a prepare waits for its stream to be received and checked.
 const ARRIVE_WAIT: Duration = Duration::from_secs(50);
+
+/// Why a stream could not be held, or a prepare could not take its pack.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Error {
+    /// A thread panicked holding the streams.
+    #[error("streams poisoned")]
+    StreamsPoisoned,
+    /// A thread panicked holding the stream.
+    #[error("stream poisoned")]
+    StreamPoisoned,
+    /// [`MAX_STREAMS`] are held.
+    #[error("{MAX_STREAMS} pack streams held already")]
+    TooMany,
+    /// A stream of that id is held.
+    #[error("this stream exists")]
+    Exists,
+    /// No stream of that id was opened in time.
+    #[error("the push's pack never arrived here")]
+    NeverArrived,
+    /// The stream is another repository's.
+    #[error("the stream is of another repository")]
+    OtherRepository,
+    /// The stream did not end in time.
+    #[error("the push's pack is still arriving")]
+    StillArriving,
+    /// The stream failed.
+    #[error("the push's pack: {0}")]
+    Failed(Failure),
+}
+
+/// Why a stream ended without a pack for its prepare.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum Failure {
+    /// Dropped while it arrived.
+    #[error("the push was over before its pack arrived")]
+    Over,
+    /// Dropped.
+    #[error("dropped")]
+    Dropped,
+    /// Its pack was refused.
+    #[error(transparent)]
+    Refused(Arc<Refused>),
+}
+
+/// Why a streamed pack was refused.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Refused {
+    /// The copy could not be opened.
+    #[error(transparent)]
+    Local(#[from] Local),
+    /// The pack failed berth's ingest or fsck.
+    #[error(transparent)]
+    Objects(#[from] super::objects::Error),
+}
 
 /// The streams of this node, by id.
 #[derive(Debug, Default)]
@@ -56,18 +111,18 @@ enum State {
     /// A prepare migrated it (a later batch of the same push finds its objects in place, and
     /// walks them through the pack's index).
     Taken(Option<PackIndex>),
-    Failed(String),
+    Failed(Failure),
 }
 
 impl Streams {
     /// Register the stream `id` of `repo`, arriving.
-    fn open(&self, id: &str, repo: &str) -> Result<Arc<Slot>, String> {
-        let mut map = self.0.lock().map_err(|_| "streams poisoned")?;
+    fn open(&self, id: &str, repo: &str) -> Result<Arc<Slot>, Error> {
+        let mut map = self.0.lock().map_err(|_| Error::StreamsPoisoned)?;
         if map.len() >= MAX_STREAMS {
-            return Err(format!("{MAX_STREAMS} pack streams held already"));
+            return Err(Error::TooMany);
         }
         if map.contains_key(id) {
-            return Err("this stream exists".into());
+            return Err(Error::Exists);
         }
         let slot = Arc::new(Slot {
             repo: repo.to_owned(),
@@ -80,7 +135,7 @@ impl Streams {
 
     /// The stream `id` arrived (`Ok`: its quarantine) or failed. A stream dropped meanwhile is
     /// removed now.
-    fn finish(&self, id: &str, slot: &Arc<Slot>, result: Result<Arrived, String>) {
+    fn finish(&self, id: &str, slot: &Arc<Slot>, result: Result<Arrived, Arc<Refused>>) {
         let mut gone = None;
         if let Ok(map) = self.0.lock() {
             let held = map.get(id).is_some_and(|s| Arc::ptr_eq(s, slot));
@@ -89,9 +144,9 @@ impl Streams {
                     Ok(q) if held => State::Ready(q),
                     Ok(q) => {
                         gone = Some(q);
-                        State::Failed("the push was over before its pack arrived".into())
+                        State::Failed(Failure::Over)
                     }
-                    Err(e) => State::Failed(e),
+                    Err(e) => State::Failed(Failure::Refused(e)),
                 };
             }
         }
@@ -119,7 +174,7 @@ impl Streams {
         let old = match slot.state.lock() {
             Ok(mut state) if !matches!(*state, State::Receiving) => Some(std::mem::replace(
                 &mut *state,
-                State::Failed("dropped".into()),
+                State::Failed(Failure::Dropped),
             )),
             _ => None,
         };
@@ -130,30 +185,30 @@ impl Streams {
     /// The pack of stream `id` of `repo`, once it arrived (waiting for it, bounded), for the
     /// caller to migrate, or its index when an earlier batch of the push took it already. The
     /// stream stays (taken) until the push is over.
-    pub(super) fn claim(&self, id: &str, repo: &str) -> Result<Claimed, String> {
+    pub(super) fn claim(&self, id: &str, repo: &str) -> Result<Claimed, Error> {
         let opened_by = Instant::now() + OPEN_WAIT;
         let slot = loop {
             let slot = self.0.lock().ok().and_then(|m| m.get(id).cloned());
             match slot {
                 Some(s) => break s,
                 None if Instant::now() < opened_by => std::thread::sleep(Duration::from_millis(10)),
-                None => return Err("the push's pack never arrived here".into()),
+                None => return Err(Error::NeverArrived),
             }
         };
         if slot.repo != repo {
-            return Err("the stream is of another repository".into());
+            return Err(Error::OtherRepository);
         }
         {
-            let state = slot.state.lock().map_err(|_| "stream poisoned")?;
+            let state = slot.state.lock().map_err(|_| Error::StreamPoisoned)?;
             let (state, _) = slot
                 .done
                 .wait_timeout_while(state, ARRIVE_WAIT, |s| matches!(s, State::Receiving))
-                .map_err(|_| "stream poisoned")?;
+                .map_err(|_| Error::StreamPoisoned)?;
             if matches!(*state, State::Receiving) {
-                return Err("the push's pack is still arriving".into());
+                return Err(Error::StillArriving);
             }
         }
-        let mut state = slot.state.lock().map_err(|_| "stream poisoned")?;
+        let mut state = slot.state.lock().map_err(|_| Error::StreamPoisoned)?;
         match std::mem::replace(&mut *state, State::Taken(None)) {
             State::Ready(a) => {
                 *state = State::Taken(a.index.clone());
@@ -165,11 +220,11 @@ impl Streams {
             }
             State::Failed(e) => {
                 *state = State::Failed(e.clone());
-                Err(format!("the push's pack: {e}"))
+                Err(Error::Failed(e))
             }
             State::Receiving => {
                 *state = State::Receiving;
-                Err("the push's pack is still arriving".into())
+                Err(Error::StillArriving)
             }
         }
     }
@@ -190,29 +245,17 @@ pub(super) enum Claimed {
     Migrated(Option<PackIndex>),
 }
 
-/// The query's value of `key`.
-fn query_value<'a>(query: &'a str, key: &str) -> Option<&'a str> {
-    query
-        .split('&')
-        .filter_map(|p| p.split_once('='))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| v)
-}
-
 /// `POST /_berth/cluster/stream`.
 pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
-    let query = req.uri().query().unwrap_or_default().to_owned();
-    let (Some(repo), Some(id)) = (query_value(&query, "repo"), query_value(&query, "stream"))
-    else {
-        return text(StatusCode::BAD_REQUEST, "stream: repo, stream");
+    let query = req.uri().query().unwrap_or_default();
+    let q: wire::StreamQuery = match wire::decode_query("stream", query) {
+        Ok(q) => q,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    if !valid_repo_name(repo) || !valid_id(id) {
-        return text(StatusCode::BAD_REQUEST, "stream: bad repository name or id");
-    }
-    let (repo, id) = (repo.to_owned(), id.to_owned());
+    let (repo, id) = (String::from(q.repo), String::from(q.stream));
     let slot = match cluster.streams.open(&id, &repo) {
         Ok(s) => s,
-        Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     };
     match cluster.replicas_of(&repo).await {
         Ok(Some(nodes)) if nodes.contains(&cluster.node) => {}
@@ -230,16 +273,16 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
     // This replica's first push of the repository: its copy, in the recorded format.
     if let Err(e) = cluster.ensure_copy(&repo, &dir).await {
         cluster.streams.remove(&id, Some(&slot));
-        return text(StatusCode::CONFLICT, e);
+        return text(StatusCode::CONFLICT, e.to_string());
     }
     let env = cluster.env.clone();
     let c = cluster.clone();
     let handle = tokio::runtime::Handle::current();
     let job = tokio::task::spawn_blocking(move || {
-        let result = receive_into(dir, &env, &mut reader);
-        let answer = result.as_ref().map(|_| ()).map_err(Clone::clone);
+        let result = receive_into(dir, &env, &mut reader).map_err(Arc::new);
+        let answer = result.as_ref().map(|_| ()).map_err(Arc::clone);
         if let Err(e) = &answer {
-            tracing::info!(target: "berth::cluster", repo = %Escaped::token(&repo), stream = %id, error = %Escaped::text(e), "pack stream refused");
+            tracing::info!(target: "berth::cluster", repo = %Escaped::token(&repo), stream = %id, error = %Escaped::text(&e.to_string()), "pack stream refused");
         }
         c.streams.finish(&id, &slot, result);
         // Not taken by a prepare in time: removed.
@@ -257,7 +300,7 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
     });
     match job.await {
         Ok(Ok(())) => text(StatusCode::OK, "received"),
-        Ok(Err(e)) => text(StatusCode::CONFLICT, e),
+        Ok(Err(e)) => text(StatusCode::CONFLICT, e.to_string()),
         Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "stream failed"),
     }
 }
@@ -267,21 +310,19 @@ fn receive_into(
     dir: PathBuf,
     env: &crate::receive::Environment,
     reader: &mut dyn std::io::Read,
-) -> Result<Arrived, String> {
-    let dir_str = dir.to_str().ok_or("repository path is not UTF-8")?;
-    let repo =
-        crate::repo::Repository::open(dir_str, &env.for_config()).map_err(|e| e.to_string())?;
-    let objects = gix_odb::at(&repo.objects_dir, repo.object_format).map_err(|e| e.to_string())?;
-    receive(&repo, &objects, reader)
+) -> Result<Arrived, Refused> {
+    let (repo, objects) = super::catchup::open(&dir, env)?;
+    Ok(receive(&repo, &objects, reader)?)
 }
 
 /// `POST /_berth/cluster/drop`.
 pub(super) async fn drop_stream(cluster: &Arc<Cluster>, req: Request) -> Response {
-    let query = req.uri().query().unwrap_or_default().to_owned();
-    let Some(id) = query_value(&query, "stream").filter(|id| valid_id(id)) else {
-        return text(StatusCode::BAD_REQUEST, "drop: stream");
+    let query = req.uri().query().unwrap_or_default();
+    let q: wire::DropQuery = match wire::decode_query("drop", query) {
+        Ok(q) => q,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let (c, id) = (cluster.clone(), id.to_owned());
+    let (c, id) = (cluster.clone(), String::from(q.stream));
     match tokio::task::spawn_blocking(move || c.streams.remove(&id, None)).await {
         Ok(true) => text(StatusCode::OK, "dropped"),
         _ => text(StatusCode::NOT_FOUND, "no such stream"),
@@ -328,8 +369,12 @@ mod tests {
         assert!(!path.exists());
         // Failed: the prepare learns why.
         let slot = s.open("cc", "r").unwrap();
-        s.finish("cc", &slot, Err("unpack: bad".into()));
-        assert!(s.claim("cc", "r").unwrap_err().contains("unpack: bad"));
+        let refused = Refused::Objects(crate::cluster::objects::Error::MissingObjects);
+        s.finish("cc", &slot, Err(Arc::new(refused)));
+        assert_eq!(
+            s.claim("cc", "r").unwrap_err().to_string(),
+            "the push's pack: missing necessary objects"
+        );
         assert!(s.remove("cc", None));
         assert_eq!(s.len(), 0);
         // Bounded in count.

@@ -40,8 +40,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
 use crate::escape::Escaped;
 
 mod catchup;
@@ -102,9 +100,44 @@ pub enum Error {
     /// A node name that cannot be a key segment.
     #[error("invalid node name '{0}': letters, digits, '.', '_' and '-' only")]
     NodeName(String),
-    /// etcd holds something berth cannot read.
+    /// The cluster secret is missing though etcd said it is there.
+    #[error("unreadable cluster state: no /berth/secret")]
+    NoSecret,
+    /// The cluster secret is not text.
+    #[error("unreadable cluster state: /berth/secret is not text")]
+    SecretNotText,
+    /// A value in etcd (a replica list, a log head, a format) cannot be read.
     #[error("unreadable cluster state: {0}")]
-    State(String),
+    Unreadable(#[from] wire::Decode),
+    /// A create-if-absent found neither its own value nor another.
+    #[error("unreadable cluster state: {name}: no {what} recorded")]
+    NotRecorded { name: String, what: &'static str },
+    /// Another node forwarded a request for a repository this node holds no replica of.
+    #[error(
+        "unreadable cluster state: forwarded a request for {name}, which has no replica on {node}"
+    )]
+    NotAReplica { name: String, node: String },
+    /// No replica of the repository is live.
+    #[error("unreadable cluster state: no replica of {name} is live")]
+    NoLiveReplica { name: String },
+}
+
+/// Why this replica has no copy of a repository it is to hold.
+#[derive(Debug, thiserror::Error)]
+enum CopyError {
+    /// etcd could not be read.
+    #[error(transparent)]
+    Cluster(#[from] Error),
+    /// No push recorded the repository's format yet: a copy in this node's defaults could
+    /// differ from the others'.
+    #[error("the repository's format is not recorded yet")]
+    FormatUnrecorded,
+    /// The copy could not be created.
+    #[error(transparent)]
+    Create(#[from] objects::Error),
+    /// The blocking task creating it was lost.
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
 }
 
 /// Seconds a node's lease lives without renewal: a node killed disappears after this.
@@ -157,13 +190,6 @@ pub(crate) struct Cluster {
     published: std::sync::Mutex<std::collections::HashMap<String, (u64, u64)>>,
 }
 
-fn valid_node_name(n: &str) -> bool {
-    !n.is_empty()
-        && n.len() <= 64
-        && n.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-}
-
 /// Random bytes as hex (the cluster secret, transaction ids).
 fn random_hex(n: usize) -> String {
     use std::io::Read;
@@ -185,17 +211,6 @@ fn random_hex(n: usize) -> String {
         }
     }
     buf.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Whether `name` is a repository name as nodes send it to each other: a [`crate::repo::Name`]'s
-/// key (the cluster's name of `team/app.git` is `team/app`).
-fn valid_repo_name(name: &str) -> bool {
-    crate::repo::Name::new(name).is_ok_and(|n| n.key() == name)
-}
-
-/// Whether `id` is a transaction or stream id as [`random_hex`] makes them: 1–64 hex digits.
-fn valid_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The etcd key of `what` of repository `name`.
@@ -263,7 +278,7 @@ impl Cluster {
         max_pack: u64,
         idle_timeout: std::time::Duration,
     ) -> Result<Arc<Cluster>, Error> {
-        if !valid_node_name(&config.node) {
+        if wire::NodeName::try_from(config.node.as_str()).is_err() {
             return Err(Error::NodeName(config.node.clone()));
         }
         let etcd = etcd::Client::new(&config.etcd, ETCD_TIMEOUT);
@@ -286,9 +301,9 @@ impl Cluster {
                 )
                 .await;
             match t {
-                Err(etcd::Error::Unreachable(why)) if waiting_since.elapsed() < JOIN_WAIT => {
+                Err(why) if why.is_unreachable() && waiting_since.elapsed() < JOIN_WAIT => {
                     if said.is_none_or(|s| s.elapsed() >= Duration::from_secs(10)) {
-                        tracing::warn!(target: "berth::cluster", etcd = %Escaped::text(&config.etcd.join(",")), error = %Escaped::text(&why), "waiting for etcd to answer before joining");
+                        tracing::warn!(target: "berth::cluster", etcd = %Escaped::text(&config.etcd.join(",")), error = %Escaped::text(&why.to_string()), "waiting for etcd to answer before joining");
                         said = Some(std::time::Instant::now());
                     }
                     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -303,9 +318,8 @@ impl Cluster {
                 .gets
                 .first()
                 .and_then(|g| g.first())
-                .ok_or_else(|| Error::State("no /berth/secret".into()))?;
-            String::from_utf8(kv.value.clone())
-                .map_err(|_| Error::State("/berth/secret is not text".into()))?
+                .ok_or(Error::NoSecret)?;
+            String::from_utf8(kv.value.clone()).map_err(|_| Error::SecretNotText)?
         };
         let advertise = config
             .advertise
@@ -425,7 +439,7 @@ impl Cluster {
         let live: Vec<String> = self.live_nodes().await?.into_iter().map(|n| n.0).collect();
         let chosen = rendezvous(name, &live, self.replicas);
         let key = repo_key(name, "replicas");
-        let value = json!(chosen).to_string().into_bytes();
+        let value = wire::encode(&chosen);
         let t = self
             .etcd
             .txn(
@@ -440,7 +454,10 @@ impl Cluster {
         }
         match t.gets.first().and_then(|g| g.first()) {
             Some(kv) => parse_list(&kv.value),
-            None => Err(Error::State(format!("{name}: no replicas recorded"))),
+            None => Err(Error::NotRecorded {
+                name: name.to_owned(),
+                what: "replicas",
+            }),
         }
     }
 
@@ -459,7 +476,7 @@ impl Cluster {
         match self.etcd.get(&log_key(name)).await? {
             None => Ok((0, 0)),
             Some(kv) => {
-                let entry = log::Entry::decode(&kv.value).map_err(Error::State)?;
+                let entry = log::Entry::decode(&kv.value)?;
                 Ok((entry.seq, kv.mod_revision))
             }
         }
@@ -469,9 +486,7 @@ impl Cluster {
     async fn format_of(&self, name: &str) -> Result<Option<objects::Format>, Error> {
         match self.etcd.get(&repo_key(name, "format")).await? {
             None => Ok(None),
-            Some(kv) => objects::Format::decode(&kv.value)
-                .map(Some)
-                .map_err(Error::State),
+            Some(kv) => Ok(Some(objects::Format::decode(&kv.value)?)),
         }
     }
 
@@ -491,18 +506,21 @@ impl Cluster {
             )
             .await?;
         if t.succeeded {
-            return Ok(format.clone());
+            return Ok(*format);
         }
         match t.gets.first().and_then(|g| g.first()) {
-            Some(kv) => objects::Format::decode(&kv.value).map_err(Error::State),
-            None => Err(Error::State(format!("{name}: no format recorded"))),
+            Some(kv) => Ok(objects::Format::decode(&kv.value)?),
+            None => Err(Error::NotRecorded {
+                name: name.to_owned(),
+                what: "format",
+            }),
         }
     }
 
     /// Create this replica's copy of `name` at `dir` if it has none, in the recorded format
     /// (none recorded: no copy, rather than one in this node's defaults that no later push
     /// or catch-up could mend).
-    async fn ensure_copy(&self, name: &str, dir: &Path) -> Result<(), String> {
+    async fn ensure_copy(&self, name: &str, dir: &Path) -> Result<(), CopyError> {
         if crate::repo::is_git_dir(dir) {
             return Ok(());
         }
@@ -513,13 +531,10 @@ impl Cluster {
         }
         let format = self
             .format_of(name)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("the repository's format is not recorded yet")?;
+            .await?
+            .ok_or(CopyError::FormatUnrecorded)?;
         let d = dir.to_owned();
-        tokio::task::spawn_blocking(move || objects::ensure_repository(&d, &format))
-            .await
-            .map_err(|e| e.to_string())?
+        Ok(tokio::task::spawn_blocking(move || objects::ensure_repository(&d, &format)).await??)
     }
 
     /// A repository `name` this node just created at `dir` for a push: record its format for
@@ -618,14 +633,14 @@ impl Cluster {
         let here = replicas.contains(&self.node);
         if !here {
             if forwarded {
-                return Err(Error::State(format!(
-                    "forwarded a request for {name}, which has no replica on {}",
-                    self.node
-                )));
+                return Err(Error::NotAReplica {
+                    name,
+                    node: self.node.clone(),
+                });
             }
             let live = self.urls_of(&replicas).await?;
             if live.is_empty() {
-                return Err(Error::State(format!("no replica of {name} is live")));
+                return Err(Error::NoLiveReplica { name });
             }
             return Ok((Some(name), Route::Forward(live)));
         }
@@ -653,16 +668,10 @@ impl Cluster {
     }
 }
 
+/// A recorded replica list ([`wire::Replicas`]).
 fn parse_list(v: &[u8]) -> Result<Vec<String>, Error> {
-    let list: Value =
-        serde_json::from_slice(v).map_err(|e| Error::State(format!("replicas: {e}")))?;
-    list.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_owned))
-                .collect()
-        })
-        .ok_or_else(|| Error::State("replicas: not a list".into()))
+    let list: wire::Replicas = wire::decode("replicas", v)?;
+    Ok(list.into_iter().map(String::from).collect())
 }
 
 #[cfg(test)]

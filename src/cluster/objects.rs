@@ -8,8 +8,47 @@ use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::wire;
 use crate::objects::connectivity::{Check, Status};
 use crate::objects::ingest;
+
+/// Why objects from a peer could not be taken in, a pack for one made, or a copy created.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Error {
+    /// The quarantine could not be created.
+    #[error("quarantine: {0}")]
+    Quarantine(#[source] std::io::Error),
+    /// The pack was refused (berth's ingest or fsck).
+    #[error("unpack: {0}")]
+    Unpack(#[from] ingest::UnpackError),
+    /// The quarantine's objects could not be moved into the repository.
+    #[error("migrate: {0}")]
+    Migrate(#[source] std::io::Error),
+    /// Objects the new tips reach are in neither the pack nor the repository.
+    #[error("missing necessary objects")]
+    MissingObjects,
+    /// The copy's directory could not be created.
+    #[error("cannot create directory: {0}")]
+    CreateDir(#[source] std::io::Error),
+    /// `git init` could not be run.
+    #[error("cannot run git init: {0}")]
+    RunInit(#[source] std::io::Error),
+    /// `git init` failed.
+    #[error("git init --bare failed")]
+    Init,
+    /// `git pack-objects` could not be run.
+    #[error("cannot run git pack-objects: {0}")]
+    RunPackObjects(#[source] std::io::Error),
+    /// `git pack-objects` has no standard input.
+    #[error("pack-objects: no stdin")]
+    PackObjectsStdin,
+    /// The pack could not be read from `git pack-objects`, or it could not be awaited.
+    #[error("pack-objects: {0}")]
+    PackObjectsIo(#[source] std::io::Error),
+    /// `git pack-objects` failed, with what it said.
+    #[error("git pack-objects failed: {stderr}")]
+    PackObjects { stderr: String },
+}
 
 /// The index of a pack a peer sent, kept for the connectivity walk after the pack itself moved
 /// into the repository (the mapping outlives the rename).
@@ -55,7 +94,7 @@ pub(super) fn ingest(
     repo: &crate::repo::Repository,
     objects: &gix_odb::Handle,
     reader: &mut dyn Read,
-) -> Result<(Keeps, Option<PackIndex>), String> {
+) -> Result<(Keeps, Option<PackIndex>), Error> {
     let arrived = receive(repo, objects, reader)?;
     Ok((migrate(repo, arrived.quarantine)?, arrived.index))
 }
@@ -67,9 +106,9 @@ pub(super) fn receive(
     repo: &crate::repo::Repository,
     objects: &gix_odb::Handle,
     reader: &mut dyn Read,
-) -> Result<Arrived, String> {
+) -> Result<Arrived, Error> {
     let q = ingest::Quarantine::create(&repo.objects_dir)
-        .map_err(|e| format!("quarantine: {e}"))?
+        .map_err(Error::Quarantine)?
         .with_shared_repository(repo.config.ingest.shared_repository);
     let options = ingest::Options {
         object_format: repo.object_format,
@@ -78,8 +117,7 @@ pub(super) fn receive(
         ..Default::default()
     };
     let mut input = BufReader::with_capacity(64 * 1024, reader);
-    let received = ingest::receive_pack(&mut input, &q, objects, options)
-        .map_err(|e| format!("unpack: {e}"))?;
+    let received = ingest::receive_pack(&mut input, &q, objects, options)?;
     Ok(Arrived {
         quarantine: q,
         index: received.index.map(|i| PackIndex(Arc::new(i))),
@@ -91,81 +129,73 @@ pub(super) fn receive(
 pub(super) fn migrate(
     repo: &crate::repo::Repository,
     mut q: ingest::Quarantine,
-) -> Result<Keeps, String> {
+) -> Result<Keeps, Error> {
     q.migrate(&repo.objects_dir)
         .map(Keeps)
-        .map_err(|e| format!("migrate: {e}"))
+        .map_err(Error::Migrate)
 }
 
 /// A repository's object and ref format, as the cluster records it (`repos/<name>/format`)
 /// so that every replica's copy is created alike, whatever each node's git defaults are.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Format {
-    /// `sha1` or `sha256`.
-    pub(super) object: &'static str,
-    /// `files` or `reftable`.
-    pub(super) refs: &'static str,
-}
+pub(super) use super::wire::Format;
 
 impl Format {
     /// The format of an open repository.
     pub(super) fn of(repo: &crate::repo::Repository) -> Format {
         Format {
-            object: match repo.object_format {
-                gix_hash::Kind::Sha256 => "sha256",
-                _ => "sha1",
+            object_format: match repo.object_format {
+                gix_hash::Kind::Sha256 => wire::ObjectFormat::Sha256,
+                _ => wire::ObjectFormat::Sha1,
             },
-            refs: match repo.ref_format {
-                crate::repo::RefFormat::Reftable => "reftable",
-                crate::repo::RefFormat::Files => "files",
+            ref_format: match repo.ref_format {
+                crate::repo::RefFormat::Reftable => wire::RefFormat::Reftable,
+                crate::repo::RefFormat::Files => wire::RefFormat::Files,
             },
         }
     }
 
     /// The JSON the cluster records.
     pub(super) fn encode(&self) -> Vec<u8> {
-        serde_json::json!({"object_format": self.object, "ref_format": self.refs})
-            .to_string()
-            .into_bytes()
+        wire::encode(self)
     }
 
     /// The recorded JSON, checked.
-    pub(super) fn decode(b: &[u8]) -> Result<Format, String> {
-        let v: serde_json::Value = serde_json::from_slice(b).map_err(|e| format!("format: {e}"))?;
-        let object = match v["object_format"].as_str() {
-            Some("sha1") => "sha1",
-            Some("sha256") => "sha256",
-            _ => return Err("format: bad object_format".into()),
-        };
-        let refs = match v["ref_format"].as_str() {
-            Some("files") => "files",
-            Some("reftable") => "reftable",
-            _ => return Err("format: bad ref_format".into()),
-        };
-        Ok(Format { object, refs })
+    pub(super) fn decode(b: &[u8]) -> Result<Format, wire::Decode> {
+        wire::decode("format", b)
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}",
+            self.object_format.as_str(),
+            self.ref_format.as_str()
+        )
     }
 }
 
 /// Create the bare repository `dir` in `format` if it does not exist.
-pub(super) fn ensure_repository(dir: &Path, format: &Format) -> Result<(), String> {
+pub(super) fn ensure_repository(dir: &Path, format: &Format) -> Result<(), Error> {
     if crate::repo::is_git_dir(dir) {
         return Ok(());
     }
     if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create directory: {e}"))?;
+        std::fs::create_dir_all(parent).map_err(Error::CreateDir)?;
     }
     let mut init = std::process::Command::new("git");
     init.args(["init", "--quiet", "--bare"])
-        .arg(format!("--object-format={}", format.object))
-        .arg(format!("--ref-format={}", format.refs));
+        .arg(format!("--object-format={}", format.object_format.as_str()))
+        .arg(format!("--ref-format={}", format.ref_format.as_str()));
     let out = init
         .arg("--")
         .arg(dir)
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|e| format!("cannot run git init: {e}"))?;
+        .map_err(Error::RunInit)?;
     if !out.status.success() && !crate::repo::is_git_dir(dir) {
-        return Err("git init --bare failed".into());
+        return Err(Error::Init);
     }
     Ok(())
 }
@@ -180,7 +210,7 @@ pub(super) fn connected(
     objects: &gix_odb::Handle,
     index: Option<&gix_pack::index::File>,
     tips: &[gix_hash::ObjectId],
-) -> Result<(), String> {
+) -> Result<(), Error> {
     if tips.is_empty() {
         return Ok(());
     }
@@ -194,7 +224,7 @@ pub(super) fn connected(
         .map(|t| check.tip(*t))
         .find(|s| matches!(s, Status::Missing(_)))
     {
-        Some(_) => Err("missing necessary objects".into()),
+        Some(_) => Err(Error::MissingObjects),
         None => Ok(()),
     }
 }
@@ -205,7 +235,7 @@ pub(super) fn pack_objects(
     dir: &std::path::Path,
     tips: &[gix_hash::ObjectId],
     have: &[gix_hash::ObjectId],
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, Error> {
     use std::io::{Read, Write};
     if tips.is_empty() {
         return Ok(Vec::new());
@@ -224,7 +254,7 @@ pub(super) fn pack_objects(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run git pack-objects: {e}"))?;
+        .map_err(Error::RunPackObjects)?;
     let mut input = String::new();
     for t in tips {
         input.push_str(&format!("{t}\n"));
@@ -236,38 +266,40 @@ pub(super) fn pack_objects(
             input.push_str(&format!("{h}\n"));
         }
     }
-    let mut stdin = child.stdin.take().ok_or("pack-objects: no stdin")?;
+    let mut stdin = child.stdin.take().ok_or(Error::PackObjectsStdin)?;
     let writer = std::thread::spawn(move || {
         let _ = stdin.write_all(input.as_bytes());
     });
     let mut pack = Vec::new();
     if let Some(mut out) = child.stdout.take() {
-        out.read_to_end(&mut pack)
-            .map_err(|e| format!("pack-objects: {e}"))?;
+        out.read_to_end(&mut pack).map_err(Error::PackObjectsIo)?;
     }
     let _ = writer.join();
     let mut err = String::new();
     if let Some(mut e) = child.stderr.take() {
         let _ = e.read_to_string(&mut err);
     }
-    let status = child.wait().map_err(|e| e.to_string())?;
+    let status = child.wait().map_err(Error::PackObjectsIo)?;
     if !status.success() {
-        return Err(format!("git pack-objects failed: {}", err.trim()));
+        return Err(Error::PackObjects {
+            stderr: err.trim().to_owned(),
+        });
     }
     Ok(pack)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Format;
+    use super::{Format, wire};
 
     #[test]
     fn format_round_trips_and_refuses_what_git_init_would_not_take() {
         let f = Format {
-            object: "sha256",
-            refs: "reftable",
+            object_format: wire::ObjectFormat::Sha256,
+            ref_format: wire::RefFormat::Reftable,
         };
-        assert_eq!(Format::decode(&f.encode()), Ok(f));
+        assert_eq!(Format::decode(&f.encode()).unwrap(), f);
+        assert_eq!(f.to_string(), "sha256/reftable");
         for bad in [
             r#"{"object_format":"md5","ref_format":"files"}"#,
             r#"{"object_format":"sha1","ref_format":"--upload-pack=x"}"#,

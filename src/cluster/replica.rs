@@ -16,15 +16,15 @@ use std::time::Duration;
 use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
 use tokio::io::AsyncReadExt;
 
+use super::catchup::Local;
 use super::decide::Verdict;
 use super::incoming::Claimed;
 use super::log::new_of;
 use super::objects::{Keeps, PackIndex, connected, migrate};
-use super::wire::{body_stream, text};
-use super::{Cluster, applied_seq, log, repo_dir};
+use super::wire::{self, body_stream, text};
+use super::{Cluster, CopyError, applied_seq, log, repo_dir};
 use crate::escape::Escaped;
 use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
 
@@ -33,10 +33,48 @@ const MAX_HEADER: usize = 64 << 20;
 /// How long a prepared transaction waits for its decision before asking etcd.
 const DECISION_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Why a replica did not prepare a push (the `409` answer's text).
+#[derive(Debug, thiserror::Error)]
+enum NotPrepared {
+    /// This replica has no copy and cannot make one.
+    #[error(transparent)]
+    Copy(#[from] CopyError),
+    /// This replica misses entries that touch the push's refs, or is ahead of its base.
+    #[error("replica {node} is at log entry {applied}, the push at {base}")]
+    Behind {
+        node: String,
+        applied: u64,
+        base: u64,
+    },
+    /// The copy could not be opened or its refs read, or the transaction not prepared.
+    #[error(transparent)]
+    Local(#[from] Local),
+    /// The push's pack stream did not bring its pack.
+    #[error(transparent)]
+    Stream(#[from] super::incoming::Error),
+    /// The pack could not be moved in, or the new tips are not connected.
+    #[error(transparent)]
+    Objects(#[from] super::objects::Error),
+}
+
+/// Why a decided push failed here (the decide request's `500` text).
+#[derive(Debug, thiserror::Error)]
+enum NotCommitted {
+    /// The ref transaction failed.
+    #[error(transparent)]
+    Commit(#[from] refs::transaction::commit::Error),
+    /// A ref of it failed.
+    #[error(transparent)]
+    Ref(#[from] Box<refs::RefError>),
+    /// The applied sequence number could not be recorded.
+    #[error("cannot record seq: {0}")]
+    Record(#[source] io::Error),
+}
+
 /// A decision for a prepared transaction, and where to say how it went.
 struct Decision {
     verdict: Verdict,
-    reply: tokio::sync::oneshot::Sender<Result<(), String>>,
+    reply: tokio::sync::oneshot::Sender<Result<(), NotCommitted>>,
 }
 
 /// The prepared transactions waiting for a decision, by transaction id.
@@ -72,33 +110,16 @@ struct PrepareHeader {
     stream: Option<String>,
 }
 
-fn parse_header(b: &[u8]) -> Result<PrepareHeader, String> {
-    let v: Value = serde_json::from_slice(b).map_err(|e| format!("header: {e}"))?;
-    let s = |k: &str| {
-        v[k].as_str()
-            .map(str::to_owned)
-            .ok_or(format!("header: no {k}"))
-    };
-    let repo = s("repo")?;
-    if !super::valid_repo_name(&repo) {
-        return Err("header: bad repository name".into());
-    }
-    let txid = s("txid")?;
-    if !super::valid_id(&txid) {
-        return Err("header: bad txid".into());
-    }
+fn parse_header(b: &[u8]) -> Result<PrepareHeader, wire::Decode> {
+    let h: wire::Prepare = wire::decode("header", b)?;
     Ok(PrepareHeader {
-        repo,
-        txid,
-        base_seq: v["base_seq"].as_u64().ok_or("header: no base_seq")?,
-        committer_name: s("committer_name")?,
-        committer_email: s("committer_email")?,
-        updates: log::parse_updates(&v["updates"])?,
-        stream: match &v["stream"] {
-            Value::Null => None,
-            Value::String(id) if super::valid_id(id) => Some(id.clone()),
-            _ => return Err("header: bad stream".into()),
-        },
+        repo: h.repo.into(),
+        txid: h.txid.into(),
+        base_seq: h.base_seq,
+        committer_name: h.committer_name,
+        committer_email: h.committer_email,
+        updates: wire::ref_updates(h.updates),
+        stream: h.stream.map(String::from),
     })
 }
 
@@ -119,14 +140,14 @@ pub(super) async fn prepare(cluster: &Arc<Cluster>, req: Request) -> Response {
     };
     let h = match parse_header(&header) {
         Ok(h) => h,
-        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
     match cluster.replicas_of(&h.repo).await {
         Ok(Some(nodes)) if nodes.contains(&cluster.node) => {}
         Ok(_) => return text(StatusCode::CONFLICT, "not a replica of this repository"),
         Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), NotPrepared>>();
     let job = Job {
         dir: repo_dir(&cluster.root, &h.repo),
         env: cluster.env.clone(),
@@ -137,7 +158,7 @@ pub(super) async fn prepare(cluster: &Arc<Cluster>, req: Request) -> Response {
     tokio::task::spawn_blocking(move || job.run(ready_tx));
     match ready_rx.await {
         Ok(Ok(())) => text(StatusCode::OK, "prepared"),
-        Ok(Err(e)) => text(StatusCode::CONFLICT, e),
+        Ok(Err(e)) => text(StatusCode::CONFLICT, e.to_string()),
         Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "prepare failed"),
     }
 }
@@ -152,7 +173,7 @@ struct Job {
 }
 
 impl Job {
-    fn run(self, ready: tokio::sync::oneshot::Sender<Result<(), String>>) {
+    fn run(self, ready: tokio::sync::oneshot::Sender<Result<(), NotPrepared>>) {
         let Job {
             dir,
             env,
@@ -160,12 +181,13 @@ impl Job {
             handle,
             h,
         } = self;
-        let fail = |ready: tokio::sync::oneshot::Sender<Result<(), String>>, e: String| {
-            tracing::info!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, error = %Escaped::text(&e), "not prepared");
+        let fail = |ready: tokio::sync::oneshot::Sender<Result<(), NotPrepared>>,
+                    e: NotPrepared| {
+            tracing::info!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, error = %Escaped::text(&e.to_string()), "not prepared");
             let _ = ready.send(Err(e));
         };
         if let Err(e) = handle.block_on(cluster.ensure_copy(&h.repo, &dir)) {
-            return fail(ready, e);
+            return fail(ready, e.into());
         }
         let applied = applied_seq(&dir);
         if applied < h.base_seq {
@@ -182,46 +204,38 @@ impl Job {
             )
         };
         if applied != h.base_seq && !disjoint() {
-            return fail(
-                ready,
-                format!(
-                    "replica {} is at log entry {applied}, the push at {}",
-                    cluster.node, h.base_seq
-                ),
-            );
+            let behind = NotPrepared::Behind {
+                node: cluster.node.clone(),
+                applied,
+                base: h.base_seq,
+            };
+            return fail(ready, behind);
         }
-        let Some(dir_str) = dir.to_str() else {
-            return fail(ready, "repository path is not UTF-8".into());
-        };
-        let repo = match crate::repo::Repository::open(dir_str, &env.for_config()) {
-            Ok(r) => r,
-            Err(e) => return fail(ready, e.to_string()),
-        };
-        let objects = match gix_odb::at(&repo.objects_dir, repo.object_format) {
+        let (repo, objects) = match super::catchup::open(&dir, &env) {
             Ok(o) => o,
-            Err(e) => return fail(ready, e.to_string()),
+            Err(e) => return fail(ready, e.into()),
         };
         // The pack arrived (or is arriving) on its own stream, already checked.
         let (keeps, index) = match &h.stream {
             Some(id) => match cluster.streams.claim(id, &h.repo) {
                 Ok(Claimed::Arrived(a)) => match migrate(&repo, a.quarantine) {
                     Ok(k) => (k, a.index),
-                    Err(e) => return fail(ready, e),
+                    Err(e) => return fail(ready, e.into()),
                 },
                 // An earlier batch of the push migrated it.
                 Ok(Claimed::Migrated(index)) => (Keeps(Vec::new()), index),
-                Err(e) => return fail(ready, e),
+                Err(e) => return fail(ready, e.into()),
             },
             None => (Keeps(Vec::new()), None),
         };
         let tips: Vec<gix_hash::ObjectId> = h.updates.iter().filter_map(new_of).collect();
         if let Err(e) = connected(&repo, &objects, index.as_ref().map(PackIndex::file), &tips) {
-            return fail(ready, e);
+            return fail(ready, e.into());
         }
         let store = refs::of_repository(&repo);
         let current = match store.snapshot() {
             Ok(c) => c,
-            Err(e) => return fail(ready, e.to_string()),
+            Err(e) => return fail(ready, Local::from(e).into()),
         };
         let env = crate::receive::Environment {
             committer_name: Some(h.committer_name.clone()),
@@ -241,7 +255,7 @@ impl Job {
             .prepare(&h.updates, &mut observer)
         {
             Ok(p) => p,
-            Err(e) => return fail(ready, e.to_string()),
+            Err(e) => return fail(ready, Local::from(e).into()),
         };
         let (tx, rx) = std::sync::mpsc::sync_channel::<Decision>(1);
         cluster.pending.insert(&h.txid, tx);
@@ -267,8 +281,15 @@ impl Job {
                 seq.saturating_sub(1),
                 super::gate::APPLY_WAIT,
             ));
-            match prepared.commit() {
-                Ok(results) if results.iter().all(Result::is_ok) => {
+            let committed = prepared
+                .commit()
+                .map_err(NotCommitted::from)
+                .and_then(|results| match results.into_iter().find_map(Result::err) {
+                    Some(e) => Err(NotCommitted::from(e)),
+                    None => Ok(()),
+                });
+            match committed {
+                Ok(()) => {
                     let created: Vec<&[u8]> = h
                         .updates
                         .iter()
@@ -278,7 +299,9 @@ impl Job {
                         })
                         .map(|u| u.name.as_slice())
                         .collect();
-                    crate::repo::head_to_first_created(dir_str, &created);
+                    if let Some(d) = dir.to_str() {
+                        crate::repo::head_to_first_created(d, &created);
+                    }
                     match cluster.record_applied(&dir, seq) {
                         Ok(true) => Ok(()),
                         Ok(false) => {
@@ -288,15 +311,10 @@ impl Job {
                             cluster.clone().spawn_catch_up(h.repo.clone());
                             Ok(())
                         }
-                        Err(e) => Err(format!("cannot record seq: {e}")),
+                        Err(e) => Err(NotCommitted::Record(e)),
                     }
                 }
-                Ok(results) => Err(results
-                    .into_iter()
-                    .find_map(Result::err)
-                    .map(|e| e.to_string())
-                    .unwrap_or_default()),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(e),
             }
         } else {
             drop(prepared);
@@ -304,7 +322,7 @@ impl Job {
         };
         drop(keeps);
         if let Err(e) = &result {
-            tracing::error!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, error = %Escaped::text(e), "commit of a decided push failed here");
+            tracing::error!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, error = %Escaped::text(&e.to_string()), "commit of a decided push failed here");
         } else {
             tracing::info!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, verdict = ?verdict, "decided");
         }
@@ -331,38 +349,29 @@ pub(super) async fn pack(cluster: &Arc<Cluster>, req: Request) -> Response {
     let c = cluster.clone();
     match tokio::task::spawn_blocking(move || super::catchup::serve_pack(&c, &ask)).await {
         Ok(Ok(pack)) => (StatusCode::OK, pack).into_response(),
-        Ok(Err((status, e))) => text(status, e),
+        Ok(Err(e)) => text(e.status(), e.to_string()),
         Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "pack failed"),
     }
 }
 
 pub(super) async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
-    let query = req.uri().query().unwrap_or_default().to_owned();
-    let mut repo = None;
-    let mut txid = None;
-    let mut seq = None;
-    let mut word = None;
-    for pair in query.split('&') {
-        match pair.split_once('=') {
-            Some(("repo", v)) => repo = Some(v.to_owned()),
-            Some(("txid", v)) => txid = Some(v.to_owned()),
-            Some(("seq", v)) => seq = v.parse::<u64>().ok(),
-            Some(("verdict", v)) => word = Some(v.to_owned()),
-            _ => {}
-        }
-    }
-    let verdict = word.and_then(|w| Verdict::parse(&w, seq));
-    let (Some(txid), Some(verdict)) = (txid, verdict) else {
+    let query = req.uri().query().unwrap_or_default();
+    let q: wire::DecideQuery = match wire::decode_query("decide", query) {
+        Ok(q) => q,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let word = match q.verdict {
+        wire::VerdictWord::Commit => "commit",
+        wire::VerdictWord::Abort => "abort",
+    };
+    let Some(verdict) = Verdict::parse(word, q.seq.map(|s| s.0)) else {
         return text(StatusCode::BAD_REQUEST, "decide: txid, seq, verdict");
     };
-    let Some(tx) = cluster.pending.take(&txid) else {
+    let (repo, txid) = (q.repo, q.txid.as_str());
+    let Some(tx) = cluster.pending.take(txid) else {
         // Resolved here already (its decision came late: the accepting node was stopped, and
         // this replica asked the log and committed): entry `seq` is this push's.
-        let applied = |seq| {
-            repo.as_deref()
-                .filter(|r| super::valid_repo_name(r))
-                .is_some_and(|r| applied_seq(&repo_dir(&cluster.root, r)) >= seq)
-        };
+        let applied = |seq| applied_seq(&repo_dir(&cluster.root, repo.as_str())) >= seq;
         if let Verdict::Commit { seq } = verdict
             && applied(seq)
         {
@@ -382,10 +391,39 @@ pub(super) async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
                 Verdict::Abort => "aborted",
             },
         ),
-        Ok(Ok(Err(e))) => text(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Ok(Ok(Err(e))) => text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         _ => text(
             StatusCode::INTERNAL_SERVER_ERROR,
             "no answer from the transaction",
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accepting_node_reads_the_refusals_as_before() {
+        let behind = NotPrepared::Behind {
+            node: "n2".into(),
+            applied: 3,
+            base: 5,
+        };
+        assert_eq!(
+            behind.to_string(),
+            "replica n2 is at log entry 3, the push at 5"
+        );
+        let stream = NotPrepared::from(super::super::incoming::Error::NeverArrived);
+        assert_eq!(stream.to_string(), "the push's pack never arrived here");
+        let objects = NotPrepared::from(super::super::objects::Error::MissingObjects);
+        assert_eq!(objects.to_string(), "missing necessary objects");
+        let copy = NotPrepared::from(CopyError::FormatUnrecorded);
+        assert_eq!(
+            copy.to_string(),
+            "the repository's format is not recorded yet"
+        );
+        let record = NotCommitted::Record(io::Error::other("disk full"));
+        assert_eq!(record.to_string(), "cannot record seq: disk full");
     }
 }

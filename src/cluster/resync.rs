@@ -30,12 +30,12 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
+use super::catchup::Local;
 use super::objects::connected;
-use super::wire::{SECRET_HEADER, body_stream, text};
-use super::{Cluster, applied_seq, http, repo_dir, repo_key, set_applied_seq};
+use super::wire::{self, Answered, Attempts, SECRET_HEADER, Snapshot, body_stream, text};
+use super::{Cluster, applied_seq, etcd, http, repo_dir, repo_key, set_applied_seq};
 use crate::escape::Escaped;
 use crate::refs::{self, Change, Expected, RefUpdate};
 
@@ -44,40 +44,79 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The largest snapshot request (`{"repo": …}`).
 const MAX_ASK: u64 = 64 << 10;
 
-/// A replica's refs at the last entry it applied.
-#[derive(Debug)]
-struct Snapshot {
-    seq: u64,
-    head: Option<String>,
-    refs: Vec<(String, gix_hash::ObjectId)>,
+/// Why a resync copied nothing.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Error {
+    /// etcd failed.
+    #[error(transparent)]
+    Etcd(#[from] etcd::Error),
+    /// A blocking task was lost.
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
+    /// The repository's name cannot travel.
+    #[error(transparent)]
+    Name(#[from] wire::Invalid),
+    /// This replica's copy could not be opened or read.
+    #[error(transparent)]
+    Local(#[from] Local),
+    /// The snapshot's objects are not all here.
+    #[error(transparent)]
+    Objects(#[from] super::objects::Error),
+    /// The snapshot's refs could not be written.
+    #[error("resync: {0}")]
+    Install(#[source] Local),
+    /// HEAD could not be set to the snapshot's.
+    #[error("resync: cannot set HEAD")]
+    Head,
+    /// The snapshot's sequence number could not be recorded.
+    #[error(transparent)]
+    Record(std::io::Error),
+    /// Every replica was passed over.
+    #[error("no replica could be copied ({0})")]
+    NoCopy(Attempts),
 }
 
-impl Snapshot {
-    fn decode(b: &[u8]) -> Result<Snapshot, String> {
-        let v: Value = serde_json::from_slice(b).map_err(|e| format!("snapshot: {e}"))?;
-        let seq = v["seq"].as_u64().ok_or("snapshot: no seq")?;
-        let head = match &v["head"] {
-            Value::Null => None,
-            Value::String(h) if super::log::valid_ref_name(h) => Some(h.clone()),
-            _ => return Err("snapshot: bad head".into()),
-        };
-        let list = v["refs"].as_array().ok_or("snapshot: no refs")?;
-        let mut refs = Vec::with_capacity(list.len());
-        for r in list {
-            let name = r[0].as_str().filter(|n| super::log::valid_ref_name(n));
-            let id = r[1]
-                .as_str()
-                .and_then(|s| gix_hash::ObjectId::from_hex(s.as_bytes()).ok());
-            match (name, id) {
-                (Some(n), Some(id)) => refs.push((n.to_owned(), id)),
-                _ => return Err("snapshot: bad ref".into()),
-            }
+/// Why a replica's snapshot was passed over though it came.
+#[derive(Debug, thiserror::Error)]
+enum PassedOver {
+    /// It would lose entries this replica applied.
+    #[error("at entry {seq}, behind this replica's {applied}")]
+    Behind { seq: u64, applied: u64 },
+    /// The entry after it is no longer in the log.
+    #[error("at entry {seq}, and entry {} is compacted", seq + 1)]
+    Compacted { seq: u64 },
+}
+
+/// Why `POST /_berth/cluster/snapshot` sent no snapshot; [`ServeError::status`] is the
+/// answer's.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ServeError {
+    /// The ask is not what a resync sends.
+    #[error(transparent)]
+    Ask(#[from] wire::Decode),
+    /// This node has no copy of the repository.
+    #[error("no such repository here")]
+    NoRepository,
+    /// The copy could not be read.
+    #[error(transparent)]
+    Local(#[from] Local),
+    /// A ref that no peer would take.
+    #[error(transparent)]
+    Invalid(#[from] wire::Invalid),
+    /// The answer is larger than a peer takes.
+    #[error("snapshot larger than --max-request-bytes")]
+    TooLarge,
+}
+
+impl ServeError {
+    /// The HTTP status of the answer.
+    fn status(&self) -> StatusCode {
+        match self {
+            ServeError::Ask(_) => StatusCode::BAD_REQUEST,
+            ServeError::NoRepository => StatusCode::NOT_FOUND,
+            ServeError::Local(_) | ServeError::Invalid(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ServeError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         }
-        refs.sort();
-        if refs.windows(2).any(|p| p[0].0 == p[1].0) {
-            return Err("snapshot: a ref twice".into());
-        }
-        Ok(Snapshot { seq, head, refs })
     }
 }
 
@@ -88,58 +127,52 @@ pub(super) async fn snapshot(cluster: &Arc<Cluster>, req: Request) -> Response {
     if let Err(e) = body.read_to_end(&mut ask).await {
         return text(StatusCode::BAD_REQUEST, format!("snapshot: {e}"));
     }
-    let name = match serde_json::from_slice::<Value>(&ask) {
-        Ok(v) => match v["repo"].as_str() {
-            Some(n) if super::valid_repo_name(n) => n.to_owned(),
-            _ => return text(StatusCode::BAD_REQUEST, "snapshot: bad repository name"),
-        },
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("snapshot: {e}")),
-    };
     let c = cluster.clone();
-    match tokio::task::spawn_blocking(move || take_snapshot(&c, &name)).await {
+    let answer = tokio::task::spawn_blocking(move || {
+        let ask: wire::SnapshotAsk = wire::decode("snapshot", &ask)?;
+        take_snapshot(&c, ask.repo.as_str())
+    });
+    match answer.await {
         Ok(Ok(answer)) => (StatusCode::OK, answer).into_response(),
-        Ok(Err((status, e))) => text(status, e),
+        Ok(Err(e)) => text(e.status(), e.to_string()),
         Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "snapshot failed"),
     }
 }
 
-fn take_snapshot(cluster: &Cluster, name: &str) -> Result<Vec<u8>, (StatusCode, String)> {
+fn take_snapshot(cluster: &Cluster, name: &str) -> Result<Vec<u8>, ServeError> {
     let dir = repo_dir(&cluster.root, name);
     if !crate::repo::is_git_dir(&dir) {
-        return Err((StatusCode::NOT_FOUND, "no such repository here".into()));
+        return Err(ServeError::NoRepository);
     }
-    let internal = |e: String| (StatusCode::INTERNAL_SERVER_ERROR, e);
-    let (repo, _) = super::catchup::open(&dir, &cluster.env).map_err(internal)?;
+    let (repo, _) = super::catchup::open(&dir, &cluster.env)?;
     let store = refs::of_repository(&repo);
     // Entries are applied and recorded under the apply lock: the refs hold every entry up to
     // the sequence number read with them.
     let (seq, refs, head) = {
         let _g = cluster.apply_lock.lock();
         let seq = applied_seq(&dir);
-        let refs = store.snapshot().map_err(|e| internal(e.to_string()))?;
+        let refs = store.snapshot().map_err(Local::from)?;
         (seq, refs, head_target(&dir))
     };
-    let answer = json!({
-        "seq": seq,
-        "head": head,
-        "refs": refs
-            .iter()
-            .filter_map(|(n, id)| Some(json!([std::str::from_utf8(n).ok()?, id.to_string()])))
-            .collect::<Vec<_>>(),
-    })
-    .to_string()
-    .into_bytes();
+    // A name that is not UTF-8 cannot travel: left out, as the resyncing replica deletes it.
+    let refs = refs
+        .iter()
+        .filter_map(|(n, id)| Some((std::str::from_utf8(n).ok()?, *id)))
+        .map(|(n, id)| Ok((wire::RefName::try_from(n)?, wire::Oid(id))))
+        .collect::<Result<Vec<_>, wire::Invalid>>()?;
+    let answer = wire::encode(&Snapshot {
+        head,
+        refs: refs.try_into()?,
+        seq,
+    });
     if answer.len() as u64 > cluster.max_pack {
-        return Err((
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "snapshot larger than --max-request-bytes".into(),
-        ));
+        return Err(ServeError::TooLarge);
     }
     Ok(answer)
 }
 
 /// The ref HEAD names (`git symbolic-ref`: either ref format), if it is symbolic.
-fn head_target(dir: &Path) -> Option<String> {
+fn head_target(dir: &Path) -> Option<wire::RefName> {
     let out = std::process::Command::new("git")
         .arg("--git-dir")
         .arg(dir)
@@ -149,7 +182,10 @@ fn head_target(dir: &Path) -> Option<String> {
         .output()
         .ok()?;
     let t = String::from_utf8(out.stdout).ok()?.trim_end().to_owned();
-    (out.status.success() && super::log::valid_ref_name(&t)).then_some(t)
+    out.status
+        .success()
+        .then(|| wire::RefName::try_from(t).ok())
+        .flatten()
 }
 
 impl Cluster {
@@ -161,10 +197,12 @@ impl Cluster {
         peers: &[(String, String)],
         applied: u64,
         head: u64,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, Error> {
         let dir = repo_dir(&self.root, name);
-        let ask = Bytes::from(json!({ "repo": name }).to_string());
-        let mut why = Vec::new();
+        let ask = Bytes::from(wire::encode(&wire::SnapshotAsk {
+            repo: wire::RepoName::try_from(name)?,
+        }));
+        let mut why = Attempts::default();
         for (i, (peer, url)) in peers.iter().enumerate() {
             let target = http::join(url, "/_berth/cluster/snapshot");
             let got = http::post(
@@ -176,40 +214,31 @@ impl Cluster {
             )
             .await;
             let snap = match got {
-                Ok((200, body)) => match Snapshot::decode(&body) {
+                Ok((200, body)) => match wire::decode::<Snapshot>("snapshot", &body) {
                     Ok(s) => s,
                     Err(e) => {
-                        why.push(format!("{peer}: {e}"));
+                        why.push(peer, e);
                         continue;
                     }
                 },
                 Ok((status, body)) => {
-                    why.push(format!(
-                        "{peer}: {status} {}",
-                        String::from_utf8_lossy(&body).trim()
-                    ));
+                    why.push(peer, Answered::new(status, &body));
                     continue;
                 }
                 Err(e) => {
-                    why.push(format!("{peer}: {e}"));
+                    why.push(peer, e);
                     continue;
                 }
             };
             // Nothing the log committed may be lost: the snapshot is at least what this replica
             // applied, and every entry after it is still in the log.
             if snap.seq < applied {
-                why.push(format!(
-                    "{peer}: at entry {}, behind this replica's {applied}",
-                    snap.seq
-                ));
+                let seq = snap.seq;
+                why.push(peer, PassedOver::Behind { seq, applied });
                 continue;
             }
             if snap.seq < head && !self.entry_present(name, snap.seq + 1).await? {
-                why.push(format!(
-                    "{peer}: at entry {}, and entry {} is compacted",
-                    snap.seq,
-                    snap.seq + 1
-                ));
+                why.push(peer, PassedOver::Compacted { seq: snap.seq });
                 continue;
             }
             // The objects: from this peer first, then the others.
@@ -218,24 +247,20 @@ impl Cluster {
                 .collect();
             let (wants, haves) = {
                 let (dir, env) = (dir.clone(), self.env.clone());
-                let tips: Vec<_> = snap.refs.iter().map(|r| r.1).collect();
-                tokio::task::spawn_blocking(move || missing(&dir, &env, &tips))
-                    .await
-                    .map_err(|e| e.to_string())??
+                let tips: Vec<_> = snap.refs.list().iter().map(|r| r.1.0).collect();
+                tokio::task::spawn_blocking(move || missing(&dir, &env, &tips)).await??
             };
             if !wants.is_empty()
                 && let Err(e) = self.fetch(name, &order, &wants, &haves).await
             {
-                why.push(format!("{peer}: {e}"));
+                why.push(peer, e);
                 continue;
             }
-            let refs_count = snap.refs.len();
+            let refs_count = snap.refs.list().len();
             let seq = snap.seq;
             let (dir2, env, cluster) = (dir.clone(), self.env.clone(), self.clone());
             let installed =
-                tokio::task::spawn_blocking(move || install(&cluster, &dir2, &env, &snap))
-                    .await
-                    .map_err(|e| e.to_string())?;
+                tokio::task::spawn_blocking(move || install(&cluster, &dir2, &env, &snap)).await?;
             match installed {
                 Ok(Some(changed)) => {
                     tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), from = %Escaped::text(peer), seq, refs = refs_count, changed, objects = wants.len(), "resynced from a replica");
@@ -243,21 +268,17 @@ impl Cluster {
                 }
                 // Applied this far meanwhile (a decision arrived): nothing to copy.
                 Ok(None) => return Ok(applied_seq(&dir)),
-                Err(e) => why.push(format!("{peer}: {e}")),
+                Err(e) => why.push(peer, e),
             }
         }
         // Logged escaped by the catch-up.
-        Err(format!("no replica could be copied ({})", why.join("; ")))
+        Err(Error::NoCopy(why))
     }
 
     /// Whether log entry `seq` of `name` is in etcd.
-    async fn entry_present(&self, name: &str, seq: u64) -> Result<bool, String> {
+    async fn entry_present(&self, name: &str, seq: u64) -> Result<bool, etcd::Error> {
         let key = repo_key(name, &format!("entries/{seq:020}"));
-        self.etcd
-            .get(&key)
-            .await
-            .map(|kv| kv.is_some())
-            .map_err(|e| e.to_string())
+        self.etcd.get(&key).await.map(|kv| kv.is_some())
     }
 }
 
@@ -266,7 +287,7 @@ fn missing(
     dir: &Path,
     env: &crate::receive::Environment,
     tips: &[gix_hash::ObjectId],
-) -> Result<(Vec<gix_hash::ObjectId>, Vec<gix_hash::ObjectId>), String> {
+) -> Result<(Vec<gix_hash::ObjectId>, Vec<gix_hash::ObjectId>), Local> {
     let (wants, haves) = super::catchup::missing(dir, env, tips)?;
     let mut wants = wants;
     wants.sort();
@@ -282,8 +303,8 @@ fn install(
     dir: &Path,
     env: &crate::receive::Environment,
     snap: &Snapshot,
-) -> Result<Option<usize>, String> {
-    let tips: Vec<_> = snap.refs.iter().map(|r| r.1).collect();
+) -> Result<Option<usize>, Error> {
+    let tips: Vec<_> = snap.refs.list().iter().map(|r| r.1.0).collect();
     let (repo, objects) = super::catchup::open(dir, env)?;
     let _g = cluster.apply_lock.lock();
     if applied_seq(dir) >= snap.seq && snap.seq > 0 {
@@ -292,10 +313,11 @@ fn install(
     // Every object of the snapshot here (fetched now and checked then, or there before).
     connected(&repo, &objects, None, &tips)?;
     let store = refs::of_repository(&repo);
-    let current = store.snapshot().map_err(|e| e.to_string())?;
+    let current = store.snapshot().map_err(Local::from)?;
     let mut updates = Vec::new();
-    for (name, id) in &snap.refs {
-        let change = match current.get(name.as_bytes()) {
+    for (name, id) in snap.refs.list() {
+        let id = &id.0;
+        let change = match current.get(name.as_str().as_bytes()) {
             None => Change::Create { new: *id },
             Some(old) if old == *id => continue,
             Some(old) => Change::Update {
@@ -309,8 +331,7 @@ fn install(
         });
     }
     for (name, old) in current.iter() {
-        let keep = std::str::from_utf8(name)
-            .is_ok_and(|n| snap.refs.binary_search_by(|r| r.0.as_str().cmp(n)).is_ok());
+        let keep = std::str::from_utf8(name).is_ok_and(|n| snap.refs.contains(n));
         if !keep {
             updates.push(RefUpdate {
                 name: name.into(),
@@ -323,38 +344,51 @@ fn install(
     if !updates.is_empty() {
         let committer = "berth-cluster (resync)".to_owned();
         super::catchup::commit_all(&*store, &updates, &current, &objects, env, committer)
-            .map_err(|e| format!("resync: {e}"))?;
+            .map_err(Error::Install)?;
     }
     if let Some(target) = &snap.head
-        && head_target(dir).as_deref() != Some(target.as_str())
+        && head_target(dir).as_ref() != Some(target)
     {
         let ok = std::process::Command::new("git")
             .arg("--git-dir")
             .arg(dir)
-            .args(["symbolic-ref", "HEAD", target])
+            .args(["symbolic-ref", "HEAD", target.as_str()])
             .stdin(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
-            return Err("resync: cannot set HEAD".into());
+            return Err(Error::Head);
         }
     }
-    set_applied_seq(dir, snap.seq).map_err(|e| e.to_string())?;
+    set_applied_seq(dir, snap.seq).map_err(Error::Record)?;
     Ok(Some(updates.len()))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Snapshot;
+    use super::{Answered, Attempts, Error, PassedOver, Snapshot, wire};
+
+    #[test]
+    fn a_failed_resync_says_why_each_replica_was_passed_over() {
+        let mut why = Attempts::default();
+        why.push("n1", Answered::new(503, b" etcd down\n"));
+        why.push("n2", PassedOver::Behind { seq: 3, applied: 4 });
+        why.push("n3", PassedOver::Compacted { seq: 3 });
+        assert_eq!(
+            Error::NoCopy(why).to_string(),
+            "no replica could be copied (n1: 503 etcd down; n2: at entry 3, behind this \
+             replica's 4; n3: at entry 3, and entry 4 is compacted)"
+        );
+    }
 
     #[test]
     fn a_snapshot_is_checked() {
         let id = "1".repeat(40);
         let ok =
             format!(r#"{{"seq":4,"head":"refs/heads/main","refs":[["refs/heads/main","{id}"]]}}"#);
-        let s = Snapshot::decode(ok.as_bytes()).expect("valid");
-        assert_eq!((s.seq, s.refs.len()), (4, 1));
+        let s: Snapshot = wire::decode("snapshot", ok.as_bytes()).expect("valid");
+        assert_eq!((s.seq, s.refs.list().len()), (4, 1));
         for bad in [
             format!(r#"{{"seq":4,"head":null,"refs":[["HEAD","{id}"]]}}"#),
             format!(r#"{{"seq":4,"head":null,"refs":[["refs/heads/a..b","{id}"]]}}"#),
@@ -365,7 +399,10 @@ mod tests {
                 r#"{{"seq":4,"head":null,"refs":[["refs/heads/a","{id}"],["refs/heads/a","{id}"]]}}"#
             ),
         ] {
-            assert!(Snapshot::decode(bad.as_bytes()).is_err(), "{bad}");
+            assert!(
+                wire::decode::<Snapshot>("snapshot", bad.as_bytes()).is_err(),
+                "{bad}"
+            );
         }
     }
 }

@@ -41,7 +41,7 @@ pub(crate) struct PushStream {
     replicas: Vec<String>,
     handle: tokio::runtime::Handle,
     /// The stream's id, as the replicas key it.
-    id: String,
+    id: super::wire::Id,
     /// The peers a stream was opened to (name, URL); empty until the pack starts.
     opened: Mutex<Option<Vec<(String, String)>>>,
 }
@@ -58,15 +58,15 @@ impl PushStream {
             name,
             replicas,
             handle,
-            id: super::random_hex(16),
+            id: super::wire::Id::random(),
             opened: Mutex::new(None),
         }
     }
 
     /// The stream's id, if this push's pack was streamed (else the push had no pack).
-    pub(super) fn streamed(&self) -> Option<&str> {
+    pub(super) fn streamed(&self) -> Option<&super::wire::Id> {
         let opened = self.opened.lock().ok()?;
-        opened.is_some().then_some(self.id.as_str())
+        opened.is_some().then_some(&self.id)
     }
 }
 
@@ -118,9 +118,7 @@ impl PackTee for PushStream {
                         )
                         .await
                         .unwrap_or_default();
-                        (status != 200).then(|| {
-                            format!("{status} {}", String::from_utf8_lossy(&why).trim())
-                        })
+                        (status != 200).then(|| super::wire::Answered::new(status, &why).to_string())
                     }
                     Err(e) => Some(e.to_string()),
                 };

@@ -99,10 +99,13 @@ impl GateRefusal {
 }
 
 /// A batch the cluster committed: told how the local commit went, answers whether the push
-/// may be acknowledged (`Err`: the refs are refused with the text, though committed).
+/// may be acknowledged (`Err`: the refs are refused with its `Display`, though committed).
 pub trait GateCommit: Send {
     /// The local commit succeeded (`true`) or failed.
-    fn finish(self: Box<Self>, committed_here: bool) -> Result<(), String>;
+    fn finish(
+        self: Box<Self>,
+        committed_here: bool,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
 }
 
 /// What a pushed ref update does to the ref, for a [`RefAccess`] check.

@@ -247,7 +247,7 @@ fn commit(
             let results = committed?;
             match finished {
                 Ok(()) => Ok(results),
-                Err(text) => refuse(results, text),
+                Err(why) => refuse(results, why.to_string()),
             }
         }
     }

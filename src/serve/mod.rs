@@ -577,7 +577,7 @@ async fn serve_git(
                 return cluster::forward(req, &replicas, &how)
                     .await
                     .map_err(|e| {
-                        tracing::warn!(target: "berth::cluster", repo = %repo, error = %Escaped::text(&e), "cannot forward");
+                        tracing::warn!(target: "berth::cluster", repo = %repo, error = %Escaped::text(&e.to_string()), "cannot forward");
                         Reject::Unavailable("no replica of the repository could serve it".into())
                     });
             }
