@@ -32,6 +32,33 @@ enum Cmd {
     /// Benchmark receive-pack commands side by side on identical input.
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Look at a replicated cluster (docs/cluster.md).
+    #[cfg(feature = "serve")]
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
+}
+
+#[cfg(feature = "serve")]
+#[derive(Subcommand)]
+enum ClusterCmd {
+    /// The live nodes and every repository's replicas, log head and applied entries, with what
+    /// is wrong (short of --replicas copies, a replica down or behind); exits 1 when anything
+    /// is.
+    Status(ClusterStatusArgs),
+}
+
+#[cfg(feature = "serve")]
+#[derive(clap::Args)]
+struct ClusterStatusArgs {
+    /// etcd client URLs (comma-separated), as the nodes' --cluster.
+    #[arg(long, value_name = "URL[,URL...]")]
+    cluster: String,
+    /// How many copies each repository should have, as the nodes' --replicas.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -349,6 +376,51 @@ fn main() -> ExitCode {
         #[cfg(feature = "serve")]
         Cmd::Passwd(a) => passwd(a),
         Cmd::Bench(BenchCmd::ManyRefs(a)) => bench::many_refs_main(*a),
+        #[cfg(feature = "serve")]
+        Cmd::Cluster(ClusterCmd::Status(a)) => cluster_status(a),
+    }
+}
+
+/// `berth cluster status`.
+#[cfg(feature = "serve")]
+fn cluster_status(a: ClusterStatusArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("berth cluster status: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let status = runtime.block_on(berth::serve::cluster_status::read(
+        &[a.cluster],
+        a.replicas.max(1),
+    ));
+    match status {
+        Ok(status) => {
+            if a.json {
+                match serde_json::to_string_pretty(&status) {
+                    Ok(j) => println!("{j}"),
+                    Err(e) => {
+                        eprintln!("berth cluster status: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            } else {
+                print!("{status}");
+            }
+            if status.healthy() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("berth cluster status: {e} (is etcd at the URL the nodes' --cluster names?)");
+            ExitCode::from(2)
+        }
     }
 }
 

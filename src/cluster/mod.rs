@@ -55,6 +55,7 @@ mod log;
 mod objects;
 mod replica;
 mod resync;
+pub mod status;
 mod tee;
 pub(crate) mod tunnel;
 mod wire;

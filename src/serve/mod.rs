@@ -59,6 +59,7 @@ mod session;
 mod ssh;
 
 use crate::cluster;
+pub use crate::cluster::status as cluster_status;
 pub use crate::cluster::{Ack, ClusterConfig};
 pub(crate) use crate::escape::Escaped;
 pub use auth::hash_password;

@@ -706,6 +706,87 @@ fn a_forwarded_push_is_served_for_the_client_address_not_the_forwarding_node() {
 }
 
 #[test]
+fn cluster_status_shows_nodes_replicas_and_what_is_wrong() {
+    let Some(w) = cluster_world() else { return };
+    let (mut c, src) = cluster(&w).with_repo("app.git");
+    w.commit(&src, "a", "two");
+    c.must_push(
+        &w,
+        &src,
+        1,
+        "app.git",
+        &["HEAD:refs/heads/main"],
+        "second push",
+    );
+    c.converged(&w, "app.git", 3);
+    let urls = c.etcd.urls();
+    let status = |args: &[&str]| {
+        Command::new(common::berth())
+            .args(["cluster", "status", "--cluster", &urls])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // Every replica applied both entries (recorded in etcd every few seconds).
+    let start = Instant::now();
+    let out = loop {
+        let out = status(&[]);
+        if out.status.success() || start.elapsed() > Duration::from_secs(120) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("nodes: 3 live"), "{text}");
+    assert!(
+        text.contains("  app  log 2  applied n0=2 n1=2 n2=2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("(0 with findings; 3 copies wanted)"),
+        "{text}"
+    );
+    // Judged against four copies, the repository is short.
+    let out = status(&["--replicas", "4", "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json["repositories"][0]["findings"][0],
+        serde_json::json!({"kind": "short", "have": 3, "want": 4})
+    );
+    // A killed node is down once its lease expires.
+    c.kill_node(2);
+    let start = Instant::now();
+    loop {
+        let out = status(&[]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if text.contains("[n2 down]") {
+            assert_eq!(out.status.code(), Some(1));
+            assert!(text.contains("nodes: 2 live"), "{text}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "{text}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // etcd that does not answer: a clear error, exit 2.
+    let out = Command::new(common::berth())
+        .args(["cluster", "status", "--cluster", "http://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is etcd at the URL"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn a_killed_replica_and_a_killed_etcd_member_do_not_stop_pushes_and_the_replica_catches_up() {
     let Some(w) = cluster_world() else { return };
     let (mut c, src) = cluster(&w).with_repo("r.git");
