@@ -37,6 +37,7 @@ macro_rules! internal {
 
 #[cfg(feature = "serve")]
 mod cluster;
+#[cfg(feature = "serve")]
 mod escape;
 pub mod fsync;
 #[cfg(feature = "internals")]

@@ -1,11 +1,13 @@
 //! Finding and opening the repository a push goes to, as git's `enter_repo` does, and refusing
 //! repository formats berth cannot yet write correctly.
 
+#[cfg(feature = "serve")]
 mod head;
 pub mod config;
 pub mod name;
 pub mod policy;
 
+#[cfg(feature = "serve")]
 pub(crate) use head::head_to_first_created;
 
 // The server's (and the fuzz targets') repository names; unused by the receive-pack alone.
