@@ -189,6 +189,18 @@ pub(crate) struct Cluster {
     /// Per repository: the applied sequence number last published to etcd, and (on the
     /// repository's first replica, which compacts) the entries compacted up to.
     published: std::sync::Mutex<std::collections::HashMap<String, (u64, u64)>>,
+    /// When etcd last renewed (or granted) this node's lease: what `/healthz` judges.
+    renewed: std::sync::Mutex<std::time::Instant>,
+}
+
+/// Whether this node is in the cluster's view, for `/healthz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Health {
+    /// etcd renewed its lease within the lease's life: other nodes see it live.
+    InCluster,
+    /// etcd has not renewed its lease for this long (longer than its life): the others count
+    /// it as gone, and pushes through it fail until etcd is back.
+    EtcdUnreachable(Duration),
 }
 
 /// Random bytes as hex (the cluster secret, transaction ids).
@@ -345,6 +357,7 @@ impl Cluster {
             live: Default::default(),
             apply_lock: Default::default(),
             published: Default::default(),
+            renewed: std::sync::Mutex::new(std::time::Instant::now()),
         });
         let stale = locks::remove_stale(root);
         if stale > 0 {
@@ -357,6 +370,26 @@ impl Cluster {
         tokio::spawn(cluster.clone().watch_logs());
         tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %Escaped::text(&cluster.advertise), "joined the cluster");
         Ok(cluster)
+    }
+
+    fn renewed_now(&self) {
+        if let Ok(mut at) = self.renewed.lock() {
+            *at = std::time::Instant::now();
+        }
+    }
+
+    /// Whether etcd renewed this node's lease within its life.
+    pub(crate) fn health(&self) -> Health {
+        let since = self
+            .renewed
+            .lock()
+            .map(|at| at.elapsed())
+            .unwrap_or_default();
+        if since <= Duration::from_secs(LEASE_TTL as u64) {
+            Health::InCluster
+        } else {
+            Health::EtcdUnreachable(since)
+        }
     }
 
     fn node_key(&self) -> Vec<u8> {
@@ -378,9 +411,12 @@ impl Cluster {
         loop {
             tokio::time::sleep(Duration::from_secs((LEASE_TTL / 3).max(1) as u64)).await;
             match self.etcd.keepalive(lease).await {
-                Ok(true) => {}
+                Ok(true) => self.renewed_now(),
                 Ok(false) => match self.register().await {
-                    Ok(l) => lease = l,
+                    Ok(l) => {
+                        lease = l;
+                        self.renewed_now();
+                    }
                     Err(e) => {
                         tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "cannot register again")
                     }

@@ -449,6 +449,22 @@ fn git_protocol(headers: &HeaderMap) -> Option<String> {
         .then(|| v.to_owned())
 }
 
+/// `GET /healthz`: `ok`, or in a cluster 503 while etcd has not renewed this node's lease
+/// (the other nodes count it as gone; pushes through it fail until etcd is back).
+fn health(server: &Server) -> Response {
+    match server.cluster.get().map(|c| c.health()) {
+        None | Some(cluster::Health::InCluster) => "ok\n".into_response(),
+        Some(cluster::Health::EtcdUnreachable(since)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "etcd has not renewed this node's lease for {} s: not in the cluster\n",
+                since.as_secs()
+            ),
+        )
+            .into_response(),
+    }
+}
+
 /// Who a request comes from.
 #[derive(Debug, Clone, Copy)]
 struct Client {
@@ -504,7 +520,7 @@ async fn handle(
     let result = match routed {
         Ok(Route::Metrics) if server.metrics_at.on_main() => Ok(metrics_response(&server)),
         Ok(Route::Metrics) => Err(Reject::NotFound),
-        Ok(Route::Health) => Ok("ok\n".into_response()),
+        Ok(Route::Health) => Ok(health(&server)),
         Ok(r) => serve_git(&server, r, client, req, &access).await,
         Err(e) => Err(e),
     };

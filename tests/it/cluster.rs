@@ -171,7 +171,7 @@ impl Etcd {
     }
 
     /// (Re)start member `i` (a data directory that exists already is the member's state).
-    fn restart(&mut self, i: usize) {
+    pub(crate) fn restart(&mut self, i: usize) {
         if self.members[i].is_some() {
             return;
         }
@@ -183,7 +183,7 @@ impl Etcd {
         self.members[i] = Some(self.commands[i].stderr(log).spawn().unwrap());
     }
 
-    fn kill(&mut self, i: usize) {
+    pub(crate) fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -784,6 +784,46 @@ fn cluster_status_shows_nodes_replicas_and_what_is_wrong() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn healthz_says_when_etcd_stopped_renewing_the_nodes_lease() {
+    let Some(w) = cluster_world() else { return };
+    let mut c = cluster(&w).start();
+    let addr = format!("127.0.0.1:{}", c.nodes[0].port);
+    let r = crate::serve::http(&addr, "GET", "/healthz", &[], b"");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"ok\n"[..]));
+    // Every etcd member gone: past the lease's 10 s life the node says it is not in the cluster.
+    for i in 0..3 {
+        c.etcd.kill(i);
+    }
+    let start = Instant::now();
+    loop {
+        let r = crate::serve::http(&addr, "GET", "/healthz", &[], b"");
+        if r.status == 503 {
+            assert!(
+                String::from_utf8_lossy(&r.body).contains("etcd has not renewed this node's lease"),
+                "{}",
+                String::from_utf8_lossy(&r.body)
+            );
+            break;
+        }
+        assert_eq!(r.status, 200);
+        assert!(start.elapsed() < Duration::from_secs(120), "still healthy");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // etcd back: healthy again once the lease is renewed (or granted anew).
+    for i in 0..3 {
+        c.etcd.restart(i);
+    }
+    let start = Instant::now();
+    while crate::serve::http(&addr, "GET", "/healthz", &[], b"").status != 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "not healthy again"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 #[test]
