@@ -228,7 +228,8 @@ fn well_formed(xml: &str) -> Result<usize, String> {
 
 /// Two ref counts × two formats × two named receivers, the second the baseline: the JSON has
 /// every case with every receiver verified, CSV and markdown a row per case and receiver, and
-/// the SVG is well-formed XML with one line per receiver and format.
+/// the SVG is well-formed XML with one line per receiver and format in each of its charts (time
+/// and peak RSS).
 #[test]
 fn a_sweep_over_refs_and_formats_in_every_output() {
     let tmp = tempfile::tempdir().unwrap();
@@ -303,26 +304,44 @@ fn a_sweep_over_refs_and_formats_in_every_output() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     well_formed(&svg).unwrap_or_else(|e| panic!("{e}\n{svg}"));
     assert!(svg.starts_with("<svg"), "{svg}");
-    for label in [
-        "mine, files",
-        "mine, reftable",
-        "git-installed, files",
-        "git-installed, reftable",
-    ] {
-        assert_eq!(
-            svg.matches(&format!("\n{label}\n")).count(),
-            1,
-            "{label}: {svg}"
-        );
+    // Two charts: time, then peak RSS, each with every series in its legend.
+    let (time, rss) = svg
+        .split_once("\npeak RSS: the largest process")
+        .unwrap_or_else(|| panic!("no peak RSS chart: {svg}"));
+    assert!(rss.contains("\npeak RSS (MiB)\n"), "{rss}");
+    for chart in [time, rss] {
+        for label in [
+            "mine, files",
+            "mine, reftable",
+            "git-installed, files",
+            "git-installed, reftable",
+        ] {
+            assert_eq!(
+                chart.matches(&format!("\n{label}\n")).count(),
+                1,
+                "{label}: {chart}"
+            );
+        }
+        // One line per series (and its legend swatch), each in its own colour.
+        let series: std::collections::BTreeSet<&str> = chart
+            .split("<polyline ")
+            .skip(1)
+            .filter(|p| p.contains("stroke-width=\"2\""))
+            .filter_map(|p| p.split("stroke=\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(series.len(), 4, "{chart}");
     }
-    // One line per series (and its legend swatch), each in its own colour.
-    let series: std::collections::BTreeSet<&str> = svg
-        .split("<polyline ")
-        .skip(1)
-        .filter(|p| p.contains("stroke-width=\"2\""))
-        .filter_map(|p| p.split("stroke=\"").nth(1)?.split('"').next())
-        .collect();
-    assert_eq!(series.len(), 4, "{svg}");
+    // The JSON has each receiver's peak RSS, in KiB.
+    for c in &cases {
+        for r in c.split("{\"name\":").skip(1) {
+            let kib: u64 = r
+                .split("\"peak_rss_kib\":")
+                .nth(1)
+                .and_then(|v| v.split(',').next()?.parse().ok())
+                .unwrap_or_else(|| panic!("no peak_rss_kib: {r}"));
+            assert!(kib > 0, "{r}");
+        }
+    }
 
     let (csv, _) = sweep("--csv", None);
     let lines: Vec<&str> = csv.lines().collect();
