@@ -504,3 +504,44 @@ fn load_counts_refused_pushes_and_http_errors() {
         "{json}"
     );
 }
+
+/// Over https (`berth serve --tls-cert`), the self-signed certificate given as `--ca-file`.
+#[test]
+fn load_over_https_with_a_ca_file() {
+    let w = crate::common::World::new();
+    let (cert, key) = (w.path("cert.pem"), w.path("key.pem"));
+    // CA:FALSE: rustls does not take a CA certificate as the server's own.
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:P-256", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    w.bare("repos/load.git");
+    let srv = crate::serve::Serve::start(
+        &w,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let url = format!("https://{}/load.git", srv.addr);
+    let args = ["--clients", "2", "--pushes", "2", "--ca-file"];
+    let mut args: Vec<&str> = args.to_vec();
+    args.push(cert.to_str().unwrap());
+    let (out, json) = load(&url, &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{json}\n{stderr}\n{}", srv.log());
+    assert!(json.contains("\"acknowledged\":4,"), "{json}");
+    assert!(json.contains("\"errors\":[],\"verified\":4,"), "{json}");
+    assert_eq!(load_branches(&w, "repos/load.git"), 2);
+}

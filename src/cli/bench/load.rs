@@ -13,6 +13,9 @@
 //! (a new connection, key exchange and authentication per push, as every `git push` over ssh)
 //! is in the latency, as it is for a user.
 //!
+//! `https://` goes through rustls (ring), the server's certificate checked against
+//! `--ca-file` or the system's roots.
+//!
 //! Each client `c` pushes `refs/heads/bench-load/<run>/c<c>` (`<run>` is the start time and the
 //! process id, so runs never collide): its first push creates the branch with a root commit,
 //! each next one fast-forwards it by one commit (commit, tree, one ~1 KiB blob). A push counts
@@ -45,7 +48,7 @@ pub enum Repos {
 #[derive(clap::Args)]
 pub struct LoadArgs {
     /// The repository (`--repos one`) or the directory of repositories (`--repos each`):
-    /// `http://[USER:PASSWORD@]HOST[:PORT]/PATH` or `ssh://[USER@]HOST[:PORT]/PATH`.
+    /// `http[s]://[USER:PASSWORD@]HOST[:PORT]/PATH` or `ssh://[USER@]HOST[:PORT]/PATH`.
     #[arg(long)]
     url: String,
     /// How many clients push at once.
@@ -64,6 +67,11 @@ pub struct LoadArgs {
     /// ssh: one more `-o OPTION` for `ssh` (repeat), e.g. `StrictHostKeyChecking=no`.
     #[arg(long = "ssh-option", value_name = "OPTION")]
     ssh_options: Vec<String>,
+    /// https: check the server's certificate against the certificates in this PEM file
+    /// (default: `$SSL_CERT_FILE`, else /etc/ssl/certs/ca-certificates.crt). A self-signed
+    /// server certificate must say CA:FALSE: rustls does not take a CA's as a server's own.
+    #[arg(long, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
     /// The repositories' object format.
     #[arg(long, value_parser = ["sha1", "sha256"], default_value = "sha1")]
     object_format: String,
@@ -78,10 +86,12 @@ pub struct LoadArgs {
 /// Where the pushes go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transport {
-    /// Smart HTTP.
+    /// Smart HTTP, over TLS for `https://`.
     Http {
         /// `host:port`.
         addr: String,
+        /// `https://`.
+        tls: bool,
         /// `Authorization` header value, from the URL's user and password.
         auth: Option<String>,
     },
@@ -143,12 +153,18 @@ pub fn parse_url(url: &str) -> Result<Url, String> {
         return Err(format!("{url}: no host"));
     }
     let transport = match scheme {
-        "http" => Transport::Http {
-            addr: if hostport.contains(':') {
+        "http" | "https" => Transport::Http {
+            addr: if hostport
+                .rsplit_once(':')
+                .is_some_and(|(_, p)| !p.ends_with(']'))
+            {
                 hostport.to_owned()
+            } else if scheme == "https" {
+                format!("{hostport}:443")
             } else {
                 format!("{hostport}:80")
             },
+            tls: scheme == "https",
             auth: userinfo.map(basic),
         },
         "ssh" => {
@@ -167,13 +183,11 @@ pub fn parse_url(url: &str) -> Result<Url, String> {
                 port,
             }
         }
-        "https" => {
+        other => {
             return Err(format!(
-                "{url}: https is not supported yet (no TLS client in berth bench); use http:// \
-                 or ssh://"
+                "{url}: unknown scheme {other:?} (http, https, ssh)"
             ));
         }
-        other => return Err(format!("{url}: unknown scheme {other:?} (http, ssh)")),
     };
     Ok(Url {
         origin: format!("{scheme}://{authority}"),
@@ -230,6 +244,73 @@ pub fn http(
     let mut s = TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    exchange(&mut s, addr, method, path, headers, body)
+}
+
+/// [`http`] over TLS (`https://`), the server's certificate checked against `tls`'s roots.
+#[cfg(feature = "serve")]
+pub fn https(
+    tls: &std::sync::Arc<tokio_rustls::rustls::ClientConfig>,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<(u16, Vec<u8>)> {
+    use tokio_rustls::rustls;
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let name = rustls_pki_types::ServerName::try_from(host.to_owned())
+        .map_err(|e| std::io::Error::other(format!("{host}: {e}")))?;
+    let conn = rustls::ClientConnection::new(tls.clone(), name).map_err(std::io::Error::other)?;
+    let s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let mut s = rustls::StreamOwned::new(conn, s);
+    exchange(&mut s, addr, method, path, headers, body)
+}
+
+/// The roots `https://` is checked against: `ca_file`, else `$SSL_CERT_FILE`, else
+/// `/etc/ssl/certs/ca-certificates.crt` (PEM).
+#[cfg(feature = "serve")]
+pub fn tls_config(
+    ca_file: Option<&Path>,
+) -> Result<std::sync::Arc<tokio_rustls::rustls::ClientConfig>, String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    use tokio_rustls::rustls;
+    let file = ca_file.map(Path::to_path_buf).unwrap_or_else(|| {
+        std::env::var_os("SSL_CERT_FILE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/etc/ssl/certs/ca-certificates.crt".into())
+    });
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(&file)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    let (added, _) = roots.add_parsable_certificates(certs);
+    if added == 0 {
+        return Err(format!("{}: no certificate", file.display()));
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(std::sync::Arc::new(config))
+}
+
+/// One request and its answer on `s`.
+fn exchange(
+    s: &mut (impl Read + Write),
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<(u16, Vec<u8>)> {
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: git/2.47.3\r\n");
     for (k, v) in headers {
         let _ = write!(req, "{k}: {v}\r\n");
@@ -241,8 +322,15 @@ pub fn http(
     let mut buf = req.into_bytes();
     buf.extend_from_slice(body);
     s.write_all(&buf)?;
+    s.flush()?;
     let mut resp = Vec::new();
-    s.read_to_end(&mut resp)?;
+    match s.read_to_end(&mut resp) {
+        Ok(_) => {}
+        // A TLS server that closes without close_notify: the answer is complete when its
+        // length says so, which the parsing below checks.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !resp.is_empty() => {}
+        Err(e) => return Err(e),
+    }
     let bad = |what: &str| std::io::Error::other(format!("bad HTTP response: {what}"));
     let end = resp
         .windows(4)
@@ -516,8 +604,13 @@ pub struct Client {
     pub identity: Option<PathBuf>,
     /// ssh: `-o` options.
     pub ssh_options: Vec<String>,
+    /// https: the roots (for `git ls-remote` too, as `GIT_SSL_CAINFO`).
+    pub ca_file: Option<PathBuf>,
     /// The object format of the pushes.
     pub object_format: String,
+    /// `https://`: the TLS client's configuration.
+    #[cfg(feature = "serve")]
+    pub tls: Option<std::sync::Arc<tokio_rustls::rustls::ClientConfig>>,
 }
 
 /// One push: its command and pack.
@@ -563,7 +656,7 @@ impl Client {
     /// Make one push; `Ok` when the server acknowledged it.
     pub fn push(&self, p: &Push) -> Result<(), PushError> {
         match &self.url.transport {
-            Transport::Http { addr, auth } => self.push_http(addr, auth.as_deref(), p),
+            Transport::Http { addr, auth, .. } => self.push_http(addr, auth.as_deref(), p),
             Transport::Ssh { .. } => self.push_ssh(p),
         }
     }
@@ -575,6 +668,25 @@ impl Client {
         body
     }
 
+    /// One HTTP request, over TLS for `https://`.
+    fn request_http(
+        &self,
+        addr: &str,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> std::io::Result<(u16, Vec<u8>)> {
+        #[cfg(feature = "serve")]
+        if let Some(tls) = &self.tls {
+            return https(tls, addr, method, path, headers, body);
+        }
+        if let Transport::Http { tls: true, .. } = self.url.transport {
+            return Err(std::io::Error::other("https needs berth built with serve"));
+        }
+        http(addr, method, path, headers, body)
+    }
+
     fn push_http(&self, addr: &str, auth: Option<&str>, p: &Push) -> Result<(), PushError> {
         let auth: Vec<(&str, &str)> = auth.map(|a| ("Authorization", a)).into_iter().collect();
         let transport =
@@ -584,14 +696,15 @@ impl Client {
                 .trim()
                 .to_owned()
         };
-        let (status, adv) = http(
-            addr,
-            "GET",
-            &format!("{}/info/refs?service=git-receive-pack", p.path),
-            &auth,
-            b"",
-        )
-        .map_err(|e| transport("GET info/refs", e))?;
+        let (status, adv) = self
+            .request_http(
+                addr,
+                "GET",
+                &format!("{}/info/refs?service=git-receive-pack", p.path),
+                &auth,
+                b"",
+            )
+            .map_err(|e| transport("GET info/refs", e))?;
         if status != 200 {
             return Err(PushError::Status(
                 status,
@@ -611,14 +724,15 @@ impl Client {
             ("Accept", "application/x-git-receive-pack-result"),
         ];
         headers.extend(auth.iter().copied());
-        let (status, answer) = http(
-            addr,
-            "POST",
-            &format!("{}/git-receive-pack", p.path),
-            &headers,
-            &self.request(&caps, p),
-        )
-        .map_err(|e| transport("POST git-receive-pack", e))?;
+        let (status, answer) = self
+            .request_http(
+                addr,
+                "POST",
+                &format!("{}/git-receive-pack", p.path),
+                &headers,
+                &self.request(&caps, p),
+            )
+            .map_err(|e| transport("POST git-receive-pack", e))?;
         if status != 200 {
             return Err(PushError::Status(
                 status,
@@ -908,6 +1022,9 @@ fn ls_remote(
     c.args(["ls-remote", "--heads"])
         .arg(client.repo_url(path))
         .env("GIT_TERMINAL_PROMPT", "0");
+    if let Some(ca) = &client.ca_file {
+        c.env("GIT_SSL_CAINFO", ca);
+    }
     if let Transport::Ssh { .. } = client.url.transport {
         // The same ssh command as the pushes (git adds -p and the destination).
         let mut ssh = String::from("ssh -o BatchMode=yes");
@@ -935,11 +1052,19 @@ pub fn run_load(a: &LoadArgs, progress: &mut dyn Write) -> Result<Report, String
     if a.clients == 0 || a.pushes == 0 {
         return Err("--clients and --pushes must be at least 1".into());
     }
+    #[cfg(feature = "serve")]
+    let tls = match url.transport {
+        Transport::Http { tls: true, .. } => Some(tls_config(a.ca_file.as_deref())?),
+        _ => None,
+    };
     let client = Client {
         url,
         identity: a.identity.clone(),
         ssh_options: a.ssh_options.clone(),
+        ca_file: a.ca_file.clone(),
         object_format: a.object_format.clone(),
+        #[cfg(feature = "serve")]
+        tls,
     };
     let tmp = match &a.workdir {
         Some(d) => tempfile::Builder::new()
@@ -1230,6 +1355,7 @@ mod tests {
             u.transport,
             Transport::Http {
                 addr: "127.0.0.1:8080".into(),
+                tls: false,
                 auth: Some("Basic Ym9iOnB3".into())
             }
         );
@@ -1241,7 +1367,15 @@ mod tests {
                 port: Some(2222)
             }
         );
-        assert!(parse_url("https://host/r").unwrap_err().contains("https"));
+        let u = parse_url("https://host/r").unwrap();
+        assert_eq!(
+            u.transport,
+            Transport::Http {
+                addr: "host:443".into(),
+                tls: true,
+                auth: None
+            }
+        );
         assert!(parse_url("host:r").is_err());
     }
 
