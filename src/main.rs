@@ -65,6 +65,9 @@ struct ClusterStatusArgs {
 enum BenchCmd {
     /// N ref creations in one push, exactly as `git push` sends them, fed to each receiver.
     ManyRefs(Box<bench::ManyRefsArgs>),
+    /// Many clients' small pushes at once to any server over smart HTTP or ssh: pushes/s,
+    /// latencies, errors by kind, every acknowledged push verified with `git ls-remote`.
+    Load(Box<bench::LoadArgs>),
 }
 
 #[cfg(feature = "serve")]
@@ -376,6 +379,7 @@ fn main() -> ExitCode {
         #[cfg(feature = "serve")]
         Cmd::Passwd(a) => passwd(a),
         Cmd::Bench(BenchCmd::ManyRefs(a)) => bench::many_refs_main(*a),
+        Cmd::Bench(BenchCmd::Load(a)) => bench::load_main(*a),
         #[cfg(feature = "serve")]
         Cmd::Cluster(ClusterCmd::Status(a)) => cluster_status(a),
     }

@@ -3,11 +3,8 @@
 //! starts, a minimal HTTP/1.1 client (one connection per request), one push (discovery, then
 //! the request, checked by its report) and a `berth serve` process killed when dropped.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use super::load::{self, History, pkt};
 
@@ -115,75 +112,7 @@ pub fn prepare(
     (history, work)
 }
 
-/// A minimal HTTP/1.1 exchange on a new connection (`Connection: close`): the status and the
-/// body, de-chunked.
-pub fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> std::io::Result<(u16, Vec<u8>)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_nodelay(true)?;
-    s.set_read_timeout(Some(Duration::from_secs(120)))?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: git/2.47.3\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    if method == "POST" {
-        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    req.push_str("Connection: close\r\n\r\n");
-    let mut buf = req.into_bytes();
-    buf.extend_from_slice(body);
-    s.write_all(&buf)?;
-    let mut resp = Vec::new();
-    s.read_to_end(&mut resp)?;
-    let bad = |what: &str| std::io::Error::other(format!("bad HTTP response: {what}"));
-    let end = resp
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| bad("no end of headers"))?;
-    let head = String::from_utf8_lossy(&resp[..end]).into_owned();
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| bad("no status"))?;
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    let mut rest = &resp[end + 4..];
-    if !chunked {
-        return Ok((status, rest.to_vec()));
-    }
-    let mut out = Vec::new();
-    loop {
-        let nl = rest
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or_else(|| bad("chunk size"))?;
-        let size = std::str::from_utf8(&rest[..nl])
-            .ok()
-            .and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok())
-            .ok_or_else(|| bad("chunk size"))?;
-        rest = &rest[nl + 2..];
-        if size == 0 {
-            return Ok((status, out));
-        }
-        if rest.len() < size + 2 {
-            return Err(bad("truncated chunk"));
-        }
-        out.extend_from_slice(&rest[..size]);
-        rest = &rest[size + 2..];
-    }
-}
-
-pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
+pub use super::load::{contains, http};
 
 /// One push as `git push` makes it: `GET info/refs`, then `POST git-receive-pack` with `body`;
 /// the answer's body (side-band framed). `Err` says what went wrong (a failed request or a

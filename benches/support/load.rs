@@ -9,10 +9,13 @@
 //! commit as its old value, a push that reported `ok` without landing would make the next push
 //! of that branch fail its compare-and-swap, and the last one is checked after the run: all
 //! `ok` plus the right last value means every counted push landed, and none was lost.
+//!
+//! The client threads, their summary (pushes/s, p50, p99, max) and the HTTP client are those of
+//! `berth bench load` (`src/cli/bench/load.rs`, included here): these benches add the servers
+//! they start and compare, and the seeding and `git fsck` of repositories on this machine.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use super::{git, run};
 
@@ -36,11 +39,6 @@ pub fn env_list(name: &str, default: &str) -> Vec<String> {
 
 /// The zero id (SHA-1).
 pub const ZERO: &str = "0000000000000000000000000000000000000000";
-
-/// A pkt-line.
-pub fn pkt(s: &str) -> Vec<u8> {
-    format!("{:04x}{s}", s.len() + 4).into_bytes()
-}
 
 /// One branch and the commits it goes through: `commits[0]` is seeded before the run, each
 /// push moves it to the next.
@@ -235,108 +233,12 @@ impl History {
     }
 }
 
-/// What one run of the clients gave.
-pub struct Outcome {
-    /// From the start signal to the last client's end.
-    pub wall: Duration,
-    /// One per push the server confirmed, in no particular order.
-    pub latencies: Vec<Duration>,
-    /// One per push that failed, saying why.
-    pub errors: Vec<String>,
-}
-
-/// Run one thread per entry of `work`, all released at once; each pushes its items in order
-/// with `push`, timed from call to return. `push` says what went wrong, if anything.
-pub fn run_clients<T: Sync>(
-    work: &[Vec<T>],
-    push: impl Fn(usize, &T) -> Result<(), String> + Sync,
-) -> Outcome {
-    let barrier = std::sync::Barrier::new(work.len() + 1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = work
-            .iter()
-            .enumerate()
-            .map(|(w, items)| {
-                let (barrier, push) = (&barrier, &push);
-                s.spawn(move || {
-                    let mut lat = Vec::with_capacity(items.len());
-                    let mut errors = Vec::new();
-                    barrier.wait();
-                    for item in items {
-                        let t = Instant::now();
-                        match push(w, item) {
-                            Ok(()) => lat.push(t.elapsed()),
-                            Err(e) => errors.push(e),
-                        }
-                    }
-                    (lat, errors)
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let mut latencies = Vec::new();
-        let mut errors = Vec::new();
-        for h in handles {
-            let (l, e) = h.join().expect("client thread");
-            latencies.extend(l);
-            errors.extend(e);
-        }
-        Outcome {
-            wall: start.elapsed(),
-            latencies,
-            errors,
-        }
-    })
-}
-
-/// Throughput and latency of a run whose every push was confirmed and verified.
-#[derive(Debug, Clone, Copy)]
-pub struct Summary {
-    /// Pushes counted.
-    pub pushes: usize,
-    /// Wall time.
-    pub wall: Duration,
-    /// Pushes per second.
-    pub rate: f64,
-    /// Median latency.
-    pub p50: Duration,
-    /// 99th percentile latency.
-    pub p99: Duration,
-    /// Slowest push.
-    pub max: Duration,
-}
-
-impl Outcome {
-    /// The summary of the confirmed pushes (`None` if there were none).
-    pub fn summary(&mut self) -> Option<Summary> {
-        self.latencies.sort();
-        let max = *self.latencies.last()?;
-        Some(Summary {
-            pushes: self.latencies.len(),
-            wall: self.wall,
-            rate: self.latencies.len() as f64 / self.wall.as_secs_f64(),
-            p50: percentile(&self.latencies, 50.0),
-            p99: percentile(&self.latencies, 99.0),
-            max,
-        })
-    }
-}
-
-/// The nearest-rank percentile of sorted `v`.
-pub fn percentile(v: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
-/// `d` in milliseconds, one decimal.
-pub fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
-}
-
-/// The load average, as `uptime` shows it (for the record next to the figures).
-pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
+/// The client threads, the summary and the HTTP client are `berth bench load`'s own.
+// A second crate (each bench) compiling the binary's file: not a duplicate within one crate.
+#[allow(dead_code, unused_imports, clippy::duplicate_mod)]
+#[path = "../../src/cli/bench/load.rs"]
+mod driver;
+#[allow(unused_imports)]
+pub use driver::{
+    Outcome, Summary, contains, http, load_average, ms, percentile, pkt, run_clients,
+};

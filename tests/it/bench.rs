@@ -228,7 +228,8 @@ fn well_formed(xml: &str) -> Result<usize, String> {
 
 /// Two ref counts × two formats × two named receivers, the second the baseline: the JSON has
 /// every case with every receiver verified, CSV and markdown a row per case and receiver, and
-/// the SVG is well-formed XML with one line per receiver and format.
+/// the SVG is well-formed XML with one line per receiver and format in each of its charts (time
+/// and peak RSS).
 #[test]
 fn a_sweep_over_refs_and_formats_in_every_output() {
     let tmp = tempfile::tempdir().unwrap();
@@ -303,26 +304,44 @@ fn a_sweep_over_refs_and_formats_in_every_output() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     well_formed(&svg).unwrap_or_else(|e| panic!("{e}\n{svg}"));
     assert!(svg.starts_with("<svg"), "{svg}");
-    for label in [
-        "mine, files",
-        "mine, reftable",
-        "git-installed, files",
-        "git-installed, reftable",
-    ] {
-        assert_eq!(
-            svg.matches(&format!("\n{label}\n")).count(),
-            1,
-            "{label}: {svg}"
-        );
+    // Two charts: time, then peak RSS, each with every series in its legend.
+    let (time, rss) = svg
+        .split_once("\npeak RSS: the largest process")
+        .unwrap_or_else(|| panic!("no peak RSS chart: {svg}"));
+    assert!(rss.contains("\npeak RSS (MiB)\n"), "{rss}");
+    for chart in [time, rss] {
+        for label in [
+            "mine, files",
+            "mine, reftable",
+            "git-installed, files",
+            "git-installed, reftable",
+        ] {
+            assert_eq!(
+                chart.matches(&format!("\n{label}\n")).count(),
+                1,
+                "{label}: {chart}"
+            );
+        }
+        // One line per series (and its legend swatch), each in its own colour.
+        let series: std::collections::BTreeSet<&str> = chart
+            .split("<polyline ")
+            .skip(1)
+            .filter(|p| p.contains("stroke-width=\"2\""))
+            .filter_map(|p| p.split("stroke=\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(series.len(), 4, "{chart}");
     }
-    // One line per series (and its legend swatch), each in its own colour.
-    let series: std::collections::BTreeSet<&str> = svg
-        .split("<polyline ")
-        .skip(1)
-        .filter(|p| p.contains("stroke-width=\"2\""))
-        .filter_map(|p| p.split("stroke=\"").nth(1)?.split('"').next())
-        .collect();
-    assert_eq!(series.len(), 4, "{svg}");
+    // The JSON has each receiver's peak RSS, in KiB.
+    for c in &cases {
+        for r in c.split("{\"name\":").skip(1) {
+            let kib: u64 = r
+                .split("\"peak_rss_kib\":")
+                .nth(1)
+                .and_then(|v| v.split(',').next()?.parse().ok())
+                .unwrap_or_else(|| panic!("no peak_rss_kib: {r}"));
+            assert!(kib > 0, "{r}");
+        }
+    }
 
     let (csv, _) = sweep("--csv", None);
     let lines: Vec<&str> = csv.lines().collect();
@@ -359,4 +378,170 @@ fn an_unknown_baseline_is_a_usage_error() {
         stderr.contains("--baseline nope: no receiver has that name (they are: a)"),
         "{stderr}"
     );
+}
+
+/// `berth bench load --url <url> <args> --json`, the pushes in the tests' object format.
+fn load(url: &str, args: &[&str]) -> (std::process::Output, String) {
+    let format = crate::common::object_format_name().unwrap_or_else(|| "sha1".into());
+    let out = Command::new(berth())
+        .args(["bench", "load", "--url", url, "--json", "--object-format"])
+        .arg(&format)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    let json = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out, json)
+}
+
+/// The branches `bench load` made, as the server has them.
+fn load_branches(w: &crate::common::World, repo: &str) -> usize {
+    w.git(repo, &["for-each-ref", "refs/heads/bench-load/"])
+        .lines()
+        .count()
+}
+
+/// Two clients, three pushes each, against `berth serve` over HTTP: six acknowledged, six
+/// verified with `git ls-remote`, one branch per client on the server.
+#[test]
+fn load_over_http_counts_and_verifies_every_push() {
+    let w = crate::common::World::new();
+    w.bare("repos/load.git");
+    let srv = crate::serve::Serve::start(&w, &[]);
+    let (out, json) = load(&srv.url("load.git"), &["--clients", "2", "--pushes", "3"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{json}\n{stderr}\n{}", srv.log());
+    assert!(
+        json.contains("\"attempted\":6,\"acknowledged\":6,"),
+        "{json}"
+    );
+    assert!(json.contains("\"errors\":[],\"verified\":6,"), "{json}");
+    assert!(
+        json.contains("\"verification_failures\":[],\"ok\":true"),
+        "{json}"
+    );
+    assert!(!json.contains("\"pushes_per_s\":null"), "{json}");
+    assert!(!json.contains("\"p99_ms\":null"), "{json}");
+    assert_eq!(load_branches(&w, "repos/load.git"), 2);
+}
+
+/// The same over ssh (`berth serve --ssh-listen`, a key from its keydir), and one repository
+/// per client (`--auto-init` creates them).
+#[test]
+fn load_over_ssh_with_a_repository_each() {
+    let w = crate::ssh_serve::world();
+    let srv = crate::ssh_serve::Serve::start(&w, &["--auto-init"]);
+    let key = w.path("keys/alice");
+    let known = format!("UserKnownHostsFile={}", w.path("known_hosts").display());
+    let (out, json) = load(
+        &srv.url("many"),
+        &[
+            "--clients",
+            "2",
+            "--pushes",
+            "3",
+            "--repos",
+            "each",
+            "--identity",
+            key.to_str().unwrap(),
+            "--ssh-option",
+            &known,
+            "--ssh-option",
+            "StrictHostKeyChecking=yes",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{json}\n{stderr}\n{}", srv.log());
+    assert!(json.contains("\"acknowledged\":6,"), "{json}");
+    assert!(json.contains("\"errors\":[],\"verified\":6,"), "{json}");
+    assert_eq!(load_branches(&w, "repos/many/c0.git"), 1);
+    assert_eq!(load_branches(&w, "repos/many/c1.git"), 1);
+}
+
+/// Pushes a hook refuses and a URL that is no repository are counted as errors of their kind,
+/// nothing is claimed verified, and the exit status is 1.
+#[test]
+fn load_counts_refused_pushes_and_http_errors() {
+    let w = crate::common::World::new();
+    w.bare("repos/strict.git");
+    let hook = w.path("repos/strict.git/hooks/pre-receive");
+    std::fs::write(&hook, "#!/bin/sh\necho no pushes today >&2\nexit 1\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let srv = crate::serve::Serve::start(&w, &[]);
+    let (out, json) = load(&srv.url("strict.git"), &["--clients", "2", "--pushes", "2"]);
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert!(json.contains("\"acknowledged\":0,"), "{json}");
+    assert!(
+        json.contains("\"errors\":[{\"kind\":\"refused\",\"count\":4,"),
+        "{json}"
+    );
+    assert!(json.contains("\"verified\":0,"), "{json}");
+    assert_eq!(load_branches(&w, "repos/strict.git"), 0);
+
+    let (out, json) = load(&srv.url("nope"), &["--clients", "1", "--pushes", "2"]);
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert!(
+        json.contains("\"errors\":[{\"kind\":\"http 404\",\"count\":2,"),
+        "{json}"
+    );
+
+    // Nothing listening: transport errors.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (out, json) = load(
+        &format!("http://127.0.0.1:{port}/x.git"),
+        &["--clients", "1", "--pushes", "1"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert!(
+        json.contains("\"kind\":\"transport\",\"count\":1,"),
+        "{json}"
+    );
+}
+
+/// Over https (`berth serve --tls-cert`), the self-signed certificate given as `--ca-file`.
+#[test]
+fn load_over_https_with_a_ca_file() {
+    let w = crate::common::World::new();
+    let (cert, key) = (w.path("cert.pem"), w.path("key.pem"));
+    // CA:FALSE: rustls does not take a CA certificate as the server's own.
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:P-256", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    w.bare("repos/load.git");
+    let srv = crate::serve::Serve::start(
+        &w,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let url = format!("https://{}/load.git", srv.addr);
+    let args = ["--clients", "2", "--pushes", "2", "--ca-file"];
+    let mut args: Vec<&str> = args.to_vec();
+    args.push(cert.to_str().unwrap());
+    let (out, json) = load(&url, &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{json}\n{stderr}\n{}", srv.log());
+    assert!(json.contains("\"acknowledged\":4,"), "{json}");
+    assert!(json.contains("\"errors\":[],\"verified\":4,"), "{json}");
+    assert_eq!(load_branches(&w, "repos/load.git"), 2);
 }

@@ -10,9 +10,12 @@
 //! - [`stats`]: mean ± σ, median, outliers, ratios with their σ, the noise verdict;
 //! - [`output`]: the table, JSON, CSV and markdown;
 //! - [`plot`]: the SVG.
+//!
+//! `berth bench load` ([`load`]): many clients' small pushes to any server over HTTP or ssh.
 
 pub mod args;
 pub mod case;
+pub mod load;
 pub mod output;
 pub mod plot;
 pub mod receiver;
@@ -21,3 +24,4 @@ pub mod stats;
 pub mod sweep;
 
 pub use args::{ManyRefsArgs, many_refs_main};
+pub use load::{LoadArgs, load_main};

@@ -24,6 +24,8 @@ pub struct Row<'a> {
     pub failure: Option<&'a Failure>,
     /// Its runs in ms.
     pub times: Vec<f64>,
+    /// The largest peak RSS of its timed runs, in KiB (see [`run::Measured::peak_rss_kib`]).
+    pub peak_rss_kib: Option<u64>,
 }
 
 /// One case's lines and verdict.
@@ -77,6 +79,11 @@ pub fn view(outcome: &run::Outcome, noisy_cv: f64) -> CaseView<'_> {
                 .and_then(|(s, f)| stats::ratio(s, f)),
             failure: r.failure.as_ref(),
             times: r.times.iter().map(ms).collect(),
+            peak_rss_kib: if r.failure.is_some() {
+                None
+            } else {
+                r.peak_rss_kib.iter().copied().max()
+            },
         })
         .collect();
     CaseView {
@@ -102,6 +109,11 @@ pub fn noise_warning(noise: &Noise, threshold: f64) -> Option<String> {
         )),
         Noise::Quiet { .. } | Noise::Unknown => None,
     }
+}
+
+/// KiB as MiB, one decimal, or `-`.
+fn mib_text(kib: Option<u64>) -> String {
+    kib.map_or("-".to_owned(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
 }
 
 fn ratio_text(r: Option<Ratio>) -> String {
@@ -138,21 +150,22 @@ pub fn table(o: &sweep::Outcome, noisy_cv: f64) -> String {
             .max(8);
         let _ = writeln!(
             out,
-            "{:<width$}  {:>21} {:>10} {:>23} {:>16} {:>16}",
-            "receiver", "mean ± σ", "median", "min … max", "ratio", "x floor"
+            "{:<width$}  {:>21} {:>10} {:>23} {:>16} {:>16} {:>10}",
+            "receiver", "mean ± σ", "median", "min … max", "ratio", "x floor", "peak RSS"
         );
         for r in &v.rows {
             match (&r.summary, r.failure) {
                 (Some(s), None) => {
                     let _ = writeln!(
                         out,
-                        "{:<width$}  {:>21} {:>10} {:>23} {:>16} {:>16}{}",
+                        "{:<width$}  {:>21} {:>10} {:>23} {:>16} {:>16} {:>10}{}",
                         r.name,
                         format!("{:.1} ± {:.1} ms", s.mean, s.sd),
                         format!("{:.1} ms", s.median),
                         format!("{:.1} … {:.1} ms", s.min, s.max),
                         ratio_text(r.ratio),
                         ratio_text(r.floor_ratio),
+                        mib_text(r.peak_rss_kib),
                         if s.outliers.is_empty() {
                             String::new()
                         } else {
@@ -253,7 +266,7 @@ pub fn json(o: &sweep::Outcome, noisy_cv: f64) -> String {
                 out,
                 "{{\"name\":{},\"ok\":{},\"error\":{},\"mean_ms\":{},\"sd_ms\":{},\"median_ms\":{},\
                  \"min_ms\":{},\"max_ms\":{},\"outliers\":{},\"ratio\":{},\"ratio_sd\":{},\
-                 \"floor_ratio\":{},\"floor_ratio_sd\":{},\"times_ms\":[{}]}}",
+                 \"floor_ratio\":{},\"floor_ratio_sd\":{},\"peak_rss_kib\":{},\"times_ms\":[{}]}}",
                 json_string(r.name),
                 r.failure.is_none(),
                 r.failure
@@ -268,6 +281,7 @@ pub fn json(o: &sweep::Outcome, noisy_cv: f64) -> String {
                 num(r.ratio.map(|x| x.sd), 4),
                 num(r.floor_ratio.map(|x| x.value), 4),
                 num(r.floor_ratio.map(|x| x.sd), 4),
+                r.peak_rss_kib.map_or("null".to_owned(), |k| k.to_string()),
                 times.join(",")
             );
         }
@@ -277,7 +291,7 @@ pub fn json(o: &sweep::Outcome, noisy_cv: f64) -> String {
     out
 }
 
-const COLUMNS: [&str; 11] = [
+const COLUMNS: [&str; 12] = [
     "receiver",
     "ok",
     "mean_ms",
@@ -288,6 +302,7 @@ const COLUMNS: [&str; 11] = [
     "outliers",
     "ratio",
     "ratio_sd",
+    "peak_rss_kib",
     "noise",
 ];
 
@@ -321,6 +336,7 @@ fn records(o: &sweep::Outcome, noisy_cv: f64) -> (Vec<&'static str>, Vec<Vec<Str
                 s.map_or(String::new(), |s| s.outliers.len().to_string()),
                 f(r.ratio.map(|x| x.value), 4),
                 f(r.ratio.map(|x| x.sd), 4),
+                r.peak_rss_kib.map_or(String::new(), |k| k.to_string()),
                 noise.to_owned(),
             ]);
             lines.push(line);
@@ -361,10 +377,10 @@ pub fn markdown(o: &sweep::Outcome, noisy_cv: f64) -> String {
     let names: Vec<&str> = varying.iter().map(|&k| all[0][k].0).collect();
     let _ = writeln!(
         out,
-        "| {} | receiver | mean ± σ (ms) | median (ms) | min … max (ms) | ratio |",
+        "| {} | receiver | mean ± σ (ms) | median (ms) | min … max (ms) | ratio | peak RSS |",
         names.join(" | ")
     );
-    let _ = writeln!(out, "|{}", "---|".repeat(names.len() + 5));
+    let _ = writeln!(out, "|{}", "---|".repeat(names.len() + 6));
     let mut noisy = 0;
     for (c, fields) in o.cases.iter().zip(&all) {
         let v = view(c, noisy_cv);
@@ -375,16 +391,17 @@ pub fn markdown(o: &sweep::Outcome, noisy_cv: f64) -> String {
         for r in &v.rows {
             let cells = match (&r.summary, r.failure) {
                 (Some(s), None) => format!(
-                    "{:.1} ± {:.1} | {:.1} | {:.1} … {:.1} | {}",
+                    "{:.1} ± {:.1} | {:.1} | {:.1} … {:.1} | {} | {}",
                     s.mean,
                     s.sd,
                     s.median,
                     s.min,
                     s.max,
-                    ratio_text(r.ratio)
+                    ratio_text(r.ratio),
+                    mib_text(r.peak_rss_kib)
                 ),
                 (_, f) => format!(
-                    "FAILED: {} | | | ",
+                    "FAILED: {} | | | | ",
                     f.map_or("no runs".to_owned(), |f| f.to_string())
                         .replace('|', "\\|")
                 ),
@@ -394,7 +411,8 @@ pub fn markdown(o: &sweep::Outcome, noisy_cv: f64) -> String {
     }
     let _ = writeln!(
         out,
-        "\n{} runs per receiver after {} warm-up; ratio: mean over the first receiver's, ± σ.",
+        "\n{} runs per receiver after {} warm-up; ratio: mean over the first receiver's, ± σ; \
+         peak RSS: the largest process's, the most of the runs.",
         o.runs, o.warmup
     );
     if noisy > 0 {
@@ -431,6 +449,7 @@ mod tests {
         run::Measured {
             name: name.into(),
             times: ms.iter().map(|&m| Duration::from_millis(m)).collect(),
+            peak_rss_kib: ms.iter().map(|&m| 1000 + m).collect(),
             failure: None,
         }
     }

@@ -30,6 +30,9 @@ use super::receiver::Receiver;
 /// The floor program's source, kept with the benches.
 const FLOOR_C: &str = include_str!("../../../benches/floor.c");
 
+/// The program that measures a run's peak RSS, kept with the benches.
+const PEAK_RSS_C: &str = include_str!("../../../benches/peak_rss.c");
+
 /// The floor receiver's name in the results.
 pub const FLOOR: &str = "floor";
 
@@ -153,6 +156,11 @@ pub struct Measured {
     pub name: String,
     /// Wall-clock time of each timed run (empty when it failed).
     pub times: Vec<Duration>,
+    /// The peak resident set of each timed run, in KiB: `ru_maxrss` of the run's `sh`, which
+    /// is the largest of it and the processes it and they waited for (the receiver, and git's
+    /// index-pack or hooks under it), so the biggest single process, not their sum; measured
+    /// by `benches/peak_rss.c` (empty without a C compiler).
+    pub peak_rss_kib: Vec<u64>,
     /// Why it failed, if it did.
     pub failure: Option<Failure>,
 }
@@ -259,6 +267,8 @@ struct Setup {
     hook: Option<PathBuf>,
     /// The built floor program, when it runs.
     floor: Option<PathBuf>,
+    /// The built peak RSS program, when there is a C compiler.
+    peak_rss: Option<PathBuf>,
 }
 
 /// Whether the floor program handles this push: refs only, SHA-1, not atomic, no hook.
@@ -269,12 +279,13 @@ pub fn floor_handles(c: &Case) -> bool {
         && !c.update_hook.on()
 }
 
-/// Build the floor program in `dir` with `cc -O2`; `None` (with a note) without a compiler.
-fn build_floor(dir: &Path, progress: &mut dyn Write) -> Option<PathBuf> {
-    let src = dir.join("floor.c");
-    let bin = dir.join("floor");
-    if let Err(e) = std::fs::write(&src, FLOOR_C) {
-        let _ = writeln!(progress, "bench: floor not built: {e}");
+/// Build the program `name` from `source` in `dir` with `cc -O2`; `None` (with a note)
+/// without a compiler.
+fn build_c(dir: &Path, name: &str, source: &str, progress: &mut dyn Write) -> Option<PathBuf> {
+    let src = dir.join(format!("{name}.c"));
+    let bin = dir.join(name);
+    if let Err(e) = std::fs::write(&src, source) {
+        let _ = writeln!(progress, "bench: {name} not built: {e}");
         return None;
     }
     match Command::new("cc")
@@ -288,13 +299,13 @@ fn build_floor(dir: &Path, progress: &mut dyn Write) -> Option<PathBuf> {
         Ok(out) => {
             let _ = writeln!(
                 progress,
-                "bench: floor not built: cc: {}",
+                "bench: {name} not built: cc: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             );
             None
         }
         Err(e) => {
-            let _ = writeln!(progress, "bench: floor not built: no C compiler (cc: {e})");
+            let _ = writeln!(progress, "bench: {name} not built: no C compiler (cc: {e})");
             None
         }
     }
@@ -398,10 +409,11 @@ fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
         }
     };
     let floor = if o.floor == Floor::WhereItApplies && floor_handles(c) {
-        build_floor(&root, progress)
+        build_c(&root, "floor", FLOOR_C, progress)
     } else {
         None
     };
+    let peak_rss = build_c(&root, "peak_rss", PEAK_RSS_C, progress);
     if floor.is_some() {
         // The floor looks objects up in a pack index only.
         let mut g = git(&pristine);
@@ -450,6 +462,7 @@ fn setup(o: &Options, progress: &mut dyn Write) -> Result<Setup, Error> {
         expected,
         hook,
         floor,
+        peak_rss,
     })
 }
 
@@ -595,17 +608,31 @@ fn spawn_hook_n_times(hook: &Path, setup: &Setup, c: &Case) -> Duration {
     start.elapsed()
 }
 
-/// One run of `script` on the request; its time, or why it does not count.
+/// One run of `script` on the request; its time and peak RSS (KiB, when measured), or why it
+/// does not count.
 fn run_once(
     setup: &Setup,
     script: &str,
     sideband: bool,
     check: Check,
-) -> Result<Duration, Failure> {
+) -> Result<(Duration, Option<u64>), Failure> {
     let _ = std::fs::remove_dir_all(&setup.target);
     copy_dir(&setup.pristine, &setup.target)
         .map_err(|e| Failure::Spawn(format!("resetting the target: {e}")))?;
-    let mut c = Command::new("sh");
+    // Through the peak RSS program when it was built (see benches/peak_rss.c for why not
+    // wait4 here); it is in the time, as `sh` is, alike for every receiver.
+    let rss_file = setup
+        .peak_rss
+        .as_ref()
+        .map(|_| setup.target.with_extension("rss"));
+    let mut c = match (&setup.peak_rss, &rss_file) {
+        (Some(helper), Some(out)) => {
+            let mut c = Command::new(helper);
+            c.arg(out).arg("sh");
+            c
+        }
+        _ => Command::new("sh"),
+    };
     c.args(["-c", script, "sh"])
         .arg(&setup.target)
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -645,7 +672,15 @@ fn run_once(
             code: status.code().unwrap_or(-1),
             stderr: String::from_utf8_lossy(&stderr).trim().to_owned(),
         }),
-        Ok((_, stdout, _)) => verify(setup, sideband, check, &stdout).map(|()| elapsed),
+        Ok((_, stdout, _)) => {
+            verify(setup, sideband, check, &stdout)?;
+            let rss = rss_file.and_then(|f| {
+                let kib = std::fs::read_to_string(&f).ok()?.trim().parse().ok();
+                let _ = std::fs::remove_file(&f);
+                kib
+            });
+            Ok((elapsed, rss))
+        }
     }
 }
 
@@ -686,6 +721,7 @@ pub fn case(o: &Options, progress: &mut dyn Write) -> Result<Outcome, Error> {
         .map(|(name, ..)| Measured {
             name: name.clone(),
             times: Vec::new(),
+            peak_rss_kib: Vec::new(),
             failure: None,
         })
         .collect();
@@ -711,15 +747,17 @@ pub fn case(o: &Options, progress: &mut dyn Write) -> Result<Outcome, Error> {
                 ),
             };
             match run_once(&setup, script, *sideband, *check) {
-                Ok(t) => {
+                Ok((t, rss)) => {
                     if let Turn::Timed(_) = turn {
                         measured.times.push(t);
+                        measured.peak_rss_kib.extend(rss);
                     }
                 }
                 Err(f) => {
                     let _ = writeln!(progress, "bench: {}{name}: FAILED: {f}", o.progress_prefix);
                     measured.failure = Some(f);
                     measured.times.clear();
+                    measured.peak_rss_kib.clear();
                 }
             }
         }
