@@ -1231,10 +1231,12 @@ pub fn text(r: &Report) -> String {
     let attempted = r.clients * r.pushes;
     let _ = writeln!(
         out,
-        "{}: {} clients × {} pushes, {} repository{}; load average {}",
+        "{}: {} client{} × {} push{}, {} repository{}; load average {}",
         r.url,
         r.clients,
+        if r.clients == 1 { "" } else { "s" },
         r.pushes,
+        if r.pushes == 1 { "" } else { "es" },
         repos_name(r.repos),
         if r.repos == Repos::One { "" } else { " each" },
         r.load_average
