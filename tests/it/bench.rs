@@ -545,3 +545,112 @@ fn load_over_https_with_a_ca_file() {
     assert!(json.contains("\"errors\":[],\"verified\":4,"), "{json}");
     assert_eq!(load_branches(&w, "repos/load.git"), 2);
 }
+
+/// `git http-backend` behind lighttpd (mod_cgi) serving `root` on an ephemeral loopback port:
+/// the server `bench load` is compared against. `None` (said on stderr) without lighttpd; under
+/// `CI` its absence fails the test.
+struct Lighttpd {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Lighttpd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn lighttpd(w: &crate::common::World, root: &std::path::Path) -> Option<Lighttpd> {
+    let Some(bin) = ["/usr/sbin/lighttpd", "/usr/local/sbin/lighttpd"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "lighttpd is missing: install it (apt-get install -y lighttpd)"
+        );
+        eprintln!("SKIPPED: lighttpd is missing (apt-get install -y lighttpd)");
+        return None;
+    };
+    let exec_path = w.git(".", &["--exec-path"]);
+    let backend = std::path::Path::new(exec_path.trim()).join("git-http-backend");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let www = w.path("www");
+    std::fs::create_dir_all(&www).unwrap();
+    let conf = w.path("lighttpd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            r#"server.modules = ("mod_alias", "mod_cgi", "mod_setenv")
+server.document-root = "{www}"
+server.bind = "127.0.0.1"
+server.port = {port}
+server.errorlog = "{log}"
+alias.url = ( "/git" => "{backend}" )
+$HTTP["url"] =~ "^/git" {{
+    cgi.assign = ( "" => "" )
+    setenv.add-environment = (
+        "GIT_PROJECT_ROOT" => "{root}",
+        "GIT_HTTP_EXPORT_ALL" => ""
+    )
+}}
+"#,
+            www = www.display(),
+            log = w.path("lighttpd-error.log").display(),
+            backend = backend.display(),
+            root = root.display(),
+        ),
+    )
+    .unwrap();
+    let child = Command::new(bin)
+        .args(["-D", "-f"])
+        .arg(&conf)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Lighttpd { child, port };
+    let start = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "lighttpd did not listen: {}",
+            std::fs::read_to_string(w.path("lighttpd-error.log")).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(server)
+}
+
+/// Against git's own server (`git http-backend` behind lighttpd, pushes allowed with
+/// `http.receivepack`): the same counts and verification as against berth.
+#[test]
+fn load_against_git_http_backend_behind_lighttpd() {
+    let w = crate::common::World::new();
+    w.bare("repos/load.git");
+    w.git("repos/load.git", &["config", "http.receivepack", "true"]);
+    let Some(server) = lighttpd(&w, &w.path("repos")) else {
+        return;
+    };
+    let url = format!("http://127.0.0.1:{}/git/load.git", server.port);
+    let (out, json) = load(&url, &["--clients", "2", "--pushes", "3"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{json}\n{stderr}\n{}",
+        std::fs::read_to_string(w.path("lighttpd-error.log")).unwrap_or_default()
+    );
+    assert!(
+        json.contains("\"attempted\":6,\"acknowledged\":6,"),
+        "{json}"
+    );
+    assert!(json.contains("\"errors\":[],\"verified\":6,"), "{json}");
+    assert_eq!(load_branches(&w, "repos/load.git"), 2);
+    w.assert_clean("repos/load.git");
+}
