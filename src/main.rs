@@ -161,10 +161,11 @@ struct ServeArgs {
     /// The URL the other nodes reach this one at (default http://<listen address>).
     #[arg(long, value_name = "URL", requires = "cluster")]
     advertise: Option<String>,
-    /// How many nodes hold each repository (all live nodes when fewer).
+    /// How many nodes hold each repository: a push's quorum is reckoned from it, and a new
+    /// repository is placed only while that quorum of nodes is live.
     #[arg(long, default_value_t = 3)]
     replicas: usize,
-    /// When a push is acknowledged: once a majority of its replicas applied it, or all.
+    /// When a push is acknowledged: once a majority of the --replicas copies applied it, or all.
     #[arg(long, value_enum, default_value = "majority")]
     ack: AckArg,
     /// Also pass this variable of the server's environment to hooks and `git upload-pack`

@@ -193,7 +193,9 @@ impl Gate {
                 (Peer { name, url }, r)
             }
         });
-        let k = self.replicas.len().max(1);
+        // The quorum is the configured K's, however many replicas the repository has: a
+        // repository placed short (nodes were down) is never acknowledged on fewer copies.
+        let k = c.replicas.max(1);
         let need = needed(c.ack, k);
         // Every answer, or once the quorum prepared, what comes within PREPARE_GRACE more: a
         // stopped or partitioned replica does not hold the push up (it resolves its prepared

@@ -71,10 +71,20 @@ pub(crate) use tunnel::Tunneled;
 /// How many replicas have to apply a push before the client is told `ok`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ack {
-    /// More than half of the repository's replicas.
+    /// More than half of `--replicas` (K), whatever number of replicas a repository has.
     Majority,
-    /// Every replica of the repository.
+    /// All K.
     All,
+}
+
+impl Ack {
+    /// The `--ack` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ack::Majority => "majority",
+            Ack::All => "all",
+        }
+    }
 }
 
 /// `--cluster`, `--node`, `--advertise`, `--replicas`, `--ack`.
@@ -121,6 +131,16 @@ pub enum Error {
     /// No replica of the repository is live.
     #[error("unreadable cluster state: no replica of {name} is live")]
     NoLiveReplica { name: String },
+    /// Too few nodes are live to place a new repository on the copies its pushes need.
+    #[error(
+        "only {live} nodes of the cluster are live; a new repository needs {need} (--replicas {want}, --ack {ack}): retry once more nodes are up"
+    )]
+    TooFewNodes {
+        live: usize,
+        need: usize,
+        want: usize,
+        ack: &'static str,
+    },
 }
 
 /// Why this replica has no copy of a repository it is to hold.
@@ -474,6 +494,17 @@ impl Cluster {
     /// another node recorded one first (then that one).
     async fn place(&self, name: &str) -> Result<Vec<String>, Error> {
         let live: Vec<String> = self.live_nodes().await?.into_iter().map(|n| n.0).collect();
+        // Never a repository whose pushes could be acknowledged on fewer copies than the
+        // cluster promises: its quorum is reckoned from --replicas, not from who is up.
+        let need = decide::needed(self.ack, self.replicas.max(1));
+        if live.len() < need {
+            return Err(Error::TooFewNodes {
+                live: live.len(),
+                need,
+                want: self.replicas,
+                ack: self.ack.name(),
+            });
+        }
         let chosen = rendezvous(name, &live, self.replicas);
         let key = repo_key(name, "replicas");
         let value = wire::encode(&chosen);

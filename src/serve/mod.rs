@@ -575,7 +575,10 @@ async fn serve_git(
             .await
             .map_err(|e| {
                 tracing::warn!(target: "berth::cluster", repo = %repo, error = %Escaped::text(&e.to_string()), "cannot route");
-                Reject::Unavailable("no replica of the repository can serve it now".into())
+                match e {
+                    cluster::Error::TooFewNodes { .. } => Reject::Unavailable(e.to_string()),
+                    _ => Reject::Unavailable("no replica of the repository can serve it now".into()),
+                }
             })?;
         match (name, routed) {
             (_, cluster::Route::Forward(replicas)) => {

@@ -827,6 +827,61 @@ fn healthz_says_when_etcd_stopped_renewing_the_nodes_lease() {
 }
 
 #[test]
+fn a_new_repository_is_not_placed_on_fewer_nodes_than_its_pushes_need() {
+    let Some(w) = cluster_world() else { return };
+    let mut c = cluster(&w).start();
+    // Two of three nodes gone: once their leases expire only n0 is live, and a repository
+    // there would be acknowledged on one copy.
+    c.kill_node(1);
+    c.kill_node(2);
+    let start = Instant::now();
+    while c.etcd.keys("/berth/nodes/").is_none_or(|k| k.len() > 1) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "leases never expired"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let src = w.work("src");
+    w.commit(&src, "a", "one");
+    let out = push(
+        &w,
+        &src,
+        &c.nodes[0].url("lonely.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    assert!(!out.status.success());
+    let log = c.nodes[0].log();
+    assert!(
+        log.contains("only 1 nodes of the cluster are live; a new repository needs 2 (--replicas 3, --ack majority)"),
+        "{log}"
+    );
+    assert_eq!(c.etcd.keys("/berth/repos/lonely/"), Some(vec![]));
+    assert!(!c.nodes[0].dir("lonely.git").exists());
+    // Back to two live nodes: placed, and acknowledged on two copies.
+    c.start_node(&w, 1);
+    let start = Instant::now();
+    while c.etcd.keys("/berth/nodes/").is_none_or(|k| k.len() < 2) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "n1 never joined"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // n0 reads the live nodes at most a second old.
+    std::thread::sleep(Duration::from_millis(1500));
+    c.must_push(
+        &w,
+        &src,
+        0,
+        "lonely.git",
+        &["HEAD:refs/heads/main"],
+        "push with two nodes up",
+    );
+    assert_eq!(c.holders("lonely.git").len(), 2);
+}
+
+#[test]
 fn a_killed_replica_and_a_killed_etcd_member_do_not_stop_pushes_and_the_replica_catches_up() {
     let Some(w) = cluster_world() else { return };
     let (mut c, src) = cluster(&w).with_repo("r.git");

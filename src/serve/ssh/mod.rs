@@ -630,7 +630,10 @@ async fn place(
         .await
         .map_err(|e| {
             tracing::warn!(target: "berth::cluster", repo = %repo, error = %Escaped::text(&e.to_string()), "cannot route an ssh command");
-            Reject::Unavailable("no replica of the repository can serve it now".into())
+            match e {
+                cluster::Error::TooFewNodes { .. } => Reject::Unavailable(e.to_string()),
+                _ => Reject::Unavailable("no replica of the repository can serve it now".into()),
+            }
         })?;
     Ok(match (name, routed) {
         (_, cluster::Route::Forward(replicas)) => Where::Replica(c.clone(), replicas),
