@@ -22,6 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use gix_object::Exists;
 
+use super::applied::Published;
 use super::log::new_of;
 use super::objects::{PackIndex, connected, ingest, pack_objects};
 use super::wire::{self, Answered, Attempts, SECRET_HEADER};
@@ -159,7 +160,7 @@ impl Cluster {
 
     /// Catch `name` up if this node is one of its replicas and behind its log.
     async fn catch_up_if_behind(self: Arc<Self>, name: &str) {
-        match self.replicas_of(name).await {
+        match self.placement.replicas_of(name).await {
             Ok(Some(r)) if r.contains(&self.node) => {}
             _ => return,
         }
@@ -197,7 +198,7 @@ impl Cluster {
                 continue;
             };
             let name = name.to_owned();
-            let replicas = match self.replicas_of(&name).await {
+            let replicas = match self.placement.replicas_of(&name).await {
                 Ok(Some(r)) if r.contains(&self.node) => r,
                 _ => continue,
             };
@@ -222,19 +223,14 @@ impl Cluster {
         replicas: &[String],
         applied: u64,
     ) -> Result<(), etcd::Error> {
-        let known = self
-            .published
-            .lock()
-            .ok()
-            .and_then(|m| m.get(name).copied())
-            .unwrap_or((u64::MAX, 0));
-        if known.0 != applied {
+        let known = self.applied.published(name);
+        if known.map(|k| k.applied) != Some(applied) {
             let key = repo_key(name, &format!("applied/{}", self.node));
             self.etcd
                 .put(&key, applied.to_string().as_bytes(), None)
                 .await?;
         }
-        let mut compacted = known.1;
+        let mut compacted = known.map_or(0, |k| k.compacted);
         if replicas.first() == Some(&self.node) {
             let prefix = repo_key(name, "applied/");
             let seen = self.etcd.prefix(&prefix).await?;
@@ -255,9 +251,8 @@ impl Cluster {
                 compacted = min;
             }
         }
-        if let Ok(mut m) = self.published.lock() {
-            m.insert(name.to_owned(), (applied, compacted));
-        }
+        self.applied
+            .set_published(name, Published { applied, compacted });
         Ok(())
     }
 
@@ -281,7 +276,7 @@ impl Cluster {
     /// copy, or whose next entry is compacted away, resyncs from another replica first
     /// (`resync.rs`), and again should the entry after that snapshot be gone meanwhile.
     async fn catch_up(self: &Arc<Self>, name: &str) -> Result<Option<u64>, Error> {
-        let Some(_running) = Running::start(self, name) else {
+        let Some(_running) = self.catching.start(name) else {
             return Ok(None);
         };
         let dir = repo_dir(&self.root, name);
@@ -309,8 +304,8 @@ impl Cluster {
             }
             // Entries to apply: this replica's copy, if it has none yet (in the recorded format).
             self.ensure_copy(name, &dir).await?;
-            let replicas = self.replicas_of(name).await?.unwrap_or_default();
-            let peers = self.urls_of(&replicas).await?;
+            let replicas = self.placement.replicas_of(name).await?.unwrap_or_default();
+            let peers = self.membership.urls_of(&replicas).await?;
             if resync {
                 resyncs += 1;
                 if resyncs > MAX_RESYNCS {
@@ -357,7 +352,7 @@ impl Cluster {
             let cluster = self.clone();
             tokio::task::spawn_blocking(move || -> Result<(), Error> {
                 // The entry may have been applied meanwhile by its own push's decision.
-                let _g = cluster.apply_lock.lock();
+                let _g = cluster.applied.hold();
                 let now = applied_seq(&dir2);
                 if now >= e2.seq {
                     return Ok(());
@@ -426,17 +421,22 @@ impl Cluster {
     }
 }
 
+/// The repositories being caught up here (one catch-up each at a time).
+#[derive(Debug, Default)]
+pub(super) struct Catching(std::sync::Mutex<std::collections::HashSet<String>>);
+
 /// Marks a repository's catch-up as running; removed when dropped.
 struct Running<'a> {
-    cluster: &'a Cluster,
+    catching: &'a Catching,
     name: String,
 }
 
-impl<'a> Running<'a> {
-    fn start(cluster: &'a Cluster, name: &str) -> Option<Running<'a>> {
-        let mut set = cluster.catching.lock().ok()?;
+impl Catching {
+    /// Mark `name`'s catch-up as running; `None` if one runs already.
+    fn start(&self, name: &str) -> Option<Running<'_>> {
+        let mut set = self.0.lock().ok()?;
         set.insert(name.to_owned()).then(|| Running {
-            cluster,
+            catching: self,
             name: name.to_owned(),
         })
     }
@@ -444,7 +444,7 @@ impl<'a> Running<'a> {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        if let Ok(mut set) = self.cluster.catching.lock() {
+        if let Ok(mut set) = self.catching.0.lock() {
             set.remove(&self.name);
         }
     }

@@ -273,7 +273,11 @@ impl Gate {
         body.extend_from_slice(&header);
         let body = Bytes::from(body);
 
-        let peers = c.urls_of(&self.replicas).await.map_err(unavailable)?;
+        let peers = c
+            .membership
+            .urls_of(&self.replicas)
+            .await
+            .map_err(unavailable)?;
         let sends = peers.into_iter().map(|(name, url)| {
             let body = body.clone();
             let secret = c.secret.clone();
@@ -823,7 +827,7 @@ impl GateCommit for Decided {
         if committed_here {
             // In log order only: if an entry before this one is not applied here yet, the
             // catch-up applies it and records this one (its refs already hold their values).
-            match self.cluster.record_applied(&self.gate_dir, seq) {
+            match self.cluster.applied.record(&self.gate_dir, seq) {
                 Ok(true) => {}
                 Ok(false) => {
                     let _rt = self.handle.enter();

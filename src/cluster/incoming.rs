@@ -257,7 +257,7 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
         Ok(s) => s,
         Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     };
-    match cluster.replicas_of(&repo).await {
+    match cluster.placement.replicas_of(&repo).await {
         Ok(Some(nodes)) if nodes.contains(&cluster.node) => {}
         other => {
             cluster.streams.remove(&id, Some(&slot));

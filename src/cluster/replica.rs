@@ -144,7 +144,7 @@ pub(super) async fn prepare(cluster: &Arc<Cluster>, req: Request) -> Response {
         Ok(h) => h,
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    match cluster.replicas_of(&h.repo).await {
+    match cluster.placement.replicas_of(&h.repo).await {
         Ok(Some(nodes)) if nodes.contains(&cluster.node) => {}
         Ok(_) => return text(StatusCode::CONFLICT, "not a replica of this repository"),
         Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
@@ -410,7 +410,7 @@ impl Job {
         if let Some(d) = dir.to_str() {
             crate::repo::head_to_first_created(d, &created);
         }
-        match cluster.record_applied(dir, seq) {
+        match cluster.applied.record(dir, seq) {
             Ok(true) => Ok(()),
             Ok(false) => {
                 // An entry before it is missing here: the catch-up applies it and records

@@ -149,7 +149,7 @@ fn take_snapshot(cluster: &Cluster, name: &str) -> Result<Vec<u8>, ServeError> {
     // Entries are applied and recorded under the apply lock: the refs hold every entry up to
     // the sequence number read with them.
     let (seq, refs, head) = {
-        let _g = cluster.apply_lock.lock();
+        let _g = cluster.applied.hold();
         let seq = applied_seq(&dir);
         let refs = store.snapshot().map_err(Local::from)?;
         (seq, refs, head_target(&dir))
@@ -306,7 +306,7 @@ fn install(
 ) -> Result<Option<usize>, Error> {
     let tips: Vec<_> = snap.refs.list().iter().map(|r| r.1.0).collect();
     let (repo, objects) = super::catchup::open(dir, env)?;
-    let _g = cluster.apply_lock.lock();
+    let _g = cluster.applied.hold();
     if applied_seq(dir) >= snap.seq && snap.seq > 0 {
         return Ok(None);
     }
