@@ -23,12 +23,13 @@ use bytes::Bytes;
 use gix_object::Exists;
 
 use super::applied::Published;
+use super::copy::{Local, commit_all, missing, open};
 use super::log::new_of;
 use super::objects::{PackIndex, connected, ingest, pack_objects};
 use super::wire::{self, Answered, Attempts, SECRET_HEADER};
 use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key, set_applied_seq};
 use crate::escape::Escaped;
-use crate::refs::{self, Atomicity, Change, RefUpdate, TransactionState};
+use crate::refs::{self, Change, RefUpdate};
 
 /// How often the log heads of this node's repositories are compared with what it applied
 /// (besides the watch), and its applied entries published for compaction.
@@ -90,32 +91,6 @@ pub(super) enum Error {
     /// The resync failed.
     #[error(transparent)]
     Resync(#[from] Box<super::resync::Error>),
-}
-
-/// Why this replica's copy could not be opened, read or written.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum Local {
-    /// Its path is not UTF-8.
-    #[error("repository path is not UTF-8")]
-    PathNotUtf8,
-    /// It is not a repository berth serves.
-    #[error(transparent)]
-    Repo(#[from] crate::repo::Error),
-    /// Its object database could not be opened.
-    #[error(transparent)]
-    Objects(#[from] std::io::Error),
-    /// Its refs could not be read.
-    #[error(transparent)]
-    Refs(#[from] refs::SnapshotError),
-    /// The ref transaction could not be prepared.
-    #[error(transparent)]
-    Prepare(#[from] refs::transaction::prepare::Error),
-    /// The ref transaction could not be committed.
-    #[error(transparent)]
-    Commit(#[from] refs::transaction::commit::Error),
-    /// A ref of the transaction failed.
-    #[error(transparent)]
-    Ref(#[from] Box<refs::RefError>),
 }
 
 impl Cluster {
@@ -450,35 +425,6 @@ impl Drop for Running<'_> {
     }
 }
 
-pub(super) fn open(
-    dir: &std::path::Path,
-    env: &crate::receive::Environment,
-) -> Result<(crate::repo::Repository, gix_odb::Handle), Local> {
-    let dir_str = dir.to_str().ok_or(Local::PathNotUtf8)?;
-    let repo = crate::repo::Repository::open(dir_str, &env.for_config())?;
-    let objects = gix_odb::at(&repo.objects_dir, repo.object_format)?;
-    Ok((repo, objects))
-}
-
-/// Of `tips`, those not in the repository; and the repository's ref tips.
-pub(super) fn missing(
-    dir: &std::path::Path,
-    env: &crate::receive::Environment,
-    tips: &[gix_hash::ObjectId],
-) -> Result<(Vec<gix_hash::ObjectId>, Vec<gix_hash::ObjectId>), Local> {
-    let (repo, objects) = open(dir, env)?;
-    let wants = tips
-        .iter()
-        .filter(|t| !objects.exists(t))
-        .copied()
-        .collect();
-    let refs = refs::of_repository(&repo).snapshot()?;
-    let mut haves: Vec<_> = refs.iter().map(|(_, id)| *id).collect();
-    haves.sort();
-    haves.dedup();
-    Ok((wants, haves))
-}
-
 /// Apply one entry's ref updates (all or nothing); nothing when they are applied already.
 fn apply(
     dir: &std::path::Path,
@@ -516,37 +462,6 @@ fn apply(
         crate::repo::head_to_first_created(d, &created);
     }
     Ok(())
-}
-
-/// Write `updates` to `store` as one all-or-nothing ref transaction checked against `current`,
-/// as a replica applies what the log holds (a catch-up, a resync): by `committer_name`, with no
-/// hooks (a replica runs none); the first ref's error.
-pub(super) fn commit_all(
-    store: &dyn refs::RefStore,
-    updates: &[RefUpdate],
-    current: &refs::Refs,
-    objects: &gix_odb::Handle,
-    env: &crate::receive::Environment,
-    committer_name: String,
-) -> Result<(), Local> {
-    let env = crate::receive::Environment {
-        committer_name: Some(committer_name),
-        ..env.clone()
-    };
-    let committer = env.committer(None, None);
-    let options = refs::Options {
-        atomicity: Atomicity::AllOrNothing,
-        current,
-        committer: &committer,
-        objects,
-    };
-    let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
-    let prepared = store.transaction(options).prepare(updates, &mut observer)?;
-    let results = prepared.commit()?;
-    match results.into_iter().find_map(Result::err) {
-        Some(e) => Err(e.into()),
-        None => Ok(()),
-    }
 }
 
 /// Why `POST /_berth/cluster/pack` sent no pack; [`PackError::status`] is the answer's.

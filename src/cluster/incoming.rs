@@ -23,7 +23,7 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::Response;
 
-use super::catchup::Local;
+use super::copy::Local;
 use super::objects::receive;
 use super::objects::{Arrived, PackIndex};
 use super::wire::{self, body_stream, text};
@@ -311,7 +311,7 @@ fn receive_into(
     env: &crate::receive::Environment,
     reader: &mut dyn std::io::Read,
 ) -> Result<Arrived, Refused> {
-    let (repo, objects) = super::catchup::open(&dir, env)?;
+    let (repo, objects) = super::copy::open(&dir, env)?;
     Ok(receive(&repo, &objects, reader)?)
 }
 

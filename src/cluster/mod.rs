@@ -48,6 +48,7 @@ use crate::escape::Escaped;
 
 mod applied;
 mod catchup;
+mod copy;
 mod decide;
 mod endpoint;
 pub mod etcd;

@@ -20,7 +20,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tokio::io::AsyncReadExt;
 
-use super::catchup::Local;
+use super::copy::Local;
 use super::decide::{self, Position, Verdict, Winners};
 use super::incoming::Claimed;
 use super::log::new_of;
@@ -311,7 +311,7 @@ impl Job {
     /// tips connected, the refs read.
     fn open(&self) -> Result<Opened, NotPrepared> {
         let h = &self.h;
-        let (repo, objects) = super::catchup::open(&self.dir, &self.env)?;
+        let (repo, objects) = super::copy::open(&self.dir, &self.env)?;
         // The pack arrived (or is arriving) on its own stream, already checked.
         let (keeps, index) = match &h.stream {
             Some(id) => match self.cluster.streams.claim(id, &h.repo)? {
