@@ -30,6 +30,16 @@ pub(super) struct Published {
     pub(super) compacted: u64,
 }
 
+/// What [`Applied::record`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Recorded {
+    /// The entry is recorded as the last applied here.
+    InOrder,
+    /// Not recorded: the entry before it is not applied here yet (the catch-up applies it
+    /// and records this one; its refs already hold their values).
+    Gap,
+}
+
 /// The applied sequences of this node's copies: their lock and what was published.
 #[derive(Debug, Default)]
 pub(super) struct Applied {
@@ -46,13 +56,13 @@ impl Applied {
     }
 
     /// Record that the replica at `dir` applied entry `seq` if it applied `seq - 1` before
-    /// (log order); whether it recorded.
-    pub(super) fn record(&self, dir: &Path, seq: u64) -> std::io::Result<bool> {
+    /// (log order).
+    pub(super) fn record(&self, dir: &Path, seq: u64) -> std::io::Result<Recorded> {
         let _g = self.hold();
         if applied_seq(dir) + 1 != seq {
-            return Ok(false);
+            return Ok(Recorded::Gap);
         }
-        set_applied_seq(dir, seq).map(|()| true)
+        set_applied_seq(dir, seq).map(|()| Recorded::InOrder)
     }
 
     /// What was last published for repository `name` (`None`: nothing since this node started).
@@ -77,10 +87,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let applied = Applied::default();
         assert_eq!(applied_seq(dir.path()), 0);
-        assert!(!applied.record(dir.path(), 2).unwrap());
-        assert!(applied.record(dir.path(), 1).unwrap());
-        assert!(applied.record(dir.path(), 2).unwrap());
-        assert!(!applied.record(dir.path(), 2).unwrap());
+        assert_eq!(applied.record(dir.path(), 2).unwrap(), Recorded::Gap);
+        assert_eq!(applied.record(dir.path(), 1).unwrap(), Recorded::InOrder);
+        assert_eq!(applied.record(dir.path(), 2).unwrap(), Recorded::InOrder);
+        assert_eq!(applied.record(dir.path(), 2).unwrap(), Recorded::Gap);
         assert_eq!(applied_seq(dir.path()), 2);
         assert_eq!(applied.published("r"), None);
         let p = Published {

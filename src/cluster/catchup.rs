@@ -139,7 +139,7 @@ impl Cluster {
             Ok(Some(r)) if r.contains(&self.node) => {}
             _ => return,
         }
-        let Ok((seq, _)) = self.log_head(name).await else {
+        let Ok(log::Head { seq, .. }) = self.log.head(name).await else {
             return;
         };
         if seq > applied_seq(&repo_dir(&self.root, name)) {
@@ -177,7 +177,7 @@ impl Cluster {
                 Ok(Some(r)) if r.contains(&self.node) => r,
                 _ => continue,
             };
-            let (seq, _) = self.log_head(&name).await?;
+            let seq = self.log.head(&name).await?.seq;
             let dir = repo_dir(&self.root, &name);
             let applied = applied_seq(&dir);
             if seq > applied || !crate::repo::is_git_dir(&dir) {
@@ -259,7 +259,7 @@ impl Cluster {
         loop {
             // The head first: its entry was put with it, so the range below has every entry
             // up to it unless compaction removed them.
-            let (head, _) = self.log_head(name).await?;
+            let head = self.log.head(name).await?.seq;
             let copy = crate::repo::is_git_dir(&dir);
             let applied = applied_seq(&dir);
             let from = repo_key(name, &format!("entries/{:020}", applied + 1));

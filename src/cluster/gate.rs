@@ -27,11 +27,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::applied::Recorded;
 use super::decide::{self, AfterLost, Failure, Next, Position, Quorum, RETRY, Verdict, Winners};
 use super::log::new_of;
 use super::objects::Format;
 use super::wire::{self, Answered, Attempts, SECRET_HEADER};
-use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
+use super::{Cluster, applied_seq, etcd, http, log, needed};
 use crate::escape::Escaped;
 use crate::receive::{CommitGate, GateCommit, GateRefusal, PackTee};
 use crate::refs::{RefUpdate, Refs};
@@ -119,11 +120,7 @@ impl CommitGate for Gate {
 
 /// The log head a push goes on from: its last entry's sequence number and the log key's mod
 /// revision, the compare of the commit point.
-#[derive(Debug, Clone, Copy)]
-struct Base {
-    seq: u64,
-    rev: i64,
-}
+type Base = log::Head;
 
 /// How many replicas make the quorum of a push, of how many.
 #[derive(Debug, Clone, Copy)]
@@ -188,7 +185,8 @@ impl Gate {
         // once committed, so it is never ahead of that head (read after, a concurrent push's
         // entry could be applied in between).
         let applied = applied_seq(&self.dir);
-        let (seq, rev) = c.log_head(&self.name).await.map_err(unavailable)?;
+        let head = c.log.head(&self.name).await.map_err(unavailable)?;
+        let seq = head.seq;
         let position = decide::position(applied, seq);
         if position != Position::Current {
             if position == Position::Behind {
@@ -219,7 +217,7 @@ impl Gate {
         if seq == 0 {
             self.record_format().await?;
         }
-        Ok(Base { seq, rev })
+        Ok(head)
     }
 
     /// Before the repository's first entry: record its format, so that the replicas that
@@ -359,8 +357,8 @@ impl Gate {
         loop {
             entry.seq = base.seq + 1;
             let lost = match self.compare_and_swap(base.rev, &entry).await? {
-                Cas::Committed => return Ok(entry.seq),
-                Cas::Lost(lost) => lost,
+                log::Put::Committed => return Ok(entry.seq),
+                log::Put::Lost(lost) => lost,
             };
             // Other pushes committed since the base. If none of them touched these refs, the
             // old values checked under the locks still hold: try again after them.
@@ -388,43 +386,25 @@ impl Gate {
         }
     }
 
-    /// One etcd compare-and-swap of the log key against `rev`: the entry's head as the log
-    /// key, the entry itself (its updates written once) as `entries/<seq>`; etcd failures
-    /// retried as [`RETRY`]'s `etcd` says.
-    async fn compare_and_swap(&self, rev: i64, entry: &log::Entry) -> Result<Cas, CommitRefused> {
+    /// One compare-and-put of the entry against the log key's mod revision `rev`
+    /// ([`log::Log::compare_and_put`]); etcd failures retried as [`RETRY`]'s `etcd` says.
+    async fn compare_and_swap(
+        &self,
+        rev: i64,
+        entry: &log::Entry,
+    ) -> Result<log::Put, CommitRefused> {
         let txid = entry.txid.as_str();
         let value = entry.encode()?;
         let head_value = entry.encode_head()?;
-        let log_key = super::log_key(&self.name);
-        let entry_key = repo_key(&self.name, &format!("entries/{:020}", entry.seq));
         let start = Instant::now();
         loop {
-            let r = self
+            let e = match self
                 .cluster
-                .etcd
-                .txn(
-                    &[etcd::Compare::ModRevision(log_key.clone(), rev)],
-                    &[
-                        etcd::Op::Put(log_key.clone(), head_value.clone(), None),
-                        etcd::Op::Put(entry_key.clone(), value.clone(), None),
-                    ],
-                    &[etcd::Op::Get(log_key.clone())],
-                )
-                .await;
-            let e = match r {
-                Ok(t) if t.succeeded => return Ok(Cas::Committed),
-                Ok(t) => {
-                    let head = t.gets.first().and_then(|g| g.first());
-                    let entry = head.and_then(|kv| log::Entry::decode(&kv.value).ok());
-                    // A retry after a lost answer finds its own entry: committed once.
-                    if entry.as_ref().is_some_and(|e| e.txid == txid) {
-                        return Ok(Cas::Committed);
-                    }
-                    return Ok(Cas::Lost(Base {
-                        seq: entry.map_or(0, |e| e.seq),
-                        rev: head.map_or(0, |kv| kv.mod_revision),
-                    }));
-                }
+                .log
+                .compare_and_put(&self.name, rev, entry.seq, txid, &head_value, &value)
+                .await
+            {
+                Ok(put) => return Ok(put),
                 Err(e) => e,
             };
             // etcd refuses it whatever the retries (its request limit): nothing written.
@@ -456,7 +436,7 @@ impl Gate {
 
 impl Cluster {
     /// What the entries after `base` up to `head` of repository `name` are to the push `txid`
-    /// of `updates` ([`decide::winners`] on [`Cluster::entries`]).
+    /// of `updates` ([`decide::winners`] on [`log::Log::entries`]).
     pub(super) async fn winners(
         &self,
         name: &str,
@@ -465,7 +445,7 @@ impl Cluster {
         txid: &str,
         updates: &[RefUpdate],
     ) -> Result<Winners, log::Error> {
-        let entries = self.entries(name, base, head).await?;
+        let entries = self.log.entries(name, base, head).await?;
         Ok(decide::winners(&entries, txid, updates))
     }
 }
@@ -718,14 +698,6 @@ fn unavailable(e: super::Error) -> EtcdUnavailable {
     EtcdUnavailable
 }
 
-/// The answer of the commit point's compare-and-swap.
-enum Cas {
-    /// The entry is in the log.
-    Committed,
-    /// Another entry is the log's head: the base to try again from.
-    Lost(Base),
-}
-
 /// Wait until the replica at `dir` applied `seq` (at most `limit`); whether it did.
 pub(super) async fn wait_applied(dir: &std::path::Path, seq: u64, limit: Duration) -> bool {
     let start = Instant::now();
@@ -828,8 +800,8 @@ impl GateCommit for Decided {
             // In log order only: if an entry before this one is not applied here yet, the
             // catch-up applies it and records this one (its refs already hold their values).
             match self.cluster.applied.record(&self.gate_dir, seq) {
-                Ok(true) => {}
-                Ok(false) => {
+                Ok(Recorded::InOrder) => {}
+                Ok(Recorded::Gap) => {
                     let _rt = self.handle.enter();
                     self.cluster.clone().spawn_catch_up(self.name.clone());
                 }

@@ -29,7 +29,7 @@
 //! [`Cluster`], which holds the node's parts, each with its state and its lock: its membership
 //! (`membership.rs`: an etcd lease on `/berth/nodes/<name>`, the live nodes), the placement of
 //! repositories (`placement.rs`: rendezvous hashing over the live nodes, recorded at creation
-//! in `/berth/repos/<name>/replicas`), the applied sequences (`applied.rs`), the prepared
+//! in `/berth/repos/<name>/replicas`), the logs (`log.rs`), the applied sequences (`applied.rs`), the prepared
 //! transactions waiting for a decision (`replica.rs`), the incoming pack streams
 //! (`incoming.rs`) and the catch-ups running (`catchup.rs`).
 //! etcd keys (all under `/berth/`): `nodes/<node>` (advertise URL, leased), `secret`,
@@ -168,6 +168,8 @@ pub(crate) struct Cluster {
     membership: membership::Membership,
     /// The repositories' replicas (`placement.rs`).
     placement: placement::Placement,
+    /// The repositories' logs (`log.rs`).
+    log: log::Log,
     /// What this node applied of each log, and published (`applied.rs`).
     applied: applied::Applied,
     /// Prepared transactions of pushes accepted elsewhere, waiting for their decision.
@@ -291,6 +293,7 @@ impl Cluster {
             membership: membership::Membership::new(etcd.clone(), config.node.clone(), advertise),
             placement: placement::Placement::new(etcd.clone(), config.replicas),
             applied: Default::default(),
+            log: log::Log::new(etcd.clone()),
             etcd,
             node: config.node.clone(),
             ack: config.ack,
@@ -316,17 +319,6 @@ impl Cluster {
         tokio::spawn(cluster.clone().watch_logs());
         tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %Escaped::text(cluster.membership.advertise()), "joined the cluster");
         Ok(cluster)
-    }
-
-    /// The log's last entry's sequence number and the key's mod revision (0, 0: no entry).
-    async fn log_head(&self, name: &str) -> Result<(u64, i64), Error> {
-        match self.etcd.get(&log_key(name)).await? {
-            None => Ok((0, 0)),
-            Some(kv) => {
-                let entry = log::Entry::decode(&kv.value)?;
-                Ok((entry.seq, kv.mod_revision))
-            }
-        }
     }
 
     /// The format recorded for repository `name` (`None`: not recorded yet).
@@ -488,7 +480,7 @@ impl Cluster {
             return Ok((Some(name), Route::Local(Some(replicas))));
         }
         // A replica that is behind the log does not serve the repository.
-        let (seq, _) = self.log_head(&name).await?;
+        let seq = self.log.head(&name).await?.seq;
         let applied = applied_seq(&repo_dir(&self.root, &name));
         if applied >= seq {
             return Ok((Some(name), Route::Local(Some(replicas))));

@@ -20,13 +20,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tokio::io::AsyncReadExt;
 
+use super::applied::Recorded;
 use super::copy::Local;
 use super::decide::{self, Position, Verdict, Winners};
 use super::incoming::Claimed;
 use super::log::new_of;
 use super::objects::{Keeps, PackIndex, connected, migrate};
 use super::wire::{self, body_stream, text};
-use super::{Cluster, CopyError, applied_seq, log, repo_dir};
+use super::{Cluster, CopyError, applied_seq, repo_dir};
 use crate::escape::Escaped;
 use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
 
@@ -367,7 +368,7 @@ impl Job {
                 // No word from the accepting node: the log says whether it committed.
                 let head = self
                     .handle
-                    .block_on(committed_entry(&self.cluster, &h.repo, &h.txid));
+                    .block_on(self.cluster.log.committed(&h.repo, &h.txid));
                 tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, committed = ?head, "no decision in time; asked the log");
                 (Verdict::from_log(head), From::Log)
             }
@@ -411,8 +412,8 @@ impl Job {
             crate::repo::head_to_first_created(d, &created);
         }
         match cluster.applied.record(dir, seq) {
-            Ok(true) => Ok(()),
-            Ok(false) => {
+            Ok(Recorded::InOrder) => Ok(()),
+            Ok(Recorded::Gap) => {
                 // An entry before it is missing here: the catch-up applies it and records
                 // this one.
                 let _rt = handle.enter();
@@ -422,13 +423,6 @@ impl Job {
             Err(e) => Err(NotCommitted::Record(e)),
         }
     }
-}
-
-/// The sequence number of the log entry of `txid`, if the repository's last entry is it.
-async fn committed_entry(cluster: &Cluster, repo: &str, txid: &str) -> Option<u64> {
-    let kv = cluster.etcd.get(&super::log_key(repo)).await.ok()??;
-    let entry = log::Entry::decode(&kv.value).ok()?;
-    (entry.txid == txid).then_some(entry.seq)
 }
 
 /// `POST /_berth/cluster/pack`: objects for a replica catching up.
