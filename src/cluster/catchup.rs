@@ -53,7 +53,7 @@ pub(super) enum Error {
     Decode(#[from] wire::Decode),
     /// This replica's copy could not be created.
     #[error(transparent)]
-    Copy(#[from] super::CopyError),
+    Copy(#[from] super::copy::CopyError),
     /// This replica's copy could not be read or written.
     #[error(transparent)]
     Local(#[from] Local),
@@ -278,7 +278,7 @@ impl Cluster {
                 return Ok(Some(applied));
             }
             // Entries to apply: this replica's copy, if it has none yet (in the recorded format).
-            self.ensure_copy(name, &dir).await?;
+            self.copies.ensure(name, &dir).await?;
             let replicas = self.placement.replicas_of(name).await?.unwrap_or_default();
             let peers = self.membership.urls_of(&replicas).await?;
             if resync {

@@ -155,16 +155,18 @@ impl Gate {
                 return Err(e.into());
             }
         };
+        // In the log: from here on the prepared replicas are to commit, whatever happens.
+        let peers = prepared.committed(seq);
         // Apply in log order here too: the entries before this one first (they are other
         // refs, and on their way from their own pushes).
         wait_applied(&self.dir, seq - 1, APPLY_WAIT).await;
-        tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), seq, txid = %txid, prepared = 1 + prepared.len(), "committed to the log");
+        tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), seq, txid = %txid, prepared = 1 + peers.peers.len(), "committed to the log");
         Ok(Box::new(Decided {
             gate_dir: self.dir.clone(),
             name: self.name.clone(),
             handle: self.handle.clone(),
             cluster: self.cluster.clone(),
-            peers: prepared.committed(seq),
+            peers,
             need,
         }))
     }
@@ -230,7 +232,7 @@ impl Gate {
                 .map_err(BaseRefused::Open)?;
             Format::of(&repo)
         };
-        match c.record_format(&self.name, &here).await {
+        match c.copies.record_format(&self.name, &here).await {
             Ok(recorded) if recorded == here => Ok(()),
             Ok(recorded) => Err(BaseRefused::FormatMismatch { recorded, here }),
             Err(e) => Err(unavailable(e).into()),

@@ -271,7 +271,7 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
     let mut reader = tokio_util::io::SyncIoBridge::new(body);
     let dir = repo_dir(&cluster.root, &repo);
     // This replica's first push of the repository: its copy, in the recorded format.
-    if let Err(e) = cluster.ensure_copy(&repo, &dir).await {
+    if let Err(e) = cluster.copies.ensure(&repo, &dir).await {
         cluster.streams.remove(&id, Some(&slot));
         return text(StatusCode::CONFLICT, e.to_string());
     }

@@ -29,7 +29,8 @@
 //! [`Cluster`], which holds the node's parts, each with its state and its lock: its membership
 //! (`membership.rs`: an etcd lease on `/berth/nodes/<name>`, the live nodes), the placement of
 //! repositories (`placement.rs`: rendezvous hashing over the live nodes, recorded at creation
-//! in `/berth/repos/<name>/replicas`), the logs (`log.rs`), the applied sequences (`applied.rs`), the prepared
+//! in `/berth/repos/<name>/replicas`), the recorded formats and copies (`copy.rs`), the logs
+//! (`log.rs`), the applied sequences (`applied.rs`), the prepared
 //! transactions waiting for a decision (`replica.rs`), the incoming pack streams
 //! (`incoming.rs`) and the catch-ups running (`catchup.rs`).
 //! etcd keys (all under `/berth/`): `nodes/<node>` (advertise URL, leased), `secret`,
@@ -130,24 +131,6 @@ pub enum Error {
     NoLiveReplica { name: String },
 }
 
-/// Why this replica has no copy of a repository it is to hold.
-#[derive(Debug, thiserror::Error)]
-enum CopyError {
-    /// etcd could not be read.
-    #[error(transparent)]
-    Cluster(#[from] Error),
-    /// No push recorded the repository's format yet: a copy in this node's defaults could
-    /// differ from the others'.
-    #[error("the repository's format is not recorded yet")]
-    FormatUnrecorded,
-    /// The copy could not be created.
-    #[error(transparent)]
-    Create(#[from] objects::Error),
-    /// The blocking task creating it was lost.
-    #[error(transparent)]
-    Join(#[from] tokio::task::JoinError),
-}
-
 /// Timeout of one etcd call (per endpoint).
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a starting node waits for etcd to answer before it gives up (and exits).
@@ -168,6 +151,8 @@ pub(crate) struct Cluster {
     membership: membership::Membership,
     /// The repositories' replicas (`placement.rs`).
     placement: placement::Placement,
+    /// The repositories' recorded formats and the creation of copies here (`copy.rs`).
+    copies: copy::Copies,
     /// The repositories' logs (`log.rs`).
     log: log::Log,
     /// What this node applied of each log, and published (`applied.rs`).
@@ -184,8 +169,6 @@ pub(crate) struct Cluster {
     max_pack: u64,
     /// How long an internal request's body may stay silent (the server's `--idle-timeout`).
     idle_timeout: std::time::Duration,
-    /// Held while this node creates its copy of a repository.
-    creating: tokio::sync::Mutex<()>,
 }
 
 /// Random bytes as hex (the cluster secret, transaction ids).
@@ -294,6 +277,7 @@ impl Cluster {
             placement: placement::Placement::new(etcd.clone(), config.replicas),
             applied: Default::default(),
             log: log::Log::new(etcd.clone()),
+            copies: copy::Copies::new(etcd.clone()),
             etcd,
             node: config.node.clone(),
             ack: config.ack,
@@ -305,7 +289,6 @@ impl Cluster {
             env: env.clone(),
             max_pack,
             idle_timeout,
-            creating: Default::default(),
         });
         let stale = locks::remove_stale(root);
         if stale > 0 {
@@ -321,61 +304,6 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// The format recorded for repository `name` (`None`: not recorded yet).
-    async fn format_of(&self, name: &str) -> Result<Option<objects::Format>, Error> {
-        match self.etcd.get(&repo_key(name, "format")).await? {
-            None => Ok(None),
-            Some(kv) => Ok(Some(objects::Format::decode(&kv.value)?)),
-        }
-    }
-
-    /// Record `format` as repository `name`'s unless one is recorded; the recorded one.
-    async fn record_format(
-        &self,
-        name: &str,
-        format: &objects::Format,
-    ) -> Result<objects::Format, Error> {
-        let key = repo_key(name, "format");
-        let t = self
-            .etcd
-            .txn(
-                &[etcd::Compare::Absent(key.clone())],
-                &[etcd::Op::Put(key.clone(), format.encode(), None)],
-                &[etcd::Op::Get(key)],
-            )
-            .await?;
-        if t.succeeded {
-            return Ok(*format);
-        }
-        match t.gets.first().and_then(|g| g.first()) {
-            Some(kv) => Ok(objects::Format::decode(&kv.value)?),
-            None => Err(Error::NotRecorded {
-                name: name.to_owned(),
-                what: "format",
-            }),
-        }
-    }
-
-    /// Create this replica's copy of `name` at `dir` if it has none, in the recorded format
-    /// (none recorded: no copy, rather than one in this node's defaults that no later push
-    /// or catch-up could mend).
-    async fn ensure_copy(&self, name: &str, dir: &Path) -> Result<(), CopyError> {
-        if crate::repo::is_git_dir(dir) {
-            return Ok(());
-        }
-        // A stream, a prepare and a catch-up may all find the copy missing at once.
-        let _one = self.creating.lock().await;
-        if crate::repo::is_git_dir(dir) {
-            return Ok(());
-        }
-        let format = self
-            .format_of(name)
-            .await?
-            .ok_or(CopyError::FormatUnrecorded)?;
-        let d = dir.to_owned();
-        Ok(tokio::task::spawn_blocking(move || objects::ensure_repository(&d, &format)).await??)
-    }
-
     /// A repository `name` this node just created at `dir` for a push: record its format for
     /// the other replicas' copies (the gate records it again before the first entry, should
     /// etcd fail now).
@@ -388,7 +316,7 @@ impl Cluster {
                 return;
             }
         };
-        if let Err(e) = self.record_format(name, &format).await {
+        if let Err(e) = self.copies.record_format(name, &format).await {
             tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), error = %Escaped::text(&e.to_string()), "cannot record a new repository's format");
         }
     }

@@ -21,13 +21,14 @@ use axum::response::{IntoResponse, Response};
 use tokio::io::AsyncReadExt;
 
 use super::applied::Recorded;
+use super::copy::CopyError;
 use super::copy::Local;
 use super::decide::{self, Position, Verdict, Winners};
 use super::incoming::Claimed;
 use super::log::new_of;
 use super::objects::{Keeps, PackIndex, connected, migrate};
 use super::wire::{self, body_stream, text};
-use super::{Cluster, CopyError, applied_seq, repo_dir};
+use super::{Cluster, applied_seq, repo_dir};
 use crate::escape::Escaped;
 use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
 
@@ -285,7 +286,7 @@ impl Job {
     /// only.
     fn check_base(&self) -> Result<(), NotPrepared> {
         let (cluster, h, handle) = (&self.cluster, &self.h, &self.handle);
-        handle.block_on(cluster.ensure_copy(&h.repo, &self.dir))?;
+        handle.block_on(cluster.copies.ensure(&h.repo, &self.dir))?;
         let applied = applied_seq(&self.dir);
         let position = decide::position(applied, h.base_seq);
         if position == Position::Current {
