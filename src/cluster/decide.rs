@@ -13,6 +13,7 @@ use crate::refs::RefUpdate;
 
 use super::Ack;
 use super::log::Entry;
+use super::wire::VerdictWord;
 
 /// How a push retries, in one place: what the gate does again after losing a compare to other
 /// refs' pushes, how many more transactions a non-atomic batch tries for the refs a lost
@@ -248,11 +249,11 @@ impl Verdict {
     }
 
     /// Read back from a decide request's `verdict` and `seq`: a commit needs an entry (seq ≥ 1).
-    pub(super) fn parse(verdict: &str, seq: Option<u64>) -> Option<Verdict> {
+    pub(super) fn parse(verdict: VerdictWord, seq: Option<u64>) -> Option<Verdict> {
         match (verdict, seq) {
-            ("commit", Some(seq)) if seq > 0 => Some(Verdict::Commit { seq }),
-            ("abort", _) => Some(Verdict::Abort),
-            _ => None,
+            (VerdictWord::Commit, Some(seq)) if seq > 0 => Some(Verdict::Commit { seq }),
+            (VerdictWord::Commit, _) => None,
+            (VerdictWord::Abort, _) => Some(Verdict::Abort),
         }
     }
 
@@ -443,21 +444,18 @@ mod tests {
     #[test]
     fn verdicts_on_the_wire_and_from_the_log() {
         for v in [Verdict::Commit { seq: 7 }, Verdict::Abort] {
-            let q = v.query();
-            let (mut word, mut seq) = ("", None);
-            for pair in q.split('&') {
-                match pair.split_once('=') {
-                    Some(("verdict", w)) => word = w,
-                    Some(("seq", s)) => seq = s.parse().ok(),
-                    _ => {}
-                }
-            }
-            assert_eq!(Verdict::parse(word, seq), Some(v), "{q}");
+            let q = format!("repo=r&txid=ab&{}", v.query());
+            let q: super::super::wire::DecideQuery =
+                super::super::wire::decode_query("decide", &q).unwrap();
+            assert_eq!(Verdict::parse(q.verdict, q.seq.map(|s| s.0)), Some(v));
         }
         // A commit names an entry; anything else is no verdict.
-        assert_eq!(Verdict::parse("commit", Some(0)), None);
-        assert_eq!(Verdict::parse("commit", None), None);
-        assert_eq!(Verdict::parse("maybe", Some(3)), None);
+        assert_eq!(Verdict::parse(VerdictWord::Commit, Some(0)), None);
+        assert_eq!(Verdict::parse(VerdictWord::Commit, None), None);
+        assert_eq!(
+            Verdict::parse(VerdictWord::Abort, Some(3)),
+            Some(Verdict::Abort)
+        );
         assert_eq!(Verdict::from_log(Some(4)), Verdict::Commit { seq: 4 });
         assert_eq!(Verdict::from_log(None), Verdict::Abort);
     }

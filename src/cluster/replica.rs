@@ -447,11 +447,7 @@ pub(super) async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
         Ok(q) => q,
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let word = match q.verdict {
-        wire::VerdictWord::Commit => "commit",
-        wire::VerdictWord::Abort => "abort",
-    };
-    let Some(verdict) = Verdict::parse(word, q.seq.map(|s| s.0)) else {
+    let Some(verdict) = Verdict::parse(q.verdict, q.seq.map(|s| s.0)) else {
         return text(StatusCode::BAD_REQUEST, "decide: txid, seq, verdict");
     };
     let (repo, txid) = (q.repo, q.txid.as_str());
