@@ -22,12 +22,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use gix_object::Exists;
 
+use super::applied::Published;
+use super::copy::{Local, commit_all, missing, open};
 use super::log::new_of;
 use super::objects::{PackIndex, connected, ingest, pack_objects};
 use super::wire::{self, Answered, Attempts, SECRET_HEADER};
 use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key, set_applied_seq};
 use crate::escape::Escaped;
-use crate::refs::{self, Atomicity, Change, RefUpdate, TransactionState};
+use crate::refs::{self, Change, RefUpdate};
 
 /// How often the log heads of this node's repositories are compared with what it applied
 /// (besides the watch), and its applied entries published for compaction.
@@ -51,7 +53,7 @@ pub(super) enum Error {
     Decode(#[from] wire::Decode),
     /// This replica's copy could not be created.
     #[error(transparent)]
-    Copy(#[from] super::CopyError),
+    Copy(#[from] super::copy::CopyError),
     /// This replica's copy could not be read or written.
     #[error(transparent)]
     Local(#[from] Local),
@@ -89,32 +91,6 @@ pub(super) enum Error {
     /// The resync failed.
     #[error(transparent)]
     Resync(#[from] Box<super::resync::Error>),
-}
-
-/// Why this replica's copy could not be opened, read or written.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum Local {
-    /// Its path is not UTF-8.
-    #[error("repository path is not UTF-8")]
-    PathNotUtf8,
-    /// It is not a repository berth serves.
-    #[error(transparent)]
-    Repo(#[from] crate::repo::Error),
-    /// Its object database could not be opened.
-    #[error(transparent)]
-    Objects(#[from] std::io::Error),
-    /// Its refs could not be read.
-    #[error(transparent)]
-    Refs(#[from] refs::SnapshotError),
-    /// The ref transaction could not be prepared.
-    #[error(transparent)]
-    Prepare(#[from] refs::transaction::prepare::Error),
-    /// The ref transaction could not be committed.
-    #[error(transparent)]
-    Commit(#[from] refs::transaction::commit::Error),
-    /// A ref of the transaction failed.
-    #[error(transparent)]
-    Ref(#[from] Box<refs::RefError>),
 }
 
 impl Cluster {
@@ -159,11 +135,11 @@ impl Cluster {
 
     /// Catch `name` up if this node is one of its replicas and behind its log.
     async fn catch_up_if_behind(self: Arc<Self>, name: &str) {
-        match self.replicas_of(name).await {
+        match self.placement.replicas_of(name).await {
             Ok(Some(r)) if r.contains(&self.node) => {}
             _ => return,
         }
-        let Ok((seq, _)) = self.log_head(name).await else {
+        let Ok(log::Head { seq, .. }) = self.log.head(name).await else {
             return;
         };
         if seq > applied_seq(&repo_dir(&self.root, name)) {
@@ -197,11 +173,11 @@ impl Cluster {
                 continue;
             };
             let name = name.to_owned();
-            let replicas = match self.replicas_of(&name).await {
+            let replicas = match self.placement.replicas_of(&name).await {
                 Ok(Some(r)) if r.contains(&self.node) => r,
                 _ => continue,
             };
-            let (seq, _) = self.log_head(&name).await?;
+            let seq = self.log.head(&name).await?.seq;
             let dir = repo_dir(&self.root, &name);
             let applied = applied_seq(&dir);
             if seq > applied || !crate::repo::is_git_dir(&dir) {
@@ -222,19 +198,14 @@ impl Cluster {
         replicas: &[String],
         applied: u64,
     ) -> Result<(), etcd::Error> {
-        let known = self
-            .published
-            .lock()
-            .ok()
-            .and_then(|m| m.get(name).copied())
-            .unwrap_or((u64::MAX, 0));
-        if known.0 != applied {
+        let known = self.applied.published(name);
+        if known.map(|k| k.applied) != Some(applied) {
             let key = repo_key(name, &format!("applied/{}", self.node));
             self.etcd
                 .put(&key, applied.to_string().as_bytes(), None)
                 .await?;
         }
-        let mut compacted = known.1;
+        let mut compacted = known.map_or(0, |k| k.compacted);
         if replicas.first() == Some(&self.node) {
             let prefix = repo_key(name, "applied/");
             let seen = self.etcd.prefix(&prefix).await?;
@@ -255,9 +226,8 @@ impl Cluster {
                 compacted = min;
             }
         }
-        if let Ok(mut m) = self.published.lock() {
-            m.insert(name.to_owned(), (applied, compacted));
-        }
+        self.applied
+            .set_published(name, Published { applied, compacted });
         Ok(())
     }
 
@@ -281,7 +251,7 @@ impl Cluster {
     /// copy, or whose next entry is compacted away, resyncs from another replica first
     /// (`resync.rs`), and again should the entry after that snapshot be gone meanwhile.
     async fn catch_up(self: &Arc<Self>, name: &str) -> Result<Option<u64>, Error> {
-        let Some(_running) = Running::start(self, name) else {
+        let Some(_running) = self.catching.start(name) else {
             return Ok(None);
         };
         let dir = repo_dir(&self.root, name);
@@ -289,7 +259,7 @@ impl Cluster {
         loop {
             // The head first: its entry was put with it, so the range below has every entry
             // up to it unless compaction removed them.
-            let (head, _) = self.log_head(name).await?;
+            let head = self.log.head(name).await?.seq;
             let copy = crate::repo::is_git_dir(&dir);
             let applied = applied_seq(&dir);
             let from = repo_key(name, &format!("entries/{:020}", applied + 1));
@@ -308,9 +278,9 @@ impl Cluster {
                 return Ok(Some(applied));
             }
             // Entries to apply: this replica's copy, if it has none yet (in the recorded format).
-            self.ensure_copy(name, &dir).await?;
-            let replicas = self.replicas_of(name).await?.unwrap_or_default();
-            let peers = self.urls_of(&replicas).await?;
+            self.copies.ensure(name, &dir).await?;
+            let replicas = self.placement.replicas_of(name).await?.unwrap_or_default();
+            let peers = self.membership.urls_of(&replicas).await?;
             if resync {
                 resyncs += 1;
                 if resyncs > MAX_RESYNCS {
@@ -357,7 +327,7 @@ impl Cluster {
             let cluster = self.clone();
             tokio::task::spawn_blocking(move || -> Result<(), Error> {
                 // The entry may have been applied meanwhile by its own push's decision.
-                let _g = cluster.apply_lock.lock();
+                let _g = cluster.applied.hold();
                 let now = applied_seq(&dir2);
                 if now >= e2.seq {
                     return Ok(());
@@ -426,17 +396,22 @@ impl Cluster {
     }
 }
 
+/// The repositories being caught up here (one catch-up each at a time).
+#[derive(Debug, Default)]
+pub(super) struct Catching(std::sync::Mutex<std::collections::HashSet<String>>);
+
 /// Marks a repository's catch-up as running; removed when dropped.
 struct Running<'a> {
-    cluster: &'a Cluster,
+    catching: &'a Catching,
     name: String,
 }
 
-impl<'a> Running<'a> {
-    fn start(cluster: &'a Cluster, name: &str) -> Option<Running<'a>> {
-        let mut set = cluster.catching.lock().ok()?;
+impl Catching {
+    /// Mark `name`'s catch-up as running; `None` if one runs already.
+    fn start(&self, name: &str) -> Option<Running<'_>> {
+        let mut set = self.0.lock().ok()?;
         set.insert(name.to_owned()).then(|| Running {
-            cluster,
+            catching: self,
             name: name.to_owned(),
         })
     }
@@ -444,39 +419,10 @@ impl<'a> Running<'a> {
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        if let Ok(mut set) = self.cluster.catching.lock() {
+        if let Ok(mut set) = self.catching.0.lock() {
             set.remove(&self.name);
         }
     }
-}
-
-pub(super) fn open(
-    dir: &std::path::Path,
-    env: &crate::receive::Environment,
-) -> Result<(crate::repo::Repository, gix_odb::Handle), Local> {
-    let dir_str = dir.to_str().ok_or(Local::PathNotUtf8)?;
-    let repo = crate::repo::Repository::open(dir_str, &env.for_config())?;
-    let objects = gix_odb::at(&repo.objects_dir, repo.object_format)?;
-    Ok((repo, objects))
-}
-
-/// Of `tips`, those not in the repository; and the repository's ref tips.
-pub(super) fn missing(
-    dir: &std::path::Path,
-    env: &crate::receive::Environment,
-    tips: &[gix_hash::ObjectId],
-) -> Result<(Vec<gix_hash::ObjectId>, Vec<gix_hash::ObjectId>), Local> {
-    let (repo, objects) = open(dir, env)?;
-    let wants = tips
-        .iter()
-        .filter(|t| !objects.exists(t))
-        .copied()
-        .collect();
-    let refs = refs::of_repository(&repo).snapshot()?;
-    let mut haves: Vec<_> = refs.iter().map(|(_, id)| *id).collect();
-    haves.sort();
-    haves.dedup();
-    Ok((wants, haves))
 }
 
 /// Apply one entry's ref updates (all or nothing); nothing when they are applied already.
@@ -516,37 +462,6 @@ fn apply(
         crate::repo::head_to_first_created(d, &created);
     }
     Ok(())
-}
-
-/// Write `updates` to `store` as one all-or-nothing ref transaction checked against `current`,
-/// as a replica applies what the log holds (a catch-up, a resync): by `committer_name`, with no
-/// hooks (a replica runs none); the first ref's error.
-pub(super) fn commit_all(
-    store: &dyn refs::RefStore,
-    updates: &[RefUpdate],
-    current: &refs::Refs,
-    objects: &gix_odb::Handle,
-    env: &crate::receive::Environment,
-    committer_name: String,
-) -> Result<(), Local> {
-    let env = crate::receive::Environment {
-        committer_name: Some(committer_name),
-        ..env.clone()
-    };
-    let committer = env.committer(None, None);
-    let options = refs::Options {
-        atomicity: Atomicity::AllOrNothing,
-        current,
-        committer: &committer,
-        objects,
-    };
-    let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
-    let prepared = store.transaction(options).prepare(updates, &mut observer)?;
-    let results = prepared.commit()?;
-    match results.into_iter().find_map(Result::err) {
-        Some(e) => Err(e.into()),
-        None => Ok(()),
-    }
 }
 
 /// Why `POST /_berth/cluster/pack` sent no pack; [`PackError::status`] is the answer's.

@@ -1,20 +1,89 @@
 //! The cluster's decisions, without I/O: how many replicas make a quorum, where a replica stands
 //! against the log, what the entries committed since a push's base are to it (the winners of a
 //! lost compare), what the gate does next after losing one, and the verdict a prepared replica
-//! is told. The gate (`gate.rs`), the replica (`replica.rs`) and the catch-up ask these; each is
-//! unit-tested here, the cases the fault script found among them (docs/cluster.md).
+//! is told, and the one retry policy of a push ([`RETRY`]: lost compares, lost refs, etcd
+//! failures at the commit point). The gate (`gate.rs`), the replica (`replica.rs`) and the
+//! catch-up ask these; each is unit-tested here, the cases the fault script found among them
+//! (docs/cluster.md).
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use crate::refs::RefUpdate;
 
 use super::Ack;
 use super::log::Entry;
+use super::wire::VerdictWord;
 
-/// How many rounds of lost compares to pushes of other refs a push tries before it gives up (a
-/// round is one range read and one txn; with many pushes into one repository at once each round
-/// may lose to another of them: 50 concurrent pushes to one repository needed 9–16).
-pub(super) const MAX_ROUNDS: u32 = 64;
+/// How a push retries, in one place: what the gate does again after losing a compare to other
+/// refs' pushes, how many more transactions a non-atomic batch tries for the refs a lost
+/// compare did not touch, and how long the commit point retries etcd.
+///
+/// The bound: a push's commit point makes at most `lost_compare_rounds` compares that lose
+/// (each a range read and one txn), in each of at most `1 + lost_ref_batches` transactions;
+/// within one compare, etcd failures are retried every `etcd.pause` until `etcd.deadline`
+/// has passed (then one etcd call more at most, `ETCD_TIMEOUT` per endpoint) and the push is
+/// refused as unconfirmed. What etcd refuses whatever the retries (an entry larger than its
+/// request limit) is not retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Retry {
+    /// Rounds of lost compares to pushes of other refs before the push gives up (with many
+    /// pushes into one repository at once each round may lose to another of them: 50
+    /// concurrent pushes to one repository needed 9–16).
+    pub(super) lost_compare_rounds: u32,
+    /// How many more transactions a non-atomic batch tries for its refs that a lost compare
+    /// did not touch (the lost ones are refused).
+    pub(super) lost_ref_batches: u32,
+    /// etcd failing at the commit point (the answer may have been lost: retried with the same
+    /// compare, so the entry is written at most once).
+    pub(super) etcd: Backoff,
+}
+
+/// Retry a failing call every `pause` until `deadline` has passed since the first try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Backoff {
+    pub(super) pause: Duration,
+    pub(super) deadline: Duration,
+}
+
+/// The push's retry policy (see [`Retry`] for its bound).
+pub(super) const RETRY: Retry = Retry {
+    lost_compare_rounds: 64,
+    lost_ref_batches: 3,
+    etcd: Backoff {
+        pause: Duration::from_millis(300),
+        deadline: Duration::from_secs(15),
+    },
+};
+
+/// How an etcd call at the commit point failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Failure {
+    /// etcd refuses the request whatever the retries (larger than its request limit).
+    Refused,
+    /// etcd did not answer, or answered with an error that may pass.
+    Unavailable,
+}
+
+/// [`Backoff::after`]'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Next {
+    /// Try again after this pause.
+    Again(Duration),
+    /// Stop: the call failed for good.
+    GiveUp,
+}
+
+impl Backoff {
+    /// What to do after a call failed with `failure`, `elapsed` after the first try.
+    pub(super) fn after(self, failure: Failure, elapsed: Duration) -> Next {
+        match failure {
+            Failure::Refused => Next::GiveUp,
+            Failure::Unavailable if elapsed > self.deadline => Next::GiveUp,
+            Failure::Unavailable => Next::Again(self.pause),
+        }
+    }
+}
 
 /// How many of a repository's `k` replicas must apply a push before it is acknowledged.
 pub(super) fn needed(ack: Ack, k: usize) -> usize {
@@ -132,7 +201,7 @@ pub(super) fn touches(touched: &BTreeSet<Vec<u8>>, name: &[u8]) -> bool {
 pub(super) fn after_lost_compare(winners: Winners, round: u32) -> AfterLost {
     match winners {
         Winners::Ours(seq) => AfterLost::Committed(seq),
-        Winners::Disjoint if round < MAX_ROUNDS => AfterLost::Retry,
+        Winners::Disjoint if round < RETRY.lost_compare_rounds => AfterLost::Retry,
         Winners::Disjoint => AfterLost::GiveUp,
         Winners::Overlap(lost) => AfterLost::Lost(lost),
     }
@@ -145,7 +214,7 @@ pub(super) enum AfterLost {
     Committed(u64),
     /// The winners are other refs': try again after them.
     Retry,
-    /// Other refs' pushes won [`MAX_ROUNDS`] times: refuse, the client retries.
+    /// Other refs' pushes won [`Retry::lost_compare_rounds`] times: refuse, the client retries.
     GiveUp,
     /// The winners changed these refs of the push (positions in its updates): those are lost,
     /// the others may go on in a transaction of their own.
@@ -180,11 +249,11 @@ impl Verdict {
     }
 
     /// Read back from a decide request's `verdict` and `seq`: a commit needs an entry (seq ≥ 1).
-    pub(super) fn parse(verdict: &str, seq: Option<u64>) -> Option<Verdict> {
+    pub(super) fn parse(verdict: VerdictWord, seq: Option<u64>) -> Option<Verdict> {
         match (verdict, seq) {
-            ("commit", Some(seq)) if seq > 0 => Some(Verdict::Commit { seq }),
-            ("abort", _) => Some(Verdict::Abort),
-            _ => None,
+            (VerdictWord::Commit, Some(seq)) if seq > 0 => Some(Verdict::Commit { seq }),
+            (VerdictWord::Commit, _) => None,
+            (VerdictWord::Abort, _) => Some(Verdict::Abort),
         }
     }
 
@@ -337,11 +406,11 @@ mod tests {
         );
         assert_eq!(after_lost_compare(Winners::Disjoint, 1), AfterLost::Retry);
         assert_eq!(
-            after_lost_compare(Winners::Disjoint, MAX_ROUNDS - 1),
+            after_lost_compare(Winners::Disjoint, RETRY.lost_compare_rounds - 1),
             AfterLost::Retry
         );
         assert_eq!(
-            after_lost_compare(Winners::Disjoint, MAX_ROUNDS),
+            after_lost_compare(Winners::Disjoint, RETRY.lost_compare_rounds),
             AfterLost::GiveUp
         );
         assert_eq!(
@@ -350,24 +419,43 @@ mod tests {
         );
     }
 
+    /// The timings the cluster tests rely on: an entry too large is refused at once; etcd
+    /// unavailable is retried every 300 ms for about 15 s.
+    #[test]
+    fn the_commit_point_retries_etcd_for_15_seconds_and_a_refusal_never() {
+        let b = RETRY.etcd;
+        assert_eq!(b.after(Failure::Refused, Duration::ZERO), Next::GiveUp);
+        assert_eq!(
+            b.after(Failure::Unavailable, Duration::ZERO),
+            Next::Again(Duration::from_millis(300))
+        );
+        assert_eq!(
+            b.after(Failure::Unavailable, Duration::from_secs(15)),
+            Next::Again(Duration::from_millis(300))
+        );
+        assert_eq!(
+            b.after(Failure::Unavailable, Duration::from_millis(15_001)),
+            Next::GiveUp
+        );
+        assert_eq!(RETRY.lost_compare_rounds, 64);
+        assert_eq!(RETRY.lost_ref_batches, 3);
+    }
+
     #[test]
     fn verdicts_on_the_wire_and_from_the_log() {
         for v in [Verdict::Commit { seq: 7 }, Verdict::Abort] {
-            let q = v.query();
-            let (mut word, mut seq) = ("", None);
-            for pair in q.split('&') {
-                match pair.split_once('=') {
-                    Some(("verdict", w)) => word = w,
-                    Some(("seq", s)) => seq = s.parse().ok(),
-                    _ => {}
-                }
-            }
-            assert_eq!(Verdict::parse(word, seq), Some(v), "{q}");
+            let q = format!("repo=r&txid=ab&{}", v.query());
+            let q: super::super::wire::DecideQuery =
+                super::super::wire::decode_query("decide", &q).unwrap();
+            assert_eq!(Verdict::parse(q.verdict, q.seq.map(|s| s.0)), Some(v));
         }
         // A commit names an entry; anything else is no verdict.
-        assert_eq!(Verdict::parse("commit", Some(0)), None);
-        assert_eq!(Verdict::parse("commit", None), None);
-        assert_eq!(Verdict::parse("maybe", Some(3)), None);
+        assert_eq!(Verdict::parse(VerdictWord::Commit, Some(0)), None);
+        assert_eq!(Verdict::parse(VerdictWord::Commit, None), None);
+        assert_eq!(
+            Verdict::parse(VerdictWord::Abort, Some(3)),
+            Some(Verdict::Abort)
+        );
         assert_eq!(Verdict::from_log(Some(4)), Verdict::Commit { seq: 4 });
         assert_eq!(Verdict::from_log(None), Verdict::Abort);
     }

@@ -1,5 +1,9 @@
 //! The accepting replica's commit point: [`Gate`] is the push's
-//! [`crate::receive::CommitGate`]. For each ref transaction the session holds prepared it
+//! [`crate::receive::CommitGate`]. For each ref transaction the session holds prepared it goes
+//! through four steps, each a function with its own refusal ([`Gate::check_base`] →
+//! [`BaseRefused`], [`Gate::prepare`] → [`PrepareRefused`], [`Gate::commit_point`] →
+//! [`CommitRefused`], [`Decided::finish`] → [`Unapplied`]); the replicas that prepared are a
+//! [`Prepared`], which commits, aborts, or aborts when dropped:
 //!
 //! 1. reads the repository's log head from etcd (sequence number S, mod revision R) and checks
 //!    this replica applied exactly S (else it is behind and refuses);
@@ -23,11 +27,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::decide::{self, AfterLost, Position, Quorum, Verdict, Winners};
+use super::applied::Recorded;
+use super::decide::{self, AfterLost, Failure, Next, Position, Quorum, RETRY, Verdict, Winners};
 use super::log::new_of;
 use super::objects::Format;
 use super::wire::{self, Answered, Attempts, SECRET_HEADER};
-use super::{Cluster, applied_seq, etcd, http, log, needed, repo_key};
+use super::{Cluster, applied_seq, etcd, http, log, needed};
 use crate::escape::Escaped;
 use crate::receive::{CommitGate, GateCommit, GateRefusal, PackTee};
 use crate::refs::{RefUpdate, Refs};
@@ -36,8 +41,6 @@ use crate::refs::{RefUpdate, Refs};
 const PREPARE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Once a quorum prepared, how long the other replicas still have.
 const PREPARE_GRACE: Duration = Duration::from_secs(2);
-/// How long the commit point retries etcd before giving up (the push then fails, ambiguously).
-const COMMIT_RETRY: Duration = Duration::from_secs(15);
 /// How long a committed entry waits for the entries before it to be applied here.
 pub(super) const APPLY_WAIT: Duration = Duration::from_secs(5);
 
@@ -109,21 +112,85 @@ impl CommitGate for Gate {
         let _ = current;
         self.handle.block_on(self.decide_async(updates))
     }
+
+    fn lost_ref_retries(&self) -> u32 {
+        RETRY.lost_ref_batches
+    }
+}
+
+/// The log head a push goes on from: its last entry's sequence number and the log key's mod
+/// revision, the compare of the commit point.
+type Base = log::Head;
+
+/// How many replicas make the quorum of a push, of how many.
+#[derive(Debug, Clone, Copy)]
+struct Need {
+    need: usize,
+    k: usize,
 }
 
 impl Gate {
+    /// The steps of one batch: the base, the replicas' prepare, the commit point; the
+    /// acknowledgement comes with [`Decided::finish`].
     async fn decide_async(
         &self,
         updates: &[RefUpdate],
     ) -> Result<Box<dyn GateCommit>, GateRefusal> {
+        let id = wire::Id::random();
+        let txid = id.to_string();
+        let base = self.check_base(&txid, updates).await?;
+        let need = self.need();
+        let prepared = self.prepare(base, id, updates, need).await?;
+        let seq = match self.commit_point(base, &txid, updates).await {
+            Ok(seq) => seq,
+            Err(e) => {
+                match e.in_the_log() {
+                    InTheLog::No => {
+                        prepared.abort().await;
+                    }
+                    // The replicas keep their prepared transactions until their decision
+                    // timeout, then ask the log.
+                    InTheLog::Unknown => prepared.leave_to_the_log(),
+                }
+                return Err(e.into());
+            }
+        };
+        // In the log: from here on the prepared replicas are to commit, whatever happens.
+        let peers = prepared.committed(seq);
+        // Apply in log order here too: the entries before this one first (they are other
+        // refs, and on their way from their own pushes).
+        wait_applied(&self.dir, seq - 1, APPLY_WAIT).await;
+        tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), seq, txid = %txid, prepared = 1 + peers.peers.len(), "committed to the log");
+        Ok(Box::new(Decided {
+            gate_dir: self.dir.clone(),
+            name: self.name.clone(),
+            handle: self.handle.clone(),
+            cluster: self.cluster.clone(),
+            peers,
+            need,
+        }))
+    }
+
+    /// The quorum: the configured K's, however many replicas the repository has, so that a
+    /// repository placed short (nodes were down) is never acknowledged on fewer copies.
+    fn need(&self) -> Need {
+        let k = self.cluster.replicas();
+        Need {
+            need: needed(self.cluster.ack, k),
+            k,
+        }
+    }
+
+    /// Step 1, the base: the log's head, and this replica applied it (or misses entries of
+    /// other refs only); before the repository's first entry, its format recorded.
+    async fn check_base(&self, txid: &str, updates: &[RefUpdate]) -> Result<Base, BaseRefused> {
         let c = &self.cluster;
         // What this replica applied, read before the log's head: entries are applied only
         // once committed, so it is never ahead of that head (read after, a concurrent push's
         // entry could be applied in between).
         let applied = applied_seq(&self.dir);
-        let (seq, rev) = c.log_head(&self.name).await.map_err(unavailable)?;
-        let id = wire::Id::random();
-        let txid = id.to_string();
+        let head = c.log.head(&self.name).await.map_err(unavailable)?;
+        let seq = head.seq;
         let position = decide::position(applied, seq);
         if position != Position::Current {
             if position == Position::Behind {
@@ -133,28 +200,60 @@ impl Gate {
             // old values checked under this push's locks still hold, so it goes on at the head.
             let missed = match position {
                 Position::Behind => c
-                    .winners(&self.name, applied, seq, &txid, updates)
+                    .winners(&self.name, applied, seq, txid, updates)
                     .await
-                    .map_err(Some),
-                _ => Err(None),
+                    .ok(),
+                _ => None,
             };
-            if !matches!(missed, Ok(Winners::Disjoint)) {
-                let behind = Refusal::Behind {
+            if !matches!(missed, Some(Winners::Disjoint)) {
+                return Err(BaseRefused::Behind {
                     node: c.node.clone(),
                     applied,
                     head: seq,
-                };
-                // Only some refs are among the entries it misses: the others may go on.
-                return Err(match missed {
-                    Ok(Winners::Overlap(lost)) => GateRefusal::lost(behind, lost),
-                    _ => GateRefusal::new(behind),
+                    // Only some refs are among the entries it misses: the others may go on.
+                    lost: match missed {
+                        Some(Winners::Overlap(lost)) => Some(lost),
+                        _ => None,
+                    },
                 });
             }
         }
         if seq == 0 {
             self.record_format().await?;
         }
-        let wire_updates = wire::updates(updates).map_err(Refusal::NotReplicable)?;
+        Ok(head)
+    }
+
+    /// Before the repository's first entry: record its format, so that the replicas that
+    /// create their copies (now, or when they catch up) create them alike.
+    async fn record_format(&self) -> Result<(), BaseRefused> {
+        let c = &self.cluster;
+        let here = {
+            let dir = self.dir.to_str().ok_or(BaseRefused::PathNotUtf8)?;
+            let repo = crate::repo::Repository::open(dir, &c.env.for_config())
+                .map_err(BaseRefused::Open)?;
+            Format::of(&repo)
+        };
+        match c.copies.record_format(&self.name, &here).await {
+            Ok(recorded) if recorded == here => Ok(()),
+            Ok(recorded) => Err(BaseRefused::FormatMismatch { recorded, here }),
+            Err(e) => Err(unavailable(e).into()),
+        }
+    }
+
+    /// Step 2, the prepare: the updates and the pack stream's id to every other live replica,
+    /// in parallel; the ones that prepared, if they and this one are a quorum (else they are
+    /// told to abort).
+    async fn prepare(
+        &self,
+        base: Base,
+        id: wire::Id,
+        updates: &[RefUpdate],
+        need: Need,
+    ) -> Result<Prepared, PrepareRefused> {
+        let c = &self.cluster;
+        let txid = id.to_string();
+        let wire_updates = wire::updates(updates)?;
         // A batch of deletions needs no objects: it leaves the stream to the batch that does.
         let stream = self
             .stream
@@ -162,11 +261,11 @@ impl Gate {
             .filter(|_| updates.iter().any(|u| new_of(u).is_some()))
             .and_then(|s| s.streamed().cloned());
         let header = wire::encode(&wire::Prepare {
-            base_seq: seq,
+            base_seq: base.seq,
             committer_email: self.committer_email.clone(),
             committer_name: self.committer_name.clone(),
             repo: wire::RepoName::try_from(self.name.as_str())
-                .map_err(|e| Refusal::NotReplicable(e.into()))?,
+                .map_err(|e| PrepareRefused::NotReplicable(e.into()))?,
             stream,
             txid: id,
             updates: wire_updates,
@@ -176,7 +275,11 @@ impl Gate {
         body.extend_from_slice(&header);
         let body = Bytes::from(body);
 
-        let peers = c.urls_of(&self.replicas).await.map_err(unavailable)?;
+        let peers = c
+            .membership
+            .urls_of(&self.replicas)
+            .await
+            .map_err(unavailable)?;
         let sends = peers.into_iter().map(|(name, url)| {
             let body = body.clone();
             let secret = c.secret.clone();
@@ -193,15 +296,11 @@ impl Gate {
                 (Peer { name, url }, r)
             }
         });
-        // The quorum is the configured K's, however many replicas the repository has: a
-        // repository placed short (nodes were down) is never acknowledged on fewer copies.
-        let k = c.replicas.max(1);
-        let need = needed(c.ack, k);
         // Every answer, or once the quorum prepared, what comes within PREPARE_GRACE more: a
         // stopped or partitioned replica does not hold the push up (it resolves its prepared
         // transaction from the log after its decision timeout, then catches up).
         let mut pending: futures_util::stream::FuturesUnordered<_> = sends.collect();
-        let mut prepared = Vec::new();
+        let mut prepared = Prepared::new(self, txid);
         let mut refused = Attempts::default();
         // The replicas still preparing when the grace ran out.
         let mut slow = 0;
@@ -219,177 +318,129 @@ impl Gate {
             };
             let Some((peer, r)) = next else { break };
             match r {
-                Ok((200, _)) => prepared.push(peer),
+                Ok((200, _)) => prepared.peers.push(peer),
                 Ok((status, why)) => refused.push(&peer.name, Answered::new(status, &why)),
                 Err(e) => refused.push(&peer.name, e),
             }
-            if grace.is_none() && decide::quorum(prepared.len(), need) == Quorum::Met {
+            if grace.is_none() && decide::quorum(prepared.len(), need.need) == Quorum::Met {
                 grace = Some(Box::pin(tokio::time::sleep(PREPARE_GRACE)));
             }
         }
         drop(pending);
-        if let Quorum::Short { prepared: n } = decide::quorum(prepared.len(), need) {
-            self.decide_all(&prepared, &txid, Verdict::Abort).await;
+        if let Quorum::Short { prepared: n } = decide::quorum(prepared.len(), need.need) {
+            let txid = prepared.txid.clone();
+            prepared.abort().await;
             // The replicas' reasons name nodes and paths: for the log, not the client.
             tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, refused = %Escaped::text(&refused.to_string()), slow, "no quorum prepared");
-            return Err(GateRefusal::new(Refusal::NoQuorum { prepared: n, k }));
+            return Err(PrepareRefused::NoQuorum {
+                prepared: n,
+                k: need.k,
+            });
         }
+        Ok(prepared)
+    }
 
+    /// Step 3, the commit point: the entry after `base` compared-and-swapped into the log,
+    /// again after entries of other refs that won the compare ([`decide::after_lost_compare`]);
+    /// the entry's sequence number.
+    async fn commit_point(
+        &self,
+        base: Base,
+        txid: &str,
+        updates: &[RefUpdate],
+    ) -> Result<u64, CommitRefused> {
+        let c = &self.cluster;
         let mut entry = log::Entry {
-            seq: seq + 1,
-            txid: txid.clone(),
+            seq: base.seq + 1,
+            txid: txid.to_owned(),
             origin: c.node.clone(),
             updates: updates.to_vec(),
         };
-        let (mut base_seq, mut base_rev) = (seq, rev);
+        let mut base = base;
         let mut rounds = 0;
-        let committed_seq = loop {
-            entry.seq = base_seq + 1;
-            let lost = match self.commit_point(base_rev, &entry).await {
-                Err(CommitPoint::NotReplicable(e)) => {
-                    self.decide_all(&prepared, &txid, Verdict::Abort).await;
-                    return Err(GateRefusal::new(Refusal::NotReplicable(e)));
-                }
-                Ok(Cas::Committed) => break entry.seq,
-                Ok(Cas::Lost { seq, rev }) => (seq, rev),
-                Ok(Cas::TooLarge(bytes)) => {
-                    self.decide_all(&prepared, &txid, Verdict::Abort).await;
-                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, bytes, refs = updates.len(), "log entry larger than etcd takes");
-                    return Err(GateRefusal::new(Refusal::TooLarge {
-                        refs: updates.len(),
-                        bytes,
-                    }));
-                }
-                Err(CommitPoint::Etcd(e)) => {
-                    // Unknown whether the entry is in the log: the replicas keep their
-                    // prepared transactions until their decision timeout, then ask the log.
-                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, error = %Escaped::text(&e.to_string()), "commit point unconfirmed");
-                    return Err(GateRefusal::new(Refusal::Unconfirmed));
-                }
+        loop {
+            entry.seq = base.seq + 1;
+            let lost = match self.compare_and_swap(base.rev, &entry).await? {
+                log::Put::Committed => return Ok(entry.seq),
+                log::Put::Lost(lost) => lost,
             };
             // Other pushes committed since the base. If none of them touched these refs, the
             // old values checked under the locks still hold: try again after them.
             rounds += 1;
-            let winners = match c
-                .winners(&self.name, base_seq, lost.0, &txid, updates)
+            let winners = c
+                .winners(&self.name, base.seq, lost.seq, txid, updates)
                 .await
-            {
-                Ok(w) => w,
-                Err(e) => {
-                    self.decide_all(&prepared, &txid, Verdict::Abort).await;
+                .map_err(|e| {
                     tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e.to_string()), "cannot read the log");
-                    return Err(GateRefusal::new(Refusal::LogUnreadable));
-                }
-            };
+                    CommitRefused::LogUnreadable
+                })?;
             match decide::after_lost_compare(winners, rounds) {
-                AfterLost::Committed(seq) => break seq,
+                AfterLost::Committed(seq) => return Ok(seq),
                 AfterLost::Retry => {
-                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, after = lost.0, "lost the compare to pushes of other refs; retrying");
-                    (base_seq, base_rev) = lost;
+                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, after = lost.seq, "lost the compare to pushes of other refs; retrying");
+                    base = lost;
                 }
-                AfterLost::Lost(lost) => {
-                    self.decide_all(&prepared, &txid, Verdict::Abort).await;
-                    return Err(GateRefusal::lost(Refusal::LostToAnotherPush, lost));
-                }
+                AfterLost::Lost(lost) => return Err(CommitRefused::LostToAnotherPush { lost }),
                 AfterLost::GiveUp => {
-                    self.decide_all(&prepared, &txid, Verdict::Abort).await;
-                    return Err(GateRefusal::new(Refusal::OutRaced {
-                        rounds: decide::MAX_ROUNDS,
-                    }));
+                    return Err(CommitRefused::OutRaced {
+                        rounds: RETRY.lost_compare_rounds,
+                    });
                 }
             }
-        };
-        // Apply in log order here too: the entries before this one first (they are other
-        // refs, and on their way from their own pushes).
-        wait_applied(&self.dir, committed_seq - 1, APPLY_WAIT).await;
-        tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), seq = committed_seq, txid = %txid, prepared = 1 + prepared.len(), "committed to the log");
-        Ok(Box::new(Decided {
-            gate_dir: self.dir.clone(),
-            name: self.name.clone(),
-            handle: self.handle.clone(),
-            cluster: self.cluster.clone(),
-            prepared,
-            txid,
-            seq: committed_seq,
-            need,
-            k,
-        }))
-    }
-
-    /// Before the repository's first entry: record its format, so that the replicas that
-    /// create their copies (now, or when they catch up) create them alike.
-    async fn record_format(&self) -> Result<(), Refusal> {
-        let c = &self.cluster;
-        let here = {
-            let dir = self.dir.to_str().ok_or(Refusal::PathNotUtf8)?;
-            let repo =
-                crate::repo::Repository::open(dir, &c.env.for_config()).map_err(Refusal::Open)?;
-            Format::of(&repo)
-        };
-        match c.record_format(&self.name, &here).await {
-            Ok(recorded) if recorded == here => Ok(()),
-            Ok(recorded) => Err(Refusal::FormatMismatch { recorded, here }),
-            Err(e) => Err(unavailable(e)),
         }
     }
 
-    /// The etcd compare-and-swap of the log key against `rev`: the entry's head as the log
-    /// key, the entry itself (its updates written once) as `entries/<seq>`.
-    async fn commit_point(&self, rev: i64, entry: &log::Entry) -> Result<Cas, CommitPoint> {
+    /// One compare-and-put of the entry against the log key's mod revision `rev`
+    /// ([`log::Log::compare_and_put`]); etcd failures retried as [`RETRY`]'s `etcd` says.
+    async fn compare_and_swap(
+        &self,
+        rev: i64,
+        entry: &log::Entry,
+    ) -> Result<log::Put, CommitRefused> {
         let txid = entry.txid.as_str();
         let value = entry.encode()?;
         let head_value = entry.encode_head()?;
-        let log_key = super::log_key(&self.name);
-        let entry_key = repo_key(&self.name, &format!("entries/{:020}", entry.seq));
         let start = Instant::now();
         loop {
-            let r = self
+            let e = match self
                 .cluster
-                .etcd
-                .txn(
-                    &[etcd::Compare::ModRevision(log_key.clone(), rev)],
-                    &[
-                        etcd::Op::Put(log_key.clone(), head_value.clone(), None),
-                        etcd::Op::Put(entry_key.clone(), value.clone(), None),
-                    ],
-                    &[etcd::Op::Get(log_key.clone())],
-                )
-                .await;
-            match r {
-                Ok(t) if t.succeeded => return Ok(Cas::Committed),
-                Ok(t) => {
-                    let head = t.gets.first().and_then(|g| g.first());
-                    let entry = head.and_then(|kv| log::Entry::decode(&kv.value).ok());
-                    // A retry after a lost answer finds its own entry: committed once.
-                    if entry.as_ref().is_some_and(|e| e.txid == txid) {
-                        return Ok(Cas::Committed);
-                    }
-                    return Ok(Cas::Lost {
-                        seq: entry.map_or(0, |e| e.seq),
-                        rev: head.map_or(0, |kv| kv.mod_revision),
-                    });
+                .log
+                .compare_and_put(&self.name, rev, entry.seq, txid, &head_value, &value)
+                .await
+            {
+                Ok(put) => return Ok(put),
+                Err(e) => e,
+            };
+            // etcd refuses it whatever the retries (its request limit): nothing written.
+            let failure = match &e {
+                etcd::Error::Status { body, .. } if body.contains("request is too large") => {
+                    Failure::Refused
                 }
-                // etcd refuses it whatever the retries (its request limit): nothing written.
-                Err(etcd::Error::Status { body, .. }) if body.contains("request is too large") => {
-                    return Ok(Cas::TooLarge(value.len()));
-                }
-                Err(e) if start.elapsed() > COMMIT_RETRY => return Err(CommitPoint::Etcd(e)),
-                Err(e) => {
+                _ => Failure::Unavailable,
+            };
+            match (failure, RETRY.etcd.after(failure, start.elapsed())) {
+                (_, Next::Again(pause)) => {
                     tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "commit point: etcd failed, retrying");
-                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    tokio::time::sleep(pause).await;
+                }
+                (Failure::Refused, Next::GiveUp) => {
+                    let (bytes, refs) = (value.len(), entry.updates.len());
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, bytes, refs, "log entry larger than etcd takes");
+                    return Err(CommitRefused::TooLarge { refs, bytes });
+                }
+                (Failure::Unavailable, Next::GiveUp) => {
+                    // Unknown whether the entry is in the log.
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, error = %Escaped::text(&e.to_string()), "commit point unconfirmed");
+                    return Err(CommitRefused::Unconfirmed);
                 }
             }
         }
-    }
-
-    async fn decide_all(&self, peers: &[Peer], txid: &str, verdict: Verdict) -> usize {
-        decide_all(&self.cluster, &self.name, peers, txid, verdict).await
     }
 }
 
 impl Cluster {
     /// What the entries after `base` up to `head` of repository `name` are to the push `txid`
-    /// of `updates` ([`decide::winners`] on [`Cluster::entries`]).
+    /// of `updates` ([`decide::winners`] on [`log::Log::entries`]).
     pub(super) async fn winners(
         &self,
         name: &str,
@@ -398,15 +449,121 @@ impl Cluster {
         txid: &str,
         updates: &[RefUpdate],
     ) -> Result<Winners, log::Error> {
-        let entries = self.entries(name, base, head).await?;
+        let entries = self.log.entries(name, base, head).await?;
         Ok(decide::winners(&entries, txid, updates))
     }
 }
 
-/// Why the gate refused a push; the `Display` is the client's text (after `cluster: `). What
-/// names nodes' addresses or paths goes to the log, not here.
+/// The replicas that prepared a push's transaction (the accepting one aside), holding their
+/// locks until told: [`Prepared::committed`] once the entry is in the log, [`Prepared::abort`]
+/// when it is not, [`Prepared::leave_to_the_log`] when nobody knows. Dropped otherwise, it
+/// tells them to abort (in the background): no path out of the gate leaves them waiting for
+/// their decision timeout by mistake.
+struct Prepared {
+    cluster: Arc<Cluster>,
+    repo: String,
+    txid: String,
+    handle: tokio::runtime::Handle,
+    peers: Vec<Peer>,
+}
+
+impl Prepared {
+    fn new(gate: &Gate, txid: String) -> Prepared {
+        Prepared {
+            cluster: gate.cluster.clone(),
+            repo: gate.name.clone(),
+            txid,
+            handle: gate.handle.clone(),
+            peers: Vec::new(),
+        }
+    }
+
+    /// How many peers prepared.
+    fn len(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Tell them to abort; how many confirmed.
+    async fn abort(mut self) -> usize {
+        let peers = std::mem::take(&mut self.peers);
+        decide_all(
+            &self.cluster,
+            &self.repo,
+            &peers,
+            &self.txid,
+            Verdict::Abort,
+        )
+        .await
+    }
+
+    /// The entry may or may not be in the log: tell them nothing, each reads the log after
+    /// its decision timeout.
+    fn leave_to_the_log(mut self) {
+        self.peers.clear();
+    }
+
+    /// The entry is in the log as `seq`: they are to commit it.
+    fn committed(mut self, seq: u64) -> Committed {
+        Committed {
+            cluster: self.cluster.clone(),
+            repo: std::mem::take(&mut self.repo),
+            txid: std::mem::take(&mut self.txid),
+            peers: std::mem::take(&mut self.peers),
+            seq,
+        }
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if self.peers.is_empty() {
+            return;
+        }
+        let peers = std::mem::take(&mut self.peers);
+        let (cluster, repo, txid) = (self.cluster.clone(), self.repo.clone(), self.txid.clone());
+        tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&repo), txid = %txid, "prepared replicas left undecided; aborting them");
+        self.handle.spawn(async move {
+            decide_all(&cluster, &repo, &peers, &txid, Verdict::Abort).await;
+        });
+    }
+}
+
+/// The replicas that prepared a push committed to the log as entry `seq`, to be told so. Not
+/// told (dropped), each reads the log after its decision timeout and commits.
+struct Committed {
+    cluster: Arc<Cluster>,
+    repo: String,
+    txid: String,
+    peers: Vec<Peer>,
+    seq: u64,
+}
+
+impl Committed {
+    /// Tell them to commit; once `enough` confirmed, how many did (the others confirm in the
+    /// background).
+    async fn tell(&self, enough: usize) -> usize {
+        let verdict = Verdict::Commit { seq: self.seq };
+        decide_until(
+            &self.cluster,
+            &self.repo,
+            &self.peers,
+            &self.txid,
+            verdict,
+            enough,
+        )
+        .await
+    }
+}
+
+/// The etcd failure behind a refusal (its details, addresses included, go to the log).
 #[derive(Debug, thiserror::Error)]
-pub(super) enum Refusal {
+#[error("the cluster's etcd is unavailable; retry")]
+pub(super) struct EtcdUnavailable;
+
+/// Why the gate refused a push at its base (step 1); the `Display` is the client's text
+/// (after `cluster: `). What names nodes' addresses or paths goes to the log, not here.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum BaseRefused {
     /// The accepting replica misses log entries that touch this push's refs (or is ahead of the
     /// head it read).
     #[error("this replica ({node}) is at log entry {applied} of {head}; it is catching up, retry")]
@@ -414,13 +571,46 @@ pub(super) enum Refusal {
         node: String,
         applied: u64,
         head: u64,
+        /// The positions of the refs among the missed entries, when only some are.
+        lost: Option<Vec<usize>>,
     },
+    /// etcd could not be read or written.
+    #[error(transparent)]
+    Etcd(#[from] EtcdUnavailable),
+    /// The repository's recorded format is not this copy's.
+    #[error("the cluster holds this repository as {recorded}, this replica's copy is {here}")]
+    FormatMismatch { recorded: Format, here: Format },
+    /// This replica's copy is at a path that is not UTF-8.
+    #[error("repository path is not UTF-8")]
+    PathNotUtf8,
+    /// This replica's copy cannot be opened.
+    #[error(transparent)]
+    Open(crate::repo::Error),
+}
+
+/// Why the gate refused a push at the replicas' prepare (step 2).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PrepareRefused {
+    /// A ref name cannot travel (not UTF-8), or a name a peer would refuse.
+    #[error(transparent)]
+    NotReplicable(#[from] wire::NotReplicable),
+    /// etcd (the live nodes) could not be read.
+    #[error(transparent)]
+    Etcd(#[from] EtcdUnavailable),
     /// Fewer replicas than the quorum prepared.
     #[error("only {prepared} of {k} replicas could prepare the push; retry")]
     NoQuorum { prepared: usize, k: usize },
-    /// Another push changed one of these refs first.
+}
+
+/// Why the gate refused a push at the commit point (step 3).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CommitRefused {
+    /// The entry cannot be encoded: nothing written.
+    #[error(transparent)]
+    NotReplicable(#[from] wire::NotReplicable),
+    /// Another push changed one of these refs first (their positions in the batch).
     #[error("another push to this ref committed first")]
-    LostToAnotherPush,
+    LostToAnotherPush { lost: Vec<usize> },
     /// Pushes of other refs won the compare every round.
     #[error("{rounds} other pushes to this repository committed first; retry")]
     OutRaced { rounds: u32 },
@@ -433,61 +623,83 @@ pub(super) enum Refusal {
     /// etcd did not answer the commit point: the entry may or may not be in the log.
     #[error("etcd did not confirm the commit; the push may still land, fetch to see")]
     Unconfirmed,
-    /// etcd could not be read or written.
-    #[error("the cluster's etcd is unavailable; retry")]
-    EtcdUnavailable,
     /// The entries after the push's base could not be read.
     #[error("cannot read the repository's log; retry")]
     LogUnreadable,
-    /// The repository's recorded format is not this copy's.
-    #[error("the cluster holds this repository as {recorded}, this replica's copy is {here}")]
-    FormatMismatch { recorded: Format, here: Format },
-    /// A ref name cannot travel (not UTF-8), or a name a peer would refuse.
-    #[error(transparent)]
-    NotReplicable(wire::NotReplicable),
-    /// This replica's copy is at a path that is not UTF-8.
-    #[error("repository path is not UTF-8")]
-    PathNotUtf8,
-    /// This replica's copy cannot be opened.
-    #[error(transparent)]
-    Open(crate::repo::Error),
-    /// Committed to the log, but fewer replicas than the quorum applied it (the refs are
-    /// refused to the client, though committed).
-    #[error("committed to the log as entry {seq}, but only {applied} of {k} replicas applied it")]
-    Unapplied { seq: u64, applied: usize, k: usize },
 }
 
-/// Why the commit point wrote nothing, or may have.
+/// Whether a refused commit point may have written the entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InTheLog {
+    /// It is not in the log: the prepared replicas abort.
+    No,
+    /// Nobody knows: the prepared replicas read the log after their decision timeout.
+    Unknown,
+}
+
+impl CommitRefused {
+    fn in_the_log(&self) -> InTheLog {
+        match self {
+            CommitRefused::Unconfirmed => InTheLog::Unknown,
+            _ => InTheLog::No,
+        }
+    }
+}
+
+/// Committed to the log, but fewer replicas than the quorum applied it (step 4: the refs are
+/// refused to the client, though committed).
 #[derive(Debug, thiserror::Error)]
-enum CommitPoint {
-    /// The entry cannot be encoded: nothing written.
-    #[error(transparent)]
-    NotReplicable(#[from] wire::NotReplicable),
-    /// etcd did not confirm it, retries included.
-    #[error(transparent)]
-    Etcd(etcd::Error),
+#[error("committed to the log as entry {seq}, but only {applied} of {k} replicas applied it")]
+pub(super) struct Unapplied {
+    seq: u64,
+    applied: usize,
+    k: usize,
 }
 
-impl From<Refusal> for GateRefusal {
-    fn from(r: Refusal) -> Self {
+impl From<BaseRefused> for GateRefusal {
+    fn from(r: BaseRefused) -> Self {
+        match r {
+            // The lost refs travel beside the refusal: a non-atomic push tries the others.
+            BaseRefused::Behind {
+                node,
+                applied,
+                head,
+                lost: Some(lost),
+            } => {
+                let behind = BaseRefused::Behind {
+                    node,
+                    applied,
+                    head,
+                    lost: None,
+                };
+                GateRefusal::lost(behind, lost)
+            }
+            r => GateRefusal::new(r),
+        }
+    }
+}
+
+impl From<PrepareRefused> for GateRefusal {
+    fn from(r: PrepareRefused) -> Self {
         GateRefusal::new(r)
     }
 }
 
-/// The refusal for an etcd failure (its details, addresses included, go to the log).
-fn unavailable(e: super::Error) -> Refusal {
-    tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "etcd");
-    Refusal::EtcdUnavailable
+impl From<CommitRefused> for GateRefusal {
+    fn from(r: CommitRefused) -> Self {
+        match r {
+            CommitRefused::LostToAnotherPush { lost } => {
+                GateRefusal::lost(CommitRefused::LostToAnotherPush { lost: Vec::new() }, lost)
+            }
+            r => GateRefusal::new(r),
+        }
+    }
 }
 
-/// The answer of the commit point.
-enum Cas {
-    /// The entry is in the log.
-    Committed,
-    /// Another entry is the log's head: its sequence number and the key's mod revision.
-    Lost { seq: u64, rev: i64 },
-    /// The entry (this many bytes) is larger than etcd takes in one request: not written.
-    TooLarge(usize),
+/// The refusal for an etcd failure (its details, addresses included, go to the log).
+fn unavailable(e: super::Error) -> EtcdUnavailable {
+    tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "etcd");
+    EtcdUnavailable
 }
 
 /// Wait until the replica at `dir` applied `seq` (at most `limit`); whether it did.
@@ -570,17 +782,15 @@ async fn decide_until(
     confirmed
 }
 
-/// A push committed to the log, to be applied on the prepared replicas.
+/// A push committed to the log, to be applied here and on the prepared replicas (step 4, the
+/// acknowledgement).
 struct Decided {
     gate_dir: PathBuf,
     name: String,
     handle: tokio::runtime::Handle,
     cluster: Arc<Cluster>,
-    prepared: Vec<Peer>,
-    txid: String,
-    seq: u64,
-    need: usize,
-    k: usize,
+    peers: Committed,
+    need: Need,
 }
 
 impl GateCommit for Decided {
@@ -588,13 +798,14 @@ impl GateCommit for Decided {
         self: Box<Self>,
         committed_here: bool,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let seq = self.peers.seq;
         let mut applied = 0;
         if committed_here {
             // In log order only: if an entry before this one is not applied here yet, the
             // catch-up applies it and records this one (its refs already hold their values).
-            match self.cluster.record_applied(&self.gate_dir, self.seq) {
-                Ok(true) => {}
-                Ok(false) => {
+            match self.cluster.applied.record(&self.gate_dir, seq) {
+                Ok(Recorded::InOrder) => {}
+                Ok(Recorded::Gap) => {
                     let _rt = self.handle.enter();
                     self.cluster.clone().spawn_catch_up(self.name.clone());
                 }
@@ -605,21 +816,16 @@ impl GateCommit for Decided {
             applied += 1;
         }
         // The client hears back once the quorum applied it; the rest confirm in the background.
-        applied += self.handle.block_on(decide_until(
-            &self.cluster,
-            &self.name,
-            &self.prepared,
-            &self.txid,
-            Verdict::Commit { seq: self.seq },
-            self.need.saturating_sub(applied),
-        ));
-        if applied >= self.need {
+        applied += self
+            .handle
+            .block_on(self.peers.tell(self.need.need.saturating_sub(applied)));
+        if applied >= self.need.need {
             Ok(())
         } else {
-            Err(Box::new(Refusal::Unapplied {
-                seq: self.seq,
+            Err(Box::new(Unapplied {
+                seq,
                 applied,
-                k: self.k,
+                k: self.need.k,
             }))
         }
     }
@@ -631,7 +837,7 @@ mod tests {
 
     #[test]
     fn the_client_reads_the_refusals_as_before() {
-        let unapplied = Refusal::Unapplied {
+        let unapplied = Unapplied {
             seq: 7,
             applied: 1,
             k: 3,
@@ -649,16 +855,85 @@ mod tests {
             ref_format: wire::RefFormat::Reftable,
         };
         assert_eq!(
-            Refusal::FormatMismatch { recorded, here }.to_string(),
+            BaseRefused::FormatMismatch { recorded, here }.to_string(),
             "the cluster holds this repository as sha1/files, this replica's copy is sha256/reftable"
         );
         assert_eq!(
-            Refusal::NotReplicable(wire::NotReplicable::NotUtf8).to_string(),
+            PrepareRefused::NotReplicable(wire::NotReplicable::NotUtf8).to_string(),
             "a ref name is not UTF-8"
         );
         assert_eq!(
-            Refusal::PathNotUtf8.to_string(),
+            BaseRefused::PathNotUtf8.to_string(),
             "repository path is not UTF-8"
         );
+        let behind = BaseRefused::Behind {
+            node: "n1".into(),
+            applied: 3,
+            head: 5,
+            lost: Some(vec![0]),
+        };
+        assert_eq!(
+            behind.to_string(),
+            "this replica (n1) is at log entry 3 of 5; it is catching up, retry"
+        );
+        let refusal = GateRefusal::from(behind);
+        assert_eq!(refusal.lost, Some(vec![0]));
+        assert_eq!(
+            refusal.reason.to_string(),
+            "this replica (n1) is at log entry 3 of 5; it is catching up, retry"
+        );
+        for etcd in [
+            BaseRefused::from(EtcdUnavailable).to_string(),
+            PrepareRefused::from(EtcdUnavailable).to_string(),
+        ] {
+            assert_eq!(etcd, "the cluster's etcd is unavailable; retry");
+        }
+        assert_eq!(
+            PrepareRefused::NoQuorum { prepared: 1, k: 3 }.to_string(),
+            "only 1 of 3 replicas could prepare the push; retry"
+        );
+        let lost = GateRefusal::from(CommitRefused::LostToAnotherPush { lost: vec![1, 2] });
+        assert_eq!(lost.lost, Some(vec![1, 2]));
+        assert_eq!(
+            lost.reason.to_string(),
+            "another push to this ref committed first"
+        );
+        assert_eq!(
+            CommitRefused::OutRaced { rounds: 64 }.to_string(),
+            "64 other pushes to this repository committed first; retry"
+        );
+        assert_eq!(
+            CommitRefused::TooLarge {
+                refs: 10,
+                bytes: 2048
+            }
+            .to_string(),
+            "10 ref updates (2048 bytes) are more than one cluster log entry holds \
+             (etcd's --max-request-bytes); push them in parts"
+        );
+        assert_eq!(
+            CommitRefused::Unconfirmed.to_string(),
+            "etcd did not confirm the commit; the push may still land, fetch to see"
+        );
+        assert_eq!(
+            CommitRefused::LogUnreadable.to_string(),
+            "cannot read the repository's log; retry"
+        );
+    }
+
+    /// Only an unconfirmed commit point leaves the prepared replicas to read the log; every
+    /// other refusal tells them to abort.
+    #[test]
+    fn which_refusals_abort_the_prepared_replicas() {
+        assert_eq!(CommitRefused::Unconfirmed.in_the_log(), InTheLog::Unknown);
+        for r in [
+            CommitRefused::LostToAnotherPush { lost: vec![0] },
+            CommitRefused::OutRaced { rounds: 64 },
+            CommitRefused::TooLarge { refs: 1, bytes: 1 },
+            CommitRefused::LogUnreadable,
+            CommitRefused::NotReplicable(wire::NotReplicable::NotUtf8),
+        ] {
+            assert_eq!(r.in_the_log(), InTheLog::No, "{r}");
+        }
     }
 }

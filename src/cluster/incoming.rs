@@ -23,7 +23,7 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::response::Response;
 
-use super::catchup::Local;
+use super::copy::Local;
 use super::objects::receive;
 use super::objects::{Arrived, PackIndex};
 use super::wire::{self, body_stream, text};
@@ -257,7 +257,7 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
         Ok(s) => s,
         Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     };
-    match cluster.replicas_of(&repo).await {
+    match cluster.placement.replicas_of(&repo).await {
         Ok(Some(nodes)) if nodes.contains(&cluster.node) => {}
         other => {
             cluster.streams.remove(&id, Some(&slot));
@@ -271,7 +271,7 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
     let mut reader = tokio_util::io::SyncIoBridge::new(body);
     let dir = repo_dir(&cluster.root, &repo);
     // This replica's first push of the repository: its copy, in the recorded format.
-    if let Err(e) = cluster.ensure_copy(&repo, &dir).await {
+    if let Err(e) = cluster.copies.ensure(&repo, &dir).await {
         cluster.streams.remove(&id, Some(&slot));
         return text(StatusCode::CONFLICT, e.to_string());
     }
@@ -311,7 +311,7 @@ fn receive_into(
     env: &crate::receive::Environment,
     reader: &mut dyn std::io::Read,
 ) -> Result<Arrived, Refused> {
-    let (repo, objects) = super::catchup::open(&dir, env)?;
+    let (repo, objects) = super::copy::open(&dir, env)?;
     Ok(receive(&repo, &objects, reader)?)
 }
 

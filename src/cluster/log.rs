@@ -1,11 +1,14 @@
-//! A repository's log entry (the value of `logs/<name>`, its head, and of
-//! `repos/<name>/entries/<seq>`) and the reading of a run of them ([`Cluster::entries`]). The
-//! JSON is `wire::Entry`, which checks everything a peer controls on decoding (names by git's
-//! rules, ids by length). What a run of entries means to a push is `decide.rs`'s to say.
+//! The repositories' logs in etcd, as [`Log`]: a log's head (`logs/<name>`: the last entry's
+//! sequence number, txid and origin, and the key's mod revision, the commit point's compare),
+//! the runs of entries after a base (`repos/<name>/entries/<seq>`), the one compare-and-put
+//! that appends an entry (what a run means to a push is `decide.rs`'s to say). An [`Entry`]'s JSON is `wire::Entry`, which checks everything a peer controls
+//! on decoding (names by git's rules, ids by length).
+
+use std::sync::Arc;
 
 use crate::refs::{Change, RefUpdate};
 
-use super::wire;
+use super::{etcd, wire};
 
 /// One committed batch of ref updates.
 #[derive(Debug, Clone)]
@@ -68,7 +71,56 @@ impl Entry {
     }
 }
 
-impl super::Cluster {
+/// A log's head: its last entry's sequence number and the log key's mod revision (0, 0: no
+/// entry yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Head {
+    pub(super) seq: u64,
+    pub(super) rev: i64,
+}
+
+/// What [`Log::compare_and_put`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Put {
+    /// The entry is in the log (put now, or found there: an earlier answer was lost).
+    Committed,
+    /// Another entry is the log's head: the head to try again from.
+    Lost(Head),
+}
+
+/// The repositories' logs.
+#[derive(Debug)]
+pub(super) struct Log {
+    etcd: Arc<etcd::Client>,
+}
+
+impl Log {
+    pub(super) fn new(etcd: Arc<etcd::Client>) -> Log {
+        Log { etcd }
+    }
+
+    /// The head of repository `name`'s log.
+    pub(super) async fn head(&self, name: &str) -> Result<Head, super::Error> {
+        match self.etcd.get(&super::log_key(name)).await? {
+            None => Ok(Head { seq: 0, rev: 0 }),
+            Some(kv) => {
+                let entry = Entry::decode(&kv.value)?;
+                Ok(Head {
+                    seq: entry.seq,
+                    rev: kv.mod_revision,
+                })
+            }
+        }
+    }
+
+    /// The sequence number of the entry of `txid`, if repository `name`'s last entry is it
+    /// (`None` too when etcd cannot say).
+    pub(super) async fn committed(&self, name: &str, txid: &str) -> Option<u64> {
+        let kv = self.etcd.get(&super::log_key(name)).await.ok()??;
+        let entry = Entry::decode(&kv.value).ok()?;
+        (entry.txid == txid).then_some(entry.seq)
+    }
+
     /// The entries after `base` up to `head` of repository `name`, in log order (read from
     /// `entries/`; an error if one is missing, e.g. compacted).
     pub(super) async fn entries(
@@ -90,6 +142,46 @@ impl super::Cluster {
             .iter()
             .map(|kv| Entry::decode(&kv.value))
             .collect::<Result<_, _>>()?)
+    }
+
+    /// One etcd txn, the commit point: if repository `name`'s log key's mod revision is
+    /// still `rev`, put `head` (the entry's head) as the log key and `entry` (the entry
+    /// `seq` of `txid`, encoded) as `entries/<seq>`.
+    pub(super) async fn compare_and_put(
+        &self,
+        name: &str,
+        rev: i64,
+        seq: u64,
+        txid: &str,
+        head: &[u8],
+        entry: &[u8],
+    ) -> Result<Put, etcd::Error> {
+        let log_key = super::log_key(name);
+        let entry_key = super::repo_key(name, &format!("entries/{seq:020}"));
+        let t = self
+            .etcd
+            .txn(
+                &[etcd::Compare::ModRevision(log_key.clone(), rev)],
+                &[
+                    etcd::Op::Put(log_key.clone(), head.to_vec(), None),
+                    etcd::Op::Put(entry_key, entry.to_vec(), None),
+                ],
+                &[etcd::Op::Get(log_key)],
+            )
+            .await?;
+        if t.succeeded {
+            return Ok(Put::Committed);
+        }
+        let head = t.gets.first().and_then(|g| g.first());
+        let entry = head.and_then(|kv| Entry::decode(&kv.value).ok());
+        // A retry after a lost answer finds its own entry: committed once.
+        if entry.as_ref().is_some_and(|e| e.txid == txid) {
+            return Ok(Put::Committed);
+        }
+        Ok(Put::Lost(Head {
+            seq: entry.map_or(0, |e| e.seq),
+            rev: head.map_or(0, |kv| kv.mod_revision),
+        }))
     }
 }
 

@@ -25,9 +25,14 @@
 //! requests to the others, and refuses a forwarded read (503 with `x-berth-behind`), so that
 //! the forwarding node (`forward.rs`, `ssh/tunnel.rs`) tries the next live replica.
 //!
-//! This module owns the node's membership (an etcd lease on `/berth/nodes/<name>`), the cluster
-//! secret (created once, create-if-absent), and the placement of repositories (rendezvous
-//! hashing over the live nodes, recorded at creation in `/berth/repos/<name>/replicas`).
+//! This module owns joining (the cluster secret, created once, create-if-absent) and
+//! [`Cluster`], which holds the node's parts, each with its state and its lock: its membership
+//! (`membership.rs`: an etcd lease on `/berth/nodes/<name>`, the live nodes), the placement of
+//! repositories (`placement.rs`: rendezvous hashing over the live nodes, recorded at creation
+//! in `/berth/repos/<name>/replicas`), the recorded formats and copies (`copy.rs`), the logs
+//! (`log.rs`), the applied sequences (`applied.rs`), the prepared
+//! transactions waiting for a decision (`replica.rs`), the incoming pack streams
+//! (`incoming.rs`) and the catch-ups running (`catchup.rs`).
 //! etcd keys (all under `/berth/`): `nodes/<node>` (advertise URL, leased), `secret`,
 //! `repos/<name>/replicas` (JSON list), `logs/<name>` (the last entry's head, JSON),
 //! `repos/<name>/entries/<seq, 20 digits>` (the entries not yet applied by every replica, for a
@@ -42,7 +47,9 @@ use std::time::Duration;
 
 use crate::escape::Escaped;
 
+mod applied;
 mod catchup;
+mod copy;
 mod decide;
 mod endpoint;
 pub mod etcd;
@@ -52,7 +59,9 @@ pub mod http;
 mod incoming;
 mod locks;
 mod log;
+mod membership;
 mod objects;
+mod placement;
 mod replica;
 mod resync;
 pub mod status;
@@ -143,85 +152,47 @@ pub enum Error {
     },
 }
 
-/// Why this replica has no copy of a repository it is to hold.
-#[derive(Debug, thiserror::Error)]
-enum CopyError {
-    /// etcd could not be read.
-    #[error(transparent)]
-    Cluster(#[from] Error),
-    /// No push recorded the repository's format yet: a copy in this node's defaults could
-    /// differ from the others'.
-    #[error("the repository's format is not recorded yet")]
-    FormatUnrecorded,
-    /// The copy could not be created.
-    #[error(transparent)]
-    Create(#[from] objects::Error),
-    /// The blocking task creating it was lost.
-    #[error(transparent)]
-    Join(#[from] tokio::task::JoinError),
-}
-
-/// Seconds a node's lease lives without renewal: a node killed disappears after this.
-const LEASE_TTL: i64 = 10;
-/// Nodes by name, with their advertise URLs.
-type Nodes = Vec<(String, String)>;
-
-/// How long a read of the live nodes is reused.
-const LIVE_FOR: Duration = Duration::from_secs(1);
 /// Timeout of one etcd call (per endpoint).
 const ETCD_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a starting node waits for etcd to answer before it gives up (and exits).
 const JOIN_WAIT: Duration = Duration::from_secs(120);
 
-/// A joined node.
+/// A joined node: its identity and configuration, and the parts of its state, each owning its
+/// state and its lock (membership, placement, the applied sequences, the prepared
+/// transactions waiting for a decision, the incoming pack streams, the catch-ups running).
 #[derive(Debug)]
 pub(crate) struct Cluster {
-    etcd: etcd::Client,
+    etcd: Arc<etcd::Client>,
     pub(crate) node: String,
-    advertise: String,
-    replicas: usize,
     ack: Ack,
     /// Proves a request to the internal endpoint comes from a node of this cluster.
     secret: String,
     root: PathBuf,
+    /// This node's lease and the live nodes (`membership.rs`).
+    membership: membership::Membership,
+    /// The repositories' replicas (`placement.rs`).
+    placement: placement::Placement,
+    /// The repositories' recorded formats and the creation of copies here (`copy.rs`).
+    copies: copy::Copies,
+    /// The repositories' logs (`log.rs`).
+    log: log::Log,
+    /// What this node applied of each log, and published (`applied.rs`).
+    applied: applied::Applied,
     /// Prepared transactions of pushes accepted elsewhere, waiting for their decision.
     pending: replica::Pending,
     /// Packs of pushes accepted elsewhere, streamed here, waiting for their prepare.
     streams: incoming::Streams,
+    /// The repositories being caught up.
+    catching: catchup::Catching,
     /// The environment repositories are opened with (the server's).
     env: crate::receive::Environment,
     /// The largest pack a catch-up accepts from a peer (`--max-request-bytes`).
     max_pack: u64,
     /// How long an internal request's body may stay silent (the server's `--idle-timeout`).
     idle_timeout: std::time::Duration,
-    /// The repositories being caught up.
-    catching: std::sync::Mutex<std::collections::HashSet<String>>,
-    /// Held while this node creates its copy of a repository.
-    creating: tokio::sync::Mutex<()>,
-    /// The replicas of each repository read so far: placement is fixed once recorded, so a
-    /// request does not read it from etcd again.
-    placed: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
-    /// The live nodes as last read, and when: reused for [`LIVE_FOR`] (a killed node stays
-    /// listed for its lease's [`LEASE_TTL`] anyway).
-    live: std::sync::Mutex<Option<(std::time::Instant, Nodes)>>,
-    /// Held while a log entry is applied and recorded here (every repository: one at a time).
-    apply_lock: std::sync::Mutex<()>,
-    /// Per repository: the applied sequence number last published to etcd, and (on the
-    /// repository's first replica, which compacts) the entries compacted up to.
-    published: std::sync::Mutex<std::collections::HashMap<String, (u64, u64)>>,
-    /// When etcd last renewed (or granted) this node's lease: what `/healthz` judges.
-    renewed: std::sync::Mutex<std::time::Instant>,
 }
 
-/// Whether this node is in the cluster's view, for `/healthz`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Health {
-    /// etcd renewed its lease within the lease's life: other nodes see it live.
-    InCluster,
-    /// etcd has not renewed its lease for this long (longer than its life): the others count
-    /// it as gone, and pushes through it fail until etcd is back.
-    EtcdUnreachable(Duration),
-}
+pub(crate) use membership::Health;
 
 /// Random bytes as hex (the cluster secret, transaction ids).
 fn random_hex(n: usize) -> String {
@@ -263,41 +234,7 @@ fn repo_dir(root: &Path, name: &str) -> PathBuf {
     root.join(format!("{name}.git"))
 }
 
-/// The last log sequence number this replica applied to the repository at `dir`.
-fn applied_seq(dir: &Path) -> u64 {
-    std::fs::read_to_string(dir.join("berth-cluster-seq"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Record that this replica applied the log up to `seq` (written to a temporary file, renamed).
-fn set_applied_seq(dir: &Path, seq: u64) -> std::io::Result<()> {
-    let tmp = dir.join("berth-cluster-seq.tmp");
-    std::fs::write(&tmp, format!("{seq}\n"))?;
-    std::fs::rename(tmp, dir.join("berth-cluster-seq"))
-}
-
-/// The `n` nodes of `live` with the highest rendezvous score for `repo`, best first.
-fn rendezvous(repo: &str, live: &[String], n: usize) -> Vec<String> {
-    use blake2::digest::Digest;
-    let mut scored: Vec<([u8; 8], &String)> = live
-        .iter()
-        .map(|node| {
-            let mut h = blake2::Blake2b256::new();
-            h.update(node.as_bytes());
-            h.update([0]);
-            h.update(repo.as_bytes());
-            let d = h.finalize();
-            let mut s = [0u8; 8];
-            s.copy_from_slice(&d[..8]);
-            (s, node)
-        })
-        .collect();
-    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
-    scored.into_iter().take(n).map(|(_, n)| n.clone()).collect()
-}
-
+use applied::{applied_seq, set_applied_seq};
 use decide::needed;
 
 impl Cluster {
@@ -314,7 +251,7 @@ impl Cluster {
         if wire::NodeName::try_from(config.node.as_str()).is_err() {
             return Err(Error::NodeName(config.node.clone()));
         }
-        let etcd = etcd::Client::new(&config.etcd, ETCD_TIMEOUT);
+        let etcd = Arc::new(etcd::Client::new(&config.etcd, ETCD_TIMEOUT));
         let key = b"/berth/secret".to_vec();
         let candidate = random_hex(32);
         // Nodes and etcd started together (the README's quick start, a host's boot): wait for
@@ -359,250 +296,35 @@ impl Cluster {
             .clone()
             .unwrap_or_else(|| format!("http://{local}"));
         let cluster = Arc::new(Cluster {
+            membership: membership::Membership::new(etcd.clone(), config.node.clone(), advertise),
+            placement: placement::Placement::new(etcd.clone(), config.replicas),
+            applied: Default::default(),
+            log: log::Log::new(etcd.clone()),
+            copies: copy::Copies::new(etcd.clone()),
             etcd,
             node: config.node.clone(),
-            advertise,
-            replicas: config.replicas.max(1),
             ack: config.ack,
             secret,
             root: root.to_owned(),
             pending: Default::default(),
             streams: Default::default(),
+            catching: Default::default(),
             env: env.clone(),
             max_pack,
             idle_timeout,
-            catching: Default::default(),
-            creating: Default::default(),
-            placed: Default::default(),
-            live: Default::default(),
-            apply_lock: Default::default(),
-            published: Default::default(),
-            renewed: std::sync::Mutex::new(std::time::Instant::now()),
         });
         let stale = locks::remove_stale(root);
         if stale > 0 {
             tracing::warn!(target: "berth::cluster", removed = stale, "removed ref locks and quarantines left by a killed node");
         }
-        let lease = cluster.register().await?;
-        tokio::spawn(cluster.clone().keep_alive(lease));
+        let lease = cluster.membership.register().await?;
+        let c = cluster.clone();
+        tokio::spawn(async move { c.membership.keep_alive(lease).await });
         // Catch up what was missed while down, then follow the logs.
         tokio::spawn(cluster.clone().follow());
         tokio::spawn(cluster.clone().watch_logs());
-        tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %Escaped::text(&cluster.advertise), "joined the cluster");
+        tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %Escaped::text(cluster.membership.advertise()), "joined the cluster");
         Ok(cluster)
-    }
-
-    fn renewed_now(&self) {
-        if let Ok(mut at) = self.renewed.lock() {
-            *at = std::time::Instant::now();
-        }
-    }
-
-    /// Whether etcd renewed this node's lease within its life.
-    pub(crate) fn health(&self) -> Health {
-        let since = self
-            .renewed
-            .lock()
-            .map(|at| at.elapsed())
-            .unwrap_or_default();
-        if since <= Duration::from_secs(LEASE_TTL as u64) {
-            Health::InCluster
-        } else {
-            Health::EtcdUnreachable(since)
-        }
-    }
-
-    fn node_key(&self) -> Vec<u8> {
-        format!("/berth/nodes/{}", self.node).into_bytes()
-    }
-
-    /// Put this node's key under a new lease; the lease.
-    async fn register(&self) -> Result<i64, Error> {
-        let lease = self.etcd.grant(LEASE_TTL).await?;
-        self.etcd
-            .put(&self.node_key(), self.advertise.as_bytes(), Some(lease))
-            .await?;
-        Ok(lease)
-    }
-
-    /// Renew the lease every third of its life; register again if it expired (etcd was
-    /// unreachable for longer than the TTL).
-    async fn keep_alive(self: Arc<Self>, mut lease: i64) {
-        loop {
-            tokio::time::sleep(Duration::from_secs((LEASE_TTL / 3).max(1) as u64)).await;
-            match self.etcd.keepalive(lease).await {
-                Ok(true) => self.renewed_now(),
-                Ok(false) => match self.register().await {
-                    Ok(l) => {
-                        lease = l;
-                        self.renewed_now();
-                    }
-                    Err(e) => {
-                        tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "cannot register again")
-                    }
-                },
-                Err(e) => {
-                    tracing::warn!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "lease keepalive failed")
-                }
-            }
-        }
-    }
-
-    /// The live nodes: name → advertise URL, in name order (read at most every [`LIVE_FOR`]).
-    async fn live_nodes(&self) -> Result<Vec<(String, String)>, Error> {
-        if let Ok(live) = self.live.lock()
-            && let Some((at, nodes)) = live.as_ref()
-            && at.elapsed() < LIVE_FOR
-        {
-            return Ok(nodes.clone());
-        }
-        let prefix = b"/berth/nodes/";
-        let kvs = self.etcd.prefix(prefix).await?;
-        let nodes: Vec<(String, String)> = kvs
-            .into_iter()
-            .filter_map(|kv| {
-                let name = String::from_utf8(kv.key.get(prefix.len()..)?.to_vec()).ok()?;
-                let url = String::from_utf8(kv.value).ok()?;
-                Some((name, url))
-            })
-            .collect();
-        if let Ok(mut live) = self.live.lock() {
-            *live = Some((std::time::Instant::now(), nodes.clone()));
-        }
-        Ok(nodes)
-    }
-
-    /// The replicas recorded for `name`, if the repository exists in the cluster (read from
-    /// etcd once: placement does not change).
-    async fn replicas_of(&self, name: &str) -> Result<Option<Vec<String>>, Error> {
-        if let Some(r) = self.placed.lock().ok().and_then(|p| p.get(name).cloned()) {
-            return Ok(Some(r));
-        }
-        match self.etcd.get(&repo_key(name, "replicas")).await? {
-            None => Ok(None),
-            Some(kv) => {
-                let r = parse_list(&kv.value)?;
-                if let Ok(mut p) = self.placed.lock() {
-                    p.insert(name.to_owned(), r.clone());
-                }
-                Ok(Some(r))
-            }
-        }
-    }
-
-    /// Place a new repository: the rendezvous choice over the live nodes, recorded unless
-    /// another node recorded one first (then that one).
-    async fn place(&self, name: &str) -> Result<Vec<String>, Error> {
-        let live: Vec<String> = self.live_nodes().await?.into_iter().map(|n| n.0).collect();
-        // Never a repository whose pushes could be acknowledged on fewer copies than the
-        // cluster promises: its quorum is reckoned from --replicas, not from who is up.
-        let need = decide::needed(self.ack, self.replicas.max(1));
-        if live.len() < need {
-            return Err(Error::TooFewNodes {
-                live: live.len(),
-                need,
-                want: self.replicas,
-                ack: self.ack.name(),
-            });
-        }
-        let chosen = rendezvous(name, &live, self.replicas);
-        let key = repo_key(name, "replicas");
-        let value = wire::encode(&chosen);
-        let t = self
-            .etcd
-            .txn(
-                &[etcd::Compare::Absent(key.clone())],
-                &[etcd::Op::Put(key.clone(), value, None)],
-                &[etcd::Op::Get(key)],
-            )
-            .await?;
-        if t.succeeded {
-            tracing::info!(target: "berth::cluster", repo = %Escaped::token(name), replicas = %chosen.join(","), "placed repository");
-            return Ok(chosen);
-        }
-        match t.gets.first().and_then(|g| g.first()) {
-            Some(kv) => parse_list(&kv.value),
-            None => Err(Error::NotRecorded {
-                name: name.to_owned(),
-                what: "replicas",
-            }),
-        }
-    }
-
-    /// The advertise URLs of `nodes` that are live, in the order given (this node left out).
-    async fn urls_of(&self, nodes: &[String]) -> Result<Vec<(String, String)>, Error> {
-        let live = self.live_nodes().await?;
-        Ok(nodes
-            .iter()
-            .filter(|n| **n != self.node)
-            .filter_map(|n| live.iter().find(|l| l.0 == *n).cloned())
-            .collect())
-    }
-
-    /// The log's last entry's sequence number and the key's mod revision (0, 0: no entry).
-    async fn log_head(&self, name: &str) -> Result<(u64, i64), Error> {
-        match self.etcd.get(&log_key(name)).await? {
-            None => Ok((0, 0)),
-            Some(kv) => {
-                let entry = log::Entry::decode(&kv.value)?;
-                Ok((entry.seq, kv.mod_revision))
-            }
-        }
-    }
-
-    /// The format recorded for repository `name` (`None`: not recorded yet).
-    async fn format_of(&self, name: &str) -> Result<Option<objects::Format>, Error> {
-        match self.etcd.get(&repo_key(name, "format")).await? {
-            None => Ok(None),
-            Some(kv) => Ok(Some(objects::Format::decode(&kv.value)?)),
-        }
-    }
-
-    /// Record `format` as repository `name`'s unless one is recorded; the recorded one.
-    async fn record_format(
-        &self,
-        name: &str,
-        format: &objects::Format,
-    ) -> Result<objects::Format, Error> {
-        let key = repo_key(name, "format");
-        let t = self
-            .etcd
-            .txn(
-                &[etcd::Compare::Absent(key.clone())],
-                &[etcd::Op::Put(key.clone(), format.encode(), None)],
-                &[etcd::Op::Get(key)],
-            )
-            .await?;
-        if t.succeeded {
-            return Ok(*format);
-        }
-        match t.gets.first().and_then(|g| g.first()) {
-            Some(kv) => Ok(objects::Format::decode(&kv.value)?),
-            None => Err(Error::NotRecorded {
-                name: name.to_owned(),
-                what: "format",
-            }),
-        }
-    }
-
-    /// Create this replica's copy of `name` at `dir` if it has none, in the recorded format
-    /// (none recorded: no copy, rather than one in this node's defaults that no later push
-    /// or catch-up could mend).
-    async fn ensure_copy(&self, name: &str, dir: &Path) -> Result<(), CopyError> {
-        if crate::repo::is_git_dir(dir) {
-            return Ok(());
-        }
-        // A stream, a prepare and a catch-up may all find the copy missing at once.
-        let _one = self.creating.lock().await;
-        if crate::repo::is_git_dir(dir) {
-            return Ok(());
-        }
-        let format = self
-            .format_of(name)
-            .await?
-            .ok_or(CopyError::FormatUnrecorded)?;
-        let d = dir.to_owned();
-        Ok(tokio::task::spawn_blocking(move || objects::ensure_repository(&d, &format)).await??)
     }
 
     /// A repository `name` this node just created at `dir` for a push: record its format for
@@ -617,22 +339,22 @@ impl Cluster {
                 return;
             }
         };
-        if let Err(e) = self.record_format(name, &format).await {
+        if let Err(e) = self.copies.record_format(name, &format).await {
             tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), error = %Escaped::text(&e.to_string()), "cannot record a new repository's format");
         }
     }
 
-    /// Record that the replica at `dir` applied entry `seq` if it applied `seq - 1` before
-    /// (log order); whether it recorded.
-    fn record_applied(&self, dir: &Path, seq: u64) -> std::io::Result<bool> {
-        let _g = self.apply_lock.lock();
-        if applied_seq(dir) + 1 != seq {
-            return Ok(false);
-        }
-        set_applied_seq(dir, seq).map(|()| true)
+    /// Whether `given` is the cluster secret (compared as hashes, in constant time).
+    /// `--replicas`: K, the copies every repository should have, its quorum reckoned from it.
+    pub(crate) fn replicas(&self) -> usize {
+        self.placement.replicas().max(1)
     }
 
-    /// Whether `given` is the cluster secret (compared as hashes, in constant time).
+    /// Whether etcd renewed this node's lease within its life (`/healthz`).
+    pub(crate) fn health(&self) -> Health {
+        self.membership.health()
+    }
+
     /// `client`'s address, vouched for to a replica a request is forwarded to.
     pub(crate) fn vouch(&self, client: std::net::SocketAddr) -> Vouch<'_> {
         Vouch {
@@ -693,9 +415,24 @@ impl Cluster {
         current: bool,
     ) -> Result<(Option<String>, Route), Error> {
         let name = repo.key().to_owned();
-        let replicas = match self.replicas_of(&name).await? {
+        let replicas = match self.placement.replicas_of(&name).await? {
             Some(r) => r,
-            None if push_rpc => self.place(&name).await?,
+            None if push_rpc => {
+                let live = self.membership.live_names().await?;
+                // Never a repository whose pushes could be acknowledged on fewer copies than
+                // the cluster promises: its quorum is reckoned from --replicas, not from who
+                // is up.
+                let need = decide::needed(self.ack, self.replicas());
+                if live.len() < need {
+                    return Err(Error::TooFewNodes {
+                        live: live.len(),
+                        need,
+                        want: self.replicas(),
+                        ack: self.ack.name(),
+                    });
+                }
+                self.placement.place(&name, &live).await?
+            }
             None => return Ok((Some(name), Route::Local(None))),
         };
         let here = replicas.contains(&self.node);
@@ -706,7 +443,7 @@ impl Cluster {
                     node: self.node.clone(),
                 });
             }
-            let live = self.urls_of(&replicas).await?;
+            let live = self.membership.urls_of(&replicas).await?;
             if live.is_empty() {
                 return Err(Error::NoLiveReplica { name });
             }
@@ -716,7 +453,7 @@ impl Cluster {
             return Ok((Some(name), Route::Local(Some(replicas))));
         }
         // A replica that is behind the log does not serve the repository.
-        let (seq, _) = self.log_head(&name).await?;
+        let seq = self.log.head(&name).await?.seq;
         let applied = applied_seq(&repo_dir(&self.root, &name));
         if applied >= seq {
             return Ok((Some(name), Route::Local(Some(replicas))));
@@ -725,7 +462,7 @@ impl Cluster {
             // The forwarding node tries the next replica.
             return Ok((Some(name), Route::Behind(seq, applied)));
         }
-        let live = self.urls_of(&replicas).await?;
+        let live = self.membership.urls_of(&replicas).await?;
         if !live.is_empty() {
             return Ok((Some(name), Route::Forward(live)));
         }
@@ -736,32 +473,9 @@ impl Cluster {
     }
 }
 
-/// A recorded replica list ([`wire::Replicas`]).
-fn parse_list(v: &[u8]) -> Result<Vec<String>, Error> {
-    let list: wire::Replicas = wire::decode("replicas", v)?;
-    Ok(list.into_iter().map(String::from).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rendezvous_is_stable_and_spreads() {
-        let live: Vec<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
-        let one = rendezvous("repo", &live, 3);
-        assert_eq!(one, rendezvous("repo", &live, 3));
-        assert_eq!(one.len(), 3);
-        // Taking a node away that was not chosen changes nothing.
-        let left: Vec<String> = live.iter().filter(|n| !one.contains(n)).cloned().collect();
-        let rest: Vec<String> = live.iter().filter(|n| **n != left[0]).cloned().collect();
-        assert_eq!(rendezvous("repo", &rest, 3), one);
-        let firsts: std::collections::HashSet<String> = (0..50)
-            .map(|i| rendezvous(&format!("r{i}"), &live, 1)[0].clone())
-            .collect();
-        assert_eq!(firsts.len(), 4);
-        assert_eq!(rendezvous("x", &live[..2], 3).len(), 2);
-    }
 
     #[test]
     fn majority() {

@@ -3,9 +3,11 @@
 //! `decide` (commit and record the applied sequence, or abort) and `pack` (objects for a replica
 //! catching up). The requests and their bounds are listed in `endpoint.rs`.
 //!
-//! A prepared transaction whose decision does not come within [`DECISION_TIMEOUT`] looks at the
-//! repository's log in etcd: committed there (the accepting node died after the commit point)
-//! → commit; otherwise abort.
+//! A prepare goes through [`State`]: preparing (its base checked, its pack moved in, its ref
+//! transaction prepared), prepared (its locks held, waiting for the verdict), decided, done
+//! ([`Settled`]: committed or aborted). A prepared transaction whose decision does not come
+//! within [`DECISION_TIMEOUT`] looks at the repository's log in etcd: committed there (the
+//! accepting node died after the commit point) → commit; otherwise abort.
 
 use std::collections::HashMap;
 use std::io;
@@ -18,13 +20,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tokio::io::AsyncReadExt;
 
-use super::catchup::Local;
-use super::decide::Verdict;
+use super::applied::Recorded;
+use super::copy::CopyError;
+use super::copy::Local;
+use super::decide::{self, Position, Verdict, Winners};
 use super::incoming::Claimed;
 use super::log::new_of;
 use super::objects::{Keeps, PackIndex, connected, migrate};
 use super::wire::{self, body_stream, text};
-use super::{Cluster, CopyError, applied_seq, log, repo_dir};
+use super::{Cluster, applied_seq, repo_dir};
 use crate::escape::Escaped;
 use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
 
@@ -142,7 +146,7 @@ pub(super) async fn prepare(cluster: &Arc<Cluster>, req: Request) -> Response {
         Ok(h) => h,
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    match cluster.replicas_of(&h.repo).await {
+    match cluster.placement.replicas_of(&h.repo).await {
         Ok(Some(nodes)) if nodes.contains(&cluster.node) => {}
         Ok(_) => return text(StatusCode::CONFLICT, "not a replica of this repository"),
         Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
@@ -163,6 +167,9 @@ pub(super) async fn prepare(cluster: &Arc<Cluster>, req: Request) -> Response {
     }
 }
 
+/// The answer to the prepare request: prepared (its locks held), or why not.
+type Ready = tokio::sync::oneshot::Sender<Result<(), NotPrepared>>;
+
 /// One prepare, on a blocking thread from the pack to the decision.
 struct Job {
     dir: PathBuf,
@@ -172,171 +179,251 @@ struct Job {
     h: PrepareHeader,
 }
 
+/// A prepare's states on this replica once its transaction is prepared (before that it is
+/// preparing: [`Job::check_base`], [`Job::open`], then the ref transaction's own prepare).
+enum State<'a> {
+    /// Its locks held and the gate told so: waiting for the verdict.
+    Prepared {
+        tx: refs::Prepared<'a>,
+        decision: std::sync::mpsc::Receiver<Decision>,
+    },
+    /// The verdict came, from the gate or (none in time) read off the log.
+    Decided {
+        tx: refs::Prepared<'a>,
+        verdict: Verdict,
+        from: From,
+    },
+    /// The verdict carried out here (or failed): for whoever asked.
+    Done {
+        outcome: Result<Settled, NotCommitted>,
+        from: From,
+    },
+}
+
+/// Where a verdict came from.
+enum From {
+    /// The accepting node's decide request, waiting for the outcome.
+    Gate(tokio::sync::oneshot::Sender<Result<(), NotCommitted>>),
+    /// The log, after [`DECISION_TIMEOUT`] without word: nobody to tell.
+    Log,
+}
+
+/// How a decided transaction ended here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled {
+    /// Committed as the log's entry `seq` (recorded, or left to the catch-up to record).
+    Committed { seq: u64 },
+    /// Aborted: its locks released, nothing changed.
+    Aborted,
+}
+
+/// What a prepare opened and holds until its decision: the copy, its objects, the refs as
+/// read, the reflog identity, and the pack's keep files.
+struct Opened {
+    repo: crate::repo::Repository,
+    objects: gix_odb::Handle,
+    current: refs::Refs,
+    committer: gix_actor::Signature,
+    keeps: Keeps,
+}
+
 impl Job {
-    fn run(self, ready: tokio::sync::oneshot::Sender<Result<(), NotPrepared>>) {
-        let Job {
-            dir,
-            env,
-            cluster,
-            handle,
-            h,
-        } = self;
-        let fail = |ready: tokio::sync::oneshot::Sender<Result<(), NotPrepared>>,
-                    e: NotPrepared| {
-            tracing::info!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, error = %Escaped::text(&e.to_string()), "not prepared");
-            let _ = ready.send(Err(e));
+    fn run(self, ready: Ready) {
+        let opened = match self.check_base().and_then(|()| self.open()) {
+            Ok(o) => o,
+            Err(e) => return self.not_prepared(ready, e),
         };
-        if let Err(e) = handle.block_on(cluster.ensure_copy(&h.repo, &dir)) {
-            return fail(ready, e.into());
+        let store = refs::of_repository(&opened.repo);
+        let options = refs::Options {
+            atomicity: Atomicity::AllOrNothing,
+            current: &opened.current,
+            committer: &opened.committer,
+            objects: &opened.objects,
+        };
+        let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
+        let tx = match store
+            .transaction(options)
+            .prepare(&self.h.updates, &mut observer)
+        {
+            Ok(p) => p,
+            Err(e) => return self.not_prepared(ready, Local::from(e).into()),
+        };
+        let Some(decision) = self.announce(ready) else {
+            // The gate stopped waiting: the transaction is dropped, aborted.
+            return;
+        };
+        let mut state = State::Prepared { tx, decision };
+        let (outcome, from) = loop {
+            state = match state {
+                State::Prepared { tx, decision } => self.wait(tx, decision),
+                State::Decided { tx, verdict, from } => State::Done {
+                    outcome: self.settle(tx, verdict),
+                    from,
+                },
+                State::Done { outcome, from } => break (outcome, from),
+            };
+        };
+        drop(opened.keeps);
+        match &outcome {
+            Err(e) => {
+                tracing::error!(target: "berth::cluster", repo = %Escaped::token(&self.h.repo), txid = %self.h.txid, error = %Escaped::text(&e.to_string()), "commit of a decided push failed here")
+            }
+            Ok(settled) => {
+                tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.h.repo), txid = %self.h.txid, verdict = ?settled, "decided")
+            }
         }
-        let applied = applied_seq(&dir);
-        if applied < h.base_seq {
+        if let From::Gate(reply) = from {
+            let _ = reply.send(outcome.map(|_| ()));
+        }
+    }
+
+    fn not_prepared(&self, ready: Ready, e: NotPrepared) {
+        tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.h.repo), txid = %self.h.txid, error = %Escaped::text(&e.to_string()), "not prepared");
+        let _ = ready.send(Err(e));
+    }
+
+    /// Preparing, first: a copy here, at the push's base or off it by entries of other refs
+    /// only.
+    fn check_base(&self) -> Result<(), NotPrepared> {
+        let (cluster, h, handle) = (&self.cluster, &self.h, &self.handle);
+        handle.block_on(cluster.copies.ensure(&h.repo, &self.dir))?;
+        let applied = applied_seq(&self.dir);
+        let position = decide::position(applied, h.base_seq);
+        if position == Position::Current {
+            return Ok(());
+        }
+        if position == Position::Behind {
             let _rt = handle.enter();
             cluster.clone().spawn_catch_up(h.repo.clone());
         }
         // Ahead of the push's base or behind it by entries of other refs only: the old values
         // this prepare checks under its locks are the ones the push was decided against.
-        let disjoint = || {
-            let (lo, hi) = (applied.min(h.base_seq), applied.max(h.base_seq));
-            matches!(
-                handle.block_on(cluster.winners(&h.repo, lo, hi, &h.txid, &h.updates)),
-                Ok(super::decide::Winners::Disjoint)
-            )
-        };
-        if applied != h.base_seq && !disjoint() {
-            let behind = NotPrepared::Behind {
+        let (lo, hi) = (applied.min(h.base_seq), applied.max(h.base_seq));
+        match handle.block_on(cluster.winners(&h.repo, lo, hi, &h.txid, &h.updates)) {
+            Ok(Winners::Disjoint) => Ok(()),
+            _ => Err(NotPrepared::Behind {
                 node: cluster.node.clone(),
                 applied,
                 base: h.base_seq,
-            };
-            return fail(ready, behind);
+            }),
         }
-        let (repo, objects) = match super::catchup::open(&dir, &env) {
-            Ok(o) => o,
-            Err(e) => return fail(ready, e.into()),
-        };
+    }
+
+    /// Preparing, then: the copy opened, the push's pack moved in from its stream, the new
+    /// tips connected, the refs read.
+    fn open(&self) -> Result<Opened, NotPrepared> {
+        let h = &self.h;
+        let (repo, objects) = super::copy::open(&self.dir, &self.env)?;
         // The pack arrived (or is arriving) on its own stream, already checked.
         let (keeps, index) = match &h.stream {
-            Some(id) => match cluster.streams.claim(id, &h.repo) {
-                Ok(Claimed::Arrived(a)) => match migrate(&repo, a.quarantine) {
-                    Ok(k) => (k, a.index),
-                    Err(e) => return fail(ready, e.into()),
-                },
+            Some(id) => match self.cluster.streams.claim(id, &h.repo)? {
+                Claimed::Arrived(a) => (migrate(&repo, a.quarantine)?, a.index),
                 // An earlier batch of the push migrated it.
-                Ok(Claimed::Migrated(index)) => (Keeps(Vec::new()), index),
-                Err(e) => return fail(ready, e.into()),
+                Claimed::Migrated(index) => (Keeps(Vec::new()), index),
             },
             None => (Keeps(Vec::new()), None),
         };
         let tips: Vec<gix_hash::ObjectId> = h.updates.iter().filter_map(new_of).collect();
-        if let Err(e) = connected(&repo, &objects, index.as_ref().map(PackIndex::file), &tips) {
-            return fail(ready, e.into());
-        }
-        let store = refs::of_repository(&repo);
-        let current = match store.snapshot() {
-            Ok(c) => c,
-            Err(e) => return fail(ready, Local::from(e).into()),
-        };
+        connected(&repo, &objects, index.as_ref().map(PackIndex::file), &tips)?;
+        let current = refs::of_repository(&repo).snapshot().map_err(Local::from)?;
         let env = crate::receive::Environment {
             committer_name: Some(h.committer_name.clone()),
             committer_email: Some(h.committer_email.clone()),
-            ..env
+            ..self.env.clone()
         };
         let committer = env.committer(None, None);
-        let options = refs::Options {
-            atomicity: Atomicity::AllOrNothing,
-            current: &current,
-            committer: &committer,
-            objects: &objects,
-        };
-        let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
-        let prepared = match store
-            .transaction(options)
-            .prepare(&h.updates, &mut observer)
-        {
-            Ok(p) => p,
-            Err(e) => return fail(ready, Local::from(e).into()),
-        };
+        Ok(Opened {
+            repo,
+            objects,
+            current,
+            committer,
+            keeps,
+        })
+    }
+
+    /// Prepared: wait for the verdict where the decide request finds it, and tell the gate;
+    /// `None` when the gate stopped waiting.
+    fn announce(&self, ready: Ready) -> Option<std::sync::mpsc::Receiver<Decision>> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Decision>(1);
-        cluster.pending.insert(&h.txid, tx);
+        self.cluster.pending.insert(&self.h.txid, tx);
         if ready.send(Ok(())).is_err() {
-            cluster.pending.take(&h.txid);
-            return;
+            self.cluster.pending.take(&self.h.txid);
+            return None;
         }
-        let decision = rx.recv_timeout(DECISION_TIMEOUT);
-        cluster.pending.take(&h.txid);
-        let (verdict, reply) = match decision {
-            Ok(d) => (d.verdict, Some(d.reply)),
+        Some(rx)
+    }
+
+    /// Prepared → decided: the gate's verdict, or without one in [`DECISION_TIMEOUT`], the
+    /// log's.
+    fn wait<'a>(
+        &self,
+        tx: refs::Prepared<'a>,
+        decision: std::sync::mpsc::Receiver<Decision>,
+    ) -> State<'a> {
+        let h = &self.h;
+        let decision = decision.recv_timeout(DECISION_TIMEOUT);
+        self.cluster.pending.take(&h.txid);
+        let (verdict, from) = match decision {
+            Ok(d) => (d.verdict, From::Gate(d.reply)),
             Err(_) => {
                 // No word from the accepting node: the log says whether it committed.
-                let head = handle.block_on(committed_entry(&cluster, &h.repo, &h.txid));
+                let head = self
+                    .handle
+                    .block_on(self.cluster.log.committed(&h.repo, &h.txid));
                 tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, committed = ?head, "no decision in time; asked the log");
-                (Verdict::from_log(head), None)
+                (Verdict::from_log(head), From::Log)
             }
         };
-        let result = if let Verdict::Commit { seq } = verdict {
-            // In log order: the entries before this one (other refs) first, when they come.
-            handle.block_on(super::gate::wait_applied(
-                &dir,
-                seq.saturating_sub(1),
-                super::gate::APPLY_WAIT,
-            ));
-            let committed = prepared
-                .commit()
-                .map_err(NotCommitted::from)
-                .and_then(|results| match results.into_iter().find_map(Result::err) {
-                    Some(e) => Err(NotCommitted::from(e)),
-                    None => Ok(()),
-                });
-            match committed {
-                Ok(()) => {
-                    let created: Vec<&[u8]> = h
-                        .updates
-                        .iter()
-                        .filter(|u| {
-                            matches!(u.change, refs::Change::Create { .. })
-                                && u.name.starts_with(b"refs/heads/")
-                        })
-                        .map(|u| u.name.as_slice())
-                        .collect();
-                    if let Some(d) = dir.to_str() {
-                        crate::repo::head_to_first_created(d, &created);
-                    }
-                    match cluster.record_applied(&dir, seq) {
-                        Ok(true) => Ok(()),
-                        Ok(false) => {
-                            // An entry before it is missing here: the catch-up applies it and
-                            // records this one.
-                            let _rt = handle.enter();
-                            cluster.clone().spawn_catch_up(h.repo.clone());
-                            Ok(())
-                        }
-                        Err(e) => Err(NotCommitted::Record(e)),
-                    }
-                }
-                Err(e) => Err(e),
+        State::Decided { tx, verdict, from }
+    }
+
+    /// Decided → settled: the verdict carried out.
+    fn settle(&self, tx: refs::Prepared<'_>, verdict: Verdict) -> Result<Settled, NotCommitted> {
+        match verdict {
+            Verdict::Commit { seq } => self.commit(tx, seq).map(|()| Settled::Committed { seq }),
+            Verdict::Abort => {
+                drop(tx);
+                Ok(Settled::Aborted)
             }
-        } else {
-            drop(prepared);
-            Ok(())
-        };
-        drop(keeps);
-        if let Err(e) = &result {
-            tracing::error!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, error = %Escaped::text(&e.to_string()), "commit of a decided push failed here");
-        } else {
-            tracing::info!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, verdict = ?verdict, "decided");
-        }
-        if let Some(reply) = reply {
-            let _ = reply.send(result);
         }
     }
-}
 
-/// The sequence number of the log entry of `txid`, if the repository's last entry is it.
-async fn committed_entry(cluster: &Cluster, repo: &str, txid: &str) -> Option<u64> {
-    let kv = cluster.etcd.get(&super::log_key(repo)).await.ok()??;
-    let entry = log::Entry::decode(&kv.value).ok()?;
-    (entry.txid == txid).then_some(entry.seq)
+    /// Commit the prepared transaction as the log's entry `seq`, in log order, and record it.
+    fn commit(&self, tx: refs::Prepared<'_>, seq: u64) -> Result<(), NotCommitted> {
+        let (cluster, h, handle, dir) = (&self.cluster, &self.h, &self.handle, &self.dir);
+        // In log order: the entries before this one (other refs) first, when they come.
+        handle.block_on(super::gate::wait_applied(
+            dir,
+            seq.saturating_sub(1),
+            super::gate::APPLY_WAIT,
+        ));
+        if let Some(e) = tx.commit()?.into_iter().find_map(Result::err) {
+            return Err(e.into());
+        }
+        let created: Vec<&[u8]> = h
+            .updates
+            .iter()
+            .filter(|u| {
+                matches!(u.change, refs::Change::Create { .. })
+                    && u.name.starts_with(b"refs/heads/")
+            })
+            .map(|u| u.name.as_slice())
+            .collect();
+        if let Some(d) = dir.to_str() {
+            crate::repo::head_to_first_created(d, &created);
+        }
+        match cluster.applied.record(dir, seq) {
+            Ok(Recorded::InOrder) => Ok(()),
+            Ok(Recorded::Gap) => {
+                // An entry before it is missing here: the catch-up applies it and records
+                // this one.
+                let _rt = handle.enter();
+                cluster.clone().spawn_catch_up(h.repo.clone());
+                Ok(())
+            }
+            Err(e) => Err(NotCommitted::Record(e)),
+        }
+    }
 }
 
 /// `POST /_berth/cluster/pack`: objects for a replica catching up.
@@ -360,11 +447,7 @@ pub(super) async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
         Ok(q) => q,
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let word = match q.verdict {
-        wire::VerdictWord::Commit => "commit",
-        wire::VerdictWord::Abort => "abort",
-    };
-    let Some(verdict) = Verdict::parse(word, q.seq.map(|s| s.0)) else {
+    let Some(verdict) = Verdict::parse(q.verdict, q.seq.map(|s| s.0)) else {
         return text(StatusCode::BAD_REQUEST, "decide: txid, seq, verdict");
     };
     let (repo, txid) = (q.repo, q.txid.as_str());

@@ -32,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 
-use super::catchup::Local;
+use super::copy::Local;
 use super::objects::connected;
 use super::wire::{self, Answered, Attempts, SECRET_HEADER, Snapshot, body_stream, text};
 use super::{Cluster, applied_seq, etcd, http, repo_dir, repo_key, set_applied_seq};
@@ -144,12 +144,12 @@ fn take_snapshot(cluster: &Cluster, name: &str) -> Result<Vec<u8>, ServeError> {
     if !crate::repo::is_git_dir(&dir) {
         return Err(ServeError::NoRepository);
     }
-    let (repo, _) = super::catchup::open(&dir, &cluster.env)?;
+    let (repo, _) = super::copy::open(&dir, &cluster.env)?;
     let store = refs::of_repository(&repo);
     // Entries are applied and recorded under the apply lock: the refs hold every entry up to
     // the sequence number read with them.
     let (seq, refs, head) = {
-        let _g = cluster.apply_lock.lock();
+        let _g = cluster.applied.hold();
         let seq = applied_seq(&dir);
         let refs = store.snapshot().map_err(Local::from)?;
         (seq, refs, head_target(&dir))
@@ -288,7 +288,7 @@ fn missing(
     env: &crate::receive::Environment,
     tips: &[gix_hash::ObjectId],
 ) -> Result<(Vec<gix_hash::ObjectId>, Vec<gix_hash::ObjectId>), Local> {
-    let (wants, haves) = super::catchup::missing(dir, env, tips)?;
+    let (wants, haves) = super::copy::missing(dir, env, tips)?;
     let mut wants = wants;
     wants.sort();
     wants.dedup();
@@ -305,8 +305,8 @@ fn install(
     snap: &Snapshot,
 ) -> Result<Option<usize>, Error> {
     let tips: Vec<_> = snap.refs.list().iter().map(|r| r.1.0).collect();
-    let (repo, objects) = super::catchup::open(dir, env)?;
-    let _g = cluster.apply_lock.lock();
+    let (repo, objects) = super::copy::open(dir, env)?;
+    let _g = cluster.applied.hold();
     if applied_seq(dir) >= snap.seq && snap.seq > 0 {
         return Ok(None);
     }
@@ -343,7 +343,7 @@ fn install(
     }
     if !updates.is_empty() {
         let committer = "berth-cluster (resync)".to_owned();
-        super::catchup::commit_all(&*store, &updates, &current, &objects, env, committer)
+        super::copy::commit_all(&*store, &updates, &current, &objects, env, committer)
             .map_err(Error::Install)?;
     }
     if let Some(target) = &snap.head

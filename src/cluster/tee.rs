@@ -72,7 +72,10 @@ impl PushStream {
 
 impl PackTee for PushStream {
     fn start(&self) -> Box<dyn PackSink> {
-        let peers = match self.handle.block_on(self.cluster.urls_of(&self.replicas)) {
+        let peers = match self
+            .handle
+            .block_on(self.cluster.membership.urls_of(&self.replicas))
+        {
             Ok(p) => p,
             Err(e) => {
                 // The gate reads etcd again and refuses the push if it still cannot.

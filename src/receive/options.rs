@@ -66,6 +66,10 @@ pub trait CommitGate: Send + Sync + std::fmt::Debug {
         updates: &[crate::refs::RefUpdate],
         current: &crate::refs::Refs,
     ) -> Result<Box<dyn GateCommit>, GateRefusal>;
+
+    /// How many more transactions a non-atomic batch tries for the refs a refusal did not
+    /// name among its [`GateRefusal::lost`] (the gate's retry policy).
+    fn lost_ref_retries(&self) -> u32;
 }
 
 /// Why a [`CommitGate`] did not commit a batch.

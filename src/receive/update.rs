@@ -58,7 +58,7 @@ pub(super) fn execute_non_atomic<W: Write, E: Write>(
             ctx,
             committer,
             sb.stderr(),
-            GATE_RETRIES,
+            ctx.gate.map_or(0, |g| g.lost_ref_retries()),
         );
         if deletions {
             after_first = Some(store.snapshot().map_err(Fatal::Refs)?);
@@ -138,10 +138,6 @@ pub(super) fn execute_atomic<W: Write, E: Write>(
     }
     Ok(())
 }
-
-/// How many times a non-atomic batch whose replicated commit lost some refs to other pushes
-/// tries the rest again.
-const GATE_RETRIES: u32 = 3;
 
 /// One ref transaction: prepared (locks taken, old values checked), then committed, with the
 /// transaction's states told to the hooks (reference-transaction output on `diagnostics`);

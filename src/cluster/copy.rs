@@ -1,0 +1,192 @@
+//! This replica's copy of a repository: its creation in the format recorded in etcd
+//! (`repos/<name>/format`, [`Copies`], which owns the lock held while a copy is created, and
+//! [`CopyError`]), and as the cluster's code reads and writes it: opening it (its refs and
+//! objects), what of a set of tips it misses, and writing ref updates the way a replica
+//! applies what the log holds (a catch-up, a resync) — with [`Local`], why any of it failed.
+//! Shared by the catch-up, the resync, the replica's prepare and the incoming stream.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use gix_object::Exists;
+
+use super::objects::Format;
+use super::{Error, etcd, repo_key};
+
+use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
+
+/// Why this replica has no copy of a repository it is to hold.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CopyError {
+    /// etcd could not be read.
+    #[error(transparent)]
+    Cluster(#[from] Error),
+    /// No push recorded the repository's format yet: a copy in this node's defaults could
+    /// differ from the others'.
+    #[error("the repository's format is not recorded yet")]
+    FormatUnrecorded,
+    /// The copy could not be created.
+    #[error(transparent)]
+    Create(#[from] super::objects::Error),
+    /// The blocking task creating it was lost.
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// The repositories' recorded formats, and the creation of this node's copies.
+#[derive(Debug)]
+pub(super) struct Copies {
+    etcd: Arc<etcd::Client>,
+    /// Held while this node creates its copy of a repository.
+    creating: tokio::sync::Mutex<()>,
+}
+
+impl Copies {
+    pub(super) fn new(etcd: Arc<etcd::Client>) -> Copies {
+        Copies {
+            etcd,
+            creating: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The format recorded for repository `name` (`None`: not recorded yet).
+    async fn format_of(&self, name: &str) -> Result<Option<Format>, Error> {
+        match self.etcd.get(&repo_key(name, "format")).await? {
+            None => Ok(None),
+            Some(kv) => Ok(Some(Format::decode(&kv.value)?)),
+        }
+    }
+
+    /// Record `format` as repository `name`'s unless one is recorded; the recorded one.
+    pub(super) async fn record_format(&self, name: &str, format: &Format) -> Result<Format, Error> {
+        let key = repo_key(name, "format");
+        let t = self
+            .etcd
+            .txn(
+                &[etcd::Compare::Absent(key.clone())],
+                &[etcd::Op::Put(key.clone(), format.encode(), None)],
+                &[etcd::Op::Get(key)],
+            )
+            .await?;
+        if t.succeeded {
+            return Ok(*format);
+        }
+        match t.gets.first().and_then(|g| g.first()) {
+            Some(kv) => Ok(Format::decode(&kv.value)?),
+            None => Err(Error::NotRecorded {
+                name: name.to_owned(),
+                what: "format",
+            }),
+        }
+    }
+
+    /// Create this replica's copy of `name` at `dir` if it has none, in the recorded format
+    /// (none recorded: no copy, rather than one in this node's defaults that no later push
+    /// or catch-up could mend).
+    pub(super) async fn ensure(&self, name: &str, dir: &Path) -> Result<(), CopyError> {
+        if crate::repo::is_git_dir(dir) {
+            return Ok(());
+        }
+        // A stream, a prepare and a catch-up may all find the copy missing at once.
+        let _one = self.creating.lock().await;
+        if crate::repo::is_git_dir(dir) {
+            return Ok(());
+        }
+        let format = self
+            .format_of(name)
+            .await?
+            .ok_or(CopyError::FormatUnrecorded)?;
+        let d = dir.to_owned();
+        Ok(
+            tokio::task::spawn_blocking(move || super::objects::ensure_repository(&d, &format))
+                .await??,
+        )
+    }
+}
+
+/// Why this replica's copy could not be opened, read or written.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Local {
+    /// Its path is not UTF-8.
+    #[error("repository path is not UTF-8")]
+    PathNotUtf8,
+    /// It is not a repository berth serves.
+    #[error(transparent)]
+    Repo(#[from] crate::repo::Error),
+    /// Its object database could not be opened.
+    #[error(transparent)]
+    Objects(#[from] std::io::Error),
+    /// Its refs could not be read.
+    #[error(transparent)]
+    Refs(#[from] refs::SnapshotError),
+    /// The ref transaction could not be prepared.
+    #[error(transparent)]
+    Prepare(#[from] refs::transaction::prepare::Error),
+    /// The ref transaction could not be committed.
+    #[error(transparent)]
+    Commit(#[from] refs::transaction::commit::Error),
+    /// A ref of the transaction failed.
+    #[error(transparent)]
+    Ref(#[from] Box<refs::RefError>),
+}
+
+/// The copy at `dir`, opened with `env`, and its object database.
+pub(super) fn open(
+    dir: &std::path::Path,
+    env: &crate::receive::Environment,
+) -> Result<(crate::repo::Repository, gix_odb::Handle), Local> {
+    let dir_str = dir.to_str().ok_or(Local::PathNotUtf8)?;
+    let repo = crate::repo::Repository::open(dir_str, &env.for_config())?;
+    let objects = gix_odb::at(&repo.objects_dir, repo.object_format)?;
+    Ok((repo, objects))
+}
+
+/// Of `tips`, those not in the repository; and the repository's ref tips.
+pub(super) fn missing(
+    dir: &std::path::Path,
+    env: &crate::receive::Environment,
+    tips: &[gix_hash::ObjectId],
+) -> Result<(Vec<gix_hash::ObjectId>, Vec<gix_hash::ObjectId>), Local> {
+    let (repo, objects) = open(dir, env)?;
+    let wants = tips
+        .iter()
+        .filter(|t| !objects.exists(t))
+        .copied()
+        .collect();
+    let refs = refs::of_repository(&repo).snapshot()?;
+    let mut haves: Vec<_> = refs.iter().map(|(_, id)| *id).collect();
+    haves.sort();
+    haves.dedup();
+    Ok((wants, haves))
+}
+
+/// Write `updates` to `store` as one all-or-nothing ref transaction checked against `current`,
+/// as a replica applies what the log holds (a catch-up, a resync): by `committer_name`, with no
+/// hooks (a replica runs none); the first ref's error.
+pub(super) fn commit_all(
+    store: &dyn refs::RefStore,
+    updates: &[RefUpdate],
+    current: &refs::Refs,
+    objects: &gix_odb::Handle,
+    env: &crate::receive::Environment,
+    committer_name: String,
+) -> Result<(), Local> {
+    let env = crate::receive::Environment {
+        committer_name: Some(committer_name),
+        ..env.clone()
+    };
+    let committer = env.committer(None, None);
+    let options = refs::Options {
+        atomicity: Atomicity::AllOrNothing,
+        current,
+        committer: &committer,
+        objects,
+    };
+    let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
+    let prepared = store.transaction(options).prepare(updates, &mut observer)?;
+    let results = prepared.commit()?;
+    match results.into_iter().find_map(Result::err) {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
