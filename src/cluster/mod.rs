@@ -86,13 +86,13 @@ pub enum Ack {
     All,
 }
 
-impl Ack {
+impl std::fmt::Display for Ack {
     /// The `--ack` value.
-    pub fn name(self) -> &'static str {
-        match self {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
             Ack::Majority => "majority",
             Ack::All => "all",
-        }
+        })
     }
 }
 
@@ -148,7 +148,7 @@ pub enum Error {
         live: usize,
         need: usize,
         want: usize,
-        ack: &'static str,
+        ack: Ack,
     },
 }
 
@@ -428,7 +428,7 @@ impl Cluster {
                         live: live.len(),
                         need,
                         want: self.replicas(),
-                        ack: self.ack.name(),
+                        ack: self.ack,
                     });
                 }
                 self.placement.place(&name, &live).await?

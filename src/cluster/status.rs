@@ -3,8 +3,10 @@
 //! replica list, log head and each replica's last applied entry, and judges each repository
 //! ([`assess`], without I/O): short of K copies, a replica down, a replica behind the log.
 //!
-//! A replica records its applied entry in etcd every few seconds when it changed, so "behind"
-//! may lag the truth by that much; a node's own `berth-cluster-seq` is exact.
+//! Three range reads of etcd (nodes, log heads, repositories), whatever the number of
+//! repositories. A replica records its applied entry in etcd every few seconds when it
+//! changed, so "behind" may lag the truth by that much; a node's own `berth-cluster-seq` is
+//! exact.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -160,24 +162,18 @@ pub async fn read(endpoints: &[String], want: usize) -> Result<Status, Error> {
         heads.insert(name, entry.seq);
     }
 
-    // Replica lists and applied entries; the entries themselves (ref updates, maybe large) are
-    // not read: their keys are skipped.
+    // Replica lists and applied entries, in one range: the entries beside them (ref updates)
+    // come along but are only those not yet applied everywhere (compaction deletes the rest).
     let repos_prefix = b"/berth/repos/";
     let mut repos: BTreeMap<String, (Vec<String>, BTreeMap<String, u64>)> = BTreeMap::new();
-    for key in etcd.keys(repos_prefix).await? {
-        let rest = text(&key[repos_prefix.len().min(key.len())..]);
+    for kv in etcd.prefix(repos_prefix).await? {
+        let rest = text(&kv.key[repos_prefix.len().min(kv.key.len())..]);
         if let Some(name) = rest.strip_suffix("/replicas") {
-            let Some(kv) = etcd.get(&key).await? else {
-                continue;
-            };
             let list: wire::Replicas =
-                wire::decode("replicas", &kv.value).map_err(|e| decode_err(&key, e))?;
+                wire::decode("replicas", &kv.value).map_err(|e| decode_err(&kv.key, e))?;
             repos.entry(name.to_owned()).or_default().0 =
                 list.into_iter().map(String::from).collect();
         } else if let Some((name, node)) = rest.split_once("/applied/") {
-            let Some(kv) = etcd.get(&key).await? else {
-                continue;
-            };
             let seq = text(&kv.value).trim().parse().unwrap_or(0);
             repos
                 .entry(name.to_owned())
