@@ -75,25 +75,8 @@ const PASSWORD: &str = "load-bench-password";
 fn authorization() -> Option<&'static str> {
     static AUTH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     AUTH.get_or_init(|| {
-        (std::env::var("BERTH_LOAD_AUTH").as_deref() == Ok("1")).then(|| {
-            const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-            let b = format!("bench:{PASSWORD}").into_bytes();
-            let mut out = String::from("Basic ");
-            for chunk in b.chunks(3) {
-                let n = chunk
-                    .iter()
-                    .enumerate()
-                    .fold(0u32, |n, (i, &c)| n | (c as u32) << (16 - 8 * i));
-                for i in 0..4 {
-                    if i <= chunk.len() {
-                        out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-                    } else {
-                        out.push('=');
-                    }
-                }
-            }
-            out
-        })
+        (std::env::var("BERTH_LOAD_AUTH").as_deref() == Ok("1"))
+            .then(|| support::load::basic(&format!("bench:{PASSWORD}")))
     })
     .as_deref()
 }

@@ -240,5 +240,5 @@ impl History {
 mod driver;
 #[allow(unused_imports)]
 pub use driver::{
-    Outcome, Summary, contains, http, load_average, ms, percentile, pkt, run_clients,
+    Outcome, Summary, basic, contains, http, load_average, ms, percentile, pkt, run_clients,
 };
