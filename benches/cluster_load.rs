@@ -4,41 +4,42 @@
 //!
 //! 1. small pushes: `BERTH_LOAD_PUSHES` (default 1000) one-commit fast-forwards from
 //!    `BERTH_LOAD_CLIENTS` (default 8) concurrent clients, pushes/s, p50 and p99, and the
-//!    cluster's ratio to the plain node. Client `c` pushes `main` of its own repository
-//!    `own<c>.git` (http_load's `own` shape): every repository of the cluster has one log in
-//!    etcd, and a replica refuses a prepare decided against another entry than the one it
-//!    applied last, so clients pushing different branches of one repository at once would
-//!    measure their collisions (refused pushes: no quorum) rather than what replication costs;
-//!    `BERTH_LOAD_SHAPE=shared` measures that instead. In the cluster, client `c` pushes to
-//!    node `c mod 3`.
+//!    cluster's ratio to the plain node, made by `berth bench load` (the binary built with this
+//!    bench, `support/load.rs`; in the cluster with the three nodes' URLs, so client `c` pushes
+//!    to node `c mod 3`). Client `c` pushes its own repository `c<c>.git` (`--repos each`):
+//!    every repository of the cluster has one log in etcd, and a replica refuses a prepare
+//!    decided against another entry than the one it applied last, so clients pushing
+//!    different branches of one repository at once would measure their collisions (refused
+//!    pushes: no quorum) rather than what replication costs; `BERTH_LOAD_SHAPE=one` measures
+//!    that instead.
 //! 2. the 10,000-ref push (`BERTH_BENCH_REFS`), as `berth bench many-refs` generates it (one
 //!    commit already on the server, the empty pack, ref i at `refs/heads/b/<i>`), over HTTP
 //!    into a new repository seeded with that commit: `BERTH_BENCH_RUNS` (default 5) runs into
 //!    each, the plain node and the cluster taking turns, min / median / max and the ratio of
 //!    the medians.
 //!
-//! The pushes are http_load's (`support/http.rs`): raw HTTP requests as `git push` sends them
-//! (`GET info/refs`, then `POST git-receive-pack` with the commands and a pack made before the
-//! clock started), one connection per request; a push counts only if its report says
-//! `unpack ok` and `ok <ref>`. The repositories are created and seeded through pushes (a
-//! cluster places a repository at its first push), every replica caught up before the clock
-//! starts. The plain node and the cluster run side by side, each idle while the other is
+//! The pushes are raw HTTP requests as `git push` sends them (`GET info/refs`, then `POST
+//! git-receive-pack` with the commands and a pack made before the clock started), one
+//! connection per request; a push counts only if its report says `unpack ok` and `ok <ref>`.
+//! The repositories are created through pushes (a cluster places a repository at its first
+//! push): a first `bench load` run of one push per client creates them and a branch each, and
+//! every replica has caught up before the timed run starts (whose clients push new branches). The plain node and the cluster run side by side, each idle while the other is
 //! measured. Each case also prints where its time went: the push phases from the nodes'
 //! `/metrics`, the CPU time of the nodes, their git children and etcd, and etcd's calls.
 //!
-//! After each case, so that failures cannot pass for speed: every replica caught up (the same
-//! `git for-each-ref` and the same applied log entry on the three roots), every branch at its
-//! last pushed commit and `git fsck --strict` clean on each, the number of pushes that landed
-//! (each branch's position in its chain) equal to the number acknowledged, and in the cluster
-//! each repository's applied log sequence number equal to its seeds plus its pushes that
-//! landed. Anything else is reported FAILED and the bench exits 1 (its directory kept).
+//! After each case, so that failures cannot pass for speed: `bench load`'s own check (every
+//! branch, through the node its client pushed to, at its last acknowledged commit), every
+//! replica caught up (the same `git for-each-ref` and the same applied log entry on the three
+//! roots), `git fsck --strict` clean on each, and in the cluster the repositories' applied log
+//! sequence numbers summing to the pushes acknowledged (both runs): a push that landed without
+//! being acknowledged, or the reverse, shows there. Anything else is reported FAILED and the
+//! bench exits 1 (its directory kept).
 //!
 //! ```text
 //! cargo bench --bench cluster_load          # needs etcd (Debian: etcd-server); installs nothing
 //! ```
 //!
-//! Bounded: a small-push case stops sending after `BERTH_CLUSTER_LIMIT` seconds (default 300;
-//! what is left counts as failed), a request times out after 120 s, a catch-up wait after 60 s.
+//! Bounded: a request times out after 120 s (`bench load`'s), a catch-up wait after 60 s.
 //! Every process started (etcd, the berth nodes) is killed when the bench ends or panics.
 //! etcd runs with its default request limit, 1.5 MiB (`BERTH_CLUSTER_ETCD_MAX_REQUEST_BYTES`
 //! sets `--max-request-bytes`): the commit point's txn of a 10,000-ref push writes the entry,
@@ -56,26 +57,23 @@ mod support;
 mod bench;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::http::{self, Push, Server, Shape, spawn_berth};
-use support::load::{self, History, Summary, ZERO, env_usize};
+use bench::load::{contains, http, pkt};
+use support::load::{Load, Loaded, Repos, env_usize, fsck, load_average, ms};
+use support::server::{Server, free_ports, spawn_berth};
+
+/// The zero id (SHA-1).
+const ZERO: &str = "0000000000000000000000000000000000000000";
+
+/// What the client asks for, as git 2.47 over HTTP.
+const CAPABILITIES: &str =
+    "report-status-v2 side-band-64k quiet object-format=sha1 agent=git/2.47.3";
 
 /// How long a caught-up check waits.
 const CATCH_UP: Duration = Duration::from_secs(60);
-
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
-}
 
 /// A three-member etcd on loopback, killed when dropped.
 struct Etcd {
@@ -124,7 +122,7 @@ impl Etcd {
         for &port in client {
             let put = br#"{"key":"L2JlcnRoLWJlbmNo","value":"eQ=="}"#;
             while !matches!(
-                http::http(&format!("127.0.0.1:{port}"), "POST", "/v3/kv/put", &[], put),
+                http(&format!("127.0.0.1:{port}"), "POST", "/v3/kv/put", &[], put),
                 Ok((200, _))
             ) {
                 assert!(Instant::now() < deadline, "etcd did not start (etcd*.log)");
@@ -200,15 +198,9 @@ impl Target {
         &self.servers[c % self.servers.len()].addr
     }
 
-    /// Create every chain's branch at its first commit, through pushes (the repositories
-    /// with them), then wait for every replica to have them.
-    fn seed(&self, history: &History) -> Result<(), String> {
-        for (i, chain) in history.chains.iter().enumerate() {
-            let step = history.first(i);
-            let body = http::body(ZERO, &step.new, &chain.refname, &step.pack);
-            seed_push(self.addr(i), &chain.repo, &body, &chain.refname)?;
-        }
-        self.caught_up(&history.repos()).map(|_| ())
+    /// The servers' URLs (client `c` of `bench load` takes the one at `c mod n`).
+    fn urls(&self, repos: Repos) -> Vec<String> {
+        self.servers.iter().map(|s| repos.url(&s.url())).collect()
     }
 
     /// Wait until every root holds each of `repos` with the same refs and (in a cluster) the
@@ -295,7 +287,7 @@ fn scrape(t: &Target) -> BTreeMap<String, f64> {
         .flat_map(|e| e.clients.iter().map(String::as_str));
     let mut total = BTreeMap::new();
     for addr in t.servers.iter().map(|s| s.addr.as_str()).chain(etcd) {
-        if let Ok((200, body)) = http::http(addr, "GET", "/metrics", &[], b"") {
+        if let Ok((200, body)) = http(addr, "GET", "/metrics", &[], b"") {
             for (k, v) in samples(&String::from_utf8_lossy(&body)) {
                 *total.entry(k).or_insert(0.0) += v;
             }
@@ -389,7 +381,7 @@ fn breakdown(
 /// the replicas it is placed on, runs `git init` in the same directory at the same moment (seen
 /// in this bench: `cannot copy '…/templates/info/exclude' …: File exists`).
 fn seed_push(addr: &str, repo: &str, body: &[u8], refname: &str) -> Result<(), String> {
-    let once = || expect_ok(&http::exchange(addr, "", None, repo, body)?, &[refname]);
+    let once = || expect_ok(&exchange(addr, repo, body)?, &[refname]);
     once().or_else(|e| {
         println!("  seeding {repo}: {}; trying again", e.replace('\n', " | "));
         std::thread::sleep(Duration::from_secs(1));
@@ -449,74 +441,121 @@ fn expect_ok(answer: &[u8], refs: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-/// What a small-push case gave: the summary of the acknowledged pushes, and what went wrong.
+/// The request body of a push of `old → new` to `refname` with `pack`.
+fn body(old: &str, new: &str, refname: &str, pack: &[u8]) -> Vec<u8> {
+    let mut body = pkt(&format!("{old} {new} {refname}\0{CAPABILITIES}\n"));
+    body.extend_from_slice(b"0000");
+    body.extend_from_slice(pack);
+    body
+}
+
+/// One push as `git push` makes it: `GET info/refs`, then `POST git-receive-pack` with `body`;
+/// the answer's body (side-band framed). `Err` says what went wrong (a failed request or a
+/// status other than 200).
+fn exchange(addr: &str, repo: &str, body: &[u8]) -> Result<Vec<u8>, String> {
+    let (status, answer) = http(
+        addr,
+        "GET",
+        &format!("/{repo}/info/refs?service=git-receive-pack"),
+        &[],
+        b"",
+    )
+    .map_err(|e| format!("GET: {e}"))?;
+    if status != 200 || !contains(&answer, b"# service=git-receive-pack\n") {
+        return Err(format!(
+            "GET {repo}: status {status}: {}",
+            String::from_utf8_lossy(&answer[..answer.len().min(200)])
+        ));
+    }
+    let (status, answer) = http(
+        addr,
+        "POST",
+        &format!("/{repo}/git-receive-pack"),
+        &[
+            ("Content-Type", "application/x-git-receive-pack-request"),
+            ("Accept", "application/x-git-receive-pack-result"),
+        ],
+        body,
+    )
+    .map_err(|e| format!("POST {repo}: {e}"))?;
+    if status != 200 {
+        return Err(format!(
+            "POST {repo}: status {status}: {}",
+            String::from_utf8_lossy(&answer[..answer.len().min(300)])
+        ));
+    }
+    Ok(answer)
+}
+
+/// What a small-push case gave: the timed run's report, and what went wrong.
 struct Small {
-    summary: Option<Summary>,
-    acked: usize,
+    report: Option<Loaded>,
     /// Where the time went ([`breakdown`]).
     breakdown: String,
-    errors: Vec<String>,
     problems: Vec<String>,
 }
 
-fn small_pushes(t: &Target, history: &History, work: &[Vec<Push>], limit: Duration) -> Small {
+/// `bench load` against `t`: one push per client (creating the repositories and a branch
+/// each), every replica caught up, then the timed run of `per_client` pushes per client, and
+/// [`check_small`].
+fn small_pushes(t: &Target, dir: &Path, repos: Repos, clients: usize, per_client: usize) -> Small {
+    let load = |pushes: usize| Load {
+        urls: t.urls(repos),
+        clients,
+        pushes,
+        repos,
+        extra: Vec::new(),
+        workdir: dir.to_owned(),
+    };
+    let names = repos.repos(clients);
+    let failed = |problems: Vec<String>| Small {
+        report: None,
+        breakdown: String::new(),
+        problems,
+    };
+    let seeded = match load(1).run() {
+        Ok(r) if r.ok => r.acknowledged,
+        Ok(r) => return failed([vec!["seeding:".into()], r.problems()].concat()),
+        Err(e) => return failed(vec![format!("seeding: {e}")]),
+    };
+    if let Err(e) = t.caught_up(&names) {
+        return failed(vec![format!("seeding: {e}")]);
+    }
     let before = scrape(t);
-    let start = Instant::now();
-    let mut out = load::run_clients(work, |c, p| {
-        if start.elapsed() > limit {
-            return Err(format!("not sent: over the {limit:?} limit"));
-        }
-        http::push(t.addr(c), "", None, p)
-    });
-    let acked = out.latencies.len();
-    let summary = out.summary();
+    let report = match load(per_client).run() {
+        Ok(r) => r,
+        Err(e) => return failed(vec![e]),
+    };
+    let breakdown = breakdown(&before, &scrape(t), report.acknowledged);
+    let mut problems = report.problems();
+    problems.extend(check_small(t, &names, seeded + report.acknowledged));
     Small {
-        summary,
-        acked,
-        breakdown: breakdown(&before, &scrape(t), acked),
-        problems: check_small(t, history, acked),
-        errors: out.errors,
+        report: Some(report),
+        breakdown,
+        problems,
     }
 }
 
-/// Every replica caught up, every branch at its end, fsck clean, the pushes landed equal to
-/// those acknowledged, each repository's log at its seeds plus its pushes.
-fn check_small(t: &Target, history: &History, acked: usize) -> Vec<String> {
-    let repos = history.repos();
-    let states = match t.caught_up(&repos) {
+/// Every replica caught up and `git fsck --strict` clean, and in a cluster the repositories'
+/// log entries as many as the pushes acknowledged.
+fn check_small(t: &Target, repos: &[String], acked: usize) -> Vec<String> {
+    let states = match t.caught_up(repos) {
         Ok(s) => s,
         Err(e) => return vec![e],
     };
     let mut problems = Vec::new();
     for (i, root) in t.roots.iter().enumerate() {
         problems.extend(
-            history
-                .verify(root)
+            fsck(root, repos)
                 .into_iter()
                 .map(|p| format!("node {i}: {p}")),
         );
     }
-    let mut landed = 0;
-    for (repo, (refs, seq)) in repos.iter().zip(&states) {
-        let mut here = 0;
-        let mut seeds = 0;
-        for chain in history.chains.iter().filter(|c| &c.repo == repo) {
-            seeds += 1;
-            let value = refs.get(&chain.refname);
-            match chain.commits.iter().position(|c| Some(c) == value) {
-                Some(k) => here += k,
-                None => problems.push(format!("{repo} {}: {value:?}, not pushed", chain.refname)),
-            }
-        }
-        if t.is_cluster() && *seq != (seeds + here) as u64 {
-            problems.push(format!(
-                "{repo}: applied log entry {seq}, but {seeds} seeds and {here} pushes landed"
-            ));
-        }
-        landed += here;
-    }
-    if landed != acked {
-        problems.push(format!("{acked} pushes acknowledged, {landed} landed"));
+    let entries: u64 = states.iter().map(|(_, seq)| seq).sum();
+    if t.is_cluster() && entries != acked as u64 {
+        problems.push(format!(
+            "{acked} pushes acknowledged, but the repositories' logs hold {entries} entries"
+        ));
     }
     problems
 }
@@ -534,7 +573,7 @@ fn many_refs_setup(dir: &Path, refs: usize) -> ManyRefs {
     support::init(&gen_dir);
     let commit = support::commits(&gen_dir, 1, support::Shape::EmptyTrees)[0].to_string();
     let seed_pack = support::pack(&gen_dir, "refs/heads/main");
-    let caps = http::CAPABILITIES;
+    let caps = CAPABILITIES;
     let empty = bench::run::empty_pack(gix_hash::Kind::Sha1);
     let (request, expected) =
         bench::run::request(std::slice::from_ref(&commit), refs, caps, ZERO, &empty);
@@ -551,11 +590,11 @@ fn many_refs_setup(dir: &Path, refs: usize) -> ManyRefs {
 fn many_refs_run(t: &Target, m: &ManyRefs, run: usize) -> Result<Duration, String> {
     let repo = format!("many{run}.git");
     let addr = t.addr(run);
-    let seed = http::body(ZERO, &m.commit, "refs/heads/main", &m.seed_pack);
+    let seed = body(ZERO, &m.commit, "refs/heads/main", &m.seed_pack);
     seed_push(addr, &repo, &seed, "refs/heads/main")?;
     t.caught_up(std::slice::from_ref(&repo))?;
     let start = Instant::now();
-    let answer = http::exchange(addr, "", None, &repo, &m.request)?;
+    let answer = exchange(addr, &repo, &m.request)?;
     let elapsed = start.elapsed();
     let names: Vec<&str> = m.expected.iter().map(|(n, _)| n.as_str()).collect();
     expect_ok(&answer, &names)?;
@@ -579,30 +618,27 @@ fn many_refs_run(t: &Target, m: &ManyRefs, run: usize) -> Result<Duration, Strin
 }
 
 fn report_small(round: usize, t: &Target, s: &Small, pushes: usize) -> bool {
-    let ok = s.errors.is_empty() && s.problems.is_empty();
+    let ok = s.problems.is_empty();
     let breakdown = (!s.breakdown.is_empty()).then(|| format!("\n    {}", s.breakdown));
-    match (&s.summary, ok) {
+    match (&s.report, ok) {
         (Some(x), true) => println!(
             "  round {round}, {}: {} of {pushes} pushes acknowledged and verified: {:.1} pushes/s, \
-             p50 {}, p99 {}, max {} (load average {}){}",
+             {} (load average {}){}",
             t.name,
-            x.pushes,
-            x.rate,
-            load::ms(x.p50),
-            load::ms(x.p99),
-            load::ms(x.max),
-            load::load_average(),
+            x.acknowledged,
+            x.pushes_per_s.unwrap_or(0.0),
+            x.latencies(),
+            load_average(),
             breakdown.unwrap_or_default()
         ),
         _ => {
             println!(
-                "  round {round}, {}: FAILED: {} of {pushes} acknowledged, {} errors, {} problems",
+                "  round {round}, {}: FAILED: {} of {pushes} acknowledged, {} problems",
                 t.name,
-                s.acked,
-                s.errors.len(),
+                s.report.as_ref().map_or(0, |r| r.acknowledged),
                 s.problems.len()
             );
-            for e in s.errors.iter().chain(&s.problems).take(8) {
+            for e in s.problems.iter().take(8) {
                 println!("    {}", e.replace('\n', " | "));
             }
         }
@@ -630,10 +666,11 @@ fn run() -> bool {
     let rounds = env_usize("BERTH_LOAD_ROUNDS", 1).max(1);
     let refs = env_usize("BERTH_BENCH_REFS", 10_000).max(1);
     let runs = env_usize("BERTH_BENCH_RUNS", 5).max(1);
-    let limit = Duration::from_secs(env_usize("BERTH_CLUSTER_LIMIT", 300) as u64);
     let ack = std::env::var("BERTH_CLUSTER_ACK").unwrap_or_else(|_| "majority".into());
     let etcd_max_request = env_usize("BERTH_CLUSTER_ETCD_MAX_REQUEST_BYTES", 1536 << 10);
-    let shape = Shape::parse(&std::env::var("BERTH_LOAD_SHAPE").unwrap_or_else(|_| "own".into()));
+    let shape = Repos::parse(&std::env::var("BERTH_LOAD_SHAPE").unwrap_or_else(|_| "each".into()));
+    let per_client = (total / clients).max(1);
+    let pushes = per_client * clients;
     let tmp = tempfile::Builder::new()
         .prefix("cluster-load-")
         .tempdir()
@@ -647,14 +684,10 @@ fn run() -> bool {
         git_version.trim(),
         etcd_version(),
         dir.display(),
-        load::load_average()
+        load_average()
     );
 
     let t0 = Instant::now();
-    let small = dir.join("small");
-    std::fs::create_dir_all(&small).unwrap();
-    let (history, work) = http::prepare(&small, shape, clients, total);
-    let pushes: usize = work.iter().map(Vec::len).sum();
     let many = many_refs_setup(dir, refs);
     println!(
         "{pushes} small pushes from {clients} clients ({}), and a {refs}-ref push, prepared in {:.1} s",
@@ -663,7 +696,7 @@ fn run() -> bool {
     );
 
     let mut failed = false;
-    let mut small_rows: Vec<(usize, String, Option<Summary>, bool)> = Vec::new();
+    let mut small_rows: Vec<(usize, String, Option<Loaded>, bool)> = Vec::new();
     let mut many_times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
     let mut many_failed: [Option<String>; 2] = [None, None];
     for round in 0..rounds {
@@ -681,19 +714,10 @@ fn run() -> bool {
         }
         for i in order {
             let t = &targets[i];
-            let s = match t.seed(&history) {
-                Ok(()) => small_pushes(t, &history, &work, limit),
-                Err(e) => Small {
-                    summary: None,
-                    acked: 0,
-                    breakdown: String::new(),
-                    errors: vec![format!("seeding: {e}")],
-                    problems: Vec::new(),
-                },
-            };
+            let s = small_pushes(t, &rdir, shape, clients, per_client);
             let ok = report_small(round, t, &s, pushes);
             failed |= !ok;
-            small_rows.push((round, t.name.clone(), s.summary, ok));
+            small_rows.push((round, t.name.clone(), s.report, ok));
         }
         if round > 0 {
             continue;
@@ -706,12 +730,7 @@ fn run() -> bool {
                 }
                 match many_refs_run(t, &many, run) {
                     Ok(d) => {
-                        println!(
-                            "  {refs} refs, {}: run {}: {}",
-                            t.name,
-                            run + 1,
-                            load::ms(d)
-                        );
+                        println!("  {refs} refs, {}: run {}: {}", t.name, run + 1, ms(d));
                         many_times[i].push(d);
                     }
                     Err(e) => {
@@ -730,28 +749,29 @@ fn run() -> bool {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let case = format!("{pushes} pushes, {clients} clients, {}", shape.name());
+    let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1} ms"));
     for (round, name, s, ok) in &small_rows {
         let plain = small_rows
             .iter()
             .find(|r| r.0 == *round && r.1 == "one node")
-            .and_then(|r| r.2);
+            .and_then(|r| r.2.as_ref());
         let ratio = match (s, plain, name.as_str()) {
             (Some(s), Some(p), n) if n != "one node" => format!(
                 "{:.2}x | {:.2}x",
-                s.rate / p.rate,
-                s.p50.as_secs_f64() / p.p50.as_secs_f64()
+                s.pushes_per_s.unwrap_or(0.0) / p.pushes_per_s.unwrap_or(1.0).max(1e-9),
+                s.p50_ms.unwrap_or(0.0) / p.p50_ms.unwrap_or(1.0).max(1e-9)
             ),
             _ => " | ".into(),
         };
         match (s, ok) {
             (Some(s), true) => println!(
                 "| {case} | {name} | {round} | {} | {:.2} s | {:.1} | {} | {} | {} | {ratio} |",
-                s.pushes,
-                s.wall.as_secs_f64(),
-                s.rate,
-                load::ms(s.p50),
-                load::ms(s.p99),
-                load::ms(s.max)
+                s.acknowledged,
+                s.wall_s,
+                s.pushes_per_s.unwrap_or(0.0),
+                f(s.p50_ms),
+                f(s.p99_ms),
+                f(s.max_ms)
             ),
             _ => println!("| {case} | {name} | {round} | FAILED | | | | | | | |"),
         }
@@ -776,9 +796,9 @@ fn run() -> bool {
             (None, Some(m)) => println!(
                 "| {refs} refs, one push | {name} | {} | {} | {} | {} | {ratio} |",
                 times.len(),
-                load::ms(times[0]),
-                load::ms(m),
-                load::ms(*times.last().expect("runs"))
+                ms(times[0]),
+                ms(m),
+                ms(*times.last().expect("runs"))
             ),
             _ => println!("| {refs} refs, one push | {name} | FAILED | | | | |"),
         }

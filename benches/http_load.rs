@@ -3,9 +3,9 @@
 //! ephemeral ports, with the same repositories and the same pushes (issue 16 item 4: the
 //! agent workload). Prints, per case, each server's pushes/s, p50 and p99 latency and berth's
 //! ratio to git; every push counted was confirmed by its report, and after the run every branch
-//! must hold its last pushed commit and every repository be `git fsck --strict` clean (see
-//! `support/load.rs`). A server with a refused or lost push is reported FAILED, and the bench
-//! exits 1.
+//! must hold its last acknowledged commit and every repository be `git fsck --strict` clean
+//! (see `support/load.rs`). A server with a refused or lost push is reported FAILED, and the
+//! bench exits 1.
 //!
 //! Prerequisite (this bench installs nothing): lighttpd with mod_cgi, mod_alias and mod_setenv,
 //! e.g. `apt-get install -y lighttpd` on Debian; and git with `git http-backend`.
@@ -18,10 +18,9 @@
 //!
 //! The cases are every combination of:
 //!
-//! - `BERTH_LOAD_SHAPES` (default `shared,own`): `shared`, every client pushes its own branch
-//!   `refs/heads/c<c>` of the one repository `shared.git`; `own`, client `c` pushes `main` of
-//!   its own repository `own<c>.git`; `mixed`, client `c` alternates between the two (the
-//!   workload of the first version of this bench).
+//! - `BERTH_LOAD_SHAPES` (default `one,each`): `one` (or `shared`), every client pushes its own
+//!   branch of the one repository `shared.git`; `each` (or `own`), client `c` pushes to its own
+//!   repository `c<c>.git` (`bench load --repos one|each`).
 //! - `BERTH_LOAD_CLIENTS` (default `1,8,64`): how many clients push at once.
 //! - `BERTH_LOAD_REF_FORMATS` (default `files`; `files,reftable` for both): the repositories'
 //!   ref storage (`git init --bare --ref-format=…`).
@@ -30,21 +29,18 @@
 //! `BERTH_LOAD_ROUNDS` (default 1) runs each case that many times; `BERTH_LOAD_SERVERS=berth`
 //! (or `git`) runs one server only, to profile it; `BERTH_LOAD_KEEP=1` leaves the directory
 //! and the repositories behind for inspection; `BERTH_LOAD_SERVERS=berth,baseline` with
-//! `BERTH_LOAD_BASELINE=<another berth binary>` compares two builds of berth in the same run. Within a case the two servers
-//! run one after the other, the first alternating from case to case, each on a fresh copy of the
-//! same seeded repositories. Each branch is seeded with a first commit before the clock starts,
-//! so that every timed push is a one-commit fast-forward (commit, tree, one ~1 KiB blob;
-//! ~1 KB request) that the server must check against the branch's current value.
+//! `BERTH_LOAD_BASELINE=<another berth binary>` compares two builds of berth in the same run.
+//! Within a case the servers run one after the other, the first alternating from case to case,
+//! each on fresh empty repositories.
 //!
-//! The client is not `git push`: each push is replayed as `git push` sends it — `GET
-//! info/refs?service=git-receive-pack`, then `POST git-receive-pack` with the command line
-//! (`report-status-v2 side-band-64k quiet object-format=sha1 agent=git/2.47.3`), the flush and
-//! the pack `git pack-objects` made for it — over a plain HTTP/1.1 connection, one per request.
-//! The request bodies are made before the clock starts, so the numbers measure the servers: a
-//! real `git push` costs tens of milliseconds of client CPU (a handful of processes per push),
-//! which on a small machine would compete with the server under test and dominate the latency.
-//! The latency of a push is the GET plus the POST, up to the last byte of the report; a push
-//! counts only if that report says `unpack ok` and `ok <ref>`.
+//! The pushes are `berth bench load`'s (this bench runs the `berth` binary built with it,
+//! `support/load.rs`): made before the clock starts, sent as `git push` sends them (`GET
+//! info/refs?service=git-receive-pack`, then `POST git-receive-pack`, one connection per
+//! request), each client's first push creating its branch with a root commit and every next one
+//! a one-commit fast-forward (commit, tree, one ~1 KiB blob; ~1 KB request); a push counts only
+//! if its report says `unpack ok` and `ok <ref>`, and every acknowledged push is checked with
+//! `git ls-remote` after the run. This bench adds what needs the server's disk: the
+//! repositories made before, `git fsck --strict` of each after.
 //!
 //! berth serves the root at `http://127.0.0.1:<port>/<repo>` with its zero-configuration
 //! defaults (its access log goes to a file; `BERTH_LOAD_BERTH_ARGS` adds options); lighttpd at
@@ -52,33 +48,26 @@
 //! git-http-backend's documentation, with `GIT_PROJECT_ROOT` and `GIT_HTTP_EXPORT_ALL` from
 //! mod_setenv (the repositories have `http.receivepack=true`, which berth ignores).
 //!
-//! `BERTH_LOAD_AUTH=1`: every request carries HTTP Basic credentials, checked by berth against
-//! an argon2 credentials file (`berth passwd`; its credential cache spares all but the first
-//! checks) and by lighttpd (mod_auth, mod_authn_file with a plain user file, which is what it
-//! costs there: no hashing at all).
+//! `BERTH_LOAD_AUTH=1`: every request carries HTTP Basic credentials (in the URL `bench load`
+//! is given), checked by berth against an argon2 credentials file (`berth passwd`; its
+//! credential cache spares all but the first checks) and by lighttpd (mod_auth, mod_authn_file
+//! with a plain user file, which is what it costs there: no hashing at all).
 
 mod support;
 
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use support::http::{self, Server, Shape, prepare, spawn_berth};
-use support::load::{self, Summary, env_list, env_usize};
+use support::load::{Load, Loaded, Repos, env_list, env_usize, fsck, init_repos, load_average};
+use support::server::{Server, free_ports, spawn_berth, wait_port};
 
 /// The bench user's password (`BERTH_LOAD_AUTH=1`).
 const PASSWORD: &str = "load-bench-password";
 
-/// `Authorization: Basic base64("bench:<PASSWORD>")`, when `BERTH_LOAD_AUTH=1`.
-fn authorization() -> Option<&'static str> {
-    static AUTH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    AUTH.get_or_init(|| {
-        (std::env::var("BERTH_LOAD_AUTH").as_deref() == Ok("1"))
-            .then(|| support::load::basic(&format!("bench:{PASSWORD}")))
-    })
-    .as_deref()
+/// Whether every request is authenticated (`BERTH_LOAD_AUTH=1`).
+fn authenticated() -> bool {
+    std::env::var("BERTH_LOAD_AUTH").as_deref() == Ok("1")
 }
 
 fn start_berth(bin: &Path, root: &Path, dir: &Path) -> Server {
@@ -89,7 +78,7 @@ fn start_berth(bin: &Path, root: &Path, dir: &Path) -> Server {
     if let Ok(extra) = std::env::var("BERTH_LOAD_BERTH_ARGS") {
         cmd.args(extra.split_whitespace());
     }
-    if authorization().is_some() {
+    if authenticated() {
         let mut passwd = Command::new(env!("CARGO_BIN_EXE_berth"))
             .args(["passwd", "bench"])
             .stdin(Stdio::piped())
@@ -129,16 +118,12 @@ fn start_lighttpd(lighttpd: &Path, root: &Path, dir: &Path) -> Server {
         std::process::exit(2);
     }
     // An ephemeral port: bound by us, released, handed to lighttpd.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_ports(1)[0];
     let www = dir.join("www");
     std::fs::create_dir_all(&www).unwrap();
     let error_log = dir.join("lighttpd-error.log");
     let conf = dir.join("lighttpd.conf");
-    let auth = if authorization().is_some() {
+    let auth = if authenticated() {
         let users = dir.join("lighttpd-users");
         std::fs::write(&users, format!("bench:{PASSWORD}\n")).unwrap();
         format!(
@@ -186,25 +171,8 @@ $HTTP["url"] =~ "^/git" {{
         .stderr(std::fs::File::create(dir.join("lighttpd-stderr.log")).unwrap())
         .spawn()
         .unwrap();
+    wait_port("lighttpd", port, &mut child);
     let addr = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            let log = std::fs::read_to_string(dir.join("lighttpd-stderr.log")).unwrap_or_default()
-                + &std::fs::read_to_string(&error_log).unwrap_or_default();
-            eprintln!("http_load: lighttpd exited ({status}) on start:\n{log}");
-            std::process::exit(2);
-        }
-        if TcpStream::connect(&addr).is_ok() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            eprintln!("http_load: lighttpd did not listen on {addr} within 10 s");
-            std::process::exit(2);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
     Server {
         child,
         addr,
@@ -212,14 +180,13 @@ $HTTP["url"] =~ "^/git" {{
     }
 }
 
-/// What one server did in one case: its summary, or why it failed.
+/// What one server did in one case: `bench load`'s report and what `git fsck` found, or why
+/// there is no report.
 enum Verdict {
-    Ok(Summary),
+    Ok(Loaded),
     Failed {
-        refused: usize,
-        problems: usize,
-        first: Vec<String>,
-        landed: Option<Summary>,
+        problems: Vec<String>,
+        report: Option<Loaded>,
     },
 }
 
@@ -230,9 +197,9 @@ fn main() {
         println!("http_load: a load run; run it with `cargo bench --bench http_load`");
         return;
     }
-    let shapes: Vec<Shape> = env_list("BERTH_LOAD_SHAPES", "shared,own")
+    let shapes: Vec<Repos> = env_list("BERTH_LOAD_SHAPES", "one,each")
         .iter()
-        .map(|s| Shape::parse(s))
+        .map(|s| Repos::parse(s))
         .collect();
     let clients: Vec<usize> = env_list("BERTH_LOAD_CLIENTS", "1,8,64")
         .iter()
@@ -273,8 +240,8 @@ fn main() {
         "http_load: {} in {}; load average {}{}",
         version.trim(),
         dir.display(),
-        load::load_average(),
-        if authorization().is_some() {
+        load_average(),
+        if authenticated() {
             "; every request authenticated (HTTP Basic)"
         } else {
             ""
@@ -286,17 +253,7 @@ fn main() {
     let mut case_no = 0usize;
     for &shape in &shapes {
         for &n in &clients {
-            let case_dir = dir.join(format!("{shape:?}-{n}"));
-            std::fs::create_dir_all(&case_dir).unwrap();
-            let t = Instant::now();
-            let (history, work) = prepare(&case_dir, shape, n, total);
-            let pushes: usize = work.iter().map(Vec::len).sum();
-            println!(
-                "\n{} clients, {}: {pushes} pushes prepared in {:.1} s",
-                n,
-                shape.name(),
-                t.elapsed().as_secs_f64()
-            );
+            let per_client = (total / n).max(1);
             for format in &formats {
                 for round in 0..rounds {
                     let case = format!("{n} × {}, {format}", shape.name());
@@ -307,9 +264,10 @@ fn main() {
                     order.rotate_left(turn);
                     case_no += 1;
                     for which in order.iter().map(String::as_str) {
-                        let sub = case_dir.join(format!("{format}-{round}-{which}"));
+                        let sub = dir.join(format!("{}-{n}-{format}-{round}-{which}", shape.arg()));
                         let root = sub.join("repos");
-                        history.seed(&root, format);
+                        let repos = shape.repos(n);
+                        init_repos(&root, &repos, format);
                         let server = match which {
                             "berth" => {
                                 start_berth(env!("CARGO_BIN_EXE_berth").as_ref(), &root, &sub)
@@ -317,31 +275,43 @@ fn main() {
                             "baseline" => start_berth(&baseline, &root, &sub),
                             _ => start_lighttpd(&lighttpd, &root, &sub),
                         };
-                        let load = load::load_average();
-                        let mut out = load::run_clients(&work, |_, p| {
-                            http::push(&server.addr, server.prefix, authorization(), p)
-                        });
+                        let url = match authenticated() {
+                            true => {
+                                format!("http://bench:{PASSWORD}@{}{}", server.addr, server.prefix)
+                            }
+                            false => server.url(),
+                        };
+                        let load = load_average();
+                        let report = Load {
+                            urls: vec![shape.url(&url)],
+                            clients: n,
+                            pushes: per_client,
+                            repos: shape,
+                            extra: Vec::new(),
+                            workdir: sub.clone(),
+                        }
+                        .run();
                         drop(server);
-                        let problems = history.verify(&root);
-                        let summary = out.summary();
-                        let result = if out.errors.is_empty() && problems.is_empty() {
-                            Verdict::Ok(summary.expect("pushes"))
-                        } else {
-                            failed = true;
-                            Verdict::Failed {
-                                refused: out.errors.len(),
-                                problems: problems.len(),
-                                first: out
-                                    .errors
-                                    .iter()
-                                    .chain(&problems)
-                                    .take(5)
-                                    .cloned()
-                                    .collect(),
-                                landed: summary,
+                        let mut problems = fsck(&root, &repos);
+                        let result = match report {
+                            Ok(r) if r.ok && problems.is_empty() => Verdict::Ok(r),
+                            Ok(r) => {
+                                problems.splice(0..0, r.problems());
+                                Verdict::Failed {
+                                    problems,
+                                    report: Some(r),
+                                }
+                            }
+                            Err(e) => {
+                                problems.insert(0, e);
+                                Verdict::Failed {
+                                    problems,
+                                    report: None,
+                                }
                             }
                         };
-                        report(&case, which, &load, pushes, &result);
+                        failed |= matches!(result, Verdict::Failed { .. });
+                        report_line(&case, which, &load, n * per_client, &result);
                         results.push((which, result));
                         if !keep {
                             let _ = std::fs::remove_dir_all(&root);
@@ -350,7 +320,7 @@ fn main() {
                     results.sort_by_key(|(w, _)| {
                         ["berth", "git", "baseline"].iter().position(|k| k == w)
                     });
-                    rows.push(table_rows(&case, pushes, &results));
+                    rows.push(table_rows(&case, n * per_client, &results));
                 }
             }
         }
@@ -380,29 +350,24 @@ fn server_name(which: &str) -> &'static str {
 }
 
 /// One line per server as it finishes.
-fn report(case: &str, which: &str, load: &str, pushes: usize, r: &Verdict) {
+fn report_line(case: &str, which: &str, load: &str, pushes: usize, r: &Verdict) {
     let name = server_name(which);
     match r {
         Verdict::Ok(s) => println!(
-            "  {case}: {name}: {} of {pushes} pushes confirmed, refs and fsck --strict verified: \
-             {:.1} pushes/s, p50 {}, p99 {}, max {} (load average at start {load})",
-            s.pushes,
-            s.rate,
-            load::ms(s.p50),
-            load::ms(s.p99),
-            load::ms(s.max)
+            "  {case}: {name}: {} of {pushes} pushes acknowledged, refs (git ls-remote) and fsck \
+             --strict verified: {:.1} pushes/s, {} (load average at start {load})",
+            s.acknowledged,
+            s.pushes_per_s.unwrap_or(0.0),
+            s.latencies()
         ),
-        Verdict::Failed {
-            refused,
-            problems,
-            first,
-            ..
-        } => {
+        Verdict::Failed { problems, report } => {
             println!(
-                "  {case}: {name}: FAILED: {refused} of {pushes} pushes refused or broken, \
-                 {problems} problems after the run (load average at start {load})"
+                "  {case}: {name}: FAILED: {} of {pushes} pushes acknowledged, {} problems (load \
+                 average at start {load})",
+                report.as_ref().map_or(0, |r| r.acknowledged),
+                problems.len()
             );
-            for e in first {
+            for e in problems.iter().take(5) {
                 println!("    {}", e.replace('\n', " | "));
             }
         }
@@ -411,20 +376,20 @@ fn report(case: &str, which: &str, load: &str, pushes: usize, r: &Verdict) {
 
 /// The table rows of one case, berth first, with berth's ratio to git.
 fn table_rows(case: &str, pushes: usize, results: &[(&str, Verdict)]) -> Vec<String> {
-    let rate = |r: &Verdict| match r {
-        Verdict::Ok(s) => Some(s.rate),
-        Verdict::Failed { .. } => None,
-    };
     let of = |which: &str| {
         results
             .iter()
             .find(|r| r.0 == which)
-            .and_then(|r| rate(&r.1))
+            .and_then(|r| match &r.1 {
+                Verdict::Ok(s) => s.pushes_per_s,
+                Verdict::Failed { .. } => None,
+            })
     };
     let ratio = match (of("berth"), of("git")) {
         (Some(b), Some(g)) => format!("{:.2}x", b / g),
         _ => String::new(),
     };
+    let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1} ms"));
     results
         .iter()
         .map(|(which, r)| {
@@ -433,17 +398,18 @@ fn table_rows(case: &str, pushes: usize, results: &[(&str, Verdict)]) -> Vec<Str
             match r {
                 Verdict::Ok(s) => format!(
                     "| {case} | {name} | {} | {:.2} s | {:.1} | {} | {} | {:.1} | {} | {ratio} |",
-                    s.pushes,
-                    s.wall.as_secs_f64(),
-                    s.rate,
-                    load::ms(s.p50),
-                    load::ms(s.p99),
-                    s.p99.as_secs_f64() / s.p50.as_secs_f64(),
-                    load::ms(s.max),
+                    s.acknowledged,
+                    s.wall_s,
+                    s.pushes_per_s.unwrap_or(0.0),
+                    f(s.p50_ms),
+                    f(s.p99_ms),
+                    s.p99_ms.unwrap_or(0.0) / s.p50_ms.unwrap_or(1.0).max(1e-9),
+                    f(s.max_ms),
                 ),
-                Verdict::Failed { refused, problems, landed, .. } => format!(
-                    "| {case} | {name} | FAILED: {refused} of {pushes} refused, {problems} problems | {} | | | | | | |",
-                    landed.map(|s| format!("{} confirmed in {:.2} s", s.pushes, s.wall.as_secs_f64())).unwrap_or_default()
+                Verdict::Failed { problems, report } => format!(
+                    "| {case} | {name} | FAILED: {} of {pushes} acknowledged, {} problems | | | | | | | |",
+                    report.as_ref().map_or(0, |r| r.acknowledged),
+                    problems.len()
                 ),
             }
         })

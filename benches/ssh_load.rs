@@ -1,9 +1,10 @@
 //! Load run (not a timed test): small pushes over ssh from parallel clients against
-//! `berth serve --ssh-listen` (the embedded russh server), against OpenSSH's sshd with a forced
-//! `berth receive-pack`, and against sshd with a forced `git receive-pack`, on loopback ephemeral
-//! ports, with the same repositories and the same pushes. Prints throughput and latency per
-//! server, then checks that every repository ends at the last pushed commit and that
-//! `git fsck --strict` is clean; a server that lost or refused a push is reported as FAILED.
+//! `berth serve --ssh-listen` (the embedded russh server), against OpenSSH's sshd running
+//! berth's `git-receive-pack` (the symlink to `berth`), and against sshd running git's
+//! `git-receive-pack`, on loopback ephemeral ports, with the same pushes into fresh
+//! repositories. Prints throughput and latency per server; every acknowledged push is checked
+//! on the server (`git ls-remote`) and every repository with `git fsck --strict`; a server that
+//! lost or refused a push is reported as FAILED, and the bench exits 1.
 //!
 //! Prerequisites (this bench installs nothing): OpenSSH's `sshd` (`/usr/sbin/sshd`, Debian's
 //! `openssh-server`), `ssh` and `ssh-keygen`, git; run as a user sshd lets log in with a key
@@ -14,72 +15,27 @@
 //! ```
 //!
 //! `BERTH_LOAD_WORKERS` (default 8) clients push `BERTH_LOAD_PUSHES` (default 1000) pushes in
-//! all; worker `w` pushes a chain of commits (each: commit, tree, one ~1 KiB blob) to `main` of
-//! its own repository `own<w>.git`, each a fast-forward of the previous (the branch is seeded
-//! with the chain's first commit before the clock starts). Every push is one
+//! all, client `c` to its own repository `c<c>.git`. The pushes are `berth bench load`'s (the
+//! binary built with this bench, `support/load.rs`): made before the clock starts; each is one
 //! `ssh` process (a new connection, key exchange and public-key authentication, as each
-//! `git push` over ssh makes) running the remote command with the request on its stdin: the
-//! command line (`report-status quiet`), the flush, and the pack `git pack-objects` made for it
-//! before the clock started. Its latency is from spawning `ssh` to the end of the report.
-//! The ssh client's CPU competes with the servers on a small machine alike for all three.
-//! The driver (history, seeding, client threads, verification) is `support/load.rs`, shared
-//! with `http_load`.
+//! `git push` over ssh makes) running `git-receive-pack '<path>'`, reading the advertisement
+//! and sending the command, the flush and the pack; its latency is from spawning `ssh` to the
+//! end of the report. The ssh client's CPU competes with the servers on a small machine alike
+//! for all three.
+//!
+//! sshd runs the client's command through a forced command, `PATH=<dir>:$PATH; eval "exec
+//! $SSH_ORIGINAL_COMMAND"`, where `<dir>` holds `git-receive-pack` as a link to `berth` for
+//! one key and nothing for the other (git's own `git-receive-pack` from `PATH`).
 
 mod support;
 
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use support::load::{self, History, env_usize, pkt};
+use support::load::{Load, Repos, env_usize, fsck, init_repos, load_average};
+use support::server::{free_ports, wait_port};
 
 const SSHD: &str = "/usr/sbin/sshd";
-
-/// Per worker: the request bodies of its pushes, in order.
-type Work = Vec<Vec<Vec<u8>>>;
-
-fn make_pushes(dir: &Path, workers: usize, per_worker: usize) -> (History, Work) {
-    let branches: Vec<(String, String)> = (0..workers)
-        .map(|w| (format!("own{w}.git"), "refs/heads/main".to_owned()))
-        .collect();
-    let history = load::history(dir, &branches, per_worker);
-    let work = (0..workers)
-        .map(|w| {
-            (1..=per_worker)
-                .map(|k| {
-                    let step = history.step(w, k);
-                    let mut body = pkt(&format!(
-                        "{} {} refs/heads/main\0report-status quiet\n",
-                        step.old, step.new
-                    ));
-                    body.extend_from_slice(b"0000");
-                    body.extend_from_slice(&step.pack);
-                    body
-                })
-                .collect()
-        })
-        .collect();
-    (history, work)
-}
-
-fn run_stdin(mut cmd: Command, input: &[u8]) -> std::process::Output {
-    use std::io::Write;
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let input = input.to_vec();
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(&input);
-    });
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
-    out
-}
 
 fn keygen(path: &Path) -> String {
     let out = Command::new("ssh-keygen")
@@ -93,32 +49,13 @@ fn keygen(path: &Path) -> String {
     std::fs::read_to_string(p).unwrap().trim().to_owned()
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_port(port: u16, child: &mut Child) {
-    let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(child.try_wait().unwrap().is_none(), "server exited");
-        assert!(start.elapsed() < Duration::from_secs(20), "no listener");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// One server under test: how to reach it and the remote command for worker `w`.
+/// One server under test: its URL (the repositories' directory), its key, its root; the server
+/// is killed when dropped.
 struct Target {
     name: &'static str,
-    /// The login name: anything for berth, an account for sshd.
-    login: String,
-    port: u16,
+    url: String,
     key: PathBuf,
     root: PathBuf,
-    command: Box<dyn Fn(usize) -> String + Send + Sync>,
     child: Child,
 }
 
@@ -129,68 +66,56 @@ impl Drop for Target {
     }
 }
 
-fn ssh_cmd(t: &Target, w: usize) -> Command {
-    let mut c = Command::new("ssh");
-    c.arg("-i")
-        .arg(&t.key)
-        .args([
-            "-o",
-            "IdentitiesOnly=yes",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "LogLevel=ERROR",
-            "-p",
-        ])
-        .arg(t.port.to_string())
-        .arg(format!("{}@127.0.0.1", t.login))
-        .arg((t.command)(w));
-    c
-}
-
-fn run(t: &Target, history: &History, work: &Work) -> bool {
-    let mut out = load::run_clients(work, |w, body| {
-        let out = run_stdin(ssh_cmd(t, w), body);
-        if out.status.success()
-            && out.stdout.windows(9).any(|x| x == b"unpack ok")
-            && out.stdout.windows(19).any(|x| x == b"ok refs/heads/main\n")
-        {
-            Ok(())
-        } else {
-            Err(format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    });
-    let mut errors = std::mem::take(&mut out.errors);
-    errors.extend(history.verify(&t.root));
-    match out.summary() {
-        Some(s) if errors.is_empty() => {
+/// `bench load` against `t`, then `git fsck` of its repositories; whether all went well.
+fn run(t: &Target, dir: &Path, clients: usize, per_client: usize) -> bool {
+    let repos = Repos::Each.repos(clients);
+    let load = load_average();
+    let report = Load {
+        urls: vec![t.url.clone()],
+        clients,
+        pushes: per_client,
+        repos: Repos::Each,
+        extra: [
+            "--identity".into(),
+            t.key.clone().into_os_string(),
+            "--ssh-option".into(),
+            "StrictHostKeyChecking=no".into(),
+            "--ssh-option".into(),
+            "UserKnownHostsFile=/dev/null".into(),
+            "--ssh-option".into(),
+            "LogLevel=ERROR".into(),
+        ]
+        .into(),
+        workdir: dir.to_owned(),
+    }
+    .run();
+    let fsck = fsck(&t.root, &repos);
+    match report {
+        Ok(r) if r.ok && fsck.is_empty() => {
             println!(
-                "{:<28} {} pushes in {:.2} s: {:.1} pushes/s, p50 {}, p99 {}, max {}",
+                "{:<28} {} pushes in {:.2} s: {:.1} pushes/s, {} (load average {load})",
                 t.name,
-                s.pushes,
-                s.wall.as_secs_f64(),
-                s.rate,
-                load::ms(s.p50),
-                load::ms(s.p99),
-                load::ms(s.max)
+                r.acknowledged,
+                r.wall_s,
+                r.pushes_per_s.unwrap_or(0.0),
+                r.latencies()
             );
             true
         }
-        _ => {
+        Ok(r) => {
+            let problems: Vec<String> = r.problems().into_iter().chain(fsck).collect();
             println!(
-                "{:<28} FAILED: {} errors, first: {}",
+                "{:<28} FAILED: {} of {} acknowledged, {} problems, first: {}",
                 t.name,
-                errors.len(),
-                errors.first().map_or("no push confirmed", String::as_str)
+                r.acknowledged,
+                r.attempted,
+                problems.len(),
+                problems.first().map_or("none", String::as_str)
             );
+            false
+        }
+        Err(e) => {
+            println!("{:<28} FAILED: {e}", t.name);
             false
         }
     }
@@ -205,17 +130,14 @@ fn main() {
         eprintln!("ssh_load: {SSHD} not found: install openssh-server first");
         std::process::exit(2);
     }
-    let workers = env_usize("BERTH_LOAD_WORKERS", 8).max(1);
-    let total = env_usize("BERTH_LOAD_PUSHES", 1000).max(workers);
-    let per_worker = total / workers;
+    let clients = env_usize("BERTH_LOAD_WORKERS", 8).max(1);
+    let total = env_usize("BERTH_LOAD_PUSHES", 1000).max(clients);
+    let per_client = total / clients;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let t = Instant::now();
-    let (history, work) = make_pushes(dir, workers, per_worker);
     println!(
-        "ssh_load: {} pushes ({workers} workers) prepared in {:.1} s in {}",
-        workers * per_worker,
-        t.elapsed().as_secs_f64(),
+        "ssh_load: {} pushes ({clients} clients) in {}",
+        clients * per_client,
         dir.display()
     );
     let berth = PathBuf::from(env!("CARGO_BIN_EXE_berth"));
@@ -226,13 +148,14 @@ fn main() {
     std::fs::write(keys.join("keydir/bench.pub"), format!("{public}\n")).unwrap();
     let git_key = keys.join("id_git");
     let git_public = keygen(&git_key);
+    let repos = Repos::Each.repos(clients);
 
     let mut ok = true;
     // The embedded server.
     {
         let root = dir.join("embedded");
-        history.seed(&root, "files");
-        let port = free_port();
+        init_repos(&root, &repos, "files");
+        let port = free_ports(1)[0];
         let mut child = Command::new(&berth)
             .arg("serve")
             .arg("--root")
@@ -248,30 +171,38 @@ fn main() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        wait_port(port, &mut child);
+        wait_port("berth serve", port, &mut child);
         let t = Target {
             name: "berth serve --ssh-listen",
-            login: "git".into(),
-            port,
+            url: format!("ssh://git@127.0.0.1:{port}/"),
             key: key.clone(),
             root,
-            command: Box::new(|w| format!("git-receive-pack '/own{w}.git'")),
             child,
         };
-        ok &= run(&t, &history, &work);
+        ok &= run(&t, dir, clients, per_client);
     }
-    // OpenSSH's sshd with forced commands: berth receive-pack for one key, git receive-pack for
-    // the other; the client's command is the repository path.
+    // OpenSSH's sshd: the client's command run with berth's `git-receive-pack` first on PATH for
+    // one key, git's for the other.
     let sshd_dir = dir.join("sshd");
-    std::fs::create_dir_all(&sshd_dir).unwrap();
+    let berth_bin = sshd_dir.join("berth-bin");
+    std::fs::create_dir_all(&berth_bin).unwrap();
+    std::os::unix::fs::symlink(&berth, berth_bin.join("git-receive-pack")).unwrap();
     let _ = std::fs::create_dir_all("/run/sshd");
     keygen(&sshd_dir.join("host_key"));
+    let forced = |path_dir: &Path| {
+        format!(
+            "command=\"PATH={}:$PATH; eval \\\"exec $SSH_ORIGINAL_COMMAND\\\"\",no-pty,no-port-forwarding",
+            path_dir.display()
+        )
+    };
+    let empty = sshd_dir.join("git-bin");
+    std::fs::create_dir_all(&empty).unwrap();
     std::fs::write(
         sshd_dir.join("authorized_keys"),
         format!(
-            "command=\"exec {} receive-pack \\\"$SSH_ORIGINAL_COMMAND\\\"\",no-pty,no-port-forwarding {public}\n\
-             command=\"exec git receive-pack \\\"$SSH_ORIGINAL_COMMAND\\\"\",no-pty,no-port-forwarding {git_public}\n",
-            berth.display()
+            "{} {public}\n{} {git_public}\n",
+            forced(&berth_bin),
+            forced(&empty)
         ),
     )
     .unwrap();
@@ -284,8 +215,8 @@ fn main() {
         ("sshd + git receive-pack", &git_key, "sshd-git"),
     ] {
         let root = dir.join(sub);
-        history.seed(&root, "files");
-        let port = free_port();
+        init_repos(&root, &repos, "files");
+        let port = free_ports(1)[0];
         let config = format!(
             "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/{sub}.pid\n\
              AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\n\
@@ -303,18 +234,15 @@ fn main() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        wait_port(port, &mut child);
-        let r = root.clone();
+        wait_port("sshd", port, &mut child);
         let t = Target {
             name,
-            login: user.clone(),
-            port,
+            url: format!("ssh://{user}@127.0.0.1:{port}{}", root.display()),
             key: key.clone(),
             root,
-            command: Box::new(move |w| r.join(format!("own{w}.git")).display().to_string()),
             child,
         };
-        ok &= run(&t, &history, &work);
+        ok &= run(&t, dir, clients, per_client);
     }
     if !ok {
         std::process::exit(1);

@@ -1,21 +1,18 @@
-//! The load driver of `http_load` and `ssh_load`: chains of one-commit fast-forwards made
-//! before the clock starts, the repositories seeded with each chain's first commit, client
-//! threads that push their share in order, the run's latencies, and the check afterwards that
-//! every branch holds its last pushed commit and every repository is `git fsck --strict` clean.
+//! The load benches' driver is `berth bench load` itself: `http_load`, `ssh_load` and
+//! `cluster_load` start the servers they compare, run the `berth` binary built with them as
+//! `berth bench load --url … --json` against each, and read its report back ([`Loaded`]).
+//! What the command does not do, because it only sees the server from outside, is here: the
+//! repositories made on the server's disk before the run, and `git fsck --strict` of each of
+//! them afterwards.
 //!
-//! Every timed push is a fast-forward by one commit (commit, tree, one ~1 KiB blob) from the
-//! value the previous push of that branch set; a server counts a push only when its report says
-//! `unpack ok` and `ok <ref>` (the transport checks that). Since each push names the previous
-//! commit as its old value, a push that reported `ok` without landing would make the next push
-//! of that branch fail its compare-and-swap, and the last one is checked after the run: all
-//! `ok` plus the right last value means every counted push landed, and none was lost.
-//!
-//! The client threads, their summary (pushes/s, p50, p99, max) and the HTTP client are those of
-//! `berth bench load` (`src/cli/bench/load.rs`, included here): these benches add the servers
-//! they start and compare, and the seeding and `git fsck` of repositories on this machine.
+//! `bench load` makes its pushes before the clock starts, sends them as `git push` does, counts
+//! a push only when its report says `unpack ok` and `ok <ref>`, and checks every acknowledged
+//! push with `git ls-remote` after the run (`src/cli/bench/load.rs`).
 
-use std::fmt::Write as _;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use super::{git, run};
 
@@ -37,208 +34,202 @@ pub fn env_list(name: &str, default: &str) -> Vec<String> {
         .collect()
 }
 
-/// The zero id (SHA-1).
-pub const ZERO: &str = "0000000000000000000000000000000000000000";
-
-/// One branch and the commits it goes through: `commits[0]` is seeded before the run, each
-/// push moves it to the next.
-#[derive(Debug, Clone)]
-pub struct Chain {
-    /// The repository, relative to the server's root (`shared.git`).
-    pub repo: String,
-    /// The full ref name.
-    pub refname: String,
-    /// The commits in order, the seeded one first.
-    pub commits: Vec<String>,
+/// The machine's load average (`/proc/loadavg`'s first three figures).
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
 }
 
-/// One push ready to send: which chain, which step, and the pack that takes it there.
-pub struct Step {
-    /// Index into the chains.
-    pub chain: usize,
-    /// The old value (the chain's previous commit).
-    pub old: String,
-    /// The new value.
-    pub new: String,
-    /// `git pack-objects --revs` of `new ^old`, as `git push` sends it.
-    pub pack: Vec<u8>,
+/// `12.3 ms`.
+pub fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
 }
 
-/// The generated history: `gen.git` under `dir` holding every chain's commits.
-pub struct History {
-    /// The bare repository the commits were made in.
-    pub gen_dir: PathBuf,
-    /// The chains, in the order asked for.
-    pub chains: Vec<Chain>,
+/// How the clients share repositories (`bench load --repos`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repos {
+    /// Every client on its own branch of the repository at the URL (`shared.git`).
+    One,
+    /// Client `c` in `c<c>.git` under the URL.
+    Each,
 }
 
-/// Make, through one `git fast-import`, a chain of `len + 1` commits for each of `branches`
-/// (`(repository, full ref name)`): the seed and `len` pushes.
-pub fn history(dir: &Path, branches: &[(String, String)], len: usize) -> History {
-    let gen_dir = dir.join("gen.git");
-    super::init(&gen_dir);
-    let mut stream = String::new();
-    let mut mark = 0usize;
-    let mut marks = Vec::new();
-    for c in 0..branches.len() {
-        let mut chain_marks: Vec<usize> = Vec::new();
-        for k in 0..=len {
-            mark += 1;
-            let msg = format!("chain {c} commit {k}\n");
-            let mut content = String::new();
-            let mut x = (mark as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            while content.len() < 1024 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let _ = writeln!(content, "{x:016x}");
+impl Repos {
+    /// `one` (or `shared`), `each` (or `own`); exits with a message otherwise.
+    pub fn parse(s: &str) -> Repos {
+        match s {
+            "one" | "shared" => Repos::One,
+            "each" | "own" => Repos::Each,
+            other => {
+                eprintln!("unknown shape {other:?} (one, each)");
+                std::process::exit(2);
             }
-            let _ = write!(
-                stream,
-                "commit refs/heads/c{c}\nmark :{mark}\ncommitter Bench <bench@example.com> {} +0000\ndata {}\n{msg}",
-                1_700_000_000 + mark,
-                msg.len()
-            );
-            if let Some(prev) = chain_marks.last() {
-                let _ = writeln!(stream, "from :{prev}");
-            }
-            let _ = write!(
-                stream,
-                "M 100644 inline file.txt\ndata {}\n{content}\n",
-                content.len()
-            );
-            chain_marks.push(mark);
         }
-        marks.push(chain_marks);
     }
-    let marks_file = dir.join("marks");
-    let mut c = git(&gen_dir);
-    c.arg("fast-import")
-        .arg("--quiet")
-        .arg(format!("--export-marks={}", marks_file.display()));
-    run(c, Some(stream.as_bytes()));
-    let text = std::fs::read_to_string(&marks_file).expect("marks");
-    let mut ids = vec![String::new(); mark + 1];
-    for line in text.lines() {
-        let (m, id) = line.split_once(' ').expect("mark line");
-        ids[m.trim_start_matches(':').parse::<usize>().expect("mark")] = id.to_owned();
+
+    /// The `--repos` value.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Repos::One => "one",
+            Repos::Each => "each",
+        }
     }
-    let chains = branches
-        .iter()
-        .zip(&marks)
-        .map(|((repo, refname), chain_marks)| Chain {
-            repo: repo.clone(),
-            refname: refname.clone(),
-            commits: chain_marks.iter().map(|m| ids[*m].clone()).collect(),
+
+    /// How the table names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Repos::One => "one repository",
+            Repos::Each => "repository per client",
+        }
+    }
+
+    /// The repositories `clients` clients push to, relative to the URL's directory: `bench
+    /// load`'s `--url` is `<dir>/shared.git` for [`Repos::One`], `<dir>` for [`Repos::Each`].
+    pub fn repos(self, clients: usize) -> Vec<String> {
+        match self {
+            Repos::One => vec!["shared.git".into()],
+            Repos::Each => (0..clients).map(|c| format!("c{c}.git")).collect(),
+        }
+    }
+
+    /// The URL for the server's repository directory `dir_url` (no trailing slash).
+    pub fn url(self, dir_url: &str) -> String {
+        match self {
+            Repos::One => format!("{dir_url}/shared.git"),
+            Repos::Each => dir_url.to_owned(),
+        }
+    }
+}
+
+/// One error kind of a run: how many, and the first message.
+#[derive(Debug, serde::Deserialize)]
+pub struct ErrorKind {
+    pub kind: String,
+    pub count: usize,
+    pub first: String,
+}
+
+/// `bench load --json`'s report (the fields the benches read).
+#[derive(Debug, serde::Deserialize)]
+pub struct Loaded {
+    pub attempted: usize,
+    pub acknowledged: usize,
+    pub wall_s: f64,
+    pub pushes_per_s: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    pub errors: Vec<ErrorKind>,
+    pub verified: usize,
+    pub verification_failures: Vec<String>,
+    pub ok: bool,
+}
+
+impl Loaded {
+    /// What went wrong, a line each: errors by kind, then verification failures.
+    pub fn problems(&self) -> Vec<String> {
+        self.errors
+            .iter()
+            .map(|e| format!("{} {}; the first: {}", e.count, e.kind, e.first))
+            .chain(self.verification_failures.iter().cloned())
+            .collect()
+    }
+
+    /// `p50 1.2 ms, p99 3.4 ms, max 5.6 ms`.
+    pub fn latencies(&self) -> String {
+        let f = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1} ms"));
+        format!(
+            "p50 {}, p99 {}, max {}",
+            f(self.p50_ms),
+            f(self.p99_ms),
+            f(self.max_ms)
+        )
+    }
+}
+
+/// One run of `berth bench load`.
+pub struct Load {
+    /// The `--url`s (several: client `c` takes URL `c mod n`).
+    pub urls: Vec<String>,
+    pub clients: usize,
+    /// Pushes per client.
+    pub pushes: usize,
+    pub repos: Repos,
+    /// More options (`--identity`, `--ssh-option`, `--ca-file`).
+    pub extra: Vec<OsString>,
+    /// Where the pushes are built.
+    pub workdir: PathBuf,
+}
+
+impl Load {
+    /// Run it; its report, or why there is none (the command could not run, or wrote no
+    /// report: exit status 2). A run with refused or unverified pushes is a report with `ok`
+    /// false.
+    pub fn run(&self) -> Result<Loaded, String> {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_berth"));
+        c.args(["bench", "load", "--json", "--repos", self.repos.arg()])
+            .args(["--clients", &self.clients.to_string()])
+            .args(["--pushes", &self.pushes.to_string()])
+            .arg("--workdir")
+            .arg(&self.workdir)
+            .args(&self.extra);
+        for u in &self.urls {
+            c.arg("--url").arg(u);
+        }
+        let out = c
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| format!("berth bench load: {e}"))?;
+        serde_json::from_slice(&out.stdout).map_err(|e| {
+            format!(
+                "berth bench load ({}) wrote no report ({e}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
         })
-        .collect();
-    History { gen_dir, chains }
-}
-
-impl History {
-    /// Push `k` (1-based) of chain `chain`: the pack `git push` would send for it.
-    pub fn step(&self, chain: usize, k: usize) -> Step {
-        let commits = &self.chains[chain].commits;
-        let (old, new) = (&commits[k - 1], &commits[k]);
-        let mut c = git(&self.gen_dir);
-        c.args(["pack-objects", "--revs", "--stdout", "-q"]);
-        let pack = run(c, Some(format!("{new}\n^{old}\n").as_bytes()));
-        Step {
-            chain,
-            old: old.clone(),
-            new: new.clone(),
-            pack,
-        }
-    }
-
-    /// The push that creates chain `chain`'s branch at its first commit (the seed, for a
-    /// server that must be seeded through pushes: a cluster).
-    pub fn first(&self, chain: usize) -> Step {
-        let new = &self.chains[chain].commits[0];
-        let mut c = git(&self.gen_dir);
-        c.args(["pack-objects", "--revs", "--stdout", "-q"]);
-        Step {
-            chain,
-            old: ZERO.to_owned(),
-            new: new.clone(),
-            pack: run(c, Some(format!("{new}\n").as_bytes())),
-        }
-    }
-
-    /// The repositories the chains live in, each once, in order of first appearance.
-    pub fn repos(&self) -> Vec<String> {
-        let mut repos: Vec<String> = Vec::new();
-        for c in &self.chains {
-            if !repos.contains(&c.repo) {
-                repos.push(c.repo.clone());
-            }
-        }
-        repos
-    }
-
-    /// Under `root`: every repository bare (`git init --bare -b main`, with `ref_format`,
-    /// `http.receivepack=true`), each chain's branch at its first commit.
-    pub fn seed(&self, root: &Path, ref_format: &str) {
-        std::fs::create_dir_all(root).expect("mkdir root");
-        for r in self.repos() {
-            let mut c = git(root);
-            c.args(["init", "-q", "--bare", "-b", "main"])
-                .arg(format!("--ref-format={ref_format}"))
-                .arg(&r);
-            run(c, None);
-            let mut c = git(&root.join(&r));
-            c.args(["config", "http.receivepack", "true"]);
-            run(c, None);
-            let mut c = git(&self.gen_dir);
-            c.args(["push", "-q"]).arg(root.join(&r));
-            for ch in self.chains.iter().filter(|ch| ch.repo == r) {
-                c.arg(format!("{}:{}", ch.commits[0], ch.refname));
-            }
-            run(c, None);
-        }
-    }
-
-    /// What is wrong under `root` after a run in which every chain was pushed to its end:
-    /// branches not at their last commit, repositories `git fsck --strict` complains about.
-    pub fn verify(&self, root: &Path) -> Vec<String> {
-        let mut problems = Vec::new();
-        for c in &self.chains {
-            let want = c.commits.last().expect("a chain has commits");
-            let mut cmd = git(&root.join(&c.repo));
-            cmd.args(["rev-parse", "--verify", "-q", &c.refname]);
-            let out = cmd.output().expect("git rev-parse");
-            let got = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-            if &got != want {
-                problems.push(format!(
-                    "{} {}: is {got:?}, pushed {want}",
-                    c.repo, c.refname
-                ));
-            }
-        }
-        for r in self.repos() {
-            let mut cmd = git(&root.join(&r));
-            cmd.args(["fsck", "--strict", "--no-progress"]);
-            let out = cmd.output().expect("git fsck");
-            // `notice: HEAD points to an unborn branch` (shared.git has no `main`) is no error.
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let noisy = stderr.lines().any(|l| !l.starts_with("notice:"));
-            if !out.status.success() || noisy {
-                problems.push(format!(
-                    "{r}: git fsck --strict: {}{stderr}",
-                    String::from_utf8_lossy(&out.stdout)
-                ));
-            }
-        }
-        problems
     }
 }
 
-/// The client threads, the summary and the HTTP client are `berth bench load`'s own.
-// A second crate (each bench) compiling the binary's file: not a duplicate within one crate.
-#[allow(dead_code, unused_imports, clippy::duplicate_mod)]
-#[path = "../../src/cli/bench/load.rs"]
-mod driver;
-#[allow(unused_imports)]
-pub use driver::{
-    Outcome, Summary, basic, contains, http, load_average, ms, percentile, pkt, run_clients,
-};
+/// Under `root`: each of `repos` bare (`git init --bare -b main`, with `ref_format`, and
+/// `http.receivepack=true` for git http-backend; berth ignores it).
+pub fn init_repos(root: &Path, repos: &[String], ref_format: &str) {
+    std::fs::create_dir_all(root).expect("mkdir root");
+    for r in repos {
+        let mut c = git(root);
+        c.args(["init", "-q", "--bare", "-b", "main"])
+            .arg(format!("--ref-format={ref_format}"))
+            .arg(r);
+        run(c, None);
+        let mut c = git(&root.join(r));
+        c.args(["config", "http.receivepack", "true"]);
+        run(c, None);
+    }
+}
+
+/// What `git fsck --strict` says is wrong with each of `repos` under `root` (`notice:` lines,
+/// such as an unborn HEAD, are not).
+pub fn fsck(root: &Path, repos: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for r in repos {
+        let mut cmd = git(&root.join(r));
+        cmd.args(["fsck", "--strict", "--no-progress"]);
+        let out = match cmd.output() {
+            Ok(o) => o,
+            Err(e) => {
+                problems.push(format!("{r}: git fsck: {e}"));
+                continue;
+            }
+        };
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let noisy = stderr.lines().any(|l| !l.starts_with("notice:"));
+        if !out.status.success() || noisy {
+            problems.push(format!(
+                "{r}: git fsck --strict: {}{stderr}",
+                String::from_utf8_lossy(&out.stdout)
+            ));
+        }
+    }
+    problems
+}

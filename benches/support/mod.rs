@@ -2,8 +2,8 @@
 //! identities and dates) and repositories of K commits made by `git fast-import`.
 #![allow(dead_code)]
 
-pub mod http;
 pub mod load;
+pub mod server;
 
 use std::fmt::Write as _;
 use std::io::Write;

@@ -24,8 +24,11 @@
 //! starts) from the last acknowledged commit. After the run, `git ls-remote` must show each
 //! client's branch at its last acknowledged commit (absent when none was).
 //!
-//! This file is also the driver of the `http_load` and `ssh_load` cargo benches
-//! (`benches/support/load.rs` includes it): the client threads, the summary and the HTTP client.
+//! `--url` repeated spreads the clients over several entry points of one server (the nodes of a
+//! cluster): client `c` pushes to, and is verified through, URL `c mod <count>`.
+//!
+//! The cargo benches `http_load`, `ssh_load` and `cluster_load` run this command (the binary
+//! built with them) against the servers they start, and read its `--json` report.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -49,8 +52,10 @@ pub enum Repos {
 pub struct LoadArgs {
     /// The repository (`--repos one`) or the directory of repositories (`--repos each`):
     /// `http[s]://[USER:PASSWORD@]HOST[:PORT]/PATH` or `ssh://[USER@]HOST[:PORT]/PATH`.
-    #[arg(long)]
-    url: String,
+    /// Repeat it for a server with several entry points (the nodes of a cluster): client `c`
+    /// pushes to the URL `c mod <count>`, each URL naming the same repositories.
+    #[arg(long = "url", required = true)]
+    urls: Vec<String>,
     /// How many clients push at once.
     #[arg(long, default_value_t = 4)]
     clients: usize,
@@ -967,8 +972,8 @@ fn pack(gen_dir: &Path, new: &str, old: Option<&str>) -> Result<Vec<u8>, String>
 
 /// What a run gave.
 pub struct Report {
-    /// The URL.
-    pub url: String,
+    /// The URLs, in the order clients take them.
+    pub urls: Vec<String>,
     /// Clients and pushes per client.
     pub clients: usize,
     /// Pushes each client made.
@@ -1037,24 +1042,35 @@ fn ls_remote(
 
 /// Run the load and check the result.
 pub fn run_load(a: &LoadArgs, progress: &mut dyn Write) -> Result<Report, String> {
-    let url = parse_url(&a.url)?;
+    let urls = a
+        .urls
+        .iter()
+        .map(|u| parse_url(u))
+        .collect::<Result<Vec<Url>, String>>()?;
     if a.clients == 0 || a.pushes == 0 {
         return Err("--clients and --pushes must be at least 1".into());
     }
-    #[cfg(feature = "serve")]
-    let tls = match url.transport {
-        Transport::Http { tls: true, .. } => Some(tls_config(a.ca_file.as_deref())?),
-        _ => None,
-    };
-    let client = Client {
-        url,
-        identity: a.identity.clone(),
-        ssh_options: a.ssh_options.clone(),
-        ca_file: a.ca_file.clone(),
-        object_format: a.object_format.clone(),
-        #[cfg(feature = "serve")]
-        tls,
-    };
+    let servers = urls
+        .into_iter()
+        .map(|url| {
+            #[cfg(feature = "serve")]
+            let tls = match url.transport {
+                Transport::Http { tls: true, .. } => Some(tls_config(a.ca_file.as_deref())?),
+                _ => None,
+            };
+            Ok(Client {
+                url,
+                identity: a.identity.clone(),
+                ssh_options: a.ssh_options.clone(),
+                ca_file: a.ca_file.clone(),
+                object_format: a.object_format.clone(),
+                #[cfg(feature = "serve")]
+                tls,
+            })
+        })
+        .collect::<Result<Vec<Client>, String>>()?;
+    // Client `c`'s server.
+    let client = |c: usize| &servers[c % servers.len()];
     let tmp = match &a.workdir {
         Some(d) => tempfile::Builder::new()
             .prefix("berth-bench-load-")
@@ -1071,8 +1087,8 @@ pub fn run_load(a: &LoadArgs, progress: &mut dyn Write) -> Result<Report, String
     let targets: Vec<(String, String)> = (0..a.clients)
         .map(|c| {
             let path = match a.repos {
-                Repos::One => client.url.path.clone(),
-                Repos::Each => format!("{}/c{c}.git", client.url.path),
+                Repos::One => client(c).url.path.clone(),
+                Repos::Each => format!("{}/c{c}.git", client(c).url.path),
             };
             (path, format!("refs/heads/bench-load/{run_id}/c{c}"))
         })
@@ -1090,7 +1106,7 @@ pub fn run_load(a: &LoadArgs, progress: &mut dyn Write) -> Result<Report, String
     let _ = writeln!(
         progress,
         "bench load: pushing to {} (load average {load_average})",
-        a.url
+        a.urls.join(" ")
     );
     // Per client: the index of its last acknowledged commit, and how many were.
     type Acked = std::sync::Mutex<(Option<usize>, usize)>;
@@ -1121,7 +1137,7 @@ pub fn run_load(a: &LoadArgs, progress: &mut dyn Write) -> Result<Report, String
             new: &chain.commits[k],
             pack,
         };
-        client.push(&p)?;
+        client(c).push(&p)?;
         let mut a = acked[c].lock().unwrap_or_else(|e| e.into_inner());
         *a = (Some(k), a.1 + 1);
         Ok(())
@@ -1137,6 +1153,7 @@ pub fn run_load(a: &LoadArgs, progress: &mut dyn Write) -> Result<Report, String
     let _ = writeln!(progress, "bench load: verifying with git ls-remote");
     let mut verification = Vec::new();
     let mut verified = 0;
+    // Each repository listed once, through the first client's server that pushes to it.
     let mut listed: Vec<(String, std::collections::HashMap<String, String>)> = Vec::new();
     for (c, chain) in chains.iter().enumerate() {
         let (last, count) = *acked[c].lock().unwrap_or_else(|e| e.into_inner());
@@ -1145,7 +1162,7 @@ pub fn run_load(a: &LoadArgs, progress: &mut dyn Write) -> Result<Report, String
             continue;
         }
         if !listed.iter().any(|(p, _)| *p == chain.path) {
-            match ls_remote(&client, &chain.path) {
+            match ls_remote(client(c), &chain.path) {
                 Ok(refs) => listed.push((chain.path.clone(), refs)),
                 Err(e) => {
                     verification.push(format!("git ls-remote: {e}"));
@@ -1176,7 +1193,7 @@ pub fn run_load(a: &LoadArgs, progress: &mut dyn Write) -> Result<Report, String
     }
     let summary = outcome.summary();
     Ok(Report {
-        url: a.url.clone(),
+        urls: a.urls.clone(),
         clients: a.clients,
         pushes: a.pushes,
         repos: a.repos,
@@ -1207,7 +1224,7 @@ pub fn text(r: &Report) -> String {
     let _ = writeln!(
         out,
         "{}: {} client{} × {} push{}, {} repository{}; load average {}",
-        r.url,
+        r.urls.join(" "),
         r.clients,
         if r.clients == 1 { "" } else { "s" },
         r.pushes,
@@ -1273,11 +1290,12 @@ pub fn json(r: &Report) -> String {
         .collect();
     let verification: Vec<String> = r.verification.iter().map(|v| json_string(v)).collect();
     format!(
-        "{{\"url\":{},\"clients\":{},\"pushes_per_client\":{},\"repos\":\"{}\",\"load_average\":{},\
+        "{{\"url\":{},\"urls\":{},\"clients\":{},\"pushes_per_client\":{},\"repos\":\"{}\",\"load_average\":{},\
          \"attempted\":{},\"acknowledged\":{},\"wall_s\":{:.3},\"pushes_per_s\":{},\"p50_ms\":{},\
          \"p99_ms\":{},\"max_ms\":{},\"errors\":[{}],\"verified\":{},\"verification_failures\":[{}],\
          \"ok\":{}}}",
-        json_string(&r.url),
+        json_string(&r.urls[0]),
+        serde_json::Value::from(r.urls.clone()),
         r.clients,
         r.pushes,
         repos_name(r.repos),
