@@ -425,6 +425,31 @@ fn load_over_http_counts_and_verifies_every_push() {
     assert_eq!(load_branches(&w, "repos/load.git"), 2);
 }
 
+/// `--url` twice (a cluster's entry points): client `c` pushes to, and is verified through, URL
+/// `c mod 2`; two servers of their own show it: each holds the branches of its clients only.
+#[test]
+fn load_spreads_the_clients_over_several_urls() {
+    let (a, b) = (crate::common::World::new(), crate::common::World::new());
+    a.bare("repos/load.git");
+    b.bare("repos/load.git");
+    let (sa, sb) = (
+        crate::serve::Serve::start(&a, &[]),
+        crate::serve::Serve::start(&b, &[]),
+    );
+    let (ua, ub) = (sa.url("load.git"), sb.url("load.git"));
+    let (out, json) = load(&ua, &["--url", &ub, "--clients", "3", "--pushes", "2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{json}\n{stderr}");
+    assert!(json.contains("\"errors\":[],\"verified\":6,"), "{json}");
+    assert!(
+        json.contains(&format!("\"urls\":[\"{ua}\",\"{ub}\"]")),
+        "{json}"
+    );
+    // Clients 0 and 2 on the first server, client 1 on the second.
+    assert_eq!(load_branches(&a, "repos/load.git"), 2);
+    assert_eq!(load_branches(&b, "repos/load.git"), 1);
+}
+
 /// The same over ssh (`berth serve --ssh-listen`, a key from its keydir), and one repository
 /// per client (`--auto-init` creates them).
 #[test]

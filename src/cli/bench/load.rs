@@ -1153,28 +1153,27 @@ pub fn run_load(a: &LoadArgs, progress: &mut dyn Write) -> Result<Report, String
     let _ = writeln!(progress, "bench load: verifying with git ls-remote");
     let mut verification = Vec::new();
     let mut verified = 0;
-    // Each repository listed once, through the first client's server that pushes to it.
-    let mut listed: Vec<(String, std::collections::HashMap<String, String>)> = Vec::new();
+    // Each repository listed once per URL, through the URL its clients pushed to.
+    type Listed = ((usize, String), std::collections::HashMap<String, String>);
+    let mut listed: Vec<Listed> = Vec::new();
     for (c, chain) in chains.iter().enumerate() {
         let (last, count) = *acked[c].lock().unwrap_or_else(|e| e.into_inner());
         if last.is_none() {
             // Nothing acknowledged, nothing to verify (the server may be unreachable).
             continue;
         }
-        if !listed.iter().any(|(p, _)| *p == chain.path) {
+        let key = (c % servers.len(), chain.path.clone());
+        if !listed.iter().any(|(k, _)| *k == key) {
             match ls_remote(client(c), &chain.path) {
-                Ok(refs) => listed.push((chain.path.clone(), refs)),
+                Ok(refs) => listed.push((key.clone(), refs)),
                 Err(e) => {
                     verification.push(format!("git ls-remote: {e}"));
-                    listed.push((chain.path.clone(), Default::default()));
+                    listed.push((key, Default::default()));
                     continue;
                 }
             }
         }
-        let refs = &listed
-            .iter()
-            .find(|(p, _)| *p == chain.path)
-            .map(|(_, r)| r);
+        let refs = &listed.iter().find(|(k, _)| *k == key).map(|(_, r)| r);
         let Some(refs) = refs else { continue };
         let want = last.map(|l| chain.commits[l].as_str());
         // Each push named the previous acknowledged commit as its old value, so the last one
