@@ -25,6 +25,7 @@ use gix_object::Exists;
 use super::applied::Published;
 use super::copy::{Local, commit_all, missing, open};
 use super::log::new_of;
+use super::metrics::{CatchUpOutcome, ResyncOutcome, lags_of};
 use super::objects::{PackIndex, connected, ingest, pack_objects};
 use super::wire::{self, Answered, Attempts, SECRET_HEADER};
 use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key, set_applied_seq};
@@ -158,10 +159,12 @@ impl Cluster {
         }
     }
 
-    /// Catch up every repository this node is a replica of.
+    /// Catch up every repository this node is a replica of; publish what it applied, and
+    /// set the replicas' lags in the metrics (a round that fails leaves the last round's).
     async fn catch_up_all(self: &Arc<Self>) -> Result<(), Error> {
         let prefix = b"/berth/repos/";
         let keys = self.etcd.keys(prefix).await?;
+        let mut lags = super::metrics::Lags::new();
         for key in keys {
             let Some(name) = key
                 .strip_prefix(prefix.as_slice())
@@ -183,21 +186,30 @@ impl Cluster {
             if seq > applied || !crate::repo::is_git_dir(&dir) {
                 self.clone().spawn_catch_up(name.clone());
             }
-            if let Err(e) = self.publish_and_compact(&name, &replicas, applied).await {
-                tracing::debug!(target: "berth::cluster", repo = %Escaped::token(&name), error = %Escaped::text(&e.to_string()), "compaction");
+            match self.publish_and_compact(&name, &replicas, applied).await {
+                Ok(published) => {
+                    for (replica, lag) in lags_of(seq, &replicas, &self.node, applied, published) {
+                        lags.insert((name.clone(), replica), lag);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(target: "berth::cluster", repo = %Escaped::token(&name), error = %Escaped::text(&e.to_string()), "compaction");
+                }
             }
         }
+        self.metrics.set_lags(lags);
         Ok(())
     }
 
     /// Publish what this replica applied (`applied/<node>`); on the repository's first
     /// replica, delete the entries every replica applied (the log key, the last entry, stays).
+    /// What each replica published (one range read).
     async fn publish_and_compact(
         &self,
         name: &str,
         replicas: &[String],
         applied: u64,
-    ) -> Result<(), etcd::Error> {
+    ) -> Result<impl Fn(&str) -> Option<u64> + use<>, etcd::Error> {
         let known = self.applied.published(name);
         if known.map(|k| k.applied) != Some(applied) {
             let key = repo_key(name, &format!("applied/{}", self.node));
@@ -206,16 +218,16 @@ impl Cluster {
                 .await?;
         }
         let mut compacted = known.map_or(0, |k| k.compacted);
+        let prefix = repo_key(name, "applied/");
+        let seen = self.etcd.prefix(&prefix).await?;
+        let of = move |node: &str| {
+            let key = [prefix.as_slice(), node.as_bytes()].concat();
+            seen.iter()
+                .find(|kv| kv.key == key)
+                .and_then(|kv| std::str::from_utf8(&kv.value).ok()?.parse::<u64>().ok())
+        };
         if replicas.first() == Some(&self.node) {
-            let prefix = repo_key(name, "applied/");
-            let seen = self.etcd.prefix(&prefix).await?;
-            let of = |node: &String| {
-                let key = [prefix.as_slice(), node.as_bytes()].concat();
-                seen.iter()
-                    .find(|kv| kv.key == key)
-                    .and_then(|kv| std::str::from_utf8(&kv.value).ok()?.parse::<u64>().ok())
-            };
-            let everywhere = replicas.iter().map(of).collect::<Option<Vec<u64>>>();
+            let everywhere = replicas.iter().map(|r| of(r)).collect::<Option<Vec<u64>>>();
             if let Some(min) = everywhere.and_then(|v| v.into_iter().min())
                 && min > compacted
             {
@@ -228,21 +240,25 @@ impl Cluster {
         }
         self.applied
             .set_published(name, Published { applied, compacted });
-        Ok(())
+        Ok(of)
     }
 
     /// Start catching `name` up in the background (nothing if one runs already).
     pub(super) fn spawn_catch_up(self: Arc<Self>, name: String) {
         tokio::spawn(async move {
-            match self.catch_up(&name).await {
-                Ok(Some(seq)) => {
-                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&name), seq, "caught up")
+            let outcome = match self.catch_up(&name).await {
+                Ok(Some(CaughtUp::Applied(seq))) => {
+                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&name), seq, "caught up");
+                    CatchUpOutcome::Applied
                 }
-                Ok(None) => {}
+                Ok(Some(CaughtUp::Current(_))) => CatchUpOutcome::Current,
+                Ok(None) => return,
                 Err(e) => {
-                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&name), error = %Escaped::text(&e.to_string()), "catch-up failed")
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&name), error = %Escaped::text(&e.to_string()), "catch-up failed");
+                    CatchUpOutcome::Failed
                 }
-            }
+            };
+            self.metrics.catch_up(outcome);
         });
     }
 
@@ -250,7 +266,7 @@ impl Cluster {
     /// sequence number applied, `None` when another catch-up of it runs. A replica without a
     /// copy, or whose next entry is compacted away, resyncs from another replica first
     /// (`resync.rs`), and again should the entry after that snapshot be gone meanwhile.
-    async fn catch_up(self: &Arc<Self>, name: &str) -> Result<Option<u64>, Error> {
+    async fn catch_up(self: &Arc<Self>, name: &str) -> Result<Option<CaughtUp>, Error> {
         let Some(_running) = self.catching.start(name) else {
             return Ok(None);
         };
@@ -275,7 +291,11 @@ impl Cluster {
             };
             let resync = gap || (!copy && head > 0);
             if entries.is_empty() && !resync {
-                return Ok(Some(applied));
+                return Ok(Some(if resyncs > 0 {
+                    CaughtUp::Applied(applied)
+                } else {
+                    CaughtUp::Current(applied)
+                }));
             }
             // Entries to apply: this replica's copy, if it has none yet (in the recorded format).
             self.copies.ensure(name, &dir).await?;
@@ -287,14 +307,18 @@ impl Cluster {
                     return Err(Error::Compacted { next: applied + 1 });
                 }
                 tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), applied, head, copy, next = ?next, "resyncing from another replica");
-                self.resync(name, &peers, applied, head)
-                    .await
-                    .map_err(Box::new)?;
+                let resynced = self.resync(name, &peers, applied, head).await;
+                self.metrics.resync(match resynced {
+                    Ok(_) => ResyncOutcome::Copied,
+                    Err(_) => ResyncOutcome::Failed,
+                });
+                resynced.map_err(Box::new)?;
                 continue;
             }
             return self
                 .apply_entries(name, &dir, &peers, entries, applied)
-                .await;
+                .await
+                .map(|seq| Some(CaughtUp::Applied(seq)));
         }
     }
 
@@ -306,7 +330,7 @@ impl Cluster {
         peers: &[(String, String)],
         entries: Vec<etcd::Kv>,
         mut applied: u64,
-    ) -> Result<Option<u64>, Error> {
+    ) -> Result<u64, Error> {
         for kv in entries {
             let entry = log::Entry::decode(&kv.value)?;
             if entry.seq != applied + 1 {
@@ -341,7 +365,7 @@ impl Cluster {
             .await??;
             applied = entry.seq;
         }
-        Ok(Some(applied))
+        Ok(applied)
     }
 
     /// Fetch the objects of `wants` from the first peer that has them, into the replica.
@@ -394,6 +418,15 @@ impl Cluster {
         }
         Err(Error::NoObjects(why))
     }
+}
+
+/// How a catch-up that ran ended: the last entry applied, by it (or a resync) or before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CaughtUp {
+    /// Nothing was left to apply.
+    Current(u64),
+    /// It applied entries, or resynced.
+    Applied(u64),
 }
 
 /// The repositories being caught up here (one catch-up each at a time).

@@ -12,8 +12,9 @@
 //! not answer (killed, partitioned) costs one connect timeout, then the next is asked. Every
 //! call is linearizable (etcd's default for range), so any member's answer is the cluster's.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use bytes::Bytes;
@@ -133,6 +134,49 @@ pub struct TxnResult {
     pub gets: Vec<Vec<Kv>>,
 }
 
+/// One kind of etcd request (the `op` of `berth_cluster_etcd_request_seconds`).
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum Call {
+    /// `/v3/kv/range`: a get, a range, a prefix, keys.
+    Range,
+    /// `/v3/kv/put`.
+    Put,
+    /// `/v3/kv/deleterange`.
+    DeleteRange,
+    /// `/v3/kv/txn`.
+    Txn,
+    /// `/v3/lease/grant`.
+    LeaseGrant,
+    /// `/v3/lease/keepalive`.
+    LeaseKeepalive,
+}
+
+impl Call {
+    /// The gateway's path.
+    fn path(self) -> &'static str {
+        match self {
+            Call::Range => "/v3/kv/range",
+            Call::Put => "/v3/kv/put",
+            Call::DeleteRange => "/v3/kv/deleterange",
+            Call::Txn => "/v3/kv/txn",
+            Call::LeaseGrant => "/v3/lease/grant",
+            Call::LeaseKeepalive => "/v3/lease/keepalive",
+        }
+    }
+
+    /// The metrics' label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Call::Range => "range",
+            Call::Put => "put",
+            Call::DeleteRange => "delete_range",
+            Call::Txn => "txn",
+            Call::LeaseGrant => "lease_grant",
+            Call::LeaseKeepalive => "lease_keepalive",
+        }
+    }
+}
+
 /// An etcd client for a list of member URLs.
 #[derive(Debug)]
 pub struct Client {
@@ -142,6 +186,8 @@ pub struct Client {
     /// Where the next watch goes.
     watch_at: AtomicUsize,
     timeout: Duration,
+    /// Where each request's time goes (a node's; `berth cluster status` has none).
+    metrics: Option<Arc<super::metrics::ClusterMetrics>>,
 }
 
 fn b64(b: &[u8]) -> String {
@@ -206,11 +252,28 @@ impl Client {
             current: AtomicUsize::new(0),
             watch_at: AtomicUsize::new(0),
             timeout,
+            metrics: None,
         }
     }
 
+    /// The client timing its requests into `metrics`.
+    pub(super) fn observed(mut self, metrics: Arc<super::metrics::ClusterMetrics>) -> Client {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// POST `body` to `call`'s path on the first endpoint that answers, timed.
+    async fn call(&self, call: Call, body: Value) -> Result<Value, Error> {
+        let start = Instant::now();
+        let r = self.post(call.path(), body).await;
+        if let Some(m) = &self.metrics {
+            m.etcd_request(call, start.elapsed(), r.is_ok());
+        }
+        r
+    }
+
     /// POST `body` to `path` on the first endpoint that answers.
-    async fn call(&self, path: &str, body: Value) -> Result<Value, Error> {
+    async fn post(&self, path: &str, body: Value) -> Result<Value, Error> {
         let n = self.endpoints.len();
         if n == 0 {
             return Err(Error::NoEndpoint);
@@ -249,7 +312,7 @@ impl Client {
 
     /// The value of `key`, if it exists.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Kv>, Error> {
-        let v = self.call("/v3/kv/range", json!({"key": b64(key)})).await?;
+        let v = self.call(Call::Range, json!({"key": b64(key)})).await?;
         Ok(kvs(&v)?.into_iter().next())
     }
 
@@ -257,7 +320,7 @@ impl Client {
     pub async fn range(&self, from: &[u8], end: &[u8]) -> Result<Vec<Kv>, Error> {
         let v = self
             .call(
-                "/v3/kv/range",
+                Call::Range,
                 json!({"key": b64(from), "range_end": b64(end)}),
             )
             .await?;
@@ -268,7 +331,7 @@ impl Client {
     pub async fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
         let v = self
             .call(
-                "/v3/kv/range",
+                Call::Range,
                 json!({"key": b64(prefix), "range_end": b64(&prefix_end(prefix)), "keys_only": true}),
             )
             .await?;
@@ -286,13 +349,13 @@ impl Client {
         if let Some(l) = lease {
             body["lease"] = json!(l.to_string());
         }
-        self.call("/v3/kv/put", body).await.map(drop)
+        self.call(Call::Put, body).await.map(drop)
     }
 
     /// Delete every key from `from` (inclusive) to `end` (exclusive).
     pub async fn delete_range(&self, from: &[u8], end: &[u8]) -> Result<(), Error> {
         self.call(
-            "/v3/kv/deleterange",
+            Call::DeleteRange,
             json!({"key": b64(from), "range_end": b64(end)}),
         )
         .await
@@ -331,7 +394,7 @@ impl Client {
         };
         let v = self
             .call(
-                "/v3/kv/txn",
+                Call::Txn,
                 json!({"compare": cmp, "success": ops(success), "failure": ops(failure)}),
             )
             .await?;
@@ -422,7 +485,7 @@ impl Client {
     /// A new lease of `ttl` seconds; its id.
     pub async fn grant(&self, ttl: i64) -> Result<i64, Error> {
         let v = self
-            .call("/v3/lease/grant", json!({"TTL": ttl.to_string()}))
+            .call(Call::LeaseGrant, json!({"TTL": ttl.to_string()}))
             .await?;
         match int(&v["ID"]) {
             0 => Err(Error::NoLeaseId),
@@ -433,7 +496,7 @@ impl Client {
     /// Renew `lease`; whether it still exists (a TTL of 0 or less: expired).
     pub async fn keepalive(&self, lease: i64) -> Result<bool, Error> {
         let v = self
-            .call("/v3/lease/keepalive", json!({"ID": lease.to_string()}))
+            .call(Call::LeaseKeepalive, json!({"ID": lease.to_string()}))
             .await?;
         Ok(int(&v["result"]["TTL"]) > 0)
     }

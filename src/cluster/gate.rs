@@ -30,6 +30,7 @@ use bytes::Bytes;
 use super::applied::Recorded;
 use super::decide::{self, AfterLost, Failure, Next, Position, Quorum, RETRY, Verdict, Winners};
 use super::log::new_of;
+use super::metrics::PrepareOutcome;
 use super::objects::Format;
 use super::wire::{self, Answered, Attempts, SECRET_HEADER};
 use super::{Cluster, applied_seq, etcd, http, log, needed};
@@ -317,17 +318,29 @@ impl Gate {
                 None => futures_util::StreamExt::next(&mut pending).await,
             };
             let Some((peer, r)) = next else { break };
-            match r {
-                Ok((200, _)) => prepared.peers.push(peer),
-                Ok((status, why)) => refused.push(&peer.name, Answered::new(status, &why)),
-                Err(e) => refused.push(&peer.name, e),
-            }
+            let outcome = match r {
+                Ok((200, _)) => {
+                    prepared.peers.push(peer);
+                    PrepareOutcome::Prepared
+                }
+                Ok((status, why)) => {
+                    refused.push(&peer.name, Answered::new(status, &why));
+                    PrepareOutcome::Refused
+                }
+                Err(e) => {
+                    refused.push(&peer.name, e);
+                    PrepareOutcome::Unreachable
+                }
+            };
+            c.metrics.prepare(outcome, 1);
             if grace.is_none() && decide::quorum(prepared.len(), need.need) == Quorum::Met {
                 grace = Some(Box::pin(tokio::time::sleep(PREPARE_GRACE)));
             }
         }
         drop(pending);
+        c.metrics.prepare(PrepareOutcome::Late, slow as u64);
         if let Quorum::Short { prepared: n } = decide::quorum(prepared.len(), need.need) {
+            c.metrics.quorum_failure();
             let txid = prepared.txid.clone();
             prepared.abort().await;
             // The replicas' reasons name nodes and paths: for the log, not the client.
@@ -361,9 +374,13 @@ impl Gate {
         loop {
             entry.seq = base.seq + 1;
             let lost = match self.compare_and_swap(base.rev, &entry).await? {
-                log::Put::Committed => return Ok(entry.seq),
+                log::Put::Committed => {
+                    c.metrics.commit();
+                    return Ok(entry.seq);
+                }
                 log::Put::Lost(lost) => lost,
             };
+            c.metrics.lost_compare();
             // Other pushes committed since the base. If none of them touched these refs, the
             // old values checked under the locks still hold: try again after them.
             rounds += 1;
@@ -375,7 +392,11 @@ impl Gate {
                     CommitRefused::LogUnreadable
                 })?;
             match decide::after_lost_compare(winners, rounds) {
-                AfterLost::Committed(seq) => return Ok(seq),
+                AfterLost::Committed(seq) => {
+                    // The entry of this push is among the winners (an answer was lost).
+                    c.metrics.commit();
+                    return Ok(seq);
+                }
                 AfterLost::Retry => {
                     tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, after = lost.seq, "lost the compare to pushes of other refs; retrying");
                     base = lost;

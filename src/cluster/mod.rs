@@ -32,7 +32,8 @@
 //! in `/berth/repos/<name>/replicas`), the recorded formats and copies (`copy.rs`), the logs
 //! (`log.rs`), the applied sequences (`applied.rs`), the prepared
 //! transactions waiting for a decision (`replica.rs`), the incoming pack streams
-//! (`incoming.rs`) and the catch-ups running (`catchup.rs`).
+//! (`incoming.rs`), the catch-ups running (`catchup.rs`) and its series in `/metrics`
+//! (`metrics.rs`).
 //! etcd keys (all under `/berth/`): `nodes/<node>` (advertise URL, leased), `secret`,
 //! `repos/<name>/replicas` (JSON list), `logs/<name>` (the last entry's head, JSON),
 //! `repos/<name>/entries/<seq, 20 digits>` (the entries not yet applied by every replica, for a
@@ -60,6 +61,7 @@ mod incoming;
 mod locks;
 mod log;
 mod membership;
+mod metrics;
 mod objects;
 mod placement;
 mod replica;
@@ -74,6 +76,7 @@ pub(crate) use forward::{
     BEHIND, BEHIND_PAUSE, BEHIND_WAIT, FORWARDED, Forwarding, Vouch, forward,
 };
 pub(crate) use gate::Gate;
+pub(crate) use metrics::ClusterMetrics;
 pub(crate) use tee::PushStream;
 pub(crate) use tunnel::Tunneled;
 
@@ -190,6 +193,8 @@ pub(crate) struct Cluster {
     max_pack: u64,
     /// How long an internal request's body may stay silent (the server's `--idle-timeout`).
     idle_timeout: std::time::Duration,
+    /// The cluster's series in the server's `/metrics` (`metrics.rs`).
+    metrics: Arc<ClusterMetrics>,
 }
 
 pub(crate) use membership::Health;
@@ -239,7 +244,8 @@ use decide::needed;
 
 impl Cluster {
     /// Join: take the secret (creating it if this is the first node), register under a
-    /// lease kept alive in the background.
+    /// lease kept alive in the background. The node counts into `metrics` (registered in the
+    /// server's registry by the caller).
     pub(crate) async fn join(
         config: &ClusterConfig,
         root: &Path,
@@ -247,11 +253,13 @@ impl Cluster {
         env: &crate::receive::Environment,
         max_pack: u64,
         idle_timeout: std::time::Duration,
+        metrics: Arc<ClusterMetrics>,
     ) -> Result<Arc<Cluster>, Error> {
         if wire::NodeName::try_from(config.node.as_str()).is_err() {
             return Err(Error::NodeName(config.node.clone()));
         }
-        let etcd = Arc::new(etcd::Client::new(&config.etcd, ETCD_TIMEOUT));
+        let etcd =
+            Arc::new(etcd::Client::new(&config.etcd, ETCD_TIMEOUT).observed(metrics.clone()));
         let key = b"/berth/secret".to_vec();
         let candidate = random_hex(32);
         // Nodes and etcd started together (the README's quick start, a host's boot): wait for
@@ -312,6 +320,7 @@ impl Cluster {
             env: env.clone(),
             max_pack,
             idle_timeout,
+            metrics,
         });
         let stale = locks::remove_stale(root);
         if stale > 0 {

@@ -1,7 +1,8 @@
 //! `GET /metrics`: Prometheus counters, gauges and histograms (the `prometheus-client` crate,
 //! OpenMetrics text), fed by the access log (each request and each push's
 //! [`receive::Outcome`]), the connection layer, authentication, and a tracing layer that times
-//! the phases of every push ([`phase_layer`]).
+//! the phases of every push ([`phase_layer`]); with `--cluster`, the cluster's series too
+//! ([`cluster::ClusterMetrics`], registered here, counted by the cluster).
 
 use std::sync::LazyLock;
 
@@ -129,6 +130,13 @@ pub(super) struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
+        Metrics::new(None)
+    }
+}
+
+impl Metrics {
+    /// Every series of the server, and with `--cluster` the cluster's.
+    pub(super) fn new(cluster: Option<&cluster::ClusterMetrics>) -> Self {
         let mut registry = Registry::default();
         let m = Metrics {
             registry: Registry::default(),
@@ -235,6 +243,9 @@ impl Default for Metrics {
             "Requests answered 503 because a bounded resource stayed full: push_slot, upload_pack, auth",
             m.busy.clone(),
         );
+        if let Some(c) = cluster {
+            c.register(r);
+        }
         Metrics { registry, ..m }
     }
 }

@@ -333,7 +333,12 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         .max_connections
         .unwrap_or_else(default_max_connections);
     let max_pushes = config.max_concurrent_pushes.max(1);
-    let metrics = Arc::new(Metrics::default());
+    // The cluster's series are registered only in a cluster.
+    let cluster_metrics = config
+        .cluster
+        .as_ref()
+        .map(|_| Arc::new(cluster::ClusterMetrics::default()));
+    let metrics = Arc::new(Metrics::new(cluster_metrics.as_deref()));
     metrics.init();
     let server = Arc::new(Server {
         root: root.clone(),
@@ -384,6 +389,7 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
             &server.env,
             server.max_request_bytes,
             server.idle_timeout,
+            cluster_metrics.unwrap_or_default(),
         )
         .await
         .map_err(Error::Cluster)?;

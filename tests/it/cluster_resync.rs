@@ -115,6 +115,12 @@ fn a_replica_that_lost_its_copy_after_compaction_resyncs_from_another() {
         Some(&w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned())
     );
     check_identical(&w, &c);
+    // Its /metrics counts the resync (the node restarted: its own since then).
+    let copied = crate::serve::metric(
+        &format!("127.0.0.1:{}", c.nodes[2].port),
+        "berth_cluster_resyncs_total{outcome=\"copied\"}",
+    );
+    assert!(copied >= 1.0, "{copied}");
     // Node 2 serves the repository again (a clone from it is not forwarded).
     let clone = w.path("clone");
     w.git(

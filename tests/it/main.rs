@@ -10,6 +10,7 @@ mod bad_input;
 mod bench;
 mod cluster;
 mod cluster_fixture;
+mod cluster_metrics;
 mod cluster_reads;
 mod cluster_resync;
 mod cluster_ssh;
