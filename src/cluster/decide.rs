@@ -1,7 +1,7 @@
 //! The cluster's decisions, without I/O: how many replicas make a quorum, where a replica stands
 //! against the log, what the entries committed since a push's base are to it (the winners of a
-//! lost compare), what the gate does next after losing one, and the verdict a prepared replica
-//! is told, and the one retry policy of a push ([`RETRY`]: lost compares, lost refs, etcd
+//! lost compare), what the gate does next after losing one, the verdict a prepared replica
+//! is told, what a prepared replica does with what it heard ([`resolve`]), and the one retry policy of a push ([`RETRY`]: lost compares, lost refs, etcd
 //! failures at the commit point). The gate (`gate.rs`), the replica (`replica.rs`) and the
 //! catch-up ask these; each is unit-tested here, the cases the fault script found among them
 //! (docs/cluster.md).
@@ -231,15 +231,6 @@ pub(super) enum Verdict {
 }
 
 impl Verdict {
-    /// The verdict a replica that heard nothing reads off the log: committed at the entry that
-    /// holds its transaction, else aborted.
-    pub(super) fn from_log(entry: Option<u64>) -> Verdict {
-        match entry {
-            Some(seq) => Verdict::Commit { seq },
-            None => Verdict::Abort,
-        }
-    }
-
     /// Its form in the decide request's query (`verdict=…&seq=…`).
     pub(super) fn query(self) -> String {
         match self {
@@ -263,6 +254,59 @@ impl Verdict {
             Verdict::Commit { .. } => "commit",
             Verdict::Abort => "abort",
         }
+    }
+}
+
+/// What a prepared replica heard while it waited for its verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Heard {
+    /// The accepting node's decide request.
+    Verdict(Verdict),
+    /// The accepting node's prepare connection closed before its verdict: it died (kill -9
+    /// closes its sockets at once), or the network between the two failed, or it gave up on
+    /// this replica.
+    OriginGone,
+    /// Nothing, for the whole decision timeout.
+    Nothing,
+}
+
+/// What the repository's log says of a prepared transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Logged {
+    /// Committed as entry `seq`.
+    At(u64),
+    /// In no entry after the push's base.
+    Absent,
+    /// etcd could not say.
+    Unknown,
+}
+
+/// [`resolve`]'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Resolve {
+    /// Carry this verdict out.
+    Carry(Verdict),
+    /// Ask the log (authoritative) whether the transaction is in it.
+    AskLog,
+    /// The log could not say: listen again for a while (the verdict may still come), then ask
+    /// again; at the decision timeout the replica has heard [`Heard::Nothing`].
+    AskAgain,
+}
+
+/// What a prepared replica does, having `heard` this and (once asked) read `logged` off the
+/// log. A verdict is carried out as told. Without one, the log decides: committed there →
+/// commit; not there → abort (if the accepting node, alive after all, commits it later, this
+/// replica is behind by that entry and catches up; it counted for no acknowledgement, since
+/// only a replica that answered the decide request counts). A log that cannot be read is asked
+/// again until the decision timeout; then (heard nothing) the push aborts here, as behind.
+pub(super) fn resolve(heard: Heard, logged: Option<Logged>) -> Resolve {
+    match (heard, logged) {
+        (Heard::Verdict(v), _) => Resolve::Carry(v),
+        (_, None) => Resolve::AskLog,
+        (_, Some(Logged::At(seq))) => Resolve::Carry(Verdict::Commit { seq }),
+        (_, Some(Logged::Absent)) => Resolve::Carry(Verdict::Abort),
+        (Heard::OriginGone, Some(Logged::Unknown)) => Resolve::AskAgain,
+        (Heard::Nothing, Some(Logged::Unknown)) => Resolve::Carry(Verdict::Abort),
     }
 }
 
@@ -456,7 +500,39 @@ mod tests {
             Verdict::parse(VerdictWord::Abort, Some(3)),
             Some(Verdict::Abort)
         );
-        assert_eq!(Verdict::from_log(Some(4)), Verdict::Commit { seq: 4 });
-        assert_eq!(Verdict::from_log(None), Verdict::Abort);
+    }
+
+    /// A prepared replica: the verdict when told; else the log's (asked at once when the
+    /// accepting node's connection closed, or at the decision timeout), asked again while etcd
+    /// cannot say until the timeout, then aborted.
+    #[test]
+    fn what_a_prepared_replica_does_with_what_it_heard() {
+        let commit = Verdict::Commit { seq: 4 };
+        for logged in [None, Some(Logged::At(9)), Some(Logged::Absent)] {
+            assert_eq!(
+                resolve(Heard::Verdict(commit), logged),
+                Resolve::Carry(commit)
+            );
+            assert_eq!(
+                resolve(Heard::Verdict(Verdict::Abort), logged),
+                Resolve::Carry(Verdict::Abort)
+            );
+        }
+        for heard in [Heard::OriginGone, Heard::Nothing] {
+            assert_eq!(resolve(heard, None), Resolve::AskLog);
+            assert_eq!(resolve(heard, Some(Logged::At(4))), Resolve::Carry(commit));
+            assert_eq!(
+                resolve(heard, Some(Logged::Absent)),
+                Resolve::Carry(Verdict::Abort)
+            );
+        }
+        assert_eq!(
+            resolve(Heard::OriginGone, Some(Logged::Unknown)),
+            Resolve::AskAgain
+        );
+        assert_eq!(
+            resolve(Heard::Nothing, Some(Logged::Unknown)),
+            Resolve::Carry(Verdict::Abort)
+        );
     }
 }

@@ -9,7 +9,9 @@
 //!    this replica applied exactly S (else it is behind and refuses);
 //! 2. sends the updates and the id of the push's pack stream (`tee.rs`: the client's pack, teed
 //!    to the other replicas as it was read, already ingested and checked there) to every other
-//!    live replica's `/_berth/cluster/prepare`, in parallel;
+//!    live replica's `/_berth/cluster/prepare`, in parallel; each prepared replica's answer
+//!    stays open until that replica answered its decide request (step 5, or an abort), so that
+//!    if this node dies the replicas learn it at once and ask the log (`replica.rs`);
 //! 3. with fewer than the acknowledgement quorum prepared (itself included): aborts everywhere;
 //! 4. the commit point: one etcd txn — if the log key's mod revision is still R, put the entry
 //!    S+1 as the log key and as `entries/<S+1>`. An answer lost to an etcd failure is retried
@@ -100,6 +102,10 @@ impl Gate {
 struct Peer {
     name: String,
     url: String,
+    /// The rest of its prepare's answer, held open until it answered its decide request: the
+    /// connection's close (this node died, or gave up on it) tells it to ask the log
+    /// (`replica.rs`). `None`: a replica that does not hold its answer open.
+    hold: Option<hyper::body::Incoming>,
 }
 
 impl CommitGate for Gate {
@@ -149,8 +155,7 @@ impl Gate {
                     InTheLog::No => {
                         prepared.abort().await;
                     }
-                    // The replicas keep their prepared transactions until their decision
-                    // timeout, then ask the log.
+                    // Their prepare connections close: the replicas ask the log.
                     InTheLog::Unknown => prepared.leave_to_the_log(),
                 }
                 return Err(e.into());
@@ -286,7 +291,7 @@ impl Gate {
             let secret = c.secret.clone();
             async move {
                 let target = http::join(&url, "/_berth/cluster/prepare");
-                let r = http::post(
+                let r = http::post_held(
                     &target,
                     &[(SECRET_HEADER, &secret)],
                     body,
@@ -294,12 +299,22 @@ impl Gate {
                     PREPARE_TIMEOUT,
                 )
                 .await;
-                (Peer { name, url }, r)
+                match r {
+                    Ok((status, answer, hold)) => (Peer { name, url, hold }, Ok((status, answer))),
+                    Err(e) => (
+                        Peer {
+                            name,
+                            url,
+                            hold: None,
+                        },
+                        Err(e),
+                    ),
+                }
             }
         });
         // Every answer, or once the quorum prepared, what comes within PREPARE_GRACE more: a
         // stopped or partitioned replica does not hold the push up (it resolves its prepared
-        // transaction from the log after its decision timeout, then catches up).
+        // transaction from the log once its prepare connection closes, then catches up).
         let mut pending: futures_util::stream::FuturesUnordered<_> = sends.collect();
         let mut prepared = Prepared::new(self, txid);
         let mut refused = Attempts::default();
@@ -507,18 +522,11 @@ impl Prepared {
     /// Tell them to abort; how many confirmed.
     async fn abort(mut self) -> usize {
         let peers = std::mem::take(&mut self.peers);
-        decide_all(
-            &self.cluster,
-            &self.repo,
-            &peers,
-            &self.txid,
-            Verdict::Abort,
-        )
-        .await
+        decide_all(&self.cluster, &self.repo, peers, &self.txid, Verdict::Abort).await
     }
 
-    /// The entry may or may not be in the log: tell them nothing, each reads the log after
-    /// its decision timeout.
+    /// The entry may or may not be in the log: tell them nothing; their prepare connections
+    /// close, and each reads the log.
     fn leave_to_the_log(mut self) {
         self.peers.clear();
     }
@@ -544,13 +552,13 @@ impl Drop for Prepared {
         let (cluster, repo, txid) = (self.cluster.clone(), self.repo.clone(), self.txid.clone());
         tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&repo), txid = %txid, "prepared replicas left undecided; aborting them");
         self.handle.spawn(async move {
-            decide_all(&cluster, &repo, &peers, &txid, Verdict::Abort).await;
+            decide_all(&cluster, &repo, peers, &txid, Verdict::Abort).await;
         });
     }
 }
 
 /// The replicas that prepared a push committed to the log as entry `seq`, to be told so. Not
-/// told (dropped), each reads the log after its decision timeout and commits.
+/// told (dropped: their prepare connections close), each reads the log and commits.
 struct Committed {
     cluster: Arc<Cluster>,
     repo: String,
@@ -562,12 +570,12 @@ struct Committed {
 impl Committed {
     /// Tell them to commit; once `enough` confirmed, how many did (the others confirm in the
     /// background).
-    async fn tell(&self, enough: usize) -> usize {
+    async fn tell(self, enough: usize) -> usize {
         let verdict = Verdict::Commit { seq: self.seq };
         decide_until(
             &self.cluster,
             &self.repo,
-            &self.peers,
+            self.peers,
             &self.txid,
             verdict,
             enough,
@@ -654,7 +662,7 @@ pub(super) enum CommitRefused {
 enum InTheLog {
     /// It is not in the log: the prepared replicas abort.
     No,
-    /// Nobody knows: the prepared replicas read the log after their decision timeout.
+    /// Nobody knows: the prepared replicas read the log (their prepare connections close).
     Unknown,
 }
 
@@ -741,33 +749,37 @@ pub(super) async fn wait_applied(dir: &std::path::Path, seq: u64, limit: Duratio
 async fn decide_all(
     cluster: &Cluster,
     repo: &str,
-    peers: &[Peer],
+    peers: Vec<Peer>,
     txid: &str,
     verdict: Verdict,
 ) -> usize {
-    decide_until(cluster, repo, peers, txid, verdict, peers.len()).await
+    let all = peers.len();
+    decide_until(cluster, repo, peers, txid, verdict, all).await
 }
 
 /// Tell `peers` the verdict; once `enough` confirmed, return (how many did) and let the other
-/// answers come in the background: a slow replica does not hold the client's `ok` up.
+/// answers come in the background: a slow replica does not hold the client's `ok` up. Each
+/// peer's prepare connection is closed once it answered.
 async fn decide_until(
     cluster: &Cluster,
     repo: &str,
-    peers: &[Peer],
+    peers: Vec<Peer>,
     txid: &str,
     verdict: Verdict,
     enough: usize,
 ) -> usize {
     let query = verdict.query();
     let verdict = verdict.word();
-    let sends = peers.iter().map(|p| {
+    let sends = peers.into_iter().map(|p| {
         let url = http::join(
             &p.url,
             &format!("/_berth/cluster/decide?repo={repo}&txid={txid}&{query}"),
         );
         let secret = cluster.secret.clone();
-        let name = p.name.clone();
+        let Peer { name, hold, .. } = p;
         async move {
+            // Closed when this future ends: after the answer.
+            let _hold = hold;
             let r = http::post(
                 &url,
                 &[(SECRET_HEADER, &secret)],

@@ -147,6 +147,49 @@ pub async fn post(
     Ok((status, body))
 }
 
+/// POST `body` to `url`: a `200` answer's first line (at most `max` bytes, within `timeout`)
+/// with the rest of its body, held open (dropped, the connection closes and the server learns
+/// it); any other answer read whole, without a rest.
+pub async fn post_held(
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+    max: usize,
+    timeout: Duration,
+) -> Result<(u16, Bytes, Option<Incoming>), Error> {
+    let mut b = Request::builder().method("POST").uri(url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let req = b
+        .body(Body::from(body))
+        .map_err(|_| Error::Url(url.to_owned()))?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let resp = send(req, timeout).await?;
+    let status = resp.status().as_u16();
+    let mut rest = resp.into_body();
+    if status != 200 {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let body = read_body(rest, max, left, url).await?;
+        return Ok((status, body, None));
+    }
+    let mut line = Vec::new();
+    while !line.contains(&b'\n') {
+        let frame = match tokio::time::timeout_at(deadline, rest.frame()).await {
+            Err(_) => return Err(Error::Timeout(url.to_owned())),
+            Ok(None) => return Ok((status, Bytes::from(line), None)),
+            Ok(Some(f)) => f.map_err(|e| Error::Http(url.to_owned(), e))?,
+        };
+        if let Ok(data) = frame.into_data() {
+            line.extend_from_slice(&data);
+        }
+        if line.len() > max {
+            return Err(Error::TooLarge(url.to_owned(), max));
+        }
+    }
+    Ok((status, Bytes::from(line), Some(rest)))
+}
+
 fn host_port(uri: &Uri) -> Option<(String, u16)> {
     if uri.scheme_str() != Some("http") {
         return None;

@@ -113,12 +113,27 @@ impl Log {
         }
     }
 
-    /// The sequence number of the entry of `txid`, if repository `name`'s last entry is it
-    /// (`None` too when etcd cannot say).
-    pub(super) async fn committed(&self, name: &str, txid: &str) -> Option<u64> {
-        let kv = self.etcd.get(&super::log_key(name)).await.ok()??;
-        let entry = Entry::decode(&kv.value).ok()?;
-        (entry.txid == txid).then_some(entry.seq)
+    /// The sequence number of the entry of the push `txid` decided against entry `base` of
+    /// repository `name`, `None` if no entry after `base` is it (its own head first: the usual
+    /// case; else the entries after `base`, for pushes of other refs may have followed it).
+    pub(super) async fn entry_of(
+        &self,
+        name: &str,
+        base: u64,
+        txid: &str,
+    ) -> Result<Option<u64>, Error> {
+        let Some(kv) = self.etcd.get(&super::log_key(name)).await? else {
+            return Ok(None);
+        };
+        let head = Entry::decode(&kv.value)?;
+        if head.txid == txid {
+            return Ok(Some(head.seq));
+        }
+        if head.seq <= base {
+            return Ok(None);
+        }
+        let entries = self.entries(name, base, head.seq).await?;
+        Ok(entries.iter().find(|e| e.txid == txid).map(|e| e.seq))
     }
 
     /// The entries after `base` up to `head` of repository `name`, in log order (read from

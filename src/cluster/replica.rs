@@ -5,15 +5,32 @@
 //!
 //! A prepare goes through [`State`]: preparing (its base checked, its pack moved in, its ref
 //! transaction prepared), prepared (its locks held, waiting for the verdict), decided, done
-//! ([`Settled`]: committed or aborted). A prepared transaction whose decision does not come
-//! within [`DECISION_TIMEOUT`] looks at the repository's log in etcd: committed there (the
-//! accepting node died after the commit point) → commit; otherwise abort.
+//! ([`Settled`]: committed or aborted).
+//!
+//! A prepared transaction learns at once when the accepting node is gone: the prepare's answer
+//! is `200` and the line `prepared`, and its body stays open until the transaction is decided
+//! here; the accepting node holds that connection until this replica answered its decide
+//! request. A kill -9 of the accepting node closes it (the kernel closes a dead process's
+//! sockets), and the transaction asks the repository's log in etcd, which is authoritative:
+//! its entry there (the node died after the commit point) → commit; none → abort. Without a
+//! word at all (a partition: nothing closes) it asks the log after [`DECISION_TIMEOUT`]; a log
+//! that cannot be read is asked again until then, and then the transaction aborts.
+//! `decide::resolve` is that decision.
+//!
+//! The race: the connection closes while the accepting node is alive (the network between the
+//! two failed) and about to write the entry. This replica reads no entry and aborts; the entry
+//! is written after. No acknowledged push is lost: the accepting node acknowledges a push only
+//! once its quorum answered the decide request with the commit carried out, and this replica,
+//! having aborted, answers that request `404` (a decide that comes while it reads the log is
+//! answered only if the log's verdict is the same); and no replica diverges: a replica commits
+//! only an entry of the log, in log order, so one that aborted is behind by that entry and the
+//! catch-up applies it (as one that missed the push would).
 
 use std::collections::HashMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::Request;
 use axum::http::StatusCode;
@@ -23,7 +40,7 @@ use tokio::io::AsyncReadExt;
 use super::applied::Recorded;
 use super::copy::CopyError;
 use super::copy::Local;
-use super::decide::{self, Position, Verdict, Winners};
+use super::decide::{self, Heard, Logged, Position, Resolve, Verdict, Winners};
 use super::incoming::Claimed;
 use super::log::new_of;
 use super::objects::{Keeps, PackIndex, connected, migrate};
@@ -34,8 +51,14 @@ use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
 
 /// The largest prepare header (the ref updates).
 const MAX_HEADER: usize = 64 << 20;
-/// How long a prepared transaction waits for its decision before asking etcd.
+/// How long a prepared transaction that hears nothing (neither its decision nor its accepting
+/// node's connection closing) waits before asking etcd; and how long it asks again while etcd
+/// cannot say.
 const DECISION_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a prepared transaction whose log read failed listens before reading again.
+const ASK_AGAIN: Duration = Duration::from_millis(500);
+/// The first line of the prepare's `200` answer, whose body then stays open until decided.
+pub(super) const PREPARED: &[u8] = b"prepared\n";
 
 /// Why a replica did not prepare a push (the `409` answer's text).
 #[derive(Debug, thiserror::Error)]
@@ -78,12 +101,24 @@ enum NotCommitted {
 /// A decision for a prepared transaction, and where to say how it went.
 struct Decision {
     verdict: Verdict,
-    reply: tokio::sync::oneshot::Sender<Result<(), NotCommitted>>,
+    reply: Reply,
 }
+
+/// What a prepared transaction hears while it waits.
+#[derive(Debug)]
+enum Word {
+    /// The accepting node's decide request.
+    Decision(Decision),
+    /// The prepare's connection to the accepting node closed.
+    OriginGone,
+}
+
+/// Where a prepared transaction hears its [`Word`]s.
+type Words = std::sync::mpsc::SyncSender<Word>;
 
 /// The prepared transactions waiting for a decision, by transaction id.
 #[derive(Debug, Default)]
-pub(crate) struct Pending(Mutex<HashMap<String, std::sync::mpsc::SyncSender<Decision>>>);
+pub(crate) struct Pending(Mutex<HashMap<String, Words>>);
 
 impl std::fmt::Debug for Decision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -92,12 +127,12 @@ impl std::fmt::Debug for Decision {
 }
 
 impl Pending {
-    fn insert(&self, txid: &str, tx: std::sync::mpsc::SyncSender<Decision>) {
+    fn insert(&self, txid: &str, tx: Words) {
         if let Ok(mut m) = self.0.lock() {
             m.insert(txid.to_owned(), tx);
         }
     }
-    fn take(&self, txid: &str) -> Option<std::sync::mpsc::SyncSender<Decision>> {
+    fn take(&self, txid: &str) -> Option<Words> {
         self.0.lock().ok()?.remove(txid)
     }
 }
@@ -136,6 +171,13 @@ pub(super) async fn prepare(cluster: &Arc<Cluster>, req: Request) -> Response {
         }
         let mut h = vec![0u8; len];
         body.read_exact(&mut h).await?;
+        // Read to its end, so that the connection is left with the answer only: its close
+        // is then the accepting node's (`Held`).
+        let mut rest = Vec::new();
+        body.read_to_end(&mut rest).await?;
+        if !rest.is_empty() {
+            return Err(io::Error::other("bytes after the header"));
+        }
         Ok(h)
     };
     let header = match header.await {
@@ -151,7 +193,7 @@ pub(super) async fn prepare(cluster: &Arc<Cluster>, req: Request) -> Response {
         Ok(_) => return text(StatusCode::CONFLICT, "not a replica of this repository"),
         Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), NotPrepared>>();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<Held, NotPrepared>>();
     let job = Job {
         dir: repo_dir(&cluster.root, &h.repo),
         env: cluster.env.clone(),
@@ -161,14 +203,52 @@ pub(super) async fn prepare(cluster: &Arc<Cluster>, req: Request) -> Response {
     };
     tokio::task::spawn_blocking(move || job.run(ready_tx));
     match ready_rx.await {
-        Ok(Ok(())) => text(StatusCode::OK, "prepared"),
+        Ok(Ok(held)) => held.answer(),
         Ok(Err(e)) => text(StatusCode::CONFLICT, e.to_string()),
         Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "prepare failed"),
     }
 }
 
 /// The answer to the prepare request: prepared (its locks held), or why not.
-type Ready = tokio::sync::oneshot::Sender<Result<(), NotPrepared>>;
+type Ready = tokio::sync::oneshot::Sender<Result<Held, NotPrepared>>;
+
+/// A prepared transaction's side of the prepare's open answer.
+struct Held {
+    /// Where it hears that the answer's connection closed.
+    words: Words,
+    /// Resolves (dropped) once the transaction is decided here: the answer ends.
+    decided: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// Tells the prepared transaction, when the answer's body is dropped (its connection closed,
+/// or the answer ended), that the accepting node's connection is gone.
+struct OnClose(Words);
+
+impl Drop for OnClose {
+    fn drop(&mut self) {
+        // Decided already: nobody listens, and that is fine.
+        let _ = self.0.try_send(Word::OriginGone);
+    }
+}
+
+impl Held {
+    /// `200`, [`PREPARED`], and the body held open until the transaction is decided.
+    fn answer(self) -> Response {
+        let Held { words, decided } = self;
+        let state = (OnClose(words), decided, true);
+        let body = futures_util::stream::unfold(Some(state), |state| async move {
+            let (on_close, decided, first) = state?;
+            if first {
+                let line = Ok::<_, io::Error>(bytes::Bytes::from_static(PREPARED));
+                return Some((line, Some((on_close, decided, false))));
+            }
+            let _ = decided.await;
+            drop(on_close);
+            None
+        });
+        (StatusCode::OK, axum::body::Body::from_stream(body)).into_response()
+    }
+}
 
 /// One prepare, on a blocking thread from the pack to the decision.
 struct Job {
@@ -185,7 +265,7 @@ enum State<'a> {
     /// Its locks held and the gate told so: waiting for the verdict.
     Prepared {
         tx: refs::Prepared<'a>,
-        decision: std::sync::mpsc::Receiver<Decision>,
+        words: std::sync::mpsc::Receiver<Word>,
     },
     /// The verdict came, from the gate or (none in time) read off the log.
     Decided {
@@ -204,7 +284,8 @@ enum State<'a> {
 enum From {
     /// The accepting node's decide request, waiting for the outcome.
     Gate(tokio::sync::oneshot::Sender<Result<(), NotCommitted>>),
-    /// The log, after [`DECISION_TIMEOUT`] without word: nobody to tell.
+    /// The log, once the accepting node's connection closed or after [`DECISION_TIMEOUT`]
+    /// without word: nobody to tell.
     Log,
 }
 
@@ -248,14 +329,16 @@ impl Job {
             Ok(p) => p,
             Err(e) => return self.not_prepared(ready, Local::from(e).into()),
         };
-        let Some(decision) = self.announce(ready) else {
+        // Dropped when this job ends: the prepare's answer ends too.
+        let (_decided, decided) = tokio::sync::oneshot::channel::<()>();
+        let Some(words) = self.announce(ready, decided) else {
             // The gate stopped waiting: the transaction is dropped, aborted.
             return;
         };
-        let mut state = State::Prepared { tx, decision };
+        let mut state = State::Prepared { tx, words };
         let (outcome, from) = loop {
             state = match state {
-                State::Prepared { tx, decision } => self.wait(tx, decision),
+                State::Prepared { tx, words } => self.wait(tx, words),
                 State::Decided { tx, verdict, from } => State::Done {
                     outcome: self.settle(tx, verdict),
                     from,
@@ -341,39 +424,77 @@ impl Job {
         })
     }
 
-    /// Prepared: wait for the verdict where the decide request finds it, and tell the gate;
-    /// `None` when the gate stopped waiting.
-    fn announce(&self, ready: Ready) -> Option<std::sync::mpsc::Receiver<Decision>> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Decision>(1);
-        self.cluster.pending.insert(&self.h.txid, tx);
-        if ready.send(Ok(())).is_err() {
+    /// Prepared: wait for the verdict where the decide request finds it, and tell the gate
+    /// (its answer held open until `decided`); `None` when the gate stopped waiting.
+    fn announce(
+        &self,
+        ready: Ready,
+        decided: tokio::sync::oneshot::Receiver<()>,
+    ) -> Option<std::sync::mpsc::Receiver<Word>> {
+        // A decision and the connection's close, at most.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Word>(2);
+        self.cluster.pending.insert(&self.h.txid, tx.clone());
+        let held = Held { words: tx, decided };
+        if ready.send(Ok(held)).is_err() {
             self.cluster.pending.take(&self.h.txid);
             return None;
         }
         Some(rx)
     }
 
-    /// Prepared → decided: the gate's verdict, or without one in [`DECISION_TIMEOUT`], the
-    /// log's.
+    /// Prepared → decided: the gate's verdict; or, once the accepting node's connection closed
+    /// or after [`DECISION_TIMEOUT`] without word, the log's ([`decide::resolve`]).
     fn wait<'a>(
         &self,
         tx: refs::Prepared<'a>,
-        decision: std::sync::mpsc::Receiver<Decision>,
+        words: std::sync::mpsc::Receiver<Word>,
     ) -> State<'a> {
         let h = &self.h;
-        let decision = decision.recv_timeout(DECISION_TIMEOUT);
-        self.cluster.pending.take(&h.txid);
-        let (verdict, from) = match decision {
-            Ok(d) => (d.verdict, From::Gate(d.reply)),
-            Err(_) => {
-                // No word from the accepting node: the log says whether it committed.
-                let head = self
-                    .handle
-                    .block_on(self.cluster.log.committed(&h.repo, &h.txid));
-                tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, committed = ?head, "no decision in time; asked the log");
-                (Verdict::from_log(head), From::Log)
+        let deadline = Instant::now() + DECISION_TIMEOUT;
+        let (mut heard, mut reply) = listen(&words, deadline, deadline);
+        let mut logged = None;
+        let verdict = loop {
+            match decide::resolve(heard, logged) {
+                Resolve::Carry(v) => break v,
+                Resolve::AskLog => {
+                    let found = self
+                        .handle
+                        .block_on(self.cluster.log.entry_of(&h.repo, h.base_seq, &h.txid));
+                    let l = match &found {
+                        Ok(Some(seq)) => Logged::At(*seq),
+                        Ok(None) => Logged::Absent,
+                        Err(_) => Logged::Unknown,
+                    };
+                    let why = match heard {
+                        Heard::OriginGone => "the accepting node's connection closed",
+                        _ => "no decision in time",
+                    };
+                    let error = found
+                        .err()
+                        .map(|e| Escaped::text(&e.to_string()).to_string());
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&h.repo), txid = %h.txid, logged = ?l, error = ?error, "{why}; asked the log");
+                    logged = Some(l);
+                }
+                Resolve::AskAgain => {
+                    let until = (Instant::now() + ASK_AGAIN).min(deadline);
+                    (heard, reply) = listen(&words, until, deadline);
+                    logged = None;
+                }
             }
         };
+        self.cluster.pending.take(&h.txid);
+        // A decide request that came while the log was read is answered with the outcome, if
+        // it says the same (if not, it is not answered: that replica counts for nothing).
+        while reply.is_none()
+            && let Ok(w) = words.try_recv()
+        {
+            if let Word::Decision(d) = w
+                && d.verdict == verdict
+            {
+                reply = Some(d.reply);
+            }
+        }
+        let from = reply.map_or(From::Log, From::Gate);
         State::Decided { tx, verdict, from }
     }
 
@@ -426,6 +547,29 @@ impl Job {
     }
 }
 
+/// Listen for a prepared transaction's word until `until`: what it heard (a verdict, with
+/// where to answer; the connection's close; nothing, once `deadline` passed) — before
+/// `deadline`, silence means the connection closed already (it is asked again only then).
+fn listen(
+    words: &std::sync::mpsc::Receiver<Word>,
+    until: Instant,
+    deadline: Instant,
+) -> (Heard, Option<Reply>) {
+    match words.recv_timeout(until.saturating_duration_since(Instant::now())) {
+        Ok(Word::Decision(d)) => (Heard::Verdict(d.verdict), Some(d.reply)),
+        Ok(Word::OriginGone) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            (Heard::OriginGone, None)
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+            (Heard::OriginGone, None)
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => (Heard::Nothing, None),
+    }
+}
+
+/// Where a decide request waits for the outcome.
+type Reply = tokio::sync::oneshot::Sender<Result<(), NotCommitted>>;
+
 /// `POST /_berth/cluster/pack`: objects for a replica catching up.
 pub(super) async fn pack(cluster: &Arc<Cluster>, req: Request) -> Response {
     let mut ask = Vec::new();
@@ -463,7 +607,10 @@ pub(super) async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
         return text(StatusCode::NOT_FOUND, "no such prepared transaction");
     };
     let (reply, done) = tokio::sync::oneshot::channel();
-    if tx.send(Decision { verdict, reply }).is_err() {
+    if tx
+        .try_send(Word::Decision(Decision { verdict, reply }))
+        .is_err()
+    {
         return text(StatusCode::GONE, "the prepared transaction gave up");
     }
     match tokio::time::timeout(Duration::from_secs(60), done).await {

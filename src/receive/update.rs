@@ -139,11 +139,105 @@ pub(super) fn execute_atomic<W: Write, E: Write>(
     Ok(())
 }
 
+/// The client's words, in a cluster, for a ref whose lock is taken: most likely by a push
+/// accepted on another node, prepared here and waiting for its decision (which comes within a
+/// couple of seconds even if that node died). git's words name the lock file's path on the
+/// server: they go to the server's log only.
+const HELD_IN_CLUSTER: &str = "cluster: ref is held by a push being decided; retry";
+/// The client's words, in a cluster, for a ref whose lock cannot be created (the reason, with
+/// the path, goes to the server's log).
+const UNLOCKABLE_IN_CLUSTER: &str = "cluster: ref cannot be locked on this replica";
+
+/// `e` in the cluster's words, if it is a lock that could not be taken ([`HELD_IN_CLUSTER`]);
+/// `None`: `e` as it is.
+fn lock_in_cluster_terms(e: &refs::RefError) -> Option<refs::RefError> {
+    let held = match e {
+        refs::RefError::Locked { lock, .. } | refs::RefError::PackedRefsLocked(lock) => {
+            matches!(lock, refs::LockError::Held { .. })
+        }
+        _ => return None,
+    };
+    Some(locked_in_cluster(e, held))
+}
+
+/// The [`refs::RefError::Gate`] for a lock not taken (`held`: by another transaction), with
+/// `e`, git's words, logged.
+fn locked_in_cluster(e: &dyn std::fmt::Display, held: bool) -> refs::RefError {
+    tracing::info!(target: "berth::receive", error = %crate::escape::Escaped::text(&e.to_string()), "ref lock not taken (replicated push)");
+    let message = if held {
+        HELD_IN_CLUSTER
+    } else {
+        UNLOCKABLE_IN_CLUSTER
+    };
+    refs::RefError::Gate {
+        message: message.to_owned(),
+    }
+}
+
+/// A replicated transaction's outcome with its lock failures in the cluster's words: a lock
+/// is most likely held by another node's push, prepared here, and its path is the server's.
+fn in_cluster_terms(
+    r: Result<Vec<RefResult>, TransactionError>,
+) -> Result<Vec<RefResult>, TransactionError> {
+    use refs::transaction::prepare::Error as P;
+    match r {
+        Ok(results) => Ok(results
+            .into_iter()
+            .map(|r| match r {
+                Err(e) => Err(lock_in_cluster_terms(&e).map_or(e, Box::new)),
+                ok => ok,
+            })
+            .collect()),
+        Err(TransactionError::Prepare(e)) => {
+            let mapped = match &e {
+                P::Ref(ref_error) => lock_in_cluster_terms(ref_error),
+                P::Lock(lock) => Some(locked_in_cluster(
+                    lock,
+                    matches!(lock, refs::LockError::Held { .. }),
+                )),
+                P::ReftableLocked => Some(locked_in_cluster(&e, true)),
+                _ => None,
+            };
+            Err(TransactionError::Prepare(mapped.map_or(e, P::Ref)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// One ref transaction: prepared (locks taken, old values checked), then committed, with the
 /// transaction's states told to the hooks (reference-transaction output on `diagnostics`);
-/// replicated, with `retries` left for the refs a lost commit point did not touch.
+/// replicated, with `retries` left for the refs a lost commit point did not touch, and its
+/// lock failures in the cluster's words ([`in_cluster_terms`]).
 #[allow(clippy::too_many_arguments)]
 fn commit(
+    store: &dyn RefStore,
+    updates: &[RefUpdate],
+    atomic: bool,
+    current: &Refs,
+    ctx: &Decide<'_>,
+    committer: &gix_actor::Signature,
+    diagnostics: &mut dyn Write,
+    retries: u32,
+) -> Result<Vec<RefResult>, TransactionError> {
+    let r = transact(
+        store,
+        updates,
+        atomic,
+        current,
+        ctx,
+        committer,
+        diagnostics,
+        retries,
+    );
+    match ctx.gate {
+        Some(_) => in_cluster_terms(r),
+        None => r,
+    }
+}
+
+/// [`commit`], in git's words.
+#[allow(clippy::too_many_arguments)]
+fn transact(
     store: &dyn RefStore,
     updates: &[RefUpdate],
     atomic: bool,

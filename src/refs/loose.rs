@@ -85,9 +85,7 @@ pub(super) fn lock<'a>(
                 let (deletions, rest): (Vec<Item>, Vec<Item>) =
                     items.into_iter().partition(deletes);
                 for it in deletions {
-                    results[it.index] = Err(Box::new(RefError::Other {
-                        message: e.to_string(),
-                    }));
+                    results[it.index] = Err(Box::new(RefError::PackedRefsLocked(e.clone())));
                 }
                 items = rest;
             }

@@ -328,6 +328,19 @@ pub enum RefError {
         /// One line, saying whether the update landed and what to do.
         message: String,
     },
+    /// The ref's lock could not be taken: another transaction holds it (or a crashed writer
+    /// left it), or it cannot be created. git's words name the lock file's path.
+    #[error("cannot lock ref '{name}': {lock}")]
+    Locked {
+        /// The ref.
+        name: BString,
+        /// Why, with the lock's path.
+        lock: LockError,
+    },
+    /// `packed-refs.lock` could not be taken, which a deletion needs (git's words, with the
+    /// path).
+    #[error("{0}")]
+    PackedRefsLocked(LockError),
     /// The store failed in another way.
     #[error("{message}")]
     Other {
@@ -353,7 +366,9 @@ impl RefError {
             | RefError::UnavailableInPush { .. }
             | RefError::ConflictInPush { .. } => "refname conflict",
             RefError::NonCommitToBranch { .. } => "invalid new value provided",
-            RefError::Other { .. } => "failed to update ref",
+            RefError::Locked { .. } | RefError::PackedRefsLocked(_) | RefError::Other { .. } => {
+                "failed to update ref"
+            }
             // The text goes out as `Reason::Gate` instead; this is git's for the same place.
             RefError::Gate { .. } => "failed to update ref",
         }

@@ -223,8 +223,9 @@ pub(super) fn strerror(e: &io::Error) -> String {
 
 /// git's error for a ref whose lock could not be taken.
 pub(super) fn cannot_lock(u: &RefUpdate, e: LockError) -> RefError {
-    RefError::Other {
-        message: format!("cannot lock ref '{}': {e}", u.name),
+    RefError::Locked {
+        name: u.name.clone(),
+        lock: e,
     }
 }
 
