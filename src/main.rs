@@ -168,6 +168,13 @@ struct ServeArgs {
     /// When a push is acknowledged: once a majority of the --replicas copies applied it, or all.
     #[arg(long, value_enum, default_value = "majority")]
     ack: AckArg,
+    /// What a node makes durable before it reports a push applied (its acknowledgement
+    /// counts only then): `synced`: the objects, then the refs, then the applied sequence are
+    /// fsynced, with their directories, whatever core.fsync says; `core-fsync`: only what the
+    /// repository's core.fsync says (git's default: packs), so that a power loss of every
+    /// replica can lose acknowledged pushes (docs/cluster.md).
+    #[arg(long, value_enum, default_value = "synced", requires = "cluster")]
+    cluster_durability: ClusterDurabilityArg,
     /// Also pass this variable of the server's environment to hooks and `git upload-pack`
     /// (repeatable). They get a clean environment: git's and the session's variables, PATH,
     /// HOME, USER, LOGNAME, TMPDIR, TZ, the locale, the GIT_* variables that configure git, and
@@ -188,6 +195,15 @@ struct ServeArgs {
 enum AckArg {
     Majority,
     All,
+}
+
+/// `berth serve --cluster-durability`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ClusterDurabilityArg {
+    /// Objects, refs and the applied sequence fsynced (with their directories) first.
+    Synced,
+    /// Only what core.fsync says.
+    CoreFsync,
 }
 
 /// `berth serve --log-format`.
@@ -534,6 +550,10 @@ fn serve(a: ServeArgs) -> ExitCode {
                 ack: match a.ack {
                     AckArg::Majority => berth::serve::Ack::Majority,
                     AckArg::All => berth::serve::Ack::All,
+                },
+                durability: match a.cluster_durability {
+                    ClusterDurabilityArg::Synced => berth::serve::ClusterDurability::Synced,
+                    ClusterDurabilityArg::CoreFsync => berth::serve::ClusterDurability::CoreFsync,
                 },
             }),
             _ => None,

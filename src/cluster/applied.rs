@@ -2,10 +2,16 @@
 //! `<git dir>/berth-cluster-seq`, recorded in log order under one lock ([`Applied::hold`]:
 //! every entry applied here, by a decision, a catch-up or a resync, is applied and recorded
 //! under it), and what it last published to etcd (`applied/<node>`) for compaction.
+//!
+//! The sequence is recorded after the entry's refs are written (and, with
+//! `--cluster-durability synced`, on disk), and is itself synced before a replica answers
+//! "applied": after a power loss it never names an entry whose refs were lost.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::fsync::{Components, Durability};
 
 /// The last log sequence number this replica applied to the repository at `dir`.
 pub(super) fn applied_seq(dir: &Path) -> u64 {
@@ -15,11 +21,18 @@ pub(super) fn applied_seq(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// Record that this replica applied the log up to `seq` (written to a temporary file, renamed).
-pub(super) fn set_applied_seq(dir: &Path, seq: u64) -> std::io::Result<()> {
+/// Record that this replica applied the log up to `seq`: written to a temporary file, synced,
+/// renamed, its directory synced, as `durability` says for refs (the sequence says which log
+/// entries the refs hold: it is made durable with them, after them).
+fn set_applied_seq(dir: &Path, seq: u64, durability: Durability) -> std::io::Result<()> {
+    use std::io::Write;
     let tmp = dir.join("berth-cluster-seq.tmp");
-    std::fs::write(&tmp, format!("{seq}\n"))?;
-    std::fs::rename(tmp, dir.join("berth-cluster-seq"))
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(format!("{seq}\n").as_bytes())?;
+    durability.sync(Components::REFERENCE, &f)?;
+    drop(f);
+    std::fs::rename(tmp, dir.join("berth-cluster-seq"))?;
+    durability.sync_dir(Components::REFERENCE, dir)
 }
 
 /// What a repository's replica here last published, and (on its first replica, which
@@ -47,9 +60,25 @@ pub(super) struct Applied {
     lock: Mutex<()>,
     /// Per repository, what was last published to etcd.
     published: Mutex<HashMap<String, Published>>,
+    /// How the sequence file is made durable (`--cluster-durability`, `GIT_TEST_FSYNC`).
+    durability: Durability,
 }
 
 impl Applied {
+    /// The applied sequences, their file made durable as `durability` says for refs.
+    pub(super) fn new(durability: Durability) -> Applied {
+        Applied {
+            durability,
+            ..Default::default()
+        }
+    }
+
+    /// Record that the replica at `dir` applied the log up to `seq`, whatever it applied
+    /// before (a catch-up, a resync), with the apply lock held ([`Applied::hold`]).
+    pub(super) fn set(&self, dir: &Path, seq: u64) -> std::io::Result<()> {
+        set_applied_seq(dir, seq, self.durability)
+    }
+
     /// Hold the apply lock: no entry is applied or recorded here meanwhile.
     pub(super) fn hold(&self) -> MutexGuard<'_, ()> {
         self.lock.lock().unwrap_or_else(PoisonError::into_inner)
@@ -62,7 +91,7 @@ impl Applied {
         if applied_seq(dir) + 1 != seq {
             return Ok(Recorded::Gap);
         }
-        set_applied_seq(dir, seq).map(|()| Recorded::InOrder)
+        self.set(dir, seq).map(|()| Recorded::InOrder)
     }
 
     /// What was last published for repository `name` (`None`: nothing since this node started).

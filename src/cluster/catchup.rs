@@ -28,7 +28,7 @@ use super::log::new_of;
 use super::metrics::{CatchUpOutcome, ResyncOutcome, lags_of};
 use super::objects::{PackIndex, connected, ingest, pack_objects};
 use super::wire::{self, Answered, Attempts, SECRET_HEADER};
-use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key, set_applied_seq};
+use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key};
 use crate::escape::Escaped;
 use crate::refs::{self, Change, RefUpdate};
 
@@ -360,7 +360,7 @@ impl Cluster {
                     return Err(Error::Raced { now, seq: e2.seq });
                 }
                 apply(&dir2, &env, &e2)?;
-                set_applied_seq(&dir2, e2.seq).map_err(Error::Record)
+                cluster.applied.set(&dir2, e2.seq).map_err(Error::Record)
             })
             .await??;
             applied = entry.seq;

@@ -99,7 +99,7 @@ impl std::fmt::Display for Ack {
     }
 }
 
-/// `--cluster`, `--node`, `--advertise`, `--replicas`, `--ack`.
+/// `--cluster`, `--node`, `--advertise`, `--replicas`, `--ack`, `--cluster-durability`.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
     /// etcd client URLs (`http://host:port`).
@@ -112,6 +112,9 @@ pub struct ClusterConfig {
     pub replicas: usize,
     /// When a push is acknowledged.
     pub ack: Ack,
+    /// What a replica makes durable before it reports a push applied
+    /// (`--cluster-durability`): [`crate::fsync::Floor::Synced`] by default.
+    pub durability: crate::fsync::Floor,
 }
 
 /// Why the node could not join the cluster.
@@ -234,12 +237,27 @@ fn log_key(name: &str) -> Vec<u8> {
     format!("/berth/logs/{name}").into_bytes()
 }
 
+/// How the applied sequence files are made durable: as refs are with `--cluster-durability`
+/// (`env.durability_floor`) and git's default `core.fsync`, nothing with `GIT_TEST_FSYNC=false`.
+fn applied_durability(env: &crate::receive::Environment) -> crate::fsync::Durability {
+    let enabled = env
+        .test_fsync
+        .as_deref()
+        .and_then(crate::repo::config::parse_bool)
+        != Some(false);
+    crate::fsync::Durability {
+        enabled,
+        ..crate::fsync::Durability::default()
+    }
+    .at_least(env.durability_floor)
+}
+
 /// The git directory of `name` under `root` (`<root>/<name>.git`).
 fn repo_dir(root: &Path, name: &str) -> PathBuf {
     root.join(format!("{name}.git"))
 }
 
-use applied::{applied_seq, set_applied_seq};
+use applied::applied_seq;
 use decide::needed;
 
 impl Cluster {
@@ -306,7 +324,7 @@ impl Cluster {
         let cluster = Arc::new(Cluster {
             membership: membership::Membership::new(etcd.clone(), config.node.clone(), advertise),
             placement: placement::Placement::new(etcd.clone(), config.replicas),
-            applied: Default::default(),
+            applied: applied::Applied::new(applied_durability(env)),
             log: log::Log::new(etcd.clone()),
             copies: copy::Copies::new(etcd.clone()),
             etcd,

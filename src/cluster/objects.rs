@@ -109,11 +109,17 @@ pub(super) fn receive(
 ) -> Result<Arrived, Error> {
     let q = ingest::Quarantine::create(&repo.objects_dir)
         .map_err(Error::Quarantine)?
-        .with_shared_repository(repo.config.ingest.shared_repository);
+        .with_shared_repository(repo.config.ingest.shared_repository)
+        .with_durability(repo.config.durability);
     let options = ingest::Options {
         object_format: repo.object_format,
         fsck: Some(Vec::new()),
         max_input_size: repo.config.ingest.max_input_size,
+        files: crate::objects::pack_files::Options {
+            write_reverse_index: repo.config.ingest.write_reverse_index,
+            shared: repo.config.ingest.shared_repository,
+            durability: repo.config.durability,
+        },
         ..Default::default()
     };
     let mut input = BufReader::with_capacity(64 * 1024, reader);

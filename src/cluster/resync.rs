@@ -35,7 +35,7 @@ use tokio::io::AsyncReadExt;
 use super::copy::Local;
 use super::objects::connected;
 use super::wire::{self, Answered, Attempts, SECRET_HEADER, Snapshot, body_stream, text};
-use super::{Cluster, applied_seq, etcd, http, repo_dir, repo_key, set_applied_seq};
+use super::{Cluster, applied_seq, etcd, http, repo_dir, repo_key};
 use crate::escape::Escaped;
 use crate::refs::{self, Change, Expected, RefUpdate};
 
@@ -361,7 +361,7 @@ fn install(
             return Err(Error::Head);
         }
     }
-    set_applied_seq(dir, snap.seq).map_err(Error::Record)?;
+    cluster.applied.set(dir, snap.seq).map_err(Error::Record)?;
     Ok(Some(updates.len()))
 }
 

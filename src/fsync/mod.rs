@@ -16,6 +16,11 @@
 //! flush; on Linux the dummy's fsync commits the file system's journal and flushes the disk
 //! cache, which is the approximation git makes too). For every other component `batch` is
 //! `fsync`, as in git. `GIT_TEST_FSYNC=false` (git's test suite sets it) syncs nothing.
+//!
+//! A cluster node acknowledges a push only once it is on disk ([`Floor::Synced`], `berth serve
+//! --cluster-durability`): on top of `core.fsync`, objects and refs are synced, and so are the
+//! directories they are renamed into ([`Directories::Synced`], [`Durability::sync_dir`]), each
+//! right after its renames: the objects' before the refs that need them are written.
 
 use std::fs::File;
 use std::io;
@@ -156,6 +161,32 @@ impl Method {
     }
 }
 
+/// Whether the directory a file is renamed into is synced after the rename.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Directories {
+    /// Not synced, as in git: the rename is durable when the file system commits it.
+    #[default]
+    Unsynced,
+    /// Synced after the renames into it, for every component that is synced (a cluster node's
+    /// [`Floor::Synced`]).
+    Synced,
+}
+
+/// What a cluster node makes durable whatever `core.fsync` says, before it reports a push
+/// applied (`berth serve --cluster-durability`, whose default is [`Floor::Synced`]; outside a
+/// cluster, [`Floor::CoreFsync`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Floor {
+    /// Only what `core.fsync` says (git's default: packs and their indexes, not loose
+    /// objects, not refs); a power loss of every replica can lose acknowledged pushes.
+    #[default]
+    CoreFsync,
+    /// Loose objects, packs and their indexes, refs (loose, `packed-refs`, reftable tables
+    /// and `tables.list`) and the directories they are renamed into, with `fsync(2)`
+    /// (`writeout-only` is not a flush: it becomes `fsync`; `batch` stays).
+    Synced,
+}
+
 /// What a push makes durable and how: `core.fsync`, `core.fsyncMethod`,
 /// `core.fsyncObjectFiles` and `GIT_TEST_FSYNC`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +200,8 @@ pub struct Durability {
     pub object_files: bool,
     /// False when `GIT_TEST_FSYNC` is false: nothing is synced.
     pub enabled: bool,
+    /// Whether the directories files are renamed into are synced (not in git).
+    pub directories: Directories,
 }
 
 impl Default for Durability {
@@ -178,6 +211,7 @@ impl Default for Durability {
             method: Method::Fsync,
             object_files: false,
             enabled: true,
+            directories: Directories::Unsynced,
         }
     }
 }
@@ -189,7 +223,38 @@ impl Durability {
         method: Method::Fsync,
         object_files: false,
         enabled: true,
+        directories: Directories::Unsynced,
     };
+
+    /// This durability raised to `floor`: what `core.fsync` names stays synced, and
+    /// [`Floor::Synced`] adds every component a push publishes, and their directories.
+    pub fn at_least(self, floor: Floor) -> Durability {
+        match floor {
+            Floor::CoreFsync => self,
+            Floor::Synced => Durability {
+                components: Components(
+                    self.components.0 | Components::COMMITTED.0 | Components::PACK_METADATA.0,
+                ),
+                method: match self.method {
+                    Method::WriteoutOnly => Method::Fsync,
+                    m => m,
+                },
+                directories: Directories::Synced,
+                ..self
+            },
+        }
+    }
+
+    /// Make the renames into directory `dir` of files of `component` durable, when
+    /// directories are synced and that component is: `fsync(2)` of the directory.
+    pub fn sync_dir(&self, component: Components, dir: &Path) -> io::Result<()> {
+        if self.directories == Directories::Synced && self.syncs(component) {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| fsync_error(dir, e))?;
+        }
+        Ok(())
+    }
 
     /// Whether files of `component` are synced.
     pub fn syncs(&self, component: Components) -> bool {
@@ -355,5 +420,63 @@ mod tests {
         assert_eq!(Method::parse("batch"), Some(Method::Batch));
         assert_eq!(Method::parse("writeout-only"), Some(Method::WriteoutOnly));
         assert_eq!(Method::parse("Fsync"), None);
+    }
+
+    #[test]
+    fn the_synced_floor_adds_objects_refs_and_directories_to_what_core_fsync_says() {
+        use super::{Directories, Durability, Floor};
+        let git = Durability::default();
+        assert_eq!(git.at_least(Floor::CoreFsync), git);
+        let synced = git.at_least(Floor::Synced);
+        for c in [C::LOOSE_OBJECT, C::PACK, C::PACK_METADATA, C::REFERENCE] {
+            assert!(synced.syncs(c), "{c:?}");
+            assert!(!Durability::NONE.at_least(Floor::CoreFsync).syncs(c));
+            assert!(Durability::NONE.at_least(Floor::Synced).syncs(c));
+        }
+        assert_eq!(synced.directories, Directories::Synced);
+        assert_eq!(git.directories, Directories::Unsynced);
+        // What core.fsync names beyond it stays.
+        assert!(synced.syncs(C::COMMIT_GRAPH));
+        // writeout-only flushes nothing to the disk: fsync; batch does, at the end.
+        let writeout = Durability {
+            method: Method::WriteoutOnly,
+            ..git
+        };
+        assert_eq!(writeout.at_least(Floor::Synced).method, Method::Fsync);
+        assert_eq!(
+            writeout.at_least(Floor::CoreFsync).method,
+            Method::WriteoutOnly
+        );
+        let batch = Durability {
+            method: Method::Batch,
+            ..git
+        };
+        assert_eq!(batch.at_least(Floor::Synced).method, Method::Batch);
+        // GIT_TEST_FSYNC=false still syncs nothing.
+        let off = Durability {
+            enabled: false,
+            ..git
+        }
+        .at_least(Floor::Synced);
+        assert!(!off.syncs(C::REFERENCE));
+    }
+
+    #[test]
+    fn a_directory_is_synced_only_when_directories_and_its_component_are() {
+        use super::{Durability, Floor};
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        // Nothing asked: the directory is not even opened.
+        Durability::default()
+            .sync_dir(C::REFERENCE, &missing)
+            .unwrap();
+        Durability::NONE
+            .at_least(Floor::Synced)
+            .sync_dir(C::COMMIT_GRAPH, &missing)
+            .unwrap();
+        let synced = Durability::NONE.at_least(Floor::Synced);
+        synced.sync_dir(C::REFERENCE, dir.path()).unwrap();
+        let e = synced.sync_dir(C::REFERENCE, &missing).unwrap_err();
+        assert!(e.to_string().starts_with("fsync error on '"), "{e}");
     }
 }

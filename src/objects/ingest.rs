@@ -68,6 +68,8 @@ pub struct Quarantine {
     migrated: bool,
     /// `core.sharedRepository`, for the directories [`Quarantine::migrate`] creates.
     shared: crate::objects::pack_files::SharedRepository,
+    /// Whether [`Quarantine::migrate`] syncs the directories it moves objects into.
+    durability: crate::fsync::Durability,
 }
 
 impl Quarantine {
@@ -82,6 +84,7 @@ impl Quarantine {
             dir,
             migrated: false,
             shared: Default::default(),
+            durability: Default::default(),
         };
         std::fs::create_dir(q.pack_dir())?;
         std::fs::create_dir(q.dir.join("info"))?;
@@ -101,12 +104,19 @@ impl Quarantine {
         self
     }
 
+    /// Sync the directories [`Quarantine::migrate`] moves objects into after the moves, as
+    /// `durability` says ([`crate::fsync::Durability::sync_dir`]; git syncs none).
+    pub fn with_durability(mut self, durability: crate::fsync::Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
     /// Create `dir` (and its parents) unless it exists, with `core.sharedRepository`'s
-    /// permissions.
-    fn create_shared_dir(&self, dir: &Path) -> io::Result<()> {
+    /// permissions; whether it was created.
+    fn create_shared_dir(&self, dir: &Path) -> io::Result<bool> {
         use std::os::unix::fs::PermissionsExt;
         if dir.is_dir() {
-            return Ok(());
+            return Ok(false);
         }
         std::fs::create_dir_all(dir)?;
         if self.shared != crate::objects::pack_files::SharedRepository::Umask {
@@ -114,7 +124,7 @@ impl Quarantine {
             let mode = self.shared.adjust_dir(mode);
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The quarantine's object directory (`GIT_QUARANTINE_PATH`).
@@ -129,7 +139,13 @@ impl Quarantine {
     /// Move the received pack into `objects_dir/pack`, `.keep` first and `.idx` last, so that a
     /// pack is never visible without its data and is protected from a concurrent repack until
     /// the refs point into it. Returns the `.keep` files to delete after the ref update.
+    /// Loose objects move first; with directories synced ([`Quarantine::with_durability`]),
+    /// every directory moved into is synced once its moves are done (and `objects_dir` when a
+    /// fan-out directory was created in it), before this returns: before any ref names them.
     pub fn migrate(&mut self, objects_dir: &Path) -> io::Result<Vec<PathBuf>> {
+        use crate::fsync::Components;
+        let durability = self.durability;
+        let mut created_fanout = false;
         // Loose objects first (`xx/yyyy…`); one that exists already is left as it is.
         for entry in std::fs::read_dir(&self.dir)? {
             let entry = entry?;
@@ -142,17 +158,25 @@ impl Quarantine {
                 continue;
             }
             let dest = objects_dir.join(&name);
-            self.create_shared_dir(&dest)?;
+            created_fanout |= self.create_shared_dir(&dest)?;
+            let mut moved = false;
             for object in std::fs::read_dir(entry.path())? {
                 let object = object?;
                 let target = dest.join(object.file_name());
                 if !target.exists() {
                     std::fs::rename(object.path(), &target)?;
+                    moved = true;
                 }
+            }
+            if moved {
+                durability.sync_dir(Components::LOOSE_OBJECT, &dest)?;
             }
         }
         let dest = objects_dir.join("pack");
-        self.create_shared_dir(&dest)?;
+        created_fanout |= self.create_shared_dir(&dest)?;
+        if created_fanout {
+            durability.sync_dir(Components::OBJECTS, objects_dir)?;
+        }
         let mut files: Vec<PathBuf> = std::fs::read_dir(self.pack_dir())?
             .map(|e| e.map(|e| e.path()))
             .collect::<io::Result<_>>()?;
@@ -165,6 +189,7 @@ impl Quarantine {
         };
         files.sort_by_key(rank);
         let mut keeps = Vec::new();
+        let mut moved = false;
         for file in files {
             let Some(name) = file.file_name() else {
                 continue;
@@ -179,6 +204,10 @@ impl Quarantine {
                 continue;
             }
             std::fs::rename(&file, &target)?;
+            moved = true;
+        }
+        if moved {
+            durability.sync_dir(Components::PACK, &dest)?;
         }
         self.migrated = true;
         let _ = std::fs::remove_dir_all(&self.dir);

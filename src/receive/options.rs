@@ -169,6 +169,9 @@ pub struct Environment {
     pub test_reftable_autocompaction: Option<String>,
     /// `GIT_TEST_FSYNC`: a false value syncs nothing (git's test suite sets it).
     pub test_fsync: Option<String>,
+    /// Not from the process: what is synced whatever `core.fsync` says (a cluster node's
+    /// `--cluster-durability`; [`crate::fsync::Floor::CoreFsync`] by default).
+    pub durability_floor: crate::fsync::Floor,
 }
 
 impl Environment {
@@ -190,6 +193,7 @@ impl Environment {
             config_parameters: var("GIT_CONFIG_PARAMETERS"),
             test_reftable_autocompaction: var("GIT_TEST_REFTABLE_AUTOCOMPACTION"),
             test_fsync: var("GIT_TEST_FSYNC"),
+            durability_floor: Default::default(),
         }
     }
 
@@ -199,6 +203,7 @@ impl Environment {
             config_parameters: self.config_parameters.clone(),
             test_reftable_autocompaction: self.test_reftable_autocompaction.clone(),
             test_fsync: self.test_fsync.clone(),
+            durability_floor: self.durability_floor,
             home: self.home.as_ref().map(std::path::PathBuf::from),
         }
     }

@@ -48,7 +48,9 @@ pub(super) fn unpack<W: Write, E: Write>(
     let _span = info_span!("ingest").entered();
     let config = &repo.config;
     let q = match Quarantine::create(&repo.objects_dir) {
-        Ok(q) => q.with_shared_repository(config.ingest.shared_repository),
+        Ok(q) => q
+            .with_shared_repository(config.ingest.shared_repository)
+            .with_durability(config.durability),
         Err(e) => {
             unpacked.status = Unpack::Failed(ingest::UnpackError::Quarantine(e).to_string());
             return Ok(unpacked);

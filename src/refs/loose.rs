@@ -24,9 +24,10 @@
 //! A failure in step 1 fails that ref alone in a non-atomic push and the whole push in an atomic
 //! one; every lock taken so far is removed.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use gix_hash::ObjectId;
 use gix_object::bstr::ByteSlice;
@@ -130,6 +131,8 @@ impl Locked<'_> {
         let deletes = |it: &Item| updates[it.index].is_delete();
         let (deletions, writes): (Vec<Item>, Vec<Item>) = items.into_iter().partition(deletes);
         let mut failed = Vec::new();
+        // The directories refs were renamed into, synced once their renames are done.
+        let mut renamed_into = BTreeSet::new();
         for mut it in writes {
             let u = &updates[it.index];
             let target = git_dir.join(path_of(&u.name));
@@ -137,17 +140,25 @@ impl Locked<'_> {
             if target.is_dir() {
                 remove_empty_dirs(&target);
             }
-            if let Err(e) = lock.commit_to(&target) {
-                let (name, reason) = (u.name.clone(), strerror(&e));
-                if atomic {
-                    return Err(Failed::quietly(commit::Error::SetRef { name, reason }));
+            match lock.commit_to(&target) {
+                Ok(()) => {
+                    if let Some(parent) = target.parent() {
+                        renamed_into.insert(parent.to_owned());
+                    }
                 }
-                results[it.index] = Err(Box::new(RefError::Other {
-                    message: format!("couldn't set '{name}': {reason}"),
-                }));
-                failed.push(it.index);
+                Err(e) => {
+                    let (name, reason) = (u.name.clone(), strerror(&e));
+                    if atomic {
+                        return Err(Failed::quietly(commit::Error::SetRef { name, reason }));
+                    }
+                    results[it.index] = Err(Box::new(RefError::Other {
+                        message: format!("couldn't set '{name}': {reason}"),
+                    }));
+                    failed.push(it.index);
+                }
             }
         }
+        sync_dirs(fsync, &renamed_into).map_err(Failed::quietly)?;
 
         if !deletions.is_empty() {
             let logs = git_dir.join("logs");
@@ -171,6 +182,7 @@ impl Locked<'_> {
                 )
                 .map_err(Failed::quietly)?;
             }
+            let mut removed_from = BTreeSet::new();
             for mut it in deletions {
                 let name = updates[it.index].name.as_slice();
                 if let Err(e) = fs::remove_file(git_dir.join(path_of(name)))
@@ -187,12 +199,35 @@ impl Locked<'_> {
                 }
                 drop(it.lock.take());
                 remove_empty_parents(git_dir, name);
+                removed_from.insert(git_dir.join(path_of(name)));
             }
+            // The directories loose refs were removed from, where they are left.
+            let dirs: BTreeSet<PathBuf> = removed_from
+                .iter()
+                .filter_map(|p| p.ancestors().skip(1).find(|d| d.is_dir()))
+                .map(Path::to_owned)
+                .collect();
+            sync_dirs(fsync, &dirs).map_err(Failed::quietly)?;
         }
         drop(packed_lock);
         live.retain(|i| !failed.contains(i));
         Ok(live)
     }
+}
+
+/// Sync `dirs` (refs were renamed into them or removed from them) as `fsync` says for refs.
+fn sync_dirs(
+    fsync: crate::fsync::Durability,
+    dirs: &BTreeSet<PathBuf>,
+) -> Result<(), commit::Error> {
+    for d in dirs {
+        fsync
+            .sync_dir(crate::fsync::Components::REFERENCE, d)
+            .map_err(|e| commit::Error::SyncDir {
+                reason: strerror(&e),
+            })?;
+    }
+    Ok(())
 }
 
 /// Take the lock of update `k` of `batch` and check the ref under it; the lock (holding the new

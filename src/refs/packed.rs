@@ -1211,7 +1211,7 @@ fn copy_entry(
 }
 
 /// Write `content` to `tmp` (git's `packed-refs.new`), sync it as `fsync` says for refs, and
-/// rename it over `target`.
+/// rename it over `target` (then sync `target`'s directory, when `fsync` syncs directories).
 pub(super) fn replace(
     tmp: &Path,
     target: &Path,
@@ -1238,7 +1238,17 @@ pub(super) fn replace(
         .sync(crate::fsync::Components::REFERENCE, &f)
         .map_err(|e| fail("write", e))?;
     drop(f);
-    fs::rename(tmp, target).map_err(|e| fail("rename", e))
+    fs::rename(tmp, target).map_err(|e| fail("rename", e))?;
+    match target.parent() {
+        Some(dir) => fsync
+            .sync_dir(crate::fsync::Components::REFERENCE, dir)
+            .map_err(|source| PackedWriteError {
+                what: "sync the directory of",
+                path: target.to_owned(),
+                source,
+            }),
+        None => Ok(()),
+    }
 }
 
 /// git's `try_remove_empty_parents`: remove the now-empty directories of `name`, keeping

@@ -56,7 +56,7 @@ impl LockFile {
     }
 
     /// Write `data`, make it durable as `fsync` says for refs, and rename the lock over its
-    /// target.
+    /// target (then sync the target's directory, when `fsync` syncs directories).
     fn write_all_and_commit(mut self, data: &[u8], fsync: Durability) -> Result<()> {
         let mut file = self.file.take().expect("lock file open");
         file.write_all(data)
@@ -66,6 +66,11 @@ impl LockFile {
         std::fs::rename(&self.lock_path, &self.target)
             .map_err(io_err("rename", &self.lock_path))?;
         self.done = true;
+        if let Some(dir) = self.target.parent() {
+            fsync
+                .sync_dir(Components::REFERENCE, dir)
+                .map_err(io_err("sync the directory of", &self.target))?;
+        }
         Ok(())
     }
 
@@ -387,6 +392,11 @@ impl Stack {
         let path = self.dir.join(&name);
         tmp.persist(&path)
             .map_err(|e| io_err("rename temporary table to", &path)(e.error))?;
+        // Its name on disk before `tables.list` names it.
+        self.opts
+            .fsync
+            .sync_dir(Components::REFERENCE, &self.dir)
+            .map_err(io_err("sync", &self.dir))?;
         Ok(name)
     }
 

@@ -503,6 +503,8 @@ pub struct Environment {
     /// `GIT_TEST_FSYNC`: a false value syncs nothing whatever `core.fsync` says, as in git
     /// (whose test suite sets it).
     pub test_fsync: Option<String>,
+    /// What is synced whatever `core.fsync` says (a cluster node's `--cluster-durability`).
+    pub durability_floor: crate::fsync::Floor,
 }
 
 
@@ -706,6 +708,7 @@ impl Parsing {
         {
             storage.reftable.disable_auto_compact = true;
         }
+        self.c.durability = self.c.durability.at_least(env.durability_floor);
         if env.test_fsync.as_deref().and_then(parse_bool) == Some(false) {
             self.c.durability.enabled = false;
         }
@@ -1845,6 +1848,7 @@ mod tests {
                 method: Method::Fsync,
                 object_files: false,
                 enabled: true,
+                directories: crate::fsync::Directories::Unsynced,
             }
         );
         let rt = c.storage.reftable;

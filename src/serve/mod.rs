@@ -62,6 +62,7 @@ use crate::cluster;
 pub use crate::cluster::status as cluster_status;
 pub use crate::cluster::{Ack, ClusterConfig};
 pub(crate) use crate::escape::Escaped;
+pub use crate::fsync::Floor as ClusterDurability;
 pub use auth::hash_password;
 use auth::*;
 pub use conn::default_max_connections;
@@ -367,7 +368,14 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         init_lock: tokio::sync::Mutex::new(()),
         metrics,
         rules,
-        env: receive::Environment::from_process(),
+        env: receive::Environment {
+            // A cluster node's pushes are on disk before it reports them applied.
+            durability_floor: config
+                .cluster
+                .as_ref()
+                .map_or(crate::fsync::Floor::CoreFsync, |c| c.durability),
+            ..receive::Environment::from_process()
+        },
         new_repo_format: repos::new_repository_format(),
         cluster: std::sync::OnceLock::new(),
         hook_environment: receive::HookEnvironment::clean_from_process(&config.hook_env),

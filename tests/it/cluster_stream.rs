@@ -31,7 +31,7 @@ fn quarantines(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Wait (at most `limit`) until `check` holds; whether it did.
-fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+pub(crate) fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         if check() {
@@ -375,7 +375,7 @@ fn a_replica_too_slow_for_the_stream_is_left_out_after_the_stall_bound_and_catch
 }
 
 /// Whether every thread of process `pid` is traced (its `TracerPid` is set).
-fn traced(pid: u32) -> bool {
+pub(crate) fn traced(pid: u32) -> bool {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|tasks| {
             tasks.filter_map(Result::ok).all(|t| {

@@ -9,6 +9,7 @@ mod auth_hardening;
 mod bad_input;
 mod bench;
 mod cluster;
+mod cluster_durability;
 mod cluster_fixture;
 mod cluster_metrics;
 mod cluster_reads;

@@ -31,6 +31,14 @@ pub enum Error {
         /// `strerror` of the failure.
         reason: String,
     },
+    /// A directory refs were renamed into (or removed from) could not be synced: the refs are
+    /// written, but may not survive a power loss (only with directories synced, a cluster's
+    /// `--cluster-durability synced`).
+    #[error("{reason}")]
+    SyncDir {
+        /// `strerror` of the failure (`fsync error on '<dir>': …`).
+        reason: String,
+    },
     /// `packed-refs` could not be read under its lock.
     #[error(transparent)]
     Packed(#[from] PackedReadError),

@@ -1,0 +1,245 @@
+//! `berth serve --cluster-durability`: with the default (`synced`) a node reports a push applied
+//! only once it is on disk, in git's order: the objects (and the directories they were renamed
+//! into), then the refs that need them (the ref's lock file, then its directory after the
+//! rename), then the applied sequence (its temporary file, then the repository's directory
+//! after the rename). Both the accepting node (a small push: loose objects) and a replica (the
+//! streamed pack) run under `strace -f -y` during one push, and the order of their syncs is
+//! read against the reply that says "applied": the replica's `committed` to the decide
+//! request, the accepting node's `ok` to the client. With `core-fsync` only what `core.fsync`
+//! says is synced (git's default: the pack and its index).
+
+use crate::cluster::push_ok;
+use crate::cluster_fixture::{cluster, cluster_world};
+use crate::cluster_stream::{eventually, traced};
+use crate::common::World;
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+/// strace attached to every thread of a node, writing to a file.
+struct Trace {
+    strace: Child,
+    file: std::path::PathBuf,
+}
+
+impl Trace {
+    /// Attach to `pid`; once every thread is traced.
+    fn attach(w: &World, pid: u32, name: &str) -> Trace {
+        let file = w.path(&format!("{name}.trace"));
+        let strace = Command::new("strace")
+            .args(["-f", "-qq", "-y", "-s", "512", "-e", "signal=none"])
+            .args([
+                "-e",
+                "trace=fsync,fdatasync,rename,renameat,renameat2,write,writev,sendto,sendmsg",
+                "-o",
+            ])
+            .arg(&file)
+            .args(["-p", &pid.to_string()])
+            .spawn()
+            .expect("strace (the CI installs it)");
+        assert!(
+            eventually(Duration::from_secs(60), || traced(pid)),
+            "strace did not attach to {name}"
+        );
+        Trace { strace, file }
+    }
+
+    /// Once the trace holds a line with `until` (at most a minute), detach (SIGINT); its lines.
+    fn finish(mut self, until: &str) -> Vec<String> {
+        let found = eventually(Duration::from_secs(60), || {
+            std::fs::read_to_string(&self.file).is_ok_and(|t| t.contains(until))
+        });
+        let _ = Command::new("kill")
+            .args(["-INT", &self.strace.id().to_string()])
+            .status();
+        let _ = self.strace.wait();
+        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        assert!(found, "no {until} in the trace:\n{text}");
+        text.lines().map(str::to_owned).collect()
+    }
+}
+
+/// The path strace -y shows for the descriptor a call's first argument, if any:
+/// `fsync(7</path/to/file>)`.
+fn fd_path(line: &str) -> Option<&str> {
+    let open = line.find('(')?;
+    let rest = &line[open + 1..];
+    let start = rest.find('<')?;
+    let end = rest.find(">)").or_else(|| rest.find("> <unfinished"))?;
+    (start < end).then(|| &rest[start + 1..end])
+}
+
+/// What a node synced, in trace order: each synced path, with the line it was synced at.
+fn syncs(lines: &[String]) -> Vec<(usize, String)> {
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| {
+            let call = l.trim_start_matches(|c: char| c.is_ascii_digit()).trim();
+            call.starts_with("fsync(") || call.starts_with("fdatasync(")
+        })
+        .filter_map(|(i, l)| Some((i, fd_path(l)?.to_owned())))
+        .collect()
+}
+
+/// The first line at which `path` (relative to `repo`, `""` for the repository itself) is
+/// synced.
+fn synced_at(syncs: &[(usize, String)], repo: &Path, path: &str) -> Option<usize> {
+    let want = if path.is_empty() {
+        repo.to_path_buf()
+    } else {
+        repo.join(path)
+    };
+    let want = want.to_str().unwrap();
+    syncs.iter().find(|(_, p)| p == want).map(|(i, _)| *i)
+}
+
+/// The first synced path matching `pred`, and its line.
+fn first_sync(syncs: &[(usize, String)], pred: impl Fn(&str) -> bool) -> Option<usize> {
+    syncs.iter().find(|(_, p)| pred(p)).map(|(i, _)| *i)
+}
+
+/// The line of the first write to a socket holding `data`.
+fn reply_at(lines: &[String], data: &str) -> Option<usize> {
+    lines.iter().position(|l| {
+        let call = l.trim_start_matches(|c: char| c.is_ascii_digit()).trim();
+        ["write(", "writev(", "sendto(", "sendmsg("]
+            .iter()
+            .any(|c| call.starts_with(c))
+            && call.contains("socket:")
+            && call.contains(data)
+    })
+}
+
+/// Start a cluster with `args`, create `r.git`, then push one small commit (a few objects:
+/// loose on the accepting node n0, a pack on the replicas) through n0 while n0 and n1 are
+/// traced; their traces, and the repository's directories on n0 and n1 (canonical, as
+/// strace shows them).
+fn traced_push(args: &[&str]) -> (Vec<String>, Vec<String>, [std::path::PathBuf; 2]) {
+    let w = cluster_world().expect("checked by the caller");
+    let (c, src) = cluster(&w).args(args).with_repo("r.git");
+    let dirs = [0, 1].map(|i| {
+        w.path(&format!("node{i}"))
+            .join("r.git")
+            .canonicalize()
+            .unwrap()
+    });
+    let pid = |i: usize| c.nodes[i].process.as_ref().unwrap().child.id();
+    let (t0, t1) = (
+        Trace::attach(&w, pid(0), "n0"),
+        Trace::attach(&w, pid(1), "n1"),
+    );
+    w.commit(&src, "b/c", "two");
+    push_ok(
+        &w,
+        &src,
+        &c.nodes[0].url("r.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    c.converged(&w, "r.git", 3);
+    let n0 = t0.finish("ok refs/heads/main");
+    let n1 = t1.finish("\"committed\"");
+    c.assert_fsck(&w, "r.git");
+    (n0, n1, dirs)
+}
+
+#[test]
+fn a_node_reports_a_push_applied_once_its_objects_then_refs_then_applied_sequence_are_synced() {
+    if cluster_world().is_none() {
+        return;
+    }
+    let (n0, n1, [d0, d1]) = traced_push(&[]);
+
+    // The replica: the streamed pack (in its quarantine), the pack directory after the move,
+    // the ref's lock (written at prepare), its directory after the rename, the applied
+    // sequence, the repository's directory after its rename; then `committed`.
+    let s1 = syncs(&n1);
+    let shown = || format!("n1 synced:\n{s1:#?}");
+    let pack = first_sync(&s1, |p| p.ends_with(".pack")).unwrap_or_else(|| panic!("{}", shown()));
+    let idx = first_sync(&s1, |p| p.ends_with(".idx")).unwrap_or_else(|| panic!("{}", shown()));
+    let pack_dir = synced_at(&s1, &d1, "objects/pack").unwrap_or_else(|| panic!("{}", shown()));
+    let lock = synced_at(&s1, &d1, "refs/heads/main.lock").unwrap_or_else(|| panic!("{}", shown()));
+    let heads = synced_at(&s1, &d1, "refs/heads").unwrap_or_else(|| panic!("{}", shown()));
+    let seq = synced_at(&s1, &d1, "berth-cluster-seq.tmp").unwrap_or_else(|| panic!("{}", shown()));
+    let repo = synced_at(&s1, &d1, "").unwrap_or_else(|| panic!("{}", shown()));
+    let committed = reply_at(&n1, "\"committed\"").expect("n1's decide reply");
+    let order = [pack.max(idx), pack_dir, lock, heads, seq, repo, committed];
+    assert!(
+        order.windows(2).all(|p| p[0] < p[1]),
+        "n1: pack/idx, objects/pack, main.lock, refs/heads, seq, repository, reply at lines {order:?}\n{}",
+        shown()
+    );
+
+    // The accepting node: the loose objects (in its quarantine) and their fan-out directories
+    // after the move, then the ref and the sequence as on the replica; then `ok` to the client.
+    let s0 = syncs(&n0);
+    let shown = || format!("n0 synced:\n{s0:#?}");
+    let quarantine = d0.join("objects").join("tmp_objdir-incoming-");
+    let quarantine = quarantine.to_str().unwrap();
+    let loose: Vec<usize> = s0
+        .iter()
+        .filter(|(_, p)| p.starts_with(quarantine))
+        .map(|(i, _)| *i)
+        .collect();
+    // A commit, a tree `b`, a blob, the root tree: four loose objects.
+    assert!(loose.len() >= 4, "{}", shown());
+    let objects = d0.join("objects");
+    let fanout: Vec<usize> = s0
+        .iter()
+        .filter(|(_, p)| {
+            Path::new(p).parent() == Some(objects.as_path())
+                && p.rsplit('/').next().is_some_and(|n| n.len() == 2)
+        })
+        .map(|(i, _)| *i)
+        .collect();
+    assert!(!fanout.is_empty(), "{}", shown());
+    let lock = synced_at(&s0, &d0, "refs/heads/main.lock").unwrap_or_else(|| panic!("{}", shown()));
+    let heads = synced_at(&s0, &d0, "refs/heads").unwrap_or_else(|| panic!("{}", shown()));
+    let seq = synced_at(&s0, &d0, "berth-cluster-seq.tmp").unwrap_or_else(|| panic!("{}", shown()));
+    let repo = synced_at(&s0, &d0, "").unwrap_or_else(|| panic!("{}", shown()));
+    let ok = reply_at(&n0, "ok refs/heads/main").expect("n0's report to the client");
+    let order = [
+        *loose.iter().max().unwrap(),
+        *fanout.iter().max().unwrap(),
+        lock,
+        heads,
+        seq,
+        repo,
+        ok,
+    ];
+    assert!(
+        order.windows(2).all(|p| p[0] < p[1]),
+        "n0: loose objects, their directories, main.lock, refs/heads, seq, repository, ok at lines {order:?}\n{}",
+        shown()
+    );
+}
+
+#[test]
+fn with_core_fsync_durability_a_node_syncs_what_core_fsync_says_only() {
+    if cluster_world().is_none() {
+        return;
+    }
+    let (n0, n1, [d0, d1]) = traced_push(&["--cluster-durability", "core-fsync"]);
+    for (name, trace, dir) in [("n0", &n0, &d0), ("n1", &n1, &d1)] {
+        let s = syncs(trace);
+        let dir = dir.to_str().unwrap();
+        // Nothing of the repository but packs and their metadata (git's default core.fsync).
+        let other: Vec<&String> = s
+            .iter()
+            .map(|(_, p)| p)
+            .filter(|p| p.starts_with(dir))
+            .filter(|p| {
+                let n = p.rsplit('/').next().unwrap_or("");
+                !(n.ends_with(".pack") || n.ends_with(".idx") || n.ends_with(".rev"))
+            })
+            .collect();
+        assert!(other.is_empty(), "{name} synced {other:#?}");
+    }
+    // The replica still syncs the streamed pack, as git does.
+    let s1 = syncs(&n1);
+    assert!(
+        first_sync(&s1, |p| p.ends_with(".pack")).is_some(),
+        "n1 synced:\n{s1:#?}"
+    );
+}
