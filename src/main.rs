@@ -173,7 +173,7 @@ struct ServeArgs {
     /// fsynced, with their directories, whatever core.fsync says; `core-fsync`: only what the
     /// repository's core.fsync says (git's default: packs), so that a power loss of every
     /// replica can lose acknowledged pushes (docs/cluster.md).
-    #[arg(long, value_enum, default_value = "synced", requires = "cluster")]
+    #[arg(long, value_enum, default_value = "synced")]
     cluster_durability: ClusterDurabilityArg,
     /// Also pass this variable of the server's environment to hooks and `git upload-pack`
     /// (repeatable). They get a clean environment: git's and the session's variables, PATH,
