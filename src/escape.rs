@@ -29,6 +29,7 @@ impl<'a> Escaped<'a> {
         Escaped { text, token: false }
     }
     /// A `key=value` value: spaces, `"` and `=` are escaped too.
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))]
     pub(crate) fn token(text: &'a str) -> Self {
         Escaped { text, token: true }
     }

@@ -37,7 +37,6 @@ macro_rules! internal {
 
 #[cfg(feature = "serve")]
 mod cluster;
-#[cfg(feature = "serve")]
 mod escape;
 pub mod fsync;
 #[cfg(feature = "internals")]
