@@ -177,6 +177,13 @@ impl Call {
     }
 }
 
+/// Where a [`Client`] reports each request's time (the node's metrics; `berth cluster status`
+/// has none). Declared here so that the client does not depend on who listens.
+pub(super) trait Observe: Send + Sync + std::fmt::Debug {
+    /// Request `call` took `took`, and failed or not.
+    fn request(&self, call: Call, took: Duration, ok: bool);
+}
+
 /// An etcd client for a list of member URLs.
 #[derive(Debug)]
 pub struct Client {
@@ -187,7 +194,7 @@ pub struct Client {
     watch_at: AtomicUsize,
     timeout: Duration,
     /// Where each request's time goes (a node's; `berth cluster status` has none).
-    metrics: Option<Arc<super::metrics::ClusterMetrics>>,
+    metrics: Option<Arc<dyn Observe>>,
 }
 
 fn b64(b: &[u8]) -> String {
@@ -257,7 +264,7 @@ impl Client {
     }
 
     /// The client timing its requests into `metrics`.
-    pub(super) fn observed(mut self, metrics: Arc<super::metrics::ClusterMetrics>) -> Client {
+    pub(super) fn observed(mut self, metrics: Arc<dyn Observe>) -> Client {
         self.metrics = Some(metrics);
         self
     }
@@ -267,7 +274,7 @@ impl Client {
         let start = Instant::now();
         let r = self.post(call.path(), body).await;
         if let Some(m) = &self.metrics {
-            m.etcd_request(call, start.elapsed(), r.is_ok());
+            m.request(call, start.elapsed(), r.is_ok());
         }
         r
     }

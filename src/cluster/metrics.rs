@@ -273,17 +273,6 @@ impl ClusterMetrics {
         self.resyncs.get_or_create(&ResyncLabel { outcome }).inc();
     }
 
-    /// One etcd request `op` took `took`, and failed or not.
-    pub(super) fn etcd_request(&self, op: etcd::Call, took: Duration, ok: bool) {
-        let label = EtcdLabel { op };
-        self.etcd_seconds
-            .get_or_create(&label)
-            .observe(took.as_secs_f64());
-        if !ok {
-            self.etcd_failures.get_or_create(&label).inc();
-        }
-    }
-
     /// The lags of one round of [`Cluster::follow`](super::Cluster::follow): every
     /// repository this node holds, each replica's lag; replaces the last round's.
     pub(super) fn set_lags(&self, lags: Lags) {
@@ -343,6 +332,18 @@ impl Collector for Lag {
             family.metric_type(),
         )?;
         family.encode(metric)
+    }
+}
+
+impl etcd::Observe for ClusterMetrics {
+    fn request(&self, op: etcd::Call, took: Duration, ok: bool) {
+        let label = EtcdLabel { op };
+        self.etcd_seconds
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+        if !ok {
+            self.etcd_failures.get_or_create(&label).inc();
+        }
     }
 }
 
@@ -409,8 +410,8 @@ mod tests {
         m.lost_compare();
         m.catch_up(CatchUpOutcome::Failed);
         m.resync(ResyncOutcome::Copied);
-        m.etcd_request(etcd::Call::Txn, Duration::from_millis(3), true);
-        m.etcd_request(etcd::Call::Range, Duration::from_millis(1), false);
+        etcd::Observe::request(&m, etcd::Call::Txn, Duration::from_millis(3), true);
+        etcd::Observe::request(&m, etcd::Call::Range, Duration::from_millis(1), false);
         let text = render(&m);
         for line in [
             "berth_cluster_prepares_total{outcome=\"prepared\"} 2",
