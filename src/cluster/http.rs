@@ -126,6 +126,16 @@ pub async fn read_body(
     }
 }
 
+/// The POST of `body` to `url` with `headers`.
+fn post_request(url: &str, headers: &[(&str, &str)], body: Bytes) -> Result<Request<Body>, Error> {
+    let mut b = Request::builder().method("POST").uri(url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(Body::from(body))
+        .map_err(|_| Error::Url(url.to_owned()))
+}
+
 /// POST `body` to `url` and read the whole answer (status, at most `max` bytes).
 pub async fn post(
     url: &str,
@@ -134,13 +144,7 @@ pub async fn post(
     max: usize,
     timeout: Duration,
 ) -> Result<(u16, Bytes), Error> {
-    let mut b = Request::builder().method("POST").uri(url);
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let req = b
-        .body(Body::from(body))
-        .map_err(|_| Error::Url(url.to_owned()))?;
+    let req = post_request(url, headers, body)?;
     let resp = send(req, timeout).await?;
     let status = resp.status().as_u16();
     let body = read_body(resp.into_body(), max, timeout, url).await?;
@@ -157,13 +161,7 @@ pub async fn post_held(
     max: usize,
     timeout: Duration,
 ) -> Result<(u16, Bytes, Option<Incoming>), Error> {
-    let mut b = Request::builder().method("POST").uri(url);
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let req = b
-        .body(Body::from(body))
-        .map_err(|_| Error::Url(url.to_owned()))?;
+    let req = post_request(url, headers, body)?;
     let deadline = tokio::time::Instant::now() + timeout;
     let resp = send(req, timeout).await?;
     let status = resp.status().as_u16();
