@@ -447,6 +447,32 @@ impl Cluster {
         std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 
+    /// A push of a new commit to `main` of `repo` (work tree `src`) through node `i`, paused
+    /// in that node's reference-transaction `committed` state: after the etcd commit point and
+    /// its own commit, before it tells the other replicas. `at_pause` runs there (given the new
+    /// commit), and the pause ends when it returns. The new commit, what `at_pause` gave, and what `git push` said.
+    fn push_paused_after_commit<R>(
+        &mut self,
+        w: &World,
+        src: &str,
+        i: usize,
+        repo: &str,
+        at_pause: impl FnOnce(&mut Cluster, &str) -> R,
+    ) -> (String, R, std::process::Output) {
+        self.pause_hook(w, i, repo);
+        let pause = w.path("pause-committed");
+        std::fs::write(&pause, "").unwrap();
+        let new = w.commit(src, "a", "two");
+        let url = self.nodes[i].url(repo);
+        std::thread::scope(|s| {
+            let pushing = s.spawn(|| push(w, src, &url, &["HEAD:refs/heads/main"]));
+            wait_for(&w.path("paused-committed"), self);
+            let r = at_pause(self, &new);
+            let _ = std::fs::remove_file(&pause);
+            (new, r, pushing.join().unwrap())
+        })
+    }
+
     pub(crate) fn assert_fsck(&self, w: &World, repo: &str) {
         for n in self.holders(repo) {
             if let Err(e) = w.fsck(n.dir(repo)) {
@@ -957,17 +983,8 @@ fn accepting_node_killed_after_the_commit_point_the_push_lands_everywhere() {
     let (mut c, src) = cluster(&w).with_repo("r.git");
     // Node 0 pauses once its own commit is written: after the etcd commit point, before it
     // tells the other replicas.
-    c.pause_hook(&w, 0, "r.git");
-    std::fs::write(w.path("pause-committed"), "").unwrap();
-    let new = w.commit(&src, "a", "two");
-    let url = c.nodes[0].url("r.git");
-    let told = std::thread::scope(|s| {
-        let pushing = s.spawn(|| porcelain(&push(&w, &src, &url, &["HEAD:refs/heads/main"])));
-        wait_for(&w.path("paused-committed"), &c);
-        c.kill_node(0);
-        pushing.join().unwrap()
-    });
-    std::fs::remove_file(w.path("pause-committed")).unwrap();
+    let (new, (), out) = c.push_paused_after_commit(&w, &src, 0, "r.git", |c, _| c.kill_node(0));
+    let told = porcelain(&out);
     // The client never heard `ok`: its connection died with the node.
     assert_ne!(told.get("refs/heads/main"), Some(&true), "{told:?}");
     // The entry is in the log: the prepared replicas, without a decision, ask the log and
@@ -1501,17 +1518,7 @@ fn a_replica_killed_while_it_holds_a_prepared_transaction_catches_up() {
     let (mut c, src) = cluster(&w).with_repo("r.git");
     // n0 pauses after the commit point and its own commit, before it tells the others: n1
     // and n2 hold their prepared transactions (ref locks) then. n2 is killed there.
-    c.pause_hook(&w, 0, "r.git");
-    std::fs::write(w.path("pause-committed"), "").unwrap();
-    let new = w.commit(&src, "a", "two");
-    let url = c.nodes[0].url("r.git");
-    let out = std::thread::scope(|s| {
-        let pushing = s.spawn(|| push(&w, &src, &url, &["HEAD:refs/heads/main"]));
-        wait_for(&w.path("paused-committed"), &c);
-        c.kill_node(2);
-        std::fs::remove_file(w.path("pause-committed")).unwrap();
-        pushing.join().unwrap()
-    });
+    let (new, (), out) = c.push_paused_after_commit(&w, &src, 0, "r.git", |c, _| c.kill_node(2));
     // n0 and n1 applied it: a majority, so `ok`.
     assert_eq!(
         porcelain(&out).get("refs/heads/main"),
@@ -1612,16 +1619,10 @@ fn a_replica_killed_while_it_ingests_the_pack_leaves_no_quarantine_once_restarte
 #[test]
 fn an_accepting_node_stopped_after_the_commit_point_still_acknowledges_once_continued() {
     let Some(w) = cluster_world() else { return };
-    let (c, src) = cluster(&w).with_repo("r.git");
+    let (mut c, src) = cluster(&w).with_repo("r.git");
     // n0 stops (SIGSTOP, as a partition would) after the commit point and its own commit,
     // before it tells n1 and n2: they wait for the decision, then ask the log and commit.
-    c.pause_hook(&w, 0, "r.git");
-    std::fs::write(w.path("pause-committed"), "").unwrap();
-    let new = w.commit(&src, "a", "two");
-    let url = c.nodes[0].url("r.git");
-    let out = std::thread::scope(|s| {
-        let pushing = s.spawn(|| push(&w, &src, &url, &["HEAD:refs/heads/main"]));
-        wait_for(&w.path("paused-committed"), &c);
+    let (new, resolved, out) = c.push_paused_after_commit(&w, &src, 0, "r.git", |c, new| {
         c.signal(0, "-STOP");
         std::fs::remove_file(w.path("pause-committed")).unwrap();
         // The prepared replicas resolve from the log while n0 is stopped (asserted once n0
@@ -1630,18 +1631,20 @@ fn an_accepting_node_stopped_after_the_commit_point_still_acknowledges_once_cont
         // catches up once n0 runs again, and the other is enough for the majority.
         let deadline = Instant::now() + Duration::from_secs(60);
         let resolved = loop {
-            let done = [1, 2]
-                .iter()
-                .any(|&i| w.ref_map(c.nodes[i].dir("r.git")).get("refs/heads/main") == Some(&new));
+            let done = [1, 2].iter().any(|&i| {
+                w.ref_map(c.nodes[i].dir("r.git"))
+                    .get("refs/heads/main")
+                    .map(String::as_str)
+                    == Some(new)
+            });
             if done || Instant::now() > deadline {
                 break done;
             }
             std::thread::sleep(Duration::from_millis(200));
         };
         c.signal(0, "-CONT");
-        (pushing.join().unwrap(), resolved)
+        resolved
     });
-    let (out, resolved) = out;
     assert!(resolved, "no replica resolved from the log\n{}", c.logs());
     // Continued, n0 hears "committed already" from the replicas that resolved: acknowledged.
     assert_eq!(
@@ -1787,19 +1790,10 @@ fn a_node_started_before_etcd_waits_for_it_and_joins() {
 fn a_read_through_another_node_shows_the_push_within_5_s_of_the_accepting_node_killed() {
     let Some(w) = cluster_world() else { return };
     let (mut c, src) = cluster(&w).with_repo("r.git");
-    c.pause_hook(&w, 0, "r.git");
-    std::fs::write(w.path("pause-committed"), "").unwrap();
-    let new = w.commit(&src, "a", "two");
-    let url = c.nodes[0].url("r.git");
-    let killed = std::thread::scope(|s| {
-        let pushing = s.spawn(|| push(&w, &src, &url, &["HEAD:refs/heads/main"]));
-        wait_for(&w.path("paused-committed"), &c);
+    let (new, killed, _) = c.push_paused_after_commit(&w, &src, 0, "r.git", |c, _| {
         c.kill_node(0);
-        let killed = Instant::now();
-        let _ = pushing.join();
-        killed
+        Instant::now()
     });
-    std::fs::remove_file(w.path("pause-committed")).unwrap();
     let other = c.nodes[1].url("r.git");
     loop {
         let out = w.git_out(".", &["ls-remote", &other, "refs/heads/main"]);
