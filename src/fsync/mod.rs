@@ -248,12 +248,20 @@ impl Durability {
     /// Make the renames into directory `dir` of files of `component` durable, when
     /// directories are synced and that component is: `fsync(2)` of the directory.
     pub fn sync_dir(&self, component: Components, dir: &Path) -> io::Result<()> {
-        if self.directories == Directories::Synced && self.syncs(component) {
+        if self.syncs_dirs(component) {
             File::open(dir)
                 .and_then(|d| d.sync_all())
                 .map_err(|e| fsync_error(dir, e))?;
         }
         Ok(())
+    }
+
+    /// Whether the directories files of `component` are renamed into are synced ([`sync_dir`]
+    /// does something): a caller collects those directories only then.
+    ///
+    /// [`sync_dir`]: Durability::sync_dir
+    pub fn syncs_dirs(&self, component: Components) -> bool {
+        self.directories == Directories::Synced && self.syncs(component)
     }
 
     /// Whether files of `component` are synced.

@@ -131,7 +131,9 @@ impl Locked<'_> {
         let deletes = |it: &Item| updates[it.index].is_delete();
         let (deletions, writes): (Vec<Item>, Vec<Item>) = items.into_iter().partition(deletes);
         let mut failed = Vec::new();
-        // The directories refs were renamed into, synced once their renames are done.
+        // The directories refs were renamed into, synced once their renames are done; collected
+        // only when they are synced (not per ref for nothing).
+        let dirs_synced = fsync.syncs_dirs(crate::fsync::Components::REFERENCE);
         let mut renamed_into = BTreeSet::new();
         for mut it in writes {
             let u = &updates[it.index];
@@ -142,7 +144,9 @@ impl Locked<'_> {
             }
             match lock.commit_to(&target) {
                 Ok(()) => {
-                    if let Some(parent) = target.parent() {
+                    if let Some(parent) = target.parent().filter(|_| dirs_synced)
+                        && !renamed_into.contains(parent)
+                    {
                         renamed_into.insert(parent.to_owned());
                     }
                 }
@@ -199,7 +203,9 @@ impl Locked<'_> {
                 }
                 drop(it.lock.take());
                 remove_empty_parents(git_dir, name);
-                removed_from.insert(git_dir.join(path_of(name)));
+                if dirs_synced {
+                    removed_from.insert(git_dir.join(path_of(name)));
+                }
             }
             // The directories loose refs were removed from, where they are left.
             let dirs: BTreeSet<PathBuf> = removed_from
