@@ -69,6 +69,7 @@ mod resync;
 pub mod status;
 mod tee;
 pub(crate) mod tunnel;
+mod upkeep;
 mod wire;
 
 pub(crate) use endpoint::{INTERNAL_PREFIX, Internal, internal};
@@ -350,6 +351,8 @@ impl Cluster {
         // Catch up what was missed while down, then follow the logs.
         tokio::spawn(cluster.clone().follow());
         tokio::spawn(cluster.clone().watch_logs());
+        // Every repository on K copies, where rendezvous says (`upkeep.rs`).
+        tokio::spawn(cluster.clone().upkeep());
         tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %Escaped::text(cluster.membership.advertise()), "joined the cluster");
         Ok(cluster)
     }
@@ -445,7 +448,10 @@ impl Cluster {
         let replicas = match self.placement.replicas_of(&name).await? {
             Some(r) => r,
             None if push_rpc => {
-                let live = self.membership.live_names().await?;
+                // Nodes being drained take no new repository.
+                let draining = self.placement.draining().await?;
+                let mut live = self.membership.live_names().await?;
+                live.retain(|n| !draining.contains(n));
                 // Never a repository whose pushes could be acknowledged on fewer copies than
                 // the cluster promises: its quorum is reckoned from --replicas, not from who
                 // is up.

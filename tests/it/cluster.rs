@@ -334,7 +334,7 @@ impl Cluster {
     }
 
     /// [`Cluster::converged`] among the nodes `among` only.
-    fn converged_among(
+    pub(crate) fn converged_among(
         &self,
         w: &World,
         repo: &str,
