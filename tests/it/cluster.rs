@@ -299,6 +299,21 @@ impl Cluster {
         n.process = Some(p);
     }
 
+    /// One more node (`n<index>`, its own root and port), started; its index.
+    pub(crate) fn add_node(&mut self, w: &World) -> usize {
+        let i = self.nodes.len();
+        self.nodes.push(Node {
+            name: format!("n{i}"),
+            root: w.path(&format!("node{i}")),
+            port: free_ports(1)[0],
+            process: None,
+            ssh_port: None,
+            env: Vec::new(),
+        });
+        self.start_node(w, i);
+        i
+    }
+
     /// kill -9 node `i`.
     pub(crate) fn kill_node(&mut self, i: usize) {
         if let Some(mut p) = self.nodes[i].process.take() {

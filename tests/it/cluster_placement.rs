@@ -5,9 +5,10 @@
 
 use crate::cluster::{Cluster, push};
 use crate::cluster_fixture::{cluster, cluster_world};
-use crate::common::World;
+use crate::common::{self, World};
 
 use std::collections::BTreeMap;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The replica list etcd records for `repo` (its cluster name), empty when none.
@@ -157,6 +158,162 @@ fn a_repository_placed_short_is_filled_up_to_k_when_the_node_comes_back() {
     assert_eq!(w.ref_map(c.nodes[2].dir("short.git")), refs);
     assert!(
         c.nodes[2]
+            .log()
+            .contains("joined the repository's replicas")
+    );
+}
+
+#[test]
+fn a_drained_node_is_taken_off_every_list_after_its_repositories_are_copied_elsewhere() {
+    let Some(w) = cluster_world() else { return };
+    let c = cluster(&w).replicas(2).start();
+    let repos = ["d0.git", "d1.git", "d2.git"];
+    let mut srcs = Vec::new();
+    let mut last = Vec::new();
+    for repo in repos {
+        let src = w.work(&format!("src-{repo}"));
+        last.push(push_new(&w, &c, &src, &[0], repo, 0));
+        srcs.push(src);
+    }
+    // The node to drain: d0's first replica; the pushes go through the other two.
+    let drained = listed(&c, "d0")[0].clone();
+    let others: Vec<usize> = (0..3).filter(|&i| c.nodes[i].name != drained).collect();
+    let urls = c.etcd.urls();
+    let (drain, pushed) = std::thread::scope(|s| {
+        let pushing = s.spawn(|| {
+            let mut acked = Vec::new();
+            for n in 1..=8 {
+                acked.push(push_new(&w, &c, &srcs[0], &others, repos[0], n));
+                std::thread::sleep(Duration::from_millis(700));
+            }
+            acked
+        });
+        let drain = Command::new(common::berth())
+            .args(["cluster", "drain", &drained, "--cluster", &urls])
+            .args(["--wait", "--timeout", "180"])
+            .output()
+            .unwrap();
+        (drain, pushing.join().unwrap())
+    });
+    let said = String::from_utf8_lossy(&drain.stdout);
+    assert!(
+        drain.status.success(),
+        "berth cluster drain {drained}: {said}{}\n{}",
+        String::from_utf8_lossy(&drain.stderr),
+        c.logs()
+    );
+    assert!(
+        said.contains(&format!("{drained} is drained: no repository lists it")),
+        "{said}"
+    );
+    last[0] = pushed.last().cloned().unwrap();
+    for (i, repo) in repos.iter().enumerate() {
+        let name = repo.trim_end_matches(".git");
+        let list = listed(&c, name);
+        assert!(!list.contains(&drained), "{repo}: {list:?}");
+        assert_eq!(list.len(), 2, "{repo}: {list:?}");
+        let refs = listed_converged(&w, &c, repo);
+        assert_eq!(
+            refs.get("refs/heads/main"),
+            Some(&last[i]),
+            "{repo}: {refs:?}"
+        );
+    }
+    // A new repository goes to the nodes not draining.
+    let src = w.work("src-new");
+    push_new(&w, &c, &src, &others, "fresh.git", 0);
+    assert!(!listed(&c, "fresh").contains(&drained));
+    // Still draining: status says so.
+    let status = Command::new(common::berth())
+        .args(["cluster", "status", "--cluster", &urls, "--replicas", "2"])
+        .output()
+        .unwrap();
+    let status = String::from_utf8_lossy(&status.stdout);
+    assert!(status.contains("(draining)"), "{status}");
+}
+
+/// The rendezvous top `k` of `nodes` for `repo` (the cluster's own hashing: blake2b-256 of
+/// the node, a zero byte and the name; the first 8 bytes, highest first).
+fn top(repo: &str, nodes: &[&str], k: usize) -> Vec<String> {
+    use blake2::digest::Digest;
+    let mut scored: Vec<([u8; 8], &str)> = nodes
+        .iter()
+        .map(|n| {
+            let mut h = blake2::Blake2b256::new();
+            h.update(n.as_bytes());
+            h.update([0]);
+            h.update(repo.as_bytes());
+            let mut s = [0u8; 8];
+            s.copy_from_slice(&h.finalize()[..8]);
+            (s, *n)
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    let mut top: Vec<String> = scored.into_iter().take(k).map(|s| s.1.to_owned()).collect();
+    top.sort();
+    top
+}
+
+#[test]
+fn a_node_started_later_takes_its_rendezvous_share_one_copy_at_a_time() {
+    let Some(w) = cluster_world() else { return };
+    let mut c = cluster(&w).start();
+    let repos = ["j0.git", "j1.git", "j2.git", "j3.git"];
+    let mut srcs = Vec::new();
+    let mut last = Vec::new();
+    for repo in repos {
+        let src = w.work(&format!("src-{repo}"));
+        last.push(push_new(&w, &c, &src, &[0], repo, 0));
+        srcs.push(src);
+    }
+    let want: Vec<Vec<String>> = repos
+        .iter()
+        .map(|r| top(r.trim_end_matches(".git"), &["n0", "n1", "n2", "n3"], 3))
+        .collect();
+    assert!(
+        want.iter().any(|t| t.contains(&"n3".to_string())),
+        "n3 is in no repository's top 3: {want:?}"
+    );
+    let new = c.add_node(&w);
+    let start = Instant::now();
+    let mut n = 0;
+    loop {
+        let lists: Vec<Vec<String>> = repos
+            .iter()
+            .map(|r| {
+                let mut l = listed(&c, r.trim_end_matches(".git"));
+                // Never more than one copy beyond K.
+                assert!(l.len() <= 4, "{r}: {l:?}");
+                l.sort();
+                l
+            })
+            .collect();
+        if lists == want {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "placement never reached {want:?}: {lists:?}\n{}",
+            c.logs()
+        );
+        // Pushes go on while repositories move.
+        n += 1;
+        let i = n % repos.len();
+        last[i] = push_new(&w, &c, &srcs[i], &[n % 3, new], repos[i], n);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for (i, repo) in repos.iter().enumerate() {
+        n += 1;
+        last[i] = push_new(&w, &c, &srcs[i], &[new, 0], repo, n);
+        let refs = listed_converged(&w, &c, repo);
+        assert_eq!(
+            refs.get("refs/heads/main"),
+            Some(&last[i]),
+            "{repo}: {refs:?}"
+        );
+    }
+    assert!(
+        c.nodes[new]
             .log()
             .contains("joined the repository's replicas")
     );
