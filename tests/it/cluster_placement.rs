@@ -114,8 +114,7 @@ fn a_repository_placed_short_is_filled_up_to_k_when_the_node_comes_back() {
     wait_until(&c, "n2's lease expired", Duration::from_secs(120), || {
         c.etcd.keys("/berth/nodes/").is_some_and(|k| k.len() == 2)
     });
-    // n0 reads the live nodes at most a second old.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Placing reads the live nodes from etcd then, not as cached a second ago.
     let src = w.work("src");
     let mut n = 0;
     let mut last = push_new(&w, &c, &src, &[0, 1], "short.git", n);
