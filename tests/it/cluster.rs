@@ -448,7 +448,7 @@ impl Cluster {
     /// Make node `i`'s `repo` pause in the reference-transaction state `state` while
     /// `<world>/pause-<state>` exists: it creates `<world>/paused-<state>` and waits until
     /// the pause file is removed (120 s at most).
-    fn pause_hook(&self, w: &World, i: usize, repo: &str) {
+    pub(crate) fn pause_hook(&self, w: &World, i: usize, repo: &str) {
         let hook = self.nodes[i].dir(repo).join("hooks/reference-transaction");
         let at = w.root().display().to_string();
         std::fs::write(

@@ -317,3 +317,69 @@ fn a_node_started_later_takes_its_rendezvous_share_one_copy_at_a_time() {
             .contains("joined the repository's replicas")
     );
 }
+
+/// `etcdctl put key value` on the cluster's etcd.
+fn etcd_put(c: &Cluster, key: &str, value: &str) {
+    let ok = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", &c.etcd.urls(), "put", key, value])
+        .output()
+        .expect("etcdctl (apt-get install etcd-client)");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
+
+#[test]
+fn a_node_taken_off_the_list_while_its_push_is_prepared_does_not_acknowledge_it() {
+    let Some(w) = cluster_world() else { return };
+    let c = cluster(&w).replicas(2).start();
+    let src = w.work("src");
+    let first = push_new(&w, &c, &src, &[0], "moved.git", 0);
+    let list = listed(&c, "moved");
+    let (a, b) = (index(&c, &list[0]), index(&c, &list[1]));
+    let third = (0..3).find(|i| *i != a && *i != b).unwrap();
+    c.pause_hook(&w, a, "moved.git");
+    let pause = w.path("pause-prepared");
+    std::fs::write(&pause, "").unwrap();
+    w.commit(&src, "a", "while moved");
+    let url = c.nodes[a].url("moved.git");
+    let out = std::thread::scope(|s| {
+        // Accepted on a (a replica then), paused with its ref transaction prepared, before
+        // the cluster's prepare and commit point.
+        let pushing = s.spawn(|| push(&w, &src, &url, &["HEAD:refs/heads/main"]));
+        crate::cluster::wait_for(&w.path("paused-prepared"), &c);
+        // Meanwhile a is taken off the list (and marked draining, so that it does not join
+        // again): b and the third node hold the repository now.
+        etcd_put(&c, &format!("/berth/drain/{}", c.nodes[a].name), "draining");
+        let moved = format!("[\"{}\",\"{}\"]", c.nodes[b].name, c.nodes[third].name);
+        etcd_put(&c, "/berth/repos/moved/replicas", &moved);
+        let _ = std::fs::remove_file(&pause);
+        pushing.join().unwrap()
+    });
+    let told = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // a and b alone would be the quorum of two: without the list's compare it was `ok`.
+    assert!(
+        !out.status.success(),
+        "acknowledged on a removed node: {told}"
+    );
+    assert!(told.contains("no longer holds"), "{told}\n{}", c.logs());
+    assert_eq!(
+        w.ref_map(c.nodes[b].dir("moved.git"))
+            .get("refs/heads/main"),
+        Some(&first),
+        "nothing landed on b"
+    );
+    let head = c.etcd.value("/berth/logs/moved").unwrap_or_default();
+    assert!(head.contains("\"seq\":1"), "nothing committed: {head}");
+    // The next push goes to the new list and lands on both of its nodes.
+    let last = push_new(&w, &c, &src, &[a, b], "moved.git", 1);
+    let refs = listed_converged(&w, &c, "moved.git");
+    assert_eq!(refs.get("refs/heads/main"), Some(&last));
+}
