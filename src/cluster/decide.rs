@@ -527,6 +527,29 @@ mod tests {
     }
 
     #[test]
+    fn a_replica_down_is_replaced_by_a_spare_live_node_and_removed_last() {
+        let none = BTreeSet::new();
+        // c is down: only a, b and the spare d are eligible.
+        let ranked = names(&["a", "b", "d"]);
+        let list = names(&["a", "b", "c"]);
+        assert_eq!(
+            upkeep("d", 3, &list, &ranked, &none, |_| true),
+            Upkeep::Join
+        );
+        let four = names(&["a", "b", "c", "d"]);
+        let live = |n: &str| n != "c";
+        assert_eq!(
+            upkeep("a", 3, &four, &ranked, &none, live),
+            Upkeep::Remove(names(&["c"]))
+        );
+        // Not before d is current.
+        assert_eq!(
+            upkeep("a", 3, &four, &ranked, &none, |n| n == "a" || n == "b"),
+            Upkeep::Nothing
+        );
+    }
+
+    #[test]
     fn a_new_node_in_the_top_k_joins_and_the_displaced_replica_is_removed() {
         let none = BTreeSet::new();
         let ranked = names(&["a", "d", "b", "c"]);
