@@ -383,3 +383,34 @@ fn a_node_taken_off_the_list_while_its_push_is_prepared_does_not_acknowledge_it(
     let refs = listed_converged(&w, &c, "moved.git");
     assert_eq!(refs.get("refs/heads/main"), Some(&last));
 }
+
+#[test]
+fn a_node_down_for_good_is_drained_from_the_copies_of_the_others() {
+    let Some(w) = cluster_world() else { return };
+    let mut c = cluster(&w).replicas(2).start();
+    let src = w.work("src");
+    push_new(&w, &c, &src, &[0], "gone.git", 0);
+    let gone = listed(&c, "gone")[0].clone();
+    let others: Vec<usize> = (0..3).filter(|&i| c.nodes[i].name != gone).collect();
+    // With K=2 its pushes need both copies: none is acknowledged until a third node has
+    // taken the killed one's place.
+    c.kill_node(index(&c, &gone));
+    let drain = Command::new(common::berth())
+        .args(["cluster", "drain", &gone, "--cluster", &c.etcd.urls()])
+        .args(["--wait", "--timeout", "180"])
+        .output()
+        .unwrap();
+    assert!(
+        drain.status.success(),
+        "berth cluster drain {gone}: {}{}\n{}",
+        String::from_utf8_lossy(&drain.stdout),
+        String::from_utf8_lossy(&drain.stderr),
+        c.logs()
+    );
+    let list = listed(&c, "gone");
+    assert!(!list.contains(&gone), "{list:?}");
+    assert_eq!(list.len(), 2, "{list:?}");
+    let last = push_new(&w, &c, &src, &others, "gone.git", 1);
+    let refs = listed_converged(&w, &c, "gone.git");
+    assert_eq!(refs.get("refs/heads/main"), Some(&last));
+}
