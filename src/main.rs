@@ -45,6 +45,27 @@ enum ClusterCmd {
     /// is wrong (short of --replicas copies, a replica down or behind); exits 1 when anything
     /// is.
     Status(ClusterStatusArgs),
+    /// Mark NODE draining: no new repositories are placed on it, each of its repositories is
+    /// copied to another live node, then NODE is taken off its list; with --wait, wait until
+    /// no repository lists NODE.
+    Drain(ClusterDrainArgs),
+}
+
+#[cfg(feature = "serve")]
+#[derive(clap::Args)]
+struct ClusterDrainArgs {
+    /// The node to drain, by its --node name.
+    node: String,
+    /// etcd client URLs (comma-separated), as the nodes' --cluster.
+    #[arg(long, value_name = "URL[,URL...]")]
+    cluster: String,
+    /// Wait until no repository lists the node (exit 1 if it is still listed after
+    /// --timeout).
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait waits, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    timeout: u64,
 }
 
 #[cfg(feature = "serve")]
@@ -399,6 +420,69 @@ fn main() -> ExitCode {
         Cmd::Bench(BenchCmd::Load(a)) => bench::load_main(*a),
         #[cfg(feature = "serve")]
         Cmd::Cluster(ClusterCmd::Status(a)) => cluster_status(a),
+        #[cfg(feature = "serve")]
+        Cmd::Cluster(ClusterCmd::Drain(a)) => cluster_drain(a),
+    }
+}
+
+/// `berth cluster drain`.
+#[cfg(feature = "serve")]
+fn cluster_drain(a: ClusterDrainArgs) -> ExitCode {
+    use berth::serve::cluster_status as status;
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("berth cluster drain: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let endpoints = [a.cluster];
+    // Checked as a node name before anything is printed with it.
+    if let Err(e) = runtime.block_on(status::drain(&endpoints, &a.node)) {
+        eprintln!("berth cluster drain: {e} (is etcd at the URL the nodes' --cluster names?)");
+        return ExitCode::from(2);
+    }
+    let node = a.node.as_str();
+    let start = std::time::Instant::now();
+    let mut said = None;
+    loop {
+        // The K the nodes use does not matter here: only the lists are read.
+        let listed = match runtime.block_on(status::read(&endpoints, 1)) {
+            Ok(s) => status::listing(&s, &a.node)
+                .into_iter()
+                .map(str::to_owned)
+                .collect::<Vec<_>>(),
+            Err(e) => {
+                eprintln!("berth cluster drain: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        if listed.is_empty() {
+            println!("{node} is drained: no repository lists it");
+            return ExitCode::SUCCESS;
+        }
+        if said != Some(listed.len()) {
+            println!(
+                "{node} is draining: {} repositories still list it",
+                listed.len()
+            );
+            said = Some(listed.len());
+        }
+        if !a.wait {
+            return ExitCode::SUCCESS;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(a.timeout) {
+            eprintln!(
+                "berth cluster drain: {node} still listed by {} repositories after {} s (are --replicas nodes live besides it?)",
+                listed.len(),
+                a.timeout
+            );
+            return ExitCode::from(1);
+        }
+        std::thread::sleep(std::time::Duration::from_secs(2));
     }
 }
 

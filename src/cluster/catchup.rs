@@ -266,7 +266,7 @@ impl Cluster {
     /// sequence number applied, `None` when another catch-up of it runs. A replica without a
     /// copy, or whose next entry is compacted away, resyncs from another replica first
     /// (`resync.rs`), and again should the entry after that snapshot be gone meanwhile.
-    async fn catch_up(self: &Arc<Self>, name: &str) -> Result<Option<CaughtUp>, Error> {
+    pub(super) async fn catch_up(self: &Arc<Self>, name: &str) -> Result<Option<CaughtUp>, Error> {
         let Some(_running) = self.catching.start(name) else {
             return Ok(None);
         };
@@ -422,7 +422,7 @@ impl Cluster {
 
 /// How a catch-up that ran ended: the last entry applied, by it (or a resync) or before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CaughtUp {
+pub(super) enum CaughtUp {
     /// Nothing was left to apply.
     Current(u64),
     /// It applied entries, or resynced.

@@ -310,11 +310,272 @@ pub(super) fn resolve(heard: Heard, logged: Option<Logged>) -> Resolve {
     }
 }
 
+/// What the gate does when the commit point found the repository's replica list changed
+/// since the push read it (a node joined, or a drained or displaced one was removed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AfterMoved {
+    /// This node and the replicas that prepared, counted in the new list only, are still a
+    /// quorum: compare again against the new list.
+    Retry,
+    /// This node is not in the new list: it may not commit the repository's pushes.
+    NotHere,
+    /// Too few of those that prepared are in the new list (the others were removed).
+    Short { prepared: usize },
+}
+
+/// [`AfterMoved`] for a push accepted on `me` and prepared on `prepared`, when the list is
+/// now `list` and a push needs `need` copies.
+pub(super) fn after_moved(
+    list: &[String],
+    me: &str,
+    prepared: &[String],
+    need: usize,
+) -> AfterMoved {
+    if !list.iter().any(|n| n == me) {
+        return AfterMoved::NotHere;
+    }
+    let still = 1 + prepared
+        .iter()
+        .filter(|p| *p != me && list.contains(p))
+        .count();
+    if still >= need {
+        AfterMoved::Retry
+    } else {
+        AfterMoved::Short { prepared: still }
+    }
+}
+
+/// One step of a repository's placement upkeep, as one node sees it ([`upkeep`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Upkeep {
+    /// Nothing for this node to do.
+    Nothing,
+    /// This node copies the repository, then adds itself to the list: the list has fewer
+    /// than K replicas that are not draining (filling up), or this node is in the
+    /// rendezvous top K of the eligible nodes and not listed (rebalancing; K+1 copies until
+    /// the displaced one leaves).
+    Join,
+    /// This node removes these replicas from the list: draining, or displaced by a better
+    /// ranked one; the K kept are live and have applied the whole log.
+    Remove(Vec<String>),
+}
+
+/// What `me` does for a repository listed on `list`, when `ranked` are the eligible nodes
+/// (live, not draining) in the repository's rendezvous order, `draining` the nodes marked
+/// draining, `k` the copies wanted and `current(node)` says whether a listed node is live and
+/// has applied the whole log. Exactly one node acts on each step: the best ranked eligible
+/// node missing from the list joins; the best ranked of the kept replicas removes. A list
+/// longer than K (a move under way) takes no joiner until it is shrunk back: one move per
+/// repository at a time.
+pub(super) fn upkeep(
+    me: &str,
+    k: usize,
+    list: &[String],
+    ranked: &[String],
+    draining: &BTreeSet<String>,
+    current: impl Fn(&str) -> bool,
+) -> Upkeep {
+    let rank = |n: &String| ranked.iter().position(|r| r == n).unwrap_or(usize::MAX);
+    // The replicas to keep: not draining, best ranked first (those not eligible, i.e. down,
+    // after the live ones, in list order).
+    let mut keep: Vec<&String> = list.iter().filter(|n| !draining.contains(*n)).collect();
+    keep.sort_by_key(|n| rank(n));
+    let missing: Vec<&String> = ranked.iter().filter(|n| !list.contains(n)).collect();
+    if !list.iter().any(|n| n == me) {
+        if draining.contains(me) || list.len() > k {
+            return Upkeep::Nothing;
+        }
+        let joiner = if keep.len() < k {
+            // Filling up: the best ranked eligible node that is not a replica.
+            missing.first()
+        } else {
+            // Rebalancing: the best ranked of the top K that is not a replica.
+            missing.iter().find(|n| rank(n) < k)
+        };
+        return match joiner {
+            Some(j) if j.as_str() == me => Upkeep::Join,
+            _ => Upkeep::Nothing,
+        };
+    }
+    if keep.len() < k {
+        return Upkeep::Nothing;
+    }
+    keep.truncate(k);
+    let remove: Vec<String> = list.iter().filter(|n| !keep.contains(n)).cloned().collect();
+    if remove.is_empty() || keep.iter().any(|n| !current(n)) {
+        return Upkeep::Nothing;
+    }
+    if keep.first().map(|n| n.as_str()) == Some(me) {
+        Upkeep::Remove(remove)
+    } else {
+        Upkeep::Nothing
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::refs::{Change, Expected};
     use gix_hash::ObjectId;
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_changed_list_keeps_the_push_only_if_its_prepared_replicas_are_still_a_quorum() {
+        let prepared = names(&["b", "c"]);
+        // A node joined: everyone who prepared is still listed.
+        assert_eq!(
+            after_moved(&names(&["a", "b", "c", "d"]), "a", &prepared, 2),
+            AfterMoved::Retry
+        );
+        // c was removed: a and b are still two of the needed two.
+        assert_eq!(
+            after_moved(&names(&["a", "b", "d"]), "a", &names(&["c"]), 2),
+            AfterMoved::Short { prepared: 1 }
+        );
+        assert_eq!(
+            after_moved(&names(&["a", "b", "d"]), "a", &prepared, 2),
+            AfterMoved::Retry
+        );
+        assert_eq!(
+            after_moved(&names(&["a", "b", "d"]), "a", &prepared, 3),
+            AfterMoved::Short { prepared: 2 }
+        );
+        // The accepting node itself was removed.
+        assert_eq!(
+            after_moved(&names(&["b", "c", "d"]), "a", &prepared, 2),
+            AfterMoved::NotHere
+        );
+    }
+
+    #[test]
+    fn a_short_repository_is_filled_by_the_best_ranked_node_only() {
+        let none = BTreeSet::new();
+        let ranked = names(&["c", "a", "b"]);
+        let list = names(&["a", "b"]);
+        assert_eq!(
+            upkeep("c", 3, &list, &ranked, &none, |_| true),
+            Upkeep::Join
+        );
+        assert_eq!(
+            upkeep("a", 3, &list, &ranked, &none, |_| true),
+            Upkeep::Nothing
+        );
+        // Two nodes missing: only the better ranked joins first.
+        let ranked = names(&["d", "c", "a"]);
+        let list = names(&["a"]);
+        assert_eq!(
+            upkeep("d", 3, &list, &ranked, &none, |_| true),
+            Upkeep::Join
+        );
+        assert_eq!(
+            upkeep("c", 3, &list, &ranked, &none, |_| true),
+            Upkeep::Nothing
+        );
+        // Nobody else eligible: nothing.
+        assert_eq!(
+            upkeep(
+                "a",
+                3,
+                &names(&["a", "b"]),
+                &names(&["a", "b"]),
+                &none,
+                |_| true
+            ),
+            Upkeep::Nothing
+        );
+    }
+
+    #[test]
+    fn a_draining_replica_is_replaced_first_then_removed_once_the_rest_are_current() {
+        let draining = BTreeSet::from(["b".to_string()]);
+        let ranked = names(&["a", "c", "d"]);
+        let list = names(&["a", "b", "c"]);
+        // d fills in for b; the draining node itself never joins anything.
+        assert_eq!(
+            upkeep("d", 3, &list, &ranked, &draining, |_| true),
+            Upkeep::Join
+        );
+        assert_eq!(
+            upkeep("b", 3, &names(&["a", "c", "d"]), &ranked, &draining, |_| {
+                true
+            }),
+            Upkeep::Nothing
+        );
+        // Nobody removes b before the three kept are current.
+        let four = names(&["a", "b", "c", "d"]);
+        assert_eq!(
+            upkeep("a", 3, &four, &ranked, &draining, |n| n != "d"),
+            Upkeep::Nothing
+        );
+        assert_eq!(
+            upkeep("a", 3, &four, &ranked, &draining, |_| true),
+            Upkeep::Remove(names(&["b"]))
+        );
+        // Only the best ranked kept replica acts.
+        assert_eq!(
+            upkeep("c", 3, &four, &ranked, &draining, |_| true),
+            Upkeep::Nothing
+        );
+        // Too few left to keep K: b stays.
+        assert_eq!(
+            upkeep("a", 3, &list, &names(&["a", "c"]), &draining, |_| true),
+            Upkeep::Nothing
+        );
+    }
+
+    #[test]
+    fn a_replica_down_is_replaced_by_a_spare_live_node_and_removed_last() {
+        let none = BTreeSet::new();
+        // c is down: only a, b and the spare d are eligible.
+        let ranked = names(&["a", "b", "d"]);
+        let list = names(&["a", "b", "c"]);
+        assert_eq!(
+            upkeep("d", 3, &list, &ranked, &none, |_| true),
+            Upkeep::Join
+        );
+        let four = names(&["a", "b", "c", "d"]);
+        let live = |n: &str| n != "c";
+        assert_eq!(
+            upkeep("a", 3, &four, &ranked, &none, live),
+            Upkeep::Remove(names(&["c"]))
+        );
+        // Not before d is current.
+        assert_eq!(
+            upkeep("a", 3, &four, &ranked, &none, |n| n == "a" || n == "b"),
+            Upkeep::Nothing
+        );
+    }
+
+    #[test]
+    fn a_new_node_in_the_top_k_joins_and_the_displaced_replica_is_removed() {
+        let none = BTreeSet::new();
+        let ranked = names(&["a", "d", "b", "c"]);
+        let list = names(&["a", "b", "c"]);
+        assert_eq!(
+            upkeep("d", 3, &list, &ranked, &none, |_| true),
+            Upkeep::Join
+        );
+        // Not in the top K: it stays out.
+        let ranked_low = names(&["a", "b", "c", "d"]);
+        assert_eq!(
+            upkeep("d", 3, &list, &ranked_low, &none, |_| true),
+            Upkeep::Nothing
+        );
+        let four = names(&["a", "b", "c", "d"]);
+        assert_eq!(
+            upkeep("a", 3, &four, &ranked, &none, |_| true),
+            Upkeep::Remove(names(&["c"]))
+        );
+        // A move under way takes no other joiner.
+        let ranked5 = names(&["e", "a", "d", "b", "c"]);
+        assert_eq!(
+            upkeep("e", 3, &four, &ranked5, &none, |_| true),
+            Upkeep::Nothing
+        );
+    }
 
     fn id(n: u8) -> ObjectId {
         ObjectId::from_bytes_or_panic(&[n; 20])

@@ -13,8 +13,11 @@
 //!    stays open until that replica answered its decide request (step 5, or an abort), so that
 //!    if this node dies the replicas learn it at once and ask the log (`replica.rs`);
 //! 3. with fewer than the acknowledgement quorum prepared (itself included): aborts everywhere;
-//! 4. the commit point: one etcd txn — if the log key's mod revision is still R, put the entry
-//!    S+1 as the log key and as `entries/<S+1>`. An answer lost to an etcd failure is retried
+//! 4. the commit point: one etcd txn — if the log key's mod revision is still R and the
+//!    replicas key's is still the one of the list the push was prepared on, put the entry
+//!    S+1 as the log key and as `entries/<S+1>`. A changed list (a node joined, one was
+//!    removed: `upkeep.rs`) is compared again if this node and the replicas that prepared are
+//!    still a quorum in it, else the push is refused (nothing landed). An answer lost to an etcd failure is retried
 //!    with the same compare, and a failed compare whose log names this transaction is a
 //!    success: the entry is written at most once and the gate learns whether it was. Lost
 //!    compare (another push committed first): abort everywhere, the refs get
@@ -30,10 +33,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::applied::Recorded;
-use super::decide::{self, AfterLost, Failure, Next, Position, Quorum, RETRY, Verdict, Winners};
+use super::decide::{
+    self, AfterLost, AfterMoved, Failure, Next, Position, Quorum, RETRY, Verdict, Winners,
+};
 use super::log::new_of;
 use super::metrics::PrepareOutcome;
 use super::objects::Format;
+use super::placement::Placed;
 use super::wire::{self, Answered, Attempts, SECRET_HEADER};
 use super::{Cluster, applied_seq, etcd, http, log, needed};
 use crate::escape::Escaped;
@@ -54,8 +60,6 @@ pub(crate) struct Gate {
     /// The repository's cluster name.
     pub(crate) name: String,
     pub(crate) dir: PathBuf,
-    /// Its replicas as recorded in etcd.
-    pub(crate) replicas: Vec<String>,
     pub(crate) handle: tokio::runtime::Handle,
     /// The reflog identity, for the replicas' transactions.
     pub(crate) committer_name: String,
@@ -81,14 +85,13 @@ impl Gate {
         let stream = Arc::new(super::PushStream::new(
             cluster.clone(),
             name.clone(),
-            replicas.clone(),
+            replicas,
             handle.clone(),
         ));
         let gate = Arc::new(Gate {
             cluster,
             name,
             dir: PathBuf::from(dir),
-            replicas,
             handle,
             committer_name: committer_name.to_owned(),
             committer_email: committer_email.to_owned(),
@@ -147,8 +150,13 @@ impl Gate {
         let txid = id.to_string();
         let base = self.check_base(&txid, updates).await?;
         let need = self.need();
-        let prepared = self.prepare(base, id, updates, need).await?;
-        let seq = match self.commit_point(base, &txid, updates).await {
+        // The list the push is prepared on; the commit point compares its revision.
+        let placed = self.placed().await?;
+        let prepared = self.prepare(base, id, updates, need, &placed.list).await?;
+        let seq = match self
+            .commit_point(base, &txid, updates, placed, &prepared.names(), need)
+            .await
+        {
             Ok(seq) => seq,
             Err(e) => {
                 match e.in_the_log() {
@@ -184,6 +192,22 @@ impl Gate {
         Need {
             need: needed(self.cluster.ack, k),
             k,
+        }
+    }
+
+    /// The repository's replica list as this node knows it, which must list this node.
+    async fn placed(&self) -> Result<Placed, BaseRefused> {
+        let c = &self.cluster;
+        let placed = c
+            .placement
+            .placed_of(&self.name)
+            .await
+            .map_err(unavailable)?;
+        match placed {
+            Some(p) if p.list.contains(&c.node) => Ok(p),
+            _ => Err(BaseRefused::NotAReplica {
+                node: c.node.clone(),
+            }),
         }
     }
 
@@ -256,6 +280,7 @@ impl Gate {
         id: wire::Id,
         updates: &[RefUpdate],
         need: Need,
+        replicas: &[String],
     ) -> Result<Prepared, PrepareRefused> {
         let c = &self.cluster;
         let txid = id.to_string();
@@ -281,11 +306,7 @@ impl Gate {
         body.extend_from_slice(&header);
         let body = Bytes::from(body);
 
-        let peers = c
-            .membership
-            .urls_of(&self.replicas)
-            .await
-            .map_err(unavailable)?;
+        let peers = c.membership.urls_of(replicas).await.map_err(unavailable)?;
         let sends = peers.into_iter().map(|(name, url)| {
             let body = body.clone();
             let secret = c.secret.clone();
@@ -369,13 +390,17 @@ impl Gate {
     }
 
     /// Step 3, the commit point: the entry after `base` compared-and-swapped into the log,
-    /// again after entries of other refs that won the compare ([`decide::after_lost_compare`]);
-    /// the entry's sequence number.
+    /// again after entries of other refs that won the compare ([`decide::after_lost_compare`]),
+    /// and again on a changed replica list if the replicas that `prepared` are still a
+    /// quorum in it ([`decide::after_moved`]); the entry's sequence number.
     async fn commit_point(
         &self,
         base: Base,
         txid: &str,
         updates: &[RefUpdate],
+        placed: Placed,
+        prepared: &[String],
+        need: Need,
     ) -> Result<u64, CommitRefused> {
         let c = &self.cluster;
         let mut entry = log::Entry {
@@ -385,15 +410,44 @@ impl Gate {
             updates: updates.to_vec(),
         };
         let mut base = base;
+        let mut placed = placed;
         let mut rounds = 0;
         loop {
             entry.seq = base.seq + 1;
-            let lost = match self.compare_and_swap(base.rev, &entry).await? {
+            let lost = match self.compare_and_swap(base.rev, placed.rev, &entry).await? {
                 log::Put::Committed => {
                     c.metrics.commit();
                     return Ok(entry.seq);
                 }
                 log::Put::Lost(lost) => lost,
+                log::Put::Moved(now) => {
+                    c.placement.learn(&self.name, now.clone());
+                    rounds += 1;
+                    let after = decide::after_moved(&now.list, &c.node, prepared, need.need);
+                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, replicas = %now.list.join(","), after = ?after, "the replica list changed under the push");
+                    match after {
+                        AfterMoved::Retry if rounds < RETRY.lost_compare_rounds => {
+                            placed = now;
+                            continue;
+                        }
+                        AfterMoved::Retry => {
+                            return Err(CommitRefused::OutRaced {
+                                rounds: RETRY.lost_compare_rounds,
+                            });
+                        }
+                        AfterMoved::NotHere => {
+                            return Err(CommitRefused::Moved {
+                                node: c.node.clone(),
+                            });
+                        }
+                        AfterMoved::Short { prepared } => {
+                            return Err(CommitRefused::MovedShort {
+                                prepared,
+                                k: need.k,
+                            });
+                        }
+                    }
+                }
             };
             c.metrics.lost_compare();
             // Other pushes committed since the base. If none of them touched these refs, the
@@ -431,6 +485,7 @@ impl Gate {
     async fn compare_and_swap(
         &self,
         rev: i64,
+        placed: i64,
         entry: &log::Entry,
     ) -> Result<log::Put, CommitRefused> {
         let txid = entry.txid.as_str();
@@ -441,7 +496,15 @@ impl Gate {
             let e = match self
                 .cluster
                 .log
-                .compare_and_put(&self.name, rev, entry.seq, txid, &head_value, &value)
+                .compare_and_put(
+                    &self.name,
+                    rev,
+                    placed,
+                    entry.seq,
+                    txid,
+                    &head_value,
+                    &value,
+                )
                 .await
             {
                 Ok(put) => return Ok(put),
@@ -517,6 +580,11 @@ impl Prepared {
     /// How many peers prepared.
     fn len(&self) -> usize {
         self.peers.len()
+    }
+
+    /// The names of the peers that prepared.
+    fn names(&self) -> Vec<String> {
+        self.peers.iter().map(|p| p.name.clone()).collect()
     }
 
     /// Tell them to abort; how many confirmed.
@@ -615,6 +683,9 @@ pub(super) enum BaseRefused {
     /// This replica's copy cannot be opened.
     #[error(transparent)]
     Open(crate::repo::Error),
+    /// This node is not (or no longer) one of the repository's replicas.
+    #[error("this node ({node}) no longer holds a replica of this repository; retry")]
+    NotAReplica { node: String },
 }
 
 /// Why the gate refused a push at the replicas' prepare (step 2).
@@ -655,6 +726,16 @@ pub(super) enum CommitRefused {
     /// The entries after the push's base could not be read.
     #[error("cannot read the repository's log; retry")]
     LogUnreadable,
+    /// The repository's replicas changed under the push and this node is not one any more.
+    #[error(
+        "the repository's replicas changed and this node ({node}) no longer holds one; nothing landed, retry"
+    )]
+    Moved { node: String },
+    /// The repository's replicas changed under the push and too few that prepared it remain.
+    #[error(
+        "the repository's replicas changed: only {prepared} of {k} that prepared the push still hold it; nothing landed, retry"
+    )]
+    MovedShort { prepared: usize, k: usize },
 }
 
 /// Whether a refused commit point may have written the entry.

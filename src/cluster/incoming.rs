@@ -257,8 +257,8 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
         Ok(s) => s,
         Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     };
-    match cluster.placement.replicas_of(&repo).await {
-        Ok(Some(nodes)) if nodes.contains(&cluster.node) => {}
+    match cluster.placement.holds(&repo, &cluster.node).await {
+        Ok(true) => {}
         other => {
             cluster.streams.remove(&id, Some(&slot));
             return match other {

@@ -80,12 +80,14 @@ pub(super) struct Head {
 }
 
 /// What [`Log::compare_and_put`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Put {
     /// The entry is in the log (put now, or found there: an earlier answer was lost).
     Committed,
     /// Another entry is the log's head: the head to try again from.
     Lost(Head),
+    /// The repository's replica list changed since the push read it: the list now.
+    Moved(super::placement::Placed),
 }
 
 /// The repositories' logs.
@@ -160,28 +162,35 @@ impl Log {
     }
 
     /// One etcd txn, the commit point: if repository `name`'s log key's mod revision is
-    /// still `rev`, put `head` (the entry's head) as the log key and `entry` (the entry
-    /// `seq` of `txid`, encoded) as `entries/<seq>`.
+    /// still `rev` and its replicas key's still `placed` (the list the push was prepared on),
+    /// put `head` (the entry's head) as the log key and `entry` (the entry `seq` of `txid`,
+    /// encoded) as `entries/<seq>`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn compare_and_put(
         &self,
         name: &str,
         rev: i64,
+        placed: i64,
         seq: u64,
         txid: &str,
         head: &[u8],
         entry: &[u8],
     ) -> Result<Put, etcd::Error> {
         let log_key = super::log_key(name);
+        let replicas_key = super::repo_key(name, "replicas");
         let entry_key = super::repo_key(name, &format!("entries/{seq:020}"));
         let t = self
             .etcd
             .txn(
-                &[etcd::Compare::ModRevision(log_key.clone(), rev)],
+                &[
+                    etcd::Compare::ModRevision(log_key.clone(), rev),
+                    etcd::Compare::ModRevision(replicas_key.clone(), placed),
+                ],
                 &[
                     etcd::Op::Put(log_key.clone(), head.to_vec(), None),
                     etcd::Op::Put(entry_key, entry.to_vec(), None),
                 ],
-                &[etcd::Op::Get(log_key)],
+                &[etcd::Op::Get(log_key), etcd::Op::Get(replicas_key)],
             )
             .await?;
         if t.succeeded {
@@ -192,6 +201,16 @@ impl Log {
         // A retry after a lost answer finds its own entry: committed once.
         if entry.as_ref().is_some_and(|e| e.txid == txid) {
             return Ok(Put::Committed);
+        }
+        if let Some(kv) = t.gets.get(1).and_then(|g| g.first())
+            && kv.mod_revision != placed
+        {
+            // An unreadable list is no list to go on with: the push is refused.
+            let list = super::placement::parse_list(&kv.value).unwrap_or_default();
+            return Ok(Put::Moved(super::placement::Placed {
+                list,
+                rev: kv.mod_revision,
+            }));
         }
         Ok(Put::Lost(Head {
             seq: entry.map_or(0, |e| e.seq),

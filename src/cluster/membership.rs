@@ -121,6 +121,17 @@ impl Membership {
         {
             return Ok(nodes.clone());
         }
+        self.read_live().await
+    }
+
+    /// The names of the live nodes read from etcd now (placing a new repository: the count
+    /// decides whether it may be placed at all).
+    pub(super) async fn live_names_now(&self) -> Result<Vec<String>, Error> {
+        Ok(self.read_live().await?.into_iter().map(|n| n.0).collect())
+    }
+
+    /// The live nodes read from etcd (and kept for [`LIVE_FOR`]).
+    async fn read_live(&self) -> Result<Nodes, Error> {
         let prefix = b"/berth/nodes/";
         let kvs = self.etcd.prefix(prefix).await?;
         let nodes: Nodes = kvs

@@ -30,12 +30,14 @@
 //! (`membership.rs`: an etcd lease on `/berth/nodes/<name>`, the live nodes), the placement of
 //! repositories (`placement.rs`: rendezvous hashing over the live nodes, recorded at creation
 //! in `/berth/repos/<name>/replicas`), the recorded formats and copies (`copy.rs`), the logs
-//! (`log.rs`), the applied sequences (`applied.rs`), the prepared
+//! (`log.rs`), the upkeep that keeps every repository on K copies where rendezvous says —
+//! fill-up, drain, rebalance (`upkeep.rs`), the applied sequences (`applied.rs`), the prepared
 //! transactions waiting for a decision (`replica.rs`), the incoming pack streams
 //! (`incoming.rs`), the catch-ups running (`catchup.rs`) and its series in `/metrics`
 //! (`metrics.rs`).
 //! etcd keys (all under `/berth/`): `nodes/<node>` (advertise URL, leased), `secret`,
-//! `repos/<name>/replicas` (JSON list), `logs/<name>` (the last entry's head, JSON),
+//! `repos/<name>/replicas` (JSON list; changed only by a compare of its mod revision),
+//! `drain/<node>` (a node being drained), `logs/<name>` (the last entry's head, JSON),
 //! `repos/<name>/entries/<seq, 20 digits>` (the entries not yet applied by every replica, for a
 //! replica that missed some), `repos/<name>/format` (object and ref format, for new copies), `repos/<name>/applied/<node>` (what each replica applied).
 //! Each replica records the last sequence number it applied in `<git dir>/berth-cluster-seq`.
@@ -69,6 +71,7 @@ mod resync;
 pub mod status;
 mod tee;
 pub(crate) mod tunnel;
+mod upkeep;
 mod wire;
 
 pub(crate) use endpoint::{INTERNAL_PREFIX, Internal, internal};
@@ -350,6 +353,8 @@ impl Cluster {
         // Catch up what was missed while down, then follow the logs.
         tokio::spawn(cluster.clone().follow());
         tokio::spawn(cluster.clone().watch_logs());
+        // Every repository on K copies, where rendezvous says (`upkeep.rs`).
+        tokio::spawn(cluster.clone().upkeep());
         tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %Escaped::text(cluster.membership.advertise()), "joined the cluster");
         Ok(cluster)
     }
@@ -445,7 +450,10 @@ impl Cluster {
         let replicas = match self.placement.replicas_of(&name).await? {
             Some(r) => r,
             None if push_rpc => {
-                let live = self.membership.live_names().await?;
+                // Nodes being drained take no new repository.
+                let draining = self.placement.draining().await?;
+                let mut live = self.membership.live_names_now().await?;
+                live.retain(|n| !draining.contains(n));
                 // Never a repository whose pushes could be acknowledged on fewer copies than
                 // the cluster promises: its quorum is reckoned from --replicas, not from who
                 // is up.

@@ -1,12 +1,30 @@
-//! Where each repository lives: rendezvous hashing over the live nodes, recorded at creation
-//! in `/berth/repos/<name>/replicas` (create-if-absent: the first node to record it decides),
-//! and fixed from then on, so [`Placement`] keeps what it read (its cache and its lock).
+//! Where each repository lives: rendezvous hashing over the live nodes that are not draining,
+//! recorded at creation in `/berth/repos/<name>/replicas` (create-if-absent: the first node to
+//! record it decides). The list changes afterwards only through a compare-and-swap on that
+//! key's mod revision (`upkeep.rs`: a node fills a repository up to K, a drained or displaced
+//! replica is removed), so [`Placement`] caches each list with the revision it was read at:
+//! the commit point compares that revision (`gate.rs`), and a push decided on a stale list is
+//! retried on the new one or refused, never acknowledged on a list that no longer holds.
+//! Nodes marked draining (`/berth/drain/<node>`, `berth cluster drain`) get no new
+//! repositories.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use super::{Error, etcd, repo_key, wire};
 use crate::escape::Escaped;
+
+/// The etcd prefix of the draining marks: `/berth/drain/<node>`.
+pub(crate) const DRAIN_PREFIX: &[u8] = b"/berth/drain/";
+
+/// A repository's replica list as recorded, and the mod revision of its key when read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Placed {
+    /// The replicas, in recorded order.
+    pub(super) list: Vec<String>,
+    /// The replicas key's mod revision: what a change of the list compares.
+    pub(super) rev: i64,
+}
 
 /// The replicas of the repositories, as recorded.
 #[derive(Debug)]
@@ -14,9 +32,10 @@ pub(super) struct Placement {
     etcd: Arc<etcd::Client>,
     /// How many nodes hold each repository, `--replicas` (fewer when placed short).
     replicas: usize,
-    /// The replicas of each repository read so far: placement is fixed once recorded, so a
-    /// request does not read it from etcd again.
-    placed: Mutex<HashMap<String, Vec<String>>>,
+    /// The replicas of each repository as last read, with the revision read: refreshed by
+    /// the upkeep round every few seconds, by a lost compare at the commit point and by a
+    /// change this node made.
+    placed: Mutex<HashMap<String, Placed>>,
 }
 
 impl Placement {
@@ -28,22 +47,131 @@ impl Placement {
         }
     }
 
-    /// The replicas recorded for `name`, if the repository exists in the cluster (read from
-    /// etcd once: placement does not change).
+    /// The replicas recorded for `name`, if the repository exists in the cluster (as last
+    /// read; read from etcd when never read).
     pub(super) async fn replicas_of(&self, name: &str) -> Result<Option<Vec<String>>, Error> {
-        if let Some(r) = self.placed.lock().ok().and_then(|p| p.get(name).cloned()) {
-            return Ok(Some(r));
+        Ok(self.placed_of(name).await?.map(|p| p.list))
+    }
+
+    /// The list and its revision for `name` (as last read; read from etcd when never read).
+    pub(super) async fn placed_of(&self, name: &str) -> Result<Option<Placed>, Error> {
+        if let Some(p) = self.cached(name) {
+            return Ok(Some(p));
         }
+        self.fresh(name).await
+    }
+
+    /// Whether `node` is one of `name`'s replicas: as last read, and if not, as etcd says now
+    /// (a list this node has not seen yet may have added it).
+    pub(super) async fn holds(&self, name: &str, node: &str) -> Result<bool, Error> {
+        if self
+            .cached(name)
+            .is_some_and(|p| p.list.iter().any(|n| n == node))
+        {
+            return Ok(true);
+        }
+        Ok(self
+            .fresh(name)
+            .await?
+            .is_some_and(|p| p.list.iter().any(|n| n == node)))
+    }
+
+    fn cached(&self, name: &str) -> Option<Placed> {
+        self.placed.lock().ok().and_then(|p| p.get(name).cloned())
+    }
+
+    /// `name`'s list read from etcd now (and cached).
+    pub(super) async fn fresh(&self, name: &str) -> Result<Option<Placed>, Error> {
         match self.etcd.get(&repo_key(name, "replicas")).await? {
             None => Ok(None),
             Some(kv) => {
-                let r = parse_list(&kv.value)?;
-                if let Ok(mut p) = self.placed.lock() {
-                    p.insert(name.to_owned(), r.clone());
-                }
-                Ok(Some(r))
+                let p = Placed {
+                    list: parse_list(&kv.value)?,
+                    rev: kv.mod_revision,
+                };
+                self.learn(name, p.clone());
+                Ok(Some(p))
             }
         }
+    }
+
+    /// Keep `placed` as `name`'s list unless a later one is known.
+    pub(super) fn learn(&self, name: &str, placed: Placed) {
+        if let Ok(mut p) = self.placed.lock() {
+            match p.get(name) {
+                Some(known) if known.rev > placed.rev => {}
+                _ => {
+                    p.insert(name.to_owned(), placed);
+                }
+            }
+        }
+    }
+
+    /// Every repository's list, read from etcd in one range (and cached); by name.
+    pub(super) async fn refresh_all(&self) -> Result<Vec<(String, Placed)>, Error> {
+        let prefix = b"/berth/repos/";
+        let kvs = self.etcd.prefix(prefix).await?;
+        let mut out = Vec::new();
+        for kv in kvs {
+            let Some(name) = kv
+                .key
+                .strip_prefix(prefix.as_slice())
+                .and_then(|k| k.strip_suffix(b"/replicas".as_slice()))
+                .and_then(|n| std::str::from_utf8(n).ok())
+                // A key's name becomes a path: only a repository name as nodes send it.
+                .filter(|n| wire::RepoName::try_from(*n).is_ok())
+            else {
+                continue;
+            };
+            let Ok(list) = parse_list(&kv.value) else {
+                tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), "unreadable replica list");
+                continue;
+            };
+            let p = Placed {
+                list,
+                rev: kv.mod_revision,
+            };
+            self.learn(name, p.clone());
+            out.push((name.to_owned(), p));
+        }
+        Ok(out)
+    }
+
+    /// Change `name`'s list from `from` to `to` if it is still `from` (its key's mod revision),
+    /// putting `also` in the same txn; the new list, or the one found instead.
+    pub(super) async fn change(
+        &self,
+        name: &str,
+        from: &Placed,
+        to: &[String],
+        also: &[etcd::Op],
+    ) -> Result<Result<Placed, Placed>, Error> {
+        let key = repo_key(name, "replicas");
+        let mut success = vec![etcd::Op::Put(key.clone(), wire::encode(&to), None)];
+        success.extend_from_slice(also);
+        success.push(etcd::Op::Get(key.clone()));
+        let t = self
+            .etcd
+            .txn(
+                &[etcd::Compare::ModRevision(key.clone(), from.rev)],
+                &success,
+                &[etcd::Op::Get(key)],
+            )
+            .await?;
+        let now = match t.gets.first().and_then(|g| g.first()) {
+            Some(kv) => Placed {
+                list: parse_list(&kv.value)?,
+                rev: kv.mod_revision,
+            },
+            None => {
+                return Err(Error::NotRecorded {
+                    name: name.to_owned(),
+                    what: "replicas",
+                });
+            }
+        };
+        self.learn(name, now.clone());
+        Ok(if t.succeeded { Ok(now) } else { Err(now) })
     }
 
     /// `--replicas`.
@@ -61,26 +189,48 @@ impl Placement {
             .etcd
             .txn(
                 &[etcd::Compare::Absent(key.clone())],
-                &[etcd::Op::Put(key.clone(), value, None)],
+                &[
+                    etcd::Op::Put(key.clone(), value, None),
+                    etcd::Op::Get(key.clone()),
+                ],
                 &[etcd::Op::Get(key)],
             )
             .await?;
-        if t.succeeded {
-            tracing::info!(target: "berth::cluster", repo = %Escaped::token(name), replicas = %chosen.join(","), "placed repository");
-            return Ok(chosen);
-        }
-        match t.gets.first().and_then(|g| g.first()) {
-            Some(kv) => parse_list(&kv.value),
-            None => Err(Error::NotRecorded {
+        let Some(kv) = t.gets.first().and_then(|g| g.first()) else {
+            return Err(Error::NotRecorded {
                 name: name.to_owned(),
                 what: "replicas",
-            }),
+            });
+        };
+        let placed = Placed {
+            list: parse_list(&kv.value)?,
+            rev: kv.mod_revision,
+        };
+        if t.succeeded {
+            tracing::info!(target: "berth::cluster", repo = %Escaped::token(name), replicas = %placed.list.join(","), "placed repository");
         }
+        self.learn(name, placed.clone());
+        Ok(placed.list)
+    }
+
+    /// The nodes marked draining (`/berth/drain/<node>`).
+    pub(super) async fn draining(&self) -> Result<BTreeSet<String>, Error> {
+        draining(&self.etcd).await
     }
 }
 
+/// The nodes marked draining in `etcd`.
+pub(super) async fn draining(etcd: &etcd::Client) -> Result<BTreeSet<String>, Error> {
+    Ok(etcd
+        .keys(DRAIN_PREFIX)
+        .await?
+        .into_iter()
+        .filter_map(|k| String::from_utf8(k.get(DRAIN_PREFIX.len()..)?.to_vec()).ok())
+        .collect())
+}
+
 /// The `n` nodes of `live` with the highest rendezvous score for `repo`, best first.
-fn rendezvous(repo: &str, live: &[String], n: usize) -> Vec<String> {
+pub(super) fn rendezvous(repo: &str, live: &[String], n: usize) -> Vec<String> {
     use blake2::digest::Digest;
     let mut scored: Vec<([u8; 8], &String)> = live
         .iter()
@@ -100,7 +250,7 @@ fn rendezvous(repo: &str, live: &[String], n: usize) -> Vec<String> {
 }
 
 /// A recorded replica list ([`wire::Replicas`]).
-fn parse_list(v: &[u8]) -> Result<Vec<String>, Error> {
+pub(super) fn parse_list(v: &[u8]) -> Result<Vec<String>, Error> {
     let list: wire::Replicas = wire::decode("replicas", v)?;
     Ok(list.into_iter().map(String::from).collect())
 }

@@ -188,9 +188,9 @@ pub(super) async fn prepare(cluster: &Arc<Cluster>, req: Request) -> Response {
         Ok(h) => h,
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    match cluster.placement.replicas_of(&h.repo).await {
-        Ok(Some(nodes)) if nodes.contains(&cluster.node) => {}
-        Ok(_) => return text(StatusCode::CONFLICT, "not a replica of this repository"),
+    match cluster.placement.holds(&h.repo, &cluster.node).await {
+        Ok(true) => {}
+        Ok(false) => return text(StatusCode::CONFLICT, "not a replica of this repository"),
         Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<Held, NotPrepared>>();

@@ -1,7 +1,10 @@
 //! `berth cluster status`: the cluster as etcd holds it, for an operator. It reads the live
 //! nodes (`nodes/<node>`, present only while the node's lease is), every repository's
 //! replica list, log head and each replica's last applied entry, and judges each repository
-//! ([`assess`], without I/O): short of K copies, a replica down, a replica behind the log.
+//! ([`assess`], without I/O): short of K copies, being moved (more than K listed while a
+//! copy is added before another is removed), a replica draining, down, or behind the log.
+//! [`drain`] marks a node draining (`/berth/drain/<node>`, `berth cluster drain`): the nodes
+//! then move its repositories to others (`upkeep.rs`) and take it off their lists.
 //!
 //! Three range reads of etcd (nodes, log heads, repositories), whatever the number of
 //! repositories. A replica records its applied entry in etcd every few seconds when it
@@ -23,6 +26,9 @@ pub enum Error {
     /// etcd failed.
     #[error(transparent)]
     Etcd(#[from] etcd::Error),
+    /// A node name that no node can have.
+    #[error("invalid node name '{0}': letters, digits, '.', '_' and '-' only")]
+    NodeName(String),
     /// A value in etcd is not what berth writes there.
     #[error("cannot read {key}: {source}")]
     Decode {
@@ -73,6 +79,18 @@ pub enum Finding {
         /// The node.
         node: String,
     },
+    /// More replicas listed than K: a copy was added, the one it replaces not yet removed.
+    Moving {
+        /// How many it has.
+        have: usize,
+        /// How many it should have.
+        want: usize,
+    },
+    /// A replica on a node marked draining: to be moved elsewhere.
+    Draining {
+        /// The node.
+        node: String,
+    },
     /// A replica that has not applied the whole log.
     Behind {
         /// The node.
@@ -89,6 +107,8 @@ pub struct Status {
     pub replicas: usize,
     /// The live nodes, by name.
     pub nodes: Vec<Node>,
+    /// The nodes marked draining, by name.
+    pub draining: Vec<String>,
     /// Every repository, by name.
     pub repositories: Vec<Repository>,
 }
@@ -101,12 +121,14 @@ impl Status {
 }
 
 /// What is wrong with a repository placed on `replicas`, at log entry `head`, with `applied`
-/// as its replicas recorded, when `live` nodes hold leases and the cluster wants `want` copies.
+/// as its replicas recorded, when `live` nodes hold leases, `draining` are marked draining
+/// and the cluster wants `want` copies.
 pub fn assess(
     replicas: &[String],
     head: u64,
     applied: &BTreeMap<String, u64>,
     live: &[String],
+    draining: &[String],
     want: usize,
 ) -> Vec<Finding> {
     let mut findings = Vec::new();
@@ -116,7 +138,16 @@ pub fn assess(
             want,
         });
     }
+    if replicas.len() > want {
+        findings.push(Finding::Moving {
+            have: replicas.len(),
+            want,
+        });
+    }
     for node in replicas {
+        if draining.contains(node) {
+            findings.push(Finding::Draining { node: node.clone() });
+        }
         if !live.contains(node) {
             findings.push(Finding::Down { node: node.clone() });
         }
@@ -152,6 +183,17 @@ pub async fn read(endpoints: &[String], want: usize) -> Result<Status, Error> {
         .collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
     let live: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let draining: Vec<String> = super::placement::draining(&etcd)
+        .await
+        .map_err(|e| match e {
+            super::Error::Etcd(e) => Error::Etcd(e),
+            e => Error::Decode {
+                key: "/berth/drain/".into(),
+                source: Box::new(e),
+            },
+        })?
+        .into_iter()
+        .collect();
 
     // Log heads: small values, one range.
     let logs_prefix = b"/berth/logs/";
@@ -187,7 +229,7 @@ pub async fn read(endpoints: &[String], want: usize) -> Result<Status, Error> {
         .filter(|(_, (replicas, _))| !replicas.is_empty())
         .map(|(name, (replicas, applied))| {
             let head = heads.get(&name).copied().unwrap_or(0);
-            let findings = assess(&replicas, head, &applied, &live, want);
+            let findings = assess(&replicas, head, &applied, &live, &draining, want);
             Repository {
                 name,
                 replicas,
@@ -200,14 +242,42 @@ pub async fn read(endpoints: &[String], want: usize) -> Result<Status, Error> {
     Ok(Status {
         replicas: want,
         nodes,
+        draining,
         repositories,
     })
+}
+
+/// Mark `node` draining in the cluster's etcd at `endpoints` (`berth cluster drain`): new
+/// repositories are no longer placed on it, and the nodes move each of its repositories to
+/// another live node before taking it off the repository's list.
+pub async fn drain(endpoints: &[String], node: &str) -> Result<(), Error> {
+    if wire::NodeName::try_from(node).is_err() {
+        return Err(Error::NodeName(node.to_owned()));
+    }
+    let etcd = etcd::Client::new(endpoints, TIMEOUT);
+    let key = [super::placement::DRAIN_PREFIX, node.as_bytes()].concat();
+    etcd.put(&key, b"draining", None).await?;
+    Ok(())
+}
+
+/// The repositories whose lists still name `node`, by name.
+pub fn listing<'s>(status: &'s Status, node: &str) -> Vec<&'s str> {
+    status
+        .repositories
+        .iter()
+        .filter(|r| r.replicas.iter().any(|n| n == node))
+        .map(|r| r.name.as_str())
+        .collect()
 }
 
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Finding::Short { have, want } => write!(f, "short: {have} of {want} copies"),
+            Finding::Moving { have, want } => {
+                write!(f, "moving: {have} copies listed, {want} wanted")
+            }
+            Finding::Draining { node } => write!(f, "{node} draining"),
             Finding::Down { node } => write!(f, "{node} down"),
             Finding::Behind { node, by } => write!(f, "{node} behind by {by}"),
         }
@@ -218,7 +288,19 @@ impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "nodes: {} live", self.nodes.len())?;
         for n in &self.nodes {
-            writeln!(f, "  {}  {}", n.name, n.advertise)?;
+            let draining = if self.draining.contains(&n.name) {
+                "  (draining)"
+            } else {
+                ""
+            };
+            writeln!(f, "  {}  {}{draining}", n.name, n.advertise)?;
+        }
+        for d in self
+            .draining
+            .iter()
+            .filter(|d| !self.nodes.iter().any(|n| n.name == **d))
+        {
+            writeln!(f, "  {d}  (draining, down)")?;
         }
         let troubled = self
             .repositories
@@ -275,6 +357,7 @@ mod tests {
             5,
             &applied,
             &names(&["a", "b", "c"]),
+            &[],
             3,
         );
         assert_eq!(found, vec![]);
@@ -283,7 +366,14 @@ mod tests {
     #[test]
     fn short_down_and_behind_are_each_found() {
         let applied = BTreeMap::from([("a".into(), 7)]);
-        let found = assess(&names(&["a", "b"]), 9, &applied, &names(&["a", "c"]), 3);
+        let found = assess(
+            &names(&["a", "b"]),
+            9,
+            &applied,
+            &names(&["a", "c"]),
+            &[],
+            3,
+        );
         assert_eq!(
             found,
             vec![
@@ -303,7 +393,34 @@ mod tests {
 
     #[test]
     fn a_repository_without_pushes_is_behind_nowhere() {
-        let found = assess(&names(&["a"]), 0, &BTreeMap::new(), &names(&["a"]), 1);
+        let found = assess(&names(&["a"]), 0, &BTreeMap::new(), &names(&["a"]), &[], 1);
         assert_eq!(found, vec![]);
+    }
+
+    #[test]
+    fn a_move_under_way_and_a_draining_replica_are_found() {
+        let applied = BTreeMap::from([
+            ("a".into(), 2),
+            ("b".into(), 2),
+            ("c".into(), 2),
+            ("d".into(), 2),
+        ]);
+        let found = assess(
+            &names(&["a", "b", "c", "d"]),
+            2,
+            &applied,
+            &names(&["a", "b", "c", "d"]),
+            &names(&["b"]),
+            3,
+        );
+        assert_eq!(
+            found,
+            vec![
+                Finding::Moving { have: 4, want: 3 },
+                Finding::Draining { node: "b".into() },
+            ]
+        );
+        assert_eq!(found[0].to_string(), "moving: 4 copies listed, 3 wanted");
+        assert_eq!(found[1].to_string(), "b draining");
     }
 }

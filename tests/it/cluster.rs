@@ -299,6 +299,21 @@ impl Cluster {
         n.process = Some(p);
     }
 
+    /// One more node (`n<index>`, its own root and port), started; its index.
+    pub(crate) fn add_node(&mut self, w: &World) -> usize {
+        let i = self.nodes.len();
+        self.nodes.push(Node {
+            name: format!("n{i}"),
+            root: w.path(&format!("node{i}")),
+            port: free_ports(1)[0],
+            process: None,
+            ssh_port: None,
+            env: Vec::new(),
+        });
+        self.start_node(w, i);
+        i
+    }
+
     /// kill -9 node `i`.
     pub(crate) fn kill_node(&mut self, i: usize) {
         if let Some(mut p) = self.nodes[i].process.take() {
@@ -334,7 +349,7 @@ impl Cluster {
     }
 
     /// [`Cluster::converged`] among the nodes `among` only.
-    fn converged_among(
+    pub(crate) fn converged_among(
         &self,
         w: &World,
         repo: &str,
@@ -433,7 +448,7 @@ impl Cluster {
     /// Make node `i`'s `repo` pause in the reference-transaction state `state` while
     /// `<world>/pause-<state>` exists: it creates `<world>/paused-<state>` and waits until
     /// the pause file is removed (120 s at most).
-    fn pause_hook(&self, w: &World, i: usize, repo: &str) {
+    pub(crate) fn pause_hook(&self, w: &World, i: usize, repo: &str) {
         let hook = self.nodes[i].dir(repo).join("hooks/reference-transaction");
         let at = w.root().display().to_string();
         std::fs::write(
