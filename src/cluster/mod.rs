@@ -68,6 +68,7 @@ mod replica;
 mod resync;
 pub mod status;
 mod tee;
+pub mod tls;
 pub(crate) mod tunnel;
 mod wire;
 
@@ -115,6 +116,14 @@ pub struct ClusterConfig {
     /// What a replica makes durable before it reports a push applied
     /// (`--cluster-durability`): [`crate::fsync::Floor::Synced`] by default.
     pub durability: crate::fsync::Floor,
+    /// `--cluster-ca`, `--cluster-cert`, `--cluster-key`: mutual TLS between the nodes, served
+    /// on [`ClusterConfig::cluster_listen`]; `None` for plain HTTP on the main listener.
+    pub node_tls: Option<tls::TlsFiles>,
+    /// `--cluster-listen`: the node listener, the only one that serves other nodes (with
+    /// [`ClusterConfig::node_tls`]).
+    pub cluster_listen: Option<String>,
+    /// `--etcd-ca`, `--etcd-cert`, `--etcd-key`: TLS with a client certificate to etcd.
+    pub etcd_tls: Option<tls::TlsFiles>,
 }
 
 /// Why the node could not join the cluster.
@@ -123,6 +132,14 @@ pub enum Error {
     /// etcd failed.
     #[error(transparent)]
     Etcd(#[from] etcd::Error),
+    /// A TLS file between nodes cannot be used.
+    #[error(transparent)]
+    Tls(#[from] tls::Error),
+    /// With TLS between nodes, an advertise URL that is not https.
+    #[error(
+        "--advertise {0} is not https://: with --cluster-ca the other nodes reach this one over TLS, at its --cluster-listen address"
+    )]
+    AdvertiseNotTls(String),
     /// A node name that cannot be a key segment.
     #[error("invalid node name '{0}': letters, digits, '.', '_' and '-' only")]
     NodeName(String),
@@ -276,8 +293,18 @@ impl Cluster {
         if wire::NodeName::try_from(config.node.as_str()).is_err() {
             return Err(Error::NodeName(config.node.clone()));
         }
-        let etcd =
-            Arc::new(etcd::Client::new(&config.etcd, ETCD_TIMEOUT).observed(metrics.clone()));
+        let etcd = etcd::Client::new(&config.etcd, ETCD_TIMEOUT)
+            .with_tls(config.etcd_tls.as_ref())?
+            .observed(metrics.clone());
+        let etcd = Arc::new(etcd);
+        // Every request to another node over TLS with the cluster CA, or none over TLS.
+        let scheme = match &config.node_tls {
+            Some(files) => {
+                http::set_peers(http::Transport::Tls(files.client()?));
+                "https"
+            }
+            None => "http",
+        };
         let key = b"/berth/secret".to_vec();
         let candidate = random_hex(32);
         // Nodes and etcd started together (the README's quick start, a host's boot): wait for
@@ -320,7 +347,10 @@ impl Cluster {
         let advertise = config
             .advertise
             .clone()
-            .unwrap_or_else(|| format!("http://{local}"));
+            .unwrap_or_else(|| format!("{scheme}://{local}"));
+        if config.node_tls.is_some() && !advertise.starts_with("https://") {
+            return Err(Error::AdvertiseNotTls(advertise));
+        }
         let cluster = Arc::new(Cluster {
             membership: membership::Membership::new(etcd.clone(), config.node.clone(), advertise),
             placement: placement::Placement::new(etcd.clone(), config.replicas),
