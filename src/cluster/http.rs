@@ -42,12 +42,24 @@ pub enum Error {
     /// No answer in time.
     #[error("{0}: timed out")]
     Timeout(String),
-    /// The HTTP exchange failed.
-    #[error("{0}: {1}")]
+    /// The HTTP exchange failed (with its causes: a TLS alert from the peer, a reset).
+    #[error("{}: {}", .0, causes(.1))]
     Http(String, hyper::Error),
     /// The answer is larger than the caller accepts.
     #[error("{0}: response larger than {1} bytes")]
     TooLarge(String, usize),
+}
+
+/// `e` and its sources, `: `-separated (hyper's own text alone says "connection error").
+fn causes(e: &hyper::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// How a request goes: in the clear, or over TLS with this configuration.
