@@ -33,7 +33,9 @@
 //! (`log.rs`), the applied sequences (`applied.rs`), the prepared
 //! transactions waiting for a decision (`replica.rs`), the incoming pack streams
 //! (`incoming.rs`), the catch-ups running (`catchup.rs`) and its series in `/metrics`
-//! (`metrics.rs`).
+//! (`metrics.rs`). With `--cluster-ca`, every request to another node is mutual TLS with the
+//! cluster CA (`tls.rs`, `http.rs`), served on the node listener only; with `--etcd-ca`, etcd
+//! is reached over TLS with a client certificate.
 //! etcd keys (all under `/berth/`): `nodes/<node>` (advertise URL, leased), `secret`,
 //! `repos/<name>/replicas` (JSON list), `logs/<name>` (the last entry's head, JSON),
 //! `repos/<name>/entries/<seq, 20 digits>` (the entries not yet applied by every replica, for a
