@@ -142,3 +142,32 @@ impl TlsFiles {
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(dir: &Path) -> TlsFiles {
+        TlsFiles {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("node.pem"),
+            key: dir.join("node.key"),
+            flags: "cluster",
+        }
+    }
+
+    #[test]
+    fn a_missing_or_empty_file_names_its_flag_and_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = files(dir.path());
+        let e = f.client().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.starts_with("cannot read --cluster-ca "), "{e}");
+        assert!(e.contains("ca.pem"), "{e}");
+        std::fs::write(&f.ca, "not a certificate\n").unwrap();
+        let e = f.server().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            e.contains("--cluster-ca") && e.contains("no certificate in the file"),
+            "{e}"
+        );
+    }
+}
