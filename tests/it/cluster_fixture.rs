@@ -225,7 +225,8 @@ pub(crate) struct Setup<'w> {
     tls: bool,
 }
 
-/// A cluster on `w`: `--replicas 3`, no more arguments, HTTP only, until told otherwise.
+/// A cluster on `w`: `--replicas 3`, no more arguments, HTTP only (over TLS with
+/// `BERTH_TEST_CLUSTER_TLS=1`), until told otherwise.
 pub(crate) fn cluster(w: &World) -> Setup<'_> {
     Setup {
         w,
@@ -234,7 +235,9 @@ pub(crate) fn cluster(w: &World) -> Setup<'_> {
         env: Vec::new(),
         etcd_args: Vec::new(),
         ssh: false,
-        tls: false,
+        // BERTH_TEST_CLUSTER_TLS=1: every cluster test over TLS (the tests that call a node's
+        // internal endpoints on its public port themselves expect plain HTTP there).
+        tls: std::env::var("BERTH_TEST_CLUSTER_TLS").as_deref() == Ok("1"),
     }
 }
 
