@@ -46,6 +46,10 @@
 //! ~95 bytes per ref, once (`entries/<seq>`; the log head is small), which fits.
 //! `BERTH_CLUSTER_ACK=all` runs the cluster with `--ack all`; `BERTH_LOAD_ROUNDS` (default 1)
 //! repeats the small-push cases, each round on fresh servers, the first target alternating;
+//! `BERTH_CLUSTER_TLS=1` adds a third target beside the two, measured in the same run, taking
+//! its turn: the same cluster over TLS (a CA and one certificate made with `openssl`; etcd
+//! serving its clients over TLS with `--client-cert-auth`, the nodes talking to each other
+//! over mutual TLS on `--cluster-listen`; clients still push over plain HTTP);
 //! `BERTH_LOAD_KEEP=1` keeps the directory (the nodes' logs are `*/node<i>.log`; `RUST_LOG` is
 //! passed to them).
 
@@ -80,30 +84,119 @@ struct Etcd {
     members: Vec<Child>,
     /// The client URLs, comma-separated (`--cluster`).
     urls: String,
-    /// The members' client addresses (`host:port`).
+    /// The members' plain HTTP addresses (`host:port`): the client URLs, or over TLS the
+    /// metrics URLs (`/metrics`, `/health`).
     clients: Vec<String>,
 }
 
+/// `BERTH_CLUSTER_TLS=1`: a CA and one certificate it signed (for 127.0.0.1, server and client
+/// usage), presented by every node and etcd member.
+struct Certs {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl Certs {
+    fn make(dir: &Path) -> Certs {
+        let c = Certs {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("node.pem"),
+            key: dir.join("node.key"),
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .current_dir(dir)
+                .args(args)
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run openssl: {e}"));
+            assert!(out.status.success(), "openssl {args:?}: {out:?}");
+        };
+        let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=bench CA"];
+        ca.extend(ec);
+        ca.extend(["-addext", "basicConstraints=critical,CA:TRUE"]);
+        ca.extend(["-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
+        ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
+        openssl(&ca);
+        let mut req = vec!["req", "-subj", "/CN=berth node"];
+        req.extend(ec);
+        req.extend(["-keyout", "node.key", "-out", "node.csr"]);
+        openssl(&req);
+        std::fs::write(
+            dir.join("node.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+             keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-CAcreateserial",
+            "-in",
+            "node.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-extfile",
+            "node.ext",
+            "-out",
+            "node.pem",
+        ]);
+        c
+    }
+
+    /// The paths as arguments: `(ca, cert, key)`.
+    fn args(&self) -> [String; 3] {
+        [&self.ca, &self.cert, &self.key].map(|p| p.to_str().unwrap().to_owned())
+    }
+}
+
 impl Etcd {
-    /// Three members, each accepting requests of up to `max_request_bytes`.
-    fn start(dir: &Path, max_request_bytes: usize) -> Etcd {
-        let ports = free_ports(6);
-        let (client, peer) = ports.split_at(3);
+    /// Three members, each accepting requests of up to `max_request_bytes`; over TLS with
+    /// client certificates required when `tls`.
+    fn start(dir: &Path, max_request_bytes: usize, tls: Option<&Certs>) -> Etcd {
+        let ports = free_ports(9);
+        let (client, rest) = ports.split_at(3);
+        let (peer, metrics) = rest.split_at(3);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let client_url = |p: u16| format!("{scheme}://127.0.0.1:{p}");
         let url = |p: u16| format!("http://127.0.0.1:{p}");
         let initial: Vec<String> = (0..3).map(|i| format!("e{i}={}", url(peer[i]))).collect();
+        let plain = if tls.is_some() { metrics } else { client };
         let mut etcd = Etcd {
             members: Vec::new(),
-            urls: client.iter().map(|&p| url(p)).collect::<Vec<_>>().join(","),
-            clients: client.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
+            urls: client
+                .iter()
+                .map(|&p| client_url(p))
+                .collect::<Vec<_>>()
+                .join(","),
+            clients: plain.iter().map(|p| format!("127.0.0.1:{p}")).collect(),
         };
         for i in 0..3 {
             let log = std::fs::File::create(dir.join(format!("etcd{i}.log"))).unwrap();
-            let child = Command::new("etcd")
+            let mut cmd = Command::new("etcd");
+            if let Some(c) = tls {
+                let [ca, cert, key] = c.args();
+                cmd.args(["--cert-file", &cert, "--key-file", &key])
+                    .args(["--trusted-ca-file", &ca, "--client-cert-auth"])
+                    .args(["--listen-metrics-urls", &url(metrics[i])]);
+            }
+            let child = cmd
                 .args(["--name", &format!("e{i}")])
                 .arg("--data-dir")
                 .arg(dir.join(format!("etcd{i}")))
-                .args(["--listen-client-urls", &url(client[i])])
-                .args(["--advertise-client-urls", &url(client[i])])
+                .args(["--listen-client-urls", &client_url(client[i])])
+                .args(["--advertise-client-urls", &client_url(client[i])])
                 .args(["--listen-peer-urls", &url(peer[i])])
                 .args(["--initial-advertise-peer-urls", &url(peer[i])])
                 .args(["--initial-cluster", &initial.join(",")])
@@ -117,14 +210,17 @@ impl Etcd {
                 .unwrap_or_else(|e| panic!("cannot run etcd (Debian: etcd-server): {e}"));
             etcd.members.push(child);
         }
-        // Up when every member accepts a write (the cluster has a leader).
+        // Up when every member accepts a write (the cluster has a leader); over TLS, when
+        // every member's /health says so.
         let deadline = Instant::now() + Duration::from_secs(30);
-        for &port in client {
+        for addr in &etcd.clients {
             let put = br#"{"key":"L2JlcnRoLWJlbmNo","value":"eQ=="}"#;
-            while !matches!(
-                http(&format!("127.0.0.1:{port}"), "POST", "/v3/kv/put", &[], put),
-                Ok((200, _))
-            ) {
+            let up = || match tls {
+                None => matches!(http(addr, "POST", "/v3/kv/put", &[], put), Ok((200, _))),
+                Some(_) => matches!(http(addr, "GET", "/health", &[], b""),
+                    Ok((200, body)) if contains(&body, b"true")),
+            };
+            while !up() {
                 assert!(Instant::now() < deadline, "etcd did not start (etcd*.log)");
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -165,9 +261,10 @@ impl Target {
         }
     }
 
-    fn cluster(dir: &Path, ack: &str, etcd_max_request: usize) -> Target {
-        let etcd = Etcd::start(dir, etcd_max_request);
-        let ports = free_ports(3);
+    fn cluster(dir: &Path, ack: &str, etcd_max_request: usize, tls: bool) -> Target {
+        let certs = tls.then(|| Certs::make(dir));
+        let etcd = Etcd::start(dir, etcd_max_request, certs.as_ref());
+        let ports = free_ports(6);
         let roots: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("root{i}"))).collect();
         let servers = (0..3)
             .map(|i| {
@@ -176,13 +273,24 @@ impl Target {
                 cmd.args(["serve", "--listen", &listen, "--root"])
                     .arg(&roots[i])
                     .args(["--cluster", &etcd.urls, "--node", &format!("n{i}")])
-                    .args(["--advertise", &format!("http://{listen}")])
                     .args(["--replicas", "3", "--ack", ack]);
+                match &certs {
+                    None => cmd.args(["--advertise", &format!("http://{listen}")]),
+                    Some(c) => {
+                        let node = format!("127.0.0.1:{}", ports[3 + i]);
+                        let [ca, cert, key] = c.args();
+                        cmd.args(["--cluster-listen", &node])
+                            .args(["--advertise", &format!("https://{node}")])
+                            .args(["--cluster-ca", &ca, "--cluster-cert", &cert])
+                            .args(["--cluster-key", &key])
+                            .args(["--etcd-ca", &ca, "--etcd-cert", &cert, "--etcd-key", &key])
+                    }
+                };
                 spawn_berth(cmd, &dir.join(format!("node{i}.log")))
             })
             .collect();
         Target {
-            name: format!("3 nodes, --ack {ack}"),
+            name: format!("3 nodes, --ack {ack}{}", if tls { ", TLS" } else { "" }),
             servers,
             roots,
             etcd: Some(etcd),
@@ -667,6 +775,7 @@ fn run() -> bool {
     let refs = env_usize("BERTH_BENCH_REFS", 10_000).max(1);
     let runs = env_usize("BERTH_BENCH_RUNS", 5).max(1);
     let ack = std::env::var("BERTH_CLUSTER_ACK").unwrap_or_else(|_| "majority".into());
+    let tls = std::env::var("BERTH_CLUSTER_TLS").as_deref() == Ok("1");
     let etcd_max_request = env_usize("BERTH_CLUSTER_ETCD_MAX_REQUEST_BYTES", 1536 << 10);
     let shape = Repos::parse(&std::env::var("BERTH_LOAD_SHAPE").unwrap_or_else(|_| "each".into()));
     let per_client = (total / clients).max(1);
@@ -697,18 +806,25 @@ fn run() -> bool {
 
     let mut failed = false;
     let mut small_rows: Vec<(usize, String, Option<Loaded>, bool)> = Vec::new();
-    let mut many_times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
-    let mut many_failed: [Option<String>; 2] = [None, None];
+    let n_targets = if tls { 3 } else { 2 };
+    let mut many_times: Vec<Vec<Duration>> = vec![Vec::new(); n_targets];
+    let mut many_failed: Vec<Option<String>> = vec![None; n_targets];
+    let mut names = Vec::new();
     for round in 0..rounds {
         let rdir = dir.join(format!("round{round}"));
-        let (pdir, cdir) = (rdir.join("plain"), rdir.join("cluster"));
+        let (pdir, cdir, tdir) = (rdir.join("plain"), rdir.join("cluster"), rdir.join("tls"));
         std::fs::create_dir_all(&pdir).unwrap();
         std::fs::create_dir_all(&cdir).unwrap();
-        let targets = [
+        let mut targets = vec![
             Target::plain(&pdir),
-            Target::cluster(&cdir, &ack, etcd_max_request),
+            Target::cluster(&cdir, &ack, etcd_max_request, false),
         ];
-        let mut order = [0, 1];
+        if tls {
+            std::fs::create_dir_all(&tdir).unwrap();
+            targets.push(Target::cluster(&tdir, &ack, etcd_max_request, true));
+        }
+        names = targets.iter().map(|t| t.name.clone()).collect();
+        let mut order: Vec<usize> = (0..targets.len()).collect();
         if round % 2 == 1 {
             order.reverse();
         }
@@ -783,13 +899,10 @@ fn run() -> bool {
         .iter_mut()
         .map(|t| (!t.is_empty()).then(|| support::median(t)))
         .collect();
-    for (i, name) in ["one node".to_owned(), format!("3 nodes, --ack {ack}")]
-        .iter()
-        .enumerate()
-    {
+    for (i, name) in names.iter().enumerate() {
         let times = &many_times[i];
-        let ratio = match (i, medians[0], medians[1]) {
-            (1, Some(p), Some(c)) => format!("{:.2}x", c.as_secs_f64() / p.as_secs_f64()),
+        let ratio = match (i, medians[0], medians[i]) {
+            (1.., Some(p), Some(c)) => format!("{:.2}x", c.as_secs_f64() / p.as_secs_f64()),
             _ => String::new(),
         };
         match (&many_failed[i], medians[i]) {
@@ -802,6 +915,12 @@ fn run() -> bool {
             ),
             _ => println!("| {refs} refs, one push | {name} | FAILED | | | | |"),
         }
+    }
+    if let (true, Some(Some(plain)), Some(Some(over_tls))) = (tls, medians.get(1), medians.get(2)) {
+        println!(
+            "TLS between nodes and to etcd, {refs}-ref push: {:.2}x the plain cluster's median",
+            over_tls.as_secs_f64() / plain.as_secs_f64()
+        );
     }
     if failed || std::env::var("BERTH_LOAD_KEEP").as_deref() == Ok("1") {
         println!("cluster_load: kept {}", tmp.keep().display());

@@ -80,6 +80,40 @@ struct ClusterStatusArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    etcd_tls: EtcdTlsArgs,
+}
+
+/// `--etcd-ca`, `--etcd-cert`, `--etcd-key` (`berth serve`, `berth cluster status`).
+#[cfg(feature = "serve")]
+#[derive(clap::Args)]
+struct EtcdTlsArgs {
+    /// TLS to etcd: the CA certificate (PEM) etcd's server certificate must chain to; the
+    /// --cluster URLs are then https://. Needs --etcd-cert and --etcd-key.
+    #[arg(long, value_name = "FILE", requires_all = ["etcd_cert", "etcd_key"])]
+    etcd_ca: Option<std::path::PathBuf>,
+    /// TLS to etcd: this client's certificate (PEM), signed by a CA etcd trusts
+    /// (etcd's --client-cert-auth --trusted-ca-file).
+    #[arg(long, value_name = "FILE", requires_all = ["etcd_ca", "etcd_key"])]
+    etcd_cert: Option<std::path::PathBuf>,
+    /// TLS to etcd: the private key of --etcd-cert (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["etcd_ca", "etcd_cert"])]
+    etcd_key: Option<std::path::PathBuf>,
+}
+
+#[cfg(feature = "serve")]
+impl EtcdTlsArgs {
+    fn files(self) -> Option<berth::serve::ClusterTlsFiles> {
+        match (self.etcd_ca, self.etcd_cert, self.etcd_key) {
+            (Some(ca), Some(cert), Some(key)) => Some(berth::serve::ClusterTlsFiles {
+                ca,
+                cert,
+                key,
+                flags: "etcd",
+            }),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -179,9 +213,29 @@ struct ServeArgs {
     /// This node's name in the cluster (letters, digits, '.', '_', '-'); needs --cluster.
     #[arg(long, value_name = "NAME", requires = "cluster")]
     node: Option<String>,
-    /// The URL the other nodes reach this one at (default http://<listen address>).
+    /// The URL the other nodes reach this one at (default http://<listen address>, or
+    /// https://<--cluster-listen address> with --cluster-ca).
     #[arg(long, value_name = "URL", requires = "cluster")]
     advertise: Option<String>,
+    /// Serve the other nodes on this address of its own, over mutual TLS with the cluster CA
+    /// (needs --cluster-ca, --cluster-cert, --cluster-key): the internal endpoints and
+    /// forwarded requests are then honoured here only, never on --listen.
+    #[arg(long, value_name = "ADDR", requires_all = ["cluster", "cluster_ca"])]
+    cluster_listen: Option<String>,
+    /// Mutual TLS between nodes: the cluster CA's certificate (PEM), the only root a peer's
+    /// certificate may chain to (either way). Needs --cluster-cert, --cluster-key and
+    /// --cluster-listen.
+    #[arg(long, value_name = "FILE", requires_all = ["cluster", "cluster_cert", "cluster_key", "cluster_listen"])]
+    cluster_ca: Option<std::path::PathBuf>,
+    /// Mutual TLS between nodes: this node's certificate (PEM) signed by the cluster CA, with
+    /// the advertise URL's host in its subjectAltName and serverAuth and clientAuth usage.
+    #[arg(long, value_name = "FILE", requires = "cluster_ca")]
+    cluster_cert: Option<std::path::PathBuf>,
+    /// Mutual TLS between nodes: the private key of --cluster-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "cluster_ca")]
+    cluster_key: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    etcd_tls: EtcdTlsArgs,
     /// How many nodes hold each repository: a push's quorum is reckoned from it, and a new
     /// repository is placed only while that quorum of nodes is live.
     #[arg(long, default_value_t = 3)]
@@ -501,6 +555,7 @@ fn cluster_status(a: ClusterStatusArgs) -> ExitCode {
     };
     let status = runtime.block_on(berth::serve::cluster_status::read(
         &[a.cluster],
+        a.etcd_tls.files().as_ref(),
         a.replicas.max(1),
     ));
     match status {
@@ -639,6 +694,17 @@ fn serve(a: ServeArgs) -> ExitCode {
                     ClusterDurabilityArg::Synced => berth::serve::ClusterDurability::Synced,
                     ClusterDurabilityArg::CoreFsync => berth::serve::ClusterDurability::CoreFsync,
                 },
+                node_tls: match (a.cluster_ca, a.cluster_cert, a.cluster_key) {
+                    (Some(ca), Some(cert), Some(key)) => Some(berth::serve::ClusterTlsFiles {
+                        ca,
+                        cert,
+                        key,
+                        flags: "cluster",
+                    }),
+                    _ => None,
+                },
+                cluster_listen: a.cluster_listen,
+                etcd_tls: a.etcd_tls.files(),
             }),
             _ => None,
         },

@@ -6,6 +6,9 @@
 //! second HTTP/2 stack; berth needs six calls, each one JSON object in and out. The gateway is
 //! part of every etcd v3 server (Debian's `etcd-server` 3.4 serves it on the client URLs).
 //!
+//! Over `https://` endpoints the client speaks TLS, trusting `--etcd-ca` only and presenting
+//! `--etcd-cert` (etcd's `--client-cert-auth`); an endpoint of the other scheme is refused.
+//!
 //! A watch (`/v3/watch`) is one long POST whose answer streams one JSON object per line.
 //!
 //! Endpoints are tried in order, starting from the last one that answered; a member that does
@@ -76,6 +79,21 @@ pub enum Error {
     /// A watch's line is longer than an answer may be.
     #[error("etcd answer not understood: watch: line too long")]
     LineTooLong,
+    /// The etcd TLS files cannot be used.
+    #[error("etcd: {0}")]
+    Tls(#[source] super::tls::Error),
+    /// An endpoint's scheme does not match whether TLS to etcd is configured.
+    #[error("{}", if *.tls {
+        format!("etcd endpoint {endpoint} is not https://, but --etcd-ca/--etcd-cert/--etcd-key are given: give its https:// URL")
+    } else {
+        format!("etcd endpoint {endpoint} is not http://: for https:// give --etcd-ca, --etcd-cert and --etcd-key")
+    })]
+    Scheme {
+        /// The endpoint.
+        endpoint: String,
+        /// Whether TLS is configured.
+        tls: bool,
+    },
     /// A lease grant answered without the lease.
     #[error("etcd answer not understood: lease grant without an ID")]
     NoLeaseId,
@@ -195,6 +213,8 @@ pub struct Client {
     timeout: Duration,
     /// Where each request's time goes (a node's; `berth cluster status` has none).
     metrics: Option<Arc<dyn Observe>>,
+    /// Plain, or TLS with `--etcd-ca`'s roots and `--etcd-cert`.
+    transport: http::Transport,
 }
 
 fn b64(b: &[u8]) -> String {
@@ -260,6 +280,26 @@ impl Client {
             watch_at: AtomicUsize::new(0),
             timeout,
             metrics: None,
+            transport: http::Transport::Plain,
+        }
+    }
+
+    /// The client speaking TLS to its endpoints with `files` (`--etcd-ca`, `--etcd-cert`,
+    /// `--etcd-key`): every endpoint must then be `https://`, and without them `http://`.
+    pub fn with_tls(mut self, files: Option<&super::tls::TlsFiles>) -> Result<Client, Error> {
+        let want = match files {
+            Some(f) => {
+                self.transport = http::Transport::Tls(f.client().map_err(Error::Tls)?);
+                "https://"
+            }
+            None => "http://",
+        };
+        match self.endpoints.iter().find(|e| !e.starts_with(want)) {
+            Some(e) => Err(Error::Scheme {
+                endpoint: e.clone(),
+                tls: files.is_some(),
+            }),
+            None => Ok(self),
         }
     }
 
@@ -292,7 +332,16 @@ impl Client {
             let at = (start + i) % n;
             let url = http::join(&self.endpoints[at], path);
             let headers = [("content-type", "application/json")];
-            match http::post(&url, &headers, body.clone(), MAX_ANSWER, self.timeout).await {
+            match http::post_via(
+                &self.transport,
+                &url,
+                &headers,
+                body.clone(),
+                MAX_ANSWER,
+                self.timeout,
+            )
+            .await
+            {
                 Ok((200, answer)) => {
                     self.current.store(at, Ordering::Relaxed);
                     return serde_json::from_slice(&answer).map_err(Error::Json);
@@ -440,7 +489,7 @@ impl Client {
         let Ok(req) = req else {
             return Error::BadEndpoint(base.clone());
         };
-        let resp = match http::send(req, self.timeout).await {
+        let resp = match http::send_via(&self.transport, req, self.timeout).await {
             Ok(r) if r.status().is_success() => r,
             Ok(r) => {
                 return Error::Status {

@@ -1,8 +1,16 @@
 //! A minimal HTTP/1 client over hyper's connection API: one TCP connection per request, a
 //! timeout on the connect and on the response head, bodies of any `http_body::Body`. Used for
 //! etcd's JSON gateway, the nodes' internal endpoint and forwarding a client's request to a
-//! replica. Plain HTTP only (loopback or a private network; TLS between nodes is not done).
+//! replica.
+//!
+//! Each request goes over a [`Transport`]: plain HTTP, or TLS with one configuration (the
+//! cluster CA and this node's certificate between nodes, `--cluster-ca`; etcd's CA and client
+//! certificate, `--etcd-ca`). A transport speaks only its own scheme: with TLS configured an
+//! `http://` URL is refused, never sent in the clear, and without it an `https://` one is.
+//! The node-to-node transport is set once per process, when the node joins ([`set_peers`]);
+//! etcd's client holds its own.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -15,21 +23,68 @@ use hyper_util::rt::TokioIo;
 /// Why a request to another process failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The URL is not `http://host:port/...`.
+    /// The URL is not `http://host:port/...` or `https://host:port/...`.
     #[error("bad URL '{0}'")]
     Url(String),
+    /// An `http://` URL where TLS is configured: refused, not sent in the clear.
+    #[error("refusing plain HTTP to {0}: TLS is configured for it (an https:// URL is needed)")]
+    NotTls(String),
+    /// An `https://` URL where no TLS is configured.
+    #[error("{0} is https://, but no CA is configured for it (--cluster-ca or --etcd-ca)")]
+    NoTls(String),
+    /// The TLS handshake failed (a certificate not chained to the CA, none presented, a name
+    /// the certificate does not cover).
+    #[error("TLS handshake with {0} failed: {1}")]
+    Handshake(String, std::io::Error),
     /// Connecting failed.
     #[error("cannot connect to {0}: {1}")]
     Connect(String, std::io::Error),
     /// No answer in time.
     #[error("{0}: timed out")]
     Timeout(String),
-    /// The HTTP exchange failed.
-    #[error("{0}: {1}")]
+    /// The HTTP exchange failed (with its causes: a TLS alert from the peer, a reset).
+    #[error("{}: {}", .0, causes(.1))]
     Http(String, hyper::Error),
     /// The answer is larger than the caller accepts.
     #[error("{0}: response larger than {1} bytes")]
     TooLarge(String, usize),
+}
+
+/// `e` and its sources, `: `-separated (hyper's own text alone says "connection error").
+fn causes(e: &hyper::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// How a request goes: in the clear, or over TLS with this configuration.
+#[derive(Debug, Clone, Default)]
+pub enum Transport {
+    /// Plain HTTP (`http://` URLs only).
+    #[default]
+    Plain,
+    /// TLS (`https://` URLs only).
+    Tls(Arc<tokio_rustls::rustls::ClientConfig>),
+}
+
+/// The node-to-node transport, once set.
+static PEERS: OnceLock<Transport> = OnceLock::new();
+
+/// Every later request to another node (internal endpoints, forwarding, the ssh tunnel) goes
+/// over `transport`; the first call wins (one node per process).
+pub fn set_peers(transport: Transport) {
+    let _ = PEERS.set(transport);
+}
+
+/// The node-to-node transport: [`set_peers`]'s, plain until then.
+fn peers() -> &'static Transport {
+    static PLAIN: Transport = Transport::Plain;
+    PEERS.get().unwrap_or(&PLAIN)
 }
 
 /// `base` (`http://host:port`, maybe with a trailing `/`) joined with `path_and_query`.
@@ -44,9 +99,18 @@ pub fn join(base: &str, path_and_query: &str) -> String {
 /// Send `req` (its URI absolute: `http://host:port/path`) and return the response head with its
 /// body streaming; `timeout` bounds the connect and the wait for the response head.
 pub async fn send(req: Request<Body>, timeout: Duration) -> Result<Response<Incoming>, Error> {
+    send_via(peers(), req, timeout).await
+}
+
+/// [`send`] over `transport`.
+pub async fn send_via(
+    transport: &Transport,
+    req: Request<Body>,
+    timeout: Duration,
+) -> Result<Response<Incoming>, Error> {
     let shown = req.uri().to_string();
     let work = async {
-        let conn = connect(&shown).await?;
+        let conn = connect_via(transport, &shown).await?;
         conn.send(req).await
     };
     match tokio::time::timeout(timeout, work).await {
@@ -62,23 +126,62 @@ pub struct Connection {
     authority: String,
 }
 
-/// Connect to `url`'s host and port (`http://host:port/...`); no time bound of its own.
+/// Connect to another node at `url`'s host and port, over the node-to-node transport; no
+/// time bound of its own.
 pub async fn connect(url: &str) -> Result<Connection, Error> {
+    connect_via(peers(), url).await
+}
+
+/// Connect to `url`'s host and port (`http://host:port/...` plain, `https://…` over TLS)
+/// over `transport`; no time bound of its own.
+pub async fn connect_via(transport: &Transport, url: &str) -> Result<Connection, Error> {
     let uri: Uri = url.parse().map_err(|_| Error::Url(url.to_owned()))?;
-    let (host, port) = host_port(&uri).ok_or_else(|| Error::Url(url.to_owned()))?;
-    let authority = format!("{host}:{port}");
+    let (https, host, port) = host_port(&uri).ok_or_else(|| Error::Url(url.to_owned()))?;
+    let authority = match host.contains(':') {
+        true => format!("[{host}]:{port}"),
+        false => format!("{host}:{port}"),
+    };
+    let tls = match (transport, https) {
+        (Transport::Plain, false) => None,
+        (Transport::Tls(config), true) => Some(config.clone()),
+        (Transport::Plain, true) => return Err(Error::NoTls(url.to_owned())),
+        (Transport::Tls(_), false) => return Err(Error::NotTls(url.to_owned())),
+    };
     let stream = tokio::net::TcpStream::connect(&authority)
         .await
         .map_err(|e| Error::Connect(authority.clone(), e))?;
     let _ = stream.set_nodelay(true);
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let sender = match tls {
+        None => handshake(TokioIo::new(stream), url).await?,
+        Some(config) => {
+            let name = rustls_pki_types::ServerName::try_from(host.clone())
+                .map_err(|_| Error::Url(url.to_owned()))?;
+            let stream = tokio_rustls::TlsConnector::from(config)
+                .connect(name, stream)
+                .await
+                .map_err(|e| Error::Handshake(authority.clone(), e))?;
+            handshake(TokioIo::new(stream), url).await?
+        }
+    };
+    Ok(Connection { sender, authority })
+}
+
+/// HTTP/1 over `io`, its connection driven in the background.
+async fn handshake<T>(
+    io: TokioIo<T>,
+    url: &str,
+) -> Result<hyper::client::conn::http1::SendRequest<Body>, Error>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|e| Error::Http(url.to_owned(), e))?;
     tokio::spawn(async move {
         // An upgraded connection (the ssh tunnel) lives on in the response's upgrade.
         let _ = conn.with_upgrades().await;
     });
-    Ok(Connection { sender, authority })
+    Ok(sender)
 }
 
 impl Connection {
@@ -136,7 +239,8 @@ fn post_request(url: &str, headers: &[(&str, &str)], body: Bytes) -> Result<Requ
         .map_err(|_| Error::Url(url.to_owned()))
 }
 
-/// POST `body` to `url` and read the whole answer (status, at most `max` bytes).
+/// POST `body` to another node's `url` and read the whole answer (status, at most `max`
+/// bytes).
 pub async fn post(
     url: &str,
     headers: &[(&str, &str)],
@@ -144,8 +248,20 @@ pub async fn post(
     max: usize,
     timeout: Duration,
 ) -> Result<(u16, Bytes), Error> {
+    post_via(peers(), url, headers, body, max, timeout).await
+}
+
+/// [`post`] over `transport`.
+pub async fn post_via(
+    transport: &Transport,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+    max: usize,
+    timeout: Duration,
+) -> Result<(u16, Bytes), Error> {
     let req = post_request(url, headers, body)?;
-    let resp = send(req, timeout).await?;
+    let resp = send_via(transport, req, timeout).await?;
     let status = resp.status().as_u16();
     let body = read_body(resp.into_body(), max, timeout, url).await?;
     Ok((status, body))
@@ -188,10 +304,44 @@ pub async fn post_held(
     Ok((status, Bytes::from(line), Some(rest)))
 }
 
-fn host_port(uri: &Uri) -> Option<(String, u16)> {
-    if uri.scheme_str() != Some("http") {
-        return None;
+/// Whether `uri` is https, its host (an IPv6 address without its brackets) and port.
+fn host_port(uri: &Uri) -> Option<(bool, String, u16)> {
+    let https = match uri.scheme_str()? {
+        "http" => false,
+        "https" => true,
+        _ => return None,
+    };
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    Some((https, host.to_owned(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port_of_http_https_and_ipv6() {
+        let hp = |u: &str| host_port(&u.parse().unwrap());
+        assert_eq!(hp("http://a:1/x"), Some((false, "a".into(), 1)));
+        assert_eq!(hp("https://a/x"), Some((true, "a".into(), 443)));
+        assert_eq!(hp("https://[::1]:9/"), Some((true, "::1".into(), 9)));
+        assert_eq!(hp("ftp://a/"), None);
     }
-    let host = uri.host()?.to_owned();
-    Some((host, uri.port_u16().unwrap_or(80)))
+
+    #[tokio::test]
+    async fn a_transport_refuses_the_other_scheme() {
+        let r = connect_via(&Transport::Plain, "https://127.0.0.1:1/").await;
+        assert!(matches!(r, Err(Error::NoTls(_))), "{:?}", r.err());
+        let config = tokio_rustls::rustls::ClientConfig::builder_with_provider(Arc::new(
+            tokio_rustls::rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(tokio_rustls::rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        let tls = Transport::Tls(Arc::new(config));
+        let r = connect_via(&tls, "http://127.0.0.1:1/").await;
+        assert!(matches!(r, Err(Error::NotTls(_))), "{:?}", r.err());
+    }
 }

@@ -34,7 +34,9 @@
 //! fill-up, drain, rebalance (`upkeep.rs`), the applied sequences (`applied.rs`), the prepared
 //! transactions waiting for a decision (`replica.rs`), the incoming pack streams
 //! (`incoming.rs`), the catch-ups running (`catchup.rs`) and its series in `/metrics`
-//! (`metrics.rs`).
+//! (`metrics.rs`). With `--cluster-ca`, every request to another node is mutual TLS with the
+//! cluster CA (`tls.rs`, `http.rs`), served on the node listener only; with `--etcd-ca`, etcd
+//! is reached over TLS with a client certificate.
 //! etcd keys (all under `/berth/`): `nodes/<node>` (advertise URL, leased), `secret`,
 //! `repos/<name>/replicas` (JSON list; changed only by a compare of its mod revision),
 //! `drain/<node>` (a node being drained), `logs/<name>` (the last entry's head, JSON),
@@ -70,6 +72,7 @@ mod replica;
 mod resync;
 pub mod status;
 mod tee;
+pub mod tls;
 pub(crate) mod tunnel;
 mod upkeep;
 mod wire;
@@ -118,6 +121,14 @@ pub struct ClusterConfig {
     /// What a replica makes durable before it reports a push applied
     /// (`--cluster-durability`): [`crate::fsync::Floor::Synced`] by default.
     pub durability: crate::fsync::Floor,
+    /// `--cluster-ca`, `--cluster-cert`, `--cluster-key`: mutual TLS between the nodes, served
+    /// on [`ClusterConfig::cluster_listen`]; `None` for plain HTTP on the main listener.
+    pub node_tls: Option<tls::TlsFiles>,
+    /// `--cluster-listen`: the node listener, the only one that serves other nodes (with
+    /// [`ClusterConfig::node_tls`]).
+    pub cluster_listen: Option<String>,
+    /// `--etcd-ca`, `--etcd-cert`, `--etcd-key`: TLS with a client certificate to etcd.
+    pub etcd_tls: Option<tls::TlsFiles>,
 }
 
 /// Why the node could not join the cluster.
@@ -126,6 +137,14 @@ pub enum Error {
     /// etcd failed.
     #[error(transparent)]
     Etcd(#[from] etcd::Error),
+    /// A TLS file between nodes cannot be used.
+    #[error(transparent)]
+    Tls(#[from] tls::Error),
+    /// With TLS between nodes, an advertise URL that is not https.
+    #[error(
+        "--advertise {0} is not https://: with --cluster-ca the other nodes reach this one over TLS, at its --cluster-listen address"
+    )]
+    AdvertiseNotTls(String),
     /// A node name that cannot be a key segment.
     #[error("invalid node name '{0}': letters, digits, '.', '_' and '-' only")]
     NodeName(String),
@@ -279,8 +298,18 @@ impl Cluster {
         if wire::NodeName::try_from(config.node.as_str()).is_err() {
             return Err(Error::NodeName(config.node.clone()));
         }
-        let etcd =
-            Arc::new(etcd::Client::new(&config.etcd, ETCD_TIMEOUT).observed(metrics.clone()));
+        let etcd = etcd::Client::new(&config.etcd, ETCD_TIMEOUT)
+            .with_tls(config.etcd_tls.as_ref())?
+            .observed(metrics.clone());
+        let etcd = Arc::new(etcd);
+        // Every request to another node over TLS with the cluster CA, or none over TLS.
+        let scheme = match &config.node_tls {
+            Some(files) => {
+                http::set_peers(http::Transport::Tls(files.client()?));
+                "https"
+            }
+            None => "http",
+        };
         let key = b"/berth/secret".to_vec();
         let candidate = random_hex(32);
         // Nodes and etcd started together (the README's quick start, a host's boot): wait for
@@ -323,7 +352,10 @@ impl Cluster {
         let advertise = config
             .advertise
             .clone()
-            .unwrap_or_else(|| format!("http://{local}"));
+            .unwrap_or_else(|| format!("{scheme}://{local}"));
+        if config.node_tls.is_some() && !advertise.starts_with("https://") {
+            return Err(Error::AdvertiseNotTls(advertise));
+        }
         let cluster = Arc::new(Cluster {
             membership: membership::Membership::new(etcd.clone(), config.node.clone(), advertise),
             placement: placement::Placement::new(etcd.clone(), config.replicas),

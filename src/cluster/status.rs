@@ -162,9 +162,14 @@ pub fn assess(
     findings
 }
 
-/// Read the cluster's state from etcd at `endpoints`, judged against `want` copies.
-pub async fn read(endpoints: &[String], want: usize) -> Result<Status, Error> {
-    let etcd = etcd::Client::new(endpoints, TIMEOUT);
+/// Read the cluster's state from etcd at `endpoints` (over TLS with `tls`: `--etcd-ca`,
+/// `--etcd-cert`, `--etcd-key`), judged against `want` copies.
+pub async fn read(
+    endpoints: &[String],
+    tls: Option<&super::tls::TlsFiles>,
+    want: usize,
+) -> Result<Status, Error> {
+    let etcd = etcd::Client::new(endpoints, TIMEOUT).with_tls(tls)?;
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let decode_err = |key: &[u8], source: wire::Decode| Error::Decode {
         key: text(key),

@@ -60,6 +60,7 @@ mod ssh;
 
 use crate::cluster;
 pub use crate::cluster::status as cluster_status;
+pub use crate::cluster::tls::TlsFiles as ClusterTlsFiles;
 pub use crate::cluster::{Ack, ClusterConfig};
 pub(crate) use crate::escape::Escaped;
 pub use crate::fsync::Floor as ClusterDurability;
@@ -195,6 +196,12 @@ pub enum Error {
     /// The TLS certificate or key cannot be used.
     #[error("TLS: {0}")]
     Tls(String),
+    /// `--cluster-ca` without `--cluster-listen`, or the other way round.
+    #[error(
+        "--cluster-listen ADDR and --cluster-ca/--cluster-cert/--cluster-key go together: the \
+         nodes talk to each other over mutual TLS on that listener only"
+    )]
+    ClusterListen,
     /// Joining the cluster failed (`--cluster`).
     #[error("cluster: {0}")]
     Cluster(cluster::Error),
@@ -237,7 +244,15 @@ struct Server {
     hook_environment: receive::HookEnvironment,
     /// Where `/metrics` is served.
     metrics_at: metrics_listen::MetricsAt,
+    /// `--cluster-listen` (with `--cluster-ca`): node traffic (the internal endpoints, the
+    /// forwarded requests and the client address they vouch for) is honoured only on that
+    /// listener, whose every connection presented a certificate of the cluster CA.
+    node_listener: bool,
 }
+
+/// Marks a request that came over the node listener (`--cluster-listen`).
+#[derive(Debug, Clone, Copy)]
+struct FromNodeListener;
 
 /// A listener on the first of `addrs` (what `listen` resolved to) that can be bound.
 async fn bind(addrs: &[SocketAddr], listen: &str) -> Result<tokio::net::TcpListener, Error> {
@@ -329,6 +344,21 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         Some(t) => Some(tls_acceptor(t)?),
         None => None,
     };
+    // The node listener: mutual TLS with the cluster CA, before anything is bound.
+    let node = match config
+        .cluster
+        .as_ref()
+        .map(|c| (&c.node_tls, &c.cluster_listen))
+    {
+        Some((Some(files), Some(listen))) => {
+            let acceptor = files
+                .server()
+                .map_err(|e| Error::Cluster(cluster::Error::Tls(e)))?;
+            Some((acceptor, listen.clone()))
+        }
+        Some((Some(_), None)) | Some((None, Some(_))) => return Err(Error::ClusterListen),
+        _ => None,
+    };
     let limits = &config.limits;
     let max_connections = limits
         .max_connections
@@ -380,6 +410,7 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         cluster: std::sync::OnceLock::new(),
         hook_environment: receive::HookEnvironment::clean_from_process(&config.hook_env),
         metrics_at: metrics_listen::MetricsAt::decide(config.metrics_listen.as_deref(), loopback),
+        node_listener: node.is_some(),
     });
 
     let app = axum::Router::new()
@@ -389,11 +420,20 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
 
     let listener = bind(&addrs, &config.listen).await?;
     let local = listener.local_addr().map_err(Error::Serve)?;
+    let node = match node {
+        Some((acceptor, listen)) => {
+            let node_listener = bind(&resolve_listen(&listen)?, &listen).await?;
+            let at = node_listener.local_addr().map_err(Error::Serve)?;
+            Some((acceptor, node_listener, at))
+        }
+        None => None,
+    };
     if let Some(c) = &config.cluster {
         let joined = cluster::Cluster::join(
             c,
             &root,
-            local,
+            // Where the other nodes reach this one unless --advertise says.
+            node.as_ref().map_or(local, |n| n.2),
             &server.env,
             server.max_request_bytes,
             server.idle_timeout,
@@ -425,8 +465,31 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         Some(c) => Some(ssh::start(server.clone(), c).await?),
         None => None,
     };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let node_task = node.map(|(acceptor, node_listener, at)| {
+        tracing::info!(target: "berth::serve", listen = %at, "serving the cluster's nodes (mutual TLS)");
+        let node_app = app.clone().layer(axum::Extension(FromNodeListener));
+        let mut stopped = stopped.clone();
+        tokio::spawn(conn::serve(
+            node_listener,
+            node_app,
+            server.clone(),
+            Some(acceptor),
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+        ))
+    });
     on_listening(local);
-    conn::serve(listener, app, server, tls, shutdown_signal()).await;
+    conn::serve(listener, app, server, tls, async {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    })
+    .await;
+    let _ = stop.send(true);
+    if let Some(task) = node_task {
+        let _ = task.await;
+    }
     if let Some(task) = metrics_task {
         task.abort();
     }
@@ -488,6 +551,9 @@ struct Client {
     /// for. Per-address slots, the access log, the hooks' `REMOTE_ADDR` and the reflog
     /// identity use it.
     addr: SocketAddr,
+    /// Whether a node's marks on the request (`x-berth-forwarded`, the address it vouches
+    /// for) count: it came over the node listener, or there is none.
+    node_traffic: bool,
 }
 
 /// The single handler: route, authenticate, resolve the repository, run the service.
@@ -499,9 +565,20 @@ async fn handle(
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().map(str::to_owned);
+    // Node traffic is honoured on the node listener only, when there is one.
+    let node_traffic =
+        !server.node_listener || req.extensions().get::<FromNodeListener>().is_some();
     if path.starts_with(cluster::INTERNAL_PREFIX)
         && let Some(c) = server.cluster.get()
     {
+        if !node_traffic {
+            return (
+                StatusCode::FORBIDDEN,
+                "not a node of this cluster: nodes reach each other on the cluster listener, \
+                 over TLS with a certificate of the cluster CA\n",
+            )
+                .into_response();
+        }
         return match cluster::internal(c, req).await {
             cluster::Internal::Answered(response) => response,
             cluster::Internal::SshTunnel(req) => ssh::tunneled(&server, c, req).await,
@@ -527,8 +604,10 @@ async fn handle(
         addr: server
             .cluster
             .get()
+            .filter(|_| node_traffic)
             .and_then(|c| c.vouched_client(req.headers()))
             .unwrap_or(remote),
+        node_traffic,
     };
     let access = Access::new(&server.metrics, method, route_name, repo, client.addr, "-");
     let result = match routed {
@@ -582,7 +661,7 @@ async fn serve_git(
     // Cluster: served here, or by a replica.
     let mut replicated = None;
     if let Some(c) = server.cluster.get() {
-        let forwarded = headers.contains_key(cluster::FORWARDED);
+        let forwarded = client.node_traffic && headers.contains_key(cluster::FORWARDED);
         let push_rpc = rpc && service == Service::ReceivePack;
         let (name, routed) = c
             .route(&repo, push_rpc, forwarded, !push_rpc)

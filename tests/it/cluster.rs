@@ -27,7 +27,7 @@ fn free_ports(n: usize) -> Vec<u16> {
 }
 
 /// One HTTP/1.0 request; the status and body (`None` when nothing answers).
-fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+pub(crate) fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
@@ -49,6 +49,10 @@ pub(crate) struct Etcd {
     client_ports: Vec<u16>,
     commands: Vec<Command>,
     dir: PathBuf,
+    /// With [`crate::cluster_fixture::Setup::tls`]: etcd serves its clients over TLS and
+    /// requires a client certificate of this CA, and the nodes talk to each other over mutual
+    /// TLS with it.
+    pub(crate) certs: Option<crate::cluster_fixture::Certs>,
 }
 
 impl Etcd {
@@ -58,6 +62,16 @@ impl Etcd {
 
     /// [`Etcd::start`] with more arguments for every member.
     pub(crate) fn start_with(dir: &Path, extra: &[&str]) -> Etcd {
+        Etcd::start_certs(dir, extra, None)
+    }
+
+    /// [`Etcd::start_with`], over TLS with client certificates when `certs` are given.
+    pub(crate) fn start_certs(
+        dir: &Path,
+        extra: &[&str],
+        certs: Option<crate::cluster_fixture::Certs>,
+    ) -> Etcd {
+        let scheme = if certs.is_some() { "https" } else { "http" };
         let ports = free_ports(6);
         let (client, peer) = ports.split_at(3);
         let initial: Vec<String> = (0..3)
@@ -66,7 +80,7 @@ impl Etcd {
         let initial = initial.join(",");
         let commands: Vec<Command> = (0..3)
             .map(|i| {
-                let c = format!("http://127.0.0.1:{}", client[i]);
+                let c = format!("{scheme}://127.0.0.1:{}", client[i]);
                 let p = format!("http://127.0.0.1:{}", peer[i]);
                 let mut cmd = Command::new("etcd");
                 cmd.args(["--name", &format!("e{i}")])
@@ -82,6 +96,7 @@ impl Etcd {
                     .args(["--initial-cluster", &initial])
                     .args(["--initial-cluster-state", "new"])
                     .args(["--initial-cluster-token", "berth-test"])
+                    .args(certs.as_ref().map(|c| c.etcd_args()).unwrap_or_default())
                     .args(extra)
                     .stdout(Stdio::null());
                 cmd
@@ -92,6 +107,7 @@ impl Etcd {
             client_ports: client.to_vec(),
             commands,
             dir: dir.to_owned(),
+            certs,
         };
         for i in 0..3 {
             etcd.restart(i);
@@ -100,7 +116,11 @@ impl Etcd {
         for &port in &etcd.client_ports {
             loop {
                 let put = r#"{"key":"L2JlcnRoLXRlc3Q=","value":"eQ=="}"#;
-                if let Some((200, _)) = http(port, "POST", "/v3/kv/put", put) {
+                let answered = match &etcd.certs {
+                    None => http(port, "POST", "/v3/kv/put", put).map(|a| a.0),
+                    Some(c) => c.curl_etcd(port, "/v3/kv/put", put),
+                };
+                if answered == Some(200) {
                     break;
                 }
                 assert!(
@@ -117,24 +137,31 @@ impl Etcd {
         let urls: Vec<String> = self
             .client_ports
             .iter()
-            .map(|p| format!("http://127.0.0.1:{p}"))
+            .map(|p| match self.certs {
+                None => format!("http://127.0.0.1:{p}"),
+                Some(_) => format!("https://127.0.0.1:{p}"),
+            })
             .collect();
         urls.join(",")
+    }
+
+    /// `etcdctl` with the endpoints (and the client certificate over TLS).
+    fn etcdctl(&self) -> Command {
+        let mut cmd = Command::new("etcdctl");
+        cmd.env("ETCDCTL_API", "3")
+            .args(["--endpoints", &self.urls()]);
+        if let Some(c) = &self.certs {
+            cmd.args(c.etcdctl_args());
+        }
+        cmd
     }
 
     /// The keys under `prefix`, read with `etcdctl` (etcd-client); `None` (and a note) when
     /// it is not installed.
     pub(crate) fn keys(&self, prefix: &str) -> Option<Vec<String>> {
-        let out = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args([
-                "--endpoints",
-                &self.urls(),
-                "get",
-                "--prefix",
-                "--keys-only",
-                prefix,
-            ])
+        let out = self
+            .etcdctl()
+            .args(["get", "--prefix", "--keys-only", prefix])
             .output();
         match out {
             Ok(o) if o.status.success() => Some(
@@ -155,15 +182,8 @@ impl Etcd {
 
     /// The value of `key`, read with `etcdctl` (etcd-client); `None` when it is not usable.
     pub(crate) fn value(&self, key: &str) -> Option<String> {
-        Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args([
-                "--endpoints",
-                &self.urls(),
-                "get",
-                "--print-value-only",
-                key,
-            ])
+        self.etcdctl()
+            .args(["get", "--print-value-only", key])
             .output()
             .ok()
             .filter(|o| o.status.success())
@@ -207,6 +227,8 @@ pub(crate) struct Node {
     pub(crate) process: Option<common::ServeProcess>,
     /// The embedded ssh server's port, when started with `--ssh-listen`.
     pub(crate) ssh_port: Option<u16>,
+    /// The node listener's port (`--cluster-listen`, mutual TLS), on a TLS cluster.
+    pub(crate) cluster_port: u16,
     /// More environment for this node's process (e.g. other git defaults), after the
     /// cluster's.
     pub(crate) env: Vec<(String, String)>,
@@ -247,7 +269,7 @@ impl Cluster {
         extra: Vec<String>,
         env: Vec<(String, String)>,
     ) -> Cluster {
-        let ports = free_ports(3);
+        let ports = free_ports(6);
         let nodes = (0..3)
             .map(|i| Node {
                 name: format!("n{i}"),
@@ -255,6 +277,7 @@ impl Cluster {
                 port: ports[i],
                 process: None,
                 ssh_port: None,
+                cluster_port: ports[3 + i],
                 env: Vec::new(),
             })
             .collect();
@@ -280,9 +303,12 @@ impl Cluster {
             .arg("--root")
             .arg(&n.root)
             .args(["--listen", &format!("127.0.0.1:{}", n.port)])
-            .args(["--cluster", &urls, "--node", &n.name])
-            .args(["--advertise", &format!("http://127.0.0.1:{}", n.port)])
-            .args(["--replicas", &self.replicas.to_string()])
+            .args(["--cluster", &urls, "--node", &n.name]);
+        match &self.etcd.certs {
+            None => cmd.args(["--advertise", &format!("http://127.0.0.1:{}", n.port)]),
+            Some(c) => cmd.args(c.node_args(n.cluster_port)),
+        };
+        cmd.args(["--replicas", &self.replicas.to_string()])
             .args(&self.extra)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .envs(n.env.iter().map(|(k, v)| (k, v)));

@@ -14,13 +14,175 @@
 //! test says so on stderr and returns, and under CI (`CI` set) it fails instead. [`cluster`]
 //! starts three etcd members and three berth nodes on it ([`Setup`]: how many replicas, more
 //! arguments or environment for the nodes or etcd, ssh too), and [`Setup::with_repo`] also
-//! creates a repository with a first push and waits until it is replicated.
+//! creates a repository with a first push and waits until it is replicated. With
+//! [`Setup::tls`] etcd serves its clients over TLS and requires client certificates, and the
+//! nodes talk to each other over mutual TLS on their node listeners ([`Certs`]).
 
 use crate::cluster::{Cluster, Etcd, push};
 use crate::cluster_ssh;
 use crate::common::World;
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+
+/// A CA made with `openssl` in a directory, and one certificate it signed (for localhost and
+/// 127.0.0.1, server and client usage) that every node and etcd member presents.
+#[derive(Debug, Clone)]
+pub(crate) struct Certs {
+    /// The CA's certificate.
+    pub(crate) ca: PathBuf,
+    /// The CA's key.
+    pub(crate) ca_key: PathBuf,
+    /// The certificate it signed, and its key.
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
+}
+
+fn openssl(args: &[&str], paths: &[&Path]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .args(paths)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Certs {
+    /// A new CA `<dir>/<name>-ca.pem` and a certificate `<dir>/<name>.pem` signed by it.
+    pub(crate) fn make(dir: &Path, name: &str) -> Certs {
+        let p = |f: &str| dir.join(format!("{name}{f}"));
+        let c = Certs {
+            ca: p("-ca.pem"),
+            ca_key: p("-ca.key"),
+            cert: p(".pem"),
+            key: p(".key"),
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
+        let mut ca = vec!["req", "-x509", "-days", "2", "-subj"];
+        let subject = format!("/CN={name} test CA");
+        ca.push(&subject);
+        ca.extend(ec);
+        ca.extend(["-addext", "basicConstraints=critical,CA:TRUE"]);
+        ca.extend(["-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
+        ca.push("-keyout");
+        openssl(&ca, &[&c.ca_key, Path::new("-out"), &c.ca]);
+        let csr = p(".csr");
+        let mut req = vec!["req", "-subj", "/CN=berth node"];
+        req.extend(ec);
+        req.push("-keyout");
+        openssl(&req, &[&c.key, Path::new("-out"), &csr]);
+        let ext = p(".ext");
+        std::fs::write(
+            &ext,
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+             keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n",
+        )
+        .unwrap();
+        openssl(
+            &["x509", "-req", "-days", "2", "-CAcreateserial", "-in"],
+            &[
+                &csr,
+                Path::new("-CA"),
+                &c.ca,
+                Path::new("-CAkey"),
+                &c.ca_key,
+                Path::new("-extfile"),
+                &ext,
+                Path::new("-out"),
+                &c.cert,
+            ],
+        );
+        c
+    }
+
+    fn s(p: &Path) -> String {
+        p.to_str().unwrap().to_owned()
+    }
+
+    /// An etcd member's arguments: its server certificate, and client certificates of the CA
+    /// required.
+    pub(crate) fn etcd_args(&self) -> Vec<String> {
+        vec![
+            "--cert-file".into(),
+            Self::s(&self.cert),
+            "--key-file".into(),
+            Self::s(&self.key),
+            "--trusted-ca-file".into(),
+            Self::s(&self.ca),
+            "--client-cert-auth".into(),
+        ]
+    }
+
+    /// `etcdctl`'s, `berth cluster status`'s and a node's etcd arguments.
+    pub(crate) fn etcdctl_args(&self) -> Vec<String> {
+        vec![
+            "--cacert".into(),
+            Self::s(&self.ca),
+            "--cert".into(),
+            Self::s(&self.cert),
+            "--key".into(),
+            Self::s(&self.key),
+        ]
+    }
+
+    /// `berth`'s `--etcd-ca`, `--etcd-cert`, `--etcd-key`.
+    pub(crate) fn berth_etcd_args(&self) -> Vec<String> {
+        vec![
+            "--etcd-ca".into(),
+            Self::s(&self.ca),
+            "--etcd-cert".into(),
+            Self::s(&self.cert),
+            "--etcd-key".into(),
+            Self::s(&self.key),
+        ]
+    }
+
+    /// A node's TLS arguments: to etcd, and between nodes on its node listener at `port`
+    /// (advertised as `https://127.0.0.1:<port>`).
+    pub(crate) fn node_args(&self, port: u16) -> Vec<String> {
+        let mut args = self.berth_etcd_args();
+        args.extend([
+            "--cluster-listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--advertise".into(),
+            format!("https://127.0.0.1:{port}"),
+            "--cluster-ca".into(),
+            Self::s(&self.ca),
+            "--cluster-cert".into(),
+            Self::s(&self.cert),
+            "--cluster-key".into(),
+            Self::s(&self.key),
+        ]);
+        args
+    }
+
+    /// The status of a POST of `body` to etcd's `path` on `port`, over TLS with the client
+    /// certificate (`curl`); `None` when nothing answered.
+    pub(crate) fn curl_etcd(&self, port: u16, path: &str, body: &str) -> Option<u16> {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "5"])
+            .args(self.etcdctl_args())
+            .args(["-X", "POST", "-d", body])
+            .arg(format!("https://127.0.0.1:{port}{path}"))
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .ok()
+            .filter(|c| *c != 0)
+    }
+}
 
 /// Whether `etcd` can run here; if not, say so (the test is skipped, not passed silently).
 /// Under CI (`CI` set) a missing etcd fails the test.
@@ -60,9 +222,11 @@ pub(crate) struct Setup<'w> {
     env: Vec<(String, String)>,
     etcd_args: Vec<String>,
     ssh: bool,
+    tls: bool,
 }
 
-/// A cluster on `w`: `--replicas 3`, no more arguments, HTTP only, until told otherwise.
+/// A cluster on `w`: `--replicas 3`, no more arguments, HTTP only (over TLS with
+/// `BERTH_TEST_CLUSTER_TLS=1`), until told otherwise.
 pub(crate) fn cluster(w: &World) -> Setup<'_> {
     Setup {
         w,
@@ -71,6 +235,9 @@ pub(crate) fn cluster(w: &World) -> Setup<'_> {
         env: Vec::new(),
         etcd_args: Vec::new(),
         ssh: false,
+        // BERTH_TEST_CLUSTER_TLS=1: every cluster test over TLS (the tests that call a node's
+        // internal endpoints on its public port themselves expect plain HTTP there).
+        tls: std::env::var("BERTH_TEST_CLUSTER_TLS").as_deref() == Ok("1"),
     }
 }
 
@@ -106,6 +273,13 @@ impl Setup<'_> {
         self
     }
 
+    /// etcd over TLS with client certificates, the nodes to each other over mutual TLS on
+    /// their node listeners (`--cluster-listen`), with one CA made in the world ([`Certs`]).
+    pub(crate) fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
     /// Start etcd, then the three nodes.
     pub(crate) fn start(self) -> Cluster {
         let w = self.w;
@@ -116,7 +290,8 @@ impl Setup<'_> {
         };
         args.extend(self.args);
         let etcd_args: Vec<&str> = self.etcd_args.iter().map(String::as_str).collect();
-        let etcd = Etcd::start_with(w.root(), &etcd_args);
+        let certs = self.tls.then(|| Certs::make(w.root(), "cluster"));
+        let etcd = Etcd::start_certs(w.root(), &etcd_args, certs);
         let c = Cluster::start_on(w, etcd, self.replicas, args, self.env);
         if self.ssh {
             cluster_ssh::pin_host_keys(w, &c);

@@ -17,6 +17,7 @@ mod cluster_reads;
 mod cluster_resync;
 mod cluster_ssh;
 mod cluster_stream;
+mod cluster_tls;
 mod config;
 mod conn_limits;
 mod crash;
