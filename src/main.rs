@@ -66,6 +66,8 @@ struct ClusterDrainArgs {
     /// How long --wait waits, in seconds.
     #[arg(long, default_value_t = 3600)]
     timeout: u64,
+    #[command(flatten)]
+    etcd_tls: EtcdTlsArgs,
 }
 
 #[cfg(feature = "serve")]
@@ -84,7 +86,7 @@ struct ClusterStatusArgs {
     etcd_tls: EtcdTlsArgs,
 }
 
-/// `--etcd-ca`, `--etcd-cert`, `--etcd-key` (`berth serve`, `berth cluster status`).
+/// `--etcd-ca`, `--etcd-cert`, `--etcd-key` (`berth serve`, `berth cluster status` and `drain`).
 #[cfg(feature = "serve")]
 #[derive(clap::Args)]
 struct EtcdTlsArgs {
@@ -494,8 +496,9 @@ fn cluster_drain(a: ClusterDrainArgs) -> ExitCode {
         }
     };
     let endpoints = [a.cluster];
+    let tls = a.etcd_tls.files();
     // Checked as a node name before anything is printed with it.
-    if let Err(e) = runtime.block_on(status::drain(&endpoints, &a.node)) {
+    if let Err(e) = runtime.block_on(status::drain(&endpoints, tls.as_ref(), &a.node)) {
         eprintln!("berth cluster drain: {e} (is etcd at the URL the nodes' --cluster names?)");
         return ExitCode::from(2);
     }
@@ -504,7 +507,7 @@ fn cluster_drain(a: ClusterDrainArgs) -> ExitCode {
     let mut said = None;
     loop {
         // The K the nodes use does not matter here: only the lists are read.
-        let listed = match runtime.block_on(status::read(&endpoints, 1)) {
+        let listed = match runtime.block_on(status::read(&endpoints, tls.as_ref(), 1)) {
             Ok(s) => status::listing(&s, &a.node)
                 .into_iter()
                 .map(str::to_owned)

@@ -254,12 +254,17 @@ pub async fn read(
 
 /// Mark `node` draining in the cluster's etcd at `endpoints` (`berth cluster drain`): new
 /// repositories are no longer placed on it, and the nodes move each of its repositories to
-/// another live node before taking it off the repository's list.
-pub async fn drain(endpoints: &[String], node: &str) -> Result<(), Error> {
+/// another live node before taking it off the repository's list. Over TLS with `tls` as
+/// [`read`].
+pub async fn drain(
+    endpoints: &[String],
+    tls: Option<&super::tls::TlsFiles>,
+    node: &str,
+) -> Result<(), Error> {
     if wire::NodeName::try_from(node).is_err() {
         return Err(Error::NodeName(node.to_owned()));
     }
-    let etcd = etcd::Client::new(endpoints, TIMEOUT);
+    let etcd = etcd::Client::new(endpoints, TIMEOUT).with_tls(tls)?;
     let key = [super::placement::DRAIN_PREFIX, node.as_bytes()].concat();
     etcd.put(&key, b"draining", None).await?;
     Ok(())

@@ -328,10 +328,12 @@ impl Cluster {
     /// One more node (`n<index>`, its own root and port), started; its index.
     pub(crate) fn add_node(&mut self, w: &World) -> usize {
         let i = self.nodes.len();
+        let ports = free_ports(2);
         self.nodes.push(Node {
             name: format!("n{i}"),
             root: w.path(&format!("node{i}")),
-            port: free_ports(1)[0],
+            port: ports[0],
+            cluster_port: ports[1],
             process: None,
             ssh_port: None,
             env: Vec::new(),
