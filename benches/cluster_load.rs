@@ -44,7 +44,10 @@
 //! etcd runs with its default request limit, 1.5 MiB (`BERTH_CLUSTER_ETCD_MAX_REQUEST_BYTES`
 //! sets `--max-request-bytes`): the commit point's txn of a 10,000-ref push writes the entry,
 //! ~95 bytes per ref, once (`entries/<seq>`; the log head is small), which fits.
-//! `BERTH_CLUSTER_ACK=all` runs the cluster with `--ack all`; `BERTH_LOAD_ROUNDS` (default 1)
+//! `BERTH_CLUSTER_ACK=all` runs the cluster with `--ack all`; `BERTH_CLUSTER_DURABILITY`, a
+//! comma-separated list of `--cluster-durability` values (`synced,core-fsync`), runs one
+//! three-node cluster per value, each on its own etcd, beside the one node in the same run
+//! (unset: one cluster, the nodes' default); `BERTH_LOAD_ROUNDS` (default 1)
 //! repeats the small-push cases, each round on fresh servers, the first target alternating;
 //! `BERTH_LOAD_KEEP=1` keeps the directory (the nodes' logs are `*/node<i>.log`; `RUST_LOG` is
 //! passed to them).
@@ -165,7 +168,9 @@ impl Target {
         }
     }
 
-    fn cluster(dir: &Path, ack: &str, etcd_max_request: usize) -> Target {
+    /// Three nodes over a new etcd; `durability` is their `--cluster-durability` (`None`: the
+    /// default, not passed).
+    fn cluster(dir: &Path, ack: &str, durability: Option<&str>, etcd_max_request: usize) -> Target {
         let etcd = Etcd::start(dir, etcd_max_request);
         let ports = free_ports(3);
         let roots: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("root{i}"))).collect();
@@ -178,11 +183,17 @@ impl Target {
                     .args(["--cluster", &etcd.urls, "--node", &format!("n{i}")])
                     .args(["--advertise", &format!("http://{listen}")])
                     .args(["--replicas", "3", "--ack", ack]);
+                if let Some(d) = durability {
+                    cmd.args(["--cluster-durability", d]);
+                }
                 spawn_berth(cmd, &dir.join(format!("node{i}.log")))
             })
             .collect();
         Target {
-            name: format!("3 nodes, --ack {ack}"),
+            name: match durability {
+                Some(d) => format!("3 nodes, --ack {ack}, --cluster-durability {d}"),
+                None => format!("3 nodes, --ack {ack}"),
+            },
             servers,
             roots,
             etcd: Some(etcd),
@@ -667,6 +678,12 @@ fn run() -> bool {
     let refs = env_usize("BERTH_BENCH_REFS", 10_000).max(1);
     let runs = env_usize("BERTH_BENCH_RUNS", 5).max(1);
     let ack = std::env::var("BERTH_CLUSTER_ACK").unwrap_or_else(|_| "majority".into());
+    let durability: Vec<Option<String>> = match std::env::var("BERTH_CLUSTER_DURABILITY") {
+        Ok(list) if !list.trim().is_empty() => {
+            list.split(',').map(|d| Some(d.trim().to_owned())).collect()
+        }
+        _ => vec![None],
+    };
     let etcd_max_request = env_usize("BERTH_CLUSTER_ETCD_MAX_REQUEST_BYTES", 1536 << 10);
     let shape = Repos::parse(&std::env::var("BERTH_LOAD_SHAPE").unwrap_or_else(|_| "each".into()));
     let per_client = (total / clients).max(1);
@@ -697,18 +714,23 @@ fn run() -> bool {
 
     let mut failed = false;
     let mut small_rows: Vec<(usize, String, Option<Loaded>, bool)> = Vec::new();
-    let mut many_times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
-    let mut many_failed: [Option<String>; 2] = [None, None];
+    // The plain node, then one cluster per durability.
+    let count = 1 + durability.len();
+    let mut names: Vec<String> = Vec::new();
+    let mut many_times: Vec<Vec<Duration>> = vec![Vec::new(); count];
+    let mut many_failed: Vec<Option<String>> = vec![None; count];
     for round in 0..rounds {
         let rdir = dir.join(format!("round{round}"));
-        let (pdir, cdir) = (rdir.join("plain"), rdir.join("cluster"));
+        let pdir = rdir.join("plain");
         std::fs::create_dir_all(&pdir).unwrap();
-        std::fs::create_dir_all(&cdir).unwrap();
-        let targets = [
-            Target::plain(&pdir),
-            Target::cluster(&cdir, &ack, etcd_max_request),
-        ];
-        let mut order = [0, 1];
+        let mut targets = vec![Target::plain(&pdir)];
+        for (i, d) in durability.iter().enumerate() {
+            let cdir = rdir.join(format!("cluster{i}"));
+            std::fs::create_dir_all(&cdir).unwrap();
+            targets.push(Target::cluster(&cdir, &ack, d.as_deref(), etcd_max_request));
+        }
+        names = targets.iter().map(|t| t.name.clone()).collect();
+        let mut order: Vec<usize> = (0..targets.len()).collect();
         if round % 2 == 1 {
             order.reverse();
         }
@@ -722,7 +744,7 @@ fn run() -> bool {
         if round > 0 {
             continue;
         }
-        // The many-ref push: the two targets take turns, run by run.
+        // The many-ref push: the targets take turns, run by run.
         for run in 0..runs {
             for (i, t) in targets.iter().enumerate() {
                 if many_failed[i].is_some() {
@@ -783,13 +805,10 @@ fn run() -> bool {
         .iter_mut()
         .map(|t| (!t.is_empty()).then(|| support::median(t)))
         .collect();
-    for (i, name) in ["one node".to_owned(), format!("3 nodes, --ack {ack}")]
-        .iter()
-        .enumerate()
-    {
+    for (i, name) in names.iter().enumerate() {
         let times = &many_times[i];
-        let ratio = match (i, medians[0], medians[1]) {
-            (1, Some(p), Some(c)) => format!("{:.2}x", c.as_secs_f64() / p.as_secs_f64()),
+        let ratio = match (i, medians[0], medians[i]) {
+            (1.., Some(p), Some(c)) => format!("{:.2}x", c.as_secs_f64() / p.as_secs_f64()),
             _ => String::new(),
         };
         match (&many_failed[i], medians[i]) {
