@@ -339,6 +339,7 @@ mod tests {
             txid: txid.into(),
             origin: "n0".into(),
             updates,
+            shallow: Vec::new(),
         }
     }
 

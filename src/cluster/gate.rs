@@ -147,8 +147,9 @@ impl Gate {
         let txid = id.to_string();
         let base = self.check_base(&txid, updates).await?;
         let need = self.need();
-        let prepared = self.prepare(base, id, updates, need).await?;
-        let seq = match self.commit_point(base, &txid, updates).await {
+        let shallow = self.shallow_roots();
+        let prepared = self.prepare(base, id, updates, &shallow, need).await?;
+        let seq = match self.commit_point(base, &txid, updates, &shallow).await {
             Ok(seq) => seq,
             Err(e) => {
                 match e.in_the_log() {
@@ -175,6 +176,26 @@ impl Gate {
             peers,
             need,
         }))
+    }
+
+    /// The push's shallow roots: the client's `shallow` lines that this repository holds as
+    /// shallow commits (`$GIT_DIR/shallow`, where its connectivity phase recorded the new
+    /// ones, `receive.shallowUpdate`). The replicas check connectivity with them and record
+    /// those they need; empty for a push from a full clone.
+    fn shallow_roots(&self) -> Vec<gix_hash::ObjectId> {
+        let client = match &self.stream {
+            Some(s) => s.shallow(),
+            None => return Vec::new(),
+        };
+        if client.is_empty() {
+            return Vec::new();
+        }
+        let here = std::fs::read_to_string(self.dir.join("shallow")).unwrap_or_default();
+        let here: std::collections::HashSet<gix_hash::ObjectId> = here
+            .lines()
+            .filter_map(|l| gix_hash::ObjectId::from_hex(l.trim().as_bytes()).ok())
+            .collect();
+        client.into_iter().filter(|id| here.contains(id)).collect()
     }
 
     /// The quorum: the configured K's, however many replicas the repository has, so that a
@@ -255,6 +276,7 @@ impl Gate {
         base: Base,
         id: wire::Id,
         updates: &[RefUpdate],
+        shallow: &[gix_hash::ObjectId],
         need: Need,
     ) -> Result<Prepared, PrepareRefused> {
         let c = &self.cluster;
@@ -275,6 +297,7 @@ impl Gate {
             stream,
             txid: id,
             updates: wire_updates,
+            shallow: shallow.iter().copied().map(wire::Oid).collect(),
         });
         let mut body = Vec::with_capacity(4 + header.len());
         body.extend_from_slice(&(header.len() as u32).to_be_bytes());
@@ -376,6 +399,7 @@ impl Gate {
         base: Base,
         txid: &str,
         updates: &[RefUpdate],
+        shallow: &[gix_hash::ObjectId],
     ) -> Result<u64, CommitRefused> {
         let c = &self.cluster;
         let mut entry = log::Entry {
@@ -383,6 +407,7 @@ impl Gate {
             txid: txid.to_owned(),
             origin: c.node.clone(),
             updates: updates.to_vec(),
+            shallow: shallow.to_vec(),
         };
         let mut base = base;
         let mut rounds = 0;

@@ -253,6 +253,7 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let (repo, id) = (String::from(q.repo), String::from(q.stream));
+    let shallow = q.shallow.map(|s| s.0).unwrap_or_default();
     let slot = match cluster.streams.open(&id, &repo) {
         Ok(s) => s,
         Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
@@ -279,7 +280,7 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
     let c = cluster.clone();
     let handle = tokio::runtime::Handle::current();
     let job = tokio::task::spawn_blocking(move || {
-        let result = receive_into(dir, &env, &mut reader).map_err(Arc::new);
+        let result = receive_into(dir, &env, &mut reader, &shallow).map_err(Arc::new);
         let answer = result.as_ref().map(|_| ()).map_err(Arc::clone);
         if let Err(e) = &answer {
             tracing::info!(target: "berth::cluster", repo = %Escaped::token(&repo), stream = %id, error = %Escaped::text(&e.to_string()), "pack stream refused");
@@ -305,14 +306,16 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
     }
 }
 
-/// Ingest the pack `reader` gives into a new quarantine of the repository at `dir`.
+/// Ingest the pack `reader` gives into a new quarantine of the repository at `dir`, with the
+/// client's `shallow` commits.
 fn receive_into(
     dir: PathBuf,
     env: &crate::receive::Environment,
     reader: &mut dyn std::io::Read,
+    shallow: &[gix_hash::ObjectId],
 ) -> Result<Arrived, Refused> {
     let (repo, objects) = super::copy::open(&dir, env)?;
-    Ok(receive(&repo, &objects, reader)?)
+    Ok(receive(&repo, &objects, reader, shallow)?)
 }
 
 /// `POST /_berth/cluster/drop`.

@@ -14,6 +14,7 @@ mod cluster_fixture;
 mod cluster_metrics;
 mod cluster_reads;
 mod cluster_resync;
+mod cluster_shallow;
 mod cluster_ssh;
 mod cluster_stream;
 mod config;
