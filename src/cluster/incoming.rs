@@ -229,6 +229,19 @@ impl Streams {
         }
     }
 
+    /// The repository of stream `id`, while it is held.
+    fn repo_of(&self, id: &str) -> Option<String> {
+        self.0.lock().ok()?.get(id).map(|s| s.repo.clone())
+    }
+
+    /// How many streams of `repo` are held (arriving, waiting for their prepare, or taken by
+    /// a push not over yet).
+    pub(super) fn held(&self, repo: &str) -> usize {
+        self.0
+            .lock()
+            .map_or(0, |m| m.values().filter(|s| s.repo == repo).count())
+    }
+
     /// How many streams are held (arriving or waiting for their prepare).
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -290,12 +303,19 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
         let c2 = c.clone();
         handle.spawn(async move {
             tokio::time::sleep(STREAM_TTL).await;
-            let _ = tokio::task::spawn_blocking(move || {
-                if c2.streams.remove(&id, Some(&slot)) {
+            let c3 = c2.clone();
+            let expired = tokio::task::spawn_blocking(move || {
+                let expired = c3.streams.remove(&id, Some(&slot));
+                if expired {
                     tracing::info!(target: "berth::cluster", stream = %id, "pack stream expired without a prepare");
                 }
+                expired
             })
             .await;
+            // Its push is long over: a first push refused leaves no copy here.
+            if matches!(expired, Ok(true)) {
+                c2.forget_unused_copy(&repo).await;
+            }
         });
         answer
     });
@@ -326,8 +346,17 @@ pub(super) async fn drop_stream(cluster: &Arc<Cluster>, req: Request) -> Respons
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let (c, id) = (cluster.clone(), String::from(q.stream));
-    match tokio::task::spawn_blocking(move || c.streams.remove(&id, None)).await {
-        Ok(true) => text(StatusCode::OK, "dropped"),
+    let dropped = tokio::task::spawn_blocking(move || {
+        let repo = c.streams.repo_of(&id);
+        c.streams.remove(&id, None).then_some(repo).flatten()
+    })
+    .await;
+    match dropped {
+        Ok(Some(repo)) => {
+            // The push is over: a first push refused leaves no copy here.
+            cluster.forget_unused_copy(&repo).await;
+            text(StatusCode::OK, "dropped")
+        }
         _ => text(StatusCode::NOT_FOUND, "no such stream"),
     }
 }

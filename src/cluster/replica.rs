@@ -366,6 +366,11 @@ impl Job {
     fn not_prepared(&self, ready: Ready, e: NotPrepared) {
         tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.h.repo), txid = %self.h.txid, error = %Escaped::text(&e.to_string()), "not prepared");
         let _ = ready.send(Err(e));
+        // A copy this prepare created for a first push that will not land here: not left
+        // behind (kept while the push's stream is held: its drop decides then).
+        let (cluster, repo) = (self.cluster.clone(), self.h.repo.clone());
+        self.handle
+            .spawn(async move { cluster.forget_unused_copy(&repo).await });
     }
 
     /// Preparing, first: a copy here, at the push's base or off it by entries of other refs

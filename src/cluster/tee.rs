@@ -156,6 +156,11 @@ impl PackTee for PushStream {
 
 impl Drop for PushStream {
     fn drop(&mut self) {
+        // The push is over: a first push refused leaves no copy here (nor, told below, on the
+        // replicas its pack went to).
+        let (cluster, name) = (self.cluster.clone(), self.name.clone());
+        self.handle
+            .spawn(async move { cluster.forget_unused_copy(&name).await });
         let Some(peers) = self.opened.lock().ok().and_then(|mut o| o.take()) else {
             return;
         };

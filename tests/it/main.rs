@@ -12,6 +12,7 @@ mod cluster;
 mod cluster_durability;
 mod cluster_fixture;
 mod cluster_metrics;
+mod cluster_outcomes;
 mod cluster_reads;
 mod cluster_resync;
 mod cluster_shallow;
