@@ -134,11 +134,13 @@ impl Streams {
     }
 
     /// The stream `id` arrived (`Ok`: its quarantine) or failed. A stream dropped meanwhile is
-    /// removed now.
-    fn finish(&self, id: &str, slot: &Arc<Slot>, result: Result<Arrived, Arc<Refused>>) {
+    /// removed now; whether it was.
+    fn finish(&self, id: &str, slot: &Arc<Slot>, result: Result<Arrived, Arc<Refused>>) -> bool {
         let mut gone = None;
+        let mut dropped = false;
         if let Ok(map) = self.0.lock() {
             let held = map.get(id).is_some_and(|s| Arc::ptr_eq(s, slot));
+            dropped = !held;
             if let Ok(mut state) = slot.state.lock() {
                 *state = match result {
                     Ok(q) if held => State::Ready(q),
@@ -152,6 +154,7 @@ impl Streams {
         }
         slot.done.notify_all();
         drop(gone);
+        dropped
     }
 
     /// Remove the stream `id` (only `slot`, when given); a stream still arriving is removed
@@ -298,7 +301,12 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
         if let Err(e) = &answer {
             tracing::info!(target: "berth::cluster", repo = %Escaped::token(&repo), stream = %id, error = %Escaped::text(&e.to_string()), "pack stream refused");
         }
-        c.streams.finish(&id, &slot, result);
+        if c.streams.finish(&id, &slot, result) {
+            // Dropped while it arrived (its push was over first): a first push refused leaves
+            // no copy here.
+            let (c1, repo) = (c.clone(), repo.clone());
+            handle.spawn(async move { c1.forget_unused_copy(&repo).await });
+        }
         // Not taken by a prepare in time: removed.
         let c2 = c.clone();
         handle.spawn(async move {
