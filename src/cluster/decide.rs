@@ -310,6 +310,29 @@ pub(super) fn resolve(heard: Heard, logged: Option<Logged>) -> Resolve {
     }
 }
 
+/// What a push the cluster refused (or acknowledged short) did, as its client is told first
+/// (`ng <ref> cluster: <outcome>: <why>`): whether to retry, or whether it landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// Nothing of it is in the log: no replica keeps it; the client may push again.
+    NotApplied,
+    /// It is in the log (committed): every replica applies it, fewer had when the client
+    /// was answered.
+    Landed,
+    /// Nobody knows yet (etcd did not confirm the commit point): a fetch tells.
+    MayHaveLanded,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Outcome::NotApplied => "not applied",
+            Outcome::Landed => "landed",
+            Outcome::MayHaveLanded => "may have landed",
+        })
+    }
+}
+
 /// What becomes of this node's copy of a repository once a push to it is over and nothing of
 /// it was committed: a first push refused (a hook, no quorum) leaves a copy no entry ever
 /// wrote, which a later `ls-remote`, the access rules and `git init`'s absence must not take
@@ -585,5 +608,12 @@ mod tests {
         assert_eq!(unused_copy(0, Some(0), 1, 0), UnusedCopy::InUse);
         assert_eq!(unused_copy(0, Some(0), 0, 1), UnusedCopy::InUse);
         assert_eq!(unused_copy(0, None, 0, 0), UnusedCopy::Unreadable);
+    }
+
+    #[test]
+    fn the_outcomes_read_as_the_client_is_told_them() {
+        assert_eq!(Outcome::NotApplied.to_string(), "not applied");
+        assert_eq!(Outcome::Landed.to_string(), "landed");
+        assert_eq!(Outcome::MayHaveLanded.to_string(), "may have landed");
     }
 }

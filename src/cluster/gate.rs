@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::applied::Recorded;
-use super::decide::{self, AfterLost, Failure, Next, Position, Quorum, RETRY, Verdict, Winners};
+use super::decide::{
+    self, AfterLost, Failure, Next, Outcome, Position, Quorum, RETRY, Verdict, Winners,
+};
 use super::log::new_of;
 use super::metrics::PrepareOutcome;
 use super::objects::Format;
@@ -609,6 +611,23 @@ impl Committed {
     }
 }
 
+/// A refusal as the client reads it: what happened to the push ([`Outcome`]), then why.
+#[derive(Debug, thiserror::Error)]
+#[error("{outcome}: {why}")]
+pub(super) struct Told {
+    outcome: Outcome,
+    why: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl Told {
+    fn new(outcome: Outcome, why: impl std::error::Error + Send + Sync + 'static) -> Told {
+        Told {
+            outcome,
+            why: Box::new(why),
+        }
+    }
+}
+
 /// The etcd failure behind a refusal (its details, addresses included, go to the log).
 #[derive(Debug, thiserror::Error)]
 #[error("the cluster's etcd is unavailable; retry")]
@@ -675,7 +694,7 @@ pub(super) enum CommitRefused {
     )]
     TooLarge { refs: usize, bytes: usize },
     /// etcd did not answer the commit point: the entry may or may not be in the log.
-    #[error("etcd did not confirm the commit; the push may still land, fetch to see")]
+    #[error("etcd did not confirm the commit; fetch to see")]
     Unconfirmed,
     /// The entries after the push's base could not be read.
     #[error("cannot read the repository's log; retry")]
@@ -692,6 +711,14 @@ enum InTheLog {
 }
 
 impl CommitRefused {
+    /// What the client is told happened: nothing, unless etcd's answer was lost.
+    fn outcome(&self) -> Outcome {
+        match self.in_the_log() {
+            InTheLog::No => Outcome::NotApplied,
+            InTheLog::Unknown => Outcome::MayHaveLanded,
+        }
+    }
+
     fn in_the_log(&self) -> InTheLog {
         match self {
             CommitRefused::Unconfirmed => InTheLog::Unknown,
@@ -701,9 +728,11 @@ impl CommitRefused {
 }
 
 /// Committed to the log, but fewer replicas than the quorum applied it (step 4: the refs are
-/// refused to the client, though committed).
+/// refused to the client, though committed: [`Outcome::Landed`]).
 #[derive(Debug, thiserror::Error)]
-#[error("committed to the log as entry {seq}, but only {applied} of {k} replicas applied it")]
+#[error(
+    "committed to the log as entry {seq}, but only {applied} of {k} replicas applied it; the others catch up"
+)]
 pub(super) struct Unapplied {
     seq: u64,
     applied: usize,
@@ -726,26 +755,33 @@ impl From<BaseRefused> for GateRefusal {
                     head,
                     lost: None,
                 };
-                GateRefusal::lost(behind, lost)
+                GateRefusal::lost(Told::new(Outcome::NotApplied, behind), lost)
             }
-            r => GateRefusal::new(r),
+            // Refused before anything was asked of the replicas or etcd.
+            r => GateRefusal::new(Told::new(Outcome::NotApplied, r)),
         }
     }
 }
 
 impl From<PrepareRefused> for GateRefusal {
     fn from(r: PrepareRefused) -> Self {
-        GateRefusal::new(r)
+        // Before the commit point: the prepared replicas were told to abort.
+        GateRefusal::new(Told::new(Outcome::NotApplied, r))
     }
 }
 
 impl From<CommitRefused> for GateRefusal {
     fn from(r: CommitRefused) -> Self {
+        let outcome = r.outcome();
         match r {
-            CommitRefused::LostToAnotherPush { lost } => {
-                GateRefusal::lost(CommitRefused::LostToAnotherPush { lost: Vec::new() }, lost)
-            }
-            r => GateRefusal::new(r),
+            CommitRefused::LostToAnotherPush { lost } => GateRefusal::lost(
+                Told::new(
+                    outcome,
+                    CommitRefused::LostToAnotherPush { lost: Vec::new() },
+                ),
+                lost,
+            ),
+            r => GateRefusal::new(Told::new(outcome, r)),
         }
     }
 }
@@ -880,11 +916,14 @@ impl GateCommit for Decided {
         if applied >= self.need.need {
             Ok(())
         } else {
-            Err(Box::new(Unapplied {
-                seq,
-                applied,
-                k: self.need.k,
-            }))
+            Err(Box::new(Told::new(
+                Outcome::Landed,
+                Unapplied {
+                    seq,
+                    applied,
+                    k: self.need.k,
+                },
+            )))
         }
     }
 }
@@ -894,15 +933,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_client_reads_the_refusals_as_before() {
+    fn the_client_reads_each_refusal_with_what_happened_to_the_push() {
         let unapplied = Unapplied {
             seq: 7,
             applied: 1,
             k: 3,
         };
         assert_eq!(
-            unapplied.to_string(),
-            "committed to the log as entry 7, but only 1 of 3 replicas applied it"
+            Told::new(Outcome::Landed, unapplied).to_string(),
+            "landed: committed to the log as entry 7, but only 1 of 3 replicas applied it; the \
+             others catch up"
         );
         let recorded = Format {
             object_format: wire::ObjectFormat::Sha1,
@@ -938,7 +978,7 @@ mod tests {
         assert_eq!(refusal.lost, Some(vec![0]));
         assert_eq!(
             refusal.reason.to_string(),
-            "this replica (n1) is at log entry 3 of 5; it is catching up, retry"
+            "not applied: this replica (n1) is at log entry 3 of 5; it is catching up, retry"
         );
         for etcd in [
             BaseRefused::from(EtcdUnavailable).to_string(),
@@ -950,11 +990,17 @@ mod tests {
             PrepareRefused::NoQuorum { prepared: 1, k: 3 }.to_string(),
             "only 1 of 3 replicas could prepare the push; retry"
         );
+        assert_eq!(
+            GateRefusal::from(PrepareRefused::NoQuorum { prepared: 1, k: 3 })
+                .reason
+                .to_string(),
+            "not applied: only 1 of 3 replicas could prepare the push; retry"
+        );
         let lost = GateRefusal::from(CommitRefused::LostToAnotherPush { lost: vec![1, 2] });
         assert_eq!(lost.lost, Some(vec![1, 2]));
         assert_eq!(
             lost.reason.to_string(),
-            "another push to this ref committed first"
+            "not applied: another push to this ref committed first"
         );
         assert_eq!(
             CommitRefused::OutRaced { rounds: 64 }.to_string(),
@@ -970,8 +1016,16 @@ mod tests {
              (etcd's --max-request-bytes); push them in parts"
         );
         assert_eq!(
-            CommitRefused::Unconfirmed.to_string(),
-            "etcd did not confirm the commit; the push may still land, fetch to see"
+            GateRefusal::from(CommitRefused::Unconfirmed)
+                .reason
+                .to_string(),
+            "may have landed: etcd did not confirm the commit; fetch to see"
+        );
+        assert_eq!(
+            GateRefusal::from(BaseRefused::from(EtcdUnavailable))
+                .reason
+                .to_string(),
+            "not applied: the cluster's etcd is unavailable; retry"
         );
         assert_eq!(
             CommitRefused::LogUnreadable.to_string(),
