@@ -44,7 +44,10 @@
 //! etcd runs with its default request limit, 1.5 MiB (`BERTH_CLUSTER_ETCD_MAX_REQUEST_BYTES`
 //! sets `--max-request-bytes`): the commit point's txn of a 10,000-ref push writes the entry,
 //! ~95 bytes per ref, once (`entries/<seq>`; the log head is small), which fits.
-//! `BERTH_CLUSTER_ACK=all` runs the cluster with `--ack all`; `BERTH_LOAD_ROUNDS` (default 1)
+//! `BERTH_CLUSTER_ACK=all` runs the cluster with `--ack all`; `BERTH_CLUSTER_DURABILITY`, a
+//! comma-separated list of `--cluster-durability` values (`synced,core-fsync`), runs one
+//! three-node cluster per value, each on its own etcd, beside the one node in the same run
+//! (unset: one cluster, the nodes' default); `BERTH_LOAD_ROUNDS` (default 1)
 //! repeats the small-push cases, each round on fresh servers, the first target alternating;
 //! `BERTH_CLUSTER_TLS=1` adds a third target beside the two, measured in the same run, taking
 //! its turn: the same cluster over TLS (a CA and one certificate made with `openssl`; etcd
@@ -261,7 +264,15 @@ impl Target {
         }
     }
 
-    fn cluster(dir: &Path, ack: &str, etcd_max_request: usize, tls: bool) -> Target {
+    /// Three nodes over a new etcd; `durability` is their `--cluster-durability` (`None`: the
+    /// default, not passed); `tls`: mutual TLS between the nodes and to etcd.
+    fn cluster(
+        dir: &Path,
+        ack: &str,
+        durability: Option<&str>,
+        etcd_max_request: usize,
+        tls: bool,
+    ) -> Target {
         let certs = tls.then(|| Certs::make(dir));
         let etcd = Etcd::start(dir, etcd_max_request, certs.as_ref());
         let ports = free_ports(6);
@@ -286,11 +297,18 @@ impl Target {
                             .args(["--etcd-ca", &ca, "--etcd-cert", &cert, "--etcd-key", &key])
                     }
                 };
+                if let Some(d) = durability {
+                    cmd.args(["--cluster-durability", d]);
+                }
                 spawn_berth(cmd, &dir.join(format!("node{i}.log")))
             })
             .collect();
         Target {
-            name: format!("3 nodes, --ack {ack}{}", if tls { ", TLS" } else { "" }),
+            name: format!(
+                "3 nodes, --ack {ack}{}{}",
+                durability.map_or(String::new(), |d| format!(", --cluster-durability {d}")),
+                if tls { ", TLS" } else { "" }
+            ),
             servers,
             roots,
             etcd: Some(etcd),
@@ -776,6 +794,12 @@ fn run() -> bool {
     let runs = env_usize("BERTH_BENCH_RUNS", 5).max(1);
     let ack = std::env::var("BERTH_CLUSTER_ACK").unwrap_or_else(|_| "majority".into());
     let tls = std::env::var("BERTH_CLUSTER_TLS").as_deref() == Ok("1");
+    let durability: Vec<Option<String>> = match std::env::var("BERTH_CLUSTER_DURABILITY") {
+        Ok(list) if !list.trim().is_empty() => {
+            list.split(',').map(|d| Some(d.trim().to_owned())).collect()
+        }
+        _ => vec![None],
+    };
     let etcd_max_request = env_usize("BERTH_CLUSTER_ETCD_MAX_REQUEST_BYTES", 1536 << 10);
     let shape = Repos::parse(&std::env::var("BERTH_LOAD_SHAPE").unwrap_or_else(|_| "each".into()));
     let per_client = (total / clients).max(1);
@@ -806,22 +830,31 @@ fn run() -> bool {
 
     let mut failed = false;
     let mut small_rows: Vec<(usize, String, Option<Loaded>, bool)> = Vec::new();
-    let n_targets = if tls { 3 } else { 2 };
-    let mut many_times: Vec<Vec<Duration>> = vec![Vec::new(); n_targets];
-    let mut many_failed: Vec<Option<String>> = vec![None; n_targets];
-    let mut names = Vec::new();
+    // The plain node, then one cluster per durability, then (BERTH_CLUSTER_TLS=1) one over TLS.
+    let count = 1 + durability.len() + usize::from(tls);
+    let mut names: Vec<String> = Vec::new();
+    let mut many_times: Vec<Vec<Duration>> = vec![Vec::new(); count];
+    let mut many_failed: Vec<Option<String>> = vec![None; count];
     for round in 0..rounds {
         let rdir = dir.join(format!("round{round}"));
-        let (pdir, cdir, tdir) = (rdir.join("plain"), rdir.join("cluster"), rdir.join("tls"));
+        let pdir = rdir.join("plain");
         std::fs::create_dir_all(&pdir).unwrap();
-        std::fs::create_dir_all(&cdir).unwrap();
-        let mut targets = vec![
-            Target::plain(&pdir),
-            Target::cluster(&cdir, &ack, etcd_max_request, false),
-        ];
+        let mut targets = vec![Target::plain(&pdir)];
+        for (i, d) in durability.iter().enumerate() {
+            let cdir = rdir.join(format!("cluster{i}"));
+            std::fs::create_dir_all(&cdir).unwrap();
+            targets.push(Target::cluster(
+                &cdir,
+                &ack,
+                d.as_deref(),
+                etcd_max_request,
+                false,
+            ));
+        }
         if tls {
+            let tdir = rdir.join("tls");
             std::fs::create_dir_all(&tdir).unwrap();
-            targets.push(Target::cluster(&tdir, &ack, etcd_max_request, true));
+            targets.push(Target::cluster(&tdir, &ack, None, etcd_max_request, true));
         }
         names = targets.iter().map(|t| t.name.clone()).collect();
         let mut order: Vec<usize> = (0..targets.len()).collect();
@@ -838,7 +871,7 @@ fn run() -> bool {
         if round > 0 {
             continue;
         }
-        // The many-ref push: the two targets take turns, run by run.
+        // The many-ref push: the targets take turns, run by run.
         for run in 0..runs {
             for (i, t) in targets.iter().enumerate() {
                 if many_failed[i].is_some() {

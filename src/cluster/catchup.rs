@@ -26,7 +26,7 @@ use super::applied::Published;
 use super::copy::{Local, commit_all, missing, open};
 use super::log::new_of;
 use super::metrics::{CatchUpOutcome, ResyncOutcome, lags_of};
-use super::objects::{PackIndex, connected, ingest, pack_objects};
+use super::objects::{PackIndex, connected, ingest, pack_objects, record_shallow};
 use super::wire::{self, Answered, Attempts, SECRET_HEADER};
 use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key};
 use crate::escape::Escaped;
@@ -343,7 +343,8 @@ impl Cluster {
                 tokio::task::spawn_blocking(move || missing(&dir, &env, &tips)).await??
             };
             if !wants.is_empty() {
-                self.fetch(name, peers, &wants, &haves).await?;
+                self.fetch(name, peers, &wants, &haves, &entry.shallow)
+                    .await?;
             }
             let dir2 = dir.to_owned();
             let env = self.env.clone();
@@ -368,13 +369,16 @@ impl Cluster {
         Ok(applied)
     }
 
-    /// Fetch the objects of `wants` from the first peer that has them, into the replica.
+    /// Fetch the objects of `wants` from the first peer that has them, into the replica; with
+    /// an entry's `shallow` roots, those this copy needs are recorded as its own
+    /// (`$GIT_DIR/shallow`) before the entry's refs are written.
     pub(super) async fn fetch(
         &self,
         name: &str,
         peers: &[(String, String)],
         wants: &[gix_hash::ObjectId],
         haves: &[gix_hash::ObjectId],
+        shallow: &[gix_hash::ObjectId],
     ) -> Result<(), Error> {
         let ask = Bytes::from(wire::encode(&wire::PackAsk {
             have: haves.iter().copied().map(wire::Oid).collect(),
@@ -396,11 +400,18 @@ impl Cluster {
                 Ok((200, pack)) => {
                     let dir = repo_dir(&self.root, name);
                     let env = self.env.clone();
-                    let wants = wants.to_vec();
+                    let (wants, shallow) = (wants.to_vec(), shallow.to_vec());
                     let r = tokio::task::spawn_blocking(move || -> Result<(), Error> {
                         let (repo, objects) = open(&dir, &env)?;
-                        let (keeps, index) = ingest(&repo, &objects, &mut &pack[..])?;
-                        connected(&repo, &objects, index.as_ref().map(PackIndex::file), &wants)?;
+                        let (keeps, index) = ingest(&repo, &objects, &mut &pack[..], &shallow)?;
+                        let roots = connected(
+                            &repo,
+                            &objects,
+                            index.as_ref().map(PackIndex::file),
+                            &wants,
+                            &shallow,
+                        )?;
+                        record_shallow(&repo, &roots)?;
                         // The refs that will point into the pack are written next; a
                         // concurrent repack before then would only repack it.
                         drop(keeps);

@@ -104,6 +104,75 @@ impl Copies {
     }
 }
 
+impl super::Cluster {
+    /// Once a push to `name` is over (on the accepting node, and on each replica its pack was
+    /// streamed to): if the repository's log has no entry, remove this node's copy when
+    /// nothing landed in it and no other push is on its way into it
+    /// ([`super::decide::unused_copy`]), so that a refused first push (a hook, no quorum)
+    /// leaves no empty repository behind. Its placement and format stay recorded in etcd: a
+    /// later push is placed on the same nodes, whose copies it creates again. Under the lock
+    /// copies are created with, so a stream or prepare creating the copy now waits.
+    pub(super) async fn forget_unused_copy(&self, name: &str) {
+        let dir = super::repo_dir(&self.root, name);
+        // A copy that applied an entry is the repository's: no etcd read after every push.
+        if !crate::repo::is_git_dir(&dir) || super::applied_seq(&dir) > 0 {
+            return;
+        }
+        let log_seq = match self.log.head(name).await {
+            Ok(head) => head.seq,
+            // Unknown: left alone.
+            Err(_) => return,
+        };
+        if log_seq > 0 {
+            return;
+        }
+        let _one = self.copies.creating.lock().await;
+        let held = self.streams.held(name);
+        let (env, root) = (self.env.clone(), self.root.clone());
+        let removed = tokio::task::spawn_blocking(move || {
+            let refs = open(&dir, &env)
+                .ok()
+                .and_then(|(repo, _)| refs::of_repository(&repo).snapshot().ok())
+                .map(|r| r.len());
+            let quarantines = std::fs::read_dir(dir.join("objects"))
+                .map(|d| {
+                    d.flatten()
+                        .filter(|e| e.file_name().to_string_lossy().starts_with("tmp_objdir-"))
+                        .count()
+                })
+                .unwrap_or(0);
+            match super::decide::unused_copy(log_seq, refs, held, quarantines) {
+                super::decide::UnusedCopy::Remove => remove_copy(&root, &dir).map(|()| true),
+                _ => Ok(false),
+            }
+        })
+        .await;
+        match removed {
+            Ok(Ok(true)) => {
+                tracing::info!(target: "berth::cluster", repo = %crate::escape::Escaped::token(name), "removed the empty copy a refused first push left")
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(target: "berth::cluster", repo = %crate::escape::Escaped::token(name), error = %crate::escape::Escaped::text(&e.to_string()), "cannot remove the empty copy a refused first push left")
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// Remove the copy at `dir` and the directories above it that it leaves empty, up to `root`.
+fn remove_copy(root: &Path, dir: &Path) -> std::io::Result<()> {
+    std::fs::remove_dir_all(dir)?;
+    let mut up = dir.parent();
+    while let Some(d) = up {
+        if d == root || !d.starts_with(root) || std::fs::remove_dir(d).is_err() {
+            break;
+        }
+        up = d.parent();
+    }
+    Ok(())
+}
+
 /// Why this replica's copy could not be opened, read or written.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum Local {

@@ -412,6 +412,68 @@ pub(super) fn upkeep(
     }
 }
 
+/// What a push the cluster refused (or acknowledged short) did, as its client is told first
+/// (`ng <ref> cluster: <outcome>: <why>`): whether to retry, or whether it landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// Nothing of it is in the log: no replica keeps it; the client may push again.
+    NotApplied,
+    /// It is in the log (committed): every replica applies it, fewer had when the client
+    /// was answered.
+    Landed,
+    /// Nobody knows yet (etcd did not confirm the commit point): a fetch tells.
+    MayHaveLanded,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Outcome::NotApplied => "not applied",
+            Outcome::Landed => "landed",
+            Outcome::MayHaveLanded => "may have landed",
+        })
+    }
+}
+
+/// What becomes of this node's copy of a repository once a push to it is over and nothing of
+/// it was committed: a first push refused (a hook, no quorum) leaves a copy no entry ever
+/// wrote, which a later `ls-remote`, the access rules and `git init`'s absence must not take
+/// for a repository ([`unused_copy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum UnusedCopy {
+    /// Nothing ever landed in it, and no push is on its way into it: removed.
+    Remove,
+    /// The log has an entry: the copy is the repository's (or catches up to it).
+    Committed,
+    /// It holds refs (written before the cluster held it, or by a catch-up).
+    HasRefs,
+    /// Another push's pack is arriving or waiting for its prepare (a stream of the repository
+    /// held here, or a quarantine in its objects): that push may still land.
+    InUse,
+    /// Its refs could not be read: left alone.
+    Unreadable,
+}
+
+/// [`UnusedCopy`] for a copy whose repository's log head is `log_seq`, with `refs` refs
+/// (`None`: unreadable), while `streams_held` pack streams of it are held here and its objects
+/// hold `quarantines` quarantines.
+pub(super) fn unused_copy(
+    log_seq: u64,
+    refs: Option<usize>,
+    streams_held: usize,
+    quarantines: usize,
+) -> UnusedCopy {
+    if log_seq > 0 {
+        return UnusedCopy::Committed;
+    }
+    match refs {
+        None => UnusedCopy::Unreadable,
+        Some(n) if n > 0 => UnusedCopy::HasRefs,
+        Some(_) if streams_held > 0 || quarantines > 0 => UnusedCopy::InUse,
+        Some(_) => UnusedCopy::Remove,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -600,6 +662,7 @@ mod tests {
             txid: txid.into(),
             origin: "n0".into(),
             updates,
+            shallow: Vec::new(),
         }
     }
 
@@ -795,5 +858,23 @@ mod tests {
             resolve(Heard::Nothing, Some(Logged::Unknown)),
             Resolve::Carry(Verdict::Abort)
         );
+    }
+
+    #[test]
+    fn only_a_copy_nothing_landed_in_and_nothing_is_arriving_for_is_removed() {
+        assert_eq!(unused_copy(0, Some(0), 0, 0), UnusedCopy::Remove);
+        assert_eq!(unused_copy(1, Some(0), 0, 0), UnusedCopy::Committed);
+        assert_eq!(unused_copy(3, Some(5), 1, 1), UnusedCopy::Committed);
+        assert_eq!(unused_copy(0, Some(2), 0, 0), UnusedCopy::HasRefs);
+        assert_eq!(unused_copy(0, Some(0), 1, 0), UnusedCopy::InUse);
+        assert_eq!(unused_copy(0, Some(0), 0, 1), UnusedCopy::InUse);
+        assert_eq!(unused_copy(0, None, 0, 0), UnusedCopy::Unreadable);
+    }
+
+    #[test]
+    fn the_outcomes_read_as_the_client_is_told_them() {
+        assert_eq!(Outcome::NotApplied.to_string(), "not applied");
+        assert_eq!(Outcome::Landed.to_string(), "landed");
+        assert_eq!(Outcome::MayHaveLanded.to_string(), "may have landed");
     }
 }

@@ -34,7 +34,7 @@ use bytes::Bytes;
 
 use super::applied::Recorded;
 use super::decide::{
-    self, AfterLost, AfterMoved, Failure, Next, Position, Quorum, RETRY, Verdict, Winners,
+    self, AfterLost, AfterMoved, Failure, Next, Outcome, Position, Quorum, RETRY, Verdict, Winners,
 };
 use super::log::new_of;
 use super::metrics::PrepareOutcome;
@@ -152,9 +152,24 @@ impl Gate {
         let need = self.need();
         // The list the push is prepared on; the commit point compares its revision.
         let placed = self.placed().await?;
-        let prepared = self.prepare(base, id, updates, need, &placed.list).await?;
+        let shallow = self.shallow_roots();
+        let prepared = self
+            .prepare(base, id, updates, &shallow, need, &placed.list)
+            .await?;
         let seq = match self
-            .commit_point(base, &txid, updates, placed, &prepared.names(), need)
+            .commit_point(
+                base,
+                log::Entry {
+                    seq: base.seq + 1,
+                    txid: txid.clone(),
+                    origin: self.cluster.node.clone(),
+                    updates: updates.to_vec(),
+                    shallow,
+                },
+                placed,
+                &prepared.names(),
+                need,
+            )
             .await
         {
             Ok(seq) => seq,
@@ -183,6 +198,26 @@ impl Gate {
             peers,
             need,
         }))
+    }
+
+    /// The push's shallow roots: the client's `shallow` lines that this repository holds as
+    /// shallow commits (`$GIT_DIR/shallow`, where its connectivity phase recorded the new
+    /// ones, `receive.shallowUpdate`). The replicas check connectivity with them and record
+    /// those they need; empty for a push from a full clone.
+    fn shallow_roots(&self) -> Vec<gix_hash::ObjectId> {
+        let client = match &self.stream {
+            Some(s) => s.shallow(),
+            None => return Vec::new(),
+        };
+        if client.is_empty() {
+            return Vec::new();
+        }
+        let here = std::fs::read_to_string(self.dir.join("shallow")).unwrap_or_default();
+        let here: std::collections::HashSet<gix_hash::ObjectId> = here
+            .lines()
+            .filter_map(|l| gix_hash::ObjectId::from_hex(l.trim().as_bytes()).ok())
+            .collect();
+        client.into_iter().filter(|id| here.contains(id)).collect()
     }
 
     /// The quorum: the configured K's, however many replicas the repository has, so that a
@@ -279,6 +314,7 @@ impl Gate {
         base: Base,
         id: wire::Id,
         updates: &[RefUpdate],
+        shallow: &[gix_hash::ObjectId],
         need: Need,
         replicas: &[String],
     ) -> Result<Prepared, PrepareRefused> {
@@ -300,6 +336,7 @@ impl Gate {
             stream,
             txid: id,
             updates: wire_updates,
+            shallow: shallow.iter().copied().map(wire::Oid).collect(),
         });
         let mut body = Vec::with_capacity(4 + header.len());
         body.extend_from_slice(&(header.len() as u32).to_be_bytes());
@@ -396,19 +433,12 @@ impl Gate {
     async fn commit_point(
         &self,
         base: Base,
-        txid: &str,
-        updates: &[RefUpdate],
+        mut entry: log::Entry,
         placed: Placed,
         prepared: &[String],
         need: Need,
     ) -> Result<u64, CommitRefused> {
         let c = &self.cluster;
-        let mut entry = log::Entry {
-            seq: base.seq + 1,
-            txid: txid.to_owned(),
-            origin: c.node.clone(),
-            updates: updates.to_vec(),
-        };
         let mut base = base;
         let mut placed = placed;
         let mut rounds = 0;
@@ -424,7 +454,7 @@ impl Gate {
                     c.placement.learn(&self.name, now.clone());
                     rounds += 1;
                     let after = decide::after_moved(&now.list, &c.node, prepared, need.need);
-                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, replicas = %now.list.join(","), after = ?after, "the replica list changed under the push");
+                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %entry.txid, replicas = %now.list.join(","), after = ?after, "the replica list changed under the push");
                     match after {
                         AfterMoved::Retry if rounds < RETRY.lost_compare_rounds => {
                             placed = now;
@@ -454,7 +484,7 @@ impl Gate {
             // old values checked under the locks still hold: try again after them.
             rounds += 1;
             let winners = c
-                .winners(&self.name, base.seq, lost.seq, txid, updates)
+                .winners(&self.name, base.seq, lost.seq, &entry.txid, &entry.updates)
                 .await
                 .map_err(|e| {
                     tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e.to_string()), "cannot read the log");
@@ -467,7 +497,7 @@ impl Gate {
                     return Ok(seq);
                 }
                 AfterLost::Retry => {
-                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %txid, after = lost.seq, "lost the compare to pushes of other refs; retrying");
+                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), txid = %entry.txid, after = lost.seq, "lost the compare to pushes of other refs; retrying");
                     base = lost;
                 }
                 AfterLost::Lost(lost) => return Err(CommitRefused::LostToAnotherPush { lost }),
@@ -652,6 +682,23 @@ impl Committed {
     }
 }
 
+/// A refusal as the client reads it: what happened to the push ([`Outcome`]), then why.
+#[derive(Debug, thiserror::Error)]
+#[error("{outcome}: {why}")]
+pub(super) struct Told {
+    outcome: Outcome,
+    why: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl Told {
+    fn new(outcome: Outcome, why: impl std::error::Error + Send + Sync + 'static) -> Told {
+        Told {
+            outcome,
+            why: Box::new(why),
+        }
+    }
+}
+
 /// The etcd failure behind a refusal (its details, addresses included, go to the log).
 #[derive(Debug, thiserror::Error)]
 #[error("the cluster's etcd is unavailable; retry")]
@@ -721,7 +768,7 @@ pub(super) enum CommitRefused {
     )]
     TooLarge { refs: usize, bytes: usize },
     /// etcd did not answer the commit point: the entry may or may not be in the log.
-    #[error("etcd did not confirm the commit; the push may still land, fetch to see")]
+    #[error("etcd did not confirm the commit; fetch to see")]
     Unconfirmed,
     /// The entries after the push's base could not be read.
     #[error("cannot read the repository's log; retry")]
@@ -748,6 +795,14 @@ enum InTheLog {
 }
 
 impl CommitRefused {
+    /// What the client is told happened: nothing, unless etcd's answer was lost.
+    fn outcome(&self) -> Outcome {
+        match self.in_the_log() {
+            InTheLog::No => Outcome::NotApplied,
+            InTheLog::Unknown => Outcome::MayHaveLanded,
+        }
+    }
+
     fn in_the_log(&self) -> InTheLog {
         match self {
             CommitRefused::Unconfirmed => InTheLog::Unknown,
@@ -757,9 +812,11 @@ impl CommitRefused {
 }
 
 /// Committed to the log, but fewer replicas than the quorum applied it (step 4: the refs are
-/// refused to the client, though committed).
+/// refused to the client, though committed: [`Outcome::Landed`]).
 #[derive(Debug, thiserror::Error)]
-#[error("committed to the log as entry {seq}, but only {applied} of {k} replicas applied it")]
+#[error(
+    "committed to the log as entry {seq}, but only {applied} of {k} replicas applied it; the others catch up"
+)]
 pub(super) struct Unapplied {
     seq: u64,
     applied: usize,
@@ -782,26 +839,33 @@ impl From<BaseRefused> for GateRefusal {
                     head,
                     lost: None,
                 };
-                GateRefusal::lost(behind, lost)
+                GateRefusal::lost(Told::new(Outcome::NotApplied, behind), lost)
             }
-            r => GateRefusal::new(r),
+            // Refused before anything was asked of the replicas or etcd.
+            r => GateRefusal::new(Told::new(Outcome::NotApplied, r)),
         }
     }
 }
 
 impl From<PrepareRefused> for GateRefusal {
     fn from(r: PrepareRefused) -> Self {
-        GateRefusal::new(r)
+        // Before the commit point: the prepared replicas were told to abort.
+        GateRefusal::new(Told::new(Outcome::NotApplied, r))
     }
 }
 
 impl From<CommitRefused> for GateRefusal {
     fn from(r: CommitRefused) -> Self {
+        let outcome = r.outcome();
         match r {
-            CommitRefused::LostToAnotherPush { lost } => {
-                GateRefusal::lost(CommitRefused::LostToAnotherPush { lost: Vec::new() }, lost)
-            }
-            r => GateRefusal::new(r),
+            CommitRefused::LostToAnotherPush { lost } => GateRefusal::lost(
+                Told::new(
+                    outcome,
+                    CommitRefused::LostToAnotherPush { lost: Vec::new() },
+                ),
+                lost,
+            ),
+            r => GateRefusal::new(Told::new(outcome, r)),
         }
     }
 }
@@ -936,11 +1000,14 @@ impl GateCommit for Decided {
         if applied >= self.need.need {
             Ok(())
         } else {
-            Err(Box::new(Unapplied {
-                seq,
-                applied,
-                k: self.need.k,
-            }))
+            Err(Box::new(Told::new(
+                Outcome::Landed,
+                Unapplied {
+                    seq,
+                    applied,
+                    k: self.need.k,
+                },
+            )))
         }
     }
 }
@@ -950,15 +1017,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_client_reads_the_refusals_as_before() {
+    fn the_client_reads_each_refusal_with_what_happened_to_the_push() {
         let unapplied = Unapplied {
             seq: 7,
             applied: 1,
             k: 3,
         };
         assert_eq!(
-            unapplied.to_string(),
-            "committed to the log as entry 7, but only 1 of 3 replicas applied it"
+            Told::new(Outcome::Landed, unapplied).to_string(),
+            "landed: committed to the log as entry 7, but only 1 of 3 replicas applied it; the \
+             others catch up"
         );
         let recorded = Format {
             object_format: wire::ObjectFormat::Sha1,
@@ -994,7 +1062,7 @@ mod tests {
         assert_eq!(refusal.lost, Some(vec![0]));
         assert_eq!(
             refusal.reason.to_string(),
-            "this replica (n1) is at log entry 3 of 5; it is catching up, retry"
+            "not applied: this replica (n1) is at log entry 3 of 5; it is catching up, retry"
         );
         for etcd in [
             BaseRefused::from(EtcdUnavailable).to_string(),
@@ -1006,11 +1074,17 @@ mod tests {
             PrepareRefused::NoQuorum { prepared: 1, k: 3 }.to_string(),
             "only 1 of 3 replicas could prepare the push; retry"
         );
+        assert_eq!(
+            GateRefusal::from(PrepareRefused::NoQuorum { prepared: 1, k: 3 })
+                .reason
+                .to_string(),
+            "not applied: only 1 of 3 replicas could prepare the push; retry"
+        );
         let lost = GateRefusal::from(CommitRefused::LostToAnotherPush { lost: vec![1, 2] });
         assert_eq!(lost.lost, Some(vec![1, 2]));
         assert_eq!(
             lost.reason.to_string(),
-            "another push to this ref committed first"
+            "not applied: another push to this ref committed first"
         );
         assert_eq!(
             CommitRefused::OutRaced { rounds: 64 }.to_string(),
@@ -1026,8 +1100,16 @@ mod tests {
              (etcd's --max-request-bytes); push them in parts"
         );
         assert_eq!(
-            CommitRefused::Unconfirmed.to_string(),
-            "etcd did not confirm the commit; the push may still land, fetch to see"
+            GateRefusal::from(CommitRefused::Unconfirmed)
+                .reason
+                .to_string(),
+            "may have landed: etcd did not confirm the commit; fetch to see"
+        );
+        assert_eq!(
+            GateRefusal::from(BaseRefused::from(EtcdUnavailable))
+                .reason
+                .to_string(),
+            "not applied: the cluster's etcd is unavailable; retry"
         );
         assert_eq!(
             CommitRefused::LogUnreadable.to_string(),

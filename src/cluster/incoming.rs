@@ -134,11 +134,13 @@ impl Streams {
     }
 
     /// The stream `id` arrived (`Ok`: its quarantine) or failed. A stream dropped meanwhile is
-    /// removed now.
-    fn finish(&self, id: &str, slot: &Arc<Slot>, result: Result<Arrived, Arc<Refused>>) {
+    /// removed now; whether it was.
+    fn finish(&self, id: &str, slot: &Arc<Slot>, result: Result<Arrived, Arc<Refused>>) -> bool {
         let mut gone = None;
+        let mut dropped = false;
         if let Ok(map) = self.0.lock() {
             let held = map.get(id).is_some_and(|s| Arc::ptr_eq(s, slot));
+            dropped = !held;
             if let Ok(mut state) = slot.state.lock() {
                 *state = match result {
                     Ok(q) if held => State::Ready(q),
@@ -152,6 +154,7 @@ impl Streams {
         }
         slot.done.notify_all();
         drop(gone);
+        dropped
     }
 
     /// Remove the stream `id` (only `slot`, when given); a stream still arriving is removed
@@ -229,6 +232,19 @@ impl Streams {
         }
     }
 
+    /// The repository of stream `id`, while it is held.
+    fn repo_of(&self, id: &str) -> Option<String> {
+        self.0.lock().ok()?.get(id).map(|s| s.repo.clone())
+    }
+
+    /// How many streams of `repo` are held (arriving, waiting for their prepare, or taken by
+    /// a push not over yet).
+    pub(super) fn held(&self, repo: &str) -> usize {
+        self.0
+            .lock()
+            .map_or(0, |m| m.values().filter(|s| s.repo == repo).count())
+    }
+
     /// How many streams are held (arriving or waiting for their prepare).
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -253,6 +269,7 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let (repo, id) = (String::from(q.repo), String::from(q.stream));
+    let shallow = q.shallow.map(|s| s.0).unwrap_or_default();
     let slot = match cluster.streams.open(&id, &repo) {
         Ok(s) => s,
         Err(e) => return text(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
@@ -279,22 +296,34 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
     let c = cluster.clone();
     let handle = tokio::runtime::Handle::current();
     let job = tokio::task::spawn_blocking(move || {
-        let result = receive_into(dir, &env, &mut reader).map_err(Arc::new);
+        let result = receive_into(dir, &env, &mut reader, &shallow).map_err(Arc::new);
         let answer = result.as_ref().map(|_| ()).map_err(Arc::clone);
         if let Err(e) = &answer {
             tracing::info!(target: "berth::cluster", repo = %Escaped::token(&repo), stream = %id, error = %Escaped::text(&e.to_string()), "pack stream refused");
         }
-        c.streams.finish(&id, &slot, result);
+        if c.streams.finish(&id, &slot, result) {
+            // Dropped while it arrived (its push was over first): a first push refused leaves
+            // no copy here.
+            let (c1, repo) = (c.clone(), repo.clone());
+            handle.spawn(async move { c1.forget_unused_copy(&repo).await });
+        }
         // Not taken by a prepare in time: removed.
         let c2 = c.clone();
         handle.spawn(async move {
             tokio::time::sleep(STREAM_TTL).await;
-            let _ = tokio::task::spawn_blocking(move || {
-                if c2.streams.remove(&id, Some(&slot)) {
+            let c3 = c2.clone();
+            let expired = tokio::task::spawn_blocking(move || {
+                let expired = c3.streams.remove(&id, Some(&slot));
+                if expired {
                     tracing::info!(target: "berth::cluster", stream = %id, "pack stream expired without a prepare");
                 }
+                expired
             })
             .await;
+            // Its push is long over: a first push refused leaves no copy here.
+            if matches!(expired, Ok(true)) {
+                c2.forget_unused_copy(&repo).await;
+            }
         });
         answer
     });
@@ -305,14 +334,16 @@ pub(super) async fn stream(cluster: &Arc<Cluster>, req: Request) -> Response {
     }
 }
 
-/// Ingest the pack `reader` gives into a new quarantine of the repository at `dir`.
+/// Ingest the pack `reader` gives into a new quarantine of the repository at `dir`, with the
+/// client's `shallow` commits.
 fn receive_into(
     dir: PathBuf,
     env: &crate::receive::Environment,
     reader: &mut dyn std::io::Read,
+    shallow: &[gix_hash::ObjectId],
 ) -> Result<Arrived, Refused> {
     let (repo, objects) = super::copy::open(&dir, env)?;
-    Ok(receive(&repo, &objects, reader)?)
+    Ok(receive(&repo, &objects, reader, shallow)?)
 }
 
 /// `POST /_berth/cluster/drop`.
@@ -323,8 +354,17 @@ pub(super) async fn drop_stream(cluster: &Arc<Cluster>, req: Request) -> Respons
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let (c, id) = (cluster.clone(), String::from(q.stream));
-    match tokio::task::spawn_blocking(move || c.streams.remove(&id, None)).await {
-        Ok(true) => text(StatusCode::OK, "dropped"),
+    let dropped = tokio::task::spawn_blocking(move || {
+        let repo = c.streams.repo_of(&id);
+        c.streams.remove(&id, None).then_some(repo).flatten()
+    })
+    .await;
+    match dropped {
+        Ok(Some(repo)) => {
+            // The push is over: a first push refused leaves no copy here.
+            cluster.forget_unused_copy(&repo).await;
+            text(StatusCode::OK, "dropped")
+        }
         _ => text(StatusCode::NOT_FOUND, "no such stream"),
     }
 }

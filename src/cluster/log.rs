@@ -21,6 +21,8 @@ pub(super) struct Entry {
     pub(super) origin: String,
     /// The ref updates, in order.
     pub(super) updates: Vec<RefUpdate>,
+    /// The push's shallow roots ([`wire::Entry::shallow`]); empty for a push from a full clone.
+    pub(super) shallow: Vec<gix_hash::ObjectId>,
 }
 
 /// Why the entries of a repository could not be read.
@@ -40,11 +42,17 @@ pub(super) enum Error {
 impl Entry {
     /// The wire form, with the updates or (a head) without.
     fn wire(&self, updates: Option<Vec<wire::Update>>) -> Result<wire::Entry, wire::Invalid> {
+        // A head carries neither updates nor shallow roots.
+        let shallow = match updates {
+            Some(_) => self.shallow.iter().copied().map(wire::Oid).collect(),
+            None => Vec::new(),
+        };
         Ok(wire::Entry {
             origin: wire::NodeName::try_from(self.origin.as_str())?,
             seq: self.seq,
             txid: wire::Id::try_from(self.txid.as_str())?,
             updates,
+            shallow,
         })
     }
 
@@ -67,6 +75,7 @@ impl Entry {
             txid: e.txid.into(),
             origin: e.origin.into(),
             updates: wire::ref_updates(e.updates.unwrap_or_default()),
+            shallow: e.shallow.into_iter().map(|id| id.0).collect(),
         })
     }
 }
@@ -258,11 +267,26 @@ mod tests {
                     change: Change::Delete { old: Expected::Any },
                 },
             ],
+            shallow: vec![b],
         };
         let d = Entry::decode(&e.encode().unwrap()).unwrap();
         assert_eq!((d.txid.as_str(), d.origin.as_str()), ("ab", "n1"));
         assert_eq!(d.seq, 7);
         assert_eq!(d.updates, e.updates);
+        assert_eq!(d.shallow, vec![b]);
+        // The head (the log key) carries neither the updates nor the shallow roots.
+        let head = Entry::decode(&e.encode_head().unwrap()).unwrap();
+        assert!(head.updates.is_empty() && head.shallow.is_empty());
+        // An entry without shallow roots is written as before.
+        let full = Entry {
+            shallow: Vec::new(),
+            ..e.clone()
+        };
+        assert!(
+            !String::from_utf8(full.encode().unwrap())
+                .unwrap()
+                .contains("shallow")
+        );
         assert!(
             Entry::decode(
                 br#"{"origin":"n","seq":1,"txid":"ab","updates":[{"name":"refs/../x","op":"create","new":"11"}]}"#

@@ -27,6 +27,10 @@ pub(super) enum Error {
     /// Objects the new tips reach are in neither the pack nor the repository.
     #[error("missing necessary objects")]
     MissingObjects,
+    /// The new shallow roots could not be written to `$GIT_DIR/shallow` (git's report says
+    /// `shallow error`).
+    #[error("shallow error: {0}")]
+    Shallow(#[source] std::io::Error),
     /// The copy's directory could not be created.
     #[error("cannot create directory: {0}")]
     CreateDir(#[source] std::io::Error),
@@ -89,23 +93,26 @@ impl Drop for Keeps {
 /// Ingest the pack read from `reader` into a quarantine of `repo`, checking every object as
 /// `index-pack --strict` does (thin packs completed from the repository's objects), and migrate
 /// it; the `.keep` files protect it until the refs point into it. The pack's index, for
-/// [`connected`].
+/// [`connected`]. `shallow`: as [`receive`]'s.
 pub(super) fn ingest(
     repo: &crate::repo::Repository,
     objects: &gix_odb::Handle,
     reader: &mut dyn Read,
+    shallow: &[gix_hash::ObjectId],
 ) -> Result<(Keeps, Option<PackIndex>), Error> {
-    let arrived = receive(repo, objects, reader)?;
+    let arrived = receive(repo, objects, reader, shallow)?;
     Ok((migrate(repo, arrived.quarantine)?, arrived.index))
 }
 
 /// Ingest the pack read from `reader` into a new quarantine of `repo` (as [`ingest`]) and
 /// leave it there: nothing is visible to the repository until [`migrate`]; dropping the
-/// quarantine removes it.
+/// quarantine removes it. `shallow`: the push's shallow commits (the client's, or an entry's
+/// roots), whose parents the pack may lack, besides the repository's own.
 pub(super) fn receive(
     repo: &crate::repo::Repository,
     objects: &gix_odb::Handle,
     reader: &mut dyn Read,
+    shallow: &[gix_hash::ObjectId],
 ) -> Result<Arrived, Error> {
     let q = ingest::Quarantine::create(&repo.objects_dir)
         .map_err(Error::Quarantine)?
@@ -114,6 +121,11 @@ pub(super) fn receive(
     let options = ingest::Options {
         object_format: repo.object_format,
         fsck: Some(Vec::new()),
+        shallow: repo
+            .shallow()
+            .into_iter()
+            .chain(shallow.iter().copied())
+            .collect(),
         max_input_size: repo.config.ingest.max_input_size,
         files: crate::objects::pack_files::Options {
             write_reverse_index: repo.config.ingest.write_reverse_index,
@@ -211,28 +223,52 @@ pub(super) fn ensure_repository(dir: &Path, format: &Format) -> Result<(), Error
 /// (`objects::connectivity`): the walk goes through the objects of the pack `index` lists and
 /// stops at objects the repository had, which a checked push or git itself put there. Without
 /// an index (the objects were fetched and checked before) each tip must exist.
+///
+/// `shallow` is the push's shallow roots (the client's `shallow` lines as the accepting node
+/// recorded them): one whose parents this copy lacks ends the walk, as on the accepting node.
+/// The ones that did are returned: this copy's new shallow roots, to record
+/// ([`record_shallow`]) as git's receive-pack does with `receive.shallowUpdate`.
 pub(super) fn connected(
     repo: &crate::repo::Repository,
     objects: &gix_odb::Handle,
     index: Option<&gix_pack::index::File>,
     tips: &[gix_hash::ObjectId],
-) -> Result<(), Error> {
+    shallow: &[gix_hash::ObjectId],
+) -> Result<Vec<gix_hash::ObjectId>, Error> {
     if tips.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
-    let mut check = Check::new(objects, index, std::iter::empty())
-        .with_shallow(repo.shallow().into_iter().collect(), Default::default());
+    let mut check = Check::new(objects, index, std::iter::empty()).with_shallow(
+        repo.shallow().into_iter().collect(),
+        shallow.iter().copied().collect(),
+    );
     if check.prewalk(tips) {
+        return Ok(Vec::new());
+    }
+    let mut roots = Vec::new();
+    for tip in tips {
+        if let Status::Missing(_) = check.tip(*tip) {
+            return Err(Error::MissingObjects);
+        }
+        for root in check.new_roots() {
+            if !roots.contains(root) {
+                roots.push(*root);
+            }
+        }
+    }
+    Ok(roots)
+}
+
+/// Record `roots` (from [`connected`]) in the copy's `$GIT_DIR/shallow`, before the refs that
+/// need them are written (git's receive-pack writes it before its ref updates, too).
+pub(super) fn record_shallow(
+    repo: &crate::repo::Repository,
+    roots: &[gix_hash::ObjectId],
+) -> Result<(), Error> {
+    if roots.is_empty() {
         return Ok(());
     }
-    match tips
-        .iter()
-        .map(|t| check.tip(*t))
-        .find(|s| matches!(s, Status::Missing(_)))
-    {
-        Some(_) => Err(Error::MissingObjects),
-        None => Ok(()),
-    }
+    repo.add_shallow(roots).map_err(Error::Shallow)
 }
 
 /// A pack (not thin) of the objects reachable from `tips` and not from `have`; empty when

@@ -43,7 +43,7 @@ use super::copy::Local;
 use super::decide::{self, Heard, Logged, Position, Resolve, Verdict, Winners};
 use super::incoming::Claimed;
 use super::log::new_of;
-use super::objects::{Keeps, PackIndex, connected, migrate};
+use super::objects::{Keeps, PackIndex, connected, migrate, record_shallow};
 use super::wire::{self, body_stream, text};
 use super::{Cluster, applied_seq, repo_dir};
 use crate::escape::Escaped;
@@ -147,6 +147,8 @@ struct PrepareHeader {
     updates: Vec<RefUpdate>,
     /// The id of the stream that brought the push's pack here; `None`: the push has no pack.
     stream: Option<String>,
+    /// The push's shallow roots ([`wire::Prepare::shallow`]).
+    shallow: Vec<gix_hash::ObjectId>,
 }
 
 fn parse_header(b: &[u8]) -> Result<PrepareHeader, wire::Decode> {
@@ -159,6 +161,7 @@ fn parse_header(b: &[u8]) -> Result<PrepareHeader, wire::Decode> {
         committer_email: h.committer_email,
         updates: wire::ref_updates(h.updates),
         stream: h.stream.map(String::from),
+        shallow: h.shallow.into_iter().map(|id| id.0).collect(),
     })
 }
 
@@ -363,6 +366,11 @@ impl Job {
     fn not_prepared(&self, ready: Ready, e: NotPrepared) {
         tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.h.repo), txid = %self.h.txid, error = %Escaped::text(&e.to_string()), "not prepared");
         let _ = ready.send(Err(e));
+        // A copy this prepare created for a first push that will not land here: not left
+        // behind (kept while the push's stream is held: its drop decides then).
+        let (cluster, repo) = (self.cluster.clone(), self.h.repo.clone());
+        self.handle
+            .spawn(async move { cluster.forget_unused_copy(&repo).await });
     }
 
     /// Preparing, first: a copy here, at the push's base or off it by entries of other refs
@@ -407,7 +415,14 @@ impl Job {
             None => (Keeps(Vec::new()), None),
         };
         let tips: Vec<gix_hash::ObjectId> = h.updates.iter().filter_map(new_of).collect();
-        connected(&repo, &objects, index.as_ref().map(PackIndex::file), &tips)?;
+        let roots = connected(
+            &repo,
+            &objects,
+            index.as_ref().map(PackIndex::file),
+            &tips,
+            &h.shallow,
+        )?;
+        record_shallow(&repo, &roots)?;
         let current = refs::of_repository(&repo).snapshot().map_err(Local::from)?;
         let env = crate::receive::Environment {
             committer_name: Some(h.committer_name.clone()),

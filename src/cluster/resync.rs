@@ -251,7 +251,7 @@ impl Cluster {
                 tokio::task::spawn_blocking(move || missing(&dir, &env, &tips)).await??
             };
             if !wants.is_empty()
-                && let Err(e) = self.fetch(name, &order, &wants, &haves).await
+                && let Err(e) = self.fetch(name, &order, &wants, &haves, &[]).await
             {
                 why.push(peer, e);
                 continue;
@@ -311,7 +311,7 @@ fn install(
         return Ok(None);
     }
     // Every object of the snapshot here (fetched now and checked then, or there before).
-    connected(&repo, &objects, None, &tips)?;
+    connected(&repo, &objects, None, &tips, &[])?;
     let store = refs::of_repository(&repo);
     let current = store.snapshot().map_err(Local::from)?;
     let mut updates = Vec::new();

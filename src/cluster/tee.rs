@@ -44,6 +44,8 @@ pub(crate) struct PushStream {
     id: super::wire::Id,
     /// The peers a stream was opened to (name, URL); empty until the pack starts.
     opened: Mutex<Option<Vec<(String, String)>>>,
+    /// The client's shallow lines, as the pack started (for the gate's prepare).
+    shallow: Mutex<Vec<gix_hash::ObjectId>>,
 }
 
 impl PushStream {
@@ -60,7 +62,13 @@ impl PushStream {
             handle,
             id: super::wire::Id::random(),
             opened: Mutex::new(None),
+            shallow: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The client's shallow lines the pack was streamed with (empty: a full clone's push).
+    pub(super) fn shallow(&self) -> Vec<gix_hash::ObjectId> {
+        self.shallow.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// The stream's id, if this push's pack was streamed (else the push had no pack).
@@ -71,7 +79,15 @@ impl PushStream {
 }
 
 impl PackTee for PushStream {
-    fn start(&self) -> Box<dyn PackSink> {
+    fn start(&self, shallow: &[gix_hash::ObjectId]) -> Box<dyn PackSink> {
+        if let Ok(mut s) = self.shallow.lock() {
+            *s = shallow.to_vec();
+        }
+        // The replicas' ingest takes the same shallow commits as this node's; a list too long
+        // for a query goes without (the replicas' fsck then refuses a pack that needs it).
+        let shallow_query = super::wire::OidList::query(shallow)
+            .map(|list| format!("&shallow={list}"))
+            .unwrap_or_default();
         let peers = match self
             .handle
             .block_on(self.cluster.membership.urls_of(&self.replicas))
@@ -94,7 +110,7 @@ impl PackTee for PushStream {
             let target = http::join(
                 url,
                 &format!(
-                    "/_berth/cluster/stream?repo={}&stream={}",
+                    "/_berth/cluster/stream?repo={}&stream={}{shallow_query}",
                     self.name, self.id
                 ),
             );
@@ -140,6 +156,11 @@ impl PackTee for PushStream {
 
 impl Drop for PushStream {
     fn drop(&mut self) {
+        // The push is over: a first push refused leaves no copy here (nor, told below, on the
+        // replicas its pack went to).
+        let (cluster, name) = (self.cluster.clone(), self.name.clone());
+        self.handle
+            .spawn(async move { cluster.forget_unused_copy(&name).await });
         let Some(peers) = self.opened.lock().ok().and_then(|mut o| o.take()) else {
             return;
         };

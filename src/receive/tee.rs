@@ -9,8 +9,9 @@ use std::io::{self, BufRead, Read};
 
 /// Told about every pack a push receives (at most one per session).
 pub trait PackTee: Send + Sync + std::fmt::Debug {
-    /// A pack starts arriving: the sink for its bytes.
-    fn start(&self) -> Box<dyn PackSink>;
+    /// A pack starts arriving: the sink for its bytes. `shallow` is the client's `shallow`
+    /// lines: commits whose parents the pack may lack (the ingest here takes them so).
+    fn start(&self, shallow: &[gix_hash::ObjectId]) -> Box<dyn PackSink>;
 }
 
 /// The bytes of one pack, in order, as read from the client.

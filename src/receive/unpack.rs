@@ -87,7 +87,7 @@ pub(super) fn unpack<W: Write, E: Write>(
             durability: config.durability,
         },
     };
-    let mut sink = options.pack_tee.as_ref().map(|t| t.start());
+    let mut sink = options.pack_tee.as_ref().map(|t| t.start(client_shallow));
     let result = match sink.as_deref_mut() {
         Some(sink) => {
             let mut tee = Tee { inner: input, sink };

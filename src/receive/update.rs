@@ -80,8 +80,16 @@ pub(super) fn execute_non_atomic<W: Write, E: Write>(
                     return Err(Fatal::TransactionHook(state.name()));
                 }
                 sb.error(&e)?;
+                // A replicated transaction's lock failure as a whole (reftable's one lock)
+                // reads in the cluster's words on every ref, as a per-ref one does.
+                let reason = match &e {
+                    TransactionError::Prepare(refs::transaction::prepare::Error::Ref(
+                        refs::RefError::Gate { message },
+                    )) => Reason::Gate(message.clone()),
+                    _ => Reason::FailedToUpdateRefs,
+                };
                 for c in cmds.iter_mut() {
-                    c.error = Some(Reason::FailedToUpdateRefs);
+                    c.error = Some(reason.clone());
                 }
             }
         }

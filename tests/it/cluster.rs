@@ -1432,7 +1432,7 @@ fn ack_all_refuses_a_push_that_one_replica_cannot_apply() {
     let told = String::from_utf8_lossy(&out.stdout);
     assert!(
         told.contains(
-            "[remote rejected] (cluster: only 2 of 3 replicas could prepare the push; retry)"
+            "[remote rejected] (cluster: not applied: only 2 of 3 replicas could prepare the push; retry)"
         ),
         "{told}"
     );

@@ -40,6 +40,9 @@ pub(in crate::cluster) enum Invalid {
     /// A sequence number in a query that is not a number.
     #[error("bad sequence number")]
     Seq,
+    /// More object ids in a query than it carries.
+    #[error("{0} object ids, more than {max}", max = OidList::MAX)]
+    TooManyIds(usize),
 }
 
 /// A message that could not be decoded: what it was, and why.
@@ -373,6 +376,11 @@ pub(in crate::cluster) struct Entry {
     /// The ref updates, in order; `None` in a head.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(in crate::cluster) updates: Option<Vec<Update>>,
+    /// The shallow roots of the push (the client's `shallow` commits the accepting node holds
+    /// as shallow, `$GIT_DIR/shallow`): a replica catching up checks connectivity with them and
+    /// records the ones its copy needs. Absent in a head, and for a push from a full clone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(in crate::cluster) shallow: Vec<Oid>,
 }
 
 /// The header of `POST /_berth/cluster/prepare`.
@@ -387,6 +395,9 @@ pub(in crate::cluster) struct Prepare {
     pub(in crate::cluster) stream: Option<Id>,
     pub(in crate::cluster) txid: Id,
     pub(in crate::cluster) updates: Vec<Update>,
+    /// The push's shallow roots, as [`Entry::shallow`]; absent for a push from a full clone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(in crate::cluster) shallow: Vec<Oid>,
 }
 
 /// The ask of `POST /_berth/cluster/snapshot`.
@@ -499,6 +510,44 @@ pub(in crate::cluster) type Replicas = Vec<NodeName>;
 pub(in crate::cluster) struct StreamQuery {
     pub(in crate::cluster) repo: RepoName,
     pub(in crate::cluster) stream: Id,
+    /// The client's `shallow` lines (`shallow=<id>,<id>…`): the commits whose parents the
+    /// pack may lack, as the accepting node's own ingest takes them.
+    #[serde(default, deserialize_with = "present")]
+    pub(in crate::cluster) shallow: Option<OidList>,
+}
+
+/// Object ids in a query, comma-separated, at most [`OidList::MAX`].
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub(in crate::cluster) struct OidList(pub(in crate::cluster) Vec<gix_hash::ObjectId>);
+
+impl OidList {
+    /// The most ids a query carries (a SHA-256 list of that many is 65 KiB).
+    pub(in crate::cluster) const MAX: usize = 1000;
+
+    /// The query value of `ids`: `None` when there are none, or more than [`OidList::MAX`].
+    pub(in crate::cluster) fn query(ids: &[gix_hash::ObjectId]) -> Option<String> {
+        (!ids.is_empty() && ids.len() <= Self::MAX).then(|| {
+            ids.iter()
+                .map(|id| id.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    }
+}
+
+impl TryFrom<String> for OidList {
+    type Error = Invalid;
+    fn try_from(s: String) -> Result<Self, Invalid> {
+        let ids = s
+            .split(',')
+            .map(|id| gix_hash::ObjectId::from_hex(id.as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
+        if ids.len() > Self::MAX {
+            return Err(Invalid::TooManyIds(ids.len()));
+        }
+        Ok(OidList(ids))
+    }
 }
 
 /// The query of `POST /_berth/cluster/drop`.
@@ -581,6 +630,7 @@ mod tests {
             seq: 7,
             txid: Id::try_from("ab").unwrap(),
             updates: Some(updates(&sample_updates()).unwrap()),
+            shallow: Vec::new(),
         };
         let want = format!(
             r#"{{"origin":"n1","seq":7,"txid":"ab","updates":[{{"name":"refs/heads/a","new":"{a}","op":"create"}},{{"name":"refs/heads/b","new":"{b}","old":"{a}","op":"update"}},{{"name":"refs/heads/c","new":"{b}","old":null,"op":"update"}},{{"name":"refs/heads/d","old":null,"op":"delete"}},{{"name":"refs/heads/e","old":"{b}","op":"delete"}}]}}"#
@@ -602,6 +652,7 @@ mod tests {
             stream: None,
             txid: Id::try_from("ab").unwrap(),
             updates: Vec::new(),
+            shallow: Vec::new(),
         };
         assert_eq!(
             String::from_utf8(encode(&prepare)).unwrap(),
@@ -646,9 +697,34 @@ mod tests {
             seq: u64::MAX,
             txid: Id::try_from("0123456789abcdef").unwrap(),
             updates: Some(updates(&sample_updates()).unwrap()),
+            shallow: vec![Oid(oid('4'))],
         };
         let back: Entry = decode("log entry", &encode(&entry)).unwrap();
         assert_eq!(back, entry);
+        // The stream's query: the client's shallow lines, comma-separated, checked.
+        let (a, b) = ("1".repeat(40), "2".repeat(40));
+        let q: StreamQuery =
+            decode_query("stream", &format!("repo=r&stream=ab&shallow={a},{b}")).unwrap();
+        assert_eq!(q.shallow, Some(OidList(vec![oid('1'), oid('2')])));
+        assert_eq!(
+            OidList::query(&[oid('1'), oid('2')]).as_deref(),
+            Some(format!("{a},{b}").as_str())
+        );
+        assert_eq!(OidList::query(&[]), None);
+        let q: StreamQuery = decode_query("stream", "repo=r&stream=ab").unwrap();
+        assert_eq!(q.shallow, None);
+        assert!(decode_query::<StreamQuery>("stream", "repo=r&stream=ab&shallow=xyz").is_err());
+        let many = vec![oid('1'); OidList::MAX + 1];
+        assert_eq!(OidList::query(&many), None);
+        let too_many = many
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        assert!(
+            decode_query::<StreamQuery>("stream", &format!("repo=r&stream=ab&shallow={too_many}"))
+                .is_err()
+        );
         assert_eq!(ref_updates(back.updates.unwrap()), sample_updates());
         let sha256 = ObjectId::from_hex("3".repeat(64).as_bytes()).unwrap();
         let snap = Snapshot {

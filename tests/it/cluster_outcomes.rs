@@ -1,0 +1,212 @@
+//! What a push's client is told, and what is left, when the cluster does not simply say `ok`
+//! (issue #23, item 7): each refusal reads `cluster: <outcome>: <why>` in `git push
+//! --porcelain`'s line (`not applied`, `landed`, `may have landed`), a ref held by a push being
+//! decided says so without server paths, and a refused first push leaves no copy anywhere.
+
+use std::time::{Duration, Instant};
+
+use crate::cluster::{Cluster, porcelain, push, wait_for};
+use crate::cluster_fixture::{cluster, cluster_world};
+use crate::common::World;
+
+/// Make node `i`'s `repo` pause in its reference-transaction state `state` while
+/// `<world>/pause-<state>` exists (it creates `<world>/paused-<state>` then; 120 s at most).
+fn pause_at(c: &Cluster, w: &World, i: usize, repo: &str, state: &str) {
+    let hook = c.nodes[i].dir(repo).join("hooks/reference-transaction");
+    let at = w.root().display().to_string();
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\ncat >/dev/null\nif [ \"$1\" = '{state}' ] && [ -e '{at}/pause-{state}' ]; then : > '{at}/paused-{state}'; i=0; while [ -e '{at}/pause-{state}' ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; fi\nexit 0\n"
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(w.path(&format!("pause-{state}")), "").unwrap();
+}
+
+/// The porcelain line of `refname` in `git push --porcelain`'s output.
+fn told(out: &std::process::Output, refname: &str) -> String {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.contains(&format!(":{refname}\t")))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn a_refused_first_push_leaves_no_copy_and_a_later_push_creates_the_repository() {
+    let Some(w) = cluster_world() else { return };
+    // Every node's pre-receive (core.hooksPath) refuses while `<world>/refuse` exists.
+    let hooks = w.path("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    let refuse = w.path("refuse");
+    std::fs::write(
+        hooks.join("pre-receive"),
+        format!(
+            "#!/bin/sh\ncat >/dev/null\nif [ -e '{}' ]; then echo 'refused by policy' >&2; exit 1; fi\nexit 0\n",
+            refuse.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        hooks.join("pre-receive"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let hooks_dir = hooks.display().to_string();
+    let c = cluster(&w)
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "core.hooksPath")
+        .env("GIT_CONFIG_VALUE_0", &hooks_dir)
+        .start();
+    let src = w.work("src");
+    let first = w.commit(&src, "a", "one");
+    std::fs::write(&refuse, "").unwrap();
+    let out = push(
+        &w,
+        &src,
+        &c.nodes[0].url("new.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    assert_eq!(
+        porcelain(&out).get("refs/heads/main"),
+        Some(&false),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("refused by policy"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The copies (the accepting node's, and the replicas' its pack was streamed to) go once
+    // the push is over.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while c.nodes.iter().any(|n| n.dir("new.git").exists()) {
+        assert!(
+            Instant::now() < deadline,
+            "copies left: {:?}\n{}",
+            c.nodes
+                .iter()
+                .filter(|n| n.dir("new.git").exists())
+                .map(|n| &n.name)
+                .collect::<Vec<_>>(),
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // No node serves it: not there, as before the push.
+    for n in &c.nodes {
+        let listed = w.git_out(".", &["ls-remote", &n.url("new.git")]);
+        assert!(
+            !listed.status.success(),
+            "ls-remote through {}: {}",
+            n.name,
+            String::from_utf8_lossy(&listed.stdout)
+        );
+    }
+    // Allowed now: created on every replica (its placement was kept).
+    std::fs::remove_file(&refuse).unwrap();
+    c.must_push(
+        &w,
+        &src,
+        1,
+        "new.git",
+        &["HEAD:refs/heads/main"],
+        "the second push",
+    );
+    let refs = c.converged(&w, "new.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&first));
+    c.assert_fsck(&w, "new.git");
+}
+
+#[test]
+fn a_push_committed_but_applied_on_fewer_replicas_than_the_quorum_reads_as_landed() {
+    let Some(w) = cluster_world() else { return };
+    let (mut c, src) = cluster(&w).args(&["--ack", "all"]).with_repo("landed.git");
+    // Paused on node 0 after the commit point and its own commit, before the replicas are
+    // told: node 2 is killed then, so only two of the three apply it before the answer.
+    pause_at(&c, &w, 0, "landed.git", "committed");
+    let new = w.commit(&src, "a", "two");
+    let url = c.nodes[0].url("landed.git");
+    let out = std::thread::scope(|s| {
+        let pushing = s.spawn(|| push(&w, &src, &url, &["HEAD:refs/heads/main"]));
+        wait_for(&w.path("paused-committed"), &c);
+        c.kill_node(2);
+        let _ = std::fs::remove_file(w.path("pause-committed"));
+        pushing.join().unwrap()
+    });
+    let line = told(&out, "refs/heads/main");
+    assert!(
+        line.contains(
+            "[remote rejected] (cluster: landed: committed to the log as entry 2, but only 2 of 3 \
+             replicas applied it; the others catch up)"
+        ),
+        "{line}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cluster: landed: committed to the log"),
+        "{err}"
+    );
+    // It did land: node 2 catches up to it.
+    c.start_node(&w, 2);
+    let refs = c.converged(&w, "landed.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&new));
+    c.assert_fsck(&w, "landed.git");
+}
+
+#[test]
+fn a_push_to_a_ref_held_by_a_push_being_decided_is_told_so_without_server_paths() {
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).with_repo("held.git");
+    let other = w.work("other");
+    w.git(
+        &other,
+        &["fetch", "-q", &c.nodes[1].url("held.git"), "main"],
+    );
+    w.git(&other, &["reset", "-q", "--hard", "FETCH_HEAD"]);
+    // A's transaction on node 1 holds main's lock (prepared) while B pushes main there too.
+    pause_at(&c, &w, 1, "held.git", "prepared");
+    let a = w.commit(&src, "a", "from A");
+    w.commit(&other, "b", "from B");
+    let url = c.nodes[1].url("held.git");
+    let (out_a, out_b) = std::thread::scope(|s| {
+        let pushing = s.spawn(|| push(&w, &src, &url, &["HEAD:refs/heads/main"]));
+        wait_for(&w.path("paused-prepared"), &c);
+        // The hook pauses B's transaction too, if B gets that far: not paused again.
+        let _ = std::fs::remove_file(w.path("paused-prepared"));
+        let hook = c.nodes[1]
+            .dir("held.git")
+            .join("hooks/reference-transaction");
+        let b = push(&w, &other, &url, &["HEAD:refs/heads/main"]);
+        let _ = std::fs::remove_file(w.path("pause-prepared"));
+        let _ = std::fs::remove_file(hook);
+        (pushing.join().unwrap(), b)
+    });
+    let line = told(&out_b, "refs/heads/main");
+    assert!(
+        line.contains("[remote rejected] (cluster: ref is held by a push being decided; retry)"),
+        "{line}\n{}\n{}",
+        String::from_utf8_lossy(&out_b.stderr),
+        c.logs()
+    );
+    for (what, text) in [
+        ("stdout", String::from_utf8_lossy(&out_b.stdout)),
+        ("stderr", String::from_utf8_lossy(&out_b.stderr)),
+    ] {
+        let root = c.nodes[1].root.display().to_string();
+        assert!(
+            !text.contains(&root) && !text.contains(".lock"),
+            "B's {what} names a server path: {text}"
+        );
+    }
+    assert_eq!(porcelain(&out_a).get("refs/heads/main"), Some(&true));
+    let refs = c.converged(&w, "held.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&a));
+}
