@@ -1198,12 +1198,19 @@ fn linearizable(fin: Option<&String>, pushes: &[Pushed]) -> bool {
 /// concurrently to random refs (four shared by all clients, and one of their own) through
 /// random nodes for `BERTH_FAULT_SECONDS` (default 60), while a fault thread, every 0.2–2 s,
 /// kills (-9) and restarts nodes, stops them for up to 3 s (SIGSTOP/SIGCONT), and kills and
-/// restarts etcd members. At the end everything is restarted and must converge, fsck clean, and
-/// every ref's final value must be one a linearizable register allows ([`linearizable`]): an
-/// acknowledged push is never lost nor overwritten by one that finished before it started.
+/// restarts etcd members. Two repositories, four nodes from the start (`--replicas 3`); the
+/// membership changes too: a third of the way in a random one of the four is drained (`berth
+/// cluster drain`), two thirds of the way in a fifth node joins ([`Cluster::add_node`]), and
+/// faults hit every node, the drained and the joined too. At the end everything is restarted,
+/// the drain must finish (`--wait`), each repository's list must be the rendezvous top 3 of the
+/// nodes not drained (exactly K, not the drained node), the listed copies must converge, fsck
+/// clean, and every ref's final value must be one a linearizable register allows
+/// ([`linearizable`]): an acknowledged push is never lost nor overwritten by one that finished
+/// before it started.
 #[test]
 #[ignore]
 fn randomized_faults() {
+    use crate::cluster_placement::{index, listed, listed_converged, top};
     let Some(w) = cluster_world() else { return };
     let env = |k: &str, default: u64| {
         std::env::var(k)
@@ -1218,12 +1225,26 @@ fn randomized_faults() {
     let seed = env("BERTH_FAULT_SEED", clock | 1);
     let seconds = env("BERTH_FAULT_SECONDS", 60);
     let clients = env("BERTH_FAULT_CLIENTS", 4) as usize;
+    const K: usize = 3;
+    const REPOS: [&str; 2] = ["r.git", "s.git"];
     eprintln!("randomized_faults: seed {seed}, {seconds} s, {clients} clients");
-    let (c, src) = cluster(&w).with_repo("r.git");
-    let urls: Vec<String> = c.nodes.iter().map(|n| n.url("r.git")).collect();
+    let (mut c, src) = cluster(&w).with_repo("r.git");
+    // A fourth node from the start (K = 3): one node can be drained and K copies remain.
+    c.add_node(&w);
+    push_ok(
+        &w,
+        &src,
+        &c.nodes[3].url("s.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    let etcd_urls = c.etcd.urls();
+    // The nodes' ports, which the clients pick from (a node joining mid-run adds its own).
+    let ports = std::sync::RwLock::new(c.nodes.iter().map(|n| n.port).collect::<Vec<u16>>());
     let c = std::sync::Mutex::new(c);
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let faults = std::sync::Mutex::new(Vec::<String>::new());
+    // The drained node's name, once drained.
+    let drained = std::sync::Mutex::new(None::<String>);
     let work: Vec<String> = (0..clients)
         .map(|i| {
             let name = format!("client{i}");
@@ -1231,17 +1252,54 @@ fn randomized_faults() {
             name
         })
         .collect();
-    let pushed: Vec<(String, Pushed)> = std::thread::scope(|s| {
+    let pushed: Vec<((&str, String), Pushed)> = std::thread::scope(|s| {
         let faulting = s.spawn(|| {
             let mut rng = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
+            let started = Instant::now();
+            let mut joined = false;
             while Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(200 + rng.below(1800)));
-                let victim = rng.below(3) as usize;
                 let mut c = c.lock().unwrap();
                 let at = format!(
                     "{:>5.1} s",
                     seconds as f64 - (deadline - Instant::now().min(deadline)).as_secs_f64()
                 );
+                let elapsed = started.elapsed().as_secs();
+                // Membership: a drain a third of the way in, a join two thirds of the way in,
+                // between the faults.
+                let mut d = drained.lock().unwrap();
+                if d.is_none() && elapsed * 3 >= seconds {
+                    let name = c.nodes[rng.below(4) as usize].name.clone();
+                    faults
+                        .lock()
+                        .unwrap()
+                        .push(format!("{at}: berth cluster drain {name}"));
+                    let out = Command::new("timeout")
+                        .args(["60", common::berth().to_str().unwrap()])
+                        .args(["cluster", "drain", &name, "--cluster", &etcd_urls])
+                        .output()
+                        .unwrap();
+                    assert!(
+                        out.status.success(),
+                        "seed {seed}: berth cluster drain {name}: {}{}",
+                        String::from_utf8_lossy(&out.stdout),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    *d = Some(name);
+                    continue;
+                }
+                drop(d);
+                if !joined && elapsed * 3 >= seconds * 2 {
+                    let i = c.add_node(&w);
+                    faults
+                        .lock()
+                        .unwrap()
+                        .push(format!("{at}: join n{i} (a new node started)"));
+                    ports.write().unwrap().push(c.nodes[i].port);
+                    joined = true;
+                    continue;
+                }
+                let victim = rng.below(c.nodes.len() as u64) as usize;
                 match rng.below(8) {
                     0 | 1 if c.nodes[victim].process.is_some() => {
                         faults
@@ -1261,15 +1319,18 @@ fn randomized_faults() {
                         c.signal(victim, "-CONT");
                     }
                     3 if c.etcd.members.iter().all(Option::is_some) => {
+                        let member = victim % 3;
                         faults
                             .lock()
                             .unwrap()
-                            .push(format!("{at}: kill -9 etcd member {victim}"));
-                        c.etcd.kill(victim);
+                            .push(format!("{at}: kill -9 etcd member {member}"));
+                        c.etcd.kill(member);
                     }
                     _ => {
                         for i in 0..3 {
                             c.etcd.restart(i);
+                        }
+                        for i in 0..c.nodes.len() {
                             if c.nodes[i].process.is_none() {
                                 c.start_node(&w, i);
                             }
@@ -1282,7 +1343,7 @@ fn randomized_faults() {
             .iter()
             .enumerate()
             .map(|(client, repo)| {
-                let urls = &urls;
+                let ports = &ports;
                 let w = &w;
                 s.spawn(move || {
                     let mut rng = Rng(seed
@@ -1297,18 +1358,23 @@ fn randomized_faults() {
                             4 => format!("refs/heads/c{client}"),
                             k => format!("refs/heads/r{k}"),
                         };
+                        let target = REPOS[rng.below(REPOS.len() as u64) as usize];
                         let value = w.commit(repo, "a", &format!("client {client} round {round}"));
-                        let url = &urls[rng.below(3) as usize];
+                        let url = {
+                            let ports = ports.read().unwrap();
+                            let port = ports[rng.below(ports.len() as u64) as usize];
+                            format!("http://127.0.0.1:{port}/{target}")
+                        };
                         let spec = format!("+HEAD:{r}");
                         let start = Instant::now();
                         let mut cmd = w.cmd("timeout", repo);
-                        cmd.args(["120", "git", "push", "--porcelain", url, &spec]);
+                        cmd.args(["120", "git", "push", "--porcelain", &url, &spec]);
                         let out = cmd.output().unwrap();
                         let end = (out.status.code() != Some(124)).then(Instant::now);
                         let ok = porcelain(&out).get(&r) == Some(&true);
                         let why = (!ok).then(|| reason(&out));
                         mine.push((
-                            r,
+                            (target, r),
                             Pushed {
                                 value,
                                 start,
@@ -1337,35 +1403,90 @@ fn randomized_faults() {
         all
     });
     let mut c = c.into_inner().unwrap();
-    for i in 0..3 {
+    let drained = drained
+        .into_inner()
+        .unwrap()
+        .expect("the run was long enough to drain a node");
+    for i in 0..c.nodes.len() {
         c.signal(i, "-CONT");
+    }
+    for i in 0..3 {
         c.etcd.restart(i);
+    }
+    for i in 0..c.nodes.len() {
         if c.nodes[i].process.is_none() {
             c.start_node(&w, i);
         }
     }
-    let refs = c.converged(&w, "r.git", 3);
-    c.assert_fsck(&w, "r.git");
-    let mut history: BTreeMap<String, Vec<Pushed>> = BTreeMap::new();
+    let faults = faults.into_inner().unwrap();
+    // The drain ends: no repository lists the drained node.
+    let out = Command::new(common::berth())
+        .args(["cluster", "drain", &drained, "--cluster", &etcd_urls])
+        .args(["--wait", "--timeout", "300"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "seed {seed}: berth cluster drain {drained} --wait: {}{}\n{faults:#?}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    // Every list settles on the rendezvous top K of the nodes not drained (the joiner took its
+    // share): exactly K, without the drained node.
+    let eligible: Vec<String> = c
+        .nodes
+        .iter()
+        .map(|n| n.name.clone())
+        .filter(|n| *n != drained)
+        .collect();
+    let eligible: Vec<&str> = eligible.iter().map(String::as_str).collect();
+    let mut finals = BTreeMap::new();
+    for repo in REPOS {
+        let name = repo.trim_end_matches(".git");
+        let want = top(name, &eligible, K);
+        let start = Instant::now();
+        let list = loop {
+            let mut list = listed(&c, name);
+            list.sort();
+            if list == want || start.elapsed() > Duration::from_secs(300) {
+                break list;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        assert_eq!(
+            list,
+            want,
+            "seed {seed}: {repo}'s list is not the rendezvous top {K} of {eligible:?}\n{faults:#?}\n{}",
+            c.logs()
+        );
+        assert!(!list.contains(&drained) && list.len() == K);
+        let refs = listed_converged(&w, &c, repo);
+        for n in &list {
+            assert!(c.nodes[index(&c, n)].process.is_some(), "{n} runs");
+        }
+        eprintln!("randomized_faults: {repo} on {list:?}");
+        finals.insert(repo, refs);
+    }
+    let mut history: BTreeMap<(&str, String), Vec<Pushed>> = BTreeMap::new();
     for (r, p) in pushed {
         history.entry(r).or_default().push(p);
     }
-    let faults = faults.into_inner().unwrap();
     if let Some(file) = std::env::var_os("BERTH_FAULT_LOGS") {
         std::fs::write(file, c.logs()).unwrap();
     }
-    for (r, pushes) in &history {
-        let fin = refs.get(r);
+    for ((repo, r), pushes) in &history {
+        let fin = finals[repo].get(r);
         assert!(
             linearizable(fin, pushes),
-            "seed {seed}: {r} is {fin:?}, which no order of its pushes allows: {pushes:#?}\n{faults:#?}\n{}",
+            "seed {seed}: {repo} {r} is {fin:?}, which no order of its pushes allows: {pushes:#?}\n{faults:#?}\n{}",
             c.logs()
         );
     }
     let total: usize = history.values().map(Vec::len).sum();
     let acked: usize = history.values().flatten().filter(|p| p.ok).count();
     eprintln!(
-        "randomized_faults: seed {seed}: {seconds} s, {clients} clients, {total} pushes, {acked} acknowledged, {} not; {} faults:\n{}\nfinal refs {refs:?}",
+        "randomized_faults: seed {seed}: {seconds} s, {clients} clients, {total} pushes, {acked} acknowledged, {} not; {} faults and membership changes:\n{}\nfinal refs {finals:?}",
         total - acked,
         faults.len(),
         faults.join("\n")

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The replica list etcd records for `repo` (its cluster name), empty when none.
-fn listed(c: &Cluster, repo: &str) -> Vec<String> {
+pub(crate) fn listed(c: &Cluster, repo: &str) -> Vec<String> {
     let v = c
         .etcd
         .value(&format!("/berth/repos/{repo}/replicas"))
@@ -24,7 +24,7 @@ fn listed(c: &Cluster, repo: &str) -> Vec<String> {
 }
 
 /// The index of node `name`.
-fn index(c: &Cluster, name: &str) -> usize {
+pub(crate) fn index(c: &Cluster, name: &str) -> usize {
     c.nodes.iter().position(|n| n.name == name).unwrap()
 }
 
@@ -68,7 +68,7 @@ fn push_new(w: &World, c: &Cluster, src: &str, via: &[usize], repo: &str, n: usi
 
 /// Wait until every node on `repo`'s list holds the same refs and applied entry as the others;
 /// those refs. `repo` is the URL path (`x.git`).
-fn listed_converged(w: &World, c: &Cluster, repo: &str) -> BTreeMap<String, String> {
+pub(crate) fn listed_converged(w: &World, c: &Cluster, repo: &str) -> BTreeMap<String, String> {
     let name = repo.trim_end_matches(".git");
     let start = Instant::now();
     loop {
@@ -233,7 +233,7 @@ fn a_drained_node_is_taken_off_every_list_after_its_repositories_are_copied_else
 
 /// The rendezvous top `k` of `nodes` for `repo` (the cluster's own hashing: blake2b-256 of
 /// the node, a zero byte and the name; the first 8 bytes, highest first).
-fn top(repo: &str, nodes: &[&str], k: usize) -> Vec<String> {
+pub(crate) fn top(repo: &str, nodes: &[&str], k: usize) -> Vec<String> {
     use blake2::digest::Digest;
     let mut scored: Vec<([u8; 8], &str)> = nodes
         .iter()
