@@ -162,17 +162,11 @@ impl Cluster {
     /// Catch up every repository this node is a replica of; publish what it applied, and
     /// set the replicas' lags in the metrics (a round that fails leaves the last round's).
     async fn catch_up_all(self: &Arc<Self>) -> Result<(), Error> {
-        let prefix = b"/berth/repos/";
+        let prefix = super::placement::REPOS_PREFIX;
         let keys = self.etcd.keys(prefix).await?;
         let mut lags = super::metrics::Lags::new();
         for key in keys {
-            let Some(name) = key
-                .strip_prefix(prefix.as_slice())
-                .and_then(|k| k.strip_suffix(b"/replicas".as_slice()))
-                .and_then(|n| std::str::from_utf8(n).ok())
-                // A key's name becomes a path: only a repository name as nodes send it.
-                .filter(|n| wire::RepoName::try_from(*n).is_ok())
-            else {
+            let Some(name) = super::placement::repo_of_list_key(&key) else {
                 continue;
             };
             let name = name.to_owned();

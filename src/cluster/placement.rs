@@ -109,18 +109,11 @@ impl Placement {
 
     /// Every repository's list, read from etcd in one range (and cached); by name.
     pub(super) async fn refresh_all(&self) -> Result<Vec<(String, Placed)>, Error> {
-        let prefix = b"/berth/repos/";
+        let prefix = REPOS_PREFIX;
         let kvs = self.etcd.prefix(prefix).await?;
         let mut out = Vec::new();
         for kv in kvs {
-            let Some(name) = kv
-                .key
-                .strip_prefix(prefix.as_slice())
-                .and_then(|k| k.strip_suffix(b"/replicas".as_slice()))
-                .and_then(|n| std::str::from_utf8(n).ok())
-                // A key's name becomes a path: only a repository name as nodes send it.
-                .filter(|n| wire::RepoName::try_from(*n).is_ok())
-            else {
+            let Some(name) = repo_of_list_key(&kv.key) else {
                 continue;
             };
             let Ok(list) = parse_list(&kv.value) else {
@@ -248,6 +241,18 @@ pub(super) fn rendezvous(repo: &str, live: &[String], n: usize) -> Vec<String> {
     scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
     scored.into_iter().take(n).map(|(_, n)| n.clone()).collect()
 }
+
+/// The repository whose replica list `key` is (`/berth/repos/<name>/replicas`), if it is one
+/// and names a repository as nodes send it (the name becomes a path).
+pub(super) fn repo_of_list_key(key: &[u8]) -> Option<&str> {
+    key.strip_prefix(REPOS_PREFIX)
+        .and_then(|k| k.strip_suffix(b"/replicas".as_slice()))
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .filter(|n| wire::RepoName::try_from(*n).is_ok())
+}
+
+/// The prefix of every repository's keys.
+pub(super) const REPOS_PREFIX: &[u8] = b"/berth/repos/";
 
 /// A recorded replica list ([`wire::Replicas`]).
 pub(super) fn parse_list(v: &[u8]) -> Result<Vec<String>, Error> {
