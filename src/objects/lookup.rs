@@ -11,12 +11,23 @@
 //!
 //! A view opened after the quarantine was migrated lists the directories when it first loads,
 //! so the migrated packs are seen whatever the budget says.
+//!
+//! Once the budget is spent, a lookup that is not in a pack would still `stat` a loose path in
+//! each object directory (the quarantine's and the repository's). A view therefore lists, the
+//! first time a lookup misses with the budget spent, its pack indices, and each loose fan-out
+//! directory (`objects/xx/`) the first time a lookup needs it ([`Listing`], git's loose-object
+//! cache `odb_loose_cache`): a miss is then answered from memory, and what a request naming N
+//! missing objects costs in system calls no longer grows with N (at most 256 directories
+//! listed per object directory). A hit is still read through gix-odb. As with git's cache, a
+//! loose object written by another process after its directory was listed is not seen by this
+//! view: a lookup answers "missing" (the push is refused, or the object written again), never
+//! "present" for what is not there.
 
-use std::cell::Cell;
-use std::path::Path;
+use std::cell::{Cell, OnceCell};
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use gix_hash::oid;
+use gix_hash::{ObjectId, oid};
 use gix_odb::store::RefreshMode;
 
 /// Whether a lookup that misses may still re-read the object directories.
@@ -49,6 +60,9 @@ pub struct Objects {
     /// what the other's refresh found.
     settled: gix_odb::Handle,
     budget: Budget,
+    /// What this view's directories held, listed at its first miss with the budget spent
+    /// (`None` inside: the listing failed, and lookups go through `settled` as they are).
+    listing: Rc<OnceCell<Option<Listing>>>,
 }
 
 impl Objects {
@@ -62,6 +76,7 @@ impl Objects {
             refreshing,
             settled,
             budget,
+            listing: Rc::default(),
         }
     }
 
@@ -91,11 +106,26 @@ impl Objects {
         &self.settled
     }
 
-    /// The handle to ask: the refreshing one until a lookup has missed.
-    fn handle(&self) -> &gix_odb::Handle {
+    /// The handle to ask: the refreshing one until a lookup has missed; once one has, the
+    /// settled one, or none when this view's [`Listing`] shows `id` is not there.
+    fn handle(&self, id: &oid) -> Option<&gix_odb::Handle> {
         match self.budget.state() {
-            Refresh::Available => &self.refreshing,
-            Refresh::Spent => &self.settled,
+            Refresh::Available => Some(&self.refreshing),
+            Refresh::Spent => {
+                let listing = self
+                    .listing
+                    .get_or_init(|| {
+                        Listing::of(self.settled.store_ref())
+                            .map_err(|e| {
+                                tracing::debug!(target: "berth::objects", error = %e, "object directories not listed; lookups go to the object database")
+                            })
+                            .ok()
+                    });
+                match listing {
+                    Some(l) if !l.may_hold(id) => None,
+                    _ => Some(&self.settled),
+                }
+            }
         }
     }
 
@@ -107,9 +137,132 @@ impl Objects {
     }
 }
 
+/// A pack index of a [`Listing`]: one pack's, or a multi-pack index.
+enum PackIndex {
+    Pack(gix_pack::index::File),
+    Multi(gix_pack::multi_index::File),
+}
+
+impl PackIndex {
+    fn contains(&self, id: &oid) -> bool {
+        match self {
+            PackIndex::Pack(f) => f.lookup(id).is_some(),
+            PackIndex::Multi(f) => f.lookup(id).is_some(),
+        }
+    }
+}
+
+/// The objects a view's directories (its own and its alternates') held when it was listed: the
+/// pack indices, read once, and the loose objects of each fan-out directory, read the first
+/// time a lookup needs that directory. It only says where an object cannot be: a lookup it
+/// may hold is still answered by gix-odb.
+struct Listing {
+    /// The object directories, the view's own first.
+    dirs: Vec<PathBuf>,
+    packs: Vec<PackIndex>,
+    /// Per first byte of an id: the loose objects named in `xx/` of every directory, sorted.
+    loose: Box<[OnceCell<Vec<ObjectId>>]>,
+    hash: gix_hash::Kind,
+}
+
+impl Listing {
+    /// The pack indices of `store`'s directories (each `pack/*.idx` and `multi-pack-index`).
+    fn of(store: &gix_odb::Store) -> Result<Self, ListingError> {
+        let hash = store.object_hash();
+        let mut dirs = vec![store.path().to_owned()];
+        dirs.extend(
+            store
+                .alternate_db_paths()
+                .map_err(ListingError::Alternates)?,
+        );
+        let mut packs = Vec::new();
+        for dir in &dirs {
+            let pack_dir = dir.join("pack");
+            let entries = match std::fs::read_dir(&pack_dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(ListingError::Read(pack_dir, e)),
+            };
+            for entry in entries {
+                let path = entry.map_err(|e| ListingError::Read(pack_dir.clone(), e))?.path();
+                let index = match path.file_name().and_then(|n| n.to_str()) {
+                    Some("multi-pack-index") => gix_pack::multi_index::File::at(&path, None)
+                        .map(PackIndex::Multi)
+                        .map_err(|e| ListingError::Index(path.clone(), e))?,
+                    Some(n) if n.ends_with(".idx") && path.with_extension("pack").exists() => {
+                        gix_pack::index::File::at(&path, hash)
+                            .map(PackIndex::Pack)
+                            .map_err(|e| ListingError::Index(path.clone(), e))?
+                    }
+                    _ => continue,
+                };
+                packs.push(index);
+            }
+        }
+        Ok(Listing {
+            dirs,
+            packs,
+            loose: (0..256).map(|_| OnceCell::new()).collect(),
+            hash,
+        })
+    }
+
+    /// Whether `id` may be in one of the directories: in a pack index, or named in its loose
+    /// fan-out directory (listed now if it was not yet). A directory that cannot be read
+    /// counts as holding everything.
+    fn may_hold(&self, id: &oid) -> bool {
+        if self.packs.iter().any(|p| p.contains(id)) {
+            return true;
+        }
+        let first = id.as_bytes()[0];
+        let loose = self.loose[usize::from(first)].get_or_init(|| {
+            self.list_loose(first)
+                .unwrap_or_else(|| vec![id.to_owned()])
+        });
+        loose.binary_search_by(|o| o.as_ref().cmp(id)).is_ok()
+    }
+
+    /// The loose objects named in `xx/` (`xx` = `first` in hex) of every directory, sorted;
+    /// `None` if one could not be read.
+    fn list_loose(&self, first: u8) -> Option<Vec<ObjectId>> {
+        let fanout = format!("{first:02x}");
+        let rest = self.hash.len_in_hex() - 2;
+        let mut ids = Vec::new();
+        for dir in &self.dirs {
+            let entries = match std::fs::read_dir(dir.join(&fanout)) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(_) => return None,
+            };
+            for entry in entries {
+                let name = entry.ok()?.file_name();
+                let Some(name) = name.to_str().filter(|n| n.len() == rest) else {
+                    continue;
+                };
+                if let Ok(id) = ObjectId::from_hex(format!("{fanout}{name}").as_bytes()) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids.sort_unstable();
+        Some(ids)
+    }
+}
+
+/// Why a [`Listing`] could not be made (the view then asks gix-odb for every lookup).
+#[derive(Debug, thiserror::Error)]
+enum ListingError {
+    #[error("cannot resolve the alternates")]
+    Alternates(#[source] gix_error::Error),
+    #[error("cannot read {}", .0.display())]
+    Read(PathBuf, #[source] std::io::Error),
+    #[error("cannot read the pack index {}", .0.display())]
+    Index(PathBuf, #[source] gix_error::Error),
+}
+
 impl gix_object::Exists for Objects {
     fn exists(&self, id: &oid) -> bool {
-        let found = self.handle().exists(id);
+        let found = self.handle(id).is_some_and(|h| h.exists(id));
         self.found(found);
         found
     }
@@ -121,7 +274,10 @@ impl gix_object::Find for Objects {
         id: &oid,
         buffer: &'a mut Vec<u8>,
     ) -> gix_error::Result<Option<gix_object::Data<'a>>> {
-        let found = self.handle().try_find(id, buffer)?;
+        let found = match self.handle(id) {
+            Some(h) => h.try_find(id, buffer)?,
+            None => None,
+        };
         self.found(found.is_some());
         Ok(found)
     }
@@ -129,7 +285,10 @@ impl gix_object::Find for Objects {
 
 impl gix_odb::Header for Objects {
     fn try_header(&self, id: &oid) -> gix_error::Result<Option<gix_odb::find::Header>> {
-        let found = self.handle().try_header(id)?;
+        let found = match self.handle(id) {
+            Some(h) => h.try_header(id)?,
+            None => None,
+        };
         self.found(found.is_some());
         Ok(found)
     }
@@ -248,5 +407,86 @@ mod tests {
         let later =
             Objects::at(&repo.join("objects"), gix_hash::Kind::Sha1, budget.clone()).unwrap();
         assert!(later.exists(&second));
+    }
+
+    /// A loose object written with `git hash-object -w` into the repository at `repo`.
+    fn loose_blob(repo: &Path, content: &str) -> ObjectId {
+        let file = repo.join("loose");
+        std::fs::write(&file, content).unwrap();
+        let blob = git(repo, &["hash-object", "-w", file.to_str().unwrap()]);
+        ObjectId::from_hex(blob.as_bytes()).unwrap()
+    }
+
+    /// The same object under another name in its fan-out directory: `xx/` of the id, a file
+    /// named as another id of that directory would be (what a listing of `xx/` sees).
+    fn sibling(id: &ObjectId) -> ObjectId {
+        let mut bytes = id.as_bytes().to_vec();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        ObjectId::from_bytes_or_panic(&bytes)
+    }
+
+    fn loose_path(objects: &Path, id: &ObjectId) -> std::path::PathBuf {
+        let hex = id.to_hex().to_string();
+        objects.join(&hex[..2]).join(&hex[2..])
+    }
+
+    #[test]
+    fn once_spent_misses_are_answered_from_the_listing_and_hits_still_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let commit = packed_repo(dir.path());
+        let repo = dir.path().join("r.git");
+        let loose = loose_blob(&repo, "loose before");
+        // A view through an alternate, as a push's quarantine sees the repository.
+        let quarantine = dir.path().join("incoming");
+        std::fs::create_dir_all(quarantine.join("info")).unwrap();
+        std::fs::write(
+            quarantine.join("info/alternates"),
+            format!("{}\n", repo.join("objects").display()),
+        )
+        .unwrap();
+        let budget = Budget::default();
+        let objects = Objects::at(&quarantine, gix_hash::Kind::Sha1, budget.clone()).unwrap();
+        assert!(!objects.exists(&missing(1)));
+        assert_eq!(budget.state(), Refresh::Spent);
+        // Listed now: the packed and the loose objects (the latter in the alternate).
+        assert!(objects.exists(&commit));
+        assert!(objects.exists(&loose));
+        let mut buf = Vec::new();
+        assert_eq!(
+            objects.try_find(&loose, &mut buf).unwrap().unwrap().kind,
+            gix_object::Kind::Blob
+        );
+        assert!(objects.try_header(&commit).unwrap().is_some());
+        // A file appearing in a fan-out directory already listed is not looked for on disk:
+        // the miss is answered from memory (without the listing, gix-odb would stat the path
+        // and find it).
+        let late = sibling(&loose);
+        std::fs::copy(
+            loose_path(&repo.join("objects"), &loose),
+            loose_path(&repo.join("objects"), &late),
+        )
+        .unwrap();
+        assert!(!objects.exists(&late));
+        assert!(objects.try_find(&late, &mut buf).unwrap().is_none());
+        // A view opened later lists anew and sees it (gix-odb does not check the content's id
+        // on a header read).
+        let later = Objects::at(&quarantine, gix_hash::Kind::Sha1, budget).unwrap();
+        assert!(!later.exists(&missing(2)));
+        assert!(later.try_header(&late).unwrap().is_some());
+    }
+
+    #[test]
+    fn while_available_a_miss_still_goes_to_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        packed_repo(dir.path());
+        let repo = dir.path().join("r.git");
+        let budget = Budget::default();
+        let objects = Objects::at(&repo.join("objects"), gix_hash::Kind::Sha1, budget.clone())
+            .unwrap();
+        // No listing before the first miss: an object written just before the lookup is found.
+        let loose = loose_blob(&repo, "written before the first lookup");
+        assert!(objects.exists(&loose));
+        assert_eq!(budget.state(), Refresh::Available);
     }
 }
