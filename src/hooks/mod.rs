@@ -27,6 +27,7 @@ mod environment;
 internal! { mod process; }
 internal! { mod proc_receive; }
 mod parallel;
+mod run;
 
 pub use self::environment::{HookEnvironment, Kept, kept};
 pub(crate) use self::process::*;

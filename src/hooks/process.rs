@@ -231,29 +231,6 @@ impl HookSet {
         self.jobs[event.index()].max(1)
     }
 
-    /// Run every hook of `event`, relaying their output to `sink`: one after the other, their
-    /// output as it comes, or, when [`HookSet::jobs`] allows more than one at once, as git's
-    /// `run_processes_parallel` does ([`super::parallel`]): each gets the whole stdin, and its
-    /// output reaches `sink` whole. Returns whether all exited with status 0 (git ORs the
-    /// statuses; a hook that cannot start counts as a failure). Nothing happens for an event
-    /// without hooks.
-    pub fn run(
-        &self,
-        event: Event,
-        invocation: &Invocation<'_>,
-        sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
-    ) -> io::Result<bool> {
-        let hooks = self.get(event);
-        let jobs = self.jobs(event);
-        if jobs > 1 && hooks.len() > 1 {
-            return super::parallel::run(hooks, jobs, invocation, sink);
-        }
-        let mut ok = true;
-        for hook in hooks {
-            ok &= run_one(hook, invocation, sink)?;
-        }
-        Ok(ok)
-    }
 }
 
 fn is_executable(m: &std::fs::Metadata) -> bool {
@@ -295,7 +272,7 @@ pub enum Output<'a> {
     Diagnostic(&'a str),
 }
 
-fn run_one(
+pub(super) fn run_one(
     hook: &Hook,
     inv: &Invocation<'_>,
     sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
