@@ -3,7 +3,8 @@
 //! another replica (`POST /_berth/cluster/pack`: the objects of the wanted tips not reachable
 //! from the asker's refs, a pack made by `git pack-objects`, not thin).
 //!
-//! Triggered at start-up, by a prepare or push refused because this replica is behind, by
+//! Triggered at start-up, by a prepare or push refused because this replica is behind (a push
+//! that lacks objects here waits for one: [`Cluster::catch_up_within`]), by
 //! [`Cluster::watch_logs`] (an etcd watch on every repository's log key), and, as a safety net
 //! for a watch stuck on a stopped etcd member, by [`Cluster::follow`], which polls the log heads
 //! of this node's repositories every [`FOLLOW_EVERY`]. One catch-up per repository runs at a
@@ -37,6 +38,8 @@ use crate::refs::{self, Change, RefUpdate};
 const FOLLOW_EVERY: Duration = Duration::from_secs(5);
 /// How long fetching one entry's objects from a peer may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often a push waiting for a catch-up looks whether the one running ended.
+const RUNNING_PAUSE: Duration = Duration::from_millis(200);
 /// How many resyncs one catch-up tries (each after the entry after the last one was found gone).
 const MAX_RESYNCS: usize = 3;
 
@@ -240,20 +243,48 @@ impl Cluster {
     /// Start catching `name` up in the background (nothing if one runs already).
     pub(super) fn spawn_catch_up(self: Arc<Self>, name: String) {
         tokio::spawn(async move {
-            let outcome = match self.catch_up(&name).await {
-                Ok(Some(CaughtUp::Applied(seq))) => {
-                    tracing::info!(target: "berth::cluster", repo = %Escaped::token(&name), seq, "caught up");
-                    CatchUpOutcome::Applied
-                }
-                Ok(Some(CaughtUp::Current(_))) => CatchUpOutcome::Current,
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&name), error = %Escaped::text(&e.to_string()), "catch-up failed");
-                    CatchUpOutcome::Failed
-                }
-            };
-            self.metrics.catch_up(outcome);
+            let result = self.catch_up(&name).await;
+            self.note_catch_up(&name, &result);
         });
+    }
+
+    /// Catch `name` up for a push that waits on it, for at most `within`: one catch-up run by
+    /// this call, after the one running already (if any) ended. One still running at the
+    /// limit goes on in the background.
+    pub(super) async fn catch_up_within(self: &Arc<Self>, name: &str, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let (me, n) = (self.clone(), name.to_owned());
+            let run = tokio::spawn(async move {
+                let result = me.catch_up(&n).await;
+                me.note_catch_up(&n, &result);
+                result.is_ok_and(|r| r.is_some())
+            });
+            match tokio::time::timeout_at(deadline, run).await {
+                // Another catch-up of it runs: this one goes after it.
+                Ok(Ok(false)) if tokio::time::Instant::now() + RUNNING_PAUSE < deadline => {
+                    tokio::time::sleep(RUNNING_PAUSE).await;
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// Log and count how a catch-up of `name` ended (`None`: another one ran).
+    fn note_catch_up(&self, name: &str, result: &Result<Option<CaughtUp>, Error>) {
+        let outcome = match result {
+            Ok(Some(CaughtUp::Applied(seq))) => {
+                tracing::info!(target: "berth::cluster", repo = %Escaped::token(name), seq, "caught up");
+                CatchUpOutcome::Applied
+            }
+            Ok(Some(CaughtUp::Current(_))) => CatchUpOutcome::Current,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), error = %Escaped::text(&e.to_string()), "catch-up failed");
+                CatchUpOutcome::Failed
+            }
+        };
+        self.metrics.catch_up(outcome);
     }
 
     /// Apply the log entries of `name` this replica has not applied, in order; the last

@@ -122,6 +122,33 @@ pub(super) fn position(applied: u64, head: u64) -> Position {
     }
 }
 
+/// Where a replica stands when objects a push builds on are missing on it (a thin pack's
+/// base, an object its new values reach): from the entry it had applied when the push began
+/// (`then`), the one it applied now (`now`, after a catch-up) and the log's head.
+pub(super) fn lacking(then: u64, now: u64, head: u64) -> Lacking {
+    if now < head {
+        Lacking::Behind
+    } else if then < now {
+        Lacking::CaughtUp
+    } else {
+        Lacking::NotBehind
+    }
+}
+
+/// [`lacking`]'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lacking {
+    /// It had the whole log the client could have seen: the push itself lacks them (git's
+    /// refusal stands).
+    NotBehind,
+    /// It applied entries since the push began: the objects may be here now (checked again
+    /// where the push can be; the pack it could not complete is not read again).
+    CaughtUp,
+    /// It is behind the log still (its catch-up failed or took too long): the push is refused
+    /// in the cluster's words, nothing landed.
+    Behind,
+}
+
 /// [`position`]'s answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Position {
@@ -482,6 +509,19 @@ mod tests {
 
     fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn missing_objects_are_the_clusters_only_when_the_replica_was_behind() {
+        // Current throughout: the push lacks them itself.
+        assert_eq!(lacking(4, 4, 4), Lacking::NotBehind);
+        // Behind when the push began, caught up since.
+        assert_eq!(lacking(3, 4, 4), Lacking::CaughtUp);
+        // Still behind, whatever it applied meanwhile.
+        assert_eq!(lacking(3, 3, 4), Lacking::Behind);
+        assert_eq!(lacking(2, 3, 4), Lacking::Behind);
+        // The head read before a concurrent entry was applied here.
+        assert_eq!(lacking(4, 5, 4), Lacking::CaughtUp);
     }
 
     #[test]

@@ -43,7 +43,7 @@ use super::placement::Placed;
 use super::wire::{self, Answered, Attempts, SECRET_HEADER};
 use super::{Cluster, applied_seq, etcd, http, log, needed};
 use crate::escape::Escaped;
-use crate::receive::{CommitGate, GateCommit, GateRefusal, PackTee};
+use crate::receive::{CommitGate, GateCommit, GateRefusal, Missing, PackTee};
 use crate::refs::{RefUpdate, Refs};
 
 /// How long a replica may take to ingest and prepare.
@@ -66,6 +66,8 @@ pub(crate) struct Gate {
     pub(crate) committer_email: String,
     /// The push's pack stream to the other replicas (the same as its `pack_tee`).
     pub(crate) stream: Option<Arc<super::PushStream>>,
+    /// The log entry this replica had applied when the push began.
+    pub(crate) applied_at_start: u64,
 }
 
 impl Gate {
@@ -91,6 +93,7 @@ impl Gate {
         let gate = Arc::new(Gate {
             cluster,
             name,
+            applied_at_start: applied_seq(std::path::Path::new(dir)),
             dir: PathBuf::from(dir),
             handle,
             committer_name: committer_name.to_owned(),
@@ -126,6 +129,87 @@ impl CommitGate for Gate {
     fn lost_ref_retries(&self) -> u32 {
         RETRY.lost_ref_batches
     }
+
+    fn objects_missing(&self) -> Missing {
+        self.handle.block_on(self.objects_missing_async())
+    }
+}
+
+/// How long a push whose objects are missing here waits for this replica to catch up.
+const CATCH_UP_FOR_PUSH: Duration = Duration::from_secs(10);
+
+impl Gate {
+    /// Objects the push builds on are missing here: if this replica is behind the log, catch
+    /// up (for at most [`CATCH_UP_FOR_PUSH`]); then whether they may be here now, or the
+    /// push is refused in the cluster's words (nothing of it landed anywhere).
+    async fn objects_missing_async(&self) -> Missing {
+        let c = &self.cluster;
+        let head = |now: u64| async move {
+            match c.log.head(&self.name).await {
+                Ok(h) => Some(h.seq),
+                Err(e) => {
+                    tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e.to_string()), "log head, for a push lacking objects");
+                    // Unknown: what it applied since the push began tells whether it was behind.
+                    (self.applied_at_start < now).then_some(now)
+                }
+            }
+        };
+        let then = self.applied_at_start;
+        let mut now = applied_seq(&self.dir);
+        let Some(mut seq) = head(now).await else {
+            return Missing::Stands;
+        };
+        if decide::lacking(then, now, seq) == decide::Lacking::Behind {
+            tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.name), applied = now, head = seq, "a push lacks objects here, behind the log: catching up");
+            c.catch_up_within(&self.name, CATCH_UP_FOR_PUSH).await;
+            now = applied_seq(&self.dir);
+            seq = head(now).await.unwrap_or(seq);
+        }
+        let node = c.node.clone();
+        match decide::lacking(then, now, seq) {
+            decide::Lacking::NotBehind => Missing::Stands,
+            decide::Lacking::CaughtUp => Missing::MayBeHere(GateRefusal::new(Told::new(
+                Outcome::NotApplied,
+                Lacks::CaughtUp {
+                    node,
+                    applied: then,
+                    now,
+                },
+            ))),
+            decide::Lacking::Behind => Missing::Refused(GateRefusal::new(Told::new(
+                Outcome::NotApplied,
+                Lacks::Behind {
+                    node,
+                    applied: now,
+                    head: seq,
+                },
+            ))),
+        }
+    }
+}
+
+/// Why objects a push builds on were missing on the replica it reached; the `Display` is the
+/// client's text (after `cluster: not applied: `).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Lacks {
+    /// Behind the log still: its catch-up failed or took too long.
+    #[error(
+        "this replica ({node}) is behind the repository's log (at entry {applied} of {head}) and lacks objects the push builds on; nothing landed, retry"
+    )]
+    Behind {
+        node: String,
+        applied: u64,
+        head: u64,
+    },
+    /// Behind when the push's pack came, caught up since (the pack is not read again).
+    #[error(
+        "this replica ({node}) was behind the repository's log (at entry {applied}) and lacked objects the push builds on; it has caught up (entry {now}), nothing landed, retry"
+    )]
+    CaughtUp {
+        node: String,
+        applied: u64,
+        now: u64,
+    },
 }
 
 /// The log head a push goes on from: its last entry's sequence number and the log key's mod
@@ -1057,6 +1141,29 @@ mod tests {
         assert_eq!(
             behind.to_string(),
             "this replica (n1) is at log entry 3 of 5; it is catching up, retry"
+        );
+        let lacks = Told::new(
+            Outcome::NotApplied,
+            Lacks::Behind {
+                node: "n1".into(),
+                applied: 1,
+                head: 2,
+            },
+        );
+        assert_eq!(
+            lacks.to_string(),
+            "not applied: this replica (n1) is behind the repository's log (at entry 1 of 2) and \
+             lacks objects the push builds on; nothing landed, retry"
+        );
+        let caught_up = Lacks::CaughtUp {
+            node: "n1".into(),
+            applied: 1,
+            now: 2,
+        };
+        assert_eq!(
+            caught_up.to_string(),
+            "this replica (n1) was behind the repository's log (at entry 1) and lacked objects the \
+             push builds on; it has caught up (entry 2), nothing landed, retry"
         );
         let refusal = GateRefusal::from(behind);
         assert_eq!(refusal.lost, Some(vec![0]));

@@ -41,15 +41,31 @@ pub enum UnpackError {
         /// findings.
         messages: Vec<String>,
     },
+    /// A thin pack's delta base is neither in the pack nor in the repository (git's
+    /// `unresolved deltas`): the repository lacks an object the client took it to have.
+    #[error("{step} abnormal exit")]
+    BaseMissing {
+        /// `unpack-objects` or `index-pack`, as git would have run.
+        step: &'static str,
+        /// git's words, for band 2 as `fatal: …`.
+        detail: String,
+    },
 }
 
 impl UnpackError {
     /// The line git's child process would have printed, if any.
     pub fn detail(&self) -> Option<&str> {
         match self {
-            UnpackError::Failed { detail, .. } => Some(detail),
+            UnpackError::Failed { detail, .. } | UnpackError::BaseMissing { detail, .. } => {
+                Some(detail)
+            }
             _ => None,
         }
+    }
+
+    /// Whether the pack needed an object the repository does not have (a thin pack's base).
+    pub fn base_missing(&self) -> bool {
+        matches!(self, UnpackError::BaseMissing { .. })
     }
 
     /// The lines git's child process printed before dying (without newlines).
@@ -409,6 +425,11 @@ pub fn receive_pack(
                     humanise_bytes(options.max_input_size)
                 )
             })
+        } else if !limited.eof && base_not_found(&e) {
+            UnpackError::BaseMissing {
+                step,
+                detail: unresolved_deltas(explode).into(),
+            }
         } else {
             failed(pack_error(&e, explode, options.alloc_limit(), limited.eof))
         }
@@ -652,6 +673,23 @@ fn count_deltas(path: &Path, index: &gix_pack::index::File) -> Option<u32> {
     Some(deltas)
 }
 
+/// Whether gix-pack failed because a ref-delta's base is neither in the pack nor in the
+/// repository (recognised from its error chain).
+fn base_not_found(e: &gix_error::Error) -> bool {
+    let (text, debug) = (format!("{e:#}"), format!("{e:?}"));
+    let has = |s: &str| text.contains(s) || debug.contains(s);
+    has("ref-delta base object") && has("could not be found")
+}
+
+/// git's words for a pack whose deltas lack their bases.
+fn unresolved_deltas(explode: bool) -> &'static str {
+    if explode {
+        "unresolved deltas left after unpacking"
+    } else {
+        "pack has unresolved deltas"
+    }
+}
+
 /// What git's `index-pack` (or `unpack-objects`, when `explode`) dies with for the same
 /// problem, recognised from gix-pack's error chain; anything else is that chain on one line.
 fn pack_error(e: &gix_error::Error, explode: bool, alloc_limit: usize, eof: bool) -> String {
@@ -677,12 +715,8 @@ fn pack_error(e: &gix_error::Error, explode: bool, alloc_limit: usize, eof: bool
             "object too large to inflate (more than {alloc_limit} bytes, see berth.maxObjectSize)"
         );
     }
-    if has("ref-delta base object") && has("could not be found") {
-        return if explode {
-            "unresolved deltas left after unpacking".into()
-        } else {
-            "pack has unresolved deltas".into()
-        };
+    if base_not_found(e) {
+        return unresolved_deltas(explode).into();
     }
     if has("is not a valid offset for pack offset") {
         return if explode {

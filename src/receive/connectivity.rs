@@ -17,17 +17,21 @@ use crate::protocol::report::Reason;
 use crate::protocol::sideband::Sideband;
 use crate::repo::Repository;
 
-/// Refuse the commands whose new value is not connected, with git's messages: the first
-/// problem through the muxer, then each culprit's on receive-pack's stderr.
-pub(super) fn check_connectivity<W: Write, E: Write>(
+/// What the connectivity check found missing, one per refused command (reported by
+/// [`report_missing`]).
+pub(super) type Failed = Vec<connectivity::Missing>;
+
+/// Refuse the commands whose new value is not connected ([`Reason::MissingObjects`]); what
+/// each lacks, for [`report_missing`]. Run again (after a commit gate's catch-up), it checks
+/// the commands refused for missing objects again.
+pub(super) fn check_connectivity(
     cmds: &mut [Cmd],
     repo: &Repository,
     quarantine: Option<&Quarantine>,
     received: Option<&ingest::Received>,
     shallow: &[ObjectId],
     refresh: Budget,
-    sb: &mut Sideband<W, E>,
-) -> Result<(), Fatal> {
+) -> Result<Failed, Fatal> {
     let _span = info_span!("connectivity").entered();
     let objects = match quarantine {
         Some(q) => gix_odb::at(q.path(), repo.object_format),
@@ -43,6 +47,11 @@ pub(super) fn check_connectivity<W: Write, E: Write>(
     .with_shallow(repo.shallow().into_iter().collect(), client_shallow)
     .with_refresh_budget(refresh);
     // All tips at once first, as git's combined rev-list; each on its own only if that fails.
+    for c in cmds.iter_mut() {
+        if c.error == Some(Reason::MissingObjects) {
+            c.error = None;
+        }
+    }
     let tips: Vec<ObjectId> = cmds
         .iter()
         .filter(|c| c.pending() && !c.command.is_delete())
@@ -69,13 +78,21 @@ pub(super) fn check_connectivity<W: Write, E: Write>(
             connectivity::Status::Connected => {}
         }
     }
-    // git's combined rev-list run reports the first problem through the muxer, then each
-    // culprit's own run reports on receive-pack's stderr.
+    Ok(failed)
+}
+
+/// git's messages for what [`check_connectivity`] found missing: its combined rev-list run
+/// reports the first problem through the muxer, then each culprit's own run reports on
+/// receive-pack's stderr.
+pub(super) fn report_missing<W: Write, E: Write>(
+    failed: &Failed,
+    sb: &mut Sideband<W, E>,
+) -> Result<(), Fatal> {
     if let Some(first) = failed.first() {
         sb.progress(first.message().as_bytes())?;
         // Buffered: a hostile request may name a missing object in each of many commands.
         let mut stderr = std::io::BufWriter::with_capacity(64 * 1024, sb.stderr());
-        for m in &failed {
+        for m in failed {
             stderr.write_all(m.message().as_bytes())?;
         }
         stderr.flush()?;

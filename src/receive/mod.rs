@@ -24,6 +24,7 @@ mod command;
 mod connectivity;
 mod decide;
 mod housekeeping;
+mod missing;
 mod options;
 mod outcome;
 mod run_hooks;
@@ -35,7 +36,7 @@ pub use crate::hooks::HookEnvironment;
 pub use crate::protocol::report::{Reason, Rewrite, Status};
 pub use crate::protocol::request::Command;
 pub use options::{
-    CommitGate, Environment, GateCommit, GateRefusal, Options, RefAccess, RefChange,
+    CommitGate, Environment, GateCommit, GateRefusal, Missing, Options, RefAccess, RefChange,
     protocol_version,
 };
 pub use outcome::{Fatal, Outcome, PushResult, Unpack};
@@ -180,8 +181,17 @@ pub fn run(
         &mut sb,
     )?;
     let mut quarantine = unpacked.quarantine;
-    if matches!(unpacked.status, Unpack::Failed(_)) {
-        refuse_pending(&mut cmds, Reason::UnpackerError);
+    let mut unpack_status = unpacked.status;
+    let gate = options.commit_gate.as_deref();
+    if matches!(unpack_status, Unpack::Failed(_)) {
+        // A delta base missing because the commit gate's replica is behind: its words.
+        match missing::after_unpack(gate, unpacked.base_missing, &mut sb)? {
+            Some(text) => {
+                refuse_pending(&mut cmds, Reason::Gate(text.clone()));
+                unpack_status = Unpack::Failed(text);
+            }
+            None => refuse_pending(&mut cmds, Reason::UnpackerError),
+        }
     } else {
         let session = Session {
             repo: &repo,
@@ -194,15 +204,25 @@ pub fn run(
             advertised_push_options: req.capabilities.push_options,
         };
         if !options.skip_connectivity_check {
-            connectivity::check_connectivity(
-                &mut cmds,
-                &repo,
-                quarantine.as_ref(),
-                unpacked.received.as_ref(),
-                &req.shallow,
-                refresh,
-                &mut sb,
-            )?;
+            let check = |cmds: &mut [Cmd]| {
+                connectivity::check_connectivity(
+                    cmds,
+                    &repo,
+                    quarantine.as_ref(),
+                    unpacked.received.as_ref(),
+                    &req.shallow,
+                    refresh.clone(),
+                )
+            };
+            let mut failed = check(&mut cmds)?;
+            // Missing because the commit gate's replica is behind: checked again once it
+            // caught up, or refused in the gate's words.
+            if !failed.is_empty() && missing::after_connectivity(gate, &mut cmds, &mut sb)? {
+                failed = check(&mut cmds)?;
+            }
+            if cmds.iter().any(|c| c.error == Some(Reason::MissingObjects)) {
+                connectivity::report_missing(&failed, &mut sb)?;
+            }
         }
         execute_commands(&session, &mut cmds, quarantine.as_mut(), &mut sb)?;
     }
@@ -217,7 +237,7 @@ pub fn run(
         _ => report::Kind::None,
     };
     let statuses: Vec<Status> = cmds.iter().map(Cmd::status).collect();
-    send_report(kind, &unpacked.status, &cmds, &statuses, &mut sb)?;
+    send_report(kind, &unpack_status, &cmds, &statuses, &mut sb)?;
     {
         let _span = info_span!("post_receive").entered();
         hooks.post_receive(&cmds, &mut sb)?;
@@ -229,7 +249,7 @@ pub fn run(
     let commands = cmds.into_iter().map(|c| c.command).collect();
     Ok(Outcome {
         requested: true,
-        unpack: unpacked.status,
+        unpack: unpack_status,
         commands,
         statuses,
     })

@@ -70,6 +70,26 @@ pub trait CommitGate: Send + Sync + std::fmt::Debug {
     /// How many more transactions a non-atomic batch tries for the refs a refusal did not
     /// name among its [`GateRefusal::lost`] (the gate's retry policy).
     fn lost_ref_retries(&self) -> u32;
+
+    /// Objects this push builds on are not here: a thin pack's delta base, or an object a new
+    /// ref value reaches. Whether that is the gate's doing (a replica behind its cluster's
+    /// log, which may catch up meanwhile) and what becomes of the push; asked at most once a
+    /// push. By default not the gate's: git's refusal stands.
+    fn objects_missing(&self) -> Missing {
+        Missing::Stands
+    }
+}
+
+/// What a [`CommitGate`] makes of objects missing for a push ([`CommitGate::objects_missing`]).
+#[derive(Debug, Clone)]
+pub enum Missing {
+    /// Not the gate's doing: git's refusal stands.
+    Stands,
+    /// They may be here now (the replica caught up): a check runs again. What cannot be run
+    /// again (a pack already read) is refused with this refusal's text.
+    MayBeHere(GateRefusal),
+    /// Missing for the gate's reason: the commands are refused with this text.
+    Refused(GateRefusal),
 }
 
 /// Why a [`CommitGate`] did not commit a batch.

@@ -23,6 +23,8 @@ pub(super) struct Unpacked {
     pub(super) quarantine: Option<Quarantine>,
     /// The received pack's index, for the connectivity walk.
     pub(super) received: Option<Received>,
+    /// It failed for a delta base the repository lacks ([`ingest::UnpackError::base_missing`]).
+    pub(super) base_missing: bool,
 }
 
 /// Receive the pack from `input` when the commands need one (anything but deletions).
@@ -41,6 +43,7 @@ pub(super) fn unpack<W: Write, E: Write>(
         status: Unpack::NotNeeded,
         quarantine: None,
         received: None,
+        base_missing: false,
     };
     if !needs_pack {
         return Ok(unpacked);
@@ -119,6 +122,7 @@ pub(super) fn unpack<W: Write, E: Write>(
                 sb.progress(format!("fatal: {detail}\n").as_bytes())?;
             }
             unpacked.status = Unpack::Failed(e.to_string());
+            unpacked.base_missing = e.base_missing();
         }
     }
     unpacked.quarantine = Some(q);

@@ -210,3 +210,133 @@ fn a_push_to_a_ref_held_by_a_push_being_decided_is_told_so_without_server_paths(
     let refs = c.converged(&w, "held.git", 3);
     assert_eq!(refs.get("refs/heads/main"), Some(&a));
 }
+
+/// `n` bytes of text that does not compress much (a small LCG over 64 characters).
+fn noise(n: usize, seed: u64) -> String {
+    let mut x = seed;
+    (0..n)
+        .map(|i| {
+            if i % 80 == 79 {
+                return '\n';
+            }
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[(x >> 58) as usize]
+                as char
+        })
+        .collect()
+}
+
+#[test]
+fn a_push_reaching_a_replica_behind_the_log_that_lacks_what_it_builds_on_reads_in_the_clusters_words()
+ {
+    let Some(w) = cluster_world() else { return };
+    // Four nodes, three copies: one node holds none and forwards a push's POST to the
+    // repository's first replica, which serves it without asking whether it is current (its
+    // commit gate does; the unpack and connectivity checks come first).
+    let mut c = cluster(&w).start();
+    c.add_node(&w);
+    let all = [0, 1, 2, 3];
+    let src = w.work("src");
+    w.commit(&src, "a", "one");
+    c.must_push(
+        &w,
+        &src,
+        0,
+        "r.git",
+        &["HEAD:refs/heads/main"],
+        "the first push",
+    );
+    c.converged_among(&w, "r.git", 3, &all);
+    let Some(order) = crate::cluster_reads::replicas_of(&c, "r") else {
+        return;
+    };
+    let first = crate::cluster_reads::index(&c, &order[0]);
+    let second = crate::cluster_reads::index(&c, &order[1]);
+    let third = crate::cluster_reads::index(&c, &order[2]);
+    let outsider = (0..4).find(|i| !order.contains(&c.nodes[*i].name)).unwrap();
+    // The first replica takes no pack over 100 kB: it refuses the next entry's stream (the
+    // others commit it) and cannot fetch its objects while catching up — behind the log, and
+    // without the objects of entry 2.
+    let config = c.nodes[first].dir("r.git").join("config");
+    let config = config.to_str().unwrap();
+    w.git(
+        ".",
+        &["config", "-f", config, "receive.maxInputSize", "100000"],
+    );
+    let big = noise(400_000, 7);
+    let base = w.commit(&src, "big", &big);
+    c.must_push(
+        &w,
+        &src,
+        second,
+        "r.git",
+        &["HEAD:refs/heads/main"],
+        "entry 2",
+    );
+    c.converged_among(&w, "r.git", 2, &[second, third]);
+    let seq = |i: usize| {
+        std::fs::read_to_string(c.nodes[i].dir("r.git").join("berth-cluster-seq"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(seq(first), "1", "{}", c.logs());
+    let behind = format!(
+        "[remote rejected] (cluster: not applied: this replica ({}) is behind the repository's log \
+         (at entry 1 of 2) and lacks objects the push builds on; nothing landed, retry)",
+        c.nodes[first].name
+    );
+    let url = c.nodes[outsider].url("r.git");
+    // The client's refs come from a current replica (the first refuses the forwarded read,
+    // behind); its thin pack's delta base, the big file of entry 2, is not on the first.
+    let mut edited = big.clone();
+    edited.push_str("one more line\n");
+    let tip = w.commit(&src, "big", &edited);
+    let out = push(&w, &src, &url, &["HEAD:refs/heads/main"]);
+    let line = told(&out, "refs/heads/main");
+    assert!(
+        line.contains(&behind),
+        "{line}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("error: cluster: not applied: this replica"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A new branch at entry 2's commit: no pack to complete, the connectivity check finds
+    // the commit missing.
+    let out = push(&w, &src, &url, &[&format!("{base}:refs/heads/other")]);
+    let line = told(&out, "refs/heads/other");
+    assert!(
+        line.contains(&behind),
+        "{line}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    // Nothing landed anywhere: every copy converges on entry 2 once the first can catch up.
+    w.git(
+        ".",
+        &["config", "-f", config, "--unset", "receive.maxInputSize"],
+    );
+    let refs = c.converged_among(&w, "r.git", 3, &all);
+    assert_eq!(refs.get("refs/heads/main"), Some(&base), "{refs:?}");
+    assert_eq!(refs.get("refs/heads/other"), None, "{refs:?}");
+    assert_eq!(seq(first), "2");
+    c.assert_fsck(&w, "r.git");
+    // Current again, it takes the same push.
+    c.must_push(
+        &w,
+        &src,
+        outsider,
+        "r.git",
+        &["HEAD:refs/heads/main"],
+        "the retry",
+    );
+    let refs = c.converged_among(&w, "r.git", 3, &all);
+    assert_eq!(refs.get("refs/heads/main"), Some(&tip));
+    c.assert_fsck(&w, "r.git");
+}

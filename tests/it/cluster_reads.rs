@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 /// The replicas recorded for repository `name`, in their order (read with `etcdctl`);
 /// `None` (and a note) when etcdctl is not installed.
-fn replicas_of(c: &Cluster, name: &str) -> Option<Vec<String>> {
+pub(crate) fn replicas_of(c: &Cluster, name: &str) -> Option<Vec<String>> {
     let Some(text) = c.etcd.value(&format!("/berth/repos/{name}/replicas")) else {
         eprintln!("SKIPPED: etcdctl not usable (apt-get install etcd-client)");
         return None;
@@ -30,7 +30,7 @@ fn replicas_of(c: &Cluster, name: &str) -> Option<Vec<String>> {
 }
 
 /// The index of node `name`.
-fn index(c: &Cluster, name: &str) -> usize {
+pub(crate) fn index(c: &Cluster, name: &str) -> usize {
     c.nodes.iter().position(|n| n.name == name).unwrap()
 }
 
