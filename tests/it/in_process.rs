@@ -1,6 +1,7 @@
 //! In-process hooks for programs that embed berth: they run where the process hooks run, can
 //! refuse with a message, and cost no process. Also: one muxer per session, and keepalives while
-//! a hook is silent.
+//! a hook is silent; a commit gate asked about objects a push lacks (its catch-up checked
+//! again, its refusal in its words).
 
 use crate::common;
 use berth::hooks::{InProcess, InProcessHooks, Push, Verdict};
@@ -277,4 +278,144 @@ fn ref_access_check_sees_each_change_before_any_hook() {
         w.git("srv.git", &["rev-parse", "refs/heads/side"]).trim(),
         c2
     );
+}
+
+/// A commit gate whose replica lacks what a push builds on: it commits whatever it is given,
+/// and when asked about missing objects answers as told, after copying `src`'s packs into
+/// the repository (a catch-up) for [`Lag::CatchesUp`]. How often it was asked.
+#[derive(Debug)]
+struct Lagging {
+    lag: Lag,
+    src_packs: std::path::PathBuf,
+    packs: std::path::PathBuf,
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Lag {
+    CatchesUp,
+    Refuses,
+    NotBehind,
+}
+
+/// The refusal's text: after `cluster: `.
+#[derive(Debug)]
+struct Behind;
+
+impl std::fmt::Display for Behind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not applied: behind; retry")
+    }
+}
+
+impl std::error::Error for Behind {}
+
+struct Go;
+
+impl berth::receive::GateCommit for Go {
+    fn finish(
+        self: Box<Self>,
+        _committed_here: bool,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        Ok(())
+    }
+}
+
+impl berth::receive::CommitGate for Lagging {
+    fn decide(
+        &self,
+        _updates: &[RefUpdate],
+        _current: &berth::refs::Refs,
+    ) -> Result<Box<dyn berth::receive::GateCommit>, berth::receive::GateRefusal> {
+        Ok(Box::new(Go))
+    }
+
+    fn lost_ref_retries(&self) -> u32 {
+        0
+    }
+
+    fn objects_missing(&self) -> berth::receive::Missing {
+        use berth::receive::{GateRefusal, Missing};
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        match self.lag {
+            Lag::CatchesUp => {
+                for f in std::fs::read_dir(&self.src_packs).unwrap() {
+                    let f = f.unwrap().path();
+                    std::fs::copy(&f, self.packs.join(f.file_name().unwrap())).unwrap();
+                }
+                Missing::MayBeHere(GateRefusal::new(Behind))
+            }
+            Lag::Refuses => Missing::Refused(GateRefusal::new(Behind)),
+            Lag::NotBehind => Missing::Stands,
+        }
+    }
+}
+
+#[test]
+fn a_commit_gate_is_asked_about_missing_objects_and_its_catch_up_is_checked_again() {
+    let w = World::new();
+    w.work("src");
+    let head = w.commit("src", "a", "1");
+    w.git("src", &["repack", "-a", "-d", "-q"]);
+    let src_packs = w.path("src/.git/objects/pack");
+    // It runs berth in this process (the counters of other tests would see it).
+    let _counters = common::in_process_lock();
+    // Each push creates a branch at a commit the repository lacks, sending no pack.
+    let run = |repo: &str, lag: Lag, asked_for: &str| {
+        w.bare(repo);
+        w.git(repo, &["config", "receive.autogc", "false"]);
+        let gate = Arc::new(Lagging {
+            lag,
+            src_packs: src_packs.clone(),
+            packs: w.path(repo).join("objects/pack"),
+            asked: Default::default(),
+        });
+        let options = berth::receive::Options {
+            stateless_rpc: true,
+            commit_gate: Some(gate.clone()),
+            ..Default::default()
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        berth::receive::run(
+            w.path(repo).to_str().unwrap(),
+            &options,
+            &creations(&head, &[asked_for])[..],
+            &mut out,
+            &mut err,
+        )
+        .unwrap();
+        let asked = gate.asked.load(std::sync::atomic::Ordering::SeqCst);
+        (
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+            asked,
+        )
+    };
+    // Caught up: checked again, it lands.
+    let (out, err, asked) = run("caught.git", Lag::CatchesUp, "refs/heads/a");
+    assert_eq!(out, "000eunpack ok\n0014ok refs/heads/a\n0000", "{err}");
+    assert_eq!(err, "");
+    assert_eq!(asked, 1);
+    assert_eq!(
+        w.git("caught.git", &["rev-parse", "refs/heads/a"]).trim(),
+        head
+    );
+    w.fsck("caught.git").unwrap();
+    // Still behind: the gate's words, not git's.
+    let (out, err, asked) = run("behind.git", Lag::Refuses, "refs/heads/a");
+    assert_eq!(
+        out,
+        "000eunpack ok\n0038ng refs/heads/a cluster: not applied: behind; retry\n0000"
+    );
+    assert_eq!(err, "error: cluster: not applied: behind; retry\n");
+    assert_eq!(asked, 1);
+    assert!(!w.refs("behind.git").contains("refs/heads/a"));
+    // Not the gate's doing: git's refusal stands.
+    let (out, err, asked) = run("missing.git", Lag::NotBehind, "refs/heads/a");
+    assert_eq!(
+        out,
+        "000eunpack ok\n002eng refs/heads/a missing necessary objects\n0000"
+    );
+    assert!(err.contains(&head), "{err}");
+    assert_eq!(asked, 1);
 }
