@@ -258,11 +258,12 @@ impl Cluster {
             let run = tokio::spawn(async move {
                 let result = me.catch_up(&n).await;
                 me.note_catch_up(&n, &result);
-                result.is_ok_and(|r| r.is_some())
+                // `None`: another catch-up of it runs.
+                matches!(result, Ok(None))
             });
             match tokio::time::timeout_at(deadline, run).await {
                 // Another catch-up of it runs: this one goes after it.
-                Ok(Ok(false)) if tokio::time::Instant::now() + RUNNING_PAUSE < deadline => {
+                Ok(Ok(true)) if tokio::time::Instant::now() + RUNNING_PAUSE < deadline => {
                     tokio::time::sleep(RUNNING_PAUSE).await;
                 }
                 _ => return,
