@@ -419,3 +419,66 @@ fn a_commit_gate_is_asked_about_missing_objects_and_its_catch_up_is_checked_agai
     assert!(err.contains(&head), "{err}");
     assert_eq!(asked, 1);
 }
+
+#[test]
+fn a_thin_pack_missing_its_base_is_refused_in_the_commit_gates_words_when_it_says_so() {
+    let w = World::new();
+    w.work("src");
+    let text: String = (0..400)
+        .map(|i| format!("line {i} of the base\n"))
+        .collect();
+    let base = w.commit("src", "f", &text);
+    let tip = w.commit("src", "f", &format!("{text}one more\n"));
+    // A thin pack of the tip against the base, which the repository does not have.
+    let pack = w.git_with_stdin(
+        "src",
+        &["pack-objects", "--revs", "--thin", "--stdout", "-q"],
+        format!("{tip}\n^{base}\n").as_bytes(),
+    );
+    assert!(pack.status.success());
+    let _counters = common::in_process_lock();
+    let run = |repo: &str, lag: Lag| {
+        w.bare(repo);
+        let gate = Arc::new(Lagging {
+            lag,
+            src_packs: w.path("nowhere"),
+            packs: w.path(repo).join("objects/pack"),
+            asked: Default::default(),
+        });
+        let options = berth::receive::Options {
+            stateless_rpc: true,
+            commit_gate: Some(gate.clone()),
+            ..Default::default()
+        };
+        let mut input = pkt(&format!("{ZERO} {tip} refs/heads/a\0 report-status"));
+        input.extend(b"0000");
+        input.extend(&pack.stdout);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        berth::receive::run(
+            w.path(repo).to_str().unwrap(),
+            &options,
+            &input[..],
+            &mut out,
+            &mut err,
+        )
+        .unwrap();
+        let asked = gate.asked.load(std::sync::atomic::Ordering::SeqCst);
+        (String::from_utf8(out).unwrap(), asked)
+    };
+    // The gate's doing: its words on the unpack line and the ref's.
+    let (out, asked) = run("behind.git", Lag::Refuses);
+    assert!(
+        out.contains("unpack cluster: not applied: behind; retry\n")
+            && out.contains("ng refs/heads/a cluster: not applied: behind; retry\n"),
+        "{out}"
+    );
+    assert_eq!(asked, 1);
+    // Not the gate's: git's.
+    let (out, asked) = run("git.git", Lag::NotBehind);
+    assert!(
+        out.contains("unpack unpack-objects abnormal exit\n")
+            && out.contains("ng refs/heads/a unpacker error\n"),
+        "{out}"
+    );
+    assert_eq!(asked, 1);
+}
