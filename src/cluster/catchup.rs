@@ -104,7 +104,10 @@ impl Cluster {
             let me = self.clone();
             let e = self
                 .etcd
-                .watch(b"/berth/logs/", move |key, value| {
+                .watch(b"/berth/logs/", move |event| {
+                    let etcd::Event::Put(key, value) = event else {
+                        return;
+                    };
                     let Some(name) = key
                         .strip_prefix(b"/berth/logs/".as_slice())
                         .and_then(|n| std::str::from_utf8(n).ok())

@@ -266,6 +266,10 @@ pub(super) enum Heard {
     /// closes its sockets at once), or the network between the two failed, or it gave up on
     /// this replica.
     OriginGone,
+    /// The accepting node's lease is gone from etcd (expired: the node stopped, or is cut off
+    /// from etcd): the etcd watch of `nodes/` saw its key deleted, or a poll of the live nodes
+    /// found it missing. It cannot commit the push any more without registering again first.
+    LeaseGone,
     /// Nothing, for the whole decision timeout.
     Nothing,
 }
@@ -293,6 +297,12 @@ pub(super) enum Resolve {
     AskAgain,
 }
 
+/// Whether a prepared replica polling the live nodes (`live`, the watch of `nodes/` being
+/// its first word) has lost the push's accepting node `origin`.
+pub(super) fn origin_lost(origin: &str, live: &[String]) -> bool {
+    !live.iter().any(|n| n == origin)
+}
+
 /// What a prepared replica does, having `heard` this and (once asked) read `logged` off the
 /// log. A verdict is carried out as told. Without one, the log decides: committed there →
 /// commit; not there → abort (if the accepting node, alive after all, commits it later, this
@@ -305,7 +315,7 @@ pub(super) fn resolve(heard: Heard, logged: Option<Logged>) -> Resolve {
         (_, None) => Resolve::AskLog,
         (_, Some(Logged::At(seq))) => Resolve::Carry(Verdict::Commit { seq }),
         (_, Some(Logged::Absent)) => Resolve::Carry(Verdict::Abort),
-        (Heard::OriginGone, Some(Logged::Unknown)) => Resolve::AskAgain,
+        (Heard::OriginGone | Heard::LeaseGone, Some(Logged::Unknown)) => Resolve::AskAgain,
         (Heard::Nothing, Some(Logged::Unknown)) => Resolve::Carry(Verdict::Abort),
     }
 }
@@ -827,7 +837,7 @@ mod tests {
     }
 
     /// A prepared replica: the verdict when told; else the log's (asked at once when the
-    /// accepting node's connection closed, or at the decision timeout), asked again while etcd
+    /// accepting node's connection closed or its lease is gone, or at the decision timeout), asked again while etcd
     /// cannot say until the timeout, then aborted.
     #[test]
     fn what_a_prepared_replica_does_with_what_it_heard() {
@@ -842,7 +852,7 @@ mod tests {
                 Resolve::Carry(Verdict::Abort)
             );
         }
-        for heard in [Heard::OriginGone, Heard::Nothing] {
+        for heard in [Heard::OriginGone, Heard::LeaseGone, Heard::Nothing] {
             assert_eq!(resolve(heard, None), Resolve::AskLog);
             assert_eq!(resolve(heard, Some(Logged::At(4))), Resolve::Carry(commit));
             assert_eq!(
@@ -850,14 +860,17 @@ mod tests {
                 Resolve::Carry(Verdict::Abort)
             );
         }
-        assert_eq!(
-            resolve(Heard::OriginGone, Some(Logged::Unknown)),
-            Resolve::AskAgain
-        );
+        for heard in [Heard::OriginGone, Heard::LeaseGone] {
+            assert_eq!(resolve(heard, Some(Logged::Unknown)), Resolve::AskAgain);
+        }
         assert_eq!(
             resolve(Heard::Nothing, Some(Logged::Unknown)),
             Resolve::Carry(Verdict::Abort)
         );
+        let live = ["n0".to_owned(), "n2".to_owned()];
+        assert!(!origin_lost("n0", &live));
+        assert!(origin_lost("n1", &live));
+        assert!(origin_lost("n1", &[]));
     }
 
     #[test]

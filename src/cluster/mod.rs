@@ -385,6 +385,8 @@ impl Cluster {
         // Catch up what was missed while down, then follow the logs.
         tokio::spawn(cluster.clone().follow());
         tokio::spawn(cluster.clone().watch_logs());
+        // Prepared transactions resolve as soon as their accepting node's lease is gone.
+        tokio::spawn(cluster.clone().watch_leases());
         // Every repository on K copies, where rendezvous says (`upkeep.rs`).
         tokio::spawn(cluster.clone().upkeep());
         tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %Escaped::text(cluster.membership.advertise()), "joined the cluster");
