@@ -5,6 +5,8 @@ mod bench;
 #[cfg(feature = "serve")]
 #[path = "cli/config.rs"]
 mod config;
+#[path = "cli/duration.rs"]
+mod duration;
 #[path = "cli/receive_pack_args.rs"]
 mod receive_pack_args;
 
@@ -242,6 +244,10 @@ struct ServeArgs {
     /// repository is placed only while that quorum of nodes is live.
     #[arg(long, default_value_t = 3)]
     replicas: usize,
+    /// How long a listed replica must have been down (no lease), as this node saw it, before
+    /// a spare node replaces it (a whole number with s, m, h or d).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration::parse)]
+    replace_after: std::time::Duration,
     /// When a push is acknowledged: once a majority of the --replicas copies applied it, or all.
     #[arg(long, value_enum, default_value = "majority")]
     ack: AckArg,
@@ -689,6 +695,7 @@ fn serve(a: ServeArgs) -> ExitCode {
                 node,
                 advertise: a.advertise,
                 replicas: a.replicas.max(1),
+                replace_after: a.replace_after,
                 ack: match a.ack {
                     AckArg::Majority => berth::serve::Ack::Majority,
                     AckArg::All => berth::serve::Ack::All,

@@ -370,6 +370,29 @@ pub(super) enum Upkeep {
     Remove(Vec<String>),
 }
 
+/// The nodes a repository's placement is ranked over ([`upkeep`]'s `ranked`, in
+/// rendezvous order once ranked): the eligible ones (`eligible`: live, not draining), and the
+/// replicas on `list`, not draining, that have been down for less than `replace_after`
+/// (`down_for`, as this node saw it): held off, they keep their place, so that no spare is
+/// copied in for an outage that may be short. Past it, they rank with the down nodes (last),
+/// and a spare in the top K joins.
+pub(super) fn placement_nodes(
+    eligible: &[String],
+    list: &[String],
+    draining: &BTreeSet<String>,
+    down_for: impl Fn(&str) -> Duration,
+    replace_after: Duration,
+) -> Vec<String> {
+    let mut nodes = eligible.to_vec();
+    for n in list {
+        if !nodes.contains(n) && !draining.contains(n) && down_for(n) < replace_after {
+            nodes.push(n.clone());
+        }
+    }
+    nodes.sort();
+    nodes
+}
+
 /// What `me` does for a repository listed on `list`, when `ranked` are the eligible nodes
 /// (live, not draining) in the repository's rendezvous order, `draining` the nodes marked
 /// draining, `k` the copies wanted and `current(node)` says whether a listed node is live and
@@ -618,6 +641,51 @@ mod tests {
         assert_eq!(
             upkeep("a", 3, &four, &ranked, &none, |n| n == "a" || n == "b"),
             Upkeep::Nothing
+        );
+    }
+
+    #[test]
+    fn a_replica_down_for_less_than_the_hold_off_keeps_its_place() {
+        let none = BTreeSet::new();
+        let hold = Duration::from_secs(600);
+        let list = names(&["a", "b", "c"]);
+        let eligible = names(&["a", "b", "d"]);
+        let down = |secs: u64| move |n: &str| Duration::from_secs(if n == "c" { secs } else { 0 });
+        // c down for 9 minutes: ranked with the live nodes, so the spare d is not in the top 3
+        // (c ranks above it here) and does not join; no one is removed.
+        let held = placement_nodes(&eligible, &list, &none, down(540), hold);
+        assert_eq!(held, names(&["a", "b", "c", "d"]));
+        let ranked = names(&["c", "a", "b", "d"]);
+        assert_eq!(
+            upkeep("d", 3, &list, &ranked, &none, |_| true),
+            Upkeep::Nothing
+        );
+        assert_eq!(
+            upkeep("c", 3, &list, &ranked, &none, |n| n != "c"),
+            Upkeep::Nothing
+        );
+        // 10 minutes: c is left out of the ranking and d replaces it.
+        let past = placement_nodes(&eligible, &list, &none, down(600), hold);
+        assert_eq!(past, eligible);
+        assert_eq!(
+            upkeep("d", 3, &list, &names(&["a", "b", "d"]), &none, |_| true),
+            Upkeep::Join
+        );
+        // A draining replica is never held off; a node not listed never counts.
+        let draining = BTreeSet::from(["c".to_owned()]);
+        assert_eq!(
+            placement_nodes(&eligible, &list, &draining, down(1), hold),
+            eligible
+        );
+        let other = names(&["a", "b", "e"]);
+        assert_eq!(
+            placement_nodes(&eligible, &other, &none, |_| Duration::ZERO, hold),
+            names(&["a", "b", "d", "e"])
+        );
+        // A zero hold-off replaces at once.
+        assert_eq!(
+            placement_nodes(&eligible, &list, &none, down(0), Duration::ZERO),
+            eligible
         );
     }
 

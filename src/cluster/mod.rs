@@ -116,6 +116,9 @@ pub struct ClusterConfig {
     pub advertise: Option<String>,
     /// How many nodes hold each repository (all live nodes when fewer).
     pub replicas: usize,
+    /// `--replace-after`: how long a listed replica is down (no lease, in this node's view)
+    /// before a spare node replaces it (`upkeep.rs`).
+    pub replace_after: std::time::Duration,
     /// When a push is acknowledged.
     pub ack: Ack,
     /// What a replica makes durable before it reports a push applied
@@ -220,6 +223,8 @@ pub(crate) struct Cluster {
     idle_timeout: std::time::Duration,
     /// The cluster's series in the server's `/metrics` (`metrics.rs`).
     metrics: Arc<ClusterMetrics>,
+    /// The placement upkeep's hold-offs (`upkeep.rs`).
+    clocks: upkeep::Clocks,
 }
 
 pub(crate) use membership::Health;
@@ -374,6 +379,7 @@ impl Cluster {
             max_pack,
             idle_timeout,
             metrics,
+            clocks: upkeep::Clocks::new(config.replace_after),
         });
         let stale = locks::remove_stale(root);
         if stale > 0 {

@@ -17,13 +17,18 @@
 //!   all K are live and have applied the whole log): the draining or displaced replicas are
 //!   taken off the list, again through a compare-and-swap.
 //!
+//! A listed replica that is down (no lease) keeps its place in the ranking for
+//! `--replace-after` (10 minutes by default) from the round that first found it down here
+//! ([`decide::placement_nodes`]): only then does a spare node join in its stead.
+//!
 //! A list changed under a push in flight makes its commit point's compare fail (`gate.rs`):
 //! the push is compared again against the new list when the replicas that prepared it are
 //! still a quorum there, else refused (nothing landed). One join per node per round, and no
 //! join into a list longer than K: a repository is moved one copy at a time.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::catchup::Error as CatchUpError;
 use super::decide::{self, Upkeep};
@@ -51,6 +56,38 @@ pub(super) enum Error {
     NoCopy,
 }
 
+/// The upkeep's clocks, as this node saw them: since when each listed node has been down
+/// (`--replace-after` holds its replacement off until then).
+#[derive(Debug)]
+pub(super) struct Clocks {
+    replace_after: Duration,
+    /// Listed nodes without a lease, and the round that first found them so.
+    down_since: Mutex<HashMap<String, Instant>>,
+}
+
+impl Clocks {
+    pub(super) fn new(replace_after: Duration) -> Clocks {
+        Clocks {
+            replace_after,
+            down_since: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// This round found `listed` nodes with `live` among them: start the clock of each down one
+    /// not timed yet, stop those of the live ones; how long each has been down.
+    fn down_for(&self, listed: &[&String], live: &[String]) -> HashMap<String, Duration> {
+        let Ok(mut since) = self.down_since.lock() else {
+            return HashMap::new();
+        };
+        let now = Instant::now();
+        since.retain(|n, _| !live.contains(n));
+        for n in listed.iter().filter(|n| !live.contains(n)) {
+            since.entry((*n).clone()).or_insert(now);
+        }
+        since.iter().map(|(n, at)| (n.clone(), now - *at)).collect()
+    }
+}
+
 impl Cluster {
     /// Forever: an upkeep round every [`UPKEEP_EVERY`].
     pub(super) async fn upkeep(self: Arc<Self>) {
@@ -73,8 +110,18 @@ impl Cluster {
             .cloned()
             .collect();
         let k = self.replicas();
+        let listed: Vec<&String> = lists.iter().flat_map(|(_, p)| &p.list).collect();
+        let down = self.clocks.down_for(&listed, &live);
+        let down_for = |n: &str| down.get(n).copied().unwrap_or_default();
         for (name, placed) in lists {
-            let ranked = rendezvous(&name, &eligible, eligible.len());
+            let nodes = decide::placement_nodes(
+                &eligible,
+                &placed.list,
+                &draining,
+                down_for,
+                self.clocks.replace_after,
+            );
+            let ranked = rendezvous(&name, &nodes, nodes.len());
             let listed = placed.list.contains(&self.node);
             let moving = placed.list.len() > k || placed.list.iter().any(|n| draining.contains(n));
             // Whether the kept replicas are current matters only to a replica that may remove.
