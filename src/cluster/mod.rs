@@ -171,6 +171,11 @@ pub enum Error {
     /// No replica of the repository is live.
     #[error("unreadable cluster state: no replica of {name} is live")]
     NoLiveReplica { name: String },
+    /// This node's `--replicas` is not the cluster's (recorded by its first node).
+    #[error(
+        "--replicas {here} differs from the cluster's {recorded} (recorded at /berth/config/replicas by its first node): every node must run with the same --replicas"
+    )]
+    ReplicasDiffer { here: usize, recorded: usize },
     /// Too few nodes are live to place a new repository on the copies its pushes need.
     #[error(
         "only {live} nodes of the cluster are live; a new repository needs {need} (--replicas {want}, --ack {ack}): retry once more nodes are up"
@@ -381,6 +386,8 @@ impl Cluster {
             metrics,
             clocks: upkeep::Clocks::new(config.replace_after),
         });
+        // One K for the whole cluster: the first node's, or this node does not join.
+        cluster.placement.agree_on_k().await?;
         let stale = locks::remove_stale(root);
         if stale > 0 {
             tracing::warn!(target: "berth::cluster", removed = stale, "removed ref locks and quarantines left by a killed node");

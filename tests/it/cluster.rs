@@ -1900,6 +1900,73 @@ fn a_read_and_a_push_through_another_node_succeed_once_a_stopped_accepting_nodes
     c.assert_fsck(&w, "r.git");
 }
 
+/// The first node records its `--replicas` at `/berth/config/replicas`; a node started with
+/// another K exits at once naming both, and one with the same K joins.
+#[test]
+fn a_node_started_with_another_replicas_than_the_clusters_refuses_to_start() {
+    let Some(w) = cluster_world() else { return };
+    let mut c = cluster(&w).start();
+    assert_eq!(
+        c.etcd.value("/berth/config/replicas").as_deref(),
+        Some("3"),
+        "{}",
+        c.logs()
+    );
+    let port = free_ports(1)[0];
+    let mut cmd = w.cmd(common::berth(), ".");
+    cmd.args(["serve", "--root"])
+        .arg(w.path("node-k2"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "--cluster",
+            &c.etcd.urls(),
+            "--node",
+            "k2",
+            "--replicas",
+            "2",
+        ])
+        .args(
+            c.etcd
+                .certs
+                .as_ref()
+                .map(|t| t.berth_etcd_args())
+                .unwrap_or_default(),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("a node with --replicas 2 is still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--replicas 2 differs from the cluster's 3 (recorded at /berth/config/replicas by its first node)"),
+        "{stderr}"
+    );
+    assert!(
+        !c.etcd
+            .keys("/berth/nodes/")
+            .unwrap_or_default()
+            .iter()
+            .any(|k| k.ends_with("/k2")),
+        "the refused node registered"
+    );
+    assert_eq!(c.etcd.value("/berth/config/replicas").as_deref(), Some("3"));
+    // The same K: a fourth node joins.
+    let i = c.add_node(&w);
+    assert!(c.nodes[i].process.is_some());
+}
+
 #[test]
 fn a_push_larger_than_an_etcd_request_is_refused_at_once_and_nothing_lands() {
     let Some(w) = cluster_world() else { return };
