@@ -248,6 +248,10 @@ struct ServeArgs {
     /// a spare node replaces it (a whole number with s, m, h or d).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration::parse)]
     replace_after: std::time::Duration,
+    /// How long after this node was removed from a repository's replica list it deletes its
+    /// copy (if it is still not listed then, and no request is reading it).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration::parse)]
+    delete_removed_after: std::time::Duration,
     /// When a push is acknowledged: once a majority of the --replicas copies applied it, or all.
     #[arg(long, value_enum, default_value = "majority")]
     ack: AckArg,
@@ -696,6 +700,7 @@ fn serve(a: ServeArgs) -> ExitCode {
                 advertise: a.advertise,
                 replicas: a.replicas.max(1),
                 replace_after: a.replace_after,
+                delete_removed_after: a.delete_removed_after,
                 ack: match a.ack {
                     AckArg::Majority => berth::serve::Ack::Majority,
                     AckArg::All => berth::serve::Ack::All,

@@ -442,14 +442,14 @@ pub(super) enum CaughtUp {
 pub(super) struct Catching(std::sync::Mutex<std::collections::HashSet<String>>);
 
 /// Marks a repository's catch-up as running; removed when dropped.
-struct Running<'a> {
+pub(super) struct Running<'a> {
     catching: &'a Catching,
     name: String,
 }
 
 impl Catching {
     /// Mark `name`'s catch-up as running; `None` if one runs already.
-    fn start(&self, name: &str) -> Option<Running<'_>> {
+    pub(super) fn start(&self, name: &str) -> Option<Running<'_>> {
         let mut set = self.0.lock().ok()?;
         set.insert(name.to_owned()).then(|| Running {
             catching: self,

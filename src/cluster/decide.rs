@@ -393,6 +393,43 @@ pub(super) fn placement_nodes(
     nodes
 }
 
+/// What becomes of this node's copy of a repository whose list (as the upkeep round read it)
+/// does not name this node ([`removed_copy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RemovedCopy {
+    /// Not unlisted for `--delete-removed-after` yet: kept for now.
+    Wait,
+    /// Unlisted long enough: read the list from etcd again before anything is deleted.
+    ReadList,
+    /// Listed again (a join, or the cache was stale): kept, its clock stopped.
+    Keep,
+    /// Still unlisted, but a request reads it, a pack stream of it is held or a catch-up of
+    /// it runs: tried again next round.
+    InUse,
+    /// Still unlisted, long enough, and nobody uses it: deleted.
+    Delete,
+}
+
+/// [`RemovedCopy`] for a copy unlisted for `unlisted_for` (this node's view), deleted after
+/// `after`; `listed_now` is the list read again (`None`: not read yet), `in_use` whether
+/// anything reads or writes it.
+pub(super) fn removed_copy(
+    unlisted_for: Duration,
+    after: Duration,
+    listed_now: Option<bool>,
+    in_use: bool,
+) -> RemovedCopy {
+    if unlisted_for < after {
+        return RemovedCopy::Wait;
+    }
+    match listed_now {
+        None => RemovedCopy::ReadList,
+        Some(true) => RemovedCopy::Keep,
+        Some(false) if in_use => RemovedCopy::InUse,
+        Some(false) => RemovedCopy::Delete,
+    }
+}
+
 /// What `me` does for a repository listed on `list`, when `ranked` are the eligible nodes
 /// (live, not draining) in the repository's rendezvous order, `draining` the nodes marked
 /// draining, `k` the copies wanted and `current(node)` says whether a listed node is live and
@@ -686,6 +723,44 @@ mod tests {
         assert_eq!(
             placement_nodes(&eligible, &list, &none, down(0), Duration::ZERO),
             eligible
+        );
+    }
+
+    #[test]
+    fn a_removed_copy_is_deleted_only_when_still_unlisted_long_enough_and_unused() {
+        let (m, after) = (Duration::from_secs(60), Duration::from_secs(600));
+        for listed in [None, Some(true), Some(false)] {
+            for used in [false, true] {
+                assert_eq!(removed_copy(9 * m, after, listed, used), RemovedCopy::Wait);
+            }
+        }
+        assert_eq!(
+            removed_copy(after, after, None, false),
+            RemovedCopy::ReadList
+        );
+        assert_eq!(
+            removed_copy(after, after, None, true),
+            RemovedCopy::ReadList
+        );
+        assert_eq!(
+            removed_copy(11 * m, after, Some(true), false),
+            RemovedCopy::Keep
+        );
+        assert_eq!(
+            removed_copy(11 * m, after, Some(true), true),
+            RemovedCopy::Keep
+        );
+        assert_eq!(
+            removed_copy(11 * m, after, Some(false), true),
+            RemovedCopy::InUse
+        );
+        assert_eq!(
+            removed_copy(11 * m, after, Some(false), false),
+            RemovedCopy::Delete
+        );
+        assert_eq!(
+            removed_copy(Duration::ZERO, Duration::ZERO, Some(false), false),
+            RemovedCopy::Delete
         );
     }
 

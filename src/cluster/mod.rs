@@ -70,6 +70,7 @@ mod objects;
 mod placement;
 mod replica;
 mod resync;
+mod serving;
 pub mod status;
 mod tee;
 pub mod tls;
@@ -119,6 +120,9 @@ pub struct ClusterConfig {
     /// `--replace-after`: how long a listed replica is down (no lease, in this node's view)
     /// before a spare node replaces it (`upkeep.rs`).
     pub replace_after: std::time::Duration,
+    /// `--delete-removed-after`: how long after this node was taken off a repository's list
+    /// its copy is deleted (`upkeep.rs`).
+    pub delete_removed_after: std::time::Duration,
     /// When a push is acknowledged.
     pub ack: Ack,
     /// What a replica makes durable before it reports a push applied
@@ -230,9 +234,12 @@ pub(crate) struct Cluster {
     metrics: Arc<ClusterMetrics>,
     /// The placement upkeep's hold-offs (`upkeep.rs`).
     clocks: upkeep::Clocks,
+    /// The requests reading this node's copies (`serving.rs`).
+    serving: serving::Serving,
 }
 
 pub(crate) use membership::Health;
+pub use serving::Reading;
 
 /// Random bytes as hex (the cluster secret, transaction ids).
 fn random_hex(n: usize) -> String {
@@ -384,7 +391,8 @@ impl Cluster {
             max_pack,
             idle_timeout,
             metrics,
-            clocks: upkeep::Clocks::new(config.replace_after),
+            clocks: upkeep::Clocks::new(config.replace_after, config.delete_removed_after),
+            serving: Default::default(),
         });
         // One K for the whole cluster: the first node's, or this node does not join.
         cluster.placement.agree_on_k().await?;
@@ -481,6 +489,12 @@ pub(crate) enum Route {
 }
 
 impl Cluster {
+    /// A request served here reads `name`'s copy until the [`Reading`] is dropped (a removed
+    /// copy is not deleted meanwhile).
+    pub(crate) fn reading(&self, name: &str) -> Reading {
+        self.serving.begin(name)
+    }
+
     /// Where the request for `repo` goes: `push_rpc` for a push's POST (which places a
     /// new repository), `forwarded` when another node sent it here, `current` when only a
     /// replica that applied the whole log may serve it (every read, and an ssh push, whose

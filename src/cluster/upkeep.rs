@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::catchup::Error as CatchUpError;
-use super::decide::{self, Upkeep};
+use super::decide::{self, RemovedCopy, Upkeep};
 use super::placement::{Placed, rendezvous};
 use super::{Cluster, applied_seq, etcd, repo_dir, repo_key};
 use crate::escape::Escaped;
@@ -57,20 +57,43 @@ pub(super) enum Error {
 }
 
 /// The upkeep's clocks, as this node saw them: since when each listed node has been down
-/// (`--replace-after` holds its replacement off until then).
+/// (`--replace-after` holds its replacement off until then), and since when each repository
+/// this node holds a copy of has not listed it (`--delete-removed-after`).
 #[derive(Debug)]
 pub(super) struct Clocks {
     replace_after: Duration,
+    delete_removed_after: Duration,
     /// Listed nodes without a lease, and the round that first found them so.
     down_since: Mutex<HashMap<String, Instant>>,
+    /// Repositories with a copy here whose list does not name this node, and the round that
+    /// first found them so.
+    unlisted_since: Mutex<HashMap<String, Instant>>,
 }
 
 impl Clocks {
-    pub(super) fn new(replace_after: Duration) -> Clocks {
+    pub(super) fn new(replace_after: Duration, delete_removed_after: Duration) -> Clocks {
         Clocks {
             replace_after,
+            delete_removed_after,
             down_since: Mutex::new(HashMap::new()),
+            unlisted_since: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// How long `name`'s copy here has been unlisted (its clock started now if not yet), or
+    /// its clock stopped (`listed`).
+    fn unlisted_for(&self, name: &str, listed: bool) -> Duration {
+        let Ok(mut since) = self.unlisted_since.lock() else {
+            return Duration::ZERO;
+        };
+        if listed {
+            since.remove(name);
+            return Duration::ZERO;
+        }
+        since
+            .entry(name.to_owned())
+            .or_insert_with(Instant::now)
+            .elapsed()
     }
 
     /// This round found `listed` nodes with `live` among them: start the clock of each down one
@@ -113,6 +136,10 @@ impl Cluster {
         let listed: Vec<&String> = lists.iter().flat_map(|(_, p)| &p.list).collect();
         let down = self.clocks.down_for(&listed, &live);
         let down_for = |n: &str| down.get(n).copied().unwrap_or_default();
+        for (name, placed) in &lists {
+            self.removed_copy(name, placed.list.contains(&self.node))
+                .await;
+        }
         for (name, placed) in lists {
             let nodes = decide::placement_nodes(
                 &eligible,
@@ -169,6 +196,52 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// Delete this node's copy of `name` once its list has not named this node for
+    /// `--delete-removed-after` (as [`decide::removed_copy`] says: the list read again first,
+    /// never while a request reads it, a pack stream of it is held or a catch-up of it runs).
+    async fn removed_copy(&self, name: &str, listed: bool) {
+        let dir = repo_dir(&self.root, name);
+        if !listed && !crate::repo::is_git_dir(&dir) {
+            return;
+        }
+        let after = self.clocks.delete_removed_after;
+        let unlisted_for = self.clocks.unlisted_for(name, listed);
+        if listed || decide::removed_copy(unlisted_for, after, None, false) == RemovedCopy::Wait {
+            return;
+        }
+        let listed_now = match self.placement.fresh(name).await {
+            Ok(p) => p.is_some_and(|p| p.list.contains(&self.node)),
+            Err(_) => return,
+        };
+        // No catch-up starts while the copy goes (it would find one running).
+        let catching = self.catching.start(name);
+        let in_use =
+            catching.is_none() || self.serving.count(name) > 0 || self.streams.held(name) > 0;
+        match decide::removed_copy(unlisted_for, after, Some(listed_now), in_use) {
+            RemovedCopy::Keep => {
+                self.clocks.unlisted_for(name, true);
+            }
+            RemovedCopy::Delete => {
+                let root = self.root.clone();
+                let removed =
+                    tokio::task::spawn_blocking(move || super::copy::remove_copy(&root, &dir))
+                        .await;
+                match removed {
+                    Ok(Ok(())) => {
+                        self.clocks.unlisted_for(name, true);
+                        tracing::info!(target: "berth::cluster", repo = %Escaped::token(name), unlisted_s = unlisted_for.as_secs(), "deleted the copy of a repository whose replicas no longer include this node");
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), error = %Escaped::text(&e.to_string()), "cannot delete a removed copy")
+                    }
+                    Err(_) => {}
+                }
+            }
+            RemovedCopy::Wait | RemovedCopy::ReadList | RemovedCopy::InUse => {}
+        }
+        drop(catching);
     }
 
     /// What each replica of `name` published as applied (`applied/<node>`, one range read).
