@@ -78,9 +78,10 @@ struct ClusterStatusArgs {
     /// etcd client URLs (comma-separated), as the nodes' --cluster.
     #[arg(long, value_name = "URL[,URL...]")]
     cluster: String,
-    /// How many copies each repository should have, as the nodes' --replicas.
-    #[arg(long, default_value_t = 3)]
-    replicas: usize,
+    /// How many copies each repository should have [default: the cluster's --replicas, as its
+    /// first node recorded it in etcd; 3 if none is recorded].
+    #[arg(long, value_name = "K")]
+    replicas: Option<usize>,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -517,7 +518,7 @@ fn cluster_drain(a: ClusterDrainArgs) -> ExitCode {
     let mut said = None;
     loop {
         // The K the nodes use does not matter here: only the lists are read.
-        let listed = match runtime.block_on(status::read(&endpoints, tls.as_ref(), 1)) {
+        let listed = match runtime.block_on(status::read(&endpoints, tls.as_ref(), Some(1))) {
             Ok(s) => status::listing(&s, &a.node)
                 .into_iter()
                 .map(str::to_owned)
@@ -569,7 +570,7 @@ fn cluster_status(a: ClusterStatusArgs) -> ExitCode {
     let status = runtime.block_on(berth::serve::cluster_status::read(
         &[a.cluster],
         a.etcd_tls.files().as_ref(),
-        a.replicas.max(1),
+        a.replicas,
     ));
     match status {
         Ok(status) => {

@@ -260,13 +260,15 @@ fn a_drained_node_is_taken_off_every_list_after_its_repositories_are_copied_else
     let src = w.work("src-new");
     push_new(&w, &c, &src, &others, "fresh.git", 0);
     assert!(!listed(&c, "fresh").contains(&drained));
-    // Still draining: status says so.
+    // Still draining: status says so, judged against the cluster's recorded K (2) when no
+    // --replicas is given.
     let status = Command::new(common::berth())
-        .args(["cluster", "status", "--cluster", &urls, "--replicas", "2"])
+        .args(["cluster", "status", "--cluster", &urls])
         .output()
         .unwrap();
     let status = String::from_utf8_lossy(&status.stdout);
     assert!(status.contains("(draining)"), "{status}");
+    assert!(status.contains("; 2 copies wanted)"), "{status}");
 }
 
 /// The rendezvous top `k` of `nodes` for `repo` (the cluster's own hashing: blake2b-256 of
