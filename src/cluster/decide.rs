@@ -1,9 +1,11 @@
 //! The cluster's decisions, without I/O: how many replicas make a quorum, where a replica stands
 //! against the log, what the entries committed since a push's base are to it (the winners of a
 //! lost compare), what the gate does next after losing one, the verdict a prepared replica
-//! is told, what a prepared replica does with what it heard ([`resolve`]), and the one retry policy of a push ([`RETRY`]: lost compares, lost refs, etcd
-//! failures at the commit point). The gate (`gate.rs`), the replica (`replica.rs`) and the
-//! catch-up ask these; each is unit-tested here, the cases the fault script found among them
+//! is told, what a prepared replica does with what it heard ([`resolve`]), the placement
+//! upkeep's steps (the nodes ranked, a down replica held off: [`placement_nodes`], [`upkeep`];
+//! a removed copy: [`removed_copy`]), and the one retry policy of a push ([`RETRY`]: lost
+//! compares, lost refs, etcd failures at the commit point). The gate (`gate.rs`), the replica
+//! (`replica.rs`), the upkeep (`upkeep.rs`) and the catch-up ask these; each is unit-tested here, the cases the fault script found among them
 //! (docs/cluster.md).
 
 use std::collections::BTreeSet;

@@ -57,8 +57,8 @@ use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
 /// The largest prepare header (the ref updates).
 const MAX_HEADER: usize = 64 << 20;
 /// How long a prepared transaction that hears nothing (neither its decision nor its accepting
-/// node's connection closing or lease going) waits before asking etcd; and how long it asks again while etcd
-/// cannot say.
+/// node's connection closing or lease going) waits before asking etcd; and how long it asks
+/// again while etcd cannot say.
 const DECISION_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a prepared transaction whose log read failed listens before reading again.
 const ASK_AGAIN: Duration = Duration::from_millis(500);
@@ -510,7 +510,8 @@ impl Job {
     }
 
     /// Prepared → decided: the gate's verdict; or, once the accepting node's connection closed
-    /// or its lease is gone, or after [`DECISION_TIMEOUT`] without word, the log's ([`decide::resolve`]).
+    /// or its lease is gone, or after [`DECISION_TIMEOUT`] without word, the log's
+    /// ([`decide::resolve`]).
     fn wait<'a>(
         &self,
         tx: refs::Prepared<'a>,
