@@ -5,6 +5,8 @@ mod bench;
 #[cfg(feature = "serve")]
 #[path = "cli/config.rs"]
 mod config;
+#[path = "cli/duration.rs"]
+mod duration;
 #[path = "cli/receive_pack_args.rs"]
 mod receive_pack_args;
 
@@ -76,9 +78,10 @@ struct ClusterStatusArgs {
     /// etcd client URLs (comma-separated), as the nodes' --cluster.
     #[arg(long, value_name = "URL[,URL...]")]
     cluster: String,
-    /// How many copies each repository should have, as the nodes' --replicas.
-    #[arg(long, default_value_t = 3)]
-    replicas: usize,
+    /// How many copies each repository should have [default: the cluster's --replicas, as its
+    /// first node recorded it in etcd; 3 if none is recorded].
+    #[arg(long, value_name = "K")]
+    replicas: Option<usize>,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -242,6 +245,14 @@ struct ServeArgs {
     /// repository is placed only while that quorum of nodes is live.
     #[arg(long, default_value_t = 3)]
     replicas: usize,
+    /// How long a listed replica must have been down (no lease), as this node saw it, before
+    /// a spare node replaces it (a whole number with s, m, h or d).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration::parse)]
+    replace_after: std::time::Duration,
+    /// How long after this node was removed from a repository's replica list it deletes its
+    /// copy (if it is still not listed then, and no request is reading it).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration::parse)]
+    delete_removed_after: std::time::Duration,
     /// When a push is acknowledged: once a majority of the --replicas copies applied it, or all.
     #[arg(long, value_enum, default_value = "majority")]
     ack: AckArg,
@@ -507,7 +518,7 @@ fn cluster_drain(a: ClusterDrainArgs) -> ExitCode {
     let mut said = None;
     loop {
         // The K the nodes use does not matter here: only the lists are read.
-        let listed = match runtime.block_on(status::read(&endpoints, tls.as_ref(), 1)) {
+        let listed = match runtime.block_on(status::read(&endpoints, tls.as_ref(), Some(1))) {
             Ok(s) => status::listing(&s, &a.node)
                 .into_iter()
                 .map(str::to_owned)
@@ -559,7 +570,7 @@ fn cluster_status(a: ClusterStatusArgs) -> ExitCode {
     let status = runtime.block_on(berth::serve::cluster_status::read(
         &[a.cluster],
         a.etcd_tls.files().as_ref(),
-        a.replicas.max(1),
+        a.replicas,
     ));
     match status {
         Ok(status) => {
@@ -689,6 +700,8 @@ fn serve(a: ServeArgs) -> ExitCode {
                 node,
                 advertise: a.advertise,
                 replicas: a.replicas.max(1),
+                replace_after: a.replace_after,
+                delete_removed_after: a.delete_removed_after,
                 ack: match a.ack {
                     AckArg::Majority => berth::serve::Ack::Majority,
                     AckArg::All => berth::serve::Ack::All,

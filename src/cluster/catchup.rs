@@ -107,7 +107,10 @@ impl Cluster {
             let me = self.clone();
             let e = self
                 .etcd
-                .watch(b"/berth/logs/", move |key, value| {
+                .watch(b"/berth/logs/", move |event| {
+                    let etcd::Event::Put(key, value) = event else {
+                        return;
+                    };
                     let Some(name) = key
                         .strip_prefix(b"/berth/logs/".as_slice())
                         .and_then(|n| std::str::from_utf8(n).ok())
@@ -471,14 +474,14 @@ pub(super) enum CaughtUp {
 pub(super) struct Catching(std::sync::Mutex<std::collections::HashSet<String>>);
 
 /// Marks a repository's catch-up as running; removed when dropped.
-struct Running<'a> {
+pub(super) struct Running<'a> {
     catching: &'a Catching,
     name: String,
 }
 
 impl Catching {
     /// Mark `name`'s catch-up as running; `None` if one runs already.
-    fn start(&self, name: &str) -> Option<Running<'_>> {
+    pub(super) fn start(&self, name: &str) -> Option<Running<'_>> {
         let mut set = self.0.lock().ok()?;
         set.insert(name.to_owned()).then(|| Running {
             catching: self,

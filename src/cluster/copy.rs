@@ -161,7 +161,7 @@ impl super::Cluster {
 }
 
 /// Remove the copy at `dir` and the directories above it that it leaves empty, up to `root`.
-fn remove_copy(root: &Path, dir: &Path) -> std::io::Result<()> {
+pub(super) fn remove_copy(root: &Path, dir: &Path) -> std::io::Result<()> {
     std::fs::remove_dir_all(dir)?;
     let mut up = dir.parent();
     while let Some(d) = up {

@@ -1,9 +1,11 @@
 //! The cluster's decisions, without I/O: how many replicas make a quorum, where a replica stands
 //! against the log, what the entries committed since a push's base are to it (the winners of a
 //! lost compare), what the gate does next after losing one, the verdict a prepared replica
-//! is told, what a prepared replica does with what it heard ([`resolve`]), and the one retry policy of a push ([`RETRY`]: lost compares, lost refs, etcd
-//! failures at the commit point). The gate (`gate.rs`), the replica (`replica.rs`) and the
-//! catch-up ask these; each is unit-tested here, the cases the fault script found among them
+//! is told, what a prepared replica does with what it heard ([`resolve`]), the placement
+//! upkeep's steps (the nodes ranked, a down replica held off: [`placement_nodes`], [`upkeep`];
+//! a removed copy: [`removed_copy`]), and the one retry policy of a push ([`RETRY`]: lost
+//! compares, lost refs, etcd failures at the commit point). The gate (`gate.rs`), the replica
+//! (`replica.rs`), the upkeep (`upkeep.rs`) and the catch-up ask these; each is unit-tested here, the cases the fault script found among them
 //! (docs/cluster.md).
 
 use std::collections::BTreeSet;
@@ -293,6 +295,10 @@ pub(super) enum Heard {
     /// closes its sockets at once), or the network between the two failed, or it gave up on
     /// this replica.
     OriginGone,
+    /// The accepting node's lease is gone from etcd (expired: the node stopped, or is cut off
+    /// from etcd): the etcd watch of `nodes/` saw its key deleted, or a poll of the live nodes
+    /// found it missing. It cannot commit the push any more without registering again first.
+    LeaseGone,
     /// Nothing, for the whole decision timeout.
     Nothing,
 }
@@ -320,6 +326,12 @@ pub(super) enum Resolve {
     AskAgain,
 }
 
+/// Whether a prepared replica polling the live nodes (`live`, the watch of `nodes/` being
+/// its first word) has lost the push's accepting node `origin`.
+pub(super) fn origin_lost(origin: &str, live: &[String]) -> bool {
+    !live.iter().any(|n| n == origin)
+}
+
 /// What a prepared replica does, having `heard` this and (once asked) read `logged` off the
 /// log. A verdict is carried out as told. Without one, the log decides: committed there →
 /// commit; not there → abort (if the accepting node, alive after all, commits it later, this
@@ -332,7 +344,7 @@ pub(super) fn resolve(heard: Heard, logged: Option<Logged>) -> Resolve {
         (_, None) => Resolve::AskLog,
         (_, Some(Logged::At(seq))) => Resolve::Carry(Verdict::Commit { seq }),
         (_, Some(Logged::Absent)) => Resolve::Carry(Verdict::Abort),
-        (Heard::OriginGone, Some(Logged::Unknown)) => Resolve::AskAgain,
+        (Heard::OriginGone | Heard::LeaseGone, Some(Logged::Unknown)) => Resolve::AskAgain,
         (Heard::Nothing, Some(Logged::Unknown)) => Resolve::Carry(Verdict::Abort),
     }
 }
@@ -385,6 +397,66 @@ pub(super) enum Upkeep {
     /// This node removes these replicas from the list: draining, or displaced by a better
     /// ranked one; the K kept are live and have applied the whole log.
     Remove(Vec<String>),
+}
+
+/// The nodes a repository's placement is ranked over ([`upkeep`]'s `ranked`, in
+/// rendezvous order once ranked): the eligible ones (`eligible`: live, not draining), and the
+/// replicas on `list`, not draining, that have been down for less than `replace_after`
+/// (`down_for`, as this node saw it): held off, they keep their place, so that no spare is
+/// copied in for an outage that may be short. Past it, they rank with the down nodes (last),
+/// and a spare in the top K joins.
+pub(super) fn placement_nodes(
+    eligible: &[String],
+    list: &[String],
+    draining: &BTreeSet<String>,
+    down_for: impl Fn(&str) -> Duration,
+    replace_after: Duration,
+) -> Vec<String> {
+    let mut nodes = eligible.to_vec();
+    for n in list {
+        if !nodes.contains(n) && !draining.contains(n) && down_for(n) < replace_after {
+            nodes.push(n.clone());
+        }
+    }
+    nodes.sort();
+    nodes
+}
+
+/// What becomes of this node's copy of a repository whose list (as the upkeep round read it)
+/// does not name this node ([`removed_copy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RemovedCopy {
+    /// Not unlisted for `--delete-removed-after` yet: kept for now.
+    Wait,
+    /// Unlisted long enough: read the list from etcd again before anything is deleted.
+    ReadList,
+    /// Listed again (a join, or the cache was stale): kept, its clock stopped.
+    Keep,
+    /// Still unlisted, but a request reads it, a pack stream of it is held or a catch-up of
+    /// it runs: tried again next round.
+    InUse,
+    /// Still unlisted, long enough, and nobody uses it: deleted.
+    Delete,
+}
+
+/// [`RemovedCopy`] for a copy unlisted for `unlisted_for` (this node's view), deleted after
+/// `after`; `listed_now` is the list read again (`None`: not read yet), `in_use` whether
+/// anything reads or writes it.
+pub(super) fn removed_copy(
+    unlisted_for: Duration,
+    after: Duration,
+    listed_now: Option<bool>,
+    in_use: bool,
+) -> RemovedCopy {
+    if unlisted_for < after {
+        return RemovedCopy::Wait;
+    }
+    match listed_now {
+        None => RemovedCopy::ReadList,
+        Some(true) => RemovedCopy::Keep,
+        Some(false) if in_use => RemovedCopy::InUse,
+        Some(false) => RemovedCopy::Delete,
+    }
 }
 
 /// What `me` does for a repository listed on `list`, when `ranked` are the eligible nodes
@@ -652,6 +724,89 @@ mod tests {
     }
 
     #[test]
+    fn a_replica_down_for_less_than_the_hold_off_keeps_its_place() {
+        let none = BTreeSet::new();
+        let hold = Duration::from_secs(600);
+        let list = names(&["a", "b", "c"]);
+        let eligible = names(&["a", "b", "d"]);
+        let down = |secs: u64| move |n: &str| Duration::from_secs(if n == "c" { secs } else { 0 });
+        // c down for 9 minutes: ranked with the live nodes, so the spare d is not in the top 3
+        // (c ranks above it here) and does not join; no one is removed.
+        let held = placement_nodes(&eligible, &list, &none, down(540), hold);
+        assert_eq!(held, names(&["a", "b", "c", "d"]));
+        let ranked = names(&["c", "a", "b", "d"]);
+        assert_eq!(
+            upkeep("d", 3, &list, &ranked, &none, |_| true),
+            Upkeep::Nothing
+        );
+        assert_eq!(
+            upkeep("c", 3, &list, &ranked, &none, |n| n != "c"),
+            Upkeep::Nothing
+        );
+        // 10 minutes: c is left out of the ranking and d replaces it.
+        let past = placement_nodes(&eligible, &list, &none, down(600), hold);
+        assert_eq!(past, eligible);
+        assert_eq!(
+            upkeep("d", 3, &list, &names(&["a", "b", "d"]), &none, |_| true),
+            Upkeep::Join
+        );
+        // A draining replica is never held off; a node not listed never counts.
+        let draining = BTreeSet::from(["c".to_owned()]);
+        assert_eq!(
+            placement_nodes(&eligible, &list, &draining, down(1), hold),
+            eligible
+        );
+        let other = names(&["a", "b", "e"]);
+        assert_eq!(
+            placement_nodes(&eligible, &other, &none, |_| Duration::ZERO, hold),
+            names(&["a", "b", "d", "e"])
+        );
+        // A zero hold-off replaces at once.
+        assert_eq!(
+            placement_nodes(&eligible, &list, &none, down(0), Duration::ZERO),
+            eligible
+        );
+    }
+
+    #[test]
+    fn a_removed_copy_is_deleted_only_when_still_unlisted_long_enough_and_unused() {
+        let (m, after) = (Duration::from_secs(60), Duration::from_secs(600));
+        for listed in [None, Some(true), Some(false)] {
+            for used in [false, true] {
+                assert_eq!(removed_copy(9 * m, after, listed, used), RemovedCopy::Wait);
+            }
+        }
+        assert_eq!(
+            removed_copy(after, after, None, false),
+            RemovedCopy::ReadList
+        );
+        assert_eq!(
+            removed_copy(after, after, None, true),
+            RemovedCopy::ReadList
+        );
+        assert_eq!(
+            removed_copy(11 * m, after, Some(true), false),
+            RemovedCopy::Keep
+        );
+        assert_eq!(
+            removed_copy(11 * m, after, Some(true), true),
+            RemovedCopy::Keep
+        );
+        assert_eq!(
+            removed_copy(11 * m, after, Some(false), true),
+            RemovedCopy::InUse
+        );
+        assert_eq!(
+            removed_copy(11 * m, after, Some(false), false),
+            RemovedCopy::Delete
+        );
+        assert_eq!(
+            removed_copy(Duration::ZERO, Duration::ZERO, Some(false), false),
+            RemovedCopy::Delete
+        );
+    }
+
+    #[test]
     fn a_new_node_in_the_top_k_joins_and_the_displaced_replica_is_removed() {
         let none = BTreeSet::new();
         let ranked = names(&["a", "d", "b", "c"]);
@@ -867,7 +1022,7 @@ mod tests {
     }
 
     /// A prepared replica: the verdict when told; else the log's (asked at once when the
-    /// accepting node's connection closed, or at the decision timeout), asked again while etcd
+    /// accepting node's connection closed or its lease is gone, or at the decision timeout), asked again while etcd
     /// cannot say until the timeout, then aborted.
     #[test]
     fn what_a_prepared_replica_does_with_what_it_heard() {
@@ -882,7 +1037,7 @@ mod tests {
                 Resolve::Carry(Verdict::Abort)
             );
         }
-        for heard in [Heard::OriginGone, Heard::Nothing] {
+        for heard in [Heard::OriginGone, Heard::LeaseGone, Heard::Nothing] {
             assert_eq!(resolve(heard, None), Resolve::AskLog);
             assert_eq!(resolve(heard, Some(Logged::At(4))), Resolve::Carry(commit));
             assert_eq!(
@@ -890,14 +1045,17 @@ mod tests {
                 Resolve::Carry(Verdict::Abort)
             );
         }
-        assert_eq!(
-            resolve(Heard::OriginGone, Some(Logged::Unknown)),
-            Resolve::AskAgain
-        );
+        for heard in [Heard::OriginGone, Heard::LeaseGone] {
+            assert_eq!(resolve(heard, Some(Logged::Unknown)), Resolve::AskAgain);
+        }
         assert_eq!(
             resolve(Heard::Nothing, Some(Logged::Unknown)),
             Resolve::Carry(Verdict::Abort)
         );
+        let live = ["n0".to_owned(), "n2".to_owned()];
+        assert!(!origin_lost("n0", &live));
+        assert!(origin_lost("n1", &live));
+        assert!(origin_lost("n1", &[]));
     }
 
     #[test]

@@ -125,6 +125,15 @@ pub struct Kv {
     pub mod_revision: i64,
 }
 
+/// What a watch saw happen to a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The key was put: its new value.
+    Put(Vec<u8>, Vec<u8>),
+    /// The key was deleted (or its lease expired).
+    Deleted(Vec<u8>),
+}
+
 /// A comparison of a transaction.
 #[derive(Debug, Clone)]
 pub enum Compare {
@@ -468,10 +477,11 @@ impl Client {
         })
     }
 
-    /// Watch every key under `prefix` from now on: `on_key` is called with each changed key,
-    /// until the stream ends or fails (a member killed): then the error, and the caller
-    /// watches again (the next endpoint first).
-    pub async fn watch(&self, prefix: &[u8], mut on_put: impl FnMut(Vec<u8>, Vec<u8>)) -> Error {
+    /// Watch every key under `prefix` from now on: `on_event` is called with each key put
+    /// (and its value) or deleted (a lease's key when the lease expired), until the stream
+    /// ends or fails (a member killed): then the error, and the caller watches again (the
+    /// next endpoint first).
+    pub async fn watch(&self, prefix: &[u8], mut on_event: impl FnMut(Event)) -> Error {
         use http_body_util::BodyExt;
         let n = self.endpoints.len().max(1);
         // Each watch on the next endpoint: one that ended may have been killed.
@@ -528,7 +538,11 @@ impl Client {
                     .unwrap_or_default();
                 for e in events {
                     if let Ok(key) = unb64(&e["kv"]["key"]) {
-                        on_put(key, unb64(&e["kv"]["value"]).unwrap_or_default());
+                        // The gateway leaves out a PUT's type (the enum's default).
+                        on_event(match e["type"].as_str() {
+                            Some("DELETE") => Event::Deleted(key),
+                            _ => Event::Put(key, unb64(&e["kv"]["value"]).unwrap_or_default()),
+                        });
                     }
                 }
             }

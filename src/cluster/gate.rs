@@ -421,6 +421,7 @@ impl Gate {
             txid: id,
             updates: wire_updates,
             shallow: shallow.iter().copied().map(wire::Oid).collect(),
+            origin: wire::NodeName::try_from(c.node.as_str()).ok(),
         });
         let mut body = Vec::with_capacity(4 + header.len());
         body.extend_from_slice(&(header.len() as u32).to_be_bytes());

@@ -148,6 +148,27 @@ impl Membership {
         Ok(nodes)
     }
 
+    /// Watch the nodes' keys until the watch ends (its error): every change drops the live
+    /// nodes as last read, and `on_gone` hears the name of each node whose key was deleted
+    /// (its lease expired, or it was deleted).
+    pub(super) async fn watch_departures(&self, mut on_gone: impl FnMut(&str)) -> etcd::Error {
+        let prefix = b"/berth/nodes/";
+        self.etcd
+            .watch(prefix, |event| {
+                if let Ok(mut live) = self.live.lock() {
+                    *live = None;
+                }
+                if let etcd::Event::Deleted(key) = event
+                    && let Some(name) = key
+                        .strip_prefix(prefix.as_slice())
+                        .and_then(|n| std::str::from_utf8(n).ok())
+                {
+                    on_gone(name);
+                }
+            })
+            .await
+    }
+
     /// The names of the live nodes, in name order.
     pub(super) async fn live_names(&self) -> Result<Vec<String>, Error> {
         Ok(self.live_nodes().await?.into_iter().map(|n| n.0).collect())

@@ -70,6 +70,7 @@ mod objects;
 mod placement;
 mod replica;
 mod resync;
+mod serving;
 pub mod status;
 mod tee;
 pub mod tls;
@@ -116,6 +117,12 @@ pub struct ClusterConfig {
     pub advertise: Option<String>,
     /// How many nodes hold each repository (all live nodes when fewer).
     pub replicas: usize,
+    /// `--replace-after`: how long a listed replica is down (no lease, in this node's view)
+    /// before a spare node replaces it (`upkeep.rs`).
+    pub replace_after: std::time::Duration,
+    /// `--delete-removed-after`: how long after this node was taken off a repository's list
+    /// its copy is deleted (`upkeep.rs`).
+    pub delete_removed_after: std::time::Duration,
     /// When a push is acknowledged.
     pub ack: Ack,
     /// What a replica makes durable before it reports a push applied
@@ -168,6 +175,11 @@ pub enum Error {
     /// No replica of the repository is live.
     #[error("unreadable cluster state: no replica of {name} is live")]
     NoLiveReplica { name: String },
+    /// This node's `--replicas` is not the cluster's (recorded by its first node).
+    #[error(
+        "--replicas {here} differs from the cluster's {recorded} (recorded at /berth/config/replicas by its first node): every node must run with the same --replicas"
+    )]
+    ReplicasDiffer { here: usize, recorded: usize },
     /// Too few nodes are live to place a new repository on the copies its pushes need.
     #[error(
         "only {live} nodes of the cluster are live; a new repository needs {need} (--replicas {want}, --ack {ack}): retry once more nodes are up"
@@ -220,9 +232,14 @@ pub(crate) struct Cluster {
     idle_timeout: std::time::Duration,
     /// The cluster's series in the server's `/metrics` (`metrics.rs`).
     metrics: Arc<ClusterMetrics>,
+    /// The placement upkeep's hold-offs (`upkeep.rs`).
+    clocks: upkeep::Clocks,
+    /// The requests reading this node's copies (`serving.rs`).
+    serving: serving::Serving,
 }
 
 pub(crate) use membership::Health;
+pub use serving::Reading;
 
 /// Random bytes as hex (the cluster secret, transaction ids).
 fn random_hex(n: usize) -> String {
@@ -374,7 +391,11 @@ impl Cluster {
             max_pack,
             idle_timeout,
             metrics,
+            clocks: upkeep::Clocks::new(config.replace_after, config.delete_removed_after),
+            serving: Default::default(),
         });
+        // One K for the whole cluster: the first node's, or this node does not join.
+        cluster.placement.agree_on_k().await?;
         let stale = locks::remove_stale(root);
         if stale > 0 {
             tracing::warn!(target: "berth::cluster", removed = stale, "removed ref locks and quarantines left by a killed node");
@@ -385,6 +406,8 @@ impl Cluster {
         // Catch up what was missed while down, then follow the logs.
         tokio::spawn(cluster.clone().follow());
         tokio::spawn(cluster.clone().watch_logs());
+        // Prepared transactions resolve as soon as their accepting node's lease is gone.
+        tokio::spawn(cluster.clone().watch_leases());
         // Every repository on K copies, where rendezvous says (`upkeep.rs`).
         tokio::spawn(cluster.clone().upkeep());
         tracing::info!(target: "berth::cluster", node = %cluster.node, advertise = %Escaped::text(cluster.membership.advertise()), "joined the cluster");
@@ -466,6 +489,12 @@ pub(crate) enum Route {
 }
 
 impl Cluster {
+    /// A request served here reads `name`'s copy until the [`Reading`] is dropped (a removed
+    /// copy is not deleted meanwhile).
+    pub(crate) fn reading(&self, name: &str) -> Reading {
+        self.serving.begin(name)
+    }
+
     /// Where the request for `repo` goes: `push_rpc` for a push's POST (which places a
     /// new repository), `forwarded` when another node sent it here, `current` when only a
     /// replica that applied the whole log may serve it (every read, and an ssh push, whose

@@ -6,7 +6,10 @@
 //! the commit point compares that revision (`gate.rs`), and a push decided on a stale list is
 //! retried on the new one or refused, never acknowledged on a list that no longer holds.
 //! Nodes marked draining (`/berth/drain/<node>`, `berth cluster drain`) get no new
-//! repositories.
+//! repositories. K itself is the cluster's: the first node records its `--replicas` at
+//! `/berth/config/replicas` (create-if-absent), and a node started with another K refuses to
+//! join ([`Placement::agree_on_k`]): nodes with different K would add and remove copies
+//! against each other.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -16,6 +19,9 @@ use crate::escape::Escaped;
 
 /// The etcd prefix of the draining marks: `/berth/drain/<node>`.
 pub(crate) const DRAIN_PREFIX: &[u8] = b"/berth/drain/";
+
+/// The etcd key of the cluster's K, as the first node's `--replicas` recorded it.
+pub(crate) const REPLICAS_KEY: &[u8] = b"/berth/config/replicas";
 
 /// A repository's replica list as recorded, and the mod revision of its key when read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +50,39 @@ impl Placement {
             etcd,
             replicas: replicas.max(1),
             placed: Mutex::default(),
+        }
+    }
+
+    /// Record this node's K as the cluster's if none is recorded yet (create-if-absent), else
+    /// check it is the recorded one: [`Error::ReplicasDiffer`] if not.
+    pub(super) async fn agree_on_k(&self) -> Result<(), Error> {
+        let key = REPLICAS_KEY.to_vec();
+        let here = self.replicas.to_string().into_bytes();
+        let t = self
+            .etcd
+            .txn(
+                &[etcd::Compare::Absent(key.clone())],
+                &[etcd::Op::Put(key.clone(), here, None)],
+                &[etcd::Op::Get(key)],
+            )
+            .await?;
+        if t.succeeded {
+            return Ok(());
+        }
+        let recorded = t.gets.first().and_then(|g| g.first()).map(|kv| &kv.value);
+        let recorded = recorded
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<usize>().ok())
+            .ok_or(Error::NotRecorded {
+                name: "/berth/config/replicas".into(),
+                what: "number of replicas",
+            })?;
+        if recorded == self.replicas {
+            Ok(())
+        } else {
+            Err(Error::ReplicasDiffer {
+                here: self.replicas,
+                recorded,
+            })
         }
     }
 

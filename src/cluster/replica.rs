@@ -12,10 +12,15 @@
 //! here; the accepting node holds that connection until this replica answered its decide
 //! request. A kill -9 of the accepting node closes it (the kernel closes a dead process's
 //! sockets), and the transaction asks the repository's log in etcd, which is authoritative:
-//! its entry there (the node died after the commit point) → commit; none → abort. Without a
-//! word at all (a partition: nothing closes) it asks the log after [`DECISION_TIMEOUT`]; a log
-//! that cannot be read is asked again until then, and then the transaction aborts.
-//! `decide::resolve` is that decision.
+//! its entry there (the node died after the commit point) → commit; none → abort. A stopped
+//! or partitioned accepting node closes nothing, but its lease expires: the prepare names the
+//! accepting node (`origin`), each node keeps one etcd watch on `nodes/`
+//! ([`Cluster::watch_leases`]), and when that node's key is deleted every transaction
+//! prepared for its pushes asks the log the same way; while the watch is down, a prepared
+//! transaction reads the live nodes every [`LIVE_POLL`] instead. Without any word (no origin
+//! named, or the origin's lease alive but its word cut: a partition between the two nodes
+//! only) it asks the log after [`DECISION_TIMEOUT`]; a log that cannot be read is asked again
+//! until then, and then the transaction aborts. `decide::resolve` is that decision.
 //!
 //! The race: the connection closes while the accepting node is alive (the network between the
 //! two failed) and about to write the entry. This replica reads no entry and aborts; the entry
@@ -52,11 +57,14 @@ use crate::refs::{self, Atomicity, RefUpdate, TransactionState};
 /// The largest prepare header (the ref updates).
 const MAX_HEADER: usize = 64 << 20;
 /// How long a prepared transaction that hears nothing (neither its decision nor its accepting
-/// node's connection closing) waits before asking etcd; and how long it asks again while etcd
-/// cannot say.
+/// node's connection closing or lease going) waits before asking etcd; and how long it asks
+/// again while etcd cannot say.
 const DECISION_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a prepared transaction whose log read failed listens before reading again.
 const ASK_AGAIN: Duration = Duration::from_millis(500);
+/// How often a prepared transaction whose accepting node is known reads the live nodes, in
+/// case the watch of `nodes/` missed that node's lease going (the watch down).
+const LIVE_POLL: Duration = Duration::from_secs(5);
 /// The first line of the prepare's `200` answer, whose body then stays open until decided.
 pub(super) const PREPARED: &[u8] = b"prepared\n";
 
@@ -111,14 +119,24 @@ enum Word {
     Decision(Decision),
     /// The prepare's connection to the accepting node closed.
     OriginGone,
+    /// The accepting node's lease is gone from etcd (the watch of `nodes/` saw it).
+    LeaseGone,
 }
 
 /// Where a prepared transaction hears its [`Word`]s.
 type Words = std::sync::mpsc::SyncSender<Word>;
 
+/// A prepared transaction waiting for a decision: its accepting node, if the prepare named
+/// it, and where it hears its words.
+#[derive(Debug)]
+struct Waiting {
+    origin: Option<String>,
+    words: Words,
+}
+
 /// The prepared transactions waiting for a decision, by transaction id.
 #[derive(Debug, Default)]
-pub(crate) struct Pending(Mutex<HashMap<String, Words>>);
+pub(crate) struct Pending(Mutex<HashMap<String, Waiting>>);
 
 impl std::fmt::Debug for Decision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -127,13 +145,42 @@ impl std::fmt::Debug for Decision {
 }
 
 impl Pending {
-    fn insert(&self, txid: &str, tx: Words) {
+    fn insert(&self, txid: &str, origin: Option<String>, words: Words) {
         if let Ok(mut m) = self.0.lock() {
-            m.insert(txid.to_owned(), tx);
+            m.insert(txid.to_owned(), Waiting { origin, words });
         }
     }
     fn take(&self, txid: &str) -> Option<Words> {
-        self.0.lock().ok()?.remove(txid)
+        self.0.lock().ok()?.remove(txid).map(|w| w.words)
+    }
+
+    /// `node`'s lease is gone: every transaction prepared for a push it accepted hears it.
+    pub(super) fn lease_gone(&self, node: &str) -> usize {
+        let Ok(m) = self.0.lock() else { return 0 };
+        m.values()
+            .filter(|w| w.origin.as_deref() == Some(node))
+            .filter(|w| w.words.try_send(Word::LeaseGone).is_ok())
+            .count()
+    }
+}
+
+impl Cluster {
+    /// Watch the nodes' lease keys: when one is deleted (its lease expired), the transactions
+    /// prepared here for pushes that node accepted resolve from the log at once. One watch per
+    /// node; watched again when it ends (each prepared transaction also polls the live nodes
+    /// every [`LIVE_POLL`], for the time the watch is down).
+    pub(super) async fn watch_leases(self: Arc<Self>) {
+        loop {
+            let e = self
+                .membership
+                .watch_departures(|node| {
+                    let woken = self.pending.lease_gone(node);
+                    tracing::info!(target: "berth::cluster", node = %Escaped::token(node), prepared = woken, "a node's lease is gone");
+                })
+                .await;
+            tracing::debug!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "lease watch ended; watching again");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 }
 
@@ -149,6 +196,8 @@ struct PrepareHeader {
     stream: Option<String>,
     /// The push's shallow roots ([`wire::Prepare::shallow`]).
     shallow: Vec<gix_hash::ObjectId>,
+    /// The accepting node, when the prepare names it ([`wire::Prepare::origin`]).
+    origin: Option<String>,
 }
 
 fn parse_header(b: &[u8]) -> Result<PrepareHeader, wire::Decode> {
@@ -162,6 +211,7 @@ fn parse_header(b: &[u8]) -> Result<PrepareHeader, wire::Decode> {
         updates: wire::ref_updates(h.updates),
         stream: h.stream.map(String::from),
         shallow: h.shallow.into_iter().map(|id| id.0).collect(),
+        origin: h.origin.map(String::from),
     })
 }
 
@@ -446,9 +496,11 @@ impl Job {
         ready: Ready,
         decided: tokio::sync::oneshot::Receiver<()>,
     ) -> Option<std::sync::mpsc::Receiver<Word>> {
-        // A decision and the connection's close, at most.
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Word>(2);
-        self.cluster.pending.insert(&self.h.txid, tx.clone());
+        // A decision, the connection's close and the lease's, at most.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Word>(3);
+        self.cluster
+            .pending
+            .insert(&self.h.txid, self.h.origin.clone(), tx.clone());
         let held = Held { words: tx, decided };
         if ready.send(Ok(held)).is_err() {
             self.cluster.pending.take(&self.h.txid);
@@ -458,7 +510,8 @@ impl Job {
     }
 
     /// Prepared → decided: the gate's verdict; or, once the accepting node's connection closed
-    /// or after [`DECISION_TIMEOUT`] without word, the log's ([`decide::resolve`]).
+    /// or its lease is gone, or after [`DECISION_TIMEOUT`] without word, the log's
+    /// ([`decide::resolve`]).
     fn wait<'a>(
         &self,
         tx: refs::Prepared<'a>,
@@ -466,7 +519,7 @@ impl Job {
     ) -> State<'a> {
         let h = &self.h;
         let deadline = Instant::now() + DECISION_TIMEOUT;
-        let (mut heard, mut reply) = listen(&words, deadline, deadline);
+        let (mut heard, mut reply) = self.first_word(&words, deadline);
         let mut logged = None;
         let verdict = loop {
             match decide::resolve(heard, logged) {
@@ -482,6 +535,7 @@ impl Job {
                     };
                     let why = match heard {
                         Heard::OriginGone => "the accepting node's connection closed",
+                        Heard::LeaseGone => "the accepting node's lease is gone",
                         _ => "no decision in time",
                     };
                     let error = found
@@ -511,6 +565,39 @@ impl Job {
         }
         let from = reply.map_or(From::Log, From::Gate);
         State::Decided { tx, verdict, from }
+    }
+
+    /// The first word a prepared transaction hears: its verdict, its connection's close, its
+    /// accepting node's lease gone (from the watch, or read every [`LIVE_POLL`] while the
+    /// accepting node is known), or nothing until `deadline`.
+    fn first_word(
+        &self,
+        words: &std::sync::mpsc::Receiver<Word>,
+        deadline: Instant,
+    ) -> (Heard, Option<Reply>) {
+        let Some(origin) = self.h.origin.as_deref() else {
+            return listen(words, deadline, deadline);
+        };
+        loop {
+            let until = (Instant::now() + LIVE_POLL).min(deadline);
+            match words.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(w) => return heard_of(w),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return (Heard::OriginGone, None);
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if Instant::now() >= deadline => {
+                    return (Heard::Nothing, None);
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    let live = self.handle.block_on(self.cluster.membership.live_names());
+                    if let Ok(live) = live
+                        && decide::origin_lost(origin, &live)
+                    {
+                        return (Heard::LeaseGone, None);
+                    }
+                }
+            }
+        }
     }
 
     /// Decided → settled: the verdict carried out.
@@ -571,14 +658,21 @@ fn listen(
     deadline: Instant,
 ) -> (Heard, Option<Reply>) {
     match words.recv_timeout(until.saturating_duration_since(Instant::now())) {
-        Ok(Word::Decision(d)) => (Heard::Verdict(d.verdict), Some(d.reply)),
-        Ok(Word::OriginGone) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-            (Heard::OriginGone, None)
-        }
+        Ok(w) => heard_of(w),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => (Heard::OriginGone, None),
         Err(std::sync::mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
             (Heard::OriginGone, None)
         }
         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => (Heard::Nothing, None),
+    }
+}
+
+/// What a word says, with where to answer a verdict.
+fn heard_of(w: Word) -> (Heard, Option<Reply>) {
+    match w {
+        Word::Decision(d) => (Heard::Verdict(d.verdict), Some(d.reply)),
+        Word::OriginGone => (Heard::OriginGone, None),
+        Word::LeaseGone => (Heard::LeaseGone, None),
     }
 }
 

@@ -162,12 +162,16 @@ pub fn assess(
     findings
 }
 
+/// The copies judged against when `--replicas` is not given and the cluster recorded none.
+const DEFAULT_REPLICAS: usize = 3;
+
 /// Read the cluster's state from etcd at `endpoints` (over TLS with `tls`: `--etcd-ca`,
-/// `--etcd-cert`, `--etcd-key`), judged against `want` copies.
+/// `--etcd-cert`, `--etcd-key`), judged against `want` copies (`None`: the cluster's K, as
+/// its first node recorded it at `/berth/config/replicas`; 3 when none is recorded).
 pub async fn read(
     endpoints: &[String],
     tls: Option<&super::tls::TlsFiles>,
-    want: usize,
+    want: Option<usize>,
 ) -> Result<Status, Error> {
     let etcd = etcd::Client::new(endpoints, TIMEOUT).with_tls(tls)?;
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
@@ -175,6 +179,20 @@ pub async fn read(
         key: text(key),
         source: Box::new(source),
     };
+    let want = match want {
+        Some(k) => k,
+        None => match etcd.get(super::placement::REPLICAS_KEY).await? {
+            None => DEFAULT_REPLICAS,
+            Some(kv) => text(&kv.value)
+                .trim()
+                .parse::<usize>()
+                .map_err(|e| Error::Decode {
+                    key: text(&kv.key),
+                    source: Box::new(e),
+                })?,
+        },
+    }
+    .max(1);
 
     let nodes_prefix = b"/berth/nodes/";
     let mut nodes: Vec<Node> = etcd

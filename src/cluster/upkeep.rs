@@ -17,16 +17,21 @@
 //!   all K are live and have applied the whole log): the draining or displaced replicas are
 //!   taken off the list, again through a compare-and-swap.
 //!
+//! A listed replica that is down (no lease) keeps its place in the ranking for
+//! `--replace-after` (10 minutes by default) from the round that first found it down here
+//! ([`decide::placement_nodes`]): only then does a spare node join in its stead.
+//!
 //! A list changed under a push in flight makes its commit point's compare fail (`gate.rs`):
 //! the push is compared again against the new list when the replicas that prepared it are
 //! still a quorum there, else refused (nothing landed). One join per node per round, and no
 //! join into a list longer than K: a repository is moved one copy at a time.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::catchup::Error as CatchUpError;
-use super::decide::{self, Upkeep};
+use super::decide::{self, RemovedCopy, Upkeep};
 use super::placement::{Placed, rendezvous};
 use super::{Cluster, applied_seq, etcd, repo_dir, repo_key};
 use crate::escape::Escaped;
@@ -51,6 +56,61 @@ pub(super) enum Error {
     NoCopy,
 }
 
+/// The upkeep's clocks, as this node saw them: since when each listed node has been down
+/// (`--replace-after` holds its replacement off until then), and since when each repository
+/// this node holds a copy of has not listed it (`--delete-removed-after`).
+#[derive(Debug)]
+pub(super) struct Clocks {
+    replace_after: Duration,
+    delete_removed_after: Duration,
+    /// Listed nodes without a lease, and the round that first found them so.
+    down_since: Mutex<HashMap<String, Instant>>,
+    /// Repositories with a copy here whose list does not name this node, and the round that
+    /// first found them so.
+    unlisted_since: Mutex<HashMap<String, Instant>>,
+}
+
+impl Clocks {
+    pub(super) fn new(replace_after: Duration, delete_removed_after: Duration) -> Clocks {
+        Clocks {
+            replace_after,
+            delete_removed_after,
+            down_since: Mutex::new(HashMap::new()),
+            unlisted_since: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How long `name`'s copy here has been unlisted (its clock started now if not yet), or
+    /// its clock stopped (`listed`).
+    fn unlisted_for(&self, name: &str, listed: bool) -> Duration {
+        let Ok(mut since) = self.unlisted_since.lock() else {
+            return Duration::ZERO;
+        };
+        if listed {
+            since.remove(name);
+            return Duration::ZERO;
+        }
+        since
+            .entry(name.to_owned())
+            .or_insert_with(Instant::now)
+            .elapsed()
+    }
+
+    /// This round found `listed` nodes with `live` among them: start the clock of each down one
+    /// not timed yet, stop those of the live ones; how long each has been down.
+    fn down_for(&self, listed: &[&String], live: &[String]) -> HashMap<String, Duration> {
+        let Ok(mut since) = self.down_since.lock() else {
+            return HashMap::new();
+        };
+        let now = Instant::now();
+        since.retain(|n, _| !live.contains(n));
+        for n in listed.iter().filter(|n| !live.contains(n)) {
+            since.entry((*n).clone()).or_insert(now);
+        }
+        since.iter().map(|(n, at)| (n.clone(), now - *at)).collect()
+    }
+}
+
 impl Cluster {
     /// Forever: an upkeep round every [`UPKEEP_EVERY`].
     pub(super) async fn upkeep(self: Arc<Self>) {
@@ -73,8 +133,22 @@ impl Cluster {
             .cloned()
             .collect();
         let k = self.replicas();
+        let listed: Vec<&String> = lists.iter().flat_map(|(_, p)| &p.list).collect();
+        let down = self.clocks.down_for(&listed, &live);
+        let down_for = |n: &str| down.get(n).copied().unwrap_or_default();
+        for (name, placed) in &lists {
+            self.removed_copy(name, placed.list.contains(&self.node))
+                .await;
+        }
         for (name, placed) in lists {
-            let ranked = rendezvous(&name, &eligible, eligible.len());
+            let nodes = decide::placement_nodes(
+                &eligible,
+                &placed.list,
+                &draining,
+                down_for,
+                self.clocks.replace_after,
+            );
+            let ranked = rendezvous(&name, &nodes, nodes.len());
             let listed = placed.list.contains(&self.node);
             let moving = placed.list.len() > k || placed.list.iter().any(|n| draining.contains(n));
             // Whether the kept replicas are current matters only to a replica that may remove.
@@ -122,6 +196,52 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// Delete this node's copy of `name` once its list has not named this node for
+    /// `--delete-removed-after` (as [`decide::removed_copy`] says: the list read again first,
+    /// never while a request reads it, a pack stream of it is held or a catch-up of it runs).
+    async fn removed_copy(&self, name: &str, listed: bool) {
+        let dir = repo_dir(&self.root, name);
+        if !listed && !crate::repo::is_git_dir(&dir) {
+            return;
+        }
+        let after = self.clocks.delete_removed_after;
+        let unlisted_for = self.clocks.unlisted_for(name, listed);
+        if listed || decide::removed_copy(unlisted_for, after, None, false) == RemovedCopy::Wait {
+            return;
+        }
+        let listed_now = match self.placement.fresh(name).await {
+            Ok(p) => p.is_some_and(|p| p.list.contains(&self.node)),
+            Err(_) => return,
+        };
+        // No catch-up starts while the copy goes (it would find one running).
+        let catching = self.catching.start(name);
+        let in_use =
+            catching.is_none() || self.serving.count(name) > 0 || self.streams.held(name) > 0;
+        match decide::removed_copy(unlisted_for, after, Some(listed_now), in_use) {
+            RemovedCopy::Keep => {
+                self.clocks.unlisted_for(name, true);
+            }
+            RemovedCopy::Delete => {
+                let root = self.root.clone();
+                let removed =
+                    tokio::task::spawn_blocking(move || super::copy::remove_copy(&root, &dir))
+                        .await;
+                match removed {
+                    Ok(Ok(())) => {
+                        self.clocks.unlisted_for(name, true);
+                        tracing::info!(target: "berth::cluster", repo = %Escaped::token(name), unlisted_s = unlisted_for.as_secs(), "deleted the copy of a repository whose replicas no longer include this node");
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), error = %Escaped::text(&e.to_string()), "cannot delete a removed copy")
+                    }
+                    Err(_) => {}
+                }
+            }
+            RemovedCopy::Wait | RemovedCopy::ReadList | RemovedCopy::InUse => {}
+        }
+        drop(catching);
     }
 
     /// What each replica of `name` published as applied (`applied/<node>`, one range read).

@@ -21,6 +21,9 @@ pub(super) struct Access {
     /// What the push session did, when it read a request.
     pub(super) push: Mutex<Option<PushSummary>>,
     pub(super) metrics: Arc<Metrics>,
+    /// In a cluster, the copy of the repository this request reads here, held until the
+    /// answer ends (a removed copy is not deleted meanwhile).
+    pub(super) reading: Mutex<Option<crate::cluster::Reading>>,
 }
 
 /// A push's outcome as the access log and the metrics count it.
@@ -64,6 +67,7 @@ impl Access {
             outcome: Mutex::new(None),
             push: Mutex::new(None),
             metrics: metrics.clone(),
+            reading: Mutex::new(None),
         })
     }
 

@@ -697,8 +697,13 @@ async fn serve_git(
             (_, cluster::Route::Behind(seq, applied)) => {
                 return Err(Reject::Behind(seq, applied));
             }
-            (Some(name), cluster::Route::Local(Some(replicas))) if push_rpc => {
-                replicated = Some((c.clone(), name, replicas));
+            (Some(name), cluster::Route::Local(Some(replicas))) => {
+                if let Ok(mut r) = access.reading.lock() {
+                    *r = Some(c.reading(&name));
+                }
+                if push_rpc {
+                    replicated = Some((c.clone(), name, replicas));
+                }
             }
             _ => {}
         }

@@ -1823,6 +1823,150 @@ fn an_accepting_node_stopped_after_the_commit_point_still_acknowledges_once_cont
     c.assert_fsck(&w, "r.git");
 }
 
+/// n0 stops (SIGSTOP: nothing closes its connections) after the commit point, while n1 and n2
+/// hold the push prepared. Its lease expires (10 s), the replicas' watch of `nodes/` sees its
+/// key deleted, and they resolve from the log: a read and a push through another node succeed
+/// then, not after the 20 s decision timeout. What resolved them is asserted from their logs
+/// ("lease is gone"), and the time since the stop against 19 s: a quiet run needs 8–11 s (the
+/// lease's 10 s less the time since its last renewal, plus the push's).
+#[test]
+fn a_read_and_a_push_through_another_node_succeed_once_a_stopped_accepting_nodes_lease_is_gone() {
+    let Some(w) = cluster_world() else { return };
+    let (mut c, src) = cluster(&w).with_repo("r.git");
+    let (new, (seen, pushed, newer), out) =
+        c.push_paused_after_commit(&w, &src, 0, "r.git", |c, new| {
+            c.signal(0, "-STOP");
+            let stopped = Instant::now();
+            std::fs::remove_file(w.path("pause-committed")).unwrap();
+            // Bounded so that a failure cannot leave the push waiting on the stopped node.
+            let deadline = stopped + Duration::from_secs(60);
+            let resolved = |i: usize| {
+                w.ref_map(c.nodes[i].dir("r.git"))
+                    .get("refs/heads/main")
+                    .map(String::as_str)
+                    == Some(new)
+            };
+            while Instant::now() < deadline && !(resolved(1) && resolved(2)) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            // Read only then: a read that finds n1 and n2 still prepared (behind) is forwarded
+            // to n0, whose stopped process answers nothing ("Forwarding over replicas in turn"
+            // in docs/cluster.md).
+            let out = w.git_out(
+                ".",
+                &["ls-remote", &c.nodes[1].url("r.git"), "refs/heads/main"],
+            );
+            let seen = (out.status.success()
+                && String::from_utf8_lossy(&out.stdout).starts_with(new))
+            .then(|| stopped.elapsed());
+            let newer = w.commit(&src, "a", "three");
+            let out = push(
+                &w,
+                &src,
+                &c.nodes[2].url("r.git"),
+                &["HEAD:refs/heads/main"],
+            );
+            let pushed = (porcelain(&out).get("refs/heads/main") == Some(&true))
+                .then(|| stopped.elapsed())
+                .ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned());
+            c.signal(0, "-CONT");
+            (seen, pushed, newer)
+        });
+    let seen = seen.unwrap_or_else(|| panic!("never readable through n1\n{}", c.logs()));
+    let pushed = pushed.unwrap_or_else(|e| panic!("push through n2 refused: {e}\n{}", c.logs()));
+    for i in [1, 2] {
+        let log = c.nodes[i].log();
+        assert!(
+            log.contains("the accepting node's lease is gone; asked the log"),
+            "n{i} did not resolve on the lease\n{}",
+            c.logs()
+        );
+        assert!(!log.contains("no decision in time"), "{}", c.logs());
+    }
+    assert!(
+        seen < Duration::from_secs(19) && pushed < Duration::from_secs(19),
+        "read after {seen:?}, push after {pushed:?} since the stop\n{}",
+        c.logs()
+    );
+    // Continued, n0 hears "committed already": its push is acknowledged too.
+    assert_eq!(
+        porcelain(&out).get("refs/heads/main"),
+        Some(&true),
+        "{}",
+        c.logs()
+    );
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&newer), "{new}");
+    c.assert_fsck(&w, "r.git");
+}
+
+/// The first node records its `--replicas` at `/berth/config/replicas`; a node started with
+/// another K exits at once naming both, and one with the same K joins.
+#[test]
+fn a_node_started_with_another_replicas_than_the_clusters_refuses_to_start() {
+    let Some(w) = cluster_world() else { return };
+    let mut c = cluster(&w).start();
+    assert_eq!(
+        c.etcd.value("/berth/config/replicas").as_deref(),
+        Some("3"),
+        "{}",
+        c.logs()
+    );
+    let port = free_ports(1)[0];
+    let mut cmd = w.cmd(common::berth(), ".");
+    cmd.args(["serve", "--root"])
+        .arg(w.path("node-k2"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "--cluster",
+            &c.etcd.urls(),
+            "--node",
+            "k2",
+            "--replicas",
+            "2",
+        ])
+        .args(
+            c.etcd
+                .certs
+                .as_ref()
+                .map(|t| t.berth_etcd_args())
+                .unwrap_or_default(),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("a node with --replicas 2 is still running after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--replicas 2 differs from the cluster's 3 (recorded at /berth/config/replicas by its first node)"),
+        "{stderr}"
+    );
+    assert!(
+        !c.etcd
+            .keys("/berth/nodes/")
+            .unwrap_or_default()
+            .iter()
+            .any(|k| k.ends_with("/k2")),
+        "the refused node registered"
+    );
+    assert_eq!(c.etcd.value("/berth/config/replicas").as_deref(), Some("3"));
+    // The same K: a fourth node joins.
+    let i = c.add_node(&w);
+    assert!(c.nodes[i].process.is_some());
+}
+
 #[test]
 fn a_push_larger_than_an_etcd_request_is_refused_at_once_and_nothing_lands() {
     let Some(w) = cluster_world() else { return };

@@ -165,7 +165,11 @@ fn a_repository_placed_short_is_filled_up_to_k_when_the_node_comes_back() {
 #[test]
 fn a_drained_node_is_taken_off_every_list_after_its_repositories_are_copied_elsewhere() {
     let Some(w) = cluster_world() else { return };
-    let c = cluster(&w).replicas(2).start();
+    // Removed copies are deleted 3 s after their removal (10 minutes by default).
+    let c = cluster(&w)
+        .replicas(2)
+        .args(&["--delete-removed-after", "3s"])
+        .start();
     let repos = ["d0.git", "d1.git", "d2.git"];
     let mut srcs = Vec::new();
     let mut last = Vec::new();
@@ -177,6 +181,16 @@ fn a_drained_node_is_taken_off_every_list_after_its_repositories_are_copied_else
     // The node to drain: d0's first replica; the pushes go through the other two.
     let drained = listed(&c, "d0")[0].clone();
     let others: Vec<usize> = (0..3).filter(|&i| c.nodes[i].name != drained).collect();
+    // The repositories whose copies the drained node holds.
+    let held: Vec<&str> = repos
+        .iter()
+        .copied()
+        .filter(|r| listed(&c, r.trim_end_matches(".git")).contains(&drained))
+        .collect();
+    for r in &held {
+        let d = index(&c, &drained);
+        assert!(c.nodes[d].dir(r).join("HEAD").is_file(), "{drained}: {r}");
+    }
     let urls = c.etcd.urls();
     let (drain, pushed) = std::thread::scope(|s| {
         let pushing = s.spawn(|| {
@@ -218,17 +232,43 @@ fn a_drained_node_is_taken_off_every_list_after_its_repositories_are_copied_else
             "{repo}: {refs:?}"
         );
     }
+    // The drained node deletes its copies once they have been unlisted for 3 s (the list
+    // read again first); the listed copies stay.
+    let d = index(&c, &drained);
+    wait_until(
+        &c,
+        "the drained node's copies deleted",
+        Duration::from_secs(60),
+        || repos.iter().all(|r| !c.nodes[d].dir(r).exists()),
+    );
+    let log = c.nodes[d].log();
+    for r in &held {
+        let line = format!(
+            "deleted the copy of a repository whose replicas no longer include this node repo={}",
+            r.trim_end_matches(".git")
+        );
+        assert!(log.contains(&line), "{r}: no {line:?}\n{log}");
+    }
+    for (i, repo) in repos.iter().enumerate() {
+        let name = repo.trim_end_matches(".git");
+        for n in listed(&c, name) {
+            let refs = w.ref_map(c.nodes[index(&c, &n)].dir(repo));
+            assert_eq!(refs.get("refs/heads/main"), Some(&last[i]), "{n}: {repo}");
+        }
+    }
     // A new repository goes to the nodes not draining.
     let src = w.work("src-new");
     push_new(&w, &c, &src, &others, "fresh.git", 0);
     assert!(!listed(&c, "fresh").contains(&drained));
-    // Still draining: status says so.
+    // Still draining: status says so, judged against the cluster's recorded K (2) when no
+    // --replicas is given.
     let status = Command::new(common::berth())
-        .args(["cluster", "status", "--cluster", &urls, "--replicas", "2"])
+        .args(["cluster", "status", "--cluster", &urls])
         .output()
         .unwrap();
     let status = String::from_utf8_lossy(&status.stdout);
     assert!(status.contains("(draining)"), "{status}");
+    assert!(status.contains("; 2 copies wanted)"), "{status}");
 }
 
 /// The rendezvous top `k` of `nodes` for `repo` (the cluster's own hashing: blake2b-256 of

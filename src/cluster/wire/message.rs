@@ -398,6 +398,11 @@ pub(in crate::cluster) struct Prepare {
     /// The push's shallow roots, as [`Entry::shallow`]; absent for a push from a full clone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(in crate::cluster) shallow: Vec<Oid>,
+    /// The accepting node: a replica prepared for the push resolves it from the log as soon as
+    /// this node's lease is gone. Absent from an older node's header (the replica then waits
+    /// out its decision timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(in crate::cluster) origin: Option<NodeName>,
 }
 
 /// The ask of `POST /_berth/cluster/snapshot`.
@@ -653,11 +658,20 @@ mod tests {
             txid: Id::try_from("ab").unwrap(),
             updates: Vec::new(),
             shallow: Vec::new(),
+            origin: None,
         };
         assert_eq!(
             String::from_utf8(encode(&prepare)).unwrap(),
             r#"{"base_seq":3,"committer_email":"e@x","committer_name":"N","repo":"team/app","stream":null,"txid":"ab","updates":[]}"#
         );
+        let from_n1 = Prepare {
+            origin: Some(NodeName::try_from("n1").unwrap()),
+            ..prepare.clone()
+        };
+        let encoded = encode(&from_n1);
+        assert!(String::from_utf8_lossy(&encoded).ends_with(r#""updates":[],"origin":"n1"}"#));
+        assert_eq!(decode::<Prepare>("header", &encoded).unwrap(), from_n1);
+        assert!(decode::<Prepare>("header", br#"{"base_seq":3,"committer_email":"e@x","committer_name":"N","repo":"team/app","stream":null,"txid":"ab","updates":[],"origin":"../x"}"#).is_err());
         let snap = Snapshot {
             head: Some(RefName::try_from("refs/heads/main").unwrap()),
             refs: SnapshotRefs::try_from(vec![(

@@ -607,8 +607,9 @@ struct Run {
 
 /// Where a git command runs in cluster mode.
 enum Where {
-    /// Here (replicated when a push to a repository of the cluster).
-    Here(Replicated),
+    /// Here (replicated when a push to a repository of the cluster), reading this node's copy
+    /// of a repository of the cluster (held for the session).
+    Here(Replicated, Option<cluster::Reading>),
     /// On the first of these live replicas (name, advertise URL) that can.
     Replica(Arc<Cluster>, Vec<(String, String)>),
 }
@@ -622,7 +623,7 @@ async fn place(
     forwarded: bool,
 ) -> Result<Where, Reject> {
     let Some(c) = server.cluster.get() else {
-        return Ok(Where::Here(None));
+        return Ok(Where::Here(None, None));
     };
     let push = service == Service::ReceivePack;
     let (name, routed) = c
@@ -638,10 +639,12 @@ async fn place(
     Ok(match (name, routed) {
         (_, cluster::Route::Forward(replicas)) => Where::Replica(c.clone(), replicas),
         (_, cluster::Route::Behind(seq, applied)) => return Err(Reject::Behind(seq, applied)),
-        (Some(name), cluster::Route::Local(Some(replicas))) if push => {
-            Where::Here(Some((c.clone(), name, replicas)))
+        (Some(name), cluster::Route::Local(Some(replicas))) => {
+            let reading = Some(c.reading(&name));
+            let replicated = push.then(|| (c.clone(), name, replicas));
+            Where::Here(replicated, reading)
         }
-        _ => Where::Here(None),
+        _ => Where::Here(None, None),
     })
 }
 
@@ -818,7 +821,7 @@ async fn run_command(
             };
             let source = channel_source(read);
             match place(&state.server, &run.repo, service, false).await {
-                Ok(Where::Here(replicated)) => {
+                Ok(Where::Here(replicated, _reading)) => {
                     session(&state.server, &run, replicated, source, &tx, &access).await
                 }
                 Ok(Where::Replica(cluster, replicas)) => {

@@ -253,8 +253,8 @@ pub(in crate::serve) async fn tunneled(
     if !upgrade_asked {
         return refuse(StatusCode::BAD_REQUEST, "expected Upgrade: berth-ssh");
     }
-    let replicated = match place(server, &run.repo, run.service, true).await {
-        Ok(Where::Here(r)) => r,
+    let (replicated, reading) = match place(server, &run.repo, run.service, true).await {
+        Ok(Where::Here(r, reading)) => (r, reading),
         Ok(Where::Replica(..)) => {
             return refuse(StatusCode::CONFLICT, "no current replica here");
         }
@@ -267,7 +267,7 @@ pub(in crate::serve) async fn tunneled(
     let upgrade = hyper::upgrade::on(&mut req);
     let server = server.clone();
     tokio::spawn(async move {
-        let _busy = busy;
+        let (_busy, _reading) = (busy, reading);
         match upgrade.await {
             Ok(up) => serve(server, run, replicated, hyper_util::rt::TokioIo::new(up)).await,
             Err(e) => {
