@@ -287,8 +287,8 @@ use decide::needed;
 impl Cluster {
     /// Join: take the secret (creating it if this is the first node), register under a
     /// lease kept alive in the background; reach the other nodes over `node_tls` (the node
-    /// listener's, read again on SIGHUP) when given. The node counts into `metrics` (registered in the
-    /// server's registry by the caller).
+    /// listener's, read again on SIGHUP) when given. The node counts into `metrics`
+    /// (registered in the server's registry by the caller).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn join(
         config: &ClusterConfig,
