@@ -233,7 +233,9 @@ struct ServeArgs {
     #[arg(long, value_name = "FILE", requires_all = ["cluster", "cluster_cert", "cluster_key", "cluster_listen"])]
     cluster_ca: Option<std::path::PathBuf>,
     /// Mutual TLS between nodes: this node's certificate (PEM) signed by the cluster CA, with
-    /// the advertise URL's host in its subjectAltName and serverAuth and clientAuth usage.
+    /// the advertise URL's host and the URI berth-node:<--node> in its subjectAltName, and
+    /// serverAuth and clientAuth usage. Read again, with --cluster-ca and --cluster-key, on
+    /// SIGHUP.
     #[arg(long, value_name = "FILE", requires = "cluster_ca")]
     cluster_cert: Option<std::path::PathBuf>,
     /// Mutual TLS between nodes: the private key of --cluster-cert (PEM).

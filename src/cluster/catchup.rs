@@ -417,14 +417,17 @@ impl Cluster {
         let mut why = Attempts::default();
         for (peer, url) in peers {
             let target = http::join(url, "/_berth/cluster/pack");
-            let got = http::post(
-                &target,
-                &[(SECRET_HEADER, &self.secret)],
-                ask.clone(),
-                usize::try_from(self.max_pack).unwrap_or(usize::MAX),
-                FETCH_TIMEOUT,
-            )
-            .await;
+            let got = self
+                .peers
+                .post(
+                    peer,
+                    &target,
+                    &[(SECRET_HEADER, &self.secret)],
+                    ask.clone(),
+                    usize::try_from(self.max_pack).unwrap_or(usize::MAX),
+                    FETCH_TIMEOUT,
+                )
+                .await;
             match got {
                 Ok((200, pack)) => {
                     let dir = repo_dir(&self.root, name);

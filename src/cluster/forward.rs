@@ -76,6 +76,8 @@ const HOP: [&str; 8] = [
 pub(crate) struct Forwarding<'a> {
     /// This node's name (the [`FORWARDED`] header's value).
     pub(crate) node: &'a str,
+    /// How this node reaches the replicas.
+    pub(crate) peers: &'a super::http::Peers,
     /// The trusted user header and the user this node established, if any.
     pub(crate) trusted_user: Option<(&'a header::HeaderName, &'a str)>,
     /// Bounds the wait for a replica's answer head.
@@ -201,7 +203,7 @@ pub(crate) async fn forward(
             let url = http::join(base, &pq);
             let conn = match tokio::time::timeout(
                 CONNECT_TIMEOUT.min(how.timeout),
-                http::connect(&url),
+                how.peers.connect(name, &url),
             )
             .await
             {

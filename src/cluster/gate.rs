@@ -434,14 +434,17 @@ impl Gate {
             let secret = c.secret.clone();
             async move {
                 let target = http::join(&url, "/_berth/cluster/prepare");
-                let r = http::post_held(
-                    &target,
-                    &[(SECRET_HEADER, &secret)],
-                    body,
-                    64 * 1024,
-                    PREPARE_TIMEOUT,
-                )
-                .await;
+                let r = c
+                    .peers
+                    .post_held(
+                        &name,
+                        &target,
+                        &[(SECRET_HEADER, &secret)],
+                        body,
+                        64 * 1024,
+                        PREPARE_TIMEOUT,
+                    )
+                    .await;
                 match r {
                     Ok((status, answer, hold)) => (Peer { name, url, hold }, Ok((status, answer))),
                     Err(e) => (
@@ -1006,11 +1009,14 @@ async fn decide_until(
             &format!("/_berth/cluster/decide?repo={repo}&txid={txid}&{query}"),
         );
         let secret = cluster.secret.clone();
+        let via = cluster.peers.clone();
         let Peer { name, hold, .. } = p;
         async move {
             // Closed when this future ends: after the answer.
             let _hold = hold;
-            let r = http::post(
+            let r = via
+                .post(
+                &name,
                 &url,
                 &[(SECRET_HEADER, &secret)],
                 Bytes::new(),

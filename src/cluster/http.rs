@@ -7,10 +7,13 @@
 //! cluster CA and this node's certificate between nodes, `--cluster-ca`; etcd's CA and client
 //! certificate, `--etcd-ca`). A transport speaks only its own scheme: with TLS configured an
 //! `http://` URL is refused, never sent in the clear, and without it an `https://` one is.
-//! The node-to-node transport is set once per process, when the node joins ([`set_peers`]);
-//! etcd's client holds its own.
+//! Requests to other nodes go through [`Peers`], which the node's `Cluster` owns: each names
+//! the node it is meant for, whose certificate must name it (`berth-node:<name>`, checked
+//! after the handshake), and carries this node's name ([`NODE_HEADER`]), which the peer's
+//! node listener checks against this node's certificate. etcd's client holds its own
+//! [`Transport`].
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -36,6 +39,16 @@ pub enum Error {
     /// the certificate does not cover).
     #[error("TLS handshake with {0} failed: {1}")]
     Handshake(String, std::io::Error),
+    /// The peer's certificate, of the cluster CA, names another node than the one meant.
+    #[error("{url} presents the certificate of node {presented}, not of {meant}")]
+    WrongNode {
+        /// Where it was reached.
+        url: String,
+        /// The node meant.
+        meant: String,
+        /// What its certificate names (`berth-node:` URIs), `none` when nothing.
+        presented: String,
+    },
     /// Connecting failed.
     #[error("cannot connect to {0}: {1}")]
     Connect(String, std::io::Error),
@@ -72,19 +85,121 @@ pub enum Transport {
     Tls(Arc<tokio_rustls::rustls::ClientConfig>),
 }
 
-/// The node-to-node transport, once set.
-static PEERS: OnceLock<Transport> = OnceLock::new();
+/// The header naming the node a request between nodes comes from; on a node listener it has
+/// to be the node its client certificate names.
+pub const NODE_HEADER: &str = "x-berth-node";
 
-/// Every later request to another node (internal endpoints, forwarding, the ssh tunnel) goes
-/// over `transport`; the first call wins (one node per process).
-pub fn set_peers(transport: Transport) {
-    let _ = PEERS.set(transport);
+/// How this node reaches the others: plain HTTP, or mutual TLS with its [`NodeTls`] (the
+/// configuration current when each connection starts). Every request carries this node's
+/// name, and over TLS reaches only a peer whose certificate names the node meant.
+#[derive(Debug, Clone)]
+pub struct Peers {
+    /// This node's name ([`NODE_HEADER`]).
+    me: axum::http::HeaderValue,
+    tls: Option<Arc<NodeTls>>,
 }
 
-/// The node-to-node transport: [`set_peers`]'s, plain until then.
-fn peers() -> &'static Transport {
-    static PLAIN: Transport = Transport::Plain;
-    PEERS.get().unwrap_or(&PLAIN)
+use super::tls::NodeTls;
+
+impl Peers {
+    /// Requests from node `me`, over `tls` when given. `None` when `me` cannot be a header
+    /// value (a node name checked at join always can).
+    pub fn new(me: &str, tls: Option<Arc<NodeTls>>) -> Option<Peers> {
+        Some(Peers {
+            me: me.parse().ok()?,
+            tls,
+        })
+    }
+
+    fn transport(&self) -> Transport {
+        match &self.tls {
+            None => Transport::Plain,
+            Some(t) => Transport::Tls(t.client()),
+        }
+    }
+
+    /// Connect to node `node` at `url`; no time bound of its own.
+    pub async fn connect(&self, node: &str, url: &str) -> Result<Connection, Error> {
+        let mut conn = connect_checked(&self.transport(), url, Some(node)).await?;
+        conn.from = Some(self.me.clone());
+        Ok(conn)
+    }
+
+    /// Send `req` to node `node` (its URI absolute) and return the response head with its
+    /// body streaming; `timeout` bounds the connect and the wait for the response head.
+    pub async fn send(
+        &self,
+        node: &str,
+        req: Request<Body>,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, Error> {
+        let shown = req.uri().to_string();
+        let work = async {
+            let conn = self.connect(node, &shown).await?;
+            conn.send(req).await
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout(shown)),
+        }
+    }
+
+    /// POST `body` to node `node`'s `url` and read the whole answer (status, at most `max`
+    /// bytes).
+    pub async fn post(
+        &self,
+        node: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<(u16, Bytes), Error> {
+        let req = post_request(url, headers, body)?;
+        let resp = self.send(node, req, timeout).await?;
+        let status = resp.status().as_u16();
+        let body = read_body(resp.into_body(), max, timeout, url).await?;
+        Ok((status, body))
+    }
+
+    /// POST `body` to node `node`'s `url`: a `200` answer's first line (at most `max` bytes,
+    /// within `timeout`) with the rest of its body, held open (dropped, the connection closes
+    /// and the server learns it); any other answer read whole, without a rest.
+    pub async fn post_held(
+        &self,
+        node: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<(u16, Bytes, Option<Incoming>), Error> {
+        let req = post_request(url, headers, body)?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let resp = self.send(node, req, timeout).await?;
+        let status = resp.status().as_u16();
+        let mut rest = resp.into_body();
+        if status != 200 {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let body = read_body(rest, max, left, url).await?;
+            return Ok((status, body, None));
+        }
+        let mut line = Vec::new();
+        while !line.contains(&b'\n') {
+            let frame = match tokio::time::timeout_at(deadline, rest.frame()).await {
+                Err(_) => return Err(Error::Timeout(url.to_owned())),
+                Ok(None) => return Ok((status, Bytes::from(line), None)),
+                Ok(Some(f)) => f.map_err(|e| Error::Http(url.to_owned(), e))?,
+            };
+            if let Ok(data) = frame.into_data() {
+                line.extend_from_slice(&data);
+            }
+            if line.len() > max {
+                return Err(Error::TooLarge(url.to_owned(), max));
+            }
+        }
+        Ok((status, Bytes::from(line), Some(rest)))
+    }
 }
 
 /// `base` (`http://host:port`, maybe with a trailing `/`) joined with `path_and_query`.
@@ -96,13 +211,9 @@ pub fn join(base: &str, path_and_query: &str) -> String {
     )
 }
 
-/// Send `req` (its URI absolute: `http://host:port/path`) and return the response head with its
-/// body streaming; `timeout` bounds the connect and the wait for the response head.
-pub async fn send(req: Request<Body>, timeout: Duration) -> Result<Response<Incoming>, Error> {
-    send_via(peers(), req, timeout).await
-}
-
-/// [`send`] over `transport`.
+/// Send `req` (its URI absolute: `http://host:port/path`) over `transport` and return the
+/// response head with its body streaming; `timeout` bounds the connect and the wait for the
+/// response head.
 pub async fn send_via(
     transport: &Transport,
     req: Request<Body>,
@@ -124,17 +235,22 @@ pub async fn send_via(
 pub struct Connection {
     sender: hyper::client::conn::http1::SendRequest<Body>,
     authority: String,
-}
-
-/// Connect to another node at `url`'s host and port, over the node-to-node transport; no
-/// time bound of its own.
-pub async fn connect(url: &str) -> Result<Connection, Error> {
-    connect_via(peers(), url).await
+    /// This node's name, for [`NODE_HEADER`], on a connection to another node.
+    from: Option<axum::http::HeaderValue>,
 }
 
 /// Connect to `url`'s host and port (`http://host:port/...` plain, `https://…` over TLS)
 /// over `transport`; no time bound of its own.
 pub async fn connect_via(transport: &Transport, url: &str) -> Result<Connection, Error> {
+    connect_checked(transport, url, None).await
+}
+
+/// [`connect_via`]; over TLS, with `node`, the peer's certificate has to name that node.
+async fn connect_checked(
+    transport: &Transport,
+    url: &str,
+    node: Option<&str>,
+) -> Result<Connection, Error> {
     let uri: Uri = url.parse().map_err(|_| Error::Url(url.to_owned()))?;
     let (https, host, port) = host_port(&uri).ok_or_else(|| Error::Url(url.to_owned()))?;
     let authority = match host.contains(':') {
@@ -160,10 +276,33 @@ pub async fn connect_via(transport: &Transport, url: &str) -> Result<Connection,
                 .connect(name, stream)
                 .await
                 .map_err(|e| Error::Handshake(authority.clone(), e))?;
+            if let Some(meant) = node {
+                let presented = stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|c| super::tls::node_names(c))
+                    .unwrap_or_default();
+                if presented != [meant] {
+                    return Err(Error::WrongNode {
+                        url: url.to_owned(),
+                        meant: meant.to_owned(),
+                        presented: match presented.is_empty() {
+                            true => "none".into(),
+                            false => presented.join(","),
+                        },
+                    });
+                }
+            }
             handshake(TokioIo::new(stream), url).await?
         }
     };
-    Ok(Connection { sender, authority })
+    Ok(Connection {
+        sender,
+        authority,
+        from: None,
+    })
 }
 
 /// HTTP/1 over `io`, its connection driven in the background.
@@ -197,6 +336,9 @@ impl Connection {
         *req.uri_mut() = pq.parse().map_err(|_| Error::Url(shown.clone()))?;
         if let Ok(v) = self.authority.parse() {
             req.headers_mut().insert(axum::http::header::HOST, v);
+        }
+        if let Some(me) = self.from {
+            req.headers_mut().insert(NODE_HEADER, me);
         }
         self.sender
             .send_request(req)
@@ -239,19 +381,8 @@ fn post_request(url: &str, headers: &[(&str, &str)], body: Bytes) -> Result<Requ
         .map_err(|_| Error::Url(url.to_owned()))
 }
 
-/// POST `body` to another node's `url` and read the whole answer (status, at most `max`
+/// POST `body` to `url` over `transport` and read the whole answer (status, at most `max`
 /// bytes).
-pub async fn post(
-    url: &str,
-    headers: &[(&str, &str)],
-    body: Bytes,
-    max: usize,
-    timeout: Duration,
-) -> Result<(u16, Bytes), Error> {
-    post_via(peers(), url, headers, body, max, timeout).await
-}
-
-/// [`post`] over `transport`.
 pub async fn post_via(
     transport: &Transport,
     url: &str,
@@ -265,43 +396,6 @@ pub async fn post_via(
     let status = resp.status().as_u16();
     let body = read_body(resp.into_body(), max, timeout, url).await?;
     Ok((status, body))
-}
-
-/// POST `body` to `url`: a `200` answer's first line (at most `max` bytes, within `timeout`)
-/// with the rest of its body, held open (dropped, the connection closes and the server learns
-/// it); any other answer read whole, without a rest.
-pub async fn post_held(
-    url: &str,
-    headers: &[(&str, &str)],
-    body: Bytes,
-    max: usize,
-    timeout: Duration,
-) -> Result<(u16, Bytes, Option<Incoming>), Error> {
-    let req = post_request(url, headers, body)?;
-    let deadline = tokio::time::Instant::now() + timeout;
-    let resp = send(req, timeout).await?;
-    let status = resp.status().as_u16();
-    let mut rest = resp.into_body();
-    if status != 200 {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let body = read_body(rest, max, left, url).await?;
-        return Ok((status, body, None));
-    }
-    let mut line = Vec::new();
-    while !line.contains(&b'\n') {
-        let frame = match tokio::time::timeout_at(deadline, rest.frame()).await {
-            Err(_) => return Err(Error::Timeout(url.to_owned())),
-            Ok(None) => return Ok((status, Bytes::from(line), None)),
-            Ok(Some(f)) => f.map_err(|e| Error::Http(url.to_owned(), e))?,
-        };
-        if let Ok(data) = frame.into_data() {
-            line.extend_from_slice(&data);
-        }
-        if line.len() > max {
-            return Err(Error::TooLarge(url.to_owned(), max));
-        }
-    }
-    Ok((status, Bytes::from(line), Some(rest)))
 }
 
 /// Whether `uri` is https, its host (an IPv6 address without its brackets) and port.

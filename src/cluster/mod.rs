@@ -207,6 +207,8 @@ pub(crate) struct Cluster {
     ack: Ack,
     /// Proves a request to the internal endpoint comes from a node of this cluster.
     secret: String,
+    /// How this node reaches the others (plain, or mutual TLS with its certificate).
+    peers: http::Peers,
     root: PathBuf,
     /// This node's lease and the live nodes (`membership.rs`).
     membership: membership::Membership,
@@ -301,10 +303,13 @@ use decide::needed;
 
 impl Cluster {
     /// Join: take the secret (creating it if this is the first node), register under a
-    /// lease kept alive in the background. The node counts into `metrics` (registered in the
-    /// server's registry by the caller).
+    /// lease kept alive in the background; reach the other nodes over `node_tls` (the node
+    /// listener's, read again on SIGHUP) when given. The node counts into `metrics`
+    /// (registered in the server's registry by the caller).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn join(
         config: &ClusterConfig,
+        node_tls: Option<Arc<tls::NodeTls>>,
         root: &Path,
         local: std::net::SocketAddr,
         env: &crate::receive::Environment,
@@ -320,13 +325,18 @@ impl Cluster {
             .observed(metrics.clone());
         let etcd = Arc::new(etcd);
         // Every request to another node over TLS with the cluster CA, or none over TLS.
-        let scheme = match &config.node_tls {
-            Some(files) => {
-                http::set_peers(http::Transport::Tls(files.client()?));
+        let scheme = match &node_tls {
+            Some(t) => {
+                let names = t.names();
+                if names != [config.node.as_str()] {
+                    tracing::warn!(target: "berth::cluster", node = %config.node, names = %Escaped::text(&names.join(",")), "--cluster-cert does not name this node (URI berth-node:<name>): the other nodes will refuse it");
+                }
                 "https"
             }
             None => "http",
         };
+        let peers = http::Peers::new(&config.node, node_tls)
+            .ok_or_else(|| Error::NodeName(config.node.clone()))?;
         let key = b"/berth/secret".to_vec();
         let candidate = random_hex(32);
         // Nodes and etcd started together (the README's quick start, a host's boot): wait for
@@ -370,7 +380,7 @@ impl Cluster {
             .advertise
             .clone()
             .unwrap_or_else(|| format!("{scheme}://{local}"));
-        if config.node_tls.is_some() && !advertise.starts_with("https://") {
+        if scheme == "https" && !advertise.starts_with("https://") {
             return Err(Error::AdvertiseNotTls(advertise));
         }
         let cluster = Arc::new(Cluster {
@@ -383,6 +393,7 @@ impl Cluster {
             node: config.node.clone(),
             ack: config.ack,
             secret,
+            peers,
             root: root.to_owned(),
             pending: Default::default(),
             streams: Default::default(),
@@ -440,6 +451,11 @@ impl Cluster {
     /// Whether etcd renewed this node's lease within its life (`/healthz`).
     pub(crate) fn health(&self) -> Health {
         self.membership.health()
+    }
+
+    /// How this node reaches the others.
+    pub(crate) fn peers(&self) -> &http::Peers {
+        &self.peers
     }
 
     /// `client`'s address, vouched for to a replica a request is forwarded to.

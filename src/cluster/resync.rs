@@ -205,14 +205,17 @@ impl Cluster {
         let mut why = Attempts::default();
         for (i, (peer, url)) in peers.iter().enumerate() {
             let target = http::join(url, "/_berth/cluster/snapshot");
-            let got = http::post(
-                &target,
-                &[(SECRET_HEADER, &self.secret)],
-                ask.clone(),
-                usize::try_from(self.max_pack).unwrap_or(usize::MAX),
-                SNAPSHOT_TIMEOUT,
-            )
-            .await;
+            let got = self
+                .peers
+                .post(
+                    peer,
+                    &target,
+                    &[(SECRET_HEADER, &self.secret)],
+                    ask.clone(),
+                    usize::try_from(self.max_pack).unwrap_or(usize::MAX),
+                    SNAPSHOT_TIMEOUT,
+                )
+                .await;
             let snap = match got {
                 Ok((200, body)) => match wire::decode::<Snapshot>("snapshot", &body) {
                     Ok(s) => s,

@@ -115,6 +115,7 @@ impl PackTee for PushStream {
                 ),
             );
             let secret = self.cluster.secret.clone();
+            let cluster = self.cluster.clone();
             let (peer, repo) = (name.clone(), self.name.clone());
             self.handle.spawn(async move {
                 let body = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -126,7 +127,7 @@ impl PackTee for PushStream {
                     .header(SECRET_HEADER, &secret)
                     .body(Body::from_stream(body));
                 let Ok(req) = req else { return };
-                let result = match http::send(req, STREAM_TIMEOUT).await {
+                let result = match cluster.peers.send(&peer, req, STREAM_TIMEOUT).await {
                     Ok(resp) => {
                         let status = resp.status().as_u16();
                         let why = http::read_body(
@@ -167,8 +168,10 @@ impl Drop for PushStream {
         for (name, url) in peers {
             let target = http::join(&url, &format!("/_berth/cluster/drop?stream={}", self.id));
             let secret = self.cluster.secret.clone();
+            let cluster = self.cluster.clone();
             self.handle.spawn(async move {
-                let r = http::post(
+                let r = cluster.peers.post(
+                    &name,
                     &target,
                     &[(SECRET_HEADER, &secret)],
                     Bytes::new(),

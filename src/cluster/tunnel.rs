@@ -85,10 +85,11 @@ pub(crate) struct Tunneled {
 }
 
 impl Cluster {
-    /// Open a tunnel to the node at `base` (its advertise URL) for `what`; `timeout` bounds
-    /// the connect and the answer.
+    /// Open a tunnel to node `node` at `base` (its advertise URL) for `what`; `timeout`
+    /// bounds the connect and the answer.
     pub(crate) async fn open_tunnel(
         &self,
+        node: &str,
         base: &str,
         what: &Tunneled,
         timeout: Duration,
@@ -111,7 +112,7 @@ impl Cluster {
         let req = b
             .body(Body::empty())
             .map_err(|_| http::Error::Url(url.clone()))?;
-        let resp = http::send(req, timeout).await?;
+        let resp = self.peers.send(node, req, timeout).await?;
         if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             let status = resp.status();
             let behind = status == StatusCode::SERVICE_UNAVAILABLE

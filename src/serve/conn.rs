@@ -393,13 +393,34 @@ pub fn default_max_connections() -> usize {
     ((soft / 4) as usize).clamp(8, 10_000)
 }
 
+/// A listener's TLS: the public one's (`--tls-cert`, fixed), or the node listener's (mutual
+/// TLS with the cluster CA; the acceptor current at each connection, read again on SIGHUP).
+pub(super) enum Tls {
+    Public(tokio_rustls::TlsAcceptor),
+    Node(Arc<crate::cluster::tls::NodeTls>),
+}
+
+impl Tls {
+    fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        match self {
+            Tls::Public(a) => a.clone(),
+            Tls::Node(t) => t.acceptor(),
+        }
+    }
+}
+
+/// On the node listener, the nodes the client's certificate names (`berth-node:` URIs),
+/// in every request's extensions.
+#[derive(Debug, Clone)]
+pub(super) struct PeerNodes(pub(super) Vec<String>);
+
 /// Accept connections on `listener` and serve `app` on each until `shutdown` resolves; then
 /// stop accepting, ask every connection to finish its request in flight, and wait for them.
 pub(super) async fn serve(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     server: Arc<Server>,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<Tls>,
     shutdown: impl Future<Output = ()>,
 ) {
     let limits = server.conn_limits;
@@ -478,7 +499,8 @@ pub(super) async fn serve(
         };
         let app = app.clone();
         let open = open.clone();
-        let tls = tls.clone();
+        let node_listener = matches!(tls, Some(Tls::Node(_)));
+        let tls = tls.as_ref().map(Tls::acceptor);
         let mut closing = closing_rx.clone();
         let metrics = server.metrics.clone();
         tasks.spawn(async move {
@@ -501,8 +523,20 @@ pub(super) async fn serve(
                 }
             };
             if let Some(io) = handshake.await {
+                let peer = match (&io, node_listener) {
+                    (Io::Tls(s), true) => Some(PeerNodes(
+                        s.get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .map(|c| crate::cluster::tls::node_names(c))
+                            .unwrap_or_default(),
+                    )),
+                    _ => None,
+                };
                 serve_connection(
                     io,
+                    peer,
                     remote,
                     app,
                     state.clone(),
@@ -638,8 +672,10 @@ fn busy(stream: tokio::net::TcpStream, tls: bool, full: Full) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn serve_connection(
     io: Io,
+    peer: Option<PeerNodes>,
     remote: SocketAddr,
     app: axum::Router,
     state: Arc<ConnState>,
@@ -667,6 +703,9 @@ async fn serve_connection(
         req.extensions_mut()
             .insert(axum::extract::ConnectInfo(remote));
         req.extensions_mut().insert(Hold(svc_state.clone()));
+        if let Some(p) = &peer {
+            req.extensions_mut().insert(p.clone());
+        }
         async move {
             let resp = app
                 .oneshot(req.map(Body::new))

@@ -351,10 +351,9 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
         .map(|c| (&c.node_tls, &c.cluster_listen))
     {
         Some((Some(files), Some(listen))) => {
-            let acceptor = files
-                .server()
+            let tls = cluster::tls::NodeTls::load(files.clone())
                 .map_err(|e| Error::Cluster(cluster::Error::Tls(e)))?;
-            Some((acceptor, listen.clone()))
+            Some((Arc::new(tls), listen.clone()))
         }
         Some((Some(_), None)) | Some((None, Some(_))) => return Err(Error::ClusterListen),
         _ => None,
@@ -431,6 +430,7 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
     if let Some(c) = &config.cluster {
         let joined = cluster::Cluster::join(
             c,
+            node.as_ref().map(|n| n.0.clone()),
             &root,
             // Where the other nodes reach this one unless --advertise says.
             node.as_ref().map_or(local, |n| n.2),
@@ -468,20 +468,21 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let node_task = node.map(|(acceptor, node_listener, at)| {
         tracing::info!(target: "berth::serve", listen = %at, "serving the cluster's nodes (mutual TLS)");
+        tokio::spawn(reload_on_hangup(acceptor.clone()));
         let node_app = app.clone().layer(axum::Extension(FromNodeListener));
         let mut stopped = stopped.clone();
         tokio::spawn(conn::serve(
             node_listener,
             node_app,
             server.clone(),
-            Some(acceptor),
+            Some(conn::Tls::Node(acceptor)),
             async move {
                 let _ = stopped.wait_for(|s| *s).await;
             },
         ))
     });
     on_listening(local);
-    conn::serve(listener, app, server, tls, async {
+    conn::serve(listener, app, server, tls.map(conn::Tls::Public), async {
         shutdown_signal().await;
         let _ = stop.send(true);
     })
@@ -498,6 +499,26 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
     }
     tracing::info!(target: "berth::serve", "stopped");
     Ok(())
+}
+
+/// On every SIGHUP, read `--cluster-ca`, `--cluster-cert` and `--cluster-key` again: the node
+/// listener's new connections and this node's new connections to the others use them; on an
+/// error the ones in use stay (and it is logged).
+async fn reload_on_hangup(tls: Arc<cluster::tls::NodeTls>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match tls.reload() {
+            Ok(()) => {
+                tracing::info!(target: "berth::serve", names = %Escaped::text(&tls.names().join(",")), "SIGHUP: read --cluster-ca, --cluster-cert and --cluster-key again")
+            }
+            Err(e) => {
+                tracing::warn!(target: "berth::serve", error = %Escaped::text(&e.to_string()), "SIGHUP: cannot read the cluster's TLS files again; the ones read before stay in use")
+            }
+        }
+    }
 }
 
 async fn shutdown_signal() {
@@ -568,6 +589,24 @@ async fn handle(
     // Node traffic is honoured on the node listener only, when there is one.
     let node_traffic =
         !server.node_listener || req.extensions().get::<FromNodeListener>().is_some();
+    // There, every request names the node it comes from, which its certificate names.
+    if let Some(conn::PeerNodes(names)) = req.extensions().get::<conn::PeerNodes>() {
+        let claimed = req
+            .headers()
+            .get(cluster::http::NODE_HEADER)
+            .and_then(|v| v.to_str().ok());
+        if claimed.is_none_or(|c| names != &[c]) {
+            return (
+                StatusCode::FORBIDDEN,
+                format!(
+                    "not that node: the client certificate names {}, the request claims {}\n",
+                    Escaped::text(&names.join(",")),
+                    Escaped::text(claimed.unwrap_or("no node"))
+                ),
+            )
+                .into_response();
+        }
+    }
     if path.starts_with(cluster::INTERNAL_PREFIX)
         && let Some(c) = server.cluster.get()
     {
@@ -681,6 +720,7 @@ async fn serve_git(
                 };
                 let how = cluster::Forwarding {
                     node: &c.node,
+                    peers: c.peers(),
                     trusted_user: trusted,
                     timeout: server.idle_timeout + server.push_slot_timeout,
                     idle: server.idle_timeout,

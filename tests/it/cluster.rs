@@ -146,7 +146,7 @@ impl Etcd {
     }
 
     /// `etcdctl` with the endpoints (and the client certificate over TLS).
-    fn etcdctl(&self) -> Command {
+    pub(crate) fn etcdctl(&self) -> Command {
         let mut cmd = Command::new("etcdctl");
         cmd.env("ETCDCTL_API", "3")
             .args(["--endpoints", &self.urls()]);
@@ -154,6 +154,16 @@ impl Etcd {
             cmd.args(c.etcdctl_args());
         }
         cmd
+    }
+
+    /// `--cluster <urls>` and, over TLS, `--etcd-ca/--etcd-cert/--etcd-key`: the arguments
+    /// `berth cluster status`/`drain` reach this etcd with.
+    pub(crate) fn cluster_args(&self) -> Vec<String> {
+        let mut args = vec!["--cluster".to_owned(), self.urls()];
+        if let Some(c) = &self.certs {
+            args.extend(c.berth_etcd_args());
+        }
+        args
     }
 
     /// The keys under `prefix`, read with `etcdctl` (etcd-client); `None` (and a note) when
@@ -306,7 +316,7 @@ impl Cluster {
             .args(["--cluster", &urls, "--node", &n.name]);
         match &self.etcd.certs {
             None => cmd.args(["--advertise", &format!("http://127.0.0.1:{}", n.port)]),
-            Some(c) => cmd.args(c.node_args(n.cluster_port)),
+            Some(c) => cmd.args(c.node_args(&n.name, n.cluster_port)),
         };
         cmd.args(["--replicas", &self.replicas.to_string()])
             .args(&self.extra)
@@ -788,10 +798,11 @@ fn cluster_status_shows_nodes_replicas_and_what_is_wrong() {
         "second push",
     );
     c.converged(&w, "app.git", 3);
-    let urls = c.etcd.urls();
+    let etcd = c.etcd.cluster_args();
     let status = |args: &[&str]| {
         Command::new(common::berth())
-            .args(["cluster", "status", "--cluster", &urls])
+            .args(["cluster", "status"])
+            .args(&etcd)
             .args(args)
             .output()
             .unwrap()
@@ -1237,7 +1248,7 @@ fn randomized_faults() {
         &c.nodes[3].url("s.git"),
         &["HEAD:refs/heads/main"],
     );
-    let etcd_urls = c.etcd.urls();
+    let etcd_args = c.etcd.cluster_args();
     // The nodes' ports, which the clients pick from (a node joining mid-run adds its own).
     let ports = std::sync::RwLock::new(c.nodes.iter().map(|n| n.port).collect::<Vec<u16>>());
     let c = std::sync::Mutex::new(c);
@@ -1276,7 +1287,8 @@ fn randomized_faults() {
                         .push(format!("{at}: berth cluster drain {name}"));
                     let out = Command::new("timeout")
                         .args(["60", common::berth().to_str().unwrap()])
-                        .args(["cluster", "drain", &name, "--cluster", &etcd_urls])
+                        .args(["cluster", "drain", &name])
+                        .args(&etcd_args)
                         .output()
                         .unwrap();
                     assert!(
@@ -1421,7 +1433,8 @@ fn randomized_faults() {
     let faults = faults.into_inner().unwrap();
     // The drain ends: no repository lists the drained node.
     let out = Command::new(common::berth())
-        .args(["cluster", "drain", &drained, "--cluster", &etcd_urls])
+        .args(["cluster", "drain", &drained])
+        .args(&etcd_args)
         .args(["--wait", "--timeout", "300"])
         .output()
         .unwrap();

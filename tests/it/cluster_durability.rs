@@ -6,7 +6,8 @@
 //! streamed pack) run under `strace -f -y` during one push, and the order of their syncs is
 //! read against the reply that says "applied": the replica's `committed` to the decide
 //! request, the accepting node's `ok` to the client. With `core-fsync` only what `core.fsync`
-//! says is synced (git's default: the pack and its index).
+//! says is synced (git's default: the pack and its index). Always over plain HTTP, even
+//! under `BERTH_TEST_CLUSTER_TLS=1`: strace reads the replies on the sockets.
 
 use crate::cluster::push_ok;
 use crate::cluster_fixture::{cluster, cluster_world};
@@ -118,7 +119,7 @@ fn reply_at(lines: &[String], data: &str) -> Option<usize> {
 /// strace shows them).
 fn traced_push(args: &[&str]) -> (Vec<String>, Vec<String>, [std::path::PathBuf; 2]) {
     let w = cluster_world().expect("checked by the caller");
-    let (c, src) = cluster(&w).args(args).with_repo("r.git");
+    let (c, src) = cluster(&w).plain().args(args).with_repo("r.git");
     let dirs = [0, 1].map(|i| {
         w.path(&format!("node{i}"))
             .join("r.git")

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// A CA made with `openssl` in a directory, and one certificate it signed (for localhost and
-/// 127.0.0.1, server and client usage) that every node and etcd member presents.
+/// 127.0.0.1, server and client usage) that every etcd member and etcdctl presents; each node
+/// presents its own ([`Certs::node`]), which names it.
 #[derive(Debug, Clone)]
 pub(crate) struct Certs {
     /// The CA's certificate.
@@ -51,8 +52,17 @@ fn openssl(args: &[&str], paths: &[&Path]) {
     );
 }
 
+const EC: [&str; 5] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:P-256",
+    "-nodes",
+];
+
 impl Certs {
-    /// A new CA `<dir>/<name>-ca.pem` and a certificate `<dir>/<name>.pem` signed by it.
+    /// A new CA `<dir>/<name>-ca.pem` and a certificate `<dir>/<name>.pem` signed by it (for
+    /// localhost and 127.0.0.1, naming no node: etcd's and etcdctl's).
     pub(crate) fn make(dir: &Path, name: &str) -> Certs {
         let p = |f: &str| dir.join(format!("{name}{f}"));
         let c = Certs {
@@ -61,31 +71,38 @@ impl Certs {
             cert: p(".pem"),
             key: p(".key"),
         };
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-        ];
         let mut ca = vec!["req", "-x509", "-days", "2", "-subj"];
         let subject = format!("/CN={name} test CA");
         ca.push(&subject);
-        ca.extend(ec);
+        ca.extend(EC);
         ca.extend(["-addext", "basicConstraints=critical,CA:TRUE"]);
         ca.extend(["-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
         ca.push("-keyout");
         openssl(&ca, &[&c.ca_key, Path::new("-out"), &c.ca]);
-        let csr = p(".csr");
+        c.issue(&c.cert, &c.key, None);
+        c
+    }
+
+    /// A new key at `key` and a certificate for it at `cert`, signed by the CA: for
+    /// localhost and 127.0.0.1, server and client usage, and naming `node` (URI SAN
+    /// `berth-node:<node>`) when given (docs/cluster.md, "Making the CA and the
+    /// certificates"). Each call makes a new key and serial number.
+    pub(crate) fn issue(&self, cert: &Path, key: &Path, node: Option<&str>) {
+        let csr = cert.with_extension("csr");
         let mut req = vec!["req", "-subj", "/CN=berth node"];
-        req.extend(ec);
+        req.extend(EC);
         req.push("-keyout");
-        openssl(&req, &[&c.key, Path::new("-out"), &csr]);
-        let ext = p(".ext");
+        openssl(&req, &[key, Path::new("-out"), &csr]);
+        let ext = cert.with_extension("ext");
+        let uri = node
+            .map(|n| format!(",URI:berth-node:{n}"))
+            .unwrap_or_default();
         std::fs::write(
             &ext,
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-             keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n",
+            format!(
+                "subjectAltName=DNS:localhost,IP:127.0.0.1{uri}\nbasicConstraints=CA:FALSE\n\
+                 keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
+            ),
         )
         .unwrap();
         openssl(
@@ -93,16 +110,27 @@ impl Certs {
             &[
                 &csr,
                 Path::new("-CA"),
-                &c.ca,
+                &self.ca,
                 Path::new("-CAkey"),
-                &c.ca_key,
+                &self.ca_key,
                 Path::new("-extfile"),
                 &ext,
                 Path::new("-out"),
-                &c.cert,
+                cert,
             ],
         );
-        c
+    }
+
+    /// Node `node`'s certificate and key (`<dir>/node-<node>.pem`, `.key`), naming it; issued
+    /// on first use.
+    pub(crate) fn node(&self, node: &str) -> (PathBuf, PathBuf) {
+        let dir = self.ca.parent().unwrap();
+        let cert = dir.join(format!("node-{node}.pem"));
+        let key = dir.join(format!("node-{node}.key"));
+        if !cert.is_file() {
+            self.issue(&cert, &key, Some(node));
+        }
+        (cert, key)
     }
 
     fn s(p: &Path) -> String {
@@ -147,9 +175,10 @@ impl Certs {
         ]
     }
 
-    /// A node's TLS arguments: to etcd, and between nodes on its node listener at `port`
-    /// (advertised as `https://127.0.0.1:<port>`).
-    pub(crate) fn node_args(&self, port: u16) -> Vec<String> {
+    /// Node `node`'s TLS arguments: to etcd, and between nodes on its node listener at
+    /// `port` (advertised as `https://127.0.0.1:<port>`) with its own certificate.
+    pub(crate) fn node_args(&self, node: &str, port: u16) -> Vec<String> {
+        let (cert, key) = self.node(node);
         let mut args = self.berth_etcd_args();
         args.extend([
             "--cluster-listen".into(),
@@ -159,9 +188,9 @@ impl Certs {
             "--cluster-ca".into(),
             Self::s(&self.ca),
             "--cluster-cert".into(),
-            Self::s(&self.cert),
+            Self::s(&cert),
             "--cluster-key".into(),
-            Self::s(&self.key),
+            Self::s(&key),
         ]);
         args
     }
@@ -280,6 +309,13 @@ impl Setup<'_> {
         self
     }
 
+    /// Plain HTTP to etcd and between nodes even under `BERTH_TEST_CLUSTER_TLS=1` (for the
+    /// tests that trace what a node writes: strace sees TLS records, not the requests).
+    pub(crate) fn plain(mut self) -> Self {
+        self.tls = false;
+        self
+    }
+
     /// Start etcd, then the three nodes.
     pub(crate) fn start(self) -> Cluster {
         let w = self.w;
@@ -322,5 +358,98 @@ impl Setup<'_> {
         );
         c.converged(w, repo, replicas);
         (c, src)
+    }
+}
+
+/// A connection to a node's internal endpoints, as another node opens one.
+pub(crate) trait Duplex: std::io::Read + std::io::Write + Send {}
+impl<T: std::io::Read + std::io::Write + Send> Duplex for T {}
+
+/// A TLS client stream whose peer's close without `close_notify` reads as the end.
+struct TlsStream(
+    tokio_rustls::rustls::StreamOwned<tokio_rustls::rustls::ClientConnection, std::net::TcpStream>,
+);
+
+impl std::io::Read for TlsStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self.0.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(0),
+            r => r,
+        }
+    }
+}
+
+impl std::io::Write for TlsStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl Certs {
+    /// A client configuration trusting the CA only and presenting `cert` (with `key`).
+    pub(crate) fn client(
+        &self,
+        cert: &Path,
+        key: &Path,
+    ) -> std::sync::Arc<tokio_rustls::rustls::ClientConfig> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        use tokio_rustls::rustls;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(&self.ca).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let chain: Vec<_> = CertificateDer::pem_file_iter(cert)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let key = PrivateKeyDer::from_pem_file(key).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+        std::sync::Arc::new(config)
+    }
+}
+
+impl Cluster {
+    /// A connection to node `i`'s internal endpoints (`/_berth/cluster/…`) as another node
+    /// opens one, with `head` (a request line and headers, each ending in `\r\n`) sent: on a
+    /// TLS cluster to its node listener, over mutual TLS with the next node's certificate
+    /// and that node's name in `x-berth-node` (as a node's requests carry it); otherwise to
+    /// its public port. The caller writes the body and reads the answer.
+    pub(crate) fn internal(&self, i: usize, head: &str) -> Box<dyn Duplex> {
+        use std::io::Write;
+        let caller = &self.nodes[(i + 1) % self.nodes.len()].name;
+        let head = format!("{head}x-berth-node: {caller}\r\n\r\n");
+        let timeout = Some(std::time::Duration::from_secs(120));
+        let mut s: Box<dyn Duplex> = match &self.etcd.certs {
+            None => {
+                let s = std::net::TcpStream::connect(("127.0.0.1", self.nodes[i].port)).unwrap();
+                s.set_read_timeout(timeout).unwrap();
+                Box::new(s)
+            }
+            Some(certs) => {
+                let (cert, key) = certs.node(caller);
+                let tcp = std::net::TcpStream::connect(("127.0.0.1", self.nodes[i].cluster_port))
+                    .unwrap();
+                tcp.set_read_timeout(timeout).unwrap();
+                let conn = tokio_rustls::rustls::ClientConnection::new(
+                    certs.client(&cert, &key),
+                    rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+                )
+                .unwrap();
+                Box::new(TlsStream(tokio_rustls::rustls::StreamOwned::new(conn, tcp)))
+            }
+        };
+        s.write_all(head.as_bytes()).unwrap();
+        s
     }
 }

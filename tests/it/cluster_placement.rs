@@ -191,7 +191,7 @@ fn a_drained_node_is_taken_off_every_list_after_its_repositories_are_copied_else
         let d = index(&c, &drained);
         assert!(c.nodes[d].dir(r).join("HEAD").is_file(), "{drained}: {r}");
     }
-    let urls = c.etcd.urls();
+    let urls = c.etcd.cluster_args();
     let (drain, pushed) = std::thread::scope(|s| {
         let pushing = s.spawn(|| {
             let mut acked = Vec::new();
@@ -202,7 +202,8 @@ fn a_drained_node_is_taken_off_every_list_after_its_repositories_are_copied_else
             acked
         });
         let drain = Command::new(common::berth())
-            .args(["cluster", "drain", &drained, "--cluster", &urls])
+            .args(["cluster", "drain", &drained])
+            .args(&urls)
             .args(["--wait", "--timeout", "180"])
             .output()
             .unwrap();
@@ -263,7 +264,8 @@ fn a_drained_node_is_taken_off_every_list_after_its_repositories_are_copied_else
     // Still draining: status says so, judged against the cluster's recorded K (2) when no
     // --replicas is given.
     let status = Command::new(common::berth())
-        .args(["cluster", "status", "--cluster", &urls])
+        .args(["cluster", "status"])
+        .args(&urls)
         .output()
         .unwrap();
     let status = String::from_utf8_lossy(&status.stdout);
@@ -360,9 +362,10 @@ fn a_node_started_later_takes_its_rendezvous_share_one_copy_at_a_time() {
 
 /// `etcdctl put key value` on the cluster's etcd.
 fn etcd_put(c: &Cluster, key: &str, value: &str) {
-    let ok = Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args(["--endpoints", &c.etcd.urls(), "put", key, value])
+    let ok = c
+        .etcd
+        .etcdctl()
+        .args(["put", key, value])
         .output()
         .expect("etcdctl (apt-get install etcd-client)");
     assert!(
@@ -436,7 +439,8 @@ fn a_node_down_for_good_is_drained_from_the_copies_of_the_others() {
     // taken the killed one's place.
     c.kill_node(index(&c, &gone));
     let drain = Command::new(common::berth())
-        .args(["cluster", "drain", &gone, "--cluster", &c.etcd.urls()])
+        .args(["cluster", "drain", &gone])
+        .args(c.etcd.cluster_args())
         .args(["--wait", "--timeout", "180"])
         .output()
         .unwrap();

@@ -186,11 +186,10 @@ fn a_replica_down_during_pushes_that_lost_its_copy_resyncs_and_follows_the_log()
     wait_compacted(&c, "r");
 }
 
-/// `POST path` with `headers` and `body` to 127.0.0.1:`port`: the status and the body.
-fn post(port: u16, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+/// `POST path` with `headers` and `body` to node `i`'s internal endpoint (as another node:
+/// [`Cluster::internal`]): the status and the body.
+fn post(c: &Cluster, i: usize, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     let mut req = format!(
         "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -198,9 +197,8 @@ fn post(port: u16, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, St
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
+    let mut s = c.internal(i, &req);
+    s.write_all(body.as_bytes()).unwrap();
     let mut answer = Vec::new();
     let _ = s.read_to_end(&mut answer);
     let answer = String::from_utf8_lossy(&answer).into_owned();
@@ -220,12 +218,11 @@ fn post(port: u16, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, St
 fn the_snapshot_endpoint_wants_the_secret_and_answers_the_refs_at_the_applied_entry() {
     let Some(w) = cluster_world() else { return };
     let (c, src) = cluster(&w).with_repo("r.git");
-    let port = c.nodes[1].port;
     let path = "/_berth/cluster/snapshot";
     let ask = r#"{"repo":"r"}"#;
-    assert_eq!(post(port, path, &[], ask).0, 403);
+    assert_eq!(post(&c, 1, path, &[], ask).0, 403);
     assert_eq!(
-        post(port, path, &[("x-berth-cluster-secret", "00")], ask).0,
+        post(&c, 1, path, &[("x-berth-cluster-secret", "00")], ask).0,
         403
     );
     let Some(secret) = c.etcd.value("/berth/secret") else {
@@ -239,10 +236,10 @@ fn the_snapshot_endpoint_wants_the_secret_and_answers_the_refs_at_the_applied_en
         r#"{}"#,
         "not json",
     ] {
-        assert_eq!(post(port, path, &with, bad).0, 400, "{bad}");
+        assert_eq!(post(&c, 1, path, &with, bad).0, 400, "{bad}");
     }
-    assert_eq!(post(port, path, &with, r#"{"repo":"elsewhere"}"#).0, 404);
-    let (status, body) = post(port, path, &with, ask);
+    assert_eq!(post(&c, 1, path, &with, r#"{"repo":"elsewhere"}"#).0, 404);
+    let (status, body) = post(&c, 1, path, &with, ask);
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).expect(&body);
     let seq = std::fs::read_to_string(c.nodes[1].dir("r.git").join("berth-cluster-seq"))

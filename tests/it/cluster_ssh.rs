@@ -6,7 +6,7 @@
 //! repository converge. Skipped (said on stderr) without `etcd`.
 
 use crate::cluster::{Cluster, porcelain, push};
-use crate::cluster_fixture::{cluster, cluster_world};
+use crate::cluster_fixture::{Duplex, cluster, cluster_world};
 use crate::common;
 use common::World;
 
@@ -552,13 +552,11 @@ fn a_replica_behind_the_log_forwards_ssh_fetches() {
     c.converged(&w, "lag.git", 3);
 }
 
-/// One raw HTTP/1.1 request for the ssh tunnel to node port `port`: the status code and the
-/// connection, read up to the end of the response head.
-fn open_raw(port: u16, headers: &[(&str, &str)]) -> (u16, std::net::TcpStream) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(120)))
-        .unwrap();
+/// One raw HTTP/1.1 request for the ssh tunnel to node `i` (as another node:
+/// [`Cluster::internal`]): the status code and the connection, read up to the end of the
+/// response head.
+fn open_raw(c: &Cluster, i: usize, headers: &[(&str, &str)]) -> (u16, Box<dyn Duplex>) {
+    use std::io::Read;
     let mut req = String::from(
         "POST /_berth/cluster/ssh HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\
          Connection: upgrade\r\nUpgrade: berth-ssh\r\n",
@@ -566,8 +564,7 @@ fn open_raw(port: u16, headers: &[(&str, &str)]) -> (u16, std::net::TcpStream) {
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
+    let mut s = c.internal(i, &req);
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -578,12 +575,12 @@ fn open_raw(port: u16, headers: &[(&str, &str)]) -> (u16, std::net::TcpStream) {
     (status, s)
 }
 
-fn status_of(port: u16, headers: &[(&str, &str)]) -> u16 {
-    open_raw(port, headers).0
+fn status_of(c: &Cluster, i: usize, headers: &[(&str, &str)]) -> u16 {
+    open_raw(c, i, headers).0
 }
 
 /// The frames a tunnel sends until it closes (kind, payload).
-fn frames_until_closed(s: &mut std::net::TcpStream, c: &Cluster) -> Vec<(u8, Vec<u8>)> {
+fn frames_until_closed(s: &mut Box<dyn Duplex>, c: &Cluster) -> Vec<(u8, Vec<u8>)> {
     use std::io::Read;
     let mut all = Vec::new();
     if let Err(e) = s.read_to_end(&mut all) {
@@ -617,23 +614,23 @@ fn the_ssh_tunnel_endpoint_wants_the_secret_and_checks_what_it_is_asked() {
         ("x-berth-ssh-addr", "127.0.0.1:4242"),
     ];
     // Without the cluster secret, or with a wrong one: refused before anything is read.
-    assert_eq!(status_of(c.nodes[near].port, &good), 403);
+    assert_eq!(status_of(&c, near, &good), 403);
     let mut wrong = good.to_vec();
     wrong.push(("x-berth-cluster-secret", "00"));
-    assert_eq!(status_of(c.nodes[near].port, &wrong), 403);
+    assert_eq!(status_of(&c, near, &wrong), 403);
     let Some(secret) = c.etcd.value("/berth/secret") else {
         eprintln!(
             "etcdctl not usable (apt-get install etcd-client): the checks with the secret are not run"
         );
         return;
     };
-    let asked = |port: u16, key: &str, value: Option<&str>| {
+    let asked = |i: usize, key: &str, value: Option<&str>| {
         let mut h: Vec<(&str, &str)> = good.iter().filter(|(k, _)| *k != key).copied().collect();
         if let Some(v) = value {
             h.push((key, v));
         }
         h.push(("x-berth-cluster-secret", &secret));
-        status_of(port, &h)
+        status_of(&c, i, &h)
     };
     // With it: every header checked.
     for (key, bad) in [
@@ -646,18 +643,18 @@ fn the_ssh_tunnel_endpoint_wants_the_secret_and_checks_what_it_is_asked() {
         ("x-berth-ssh-addr", Some("nowhere")),
         ("x-berth-ssh-protocol", Some("version=2;rm")),
     ] {
-        assert_eq!(asked(c.nodes[near].port, key, bad), 400, "{key}: {bad:?}");
+        assert_eq!(asked(near, key, bad), 400, "{key}: {bad:?}");
     }
     // A node that holds no replica does not serve the tunnel; a replica upgrades.
-    assert_eq!(asked(c.nodes[away].port, "", None), 409);
-    assert_eq!(asked(c.nodes[near].port, "", None), 101);
+    assert_eq!(asked(away, "", None), 409);
+    assert_eq!(asked(near, "", None), 101);
 
     // Bounds: a tunnel that says nothing is closed after --idle-timeout (3 s here), with the
     // exit status as its last frame; so is one that sends a frame over 1 MiB.
     let mut h: Vec<(&str, &str)> = good.to_vec();
     h.push(("x-berth-cluster-secret", &secret));
     let started = std::time::Instant::now();
-    let (status, mut silent) = open_raw(c.nodes[near].port, &h);
+    let (status, mut silent) = open_raw(&c, near, &h);
     assert_eq!(status, 101);
     let frames = frames_until_closed(&mut silent, &c);
     // Closed by the idle timeout (3 s): within ten times it.
@@ -671,7 +668,7 @@ fn the_ssh_tunnel_endpoint_wants_the_secret_and_checks_what_it_is_asked() {
         "no advertisement: {frames:?}"
     );
     assert_eq!(frames.last().map(|f| f.0), Some(3), "{frames:?}");
-    let (status, mut big) = open_raw(c.nodes[near].port, &h);
+    let (status, mut big) = open_raw(&c, near, &h);
     assert_eq!(status, 101);
     {
         use std::io::Write;

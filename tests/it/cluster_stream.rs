@@ -274,8 +274,9 @@ fn a_stream_cut_off_by_the_accepting_nodes_death_leaves_nothing_on_the_replicas(
     assert!(pack.len() > 1 << 20);
 
     // A push by hand: the commands, then only half of the pack; the client stays connected.
-    let command = format!("{old} {new} refs/heads/main\0report-status\n");
-    let mut body = format!("{:04x}{command}0000", command.len() + 4).into_bytes();
+    // (`common::request`: with ` object-format=sha256` on SHA-256, as git's send-pack says.)
+    let mut body =
+        crate::common::request(&[format!("{old} {new} refs/heads/main")], "report-status\n");
     let total = body.len() + pack.len();
     body.extend_from_slice(&pack[..pack.len() / 2]);
     let mut s = std::net::TcpStream::connect(("127.0.0.1", c.nodes[0].port)).unwrap();

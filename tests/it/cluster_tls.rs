@@ -148,10 +148,12 @@ fn a_node_or_client_without_a_certificate_of_the_cluster_ca_is_refused() {
         .value("/berth/secret")
         .expect("etcdctl reads the secret");
     let secret_header = format!("x-berth-cluster-secret: {secret}");
+    // n1's certificate, and n1 named as the sender.
+    let (n1_cert, n1_key) = certs.node("n1");
     let (ca, cert, key) = (
         certs.ca.to_str().unwrap(),
-        certs.cert.to_str().unwrap(),
-        certs.key.to_str().unwrap(),
+        n1_cert.to_str().unwrap(),
+        n1_key.to_str().unwrap(),
     );
     let rogue = Certs::make(w.root(), "rogue");
     let (rogue_cert, rogue_key) = (rogue.cert.to_str().unwrap(), rogue.key.to_str().unwrap());
@@ -160,7 +162,14 @@ fn a_node_or_client_without_a_certificate_of_the_cluster_ca_is_refused() {
     let port = c.nodes[0].cluster_port;
     // The cluster's certificate and the secret: served (both factors).
     let with = |extra: &[&str]| {
-        let mut a = vec!["--cacert", ca, "-H", &secret_header];
+        let mut a = vec![
+            "--cacert",
+            ca,
+            "-H",
+            &secret_header,
+            "-H",
+            "x-berth-node: n1",
+        ];
         a.extend_from_slice(extra);
         curl_node(port, snapshot, body, &a)
     };
@@ -171,7 +180,16 @@ fn a_node_or_client_without_a_certificate_of_the_cluster_ca_is_refused() {
             port,
             snapshot,
             body,
-            &["--cacert", ca, "--cert", cert, "--key", key]
+            &[
+                "--cacert",
+                ca,
+                "--cert",
+                cert,
+                "--key",
+                key,
+                "-H",
+                "x-berth-node: n1"
+            ]
         ),
         Some(403)
     );
@@ -230,11 +248,12 @@ fn a_node_or_client_without_a_certificate_of_the_cluster_ca_is_refused() {
     w.commit(&src, "a", "via the rogue node");
     let out = push(&w, &src, &n3_url("app.git"), &["HEAD:refs/heads/main"]);
     assert!(!out.status.success(), "a push through n3 went through");
-    assert!(
-        n3.log().contains("cannot forward") && n3.log().contains("alert"),
-        "n3's log:\n{}",
-        n3.log()
-    );
+    // Its log is read from its stderr as it comes: the last lines may come after the answer.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(n3.log().contains("cannot forward") && n3.log().contains("alert")) {
+        assert!(Instant::now() < deadline, "n3's log:\n{}", n3.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let refs = c.converged(&w, "app.git", 3);
     assert_ne!(
         refs.get("refs/heads/main").map(String::as_str),
@@ -290,4 +309,242 @@ fn a_node_or_client_without_a_certificate_of_the_cluster_ca_is_refused() {
     };
     assert_eq!(n3_refs.get("refs/heads/main"), None, "n3 got the push");
     drop(n3);
+}
+
+/// Node `node`'s `berth serve` with `cert` and `key` as its node certificate: its public port
+/// and the process (its root `<world>/node-<node>`).
+fn start_with_cert(
+    w: &common::World,
+    c: &Cluster,
+    node: &str,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> (u16, common::ServeProcess) {
+    let certs = c.etcd.certs.clone().unwrap();
+    let ports: Vec<u16> = {
+        let l: Vec<_> = (0..2)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        l.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    };
+    let mut cmd = w.cmd(common::berth(), ".");
+    cmd.env("RUST_LOG", "berth=info")
+        .arg("serve")
+        .arg("--root")
+        .arg(w.path(&format!("node-{node}")))
+        .args(["--listen", &format!("127.0.0.1:{}", ports[0])])
+        .args(["--cluster", &c.etcd.urls(), "--node", node])
+        .args(["--cluster-listen", &format!("127.0.0.1:{}", ports[1])])
+        .args(["--advertise", &format!("https://127.0.0.1:{}", ports[1])])
+        .args(["--cluster-ca", certs.ca.to_str().unwrap()])
+        .args(["--cluster-cert", cert.to_str().unwrap()])
+        .args(["--cluster-key", key.to_str().unwrap()])
+        .args(certs.berth_etcd_args());
+    let p = common::ServeProcess::spawn(cmd, |out| out.contains("listening on http://"));
+    (ports[0], p)
+}
+
+#[test]
+fn a_node_with_another_nodes_certificate_is_refused_on_both_ends() {
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).tls().with_repo("app.git");
+    let certs = c.etcd.certs.clone().unwrap();
+    let secret = c
+        .etcd
+        .value("/berth/secret")
+        .expect("etcdctl reads the secret");
+    let secret_header = format!("x-berth-cluster-secret: {secret}");
+    let (n1_cert, n1_key) = certs.node("n1");
+    let snapshot = "/_berth/cluster/snapshot";
+    let body = r#"{"repo":"app"}"#;
+    // A client with n1's certificate and the secret, on n0's node listener: served as n1,
+    // refused as n0, as n2 or as no node; the certificate naming no node (etcd's) is refused
+    // as any node.
+    let as_node = |cert: &std::path::Path, key: &std::path::Path, claimed: Option<&str>| {
+        let claim = claimed.map(|n| format!("x-berth-node: {n}"));
+        let mut a = vec![
+            "--cacert",
+            certs.ca.to_str().unwrap(),
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+            "-H",
+            &secret_header,
+        ];
+        if let Some(h) = &claim {
+            a.extend(["-H", h]);
+        }
+        curl_node(c.nodes[0].cluster_port, snapshot, body, &a)
+    };
+    assert_eq!(as_node(&n1_cert, &n1_key, Some("n1")), Some(200));
+    assert_eq!(as_node(&n1_cert, &n1_key, Some("n0")), Some(403));
+    assert_eq!(as_node(&n1_cert, &n1_key, Some("n2")), Some(403));
+    assert_eq!(as_node(&n1_cert, &n1_key, None), Some(403));
+    assert_eq!(as_node(&certs.cert, &certs.key, Some("n1")), Some(403));
+
+    // A fourth node, n3, started with n1's certificate (of the cluster CA).
+    let (n3_port, n3) = start_with_cert(&w, &c, "n3", &n1_cert, &n1_key);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !n3.log().contains("--cluster-cert does not name this node") {
+        assert!(Instant::now() < deadline, "{}", n3.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The listener's end: its requests claim n3, its certificate names n1. Its forwarded push
+    // (it holds no replica of app) is refused by the replica.
+    w.commit(&src, "a", "via n3");
+    let out = push(
+        &w,
+        &src,
+        &format!("http://127.0.0.1:{n3_port}/app.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    assert!(!out.status.success(), "a push through n3 went through");
+    let refs = c.converged(&w, "app.git", 3);
+    let head = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
+    assert_ne!(refs.get("refs/heads/main"), Some(&head));
+    // The dialler's end: a new repository placed with n3 among its replicas is pushed through
+    // n0; n0's connections to n3 fail (n3 presents n1's certificate), the push is acknowledged
+    // by the two others, and n3 gets nothing.
+    let mut placed = None;
+    for k in 0..20 {
+        let repo = format!("new{k}.git");
+        must(
+            push(&w, &src, &c.nodes[0].url(&repo), &["HEAD:refs/heads/main"]),
+            &c,
+            &format!("a push of {repo}"),
+        );
+        let list = c
+            .etcd
+            .value(&format!("/berth/repos/new{k}/replicas"))
+            .unwrap_or_default();
+        if list.contains("\"n3\"") {
+            placed = Some(repo);
+            break;
+        }
+    }
+    let repo = placed.expect("no new repository placed on n3 in 20");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let said = "presents the certificate of node n1, not of n3";
+    while !c.nodes[0].log().contains(said) {
+        assert!(
+            Instant::now() < deadline,
+            "n0 did not say '{said}'\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let n3_copy = w.path("node-n3").join(&repo);
+    let n3_refs = if n3_copy.join("HEAD").is_file() {
+        w.ref_map(&n3_copy)
+    } else {
+        Default::default()
+    };
+    assert_eq!(n3_refs.get("refs/heads/main"), None, "n3 got the push");
+    drop(n3);
+}
+
+/// The serial number of the certificate the node listener at `port` presents (`openssl
+/// s_client` with `cert` as the client certificate).
+fn presented_serial(
+    certs: &Certs,
+    port: u16,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+        .args(["-CAfile", certs.ca.to_str().unwrap()])
+        .args([
+            "-cert",
+            cert.to_str().unwrap(),
+            "-key",
+            key.to_str().unwrap(),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let mut x509 = Command::new("openssl")
+        .args(["x509", "-noout", "-serial"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    x509.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+    let got = x509.wait_with_output().unwrap();
+    String::from_utf8_lossy(&got.stdout).trim().to_owned()
+}
+
+/// The serial number of the certificate in `file`.
+fn file_serial(file: &std::path::Path) -> String {
+    let out = Command::new("openssl")
+        .args(["x509", "-noout", "-serial", "-in"])
+        .arg(file)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn a_node_reads_its_certificates_again_on_sighup() {
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).tls().with_repo("app.git");
+    let certs = c.etcd.certs.clone().unwrap();
+    let (n0_cert, n0_key) = certs.node("n0");
+    let (n1_cert, n1_key) = certs.node("n1");
+    let port = c.nodes[0].cluster_port;
+    let old = file_serial(&n0_cert);
+    assert!(old.starts_with("serial="), "{old}");
+    assert_eq!(presented_serial(&certs, port, &n1_cert, &n1_key), old);
+    // Files it cannot use: on SIGHUP it says so and keeps the certificate it has.
+    let saved = (
+        std::fs::read(&n0_cert).unwrap(),
+        std::fs::read(&n0_key).unwrap(),
+    );
+    std::fs::write(&n0_cert, "not a certificate\n").unwrap();
+    c.signal(0, "-HUP");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.nodes[0]
+        .log()
+        .contains("cannot read the cluster's TLS files again")
+    {
+        assert!(Instant::now() < deadline, "{}", c.nodes[0].log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(presented_serial(&certs, port, &n1_cert, &n1_key), old);
+    std::fs::write(&n0_cert, &saved.0).unwrap();
+    std::fs::write(&n0_key, &saved.1).unwrap();
+    // A newly issued certificate (new key, new serial) in its files: presented once the node
+    // had its SIGHUP, not before.
+    certs.issue(&n0_cert, &n0_key, Some("n0"));
+    let new = file_serial(&n0_cert);
+    assert_ne!(new, old);
+    assert_eq!(presented_serial(&certs, port, &n1_cert, &n1_key), old);
+    c.signal(0, "-HUP");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while presented_serial(&certs, port, &n1_cert, &n1_key) != new {
+        assert!(Instant::now() < deadline, "{}", c.nodes[0].log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Its own connections to the others use the new key too: pushes through it (streamed,
+    // prepared, decided over TLS) and through the others (to it) still replicate.
+    for i in [0, 1] {
+        w.commit(&src, "a", &format!("after the reload, via n{i}"));
+        must(
+            push(
+                &w,
+                &src,
+                &c.nodes[i].url("app.git"),
+                &["HEAD:refs/heads/main"],
+            ),
+            &c,
+            &format!("a push via n{i} after n0's reload"),
+        );
+    }
+    let refs = c.converged(&w, "app.git", 3);
+    let head = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
+    assert_eq!(refs.get("refs/heads/main"), Some(&head));
 }

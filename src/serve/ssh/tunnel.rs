@@ -182,7 +182,7 @@ async fn open_any(
     loop {
         let mut behind = false;
         for (node, url) in replicas {
-            match cluster.open_tunnel(url, what, timeout).await {
+            match cluster.open_tunnel(node, url, what, timeout).await {
                 Ok(s) => return Ok((node.clone(), s)),
                 Err(e) => {
                     behind |= matches!(e, tunnel::Error::Behind(_));
