@@ -66,7 +66,22 @@ pub fn put_varint(out: &mut Vec<u8>, mut value: u64) {
 
 /// Length of the common prefix of `a` and `b`.
 pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+    // Eight bytes at a time (every record's key is compressed against the one before it).
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("8 bytes"));
+        let y = u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if x != y {
+            return i + ((x ^ y).trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    i + a[i..n]
+        .iter()
+        .zip(&b[i..n])
+        .take_while(|(x, y)| x == y)
+        .count()
 }
 
 /// Append a prefix-compressed key: `varint(prefix_len) varint(suffix_len << 3 | extra) suffix`.
@@ -227,6 +242,21 @@ mod tests {
         assert_eq!(out, [0x80, 0x00]);
         assert_eq!(get_varint(&[0x80]), None);
         assert_eq!(get_varint(&[0xff; 12]), None);
+    }
+
+    #[test]
+    fn common_prefix_at_every_length() {
+        let a: Vec<u8> = (0..40u8).collect();
+        for len in 0..=a.len() {
+            for at in 0..len {
+                let mut b = a[..len].to_vec();
+                b[at] ^= 0x80;
+                assert_eq!(common_prefix(&a[..len], &b), at, "{len} {at}");
+                assert_eq!(common_prefix(&b, &a), at, "{len} {at}");
+            }
+            assert_eq!(common_prefix(&a[..len], &a), len);
+            assert_eq!(common_prefix(&a, &a[..len]), len);
+        }
     }
 
     #[test]
