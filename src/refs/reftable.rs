@@ -238,7 +238,7 @@ impl Locked<'_> {
         // (git runs no `aborted` hook then: the transaction was prepared.)
         let written = store
             .records(locked.stack(), &now, batch, committer, objects)
-            .and_then(|(refs, logs)| locked.commit(&refs, &logs));
+            .and_then(|(refs, logs)| locked.commit(refs, logs));
         written.map_err(|e| Failed::quietly(commit::Error::Reftable(e)))?;
         Ok(live)
     }

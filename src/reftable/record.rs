@@ -66,7 +66,22 @@ pub fn put_varint(out: &mut Vec<u8>, mut value: u64) {
 
 /// Length of the common prefix of `a` and `b`.
 pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+    // Eight bytes at a time (every record's key is compressed against the one before it).
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("8 bytes"));
+        let y = u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if x != y {
+            return i + ((x ^ y).trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    i + a[i..n]
+        .iter()
+        .zip(&b[i..n])
+        .take_while(|(x, y)| x == y)
+        .count()
 }
 
 /// Append a prefix-compressed key: `varint(prefix_len) varint(suffix_len << 3 | extra) suffix`.
@@ -120,10 +135,28 @@ pub fn decode_string(buf: &[u8]) -> Option<(&[u8], usize)> {
 /// The key of a log record: `refname '\0' be64(!update_index)`.
 pub fn log_key(refname: &[u8], update_index: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(refname.len() + 9);
-    k.extend_from_slice(refname);
-    k.push(0);
-    k.extend_from_slice(&(!update_index).to_be_bytes());
+    put_log_key(&mut k, refname, update_index);
     k
+}
+
+/// Append the key of a log record to `out`.
+pub fn put_log_key(out: &mut Vec<u8>, refname: &[u8], update_index: u64) {
+    out.extend_from_slice(refname);
+    out.push(0);
+    out.extend_from_slice(&(!update_index).to_be_bytes());
+}
+
+/// The order of two log records' keys ([`log_key`]) without building them.
+pub fn log_key_cmp(a: (&[u8], u64), b: (&[u8], u64)) -> std::cmp::Ordering {
+    let n = a.0.len().min(b.0.len());
+    match a.0[..n].cmp(&b.0[..n]) {
+        std::cmp::Ordering::Equal => {}
+        o => return o,
+    }
+    let (ta, tb) = ((!a.1).to_be_bytes(), (!b.1).to_be_bytes());
+    let ra = a.0[n..].iter().copied().chain([0]).chain(ta);
+    let rb = b.0[n..].iter().copied().chain([0]).chain(tb);
+    ra.cmp(rb)
 }
 
 /// Split a log key into `(refname, update_index)`.
@@ -212,6 +245,21 @@ mod tests {
     }
 
     #[test]
+    fn common_prefix_at_every_length() {
+        let a: Vec<u8> = (0..40u8).collect();
+        for len in 0..=a.len() {
+            for at in 0..len {
+                let mut b = a[..len].to_vec();
+                b[at] ^= 0x80;
+                assert_eq!(common_prefix(&a[..len], &b), at, "{len} {at}");
+                assert_eq!(common_prefix(&b, &a), at, "{len} {at}");
+            }
+            assert_eq!(common_prefix(&a[..len], &a), len);
+            assert_eq!(common_prefix(&a, &a[..len]), len);
+        }
+    }
+
+    #[test]
     fn key_prefix_compression() {
         let mut out = Vec::new();
         assert!(!encode_key(&mut out, b"refs/heads/a", b"refs/heads/b", 1));
@@ -226,6 +274,22 @@ mod tests {
             decode_key(&mut empty, &out).is_none(),
             "prefix longer than previous key"
         );
+    }
+
+    #[test]
+    fn log_key_order_without_building_keys() {
+        let names: [&[u8]; 5] = [b"HEAD", b"HEAD\0x", b"refs/a", b"refs/a/b", b"refs/ab"];
+        for a in names {
+            for b in names {
+                for (ua, ub) in [(1, 1), (1, 2), (2, 1), (u64::MAX, 0)] {
+                    assert_eq!(
+                        log_key_cmp((a, ua), (b, ub)),
+                        log_key(a, ua).cmp(&log_key(b, ub)),
+                        "{a:?}@{ua} vs {b:?}@{ub}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! The stack of tables in `$GIT_DIR/reftable/`: `tables.list` names them oldest first; reads
 //! merge them newest-wins with tombstones applied; an addition writes one table and appends it
 //! under `tables.list.lock`; auto-compaction merges a suffix of the stack so that table sizes
-//! stay a geometric sequence (git's `reftable/stack.c`).
+//! stay a geometric sequence (git's `reftable/stack.c`). Merges stream: the tables are read
+//! record by record in key order (git's merged iterator, `reftable/merged.c`) and a compaction
+//! copies each winning record's bytes into the new table without decoding it; an addition that
+//! auto-compaction would take in goes straight into the compacted table.
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use gix_object::bstr::BString;
 
-use super::table::{Table, WriteOptions, write_table};
-use super::{Error, LogRecord, LogValue, RefRecord, RefValue, Result};
+use super::record::log_key_cmp;
+use super::table::{Records, Table, TableWriter, WriteOptions, write_table};
+use super::{Error, LogRecord, RefRecord, RefValue, Result};
 use crate::fsync::{Components, Durability};
 use crate::lockfile::Timeout;
 
@@ -152,70 +155,202 @@ fn parse_names(data: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// Merge the ref records of `tables` (oldest first) in name order: the newest record of each
-/// name wins. Each table is sorted already, so this is one linear merge per table.
-fn merge_refs(tables: &[Table]) -> Result<Vec<RefRecord>> {
-    let mut merged: Vec<RefRecord> = Vec::new();
-    for t in tables {
-        merged = merge_newer(merged, t.refs()?);
-    }
-    Ok(merged)
+/// One input of a merge: a table's section read record by record, or the records of an
+/// addition not written yet (sorted; the newest input).
+enum Source<'t> {
+    Table(Records<'t>),
+    Refs(&'t [RefRecord], usize),
+    Logs(&'t [LogRecord], usize, Vec<u8>),
 }
 
-/// `older` and `newer` (each sorted by name) merged, `newer` winning.
-fn merge_newer(older: Vec<RefRecord>, newer: Vec<RefRecord>) -> Vec<RefRecord> {
-    if older.is_empty() {
-        return newer;
-    }
-    let mut out = Vec::with_capacity(older.len() + newer.len());
-    let mut older = older.into_iter().peekable();
-    for rec in newer {
-        while let Some(o) = older.next_if(|o| o.name < rec.name) {
-            out.push(o);
+impl Source<'_> {
+    /// Move to the next record; `false` at the end.
+    fn advance(&mut self) -> Result<bool> {
+        match self {
+            Source::Table(r) => r.advance(),
+            Source::Refs(recs, next) => {
+                *next += 1;
+                Ok(*next <= recs.len())
+            }
+            Source::Logs(recs, next, key) => {
+                *next += 1;
+                let Some(l) = recs.get(*next - 1) else {
+                    return Ok(false);
+                };
+                key.clear();
+                super::record::put_log_key(key, &l.refname, l.update_index);
+                Ok(true)
+            }
         }
-        older.next_if(|o| o.name == rec.name);
-        out.push(rec);
     }
-    out.extend(older);
-    out
+
+    /// The current record's key.
+    fn key(&self) -> &[u8] {
+        match self {
+            Source::Table(r) => r.key(),
+            Source::Refs(recs, next) => &recs[*next - 1].name,
+            Source::Logs(_, _, key) => key,
+        }
+    }
 }
 
-/// The table compaction writes for `range` with `refs` and `logs` (already normalized) of a
-/// newer table on top, covering update indexes `min..=max`: the newest record of each key,
-/// tombstones dropped when the range is the bottom of the stack, log messages kept exactly.
+/// Walk `sources` (oldest first) in key order as git's merged iterator does
+/// (`reftable/merged.c`): for each key, `emit` gets the source holding the newest record of
+/// that key (a tombstone included); the older records of that key are skipped unread.
+fn merge_records(
+    sources: &mut [Source<'_>],
+    mut emit: impl FnMut(&Source<'_>) -> Result<()>,
+) -> Result<()> {
+    // The sources with a current record, oldest first.
+    let mut live = Vec::with_capacity(sources.len());
+    for (i, s) in sources.iter_mut().enumerate() {
+        if s.advance()? {
+            live.push(i);
+        }
+    }
+    while let Some(&first) = live.first() {
+        let mut w = first;
+        for &i in &live[1..] {
+            if sources[i].key() <= sources[w].key() {
+                w = i;
+            }
+        }
+        emit(&sources[w])?;
+        let mut k = 0;
+        while k < live.len() {
+            let i = live[k];
+            if i != w && sources[i].key() == sources[w].key() && !sources[i].advance()? {
+                live.remove(k);
+                continue;
+            }
+            k += 1;
+        }
+        if !sources[w].advance()? {
+            live.retain(|&i| i != w);
+        }
+    }
+    Ok(())
+}
+
+/// The ref records of `tables` (oldest first) in name order, the newest of each name, without
+/// tombstones.
+fn merge_refs(tables: &[Table]) -> Result<Vec<RefRecord>> {
+    let mut out = Vec::new();
+    let mut sources: Vec<Source<'_>> = tables
+        .iter()
+        .map(|t| Source::Table(t.ref_records()))
+        .collect();
+    merge_records(&mut sources, |s| match s {
+        Source::Table(r) if r.extra() != super::record::REF_DELETION => {
+            out.push(r.decode_ref()?);
+            Ok(())
+        }
+        _ => Ok(()),
+    })?;
+    Ok(out)
+}
+
+/// The log records of `tables` (oldest first) in key order, the newest of each key, without
+/// tombstones.
+fn merge_logs(tables: &[Table]) -> Result<Vec<LogRecord>> {
+    let mut out = Vec::new();
+    let mut sources: Vec<Source<'_>> = tables
+        .iter()
+        .map(|t| Source::Table(t.log_records()))
+        .collect();
+    merge_records(&mut sources, |s| match s {
+        Source::Table(l) if l.extra() != 0 => {
+            out.push(l.decode_log()?);
+            Ok(())
+        }
+        _ => Ok(()),
+    })?;
+    Ok(out)
+}
+
+/// What a compaction puts on top of the tables it merges: the records of an addition not
+/// written as a table of its own (sorted, their update index the table's; messages normalized
+/// as adding them would have), or that addition's table.
+#[derive(Clone, Copy)]
+enum Addition<'a> {
+    Records(&'a [RefRecord], &'a [LogRecord]),
+    Table(&'a Table),
+}
+
+/// The table compacting `range` (oldest first) with `top` above it writes, covering update
+/// indexes `min..=max`, as git's `stack_write_compact`: the newest record of each key streamed
+/// from the tables straight into the writer, tombstones dropped when the range is the bottom
+/// of the stack, the tables' log messages kept exactly.
 fn compacted_table(
     opts: WriteOptions,
     range: &[Table],
+    top: Option<Addition<'_>>,
     at_bottom: bool,
-    min: u64,
-    max: u64,
-    refs: &[RefRecord],
-    logs: Vec<LogRecord>,
+    (min, max): (u64, u64),
 ) -> Result<(Vec<u8>, bool)> {
-    let mut merged = merge_newer(merge_refs(range)?, refs.to_vec());
-    let mut merged_logs = merge_logs(range)?;
-    merged_logs.extend(logs.into_iter().map(|l| (l.key(), l)));
-    let mut merged_logs: Vec<LogRecord> = merged_logs.into_values().collect();
-    if at_bottom {
-        merged.retain(|r| r.value != RefValue::Deletion);
-        merged_logs.retain(|l| l.value != LogValue::Deletion);
-    }
+    use super::record::{REF_DELETION, REF_VAL1, REF_VAL2};
+    let normalize = !opts.exact_log_message;
     let opts = WriteOptions {
         exact_log_message: true,
         ..opts
     };
-    write_table(opts, min, max, &merged, &merged_logs)
-}
-
-/// Merge the log records of `tables` (oldest first), keyed by their log key.
-fn merge_logs(tables: &[Table]) -> Result<BTreeMap<Vec<u8>, LogRecord>> {
-    let mut merged = BTreeMap::new();
-    for t in tables {
-        for l in t.logs()? {
-            merged.insert(l.key(), l);
+    let mut tables: Vec<&Table> = range.iter().collect();
+    let (mut refs, mut logs): (Vec<Source<'_>>, Vec<Source<'_>>) = (Vec::new(), Vec::new());
+    match top {
+        Some(Addition::Table(t)) => tables.push(t),
+        Some(Addition::Records(r, l)) => {
+            refs.push(Source::Refs(r, 0));
+            logs.push(Source::Logs(l, 0, Vec::new()));
         }
+        None => {}
     }
-    Ok(merged)
+    let table_sources =
+        |f: fn(&Table) -> Records<'_>| tables.iter().map(move |t| Source::Table(f(t)));
+    refs.splice(0..0, table_sources(Table::ref_records));
+    logs.splice(0..0, table_sources(Table::log_records));
+    let mut w = TableWriter::new(opts, min, max)?;
+    merge_records(&mut refs, |s| match s {
+        Source::Table(r) => {
+            let extra = r.extra();
+            if at_bottom && extra == REF_DELETION {
+                return Ok(());
+            }
+            if matches!(extra, REF_VAL1 | REF_VAL2) && r.table().hash() != opts.hash {
+                return Err(Error::InvalidRecord(format!(
+                    "table {} holds {} ids, not {}",
+                    r.table().name(),
+                    r.table().hash(),
+                    opts.hash
+                )));
+            }
+            w.add_ref_raw(r.key(), r.update_index(), extra, r.payload())
+        }
+        Source::Refs(recs, next) => {
+            let r = &recs[*next - 1];
+            if at_bottom && r.value == RefValue::Deletion {
+                return Ok(());
+            }
+            w.add_ref(r)
+        }
+        Source::Logs(..) => unreachable!("refs merged"),
+    })?;
+    merge_records(&mut logs, |s| match s {
+        Source::Table(l) => {
+            if at_bottom && l.extra() == 0 {
+                return Ok(());
+            }
+            w.add_log_raw(l.key(), l.extra(), l.value())
+        }
+        Source::Logs(recs, next, _) => {
+            let l = &recs[*next - 1];
+            if at_bottom && l.value == super::LogValue::Deletion {
+                return Ok(());
+            }
+            w.add_log_as(l, normalize)
+        }
+        Source::Refs(..) => unreachable!("logs merged"),
+    })?;
+    w.finish()
 }
 
 impl Stack {
@@ -321,17 +456,13 @@ impl Stack {
     pub fn refs(&self) -> Result<Vec<(BString, RefValue)>> {
         Ok(merge_refs(&self.tables)?
             .into_iter()
-            .filter(|r| r.value != RefValue::Deletion)
             .map(|r| (r.name, r.value))
             .collect())
     }
 
     /// All ref records (with their update indexes) of the stack, deletions applied.
     pub fn ref_records(&self) -> Result<Vec<RefRecord>> {
-        Ok(merge_refs(&self.tables)?
-            .into_iter()
-            .filter(|r| r.value != RefValue::Deletion)
-            .collect())
+        merge_refs(&self.tables)
     }
 
     /// Look one ref up, newest table first.
@@ -349,10 +480,7 @@ impl Stack {
 
     /// All reflog entries in key order (by ref name, newest first), tombstones applied.
     pub fn logs(&self) -> Result<Vec<LogRecord>> {
-        Ok(merge_logs(&self.tables)?
-            .into_values()
-            .filter(|l| l.value != LogValue::Deletion)
-            .collect())
+        merge_logs(&self.tables)
     }
 
     /// Take `tables.list.lock` (waiting up to `reftable.lockTimeout`) and reload the stack under
@@ -374,7 +502,7 @@ impl Stack {
     /// Write one new table holding `updates` and `logs` and append it to the stack, under
     /// `tables.list.lock`: [`Stack::lock`] then [`Locked::commit`].
     pub fn add(&mut self, updates: &[RefRecord], logs: &[LogRecord]) -> Result<u64> {
-        self.lock()?.commit(updates, logs)
+        self.lock()?.commit(updates.to_vec(), logs.to_vec())
     }
     /// Write `bytes` to a temporary file and rename it to a fresh `<min>-<max>-<rnd>.ref` name.
     fn install_table(&self, min: u64, max: u64, bytes: &[u8]) -> Result<String> {
@@ -400,29 +528,29 @@ impl Stack {
         Ok(name)
     }
 
-    /// With `tables.list` locked (`lock`) and the new table of update index `ts` encoded
-    /// (`bytes`, holding `refs` and `logs`): if auto-compaction after adding it would compact a
-    /// segment ending with it, and that segment's tables can be locked, write the compacted
-    /// table instead and commit the list; else give the lock back.
-    fn add_compacted(
-        &mut self,
-        lock: LockFile,
-        ts: u64,
-        bytes: &[u8],
-        refs: &[RefRecord],
-        logs: &[LogRecord],
-    ) -> Result<std::result::Result<(), LockFile>> {
+    /// Where the segment auto-compaction would compact after adding a table of `size` bytes
+    /// (as [`Stack::compaction_sizes`] weighs them) starts, when it ends with that table; `None`
+    /// when it would compact nothing or a segment below it.
+    fn segment_with(&self, size: u64) -> Option<usize> {
         if self.opts.disable_auto_compact || self.tables.is_empty() {
-            return Ok(Err(lock));
+            return None;
         }
         let mut sizes = self.compaction_sizes();
-        let new_size = (bytes.len() - super::table::footer_size_for(self.opts.hash))
-            .saturating_sub(super::table::header_size_for(self.opts.hash) - 1);
-        sizes.push(new_size as u64);
+        sizes.push(size);
         let (first, end) = suggest_compaction_segment(&sizes, self.opts.geometric_factor);
-        if end <= first + 1 || end != sizes.len() {
-            return Ok(Err(lock));
-        }
+        (end > first + 1 && end == sizes.len()).then_some(first)
+    }
+
+    /// With `tables.list` locked (`lock`): write the table compacting tables `first..` with the
+    /// addition `top` (update index `ts`) on top, in place of adding it and then compacting,
+    /// and commit the list; give the lock back when those tables cannot be locked.
+    fn compact_onto(
+        &mut self,
+        lock: LockFile,
+        first: usize,
+        ts: u64,
+        top: Addition<'_>,
+    ) -> Result<std::result::Result<(), LockFile>> {
         let mut table_locks = Vec::new();
         for t in self.tables[first..].iter().rev() {
             match LockFile::acquire(&self.dir.join(t.name()), Timeout::Once) {
@@ -436,14 +564,7 @@ impl Stack {
         }
         let range = &self.tables[first..];
         let min = range[0].min_update_index();
-        let mut newer_logs = logs.to_vec();
-        for l in &mut newer_logs {
-            if let LogValue::Update(u) = &mut l.value {
-                u.message = super::table::normalize_log_message(&l.refname, &u.message)?.into();
-            }
-        }
-        let (bytes, empty) =
-            compacted_table(self.opts, range, first == 0, min, ts, refs, newer_logs)?;
+        let (bytes, empty) = compacted_table(self.opts, range, Some(top), first == 0, (min, ts))?;
         let compacted: Vec<String> = range.iter().map(|t| t.name().to_owned()).collect();
         let before = self.names()[..first].to_vec();
         self.swap_in(lock, (&before, &[]), &compacted, (min, ts), &bytes, empty)?;
@@ -565,8 +686,7 @@ impl Stack {
         let range = &self.tables[first..=last];
         let min = range[0].min_update_index();
         let max = range[range.len() - 1].max_update_index();
-        let (bytes, empty) =
-            compacted_table(self.opts, range, first == 0, min, max, &[], Vec::new())?;
+        let (bytes, empty) = compacted_table(self.opts, range, None, first == 0, (min, max))?;
         let compacted: Vec<String> = range.iter().map(|t| t.name().to_owned()).collect();
 
         let list_lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout)?;
@@ -602,52 +722,71 @@ impl<S: std::borrow::BorrowMut<Stack>> Locked<S> {
     /// next update index; a log update with update index 0 gets it too (others keep theirs, at
     /// most the next index); log tombstones keep theirs. Then auto-compact as git does. Returns
     /// the update index used; adding nothing writes nothing.
-    pub fn commit(self, updates: &[RefRecord], logs: &[LogRecord]) -> Result<u64> {
+    pub fn commit(self, mut refs: Vec<RefRecord>, mut logs: Vec<LogRecord>) -> Result<u64> {
         let Locked { mut stack, lock } = self;
         let stack: &mut Stack = stack.borrow_mut();
         let ts = stack.next_update_index();
-        let mut refs: Vec<RefRecord> = updates
-            .iter()
-            .map(|r| RefRecord {
-                update_index: ts,
-                ..r.clone()
-            })
-            .collect();
-        refs.sort_by(|a, b| a.name.cmp(&b.name));
+        for r in &mut refs {
+            r.update_index = ts;
+        }
+        refs.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         if let Some(w) = refs.windows(2).find(|w| w[0].name == w[1].name) {
             return Err(Error::InvalidRecord(format!(
                 "ref {} updated twice",
                 w[0].name
             )));
         }
-        let mut logs: Vec<LogRecord> = logs
-            .iter()
-            .map(|l| {
-                let mut l = l.clone();
-                if l.update_index == 0 {
-                    l.update_index = ts;
-                }
-                l
-            })
-            .collect();
-        logs.sort_by_key(LogRecord::key);
-        if let Some(w) = logs.windows(2).find(|w| w[0].key() == w[1].key()) {
+        for l in &mut logs {
+            if l.update_index == 0 {
+                l.update_index = ts;
+            }
+        }
+        fn key(l: &LogRecord) -> (&[u8], u64) {
+            (l.refname.as_slice(), l.update_index)
+        }
+        logs.sort_unstable_by(|a, b| log_key_cmp(key(a), key(b)));
+        if let Some(w) = logs
+            .windows(2)
+            .find(|w| log_key_cmp(key(&w[0]), key(&w[1])).is_eq())
+        {
             return Err(Error::InvalidRecord(format!(
                 "two log records for {} at update index {}",
                 w[0].refname, w[0].update_index
             )));
         }
-        let (bytes, empty) = write_table(stack.opts, ts, ts, &refs, &logs)?;
-        if empty {
+        if refs.is_empty() && logs.is_empty() {
             return Ok(ts);
         }
         // When the auto-compaction that would follow takes in the new table, write its result
-        // at once: the same stack as adding the table and then compacting, one write fewer.
-        let lock = match stack.add_compacted(lock, ts, &bytes, &refs, &logs)? {
-            Ok(()) => return Ok(ts),
-            Err(lock) => lock,
-        };
-        let name = stack.install_table(ts, ts, &bytes)?;
+        // at once: the same stack as adding the table and then compacting. Which tables it
+        // takes in depends on the new table's size; when the smallest it can be (its ref
+        // records alone) and any larger size give the same answer, the records go straight
+        // into the compacted table, encoded once.
+        let floor = super::table::size_floor(&refs, stack.opts.hash);
+        let at_floor = stack.segment_with(floor);
+        let certain = at_floor == stack.segment_with(u64::MAX >> 8);
+        let mut lock = lock;
+        if let (true, Some(first)) = (certain, at_floor) {
+            let top = Addition::Records(&refs, &logs);
+            match stack.compact_onto(lock, first, ts, top)? {
+                Ok(()) => return Ok(ts),
+                Err(l) => lock = l,
+            }
+        }
+        let (bytes, _) = write_table(stack.opts, ts, ts, &refs, &logs)?;
+        drop((refs, logs));
+        let new = Table::from_bytes("(new table)", bytes)?;
+        let weight = new
+            .size()
+            .saturating_sub(super::table::header_size_for(stack.opts.hash) as u64 - 1);
+        if let (false, Some(first)) = (certain, stack.segment_with(weight)) {
+            match stack.compact_onto(lock, first, ts, Addition::Table(&new))? {
+                Ok(()) => return Ok(ts),
+                Err(l) => lock = l,
+            }
+        }
+        let bytes = new.bytes();
+        let name = stack.install_table(ts, ts, bytes)?;
         let mut list = String::new();
         for n in stack.names().iter().chain(std::iter::once(&name)) {
             list.push_str(n);
@@ -671,6 +810,298 @@ impl<S: std::borrow::BorrowMut<Stack>> Locked<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reftable::{LogUpdate, LogValue};
+    use std::collections::BTreeMap;
+
+    /// The compaction as it was before it streamed (each table decoded into owned records,
+    /// merged in memory, the newer table's records given as values): the reference the
+    /// streaming merge must match byte for byte.
+    mod owned {
+        use super::*;
+
+        fn merge_newer(older: Vec<RefRecord>, newer: Vec<RefRecord>) -> Vec<RefRecord> {
+            if older.is_empty() {
+                return newer;
+            }
+            let mut out = Vec::with_capacity(older.len() + newer.len());
+            let mut older = older.into_iter().peekable();
+            for rec in newer {
+                while let Some(o) = older.next_if(|o| o.name < rec.name) {
+                    out.push(o);
+                }
+                older.next_if(|o| o.name == rec.name);
+                out.push(rec);
+            }
+            out.extend(older);
+            out
+        }
+
+        pub fn merge_refs(tables: &[Table]) -> Vec<RefRecord> {
+            let mut merged: Vec<RefRecord> = Vec::new();
+            for t in tables {
+                merged = merge_newer(merged, t.refs().expect("refs"));
+            }
+            merged
+        }
+
+        pub fn merge_logs(tables: &[Table]) -> BTreeMap<Vec<u8>, LogRecord> {
+            let mut merged = BTreeMap::new();
+            for t in tables {
+                for l in t.logs().expect("logs") {
+                    merged.insert(l.key(), l);
+                }
+            }
+            merged
+        }
+
+        pub fn compacted_table(
+            opts: WriteOptions,
+            range: &[Table],
+            at_bottom: bool,
+            (min, max): (u64, u64),
+            refs: &[RefRecord],
+            logs: Vec<LogRecord>,
+        ) -> (Vec<u8>, bool) {
+            let mut merged = merge_newer(merge_refs(range), refs.to_vec());
+            let mut merged_logs = merge_logs(range);
+            merged_logs.extend(logs.into_iter().map(|l| (l.key(), l)));
+            let mut merged_logs: Vec<LogRecord> = merged_logs.into_values().collect();
+            if at_bottom {
+                merged.retain(|r| r.value != RefValue::Deletion);
+                merged_logs.retain(|l| l.value != LogValue::Deletion);
+            }
+            let opts = WriteOptions {
+                exact_log_message: true,
+                ..opts
+            };
+            write_table(opts, min, max, &merged, &merged_logs).expect("write")
+        }
+    }
+
+    fn id(i: u32) -> gix_hash::ObjectId {
+        let mut b = [0u8; 20];
+        b[..4].copy_from_slice(&i.wrapping_mul(2_654_435_761).to_be_bytes());
+        b[19] = i as u8;
+        gix_hash::ObjectId::try_from(&b[..]).expect("20 bytes")
+    }
+
+    fn small_blocks() -> WriteOptions {
+        WriteOptions {
+            block_size: 512,
+            ..WriteOptions::default()
+        }
+    }
+
+    /// The records of addition `ts` (1, 2, 3...) of a stack: refs created, updated to
+    /// annotated tags and symrefs, deleted (also refs that never existed), `HEAD`; reflog
+    /// entries, their tombstones, messages git normalizes.
+    fn addition(ts: u64) -> (Vec<RefRecord>, Vec<LogRecord>) {
+        let t = ts as u32;
+        let mut refs = vec![RefRecord {
+            name: "HEAD".into(),
+            update_index: ts,
+            value: RefValue::Symref(format!("refs/heads/r{:04}", t * 7).into()),
+        }];
+        let mut logs = Vec::new();
+        for i in (0..400u32).filter(|i| (i + t).is_multiple_of(t + 1)) {
+            let name: BString = format!("refs/heads/r{i:04}").into();
+            let value = match (i / 3 + t) % 5 {
+                0 => RefValue::Val2(id(i + 100 * t), id(i + 1000 * t)),
+                1 => RefValue::Symref(format!("refs/heads/r{:04}", i / 2).into()),
+                2 if ts > 1 => RefValue::Deletion,
+                _ => RefValue::Val1(id(i / 4 + t)),
+            };
+            if i % 3 != 0 {
+                logs.push(LogRecord {
+                    refname: name.clone(),
+                    update_index: ts,
+                    value: LogValue::Update(LogUpdate {
+                        old: id(i),
+                        new: id(i + t),
+                        name: "C O Mitter".into(),
+                        email: "c@example.com".into(),
+                        time: 1_700_000_000 + u64::from(i * t),
+                        tz_offset: -700,
+                        message: format!("push {i}{}", "\n".repeat(i as usize % 3)).into(),
+                    }),
+                });
+            }
+            if ts > 1 && i % 11 == 0 {
+                logs.push(LogRecord {
+                    refname: name.clone(),
+                    update_index: ts - 1,
+                    value: LogValue::Deletion,
+                });
+            }
+            refs.push(RefRecord {
+                name,
+                update_index: ts,
+                value,
+            });
+        }
+        refs.sort_by(|a, b| a.name.cmp(&b.name));
+        logs.sort_by_key(LogRecord::key);
+        (refs, logs)
+    }
+
+    fn table(opts: WriteOptions, ts: u64) -> Table {
+        let (refs, logs) = addition(ts);
+        let (bytes, _) = write_table(opts, ts, ts, &refs, &logs).expect("write");
+        Table::from_bytes(format!("t{ts}"), bytes).expect("parse")
+    }
+
+    #[test]
+    fn streaming_compaction_writes_what_the_owned_merge_wrote() {
+        for opts in [WriteOptions::default(), small_blocks()] {
+            let tables: Vec<Table> = (1..=4).map(|ts| table(opts, ts)).collect();
+            for (first, last) in [(0, 1), (0, 3), (1, 2), (1, 3), (2, 3)] {
+                let range = &tables[first..=last];
+                let (min, max) = (
+                    range[0].min_update_index(),
+                    range[last - first].max_update_index(),
+                );
+                for at_bottom in [first == 0, false] {
+                    let old =
+                        owned::compacted_table(opts, range, at_bottom, (min, max), &[], vec![]);
+                    let new =
+                        compacted_table(opts, range, None, at_bottom, (min, max)).expect("compact");
+                    assert!(old == new, "{first}..={last} at bottom {at_bottom}");
+                    let t = Table::from_bytes("c", new.0).expect("parse");
+                    t.verify().expect("verify");
+                    assert!(
+                        t.logs()
+                            .expect("logs")
+                            .iter()
+                            .any(|l| l.value == LogValue::Deletion)
+                            != at_bottom
+                    );
+                }
+            }
+            // A push's addition compacted at once: the older tables with its records on top,
+            // messages normalized as adding them would have.
+            let (refs, logs) = addition(5);
+            let (bytes, _) = write_table(opts, 5, 5, &refs, &logs).expect("write");
+            let new_table = Table::from_bytes("new", bytes).expect("parse");
+            let mut normalized = logs.clone();
+            for l in &mut normalized {
+                if let LogValue::Update(u) = &mut l.value {
+                    u.message =
+                        crate::reftable::table::normalize_log_message(&l.refname, &u.message)
+                            .expect("one line")
+                            .into();
+                }
+            }
+            for first in [0, 2, 3] {
+                let old = owned::compacted_table(
+                    opts,
+                    &tables[first..],
+                    first == 0,
+                    (first as u64 + 1, 5),
+                    &refs,
+                    normalized.clone(),
+                );
+                let range = &tables[first..];
+                let limits = (first as u64 + 1, 5);
+                for top in [Addition::Table(&new_table), Addition::Records(&refs, &logs)] {
+                    let new = compacted_table(opts, range, Some(top), first == 0, limits)
+                        .expect("compact");
+                    assert!(old == new, "addition on {first}..");
+                }
+            }
+            // The merged reads of the stack.
+            let with_deletions = owned::merge_refs(&tables);
+            assert!(with_deletions.iter().any(|r| r.value == RefValue::Deletion));
+            let live: Vec<RefRecord> = with_deletions
+                .into_iter()
+                .filter(|r| r.value != RefValue::Deletion)
+                .collect();
+            assert_eq!(merge_refs(&tables).expect("merge"), live);
+            let live_logs: Vec<LogRecord> = owned::merge_logs(&tables)
+                .into_values()
+                .filter(|l| l.value != LogValue::Deletion)
+                .collect();
+            assert_eq!(merge_logs(&tables).expect("merge"), live_logs);
+        }
+    }
+
+    #[test]
+    fn size_floor_is_below_every_table_of_those_refs() {
+        for opts in [WriteOptions::default(), small_blocks()] {
+            for ts in 1..=5 {
+                let (refs, logs) = addition(ts);
+                let (bytes, _) = write_table(opts, ts, ts, &refs, &[]).expect("write");
+                let t = Table::from_bytes("t", bytes).expect("parse");
+                let weight = t.size() - (super::super::table::HEADER_SIZE_V1 as u64 - 1);
+                let floor = super::super::table::size_floor(&refs, opts.hash);
+                assert!(floor <= weight && floor * 3 > weight, "{floor} vs {weight}");
+                let (with_logs, _) = write_table(opts, ts, ts, &refs, &logs).expect("write");
+                assert!(floor <= with_logs.len() as u64);
+            }
+        }
+    }
+
+    /// A push onto a small stack: the compacted table written at once from its records is the
+    /// one adding its table and then compacting the stack writes.
+    #[test]
+    fn an_addition_compacted_at_once_is_the_table_compaction_writes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("reftable");
+        std::fs::create_dir(&path).expect("mkdir");
+        let mut stack = Stack::open(&path).expect("open");
+        let (r1, l1) = addition(1);
+        let small: Vec<RefRecord> = r1[..3].to_vec();
+        let small_logs: Vec<LogRecord> = l1
+            .iter()
+            .filter(|l| small.iter().any(|r| r.name == l.refname))
+            .cloned()
+            .collect();
+        assert_eq!(stack.add(&small, &small_logs).expect("add"), 1);
+        let (r2, l2) = addition(2);
+        let floor = super::super::table::size_floor(&r2, stack.opts.hash);
+        assert_eq!(
+            stack.segment_with(floor),
+            Some(0),
+            "certain without writing the table"
+        );
+        assert_eq!(stack.segment_with(u64::MAX >> 8), Some(0));
+        let below = stack.tables().to_vec();
+        assert_eq!(stack.add(&r2, &l2).expect("add"), 2);
+        assert_eq!(stack.tables().len(), 1, "compacted");
+        let mut normalized = l2.clone();
+        for l in &mut normalized {
+            if let LogValue::Update(u) = &mut l.value {
+                u.message = crate::reftable::table::normalize_log_message(&l.refname, &u.message)
+                    .expect("one line")
+                    .into();
+            }
+        }
+        let r2: Vec<RefRecord> = r2
+            .into_iter()
+            .map(|r| RefRecord {
+                update_index: 2,
+                ..r
+            })
+            .collect();
+        let (want, _) = owned::compacted_table(stack.opts, &below, true, (1, 2), &r2, normalized);
+        assert!(stack.tables()[0].bytes() == want.as_slice());
+    }
+
+    #[test]
+    fn streaming_compaction_reports_a_corrupt_table() {
+        let t = table(small_blocks(), 1);
+        let mut bytes = t.bytes().to_vec();
+        // A ref block's first record's key length, past what the block holds.
+        bytes[super::super::table::HEADER_SIZE_V1 + 4 + 1] = 0xff;
+        let Ok(bad) = Table::from_bytes("bad", bytes) else {
+            panic!("the footer is intact");
+        };
+        let second = table(small_blocks(), 2);
+        let err = compacted_table(small_blocks(), &[bad, second], None, true, (1, 2)).unwrap_err();
+        assert!(
+            matches!(err, Error::Corrupt { ref table, .. } if table == "bad"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn geometric_segments_match_gits_examples() {

@@ -2,7 +2,8 @@
 //! padding, ref index when there are more than 3 ref blocks, obj section only when a ref index
 //! was written, multi-level indexes, log section last, unpadded last block), and [`Table`]
 //! parses a table's bytes (`reftable/table.c`): header, footer with CRC-32, ref iteration in
-//! order, lookups through the index, log iteration.
+//! order, lookups through the index, log iteration, and [`Records`], a section read record
+//! by record without decoding (what a compaction copies).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,7 +14,8 @@ use gix_object::bstr::{BString, ByteSlice};
 use super::block::{Block, BlockWriter};
 use super::record::{
     self, BLOCK_TYPE_INDEX, BLOCK_TYPE_LOG, BLOCK_TYPE_OBJ, BLOCK_TYPE_REF, common_prefix,
-    decode_obj_value, decode_string, encode_obj_value, encode_string, get_varint, put_varint,
+    decode_key, decode_obj_value, decode_string, encode_obj_value, encode_string, get_varint,
+    put_varint,
 };
 use super::{Error, LogRecord, LogUpdate, LogValue, RefRecord, RefValue, Result};
 
@@ -127,7 +129,9 @@ pub struct TableWriter {
     log_stats: SectionStats,
     idx_blocks: usize,
     object_id_len: u64,
+    /// Scratch space for one record's value (and its payload or log key), kept between records.
     value: Vec<u8>,
+    payload: Vec<u8>,
 }
 
 impl TableWriter {
@@ -155,6 +159,7 @@ impl TableWriter {
             idx_blocks: 0,
             object_id_len: 0,
             value: Vec::new(),
+            payload: Vec::new(),
         };
         w.reinit_block(BLOCK_TYPE_REF);
         Ok(w)
@@ -369,47 +374,86 @@ impl TableWriter {
 
     /// Add a ref record; its `update_index` must lie within the table's limits.
     pub fn add_ref(&mut self, rec: &RefRecord) -> Result<()> {
-        if rec.update_index < self.min_update_index || rec.update_index > self.max_update_index {
+        let mut payload = std::mem::take(&mut self.payload);
+        payload.clear();
+        match &rec.value {
+            RefValue::Deletion => {}
+            RefValue::Val1(id) => payload.extend_from_slice(id.as_bytes()),
+            RefValue::Val2(id, peeled) => {
+                payload.extend_from_slice(id.as_bytes());
+                payload.extend_from_slice(peeled.as_bytes());
+            }
+            RefValue::Symref(target) => encode_string(&mut payload, target),
+        }
+        let ids: &[&ObjectId] = match &rec.value {
+            RefValue::Val1(id) => &[id],
+            RefValue::Val2(id, peeled) => &[id, peeled],
+            _ => &[],
+        };
+        let res = match ids.iter().find(|id| id.kind() != self.opts.hash) {
+            Some(id) => Err(Error::InvalidRecord(format!(
+                "object id {id} is not {}",
+                self.opts.hash
+            ))),
+            None => self.add_ref_raw(
+                &rec.name,
+                rec.update_index,
+                rec.value.value_type(),
+                &payload,
+            ),
+        };
+        self.payload = payload;
+        res
+    }
+
+    /// Add a ref record given as its parts: `name`, `update_index` (within the table's limits),
+    /// value type `extra` and `payload`, the value's bytes after its update index (the object
+    /// id(s) of the table's hash, or the symref target as a length-prefixed string): what a
+    /// compaction copies from a table without decoding the record.
+    pub fn add_ref_raw(
+        &mut self,
+        name: &[u8],
+        update_index: u64,
+        extra: u8,
+        payload: &[u8],
+    ) -> Result<()> {
+        if update_index < self.min_update_index || update_index > self.max_update_index {
             return Err(Error::InvalidRecord(format!(
-                "ref {} has update index {} outside {}..={}",
-                rec.name, rec.update_index, self.min_update_index, self.max_update_index
+                "ref {} has update index {update_index} outside {}..={}",
+                name.as_bstr(),
+                self.min_update_index,
+                self.max_update_index
             )));
         }
         let mut value = std::mem::take(&mut self.value);
         value.clear();
-        put_varint(&mut value, rec.update_index - self.min_update_index);
-        match &rec.value {
-            RefValue::Deletion => {}
-            RefValue::Val1(id) => value.extend_from_slice(id.as_bytes()),
-            RefValue::Val2(id, peeled) => {
-                value.extend_from_slice(id.as_bytes());
-                value.extend_from_slice(peeled.as_bytes());
-            }
-            RefValue::Symref(target) => encode_string(&mut value, target),
-        }
-        let res = self.add_record(BLOCK_TYPE_REF, &rec.name, rec.value.value_type(), &value);
+        put_varint(&mut value, update_index - self.min_update_index);
+        value.extend_from_slice(payload);
+        let res = self.add_record(BLOCK_TYPE_REF, name, extra, &value);
         self.value = value;
         res?;
         if self.opts.index_objects {
             let off = self.next();
-            let ids: &[&ObjectId] = match &rec.value {
-                RefValue::Val1(id) => &[id],
-                RefValue::Val2(id, peeled) => &[id, peeled],
-                _ => &[],
+            let hl = self.opts.hash.len_in_bytes();
+            let ids = match extra {
+                record::REF_VAL1 => 1,
+                record::REF_VAL2 => 2,
+                _ => 0,
             };
-            for id in ids {
-                if id.kind() != self.opts.hash {
+            for k in 0..ids {
+                let Some(id) = payload.get(k * hl..(k + 1) * hl) else {
                     return Err(Error::InvalidRecord(format!(
-                        "object id {id} is not {}",
+                        "ref {} holds an object id shorter than {}",
+                        name.as_bstr(),
                         self.opts.hash
                     )));
-                }
+                };
                 // Many refs point at one object: look up before allocating a key.
-                match self.obj_index.get_mut(id.as_bytes()) {
+                match self.obj_index.get_mut(id) {
                     Some(offsets) if offsets.last() == Some(&off) => {}
                     Some(offsets) => offsets.push(off),
                     None => {
-                        self.obj_index.insert(id.as_bytes().to_vec(), vec![off]);
+                        self.obj_index.insert(id.to_vec(), vec![off]);
                     }
                 }
             }
@@ -421,38 +465,70 @@ impl TableWriter {
     /// stripped, one `\n` appended; a multi-line message is refused) unless
     /// [`WriteOptions::exact_log_message`] is set.
     pub fn add_log(&mut self, rec: &LogRecord) -> Result<()> {
-        let mut value = Vec::new();
+        self.add_log_as(rec, !self.opts.exact_log_message)
+    }
+
+    /// [`TableWriter::add_log`], the message normalized when `normalize` says so whatever the
+    /// options say (a compaction, storing the older tables' messages exactly, writing a new
+    /// addition's records as adding them would have).
+    pub fn add_log_as(&mut self, rec: &LogRecord, normalize: bool) -> Result<()> {
+        let mut value = std::mem::take(&mut self.value);
+        value.clear();
         let extra = match &rec.value {
             LogValue::Deletion => 0,
             LogValue::Update(u) => {
-                if rec.update_index > self.max_update_index {
-                    return Err(Error::InvalidRecord(format!(
-                        "log of {} has update index {} above {}",
-                        rec.refname, rec.update_index, self.max_update_index
-                    )));
-                }
-                let mut msg: &[u8] = &u.message;
-                let cleaned;
-                if !self.opts.exact_log_message {
-                    cleaned = normalize_log_message(&rec.refname, msg)?;
-                    msg = &cleaned;
-                }
                 value.extend_from_slice(u.old.as_bytes());
                 value.extend_from_slice(u.new.as_bytes());
                 encode_string(&mut value, &u.name);
                 encode_string(&mut value, &u.email);
                 put_varint(&mut value, u.time);
                 value.extend_from_slice(&u.tz_offset.to_be_bytes());
-                encode_string(&mut value, msg);
+                if normalize {
+                    let msg = one_line(&rec.refname, &u.message)?;
+                    put_varint(&mut value, msg.len() as u64 + 1);
+                    value.extend_from_slice(msg);
+                    value.push(b'\n');
+                } else {
+                    encode_string(&mut value, &u.message);
+                }
                 1
             }
         };
+        let mut key = std::mem::take(&mut self.payload);
+        key.clear();
+        record::put_log_key(&mut key, &rec.refname, rec.update_index);
+        let res = self.add_log_raw(&key, extra, &value);
+        self.payload = key;
+        self.value = value;
+        res
+    }
+
+    /// Add a log record given as its key (`refname '\0' be64(!update_index)`), value type
+    /// `extra` (0: tombstone, 1: update) and encoded value, stored as given (a compaction's
+    /// copy of a record it did not decode). An update's index must be at most the table's
+    /// maximum.
+    pub fn add_log_raw(&mut self, key: &[u8], extra: u8, value: &[u8]) -> Result<()> {
+        if extra != 0 {
+            let Some((refname, update_index)) = record::split_log_key(key) else {
+                return Err(Error::InvalidRecord(format!(
+                    "log key {:?} has no update index",
+                    key.as_bstr()
+                )));
+            };
+            if update_index > self.max_update_index {
+                return Err(Error::InvalidRecord(format!(
+                    "log of {} has update index {update_index} above {}",
+                    refname.as_bstr(),
+                    self.max_update_index
+                )));
+            }
+        }
         if self.block.as_ref().is_some_and(|b| b.typ == BLOCK_TYPE_REF) {
             self.finish_public_section()?;
         }
         // The section before the logs is not padded at its end.
         self.pending_padding = 0;
-        self.add_record(BLOCK_TYPE_LOG, &rec.key(), extra, &value)
+        self.add_record(BLOCK_TYPE_LOG, key, extra, value)
     }
 
     /// Finish the table: the last section, then the footer. Returns the table's bytes and
@@ -679,87 +755,121 @@ impl Table {
         Ok(())
     }
 
-    fn decode_ref(&self, key: &[u8], extra: u8, v: &[u8]) -> Option<(RefRecord, usize)> {
-        let (delta, mut n) = get_varint(v)?;
-        let value = match extra {
-            record::REF_DELETION => RefValue::Deletion,
-            record::REF_VAL1 => {
-                let len = self.hash.len_in_bytes();
-                let id = ObjectId::try_from(v.get(n..n + len)?).ok()?;
-                n += len;
-                RefValue::Val1(id)
-            }
-            record::REF_VAL2 => {
-                let len = self.hash.len_in_bytes();
-                let id = ObjectId::try_from(v.get(n..n + len)?).ok()?;
-                let peeled = ObjectId::try_from(v.get(n + len..n + 2 * len)?).ok()?;
-                n += 2 * len;
-                RefValue::Val2(id, peeled)
-            }
-            record::REF_SYMREF => {
-                let (target, m) = decode_string(v.get(n..)?)?;
-                n += m;
-                RefValue::Symref(target.into())
+    /// The parts of a ref record's value `v` of type `extra`: its update index, where its
+    /// payload (the ids or the symref target) starts and the value's length.
+    fn ref_value_parts(&self, extra: u8, v: &[u8]) -> Option<(u64, usize, usize)> {
+        let (delta, n) = get_varint(v)?;
+        let len = self.hash.len_in_bytes();
+        let end = match extra {
+            record::REF_DELETION => n,
+            record::REF_VAL1 => n + len,
+            record::REF_VAL2 => n + 2 * len,
+            record::REF_SYMREF => n + decode_string(v.get(n..)?)?.1,
+            _ => return None,
+        };
+        if end > v.len() {
+            return None;
+        }
+        Some((self.min_update_index.checked_add(delta)?, n, end))
+    }
+
+    /// The length of a log record's value `v` of type `extra`, and the update index in its key.
+    fn log_value_len(&self, key: &[u8], extra: u8, v: &[u8]) -> Option<(u64, usize)> {
+        let (_, update_index) = record::split_log_key(key)?;
+        let hash_size = self.hash.len_in_bytes();
+        let len = match extra {
+            0 => 0,
+            1 => {
+                let mut n = 2 * hash_size;
+                n += decode_string(v.get(n..)?)?.1;
+                n += decode_string(v.get(n..)?)?.1;
+                n += get_varint(v.get(n..)?)?.1;
+                v.get(n..n + 2)?;
+                n += 2;
+                n + decode_string(v.get(n..)?)?.1
             }
             _ => return None,
+        };
+        Some((update_index, len))
+    }
+
+    fn decode_ref(&self, key: &[u8], extra: u8, v: &[u8]) -> Option<(RefRecord, usize)> {
+        let (update_index, start, end) = self.ref_value_parts(extra, v)?;
+        let p = &v[start..end];
+        let len = self.hash.len_in_bytes();
+        let value = match extra {
+            record::REF_DELETION => RefValue::Deletion,
+            record::REF_VAL1 => RefValue::Val1(ObjectId::try_from(p).ok()?),
+            record::REF_VAL2 => RefValue::Val2(
+                ObjectId::try_from(&p[..len]).ok()?,
+                ObjectId::try_from(&p[len..]).ok()?,
+            ),
+            _ => RefValue::Symref(decode_string(p)?.0.into()),
         };
         Some((
             RefRecord {
                 name: BString::from(key),
-                update_index: self.min_update_index.checked_add(delta)?,
+                update_index,
                 value,
             },
-            n,
+            end,
         ))
     }
 
     fn decode_log(&self, key: &[u8], extra: u8, v: &[u8]) -> Option<(LogRecord, usize)> {
-        let hash_size = self.hash.len_in_bytes();
-        let (refname, update_index) = record::split_log_key(key)?;
-        let refname = BString::from(refname);
-        match extra {
-            0 => Some((
+        let (update_index, end) = self.log_value_len(key, extra, v)?;
+        let refname = BString::from(&key[..key.len() - 9]);
+        if extra == 0 {
+            let value = LogValue::Deletion;
+            return Some((
                 LogRecord {
                     refname,
                     update_index,
-                    value: LogValue::Deletion,
+                    value,
                 },
                 0,
-            )),
-            1 => {
-                let old = ObjectId::try_from(v.get(..hash_size)?).ok()?;
-                let new = ObjectId::try_from(v.get(hash_size..2 * hash_size)?).ok()?;
-                let mut n = 2 * hash_size;
-                let (name, m) = decode_string(v.get(n..)?)?;
-                n += m;
-                let (email, m) = decode_string(v.get(n..)?)?;
-                n += m;
-                let (time, m) = get_varint(v.get(n..)?)?;
-                n += m;
-                let tz = v.get(n..n + 2)?;
-                let tz_offset = i16::from_be_bytes([tz[0], tz[1]]);
-                n += 2;
-                let (message, m) = decode_string(v.get(n..)?)?;
-                n += m;
-                Some((
-                    LogRecord {
-                        refname,
-                        update_index,
-                        value: LogValue::Update(LogUpdate {
-                            old,
-                            new,
-                            name: name.into(),
-                            email: email.into(),
-                            time,
-                            tz_offset,
-                            message: message.into(),
-                        }),
-                    },
-                    n,
-                ))
-            }
-            _ => None,
+            ));
         }
+        let hash_size = self.hash.len_in_bytes();
+        let old = ObjectId::try_from(&v[..hash_size]).ok()?;
+        let new = ObjectId::try_from(&v[hash_size..2 * hash_size]).ok()?;
+        let mut n = 2 * hash_size;
+        let (name, m) = decode_string(&v[n..])?;
+        n += m;
+        let (email, m) = decode_string(&v[n..])?;
+        n += m;
+        let (time, m) = get_varint(&v[n..])?;
+        n += m;
+        let tz_offset = i16::from_be_bytes([v[n], v[n + 1]]);
+        n += 2;
+        let (message, _) = decode_string(&v[n..])?;
+        let value = LogValue::Update(LogUpdate {
+            old,
+            new,
+            name: name.into(),
+            email: email.into(),
+            time,
+            tz_offset,
+            message: message.into(),
+        });
+        Some((
+            LogRecord {
+                refname,
+                update_index,
+                value,
+            },
+            end,
+        ))
+    }
+
+    /// The ref section record by record, undecoded ([`Records`]).
+    pub fn ref_records(&self) -> Records<'_> {
+        Records::new(self, BLOCK_TYPE_REF, 0, self.refs_present)
+    }
+
+    /// The log section record by record, undecoded ([`Records`]).
+    pub fn log_records(&self) -> Records<'_> {
+        Records::new(self, BLOCK_TYPE_LOG, self.log_offset, self.logs_present)
     }
 
     /// All ref records of the table in name order, tombstones included.
@@ -926,11 +1036,204 @@ impl Table {
     }
 }
 
+/// One section (refs or logs) of a table read record by record, as a compaction copies it:
+/// the current record's key, value type and encoded value, borrowed from the table (a log
+/// block from its inflated copy), checked as [`Table::refs`] and [`Table::logs`] check them
+/// (bounds, key order) but never decoded into owned records.
+pub struct Records<'t> {
+    table: &'t Table,
+    typ: u8,
+    /// Position of the block being read, or of the next one when `block` is `None`.
+    off: u64,
+    block: Option<Block<'t>>,
+    done: bool,
+    /// Where the next record starts in `block`.
+    pos: usize,
+    /// Whether `key` is the last key of the previous block (the next record restarts).
+    fresh_block: bool,
+    key: Vec<u8>,
+    prev: Vec<u8>,
+    started: bool,
+    extra: u8,
+    update_index: u64,
+    /// The current record's value, and (refs) where its payload starts, in `block`.
+    value: std::ops::Range<usize>,
+    payload: usize,
+}
+
+impl<'t> Records<'t> {
+    fn new(table: &'t Table, typ: u8, off: u64, present: bool) -> Self {
+        Records {
+            table,
+            typ,
+            off,
+            block: None,
+            done: !present,
+            pos: 0,
+            fresh_block: true,
+            key: Vec::new(),
+            prev: Vec::new(),
+            started: false,
+            extra: 0,
+            update_index: 0,
+            value: 0..0,
+            payload: 0,
+        }
+    }
+
+    /// Move to the next record; `false` at the end of the section.
+    pub fn advance(&mut self) -> Result<bool> {
+        let table = self.table;
+        loop {
+            if self.done {
+                return Ok(false);
+            }
+            let block = match &self.block {
+                Some(b) => b,
+                None => match table.block_at(self.off, Some(self.typ))? {
+                    Some(b) => {
+                        self.pos = b.header_off + 4;
+                        self.fresh_block = true;
+                        self.block.insert(b)
+                    }
+                    None => {
+                        self.done = true;
+                        return Ok(false);
+                    }
+                },
+            };
+            if self.pos >= block.restart_off {
+                self.off += block.full_size as u64;
+                self.block = None;
+                continue;
+            }
+            let at = self.pos;
+            let area = &block.data[at..block.restart_off];
+            std::mem::swap(&mut self.key, &mut self.prev);
+            self.key.clear();
+            if !self.fresh_block {
+                self.key.extend_from_slice(&self.prev);
+            }
+            self.fresh_block = false;
+            let (extra, n) = decode_key(&mut self.key, area)
+                .ok_or_else(|| table.corrupt(format!("bad record key at offset {at}")))?;
+            if self.key.is_empty() {
+                return Err(table.corrupt(format!("empty record key at offset {at}")));
+            }
+            let v = &area[n..];
+            let bad = || table.corrupt(format!("bad record value at offset {at}"));
+            let (update_index, payload, len) = if self.typ == BLOCK_TYPE_REF {
+                table.ref_value_parts(extra, v).ok_or_else(bad)?
+            } else {
+                let (ui, len) = table.log_value_len(&self.key, extra, v).ok_or_else(bad)?;
+                (ui, 0, len)
+            };
+            if self.started && self.prev >= self.key {
+                return Err(table.corrupt(if self.typ == BLOCK_TYPE_REF {
+                    format!("ref {} out of order", self.key.as_bstr())
+                } else {
+                    let name = &self.key[..self.key.len() - 9];
+                    format!("log of {} out of order", name.as_bstr())
+                }));
+            }
+            self.started = true;
+            self.extra = extra;
+            self.update_index = update_index;
+            self.value = at + n..at + n + len;
+            self.payload = at + n + payload;
+            self.pos = at + n + len;
+            return Ok(true);
+        }
+    }
+
+    /// The current record's key: a ref's name, a log record's `refname '\0' be64(!index)`.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The current record's value type.
+    pub fn extra(&self) -> u8 {
+        self.extra
+    }
+
+    /// The current record's update index.
+    pub fn update_index(&self) -> u64 {
+        self.update_index
+    }
+
+    /// The current record's encoded value.
+    pub fn value(&self) -> &[u8] {
+        self.block
+            .as_ref()
+            .map_or(&[][..], |b| &b.data[self.value.clone()])
+    }
+
+    /// The current ref record's value after its update index (ids or symref target).
+    pub fn payload(&self) -> &[u8] {
+        self.block
+            .as_ref()
+            .map_or(&[][..], |b| &b.data[self.payload..self.value.end])
+    }
+
+    /// The current record decoded as a ref record.
+    pub fn decode_ref(&self) -> Result<RefRecord> {
+        let at = self.value.start;
+        self.table
+            .decode_ref(&self.key, self.extra, self.value())
+            .map(|(r, _)| r)
+            .ok_or_else(|| {
+                self.table
+                    .corrupt(format!("bad record value at offset {at}"))
+            })
+    }
+
+    /// The current record decoded as a log record.
+    pub fn decode_log(&self) -> Result<LogRecord> {
+        let at = self.value.start;
+        self.table
+            .decode_log(&self.key, self.extra, self.value())
+            .map(|(r, _)| r)
+            .ok_or_else(|| {
+                self.table
+                    .corrupt(format!("bad record value at offset {at}"))
+            })
+    }
+
+    /// The table read.
+    pub fn table(&self) -> &'t Table {
+        self.table
+    }
+}
+
+/// A size no table holding the ref records `refs` (sorted, distinct) is below, as
+/// auto-compaction weighs it (its bytes without the footer, less the header but one byte): each
+/// record takes at least a byte of prefix length, one of suffix length and one of suffix (the
+/// keys are distinct and ascending), a byte of update index and its ids or target.
+pub fn size_floor(refs: &[RefRecord], hash: gix_hash::Kind) -> u64 {
+    let hl = hash.len_in_bytes() as u64;
+    refs.iter()
+        .map(|r| {
+            4 + match &r.value {
+                RefValue::Deletion => 0,
+                RefValue::Val1(_) => hl,
+                RefValue::Val2(..) => 2 * hl,
+                RefValue::Symref(t) => 1 + t.len() as u64,
+            }
+        })
+        .sum()
+}
+
 /// Write one table from records already sorted (refs by name, logs by key).
 /// A reflog message as git stores it: trailing newlines stripped and one `\n` appended; a
 /// message of several lines is refused.
 pub fn normalize_log_message(refname: &[u8], msg: &[u8]) -> Result<Vec<u8>> {
-    let mut msg = msg;
+    let mut m = one_line(refname, msg)?.to_vec();
+    m.push(b'\n');
+    Ok(m)
+}
+
+/// `msg` without its trailing newlines, refused when it has several lines.
+fn one_line<'m>(refname: &[u8], mut msg: &'m [u8]) -> Result<&'m [u8]> {
     while let [rest @ .., b'\n'] = msg {
         msg = rest;
     }
@@ -940,9 +1243,7 @@ pub fn normalize_log_message(refname: &[u8], msg: &[u8]) -> Result<Vec<u8>> {
             refname.as_bstr()
         )));
     }
-    let mut m = msg.to_vec();
-    m.push(b'\n');
-    Ok(m)
+    Ok(msg)
 }
 
 /// Write one table holding `refs` then `logs` (each in key order).
