@@ -235,50 +235,13 @@ fn parse_command(line: &[u8], hex_len: usize) -> Result<Command, Error> {
     if line.len() < 2 * hex_len + 3 || line[hex_len] != b' ' || line[2 * hex_len + 1] != b' ' {
         return Err(bad());
     }
-    let old = oid_from_hex(&line[..hex_len]).ok_or_else(bad)?;
-    let new = oid_from_hex(&line[hex_len + 1..2 * hex_len + 1]).ok_or_else(bad)?;
+    let old = ObjectId::from_hex(&line[..hex_len]).map_err(|_| bad())?;
+    let new = ObjectId::from_hex(&line[hex_len + 1..2 * hex_len + 1]).map_err(|_| bad())?;
     Ok(Command {
         old,
         new,
         name: line[2 * hex_len + 2..].into(),
     })
-}
-
-/// The value of each hex digit (either case, as git's `hexval`), `0xff` for other bytes.
-const HEX_VALUE: [u8; 256] = {
-    let mut t = [0xff; 256];
-    let mut i = 0;
-    while i < 10 {
-        t[b'0' as usize + i] = i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 6 {
-        t[b'a' as usize + i] = 10 + i as u8;
-        t[b'A' as usize + i] = 10 + i as u8;
-        i += 1;
-    }
-    t
-};
-
-/// The object id written as `hex` (40 or 64 digits, either case): what `ObjectId::from_hex`
-/// accepts, a table lookup per digit (a command's two ids are decoded for every ref of a push).
-fn oid_from_hex(hex: &[u8]) -> Option<ObjectId> {
-    let mut raw = [0u8; 32];
-    let n = hex.len() / 2;
-    if n * 2 != hex.len() || n > raw.len() {
-        return None;
-    }
-    let mut bad = 0u8;
-    for (byte, pair) in raw.iter_mut().zip(hex.chunks_exact(2)) {
-        let (hi, lo) = (HEX_VALUE[usize::from(pair[0])], HEX_VALUE[usize::from(pair[1])]);
-        bad |= hi | lo;
-        *byte = (hi << 4) | (lo & 0x0f);
-    }
-    if bad & 0xf0 != 0 {
-        return None;
-    }
-    ObjectId::try_from(&raw[..n]).ok()
 }
 
 fn parse_capabilities(
@@ -334,29 +297,6 @@ fn lossy(b: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn hex_ids_decode_as_gix_decodes_them() {
-        let sha1 = "0123456789abcdefABCDEF0123456789abcdef01";
-        let sha256 = "0123456789abcdefABCDEF0123456789abcdef0123456789abcdef0123456789";
-        for hex in [sha1, sha256, "0000000000000000000000000000000000000000"] {
-            assert_eq!(
-                super::oid_from_hex(hex.as_bytes()),
-                Some(super::ObjectId::from_hex(hex.as_bytes()).expect("valid"))
-            );
-        }
-        for bad in [
-            "0123456789abcdefABCDEF0123456789abcdef0g",
-            "g123456789abcdefABCDEF0123456789abcdef01",
-            "0123456789abcdefABCDEF0123456789abcdef0",
-            "0123456789abcdefABCDEF0123456789abcdef012",
-            "0123456789abcdef ABCDEF0123456789abcdef0",
-            "",
-        ] {
-            assert_eq!(super::oid_from_hex(bad.as_bytes()), None, "{bad}");
-            assert!(super::ObjectId::from_hex(bad.as_bytes()).is_err(), "{bad}");
-        }
-    }
-
     use super::*;
 
     const LIMITS: Limits = Limits {
