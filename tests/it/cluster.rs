@@ -1840,8 +1840,8 @@ fn an_accepting_node_stopped_after_the_commit_point_still_acknowledges_once_cont
 /// hold the push prepared. Its lease expires (10 s), the replicas' watch of `nodes/` sees its
 /// key deleted, and they resolve from the log: a read and a push through another node succeed
 /// then, not after the 20 s decision timeout. What resolved them is asserted from their logs
-/// ("lease is gone"), and the time since the stop against 19 s: a quiet run needs 8–11 s (the
-/// lease's 10 s less the time since its last renewal, plus the push's).
+/// ("lease is gone", never "no decision in time"), not from the time since the stop (a quiet run
+/// needs 8–11 s: the lease's 10 s less the time since its last renewal, plus the push's).
 #[test]
 fn a_read_and_a_push_through_another_node_succeed_once_a_stopped_accepting_nodes_lease_is_gone() {
     let Some(w) = cluster_world() else { return };
@@ -1896,11 +1896,9 @@ fn a_read_and_a_push_through_another_node_succeed_once_a_stopped_accepting_nodes
         );
         assert!(!log.contains("no decision in time"), "{}", c.logs());
     }
-    assert!(
-        seen < Duration::from_secs(19) && pushed < Duration::from_secs(19),
-        "read after {seen:?}, push after {pushed:?} since the stop\n{}",
-        c.logs()
-    );
+    // No wall-clock bound (a busy machine may take longer than a quiet one's 8-11 s): the logs
+    // above tell the lease from the 20 s timeout.
+    eprintln!("read after {seen:?}, push after {pushed:?} since the stop");
     // Continued, n0 hears "committed already": its push is acknowledged too.
     assert_eq!(
         porcelain(&out).get("refs/heads/main"),

@@ -301,13 +301,7 @@ fn a_node_or_client_without_a_certificate_of_the_cluster_ca_is_refused() {
             panic!("git fsck --strict on {}: {e}", n.name);
         }
     }
-    let n3_copy = w.path("node3").join("new.git");
-    let n3_refs = if n3_copy.join("HEAD").is_file() {
-        w.ref_map(&n3_copy)
-    } else {
-        Default::default()
-    };
-    assert_eq!(n3_refs.get("refs/heads/main"), None, "n3 got the push");
+    assert_no_main(&w, &w.path("node3").join("new.git"));
     drop(n3);
 }
 
@@ -434,13 +428,7 @@ fn a_node_with_another_nodes_certificate_is_refused_on_both_ends() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let n3_copy = w.path("node-n3").join(&repo);
-    let n3_refs = if n3_copy.join("HEAD").is_file() {
-        w.ref_map(&n3_copy)
-    } else {
-        Default::default()
-    };
-    assert_eq!(n3_refs.get("refs/heads/main"), None, "n3 got the push");
+    assert_no_main(&w, &w.path("node-n3").join(&repo));
     drop(n3);
 }
 
@@ -547,4 +535,19 @@ fn a_node_reads_its_certificates_again_on_sighup() {
     let refs = c.converged(&w, "app.git", 3);
     let head = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
     assert_eq!(refs.get("refs/heads/main"), Some(&head));
+}
+
+/// The copy at `copy`, if there is one, has no `refs/heads/main`: the push never reached it.
+fn assert_no_main(w: &common::World, copy: &std::path::Path) {
+    let refs = if copy.join("HEAD").is_file() {
+        w.ref_map(copy)
+    } else {
+        Default::default()
+    };
+    assert_eq!(
+        refs.get("refs/heads/main"),
+        None,
+        "{} got the push",
+        copy.display()
+    );
 }
