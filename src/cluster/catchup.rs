@@ -28,7 +28,7 @@ use super::copy::{Local, commit_all, missing, open};
 use super::log::new_of;
 use super::metrics::{CatchUpOutcome, ResyncOutcome, lags_of};
 use super::objects::{PackIndex, connected, ingest, pack_objects, record_shallow};
-use super::wire::{self, Answered, Attempts, SECRET_HEADER};
+use super::wire::{self, Answered, Attempts};
 use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key};
 use crate::escape::Escaped;
 use crate::refs::{self, Change, RefUpdate};
@@ -422,7 +422,6 @@ impl Cluster {
                 .post(
                     peer,
                     &target,
-                    &[(SECRET_HEADER, &self.secret)],
                     ask.clone(),
                     usize::try_from(self.max_pack).unwrap_or(usize::MAX),
                     FETCH_TIMEOUT,

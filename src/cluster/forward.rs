@@ -88,14 +88,14 @@ pub(crate) struct Forwarding<'a> {
     pub(crate) replayable: bool,
     /// The client's address and the cluster secret that vouches for it to the replica, so
     /// that its per-address limits, log and hooks see the client, not this node.
-    pub(crate) client: Vouch<'a>,
+    pub(crate) client: Vouch,
 }
 
-/// A client's address, vouched for with the cluster secret (made by `Cluster::vouch`).
+/// A client's address, vouched for by this node (made by `Cluster::vouch`; the replica
+/// believes it beside the cluster secret, which every request between nodes carries).
 #[derive(Clone, Copy)]
-pub(crate) struct Vouch<'a> {
+pub(crate) struct Vouch {
     pub(super) client: std::net::SocketAddr,
-    pub(super) secret: &'a str,
 }
 
 /// Why no replica served a forwarded request (for the log: it names addresses).
@@ -243,8 +243,7 @@ pub(crate) async fn forward(
             }
             b = b
                 .header(FORWARDED, how.node)
-                .header(CLIENT, how.client.client.to_string())
-                .header(SECRET_HEADER, how.client.secret);
+                .header(CLIENT, how.client.client.to_string());
             if let Some((h, user)) = how.trusted_user
                 && let Ok(v) = HeaderValue::from_str(user)
             {

@@ -40,7 +40,7 @@ use super::log::new_of;
 use super::metrics::PrepareOutcome;
 use super::objects::Format;
 use super::placement::Placed;
-use super::wire::{self, Answered, Attempts, SECRET_HEADER};
+use super::wire::{self, Answered, Attempts};
 use super::{Cluster, applied_seq, etcd, http, log, needed};
 use crate::escape::Escaped;
 use crate::receive::{CommitGate, GateCommit, GateRefusal, Missing, PackTee};
@@ -431,19 +431,11 @@ impl Gate {
         let peers = c.membership.urls_of(replicas).await.map_err(unavailable)?;
         let sends = peers.into_iter().map(|(name, url)| {
             let body = body.clone();
-            let secret = c.secret.clone();
             async move {
                 let target = http::join(&url, "/_berth/cluster/prepare");
                 let r = c
                     .peers
-                    .post_held(
-                        &name,
-                        &target,
-                        &[(SECRET_HEADER, &secret)],
-                        body,
-                        64 * 1024,
-                        PREPARE_TIMEOUT,
-                    )
+                    .post_held(&name, &target, body, 64 * 1024, PREPARE_TIMEOUT)
                     .await;
                 match r {
                     Ok((status, answer, hold)) => (Peer { name, url, hold }, Ok((status, answer))),
@@ -1008,7 +1000,6 @@ async fn decide_until(
             &p.url,
             &format!("/_berth/cluster/decide?repo={repo}&txid={txid}&{query}"),
         );
-        let secret = cluster.secret.clone();
         let via = cluster.peers.clone();
         let Peer { name, hold, .. } = p;
         async move {
@@ -1018,7 +1009,6 @@ async fn decide_until(
                 .post(
                 &name,
                 &url,
-                &[(SECRET_HEADER, &secret)],
                 Bytes::new(),
                 64 * 1024,
                 PREPARE_TIMEOUT,

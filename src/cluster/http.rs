@@ -10,7 +10,8 @@
 //! Requests to other nodes go through [`Peers`], which the node's `Cluster` owns: each names
 //! the node it is meant for, whose certificate must name it (`berth-node:<name>`, checked
 //! after the handshake), and carries this node's name ([`NODE_HEADER`]), which the peer's
-//! node listener checks against this node's certificate. etcd's client holds its own
+//! node listener checks against this node's certificate, and the cluster secret
+//! ([`SECRET_HEADER`]), set on the connection here rather than by each caller. etcd's client holds its own
 //! [`Transport`].
 
 use std::sync::Arc;
@@ -91,22 +92,34 @@ pub const NODE_HEADER: &str = "x-berth-node";
 
 /// How this node reaches the others: plain HTTP, or mutual TLS with its [`NodeTls`] (the
 /// configuration current when each connection starts). Every request carries this node's
-/// name, and over TLS reaches only a peer whose certificate names the node meant.
+/// name and the cluster secret, and over TLS reaches only a peer whose certificate names the node meant.
 #[derive(Debug, Clone)]
 pub struct Peers {
-    /// This node's name ([`NODE_HEADER`]).
-    me: axum::http::HeaderValue,
+    from: Credentials,
     tls: Option<Arc<NodeTls>>,
 }
 
+/// What every request from this node to another carries: its name ([`NODE_HEADER`]) and the
+/// cluster secret ([`SECRET_HEADER`]), set here once rather than by each caller.
+#[derive(Debug, Clone)]
+struct Credentials {
+    me: axum::http::HeaderValue,
+    secret: axum::http::HeaderValue,
+}
+
 use super::tls::NodeTls;
+use super::wire::SECRET_HEADER;
 
 impl Peers {
-    /// Requests from node `me`, over `tls` when given. `None` when `me` cannot be a header
-    /// value (a node name checked at join always can).
-    pub fn new(me: &str, tls: Option<Arc<NodeTls>>) -> Option<Peers> {
+    /// Requests from node `me` with the cluster `secret`, over `tls` when given. `None` when
+    /// `me` or `secret` cannot be a header value (a node name checked at join and the hex
+    /// secret always can).
+    pub fn new(me: &str, secret: &str, tls: Option<Arc<NodeTls>>) -> Option<Peers> {
         Some(Peers {
-            me: me.parse().ok()?,
+            from: Credentials {
+                me: me.parse().ok()?,
+                secret: secret.parse().ok()?,
+            },
             tls,
         })
     }
@@ -121,7 +134,7 @@ impl Peers {
     /// Connect to node `node` at `url`; no time bound of its own.
     pub async fn connect(&self, node: &str, url: &str) -> Result<Connection, Error> {
         let mut conn = connect_checked(&self.transport(), url, Some(node)).await?;
-        conn.from = Some(self.me.clone());
+        conn.from = Some(self.from.clone());
         Ok(conn)
     }
 
@@ -150,12 +163,11 @@ impl Peers {
         &self,
         node: &str,
         url: &str,
-        headers: &[(&str, &str)],
         body: Bytes,
         max: usize,
         timeout: Duration,
     ) -> Result<(u16, Bytes), Error> {
-        let req = post_request(url, headers, body)?;
+        let req = post_request(url, &[], body)?;
         let resp = self.send(node, req, timeout).await?;
         let status = resp.status().as_u16();
         let body = read_body(resp.into_body(), max, timeout, url).await?;
@@ -169,12 +181,11 @@ impl Peers {
         &self,
         node: &str,
         url: &str,
-        headers: &[(&str, &str)],
         body: Bytes,
         max: usize,
         timeout: Duration,
     ) -> Result<(u16, Bytes, Option<Incoming>), Error> {
-        let req = post_request(url, headers, body)?;
+        let req = post_request(url, &[], body)?;
         let deadline = tokio::time::Instant::now() + timeout;
         let resp = self.send(node, req, timeout).await?;
         let status = resp.status().as_u16();
@@ -235,8 +246,8 @@ pub async fn send_via(
 pub struct Connection {
     sender: hyper::client::conn::http1::SendRequest<Body>,
     authority: String,
-    /// This node's name, for [`NODE_HEADER`], on a connection to another node.
-    from: Option<axum::http::HeaderValue>,
+    /// This node's name and the secret, on a connection to another node.
+    from: Option<Credentials>,
 }
 
 /// Connect to `url`'s host and port (`http://host:port/...` plain, `https://…` over TLS)
@@ -337,8 +348,9 @@ impl Connection {
         if let Ok(v) = self.authority.parse() {
             req.headers_mut().insert(axum::http::header::HOST, v);
         }
-        if let Some(me) = self.from {
-            req.headers_mut().insert(NODE_HEADER, me);
+        if let Some(from) = self.from {
+            req.headers_mut().insert(NODE_HEADER, from.me);
+            req.headers_mut().insert(SECRET_HEADER, from.secret);
         }
         self.sender
             .send_request(req)

@@ -335,8 +335,6 @@ impl Cluster {
             }
             None => "http",
         };
-        let peers = http::Peers::new(&config.node, node_tls)
-            .ok_or_else(|| Error::NodeName(config.node.clone()))?;
         let key = b"/berth/secret".to_vec();
         let candidate = random_hex(32);
         // Nodes and etcd started together (the README's quick start, a host's boot): wait for
@@ -376,6 +374,8 @@ impl Cluster {
                 .ok_or(Error::NoSecret)?;
             String::from_utf8(kv.value.clone()).map_err(|_| Error::SecretNotText)?
         };
+        let peers = http::Peers::new(&config.node, &secret, node_tls)
+            .ok_or_else(|| Error::NodeName(config.node.clone()))?;
         let advertise = config
             .advertise
             .clone()
@@ -459,11 +459,8 @@ impl Cluster {
     }
 
     /// `client`'s address, vouched for to a replica a request is forwarded to.
-    pub(crate) fn vouch(&self, client: std::net::SocketAddr) -> Vouch<'_> {
-        Vouch {
-            client,
-            secret: &self.secret,
-        }
+    pub(crate) fn vouch(&self, client: std::net::SocketAddr) -> Vouch {
+        Vouch { client }
     }
 
     /// The client a request forwarded by a node of this cluster came from: its

@@ -34,7 +34,7 @@ use tokio::io::AsyncReadExt;
 
 use super::copy::Local;
 use super::objects::connected;
-use super::wire::{self, Answered, Attempts, SECRET_HEADER, Snapshot, body_stream, text};
+use super::wire::{self, Answered, Attempts, Snapshot, body_stream, text};
 use super::{Cluster, applied_seq, etcd, http, repo_dir, repo_key};
 use crate::escape::Escaped;
 use crate::refs::{self, Change, Expected, RefUpdate};
@@ -210,7 +210,6 @@ impl Cluster {
                 .post(
                     peer,
                     &target,
-                    &[(SECRET_HEADER, &self.secret)],
                     ask.clone(),
                     usize::try_from(self.max_pack).unwrap_or(usize::MAX),
                     SNAPSHOT_TIMEOUT,

@@ -18,7 +18,6 @@ use axum::body::Body;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::wire::SECRET_HEADER;
 use super::{Cluster, http};
 use crate::escape::Escaped;
 use crate::receive::{PackSink, PackTee};
@@ -114,7 +113,6 @@ impl PackTee for PushStream {
                     self.name, self.id
                 ),
             );
-            let secret = self.cluster.secret.clone();
             let cluster = self.cluster.clone();
             let (peer, repo) = (name.clone(), self.name.clone());
             self.handle.spawn(async move {
@@ -124,7 +122,6 @@ impl PackTee for PushStream {
                 let req = axum::http::Request::builder()
                     .method("POST")
                     .uri(&target)
-                    .header(SECRET_HEADER, &secret)
                     .body(Body::from_stream(body));
                 let Ok(req) = req else { return };
                 let result = match cluster.peers.send(&peer, req, STREAM_TIMEOUT).await {
@@ -167,13 +164,11 @@ impl Drop for PushStream {
         };
         for (name, url) in peers {
             let target = http::join(&url, &format!("/_berth/cluster/drop?stream={}", self.id));
-            let secret = self.cluster.secret.clone();
             let cluster = self.cluster.clone();
             self.handle.spawn(async move {
                 let r = cluster.peers.post(
                     &name,
                     &target,
-                    &[(SECRET_HEADER, &secret)],
                     Bytes::new(),
                     64 * 1024,
                     Duration::from_secs(10),

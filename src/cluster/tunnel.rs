@@ -25,7 +25,6 @@ use bytes::Bytes;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::wire::SECRET_HEADER;
 use super::{Cluster, http};
 
 /// The internal endpoint's path.
@@ -100,7 +99,6 @@ impl Cluster {
             .uri(&url)
             .header("connection", "upgrade")
             .header("upgrade", PROTOCOL_NAME)
-            .header(SECRET_HEADER, &self.secret)
             .header(super::FORWARDED, &self.node)
             .header(SERVICE, what.service)
             .header(REPO, &what.repo)
