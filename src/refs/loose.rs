@@ -68,7 +68,7 @@ pub(super) fn lock<'a>(
         match lock_one(batch, &packed, &sorted, k, &updates[i]) {
             Ok((lock, before)) => items.push(Item {
                 index: i,
-                lock: Some(lock),
+                lock: Some(Box::new(lock)),
                 before,
             }),
             Err(e) if atomic => return Err(Failed::quietly(e)),
@@ -176,12 +176,11 @@ impl Locked<'_> {
                 .iter()
                 .any(|it| current.get(&updates[it.index].name).is_some())
             {
-                let content =
-                    packed::render(&current, updates, &deletions, &mut Peeler::new(objects));
+                let mut peeler = Peeler::new(objects);
                 packed::replace(
                     &git_dir.join("packed-refs.new"),
                     &packed_path,
-                    &content,
+                    |w| packed::render(&current, updates, &deletions, &mut peeler, w),
                     fsync,
                 )
                 .map_err(Failed::quietly)?;
