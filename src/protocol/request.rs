@@ -70,11 +70,12 @@ pub struct Limits {
     pub object_format: gix_hash::Kind,
 }
 
-/// The whole request before the pack.
-#[derive(Debug, Clone, Default)]
-pub struct Request {
+/// The whole request before the pack, its commands each made a `C` as it is read (the
+/// receiving session's per-command state, so a million commands are not held twice).
+#[derive(Debug, Clone)]
+pub struct Request<C = Command> {
     /// Commands in the order the client sent them.
-    pub commands: Vec<Command>,
+    pub commands: Vec<C>,
     /// The capabilities the client asked for.
     pub capabilities: Capabilities,
     /// `shallow <oid>` lines: the client's shallow roots.
@@ -121,18 +122,38 @@ pub enum Error {
     TooLarge(u64),
 }
 
+impl<C> Default for Request<C> {
+    fn default() -> Self {
+        Request {
+            commands: Vec::new(),
+            capabilities: Capabilities::default(),
+            shallow: Vec::new(),
+            push_options: Vec::new(),
+            push_cert: None,
+        }
+    }
+}
+
 /// What the client sent first.
 #[derive(Debug)]
-pub enum Start {
+pub enum Start<C = Command> {
     /// A bare flush: the client wants nothing; the session ends without output.
     Nothing,
     /// A request.
-    Request(Request),
+    Request(Request<C>),
 }
 
 /// Read the request from `reader`, leaving it positioned at the pack.
 pub fn read<R: Read>(reader: &mut pktline::Reader<R>, limits: &Limits) -> Result<Start, Error> {
-    let mut req = Request::default();
+    read_as(reader, limits)
+}
+
+/// [`read`], each command made a `C` as it is read.
+pub fn read_as<C: From<Command>, R: Read>(
+    reader: &mut pktline::Reader<R>,
+    limits: &Limits,
+) -> Result<Start<C>, Error> {
+    let mut req = Request::<C>::default();
     let start = reader.bytes_read();
     let hex_len = limits.object_format.len_in_hex();
     let mut saw_any = false;
@@ -188,7 +209,7 @@ pub fn read<R: Read>(reader: &mut pktline::Reader<R>, limits: &Limits) -> Result
         if req.commands.len() >= limits.max_commands {
             return Err(Error::TooManyCommands(limits.max_commands));
         }
-        req.commands.push(parse_command(line, hex_len)?);
+        req.commands.push(parse_command(line, hex_len)?.into());
     }
     if !saw_any {
         return Ok(Start::Nothing);
@@ -209,7 +230,7 @@ pub fn read<R: Read>(reader: &mut pktline::Reader<R>, limits: &Limits) -> Result
             if req.commands.len() >= limits.max_commands {
                 return Err(Error::TooManyCommands(limits.max_commands));
             }
-            req.commands.push(parse_command(line, hex_len)?);
+            req.commands.push(parse_command(line, hex_len)?.into());
         }
     }
     if req.capabilities.push_options {

@@ -63,7 +63,7 @@ pub(super) fn check_aliased_updates<W: Write, E: Write>(
             .strip_prefix(namespace.as_bytes())
             .and_then(|t| by_name.get(t.as_bstr()));
         let Some(&j) = in_push else {
-            cmds[i].target = Some(target);
+            cmds[i].set_target(target);
             continue;
         };
         cmds[i].skip_update = true;

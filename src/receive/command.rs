@@ -8,7 +8,9 @@ use crate::hooks::proc_receive::Proc;
 use crate::protocol::report::{Reason, Rewrite, Status};
 use crate::protocol::request::Command;
 
-/// One command on its way through the pipeline (git's `struct command`).
+/// One command on its way through the pipeline (git's `struct command`). A push of a million
+/// refs holds a million of these: what only some commands need is in [`Rare`], boxed, so the
+/// common command carries one pointer for it (the per-command memory of issue 24).
 pub(crate) struct Cmd {
     pub(crate) command: Command,
     /// Why it was refused, once a phase refuses it.
@@ -17,15 +19,27 @@ pub(crate) struct Cmd {
     pub(crate) did_not_exist: bool,
     /// Handled through another command (a symref pushed together with its target).
     pub(crate) skip_update: bool,
-    /// The ref the update really goes to, when the pushed name is a symbolic ref.
-    pub(crate) target: Option<BString>,
     /// Whether the proc-receive hook handles this command.
     pub(crate) proc: Proc,
+    rare: Option<Box<Rare>>,
+}
+
+/// What few commands of a push have.
+#[derive(Default)]
+struct Rare {
+    /// The ref the update really goes to, when the pushed name is a symbolic ref.
+    target: Option<BString>,
     /// What the proc-receive hook reported it did.
-    pub(crate) rewrites: Vec<Rewrite>,
+    rewrites: Vec<Rewrite>,
     /// The client's shallow commits this update makes shallow roots of the repository
     /// (`receive.shallowUpdate`).
-    pub(crate) new_shallow: Vec<ObjectId>,
+    new_shallow: Vec<ObjectId>,
+}
+
+impl From<Command> for Cmd {
+    fn from(command: Command) -> Self {
+        Cmd::new(command)
+    }
 }
 
 impl Cmd {
@@ -35,11 +49,54 @@ impl Cmd {
             error: None,
             did_not_exist: false,
             skip_update: false,
-            target: None,
             proc: Proc::No,
-            rewrites: Vec::new(),
-            new_shallow: Vec::new(),
+            rare: None,
         }
+    }
+
+    fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// The ref the update really goes to, when the pushed name is a symbolic ref.
+    pub(crate) fn target(&self) -> Option<&BString> {
+        self.rare.as_ref()?.target.as_ref()
+    }
+
+    /// Set the ref the update really goes to.
+    pub(crate) fn set_target(&mut self, target: BString) {
+        self.rare_mut().target = Some(target);
+    }
+
+    /// What the proc-receive hook reported it did.
+    pub(crate) fn rewrites(&self) -> &[Rewrite] {
+        self.rare.as_ref().map_or(&[], |r| &r.rewrites)
+    }
+
+    /// Take what the proc-receive hook reported (for the conversation, which gives it back
+    /// through [`Cmd::set_rewrites`]).
+    pub(crate) fn take_rewrites(&mut self) -> Vec<Rewrite> {
+        self.rare
+            .as_mut()
+            .map(|r| std::mem::take(&mut r.rewrites))
+            .unwrap_or_default()
+    }
+
+    /// Set what the proc-receive hook reported.
+    pub(crate) fn set_rewrites(&mut self, rewrites: Vec<Rewrite>) {
+        if !rewrites.is_empty() || self.rare.is_some() {
+            self.rare_mut().rewrites = rewrites;
+        }
+    }
+
+    /// The client's shallow commits this update makes shallow roots of the repository.
+    pub(crate) fn new_shallow(&self) -> &[ObjectId] {
+        self.rare.as_ref().map_or(&[], |r| &r.new_shallow)
+    }
+
+    /// Set the new shallow roots.
+    pub(crate) fn set_new_shallow(&mut self, roots: Vec<ObjectId>) {
+        self.rare_mut().new_shallow = roots;
     }
 
     /// No error so far (reported `ok` if it stays so).
@@ -66,7 +123,7 @@ impl Cmd {
     pub(crate) fn status(&self) -> Status {
         match &self.error {
             Some(reason) => Status::Rejected(reason.clone()),
-            None if self.proc == Proc::Returned => Status::ProcReceive(self.rewrites.clone()),
+            None if self.proc == Proc::Returned => Status::ProcReceive(self.rewrites().to_vec()),
             None if self.skip_update => Status::Aliased,
             None if self.did_not_exist => Status::AlreadyAbsent,
             None => Status::Updated,
@@ -78,5 +135,25 @@ impl Cmd {
 pub(crate) fn refuse_pending(cmds: &mut [Cmd], reason: Reason) {
     for c in cmds.iter_mut().filter(|c| c.pending()) {
         c.error = Some(reason.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A push of a million refs holds a million of these (issue 24: memory per command).
+    #[test]
+    fn a_command_in_flight_is_small() {
+        eprintln!(
+            "Cmd {} Command {} Reason {} Option<Reason> {} RefUpdate {} Status {}",
+            std::mem::size_of::<Cmd>(),
+            std::mem::size_of::<Command>(),
+            std::mem::size_of::<Reason>(),
+            std::mem::size_of::<Option<Reason>>(),
+            std::mem::size_of::<crate::refs::RefUpdate>(),
+            std::mem::size_of::<Status>(),
+        );
+        assert!(std::mem::size_of::<Cmd>() <= 144);
     }
 }

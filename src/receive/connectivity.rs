@@ -70,7 +70,7 @@ pub(super) fn check_connectivity(
             }
             connectivity::Status::Connected if !check.new_roots().is_empty() => {
                 if repo.config.policy.shallow_update {
-                    c.new_shallow = check.new_roots().to_vec();
+                    c.set_new_shallow(check.new_roots().to_vec());
                 } else {
                     c.error = Some(Reason::ShallowUpdateNotAllowed);
                 }

@@ -39,11 +39,35 @@ pub(super) struct Decide<'a> {
 impl Decide<'_> {
     /// The ref a command really updates: its symref target, or its name in the namespace.
     pub(super) fn full_name(&self, cmd: &Cmd) -> BString {
-        match &cmd.target {
+        match cmd.target() {
             Some(target) => target.clone(),
             None => [self.namespace.as_bytes(), cmd.command.name.as_slice()]
                 .concat()
                 .into(),
+        }
+    }
+
+    /// Whether a command's own name is the ref it updates (no namespace, no symref target).
+    fn names_its_ref(&self, cmd: &Cmd) -> bool {
+        self.namespace.is_empty() && cmd.target().is_none()
+    }
+
+    /// The name a queued update carries: when it is the command's own ([`Self::names_its_ref`]),
+    /// the command's name itself, lent to the update until [`Decide::give_back`] returns it
+    /// (a push of a million refs holds each name once, not twice); else [`Self::full_name`].
+    fn update_name(&self, cmd: &mut Cmd) -> BString {
+        if self.names_its_ref(cmd) {
+            std::mem::take(&mut cmd.command.name)
+        } else {
+            self.full_name(cmd)
+        }
+    }
+
+    /// Give a command back the name [`decide`] lent to its update, once the transaction is
+    /// over (before anything reports on the command).
+    pub(super) fn give_back(&self, cmd: &mut Cmd, update: RefUpdate) {
+        if self.names_its_ref(cmd) {
+            cmd.command.name = update.name;
         }
     }
 
@@ -58,7 +82,8 @@ impl Decide<'_> {
 }
 
 /// git's `update()`: the built-in checks for one command, returning the ref update to queue or
-/// the reason it is refused, with git's messages on the way.
+/// the reason it is refused, with git's messages on the way. A queued update may hold the
+/// command's name: [`Decide::give_back`] returns it.
 pub(super) fn decide<W: Write, E: Write>(
     cmd: &mut Cmd,
     ctx: &Decide<'_>,
@@ -169,7 +194,7 @@ pub(super) fn decide<W: Write, E: Write>(
             }
         }
         return Ok(Ok(Some(RefUpdate {
-            name: ctx.full_name(cmd),
+            name: ctx.update_name(cmd),
             change: Change::Delete { old },
         })));
     }
@@ -181,7 +206,7 @@ pub(super) fn decide<W: Write, E: Write>(
         sb.error(&e)?;
         return Ok(Err(Reason::Transaction(e.reason())));
     }
-    if !cmd.new_shallow.is_empty() && ctx.repo.add_shallow(&cmd.new_shallow).is_err() {
+    if !cmd.new_shallow().is_empty() && ctx.repo.add_shallow(cmd.new_shallow()).is_err() {
         return Ok(Err(Reason::ShallowError));
     }
     let change = if c.old.is_null() {
@@ -193,7 +218,7 @@ pub(super) fn decide<W: Write, E: Write>(
         }
     };
     Ok(Ok(Some(RefUpdate {
-        name: ctx.full_name(cmd),
+        name: ctx.update_name(cmd),
         change,
     })))
 }

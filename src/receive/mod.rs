@@ -120,7 +120,7 @@ pub fn run(
     };
     let req = {
         let _span = info_span!("read_commands").entered();
-        match request::read(&mut reader, &limits)? {
+        match request::read_as::<Cmd, _>(&mut reader, &limits)? {
             Start::Nothing => {
                 out.flush()?;
                 return Ok(Outcome::default());
@@ -159,7 +159,7 @@ pub fn run(
         options,
         certificate,
     );
-    let mut cmds: Vec<Cmd> = req.commands.into_iter().map(Cmd::new).collect();
+    let mut cmds = req.commands;
     if let Some(cert) = &hooks.certificate
         && !cert.options_match(&req.push_options)
     {

@@ -376,7 +376,7 @@ impl<'a> Hooks<'a> {
             // go back into the commands afterwards, whatever the outcome.
             let states: Vec<_> = cmds
                 .iter_mut()
-                .map(|c| (c.proc, c.error.take(), std::mem::take(&mut c.rewrites)))
+                .map(|c| (c.proc, c.error.take(), c.take_rewrites()))
                 .collect();
             let mut slots: Vec<proc_receive::Slot<'_>> = cmds
                 .iter()
@@ -406,7 +406,7 @@ impl<'a> Hooks<'a> {
             for (c, (proc, error, rewrites)) in cmds.iter_mut().zip(states) {
                 c.proc = proc;
                 c.error = error;
-                c.rewrites = rewrites;
+                c.set_rewrites(rewrites);
             }
             let reported = reported?;
             let finished = conv.finish(&mut sink)?;
@@ -486,10 +486,10 @@ fn command_lines<'c>(cmds: impl Iterator<Item = &'c Cmd>) -> Vec<u8> {
             out.extend_from_slice(name);
             out.push(b'\n');
         };
-        if c.rewrites.is_empty() {
+        if c.rewrites().is_empty() {
             line(&c.command.old, &c.command.new, &c.command.name);
         }
-        for r in &c.rewrites {
+        for r in c.rewrites() {
             line(
                 r.old.as_ref().unwrap_or(&c.command.old),
                 r.new.as_ref().unwrap_or(&c.command.new),

@@ -60,6 +60,7 @@ pub(super) fn execute_non_atomic<W: Write, E: Write>(
             sb.stderr(),
             ctx.gate.map_or(0, |g| g.lost_ref_retries()),
         );
+        give_back(cmds, &queued, updates, ctx);
         if deletions {
             after_first = Some(store.snapshot().map_err(Fatal::Refs)?);
         }
@@ -104,14 +105,17 @@ pub(super) fn execute_atomic<W: Write, E: Write>(
     committer: &gix_actor::Signature,
     sb: &mut Sideband<W, E>,
 ) -> Result<(), Fatal> {
-    let mut updates: Vec<RefUpdate> = Vec::with_capacity(cmds.len());
+    let (mut queued, mut updates) = (Vec::new(), Vec::with_capacity(cmds.len()));
     let mut failure: Option<Reason> = None;
-    for cmd in cmds.iter_mut() {
+    for (i, cmd) in cmds.iter_mut().enumerate() {
         if !cmd.for_berth() {
             continue;
         }
         match decide(cmd, ctx, sb)? {
-            Ok(Some(u)) => updates.push(u),
+            Ok(Some(u)) => {
+                queued.push(i);
+                updates.push(u);
+            }
             Ok(None) => {}
             Err(reason) => {
                 cmd.error = Some(reason);
@@ -120,9 +124,8 @@ pub(super) fn execute_atomic<W: Write, E: Write>(
             }
         }
     }
-    if failure.is_none()
-        && !updates.is_empty()
-        && let Err(e) = commit(
+    let result = match failure {
+        None if !updates.is_empty() => commit(
             store,
             &updates,
             true,
@@ -131,8 +134,11 @@ pub(super) fn execute_atomic<W: Write, E: Write>(
             committer,
             sb.stderr(),
             0,
-        )
-    {
+        ),
+        _ => Ok(Vec::new()),
+    };
+    give_back(cmds, &queued, updates, ctx);
+    if let Err(e) = result {
         sb.error(&e)?;
         failure = Some(match &e {
             TransactionError::Prepare(refs::transaction::prepare::Error::Ref(
@@ -145,6 +151,14 @@ pub(super) fn execute_atomic<W: Write, E: Write>(
         refuse_pending(cmds, reason);
     }
     Ok(())
+}
+
+/// The queued commands (`queued[k]` is the index of the command `updates[k]` came from) get
+/// back the names [`decide`] lent to their updates.
+fn give_back(cmds: &mut [Cmd], queued: &[usize], updates: Vec<RefUpdate>, ctx: &Decide<'_>) {
+    for (&i, u) in queued.iter().zip(updates) {
+        ctx.give_back(&mut cmds[i], u);
+    }
 }
 
 /// The client's words, in a cluster, for a ref whose lock is taken: most likely by a push
