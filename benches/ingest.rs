@@ -7,7 +7,9 @@
 //! measured here.
 //!
 //! `BERTH_BENCH_REPO=/path/to/bare.git cargo bench --bench ingest` pushes every branch and tag of
-//! that repository (`BERTH_BENCH_RUNS`, default 2). A mirror of git.git (~850,000 objects, a
+//! that repository (`BERTH_BENCH_RUNS`, default 2). `BERTH_BENCH_GIT_MASTER=/path/to/bin/git`
+//! adds that git's receive-pack (git master built from source, issue 24's anchor), and every
+//! receiver's time and peak RSS is then also printed as a multiple of it. A mirror of git.git (~850,000 objects, a
 //! ~500 MB pack with deep deltas) is a good subject. Without `BERTH_BENCH_REPO` it says so and
 //! does nothing. The work directory is `$TMPDIR` (it needs about three times the pack's size).
 
@@ -148,6 +150,20 @@ fn main() {
             rss_kib: Vec::new(),
         },
     ];
+    // git master built from source: its receive-pack runs its own index-pack and rev-list.
+    let master = std::env::var("BERTH_BENCH_GIT_MASTER").ok();
+    if let Some(git) = &master {
+        receivers.insert(
+            2,
+            Receiver {
+                name: "git master receive-pack",
+                args: rp(&[git, "receive-pack"]),
+                pack_only: false,
+                times: Vec::new(),
+                rss_kib: Vec::new(),
+            },
+        );
+    }
     for run in 1..=runs {
         for r in &mut receivers {
             eprintln!("ingest: {}: run {run}/{runs}", r.name);
@@ -167,20 +183,33 @@ fn main() {
         repo.display()
     );
     let base = support::median(&mut receivers[0].times.clone());
+    let peak = |r: &Receiver| r.rss_kib.iter().max().copied().unwrap_or(0);
+    let anchor = master.as_ref().map(|_| {
+        let r = &receivers[2];
+        (support::median(&mut r.times.clone()), peak(r))
+    });
     println!(
-        "{:<46} {:>10} {:>10} {:>10} {:>14} {:>8}",
-        "receiver", "min", "median", "max", "peak RSS", "ratio"
+        "{:<46} {:>10} {:>10} {:>10} {:>14} {:>8} {:>16}",
+        "receiver", "min", "median", "max", "peak RSS", "ratio", "x master (RSS)"
     );
     for r in &mut receivers {
         let med = support::median(&mut r.times);
+        let to_master = anchor.map_or(String::new(), |(t, rss)| {
+            format!(
+                "{:.3}x ({:.3}x)",
+                med.as_secs_f64() / t.as_secs_f64(),
+                peak(r) as f64 / rss.max(1) as f64
+            )
+        });
         println!(
-            "{:<46} {:>8.2} s {:>8.2} s {:>8.2} s {:>10} MiB {:>7.3}x",
+            "{:<46} {:>8.2} s {:>8.2} s {:>8.2} s {:>10} MiB {:>7.3}x {:>16}",
             r.name,
             r.times[0].as_secs_f64(),
             med.as_secs_f64(),
             r.times[r.times.len() - 1].as_secs_f64(),
-            r.rss_kib.iter().max().copied().unwrap_or(0) >> 10,
-            med.as_secs_f64() / base.as_secs_f64()
+            peak(r) >> 10,
+            med.as_secs_f64() / base.as_secs_f64(),
+            to_master
         );
     }
 }
