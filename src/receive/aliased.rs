@@ -44,7 +44,7 @@ pub(super) fn check_aliased_updates<W: Write, E: Write>(
         .map(|(i, c)| (c.command.name.clone(), i))
         .collect();
     for (i, target) in symrefs.into_iter().enumerate() {
-        if cmds[i].error.is_some() {
+        if cmds[i].error().is_some() {
             continue;
         }
         let Some(target) = target else {
@@ -56,7 +56,7 @@ pub(super) fn check_aliased_updates<W: Write, E: Write>(
                 cmds[i].command.name
             ))?;
             cmds[i].skip_update = true;
-            cmds[i].error = Some(Reason::BrokenSymref);
+            cmds[i].refuse(Reason::BrokenSymref);
             continue;
         };
         let in_push = target
@@ -82,8 +82,8 @@ pub(super) fn check_aliased_updates<W: Write, E: Write>(
             short(&b.new)
         ))?;
         cmds[j].skip_update = true;
-        cmds[i].error = Some(Reason::InconsistentAliasedUpdate);
-        cmds[j].error = Some(Reason::InconsistentAliasedUpdate);
+        cmds[i].refuse(Reason::InconsistentAliasedUpdate);
+        cmds[j].refuse(Reason::InconsistentAliasedUpdate);
     }
     Ok(())
 }

@@ -13,8 +13,9 @@ use crate::protocol::request::Command;
 /// common command carries one pointer for it (the per-command memory of issue 24).
 pub(crate) struct Cmd {
     pub(crate) command: Command,
-    /// Why it was refused, once a phase refuses it.
-    pub(crate) error: Option<Reason>,
+    /// Why it was refused, once a phase refuses it (boxed: most commands of a large push are
+    /// never refused, and a reason is four times the size of the pointer).
+    error: Option<Box<Reason>>,
     /// A deletion of a ref that did not exist.
     pub(crate) did_not_exist: bool,
     /// Handled through another command (a symref pushed together with its target).
@@ -99,6 +100,26 @@ impl Cmd {
         self.rare_mut().new_shallow = roots;
     }
 
+    /// Why it was refused, if it was.
+    pub(crate) fn error(&self) -> Option<&Reason> {
+        self.error.as_deref()
+    }
+
+    /// Refused, for `reason` (replacing an earlier reason, if any).
+    pub(crate) fn refuse(&mut self, reason: Reason) {
+        self.error = Some(Box::new(reason));
+    }
+
+    /// Set or clear the reason it is refused.
+    pub(crate) fn set_error(&mut self, reason: Option<Reason>) {
+        self.error = reason.map(Box::new);
+    }
+
+    /// Take the reason it is refused, leaving it pending.
+    pub(crate) fn take_error(&mut self) -> Option<Reason> {
+        self.error.take().map(|r| *r)
+    }
+
     /// No error so far (reported `ok` if it stays so).
     pub(crate) fn pending(&self) -> bool {
         self.error.is_none()
@@ -121,7 +142,7 @@ impl Cmd {
 
     /// What the client is told about it.
     pub(crate) fn status(&self) -> Status {
-        match &self.error {
+        match self.error() {
             Some(reason) => Status::Rejected(reason.clone()),
             None if self.proc == Proc::Returned => Status::ProcReceive(self.rewrites().to_vec()),
             None if self.skip_update => Status::Aliased,
@@ -134,7 +155,7 @@ impl Cmd {
 /// Refuse every command not refused yet.
 pub(crate) fn refuse_pending(cmds: &mut [Cmd], reason: Reason) {
     for c in cmds.iter_mut().filter(|c| c.pending()) {
-        c.error = Some(reason.clone());
+        c.refuse(reason.clone());
     }
 }
 
@@ -154,6 +175,6 @@ mod tests {
             std::mem::size_of::<crate::refs::RefUpdate>(),
             std::mem::size_of::<Status>(),
         );
-        assert!(std::mem::size_of::<Cmd>() <= 144);
+        assert!(std::mem::size_of::<Cmd>() <= 120);
     }
 }

@@ -48,8 +48,8 @@ pub(super) fn check_connectivity(
     .with_refresh_budget(refresh);
     // All tips at once first, as git's combined rev-list; each on its own only if that fails.
     for c in cmds.iter_mut() {
-        if c.error == Some(Reason::MissingObjects) {
-            c.error = None;
+        if c.error() == Some(&Reason::MissingObjects) {
+            c.set_error(None);
         }
     }
     let tips: Vec<ObjectId> = cmds
@@ -66,13 +66,13 @@ pub(super) fn check_connectivity(
         match check.tip(c.command.new) {
             connectivity::Status::Missing(m) => {
                 failed.push(m);
-                c.error = Some(Reason::MissingObjects);
+                c.refuse(Reason::MissingObjects);
             }
             connectivity::Status::Connected if !check.new_roots().is_empty() => {
                 if repo.config.policy.shallow_update {
                     c.set_new_shallow(check.new_roots().to_vec());
                 } else {
-                    c.error = Some(Reason::ShallowUpdateNotAllowed);
+                    c.refuse(Reason::ShallowUpdateNotAllowed);
                 }
             }
             connectivity::Status::Connected => {}

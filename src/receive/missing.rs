@@ -50,9 +50,9 @@ pub(super) fn after_connectivity<W: Write, E: Write>(
             sb.error(&text)?;
             for c in cmds
                 .iter_mut()
-                .filter(|c| c.error == Some(Reason::MissingObjects))
+                .filter(|c| c.error() == Some(&Reason::MissingObjects))
             {
-                c.error = Some(Reason::Gate(text.clone()));
+                c.refuse(Reason::Gate(text.clone()));
             }
             Ok(false)
         }

@@ -220,7 +220,10 @@ pub fn run(
             if !failed.is_empty() && missing::after_connectivity(gate, &mut cmds, &mut sb)? {
                 failed = check(&mut cmds)?;
             }
-            if cmds.iter().any(|c| c.error == Some(Reason::MissingObjects)) {
+            if cmds
+                .iter()
+                .any(|c| c.error() == Some(&Reason::MissingObjects))
+            {
                 connectivity::report_missing(&failed, &mut sb)?;
             }
         }
@@ -334,7 +337,7 @@ fn execute_commands<W: Write, E: Write>(
         {
             for c in cmds.iter_mut().filter(|c| c.pending()) {
                 if c.proc != Proc::Returned && (c.proc == Proc::Scheduled || s.atomic) {
-                    c.error = Some(Reason::ProcReceiveFailed);
+                    c.refuse(Reason::ProcReceiveFailed);
                 }
             }
         }
@@ -366,6 +369,10 @@ fn execute_commands<W: Write, E: Write>(
 
 /// Refuse updates of hidden refs (`receive.hideRefs`), as git's `reject_updates_to_hidden`.
 fn refuse_hidden(s: &Session<'_>, cmds: &mut [Cmd]) {
+    // Nothing is hidden without patterns: no per-command name to build then.
+    if s.repo.config.policy.hide_refs.is_empty() {
+        return;
+    }
     for c in cmds.iter_mut().filter(|c| c.pending()) {
         let full = [s.namespace.as_bytes(), c.command.name.as_slice()].concat();
         if policy::is_hidden_in_namespace(
@@ -373,9 +380,8 @@ fn refuse_hidden(s: &Session<'_>, cmds: &mut [Cmd]) {
             full.as_bstr(),
             &s.repo.config.policy.hide_refs,
         ) {
-            c.error = Some(Reason::HiddenRef {
-                delete: c.command.is_delete(),
-            });
+            let delete = c.command.is_delete();
+            c.refuse(Reason::HiddenRef { delete });
         }
     }
 }
@@ -445,7 +451,7 @@ fn refuse_by_access<W: Write, E: Write>(
                 .map(|ch| if ch.is_control() { ' ' } else { ch })
                 .collect();
             sb.error(format_args!("{}: {text}", c.command.name))?;
-            c.error = Some(Reason::AccessDenied(text));
+            c.refuse(Reason::AccessDenied(text));
             denied = true;
         }
     }

@@ -376,7 +376,7 @@ impl<'a> Hooks<'a> {
             // go back into the commands afterwards, whatever the outcome.
             let states: Vec<_> = cmds
                 .iter_mut()
-                .map(|c| (c.proc, c.error.take(), c.take_rewrites()))
+                .map(|c| (c.proc, c.take_error(), c.take_rewrites()))
                 .collect();
             let mut slots: Vec<proc_receive::Slot<'_>> = cmds
                 .iter()
@@ -405,7 +405,7 @@ impl<'a> Hooks<'a> {
                 .collect();
             for (c, (proc, error, rewrites)) in cmds.iter_mut().zip(states) {
                 c.proc = proc;
-                c.error = error;
+                c.set_error(error);
                 c.set_rewrites(rewrites);
             }
             let reported = reported?;

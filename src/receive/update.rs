@@ -40,7 +40,7 @@ pub(super) fn execute_non_atomic<W: Write, E: Write>(
                     updates.push(u);
                 }
                 Ok(None) => {}
-                Err(reason) => cmd.error = Some(reason),
+                Err(reason) => cmd.refuse(reason),
             }
         }
         if queued.is_empty() {
@@ -69,7 +69,7 @@ pub(super) fn execute_non_atomic<W: Write, E: Write>(
                 for (i, result) in queued.iter().zip(results) {
                     if let Err(e) = result {
                         sb.error(&e)?;
-                        cmds[*i].error = Some(match &*e {
+                        cmds[*i].refuse(match &*e {
                             refs::RefError::Gate { message } => Reason::Gate(message.clone()),
                             e => Reason::Transaction(e.reason()),
                         });
@@ -90,7 +90,7 @@ pub(super) fn execute_non_atomic<W: Write, E: Write>(
                     _ => Reason::FailedToUpdateRefs,
                 };
                 for c in cmds.iter_mut() {
-                    c.error = Some(reason.clone());
+                    c.refuse(reason.clone());
                 }
             }
         }
@@ -118,7 +118,7 @@ pub(super) fn execute_atomic<W: Write, E: Write>(
             }
             Ok(None) => {}
             Err(reason) => {
-                cmd.error = Some(reason);
+                cmd.refuse(reason);
                 failure = Some(Reason::AtomicPushFailure);
                 break;
             }
