@@ -337,8 +337,8 @@ fn reftable_table(bytes: Vec<u8>) {
         .collect();
     if let Ok(refs) = &refs {
         for r in refs.iter().take(3).chain(refs.last()) {
-            names.push(r.name.clone());
-            let mut after = r.name.clone();
+            names.push(r.name.clone().into_owned());
+            let mut after = r.name.clone().into_owned();
             after.push(0);
             names.push(after);
         }

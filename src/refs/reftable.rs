@@ -245,7 +245,8 @@ impl Locked<'_> {
 }
 
 impl ReftableStore {
-    /// The ref and log records of one transaction, as git's `write_transaction_table` makes them.
+    /// The ref and log records of one transaction, as git's `write_transaction_table` makes them;
+    /// the ref records borrow the updates' names.
     fn records<'u>(
         &self,
         stack: &Stack,
@@ -253,7 +254,7 @@ impl ReftableStore {
         batch: impl Iterator<Item = &'u RefUpdate> + Clone,
         committer: &gix_actor::Signature,
         objects: &gix_odb::Handle,
-    ) -> Result<(Vec<RefRecord>, Vec<LogRecord>), Error> {
+    ) -> Result<(Vec<RefRecord<'u>>, Vec<LogRecord>), Error> {
         let mut peeler = super::packed::Peeler::new(objects);
         // Only read the reflogs when a rule depends on which exist.
         let need_logs = batch.clone().any(|u| u.is_delete()) || self.log != LogRefUpdates::Always;
@@ -288,7 +289,7 @@ impl ReftableStore {
                     continue; // deleting what does not exist writes nothing
                 }
                 refs.push(RefRecord {
-                    name: u.name.clone(),
+                    name: std::borrow::Cow::Borrowed(u.name.as_ref()),
                     update_index: 0,
                     value: RefValue::Deletion,
                 });
@@ -307,7 +308,7 @@ impl ReftableStore {
                     continue; // a no-op update writes neither a ref nor a reflog entry
                 }
                 refs.push(RefRecord {
-                    name: u.name.clone(),
+                    name: std::borrow::Cow::Borrowed(u.name.as_ref()),
                     update_index: 0,
                     // As git master: an annotated tag is stored with the object it peels to.
                     value: match peeler.peel(new) {

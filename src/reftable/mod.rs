@@ -22,7 +22,7 @@
 use std::path::PathBuf;
 
 use gix_hash::ObjectId;
-use gix_object::bstr::BString;
+use gix_object::bstr::{BStr, BString};
 
 pub mod block;
 pub mod record;
@@ -128,11 +128,12 @@ impl RefValue {
     }
 }
 
-/// One ref record.
+/// One ref record; its name borrowed (`'n`: a transaction's records name their updates' refs
+/// without copying them) or owned (`'static`: what is read from a table).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RefRecord {
+pub struct RefRecord<'n> {
     /// The full ref name, e.g. `refs/heads/main` or `HEAD`.
-    pub name: BString,
+    pub name: std::borrow::Cow<'n, BStr>,
     /// The update index of the transaction that last wrote it.
     pub update_index: u64,
     /// Its value.

@@ -159,7 +159,7 @@ fn parse_names(data: &[u8]) -> Vec<String> {
 /// addition not written yet (sorted; the newest input).
 enum Source<'t> {
     Table(Records<'t>),
-    Refs(&'t [RefRecord], usize),
+    Refs(&'t [RefRecord<'t>], usize),
     Logs(&'t [LogRecord], usize, Vec<u8>),
 }
 
@@ -234,7 +234,7 @@ fn merge_records(
 
 /// The ref records of `tables` (oldest first) in name order, the newest of each name, without
 /// tombstones.
-fn merge_refs(tables: &[Table]) -> Result<Vec<RefRecord>> {
+fn merge_refs(tables: &[Table]) -> Result<Vec<RefRecord<'static>>> {
     let mut out = Vec::new();
     let mut sources: Vec<Source<'_>> = tables
         .iter()
@@ -273,7 +273,7 @@ fn merge_logs(tables: &[Table]) -> Result<Vec<LogRecord>> {
 /// as adding them would have), or that addition's table.
 #[derive(Clone, Copy)]
 enum Addition<'a> {
-    Records(&'a [RefRecord], &'a [LogRecord]),
+    Records(&'a [RefRecord<'a>], &'a [LogRecord]),
     Table(&'a Table),
 }
 
@@ -456,12 +456,12 @@ impl Stack {
     pub fn refs(&self) -> Result<Vec<(BString, RefValue)>> {
         Ok(merge_refs(&self.tables)?
             .into_iter()
-            .map(|r| (r.name, r.value))
+            .map(|r| (r.name.into_owned(), r.value))
             .collect())
     }
 
     /// All ref records (with their update indexes) of the stack, deletions applied.
-    pub fn ref_records(&self) -> Result<Vec<RefRecord>> {
+    pub fn ref_records(&self) -> Result<Vec<RefRecord<'static>>> {
         merge_refs(&self.tables)
     }
 
@@ -819,7 +819,10 @@ mod tests {
     mod owned {
         use super::*;
 
-        fn merge_newer(older: Vec<RefRecord>, newer: Vec<RefRecord>) -> Vec<RefRecord> {
+        fn merge_newer<'a>(
+            older: Vec<RefRecord<'a>>,
+            newer: Vec<RefRecord<'a>>,
+        ) -> Vec<RefRecord<'a>> {
             if older.is_empty() {
                 return newer;
             }
@@ -836,7 +839,7 @@ mod tests {
             out
         }
 
-        pub fn merge_refs(tables: &[Table]) -> Vec<RefRecord> {
+        pub fn merge_refs(tables: &[Table]) -> Vec<RefRecord<'static>> {
             let mut merged: Vec<RefRecord> = Vec::new();
             for t in tables {
                 merged = merge_newer(merged, t.refs().expect("refs"));
@@ -895,10 +898,10 @@ mod tests {
     /// The records of addition `ts` (1, 2, 3...) of a stack: refs created, updated to
     /// annotated tags and symrefs, deleted (also refs that never existed), `HEAD`; reflog
     /// entries, their tombstones, messages git normalizes.
-    fn addition(ts: u64) -> (Vec<RefRecord>, Vec<LogRecord>) {
+    fn addition(ts: u64) -> (Vec<RefRecord<'static>>, Vec<LogRecord>) {
         let t = ts as u32;
         let mut refs = vec![RefRecord {
-            name: "HEAD".into(),
+            name: BString::from("HEAD").into(),
             update_index: ts,
             value: RefValue::Symref(format!("refs/heads/r{:04}", t * 7).into()),
         }];
@@ -934,7 +937,7 @@ mod tests {
                 });
             }
             refs.push(RefRecord {
-                name,
+                name: name.into(),
                 update_index: ts,
                 value,
             });
@@ -1052,7 +1055,7 @@ mod tests {
         let small: Vec<RefRecord> = r1[..3].to_vec();
         let small_logs: Vec<LogRecord> = l1
             .iter()
-            .filter(|l| small.iter().any(|r| r.name == l.refname))
+            .filter(|l| small.iter().any(|r| *r.name == *l.refname))
             .cloned()
             .collect();
         assert_eq!(stack.add(&small, &small_logs).expect("add"), 1);

@@ -793,7 +793,7 @@ impl Table {
         Some((update_index, len))
     }
 
-    fn decode_ref(&self, key: &[u8], extra: u8, v: &[u8]) -> Option<(RefRecord, usize)> {
+    fn decode_ref(&self, key: &[u8], extra: u8, v: &[u8]) -> Option<(RefRecord<'static>, usize)> {
         let (update_index, start, end) = self.ref_value_parts(extra, v)?;
         let p = &v[start..end];
         let len = self.hash.len_in_bytes();
@@ -808,7 +808,7 @@ impl Table {
         };
         Some((
             RefRecord {
-                name: BString::from(key),
+                name: BString::from(key).into(),
                 update_index,
                 value,
             },
@@ -873,7 +873,7 @@ impl Table {
     }
 
     /// All ref records of the table in name order, tombstones included.
-    pub fn refs(&self) -> Result<Vec<RefRecord>> {
+    pub fn refs(&self) -> Result<Vec<RefRecord<'static>>> {
         let mut out = Vec::new();
         if !self.refs_present {
             return Ok(out);
@@ -951,7 +951,7 @@ impl Table {
     }
 
     /// Look up one ref record (a tombstone included) by name.
-    pub fn read_ref(&self, name: &[u8]) -> Result<Option<RefRecord>> {
+    pub fn read_ref(&self, name: &[u8]) -> Result<Option<RefRecord<'static>>> {
         if !self.refs_present {
             return Ok(None);
         }
@@ -962,7 +962,7 @@ impl Table {
                 .next_record(|k, e, v| self.decode_ref(k, e, v))
                 .map_err(|r| self.corrupt(r))?
             {
-                match rec.name.as_slice().cmp(name) {
+                match rec.name.as_bytes().cmp(name) {
                     std::cmp::Ordering::Less => {}
                     std::cmp::Ordering::Equal => {
                         found = Some(rec);
@@ -1176,7 +1176,7 @@ impl<'t> Records<'t> {
     }
 
     /// The current record decoded as a ref record.
-    pub fn decode_ref(&self) -> Result<RefRecord> {
+    pub fn decode_ref(&self) -> Result<RefRecord<'static>> {
         let at = self.value.start;
         self.table
             .decode_ref(&self.key, self.extra, self.value())
@@ -1277,14 +1277,14 @@ mod tests {
 
     /// A table with every section: several ref blocks, a ref index, obj blocks, log blocks
     /// and a log index.
-    fn full_table() -> (Vec<u8>, Vec<RefRecord>, Vec<LogRecord>) {
+    fn full_table() -> (Vec<u8>, Vec<RefRecord<'static>>, Vec<LogRecord>) {
         let opts = WriteOptions {
             block_size: 512,
             ..WriteOptions::default()
         };
         let refs: Vec<RefRecord> = (0..300)
             .map(|i| RefRecord {
-                name: format!("refs/heads/r{i:04}").into(),
+                name: BString::from(format!("refs/heads/r{i:04}")).into(),
                 update_index: 5 + (i % 3) as u64,
                 value: match i % 4 {
                     0 => RefValue::Val2(id(i), id(i + 1000)),
@@ -1355,7 +1355,7 @@ mod tests {
     #[test]
     fn writer_refuses_bad_input() {
         let r = |name: &str, ui| RefRecord {
-            name: name.into(),
+            name: BString::from(name).into(),
             update_index: ui,
             value: RefValue::Deletion,
         };

@@ -279,24 +279,24 @@ fn git_tables_read_like_for_each_ref(hash: gix_hash::Kind) {
     assert_eq!(check("after git pack-refs"), 1);
 }
 
-fn sample_records(commit: ObjectId, tag: ObjectId, n: usize) -> Vec<RefRecord> {
+fn sample_records(commit: ObjectId, tag: ObjectId, n: usize) -> Vec<RefRecord<'static>> {
     let mut refs = Vec::new();
     for i in 0..n {
         refs.push(RefRecord {
-            name: format!("refs/heads/branch-{i:05}").into(),
+            name: BString::from(format!("refs/heads/branch-{i:05}")).into(),
             update_index: 0,
             value: RefValue::Val1(commit),
         });
     }
     for i in 0..n / 10 + 1 {
         refs.push(RefRecord {
-            name: format!("refs/tags/v{i}").into(),
+            name: BString::from(format!("refs/tags/v{i}")).into(),
             update_index: 0,
             value: RefValue::Val2(tag, commit),
         });
     }
     refs.push(RefRecord {
-        name: "refs/heads/alias".into(),
+        name: BString::from("refs/heads/alias").into(),
         update_index: 0,
         value: RefValue::Symref("refs/heads/branch-00001".into()),
     });
@@ -340,7 +340,7 @@ fn berth_tables_read_by_git(hash: gix_hash::Kind) {
     let mut stack = Stack::open(git_dir.join("reftable")).unwrap();
     let mut refs = sample_records(commit, tag, 2000);
     refs.push(RefRecord {
-        name: "refs/heads/main".into(),
+        name: BString::from("refs/heads/main").into(),
         update_index: 0,
         value: RefValue::Val1(commit),
     });
@@ -354,7 +354,7 @@ fn berth_tables_read_by_git(hash: gix_hash::Kind) {
     let deletions: Vec<RefRecord> = (0..2000)
         .step_by(3)
         .map(|i| RefRecord {
-            name: format!("refs/heads/branch-{i:05}").into(),
+            name: BString::from(format!("refs/heads/branch-{i:05}")).into(),
             update_index: 0,
             value: RefValue::Deletion,
         })
@@ -487,7 +487,7 @@ fn tables_equal_gits_byte_for_byte(hash: gix_hash::Kind) {
             };
             script.push_str(&format!("create {name} {target}\n"));
             refs.push(RefRecord {
-                name: name.into(),
+                name: BString::from(name).into(),
                 update_index: 2,
                 value,
             });
@@ -505,7 +505,7 @@ fn tables_equal_gits_byte_for_byte(hash: gix_hash::Kind) {
             "{git_name}"
         );
         refs.push(RefRecord {
-            name: "HEAD".into(),
+            name: BString::from("HEAD").into(),
             update_index: 1,
             value: RefValue::Symref("refs/heads/main".into()),
         });
@@ -549,7 +549,7 @@ fn berth_log_tables_compared_with_gits() {
         let name = format!("refs/heads/b{i:04}");
         script.push_str(&format!("create {name} {commit}\n"));
         refs.push(RefRecord {
-            name: name.clone().into(),
+            name: BString::from(name.clone()).into(),
             update_index: 2,
             value: RefValue::Val1(commit),
         });
@@ -564,7 +564,7 @@ fn berth_log_tables_compared_with_gits() {
     );
     let (_, git_bytes) = only_table(&git_dir.join("reftable"));
     refs.push(RefRecord {
-        name: "HEAD".into(),
+        name: BString::from("HEAD").into(),
         update_index: 1,
         value: RefValue::Symref("refs/heads/main".into()),
     });
@@ -604,7 +604,7 @@ fn ten_thousand_refs_in_one_table_fast() {
     let commit = oid("766b6579bab3caf736a4c65d66f50419cadd926f");
     let refs: Vec<RefRecord> = (0..10_000)
         .map(|i| RefRecord {
-            name: format!("refs/heads/branch-{i:05}").into(),
+            name: BString::from(format!("refs/heads/branch-{i:05}")).into(),
             update_index: 1,
             value: RefValue::Val1(commit),
         })
@@ -720,9 +720,9 @@ fn stack_auto_compacts_like_git_and_interleaves_with_git_writers() {
             .add(
                 &[RefRecord {
                     name: if i % 2 == 0 {
-                        format!("refs/heads/t{i:02}").into()
+                        BString::from(format!("refs/heads/t{i:02}")).into()
                     } else {
-                        format!("refs/tags/t{i:02}").into()
+                        BString::from(format!("refs/tags/t{i:02}")).into()
                     },
                     update_index: 0,
                     value,
@@ -806,7 +806,7 @@ fn stack_auto_compacts_like_git_and_interleaves_with_git_writers() {
     std::fs::write(reftable.join("tables.list.lock"), "").unwrap();
     let err = stack.add(
         &[RefRecord {
-            name: "refs/heads/blocked".into(),
+            name: BString::from("refs/heads/blocked").into(),
             update_index: 0,
             value: RefValue::Val1(commit),
         }],
@@ -865,7 +865,7 @@ fn obj_section_with_distinct_objects_matches_git() {
         let name = format!("refs/blobs/{i:04}");
         script.push_str(&format!("create {name} {id}\n"));
         refs.push(RefRecord {
-            name: name.into(),
+            name: BString::from(name).into(),
             update_index: 2,
             value: RefValue::Val1(*id),
         });
@@ -877,7 +877,7 @@ fn obj_section_with_distinct_objects_matches_git() {
     );
     let (_, git_bytes) = only_table(&git_dir.join("reftable"));
     refs.push(RefRecord {
-        name: "HEAD".into(),
+        name: BString::from("HEAD").into(),
         update_index: 1,
         value: RefValue::Symref("refs/heads/main".into()),
     });
