@@ -35,6 +35,8 @@ pub struct CaseView<'a> {
     pub rows: Vec<Row<'a>>,
     /// Spawning the hook N times, in ms.
     pub hook_spawn: Option<Summary>,
+    /// The request's size in bytes.
+    pub request_bytes: usize,
     /// Whether the machine was quiet enough.
     pub noise: Noise,
 }
@@ -89,6 +91,7 @@ pub fn view(outcome: &run::Outcome, noisy_cv: f64) -> CaseView<'_> {
     CaseView {
         rows,
         hook_spawn: stats::summarize(&outcome.hook_spawn.iter().map(ms).collect::<Vec<_>>()),
+        request_bytes: outcome.request_bytes,
         noise: stats::noise(floor.as_ref(), base.as_ref(), noisy_cv),
     }
 }
@@ -184,6 +187,21 @@ pub fn table(o: &sweep::Outcome, noisy_cv: f64) -> String {
                         r.name,
                         f.map_or("no runs".to_owned(), |f| f.to_string())
                     );
+                }
+            }
+        }
+        // Memory per command beyond the request (issue 24): what a receiver holds per ref
+        // besides what it was sent, fixed costs included (so meaningful at many refs).
+        if c.case.refs >= 100_000 {
+            let _ = writeln!(
+                out,
+                "peak RSS beyond the request ({:.1} MiB), per ref:",
+                v.request_bytes as f64 / (1 << 20) as f64
+            );
+            for r in &v.rows {
+                if let Some(kib) = r.peak_rss_kib {
+                    let beyond = (kib * 1024).saturating_sub(v.request_bytes as u64);
+                    let _ = writeln!(out, "  {}: {} bytes", r.name, beyond / c.case.refs as u64);
                 }
             }
         }
@@ -452,6 +470,7 @@ mod tests {
                         measured(FLOOR, &[1, 1, 1]),
                     ],
                     hook_spawn: Vec::new(),
+                    request_bytes: refs * 106,
                 });
             }
         }

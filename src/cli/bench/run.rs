@@ -174,6 +174,8 @@ pub struct Outcome {
     pub receivers: Vec<Measured>,
     /// With an update hook: the time of spawning it N times in a row, once per timed run.
     pub hook_spawn: Vec<Duration>,
+    /// The request's size in bytes (commands and pack), fed to every receiver.
+    pub request_bytes: usize,
 }
 
 /// The empty pack `git push` sends when the server has every object already: the header of a
@@ -775,5 +777,6 @@ pub fn case(o: &Options, progress: &mut dyn Write) -> Result<Outcome, Error> {
         case: c.clone(),
         receivers,
         hook_spawn,
+        request_bytes: setup.input.len(),
     })
 }
