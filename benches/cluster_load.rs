@@ -42,8 +42,9 @@
 //! Bounded: a request times out after 120 s (`bench load`'s), a catch-up wait after 60 s.
 //! Every process started (etcd, the berth nodes) is killed when the bench ends or panics.
 //! etcd runs with its default request limit, 1.5 MiB (`BERTH_CLUSTER_ETCD_MAX_REQUEST_BYTES`
-//! sets `--max-request-bytes`): the commit point's txn of a 10,000-ref push writes the entry,
-//! ~95 bytes per ref, once (`entries/<seq>`; the log head is small), which fits.
+//! sets `--max-request-bytes`): the commit point's txn of a 10,000-ref push writes the entry
+//! once (`entries/<seq>`; the log head is small), its updates packed (~5 bytes a ref here,
+//! `cluster/wire/packed.rs`), which fits.
 //! `BERTH_CLUSTER_ACK=all` runs the cluster with `--ack all`; `BERTH_CLUSTER_DURABILITY`, a
 //! comma-separated list of `--cluster-durability` values (`synced,core-fsync`), runs one
 //! three-node cluster per value, each on its own etcd, beside the one node in the same run

@@ -9,7 +9,9 @@
 //! Over `https://` endpoints the client speaks TLS, trusting `--etcd-ca` only and presenting
 //! `--etcd-cert` (etcd's `--client-cert-auth`); an endpoint of the other scheme is refused.
 //!
-//! A watch (`/v3/watch`) is one long POST whose answer streams one JSON object per line.
+//! A watch (`/v3/watch`) is one long POST whose answer streams one JSON object per line, on a
+//! connection of its own; every other call goes over a kept-alive connection when one is idle
+//! (`http::Pool`), not a new TCP connection (and TLS handshake) per call.
 //!
 //! Endpoints are tried in order, starting from the last one that answered; a member that does
 //! not answer (killed, partitioned) costs one connect timeout, then the next is asked. Every
@@ -224,6 +226,8 @@ pub struct Client {
     metrics: Option<Arc<dyn Observe>>,
     /// Plain, or TLS with `--etcd-ca`'s roots and `--etcd-cert`.
     transport: http::Transport,
+    /// Kept-alive connections to the endpoints (not the watches': each has its own).
+    pool: http::Pool,
 }
 
 fn b64(b: &[u8]) -> String {
@@ -290,6 +294,7 @@ impl Client {
             timeout,
             metrics: None,
             transport: http::Transport::Plain,
+            pool: http::Pool::default(),
         }
     }
 
@@ -342,6 +347,7 @@ impl Client {
             let url = http::join(&self.endpoints[at], path);
             let headers = [("content-type", "application/json")];
             match http::post_via(
+                &self.pool,
                 &self.transport,
                 &url,
                 &headers,

@@ -1,7 +1,15 @@
-//! A minimal HTTP/1 client over hyper's connection API: one TCP connection per request, a
-//! timeout on the connect and on the response head, bodies of any `http_body::Body`. Used for
-//! etcd's JSON gateway, the nodes' internal endpoint and forwarding a client's request to a
-//! replica.
+//! A minimal HTTP/1 client over hyper's connection API: a timeout on the connect and on the
+//! response head, bodies of any `http_body::Body`. Used for etcd's JSON gateway, the nodes'
+//! internal endpoint and forwarding a client's request to a replica.
+//!
+//! A request whose answer is read whole ([`post_via`], [`Peers::post`]: every etcd call, a
+//! decide, a drop, a catch-up's asks) goes over a kept-alive connection from a [`Pool`] when
+//! one is idle, and leaves its connection there for the next; a connection idle longer than
+//! [`IDLE_FOR`] is not reused (the peer's keep-alive timeout may close it meanwhile). A
+//! request sent on a pooled connection that hyper reports was never written goes over a new
+//! one; one that may have been written is not sent again. A request whose answer streams or
+//! is held open (the prepare, whose connection closing tells the replica the push is gone; a
+//! pack stream; a forwarded request; a watch) has a connection of its own, as before.
 //!
 //! Each request goes over a [`Transport`]: plain HTTP, or TLS with one configuration (the
 //! cluster CA and this node's certificate between nodes, `--cluster-ca`; etcd's CA and client
@@ -14,8 +22,10 @@
 //! ([`SECRET_HEADER`]), set on the connection here rather than by each caller. etcd's client holds its own
 //! [`Transport`].
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, Response, Uri};
@@ -97,6 +107,8 @@ pub const NODE_HEADER: &str = "x-berth-node";
 pub struct Peers {
     from: Credentials,
     tls: Option<Arc<NodeTls>>,
+    /// Kept-alive connections to the other nodes, shared by every clone.
+    pool: Arc<Pool>,
 }
 
 /// What every request from this node to another carries: its name ([`NODE_HEADER`]) and the
@@ -121,6 +133,7 @@ impl Peers {
                 secret: secret.parse().ok()?,
             },
             tls,
+            pool: Arc::new(Pool::default()),
         })
     }
 
@@ -168,10 +181,9 @@ impl Peers {
         timeout: Duration,
     ) -> Result<(u16, Bytes), Error> {
         let req = post_request(url, &[], body)?;
-        let resp = self.send(node, req, timeout).await?;
-        let status = resp.status().as_u16();
-        let body = read_body(resp.into_body(), max, timeout, url).await?;
-        Ok((status, body))
+        let transport = self.transport();
+        let target = Target::of(&transport, url, Some(node))?;
+        exchange(&self.pool, &target, Some(&self.from), req, max, timeout).await
     }
 
     /// POST `body` to node `node`'s `url`: a `200` answer's first line (at most `max` bytes,
@@ -264,10 +276,7 @@ async fn connect_checked(
 ) -> Result<Connection, Error> {
     let uri: Uri = url.parse().map_err(|_| Error::Url(url.to_owned()))?;
     let (https, host, port) = host_port(&uri).ok_or_else(|| Error::Url(url.to_owned()))?;
-    let authority = match host.contains(':') {
-        true => format!("[{host}]:{port}"),
-        false => format!("{host}:{port}"),
-    };
+    let authority = authority(&host, port);
     let tls = match (transport, https) {
         (Transport::Plain, false) => None,
         (Transport::Tls(config), true) => Some(config.clone()),
@@ -337,26 +346,46 @@ where
 impl Connection {
     /// Send `req` (its URI absolute, on this connection's host) and return the response head
     /// with its body streaming; no time bound of its own.
-    pub async fn send(mut self, mut req: Request<Body>) -> Result<Response<Incoming>, Error> {
+    pub async fn send(mut self, req: Request<Body>) -> Result<Response<Incoming>, Error> {
         let shown = req.uri().to_string();
-        let pq = req
-            .uri()
-            .path_and_query()
-            .map(|p| p.as_str().to_owned())
-            .unwrap_or_else(|| "/".into());
-        *req.uri_mut() = pq.parse().map_err(|_| Error::Url(shown.clone()))?;
-        if let Ok(v) = self.authority.parse() {
-            req.headers_mut().insert(axum::http::header::HOST, v);
-        }
-        if let Some(from) = self.from {
-            req.headers_mut().insert(NODE_HEADER, from.me);
-            req.headers_mut().insert(SECRET_HEADER, from.secret);
-        }
+        let req = origin_form(req, &self.authority, self.from.as_ref())?;
         self.sender
             .send_request(req)
             .await
             .map_err(|e| Error::Http(shown, e))
     }
+}
+
+/// `host:port`, an IPv6 host in brackets.
+fn authority(host: &str, port: u16) -> String {
+    match host.contains(':') {
+        true => format!("[{host}]:{port}"),
+        false => format!("{host}:{port}"),
+    }
+}
+
+/// `req` (its URI absolute) as it goes on a connection to `authority`: its path and query
+/// alone, the `Host` header, and from a node its name and the cluster secret.
+fn origin_form(
+    mut req: Request<Body>,
+    authority: &str,
+    from: Option<&Credentials>,
+) -> Result<Request<Body>, Error> {
+    let shown = req.uri().to_string();
+    let pq = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "/".into());
+    *req.uri_mut() = pq.parse().map_err(|_| Error::Url(shown))?;
+    if let Ok(v) = authority.parse() {
+        req.headers_mut().insert(axum::http::header::HOST, v);
+    }
+    if let Some(from) = from {
+        req.headers_mut().insert(NODE_HEADER, from.me.clone());
+        req.headers_mut().insert(SECRET_HEADER, from.secret.clone());
+    }
+    Ok(req)
 }
 
 /// Read a whole body of at most `max` bytes within `timeout`.
@@ -394,8 +423,9 @@ fn post_request(url: &str, headers: &[(&str, &str)], body: Bytes) -> Result<Requ
 }
 
 /// POST `body` to `url` over `transport` and read the whole answer (status, at most `max`
-/// bytes).
+/// bytes), over a connection of `pool` when one is idle.
 pub async fn post_via(
+    pool: &Pool,
     transport: &Transport,
     url: &str,
     headers: &[(&str, &str)],
@@ -404,9 +434,154 @@ pub async fn post_via(
     timeout: Duration,
 ) -> Result<(u16, Bytes), Error> {
     let req = post_request(url, headers, body)?;
-    let resp = send_via(transport, req, timeout).await?;
+    let target = Target::of(transport, url, None)?;
+    exchange(pool, &target, None, req, max, timeout).await
+}
+
+/// How long a connection may have been idle in a [`Pool`] and still be reused: well below any
+/// keep-alive timeout a peer would have (berth's `--keepalive-timeout` is 60 s by default),
+/// and long enough for the calls of one push to share one connection.
+pub const IDLE_FOR: Duration = Duration::from_secs(1);
+
+/// At most this many idle connections are kept per place.
+const IDLE_PER_TARGET: usize = 16;
+
+/// Kept-alive HTTP/1 connections, idle, by where they go; and how many were opened.
+#[derive(Debug, Default)]
+pub struct Pool {
+    idle: Mutex<HashMap<Key, Vec<Idle>>>,
+    opened: AtomicU64,
+}
+
+/// Where a pooled connection goes: the host and port, the scheme, over TLS the node its
+/// certificate named and the configuration its handshake used (a reloaded certificate makes
+/// new connections).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    authority: String,
+    tls: Option<usize>,
+    node: Option<String>,
+}
+
+/// An idle connection and since when.
+#[derive(Debug)]
+struct Idle {
+    sender: hyper::client::conn::http1::SendRequest<Body>,
+    since: Instant,
+}
+
+impl Pool {
+    /// How many connections this pool's requests opened.
+    #[cfg(test)]
+    pub fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    /// An idle connection to `key` ready for a request, if one was kept.
+    fn take(&self, key: &Key) -> Option<hyper::client::conn::http1::SendRequest<Body>> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.get_mut(key)?;
+        // The most recently used first; older ones are dropped (closed) on the way.
+        while let Some(c) = list.pop() {
+            if c.since.elapsed() < IDLE_FOR && c.sender.is_ready() && !c.sender.is_closed() {
+                return Some(c.sender);
+            }
+        }
+        None
+    }
+
+    /// Keep `sender` for the next request to `key`.
+    fn keep(&self, key: Key, sender: hyper::client::conn::http1::SendRequest<Body>) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.entry(key).or_default();
+        list.retain(|c| c.since.elapsed() < IDLE_FOR && !c.sender.is_closed());
+        if list.len() < IDLE_PER_TARGET {
+            list.push(Idle {
+                sender,
+                since: Instant::now(),
+            });
+        }
+    }
+}
+
+/// A URL's place, checked against the transport: what [`connect_checked`] would connect to.
+#[derive(Debug)]
+struct Target<'a> {
+    transport: &'a Transport,
+    url: &'a str,
+    node: Option<&'a str>,
+    key: Key,
+}
+
+impl<'a> Target<'a> {
+    fn of(transport: &'a Transport, url: &'a str, node: Option<&'a str>) -> Result<Self, Error> {
+        let uri: Uri = url.parse().map_err(|_| Error::Url(url.to_owned()))?;
+        let (https, host, port) = host_port(&uri).ok_or_else(|| Error::Url(url.to_owned()))?;
+        let tls = match (transport, https) {
+            (Transport::Plain, false) => None,
+            (Transport::Tls(config), true) => Some(Arc::as_ptr(config) as usize),
+            (Transport::Plain, true) => return Err(Error::NoTls(url.to_owned())),
+            (Transport::Tls(_), false) => return Err(Error::NotTls(url.to_owned())),
+        };
+        let key = Key {
+            authority: authority(&host, port),
+            tls,
+            node: node.map(str::to_owned),
+        };
+        Ok(Target {
+            transport,
+            url,
+            node,
+            key,
+        })
+    }
+}
+
+/// `req` to `target`, over a pooled connection when one is idle, its answer read whole (at
+/// most `max` bytes); `timeout` bounds the connect and the response head, and then the body.
+/// The connection is kept for the next request once the answer is read.
+async fn exchange(
+    pool: &Pool,
+    target: &Target<'_>,
+    from: Option<&Credentials>,
+    req: Request<Body>,
+    max: usize,
+    timeout: Duration,
+) -> Result<(u16, Bytes), Error> {
+    let url = target.url;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut req = origin_form(req, &target.key.authority, from)?;
+    let work = async move {
+        if let Some(mut sender) = pool.take(&target.key) {
+            match sender.try_send_request(req).await {
+                Ok(resp) => return Ok((sender, resp)),
+                Err(mut e) => match e.take_message() {
+                    // Never written: a new connection takes it.
+                    Some(back) => req = back,
+                    None => return Err(Error::Http(url.to_owned(), e.into_error())),
+                },
+            }
+        }
+        let conn = connect_checked(target.transport, url, target.node).await?;
+        pool.opened.fetch_add(1, Ordering::Relaxed);
+        let mut sender = conn.sender;
+        match sender.send_request(req).await {
+            Ok(resp) => Ok((sender, resp)),
+            Err(e) => Err(Error::Http(url.to_owned(), e)),
+        }
+    };
+    let (mut sender, resp) = match tokio::time::timeout_at(deadline, work).await {
+        Ok(r) => r?,
+        Err(_) => return Err(Error::Timeout(url.to_owned())),
+    };
     let status = resp.status().as_u16();
+    // The body has a `timeout` of its own, as over a connection of its own.
     let body = read_body(resp.into_body(), max, timeout, url).await?;
+    // Once the connection can take the next request (not when the peer said `close`).
+    let ready = tokio::time::timeout(Duration::from_millis(100), sender.ready()).await;
+    if let Ok(Ok(())) = ready {
+        pool.keep(target.key.clone(), sender);
+    }
     Ok((status, body))
 }
 
@@ -433,6 +608,70 @@ mod tests {
         assert_eq!(hp("https://a/x"), Some((true, "a".into(), 443)));
         assert_eq!(hp("https://[::1]:9/"), Some((true, "::1".into(), 9)));
         assert_eq!(hp("ftp://a/"), None);
+    }
+
+    /// A server on loopback answering `ok` to everything (with `Connection: close` when
+    /// `close`): its URL and how many connections it accepted.
+    async fn counting_server(close: bool) -> (String, Arc<AtomicU64>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let n = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                n.fetch_add(1, Ordering::Relaxed);
+                let svc = hyper::service::service_fn(move |_req: Request<Incoming>| async move {
+                    let mut r = Response::new(http_body_util::Full::new(Bytes::from_static(b"ok")));
+                    if close {
+                        r.headers_mut()
+                            .insert("connection", "close".parse().unwrap());
+                    }
+                    Ok::<_, std::convert::Infallible>(r)
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc),
+                );
+            }
+        });
+        (format!("http://{addr}/x"), accepted)
+    }
+
+    async fn post(pool: &Pool, url: &str) -> (u16, Bytes) {
+        let body = Bytes::from_static(b"q");
+        post_via(
+            pool,
+            &Transport::Plain,
+            url,
+            &[],
+            body,
+            64,
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn answers_read_whole_share_one_kept_alive_connection() {
+        let (url, accepted) = counting_server(false).await;
+        let pool = Pool::default();
+        for _ in 0..5 {
+            assert_eq!(post(&pool, &url).await, (200, Bytes::from_static(b"ok")));
+        }
+        assert_eq!(accepted.load(Ordering::Relaxed), 1);
+        assert_eq!(pool.opened(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_peer_closes_is_not_reused() {
+        let (url, accepted) = counting_server(true).await;
+        let pool = Pool::default();
+        for _ in 0..3 {
+            assert_eq!(post(&pool, &url).await, (200, Bytes::from_static(b"ok")));
+        }
+        assert_eq!(accepted.load(Ordering::Relaxed), 3);
+        assert_eq!(pool.opened(), 3);
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 mod message;
+mod packed;
 pub(super) use message::*;
 
 /// The header that carries the cluster secret.

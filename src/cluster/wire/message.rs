@@ -7,6 +7,8 @@
 //!
 //! The JSON is what `serde_json::json!` wrote before these types (fields in alphabetical
 //! order, an absent or `null` value where it had one): nodes of one build read each other's.
+//! The one exception is a list of ref updates (a log entry's, a prepare header's): it is
+//! written packed, one base64 string (`wire/packed.rs`), and read in either form.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -373,8 +375,13 @@ pub(in crate::cluster) struct Entry {
     pub(in crate::cluster) seq: u64,
     /// The push's transaction id.
     pub(in crate::cluster) txid: Id,
-    /// The ref updates, in order; `None` in a head.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The ref updates, in order; `None` in a head. Written packed (`wire/packed.rs`), read
+    /// packed or as the JSON list entries had before.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::packed::option"
+    )]
     pub(in crate::cluster) updates: Option<Vec<Update>>,
     /// The shallow roots of the push (the client's `shallow` commits the accepting node holds
     /// as shallow, `$GIT_DIR/shallow`): a replica catching up checks connectivity with them and
@@ -394,6 +401,8 @@ pub(in crate::cluster) struct Prepare {
     /// The id of the stream that brought the push's pack; `null`: the push has no pack.
     pub(in crate::cluster) stream: Option<Id>,
     pub(in crate::cluster) txid: Id,
+    /// Packed as a log entry's (`wire/packed.rs`).
+    #[serde(with = "super::packed::list")]
     pub(in crate::cluster) updates: Vec<Update>,
     /// The push's shallow roots, as [`Entry::shallow`]; absent for a push from a full clone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -640,7 +649,19 @@ mod tests {
         let want = format!(
             r#"{{"origin":"n1","seq":7,"txid":"ab","updates":[{{"name":"refs/heads/a","new":"{a}","op":"create"}},{{"name":"refs/heads/b","new":"{b}","old":"{a}","op":"update"}},{{"name":"refs/heads/c","new":"{b}","old":null,"op":"update"}},{{"name":"refs/heads/d","old":null,"op":"delete"}},{{"name":"refs/heads/e","old":"{b}","op":"delete"}}]}}"#
         );
-        assert_eq!(String::from_utf8(encode(&entry)).unwrap(), want);
+        // The updates are packed now (`wire/packed.rs`); the list above is still read.
+        let packed = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            super::super::packed::encode(entry.updates.as_deref().unwrap()),
+        );
+        assert_eq!(
+            String::from_utf8(encode(&entry)).unwrap(),
+            format!(r#"{{"origin":"n1","seq":7,"txid":"ab","updates":"{packed}"}}"#)
+        );
+        assert_eq!(
+            decode::<Entry>("log entry", want.as_bytes()).unwrap(),
+            entry
+        );
         let head = Entry {
             updates: None,
             ..entry.clone()
@@ -662,14 +683,14 @@ mod tests {
         };
         assert_eq!(
             String::from_utf8(encode(&prepare)).unwrap(),
-            r#"{"base_seq":3,"committer_email":"e@x","committer_name":"N","repo":"team/app","stream":null,"txid":"ab","updates":[]}"#
+            r#"{"base_seq":3,"committer_email":"e@x","committer_name":"N","repo":"team/app","stream":null,"txid":"ab","updates":"AQAA"}"#
         );
         let from_n1 = Prepare {
             origin: Some(NodeName::try_from("n1").unwrap()),
             ..prepare.clone()
         };
         let encoded = encode(&from_n1);
-        assert!(String::from_utf8_lossy(&encoded).ends_with(r#""updates":[],"origin":"n1"}"#));
+        assert!(String::from_utf8_lossy(&encoded).ends_with(r#""updates":"AQAA","origin":"n1"}"#));
         assert_eq!(decode::<Prepare>("header", &encoded).unwrap(), from_n1);
         assert!(decode::<Prepare>("header", br#"{"base_seq":3,"committer_email":"e@x","committer_name":"N","repo":"team/app","stream":null,"txid":"ab","updates":[],"origin":"../x"}"#).is_err());
         let snap = Snapshot {
