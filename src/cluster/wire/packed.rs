@@ -66,7 +66,24 @@ pub(in crate::cluster) enum Invalid {
     /// Bytes after the last update.
     #[error("packed updates: {0} bytes after the end")]
     Trailing(usize),
+    /// A name longer than a push's command line can carry.
+    #[error("packed updates: a name of {0} bytes")]
+    NameLength(usize),
+    /// Names that would take more than [`MAX_EXPANSION`] times the input's size: each name
+    /// shares its previous one's bytes for a few bytes of input, so without this bound a
+    /// small input could make a huge list.
+    #[error("packed updates: names of more than {MAX_EXPANSION} times the input's size")]
+    Expansion,
 }
+
+/// The longest name a decoded update may have: a push's command is one pkt-line (at most
+/// 65,516 bytes of payload), so no pushed ref name is longer.
+const MAX_NAME: usize = 65_516;
+
+/// How many times the input's size all decoded names together may take. A real entry's
+/// names shrink by the prefix each shares with the previous one, ~5x for `refs/heads/b/0001234`
+/// and short of 100x even for names of a thousand bytes differing at the end.
+const MAX_EXPANSION: usize = 256;
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -192,6 +209,7 @@ pub(in crate::cluster) fn decode(b: &[u8]) -> Result<Vec<Update>, Invalid> {
     // Each update takes at least 4 bytes.
     let mut updates = Vec::with_capacity(n.min(input.0.len() as u64 / 4) as usize);
     let mut previous: Vec<u8> = Vec::new();
+    let mut name_bytes = 0usize;
     for _ in 0..n {
         let tag = input.byte()?;
         let checked = tag & 4 != 0;
@@ -202,7 +220,14 @@ pub(in crate::cluster) fn decode(b: &[u8]) -> Result<Vec<Update>, Invalid> {
         let rest_len = input.varint()?;
         let rest = input.bytes(rest_len)?;
         previous.truncate(shared as usize);
+        if previous.len() + rest.len() > MAX_NAME {
+            return Err(Invalid::NameLength(previous.len() + rest.len()));
+        }
         previous.extend_from_slice(rest);
+        name_bytes += previous.len();
+        if name_bytes > MAX_EXPANSION.saturating_mul(b.len()) {
+            return Err(Invalid::Expansion);
+        }
         let name = std::str::from_utf8(&previous)
             .ok()
             .and_then(|s| RefName::try_from(s).ok())
@@ -436,5 +461,45 @@ mod tests {
         );
         let read: Holder = serde_json::from_str(&new).unwrap();
         assert_eq!(read.updates, u);
+    }
+
+    /// A small input whose names each repeat a long previous name for a few bytes refuses
+    /// instead of growing a list of names hundreds of times its size.
+    #[test]
+    fn names_that_expand_far_past_the_input_are_refused() {
+        let long = format!("refs/heads/{}", "x".repeat(60_000));
+        let mut b = vec![VERSION];
+        put_varint(&mut b, 1);
+        put_varint(&mut b, 20);
+        b.extend_from_slice(&[7u8; 20]);
+        let n = 100_000u64;
+        put_varint(&mut b, n);
+        // The first update names the long ref; every later one shares all of it and adds
+        // nothing (shared = its length, rest empty): six bytes of input per 60 kB name.
+        b.push(0);
+        put_varint(&mut b, 0);
+        put_varint(&mut b, long.len() as u64);
+        b.extend_from_slice(long.as_bytes());
+        put_varint(&mut b, 0);
+        for _ in 1..n {
+            b.push(0);
+            put_varint(&mut b, long.len() as u64);
+            put_varint(&mut b, 0);
+            put_varint(&mut b, 0);
+        }
+        // ~1 MB of input that would otherwise make 6 GB of names.
+        assert!(b.len() < 1_100_000);
+        assert_eq!(decode(&b), Err(Invalid::Expansion));
+
+        // A name longer than a pkt-line can carry.
+        let mut b = vec![VERSION];
+        put_varint(&mut b, 0);
+        put_varint(&mut b, 1);
+        b.push(2);
+        put_varint(&mut b, 0);
+        let huge = format!("refs/heads/{}", "y".repeat(70_000));
+        put_varint(&mut b, huge.len() as u64);
+        b.extend_from_slice(huge.as_bytes());
+        assert_eq!(decode(&b), Err(Invalid::NameLength(huge.len())));
     }
 }
