@@ -93,12 +93,16 @@ struct Etcd {
     clients: Vec<String>,
 }
 
-/// `BERTH_CLUSTER_TLS=1`: a CA and one certificate it signed (for 127.0.0.1, server and client
-/// usage), presented by every node and etcd member.
+/// `BERTH_CLUSTER_TLS=1`: a CA and the certificates it signed (for 127.0.0.1, server and client
+/// usage): one presented by the etcd members and by the nodes to etcd, and one per node naming
+/// it (`URI:berth-node:n<i>`), which the nodes present to each other (a node refuses a peer
+/// whose certificate does not name exactly the node it meant, docs/cluster.md).
 struct Certs {
     ca: PathBuf,
     cert: PathBuf,
     key: PathBuf,
+    /// Node `i`'s certificate and key.
+    nodes: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Certs {
@@ -107,6 +111,9 @@ impl Certs {
             ca: dir.join("ca.pem"),
             cert: dir.join("node.pem"),
             key: dir.join("node.key"),
+            nodes: (0..3)
+                .map(|i| (dir.join(format!("n{i}.pem")), dir.join(format!("n{i}.key"))))
+                .collect(),
         };
         let ec = [
             "-newkey",
@@ -129,33 +136,51 @@ impl Certs {
         ca.extend(["-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
         ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
         openssl(&ca);
-        let mut req = vec!["req", "-subj", "/CN=berth node"];
-        req.extend(ec);
-        req.extend(["-keyout", "node.key", "-out", "node.csr"]);
-        openssl(&req);
-        std::fs::write(
-            dir.join("node.ext"),
-            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-             keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n",
-        )
-        .unwrap();
-        openssl(&[
-            "x509",
-            "-req",
-            "-days",
-            "2",
-            "-CAcreateserial",
-            "-in",
-            "node.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-extfile",
-            "node.ext",
-            "-out",
-            "node.pem",
-        ]);
+        // The shared certificate (stem "node", naming no node), then one per node.
+        let stems: Vec<(String, &str)> = std::iter::once(("node".to_owned(), ""))
+            .chain((0..3).map(|i| (format!("n{i}"), ["n0", "n1", "n2"][i])))
+            .collect();
+        for (stem, node) in &stems {
+            let (key, csr, pem, ext) = (
+                format!("{stem}.key"),
+                format!("{stem}.csr"),
+                format!("{stem}.pem"),
+                format!("{stem}.ext"),
+            );
+            let mut req = vec!["req", "-subj", "/CN=berth node"];
+            req.extend(ec);
+            req.extend(["-keyout", &key, "-out", &csr]);
+            openssl(&req);
+            let uri = match node.is_empty() {
+                true => String::new(),
+                false => format!(",URI:berth-node:{node}"),
+            };
+            std::fs::write(
+                dir.join(&ext),
+                format!(
+                    "subjectAltName=IP:127.0.0.1{uri}\nbasicConstraints=CA:FALSE\n\
+                     keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
+                ),
+            )
+            .unwrap();
+            openssl(&[
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-CAcreateserial",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-extfile",
+                &ext,
+                "-out",
+                &pem,
+            ]);
+        }
         c
     }
 
@@ -291,10 +316,13 @@ impl Target {
                     Some(c) => {
                         let node = format!("127.0.0.1:{}", ports[3 + i]);
                         let [ca, cert, key] = c.args();
+                        let (own_cert, own_key) = &c.nodes[i];
                         cmd.args(["--cluster-listen", &node])
                             .args(["--advertise", &format!("https://{node}")])
-                            .args(["--cluster-ca", &ca, "--cluster-cert", &cert])
-                            .args(["--cluster-key", &key])
+                            .args(["--cluster-ca", &ca, "--cluster-cert"])
+                            .arg(own_cert)
+                            .arg("--cluster-key")
+                            .arg(own_key)
                             .args(["--etcd-ca", &ca, "--etcd-cert", &cert, "--etcd-key", &key])
                     }
                 };
