@@ -828,13 +828,12 @@ impl Locked<'_> {
         let packed_path = git_dir.join("packed-refs");
         let mut peeler = Peeler::new(objects);
         let new_path = git_dir.join("packed-refs.new");
-        replace(
-            &new_path,
-            &packed_path,
-            |w| render(&packed, updates, &items, &mut peeler, w),
-            fsync,
-        )
-        .map_err(Failed::quietly)?;
+        // The new packed-refs of `items`, in place.
+        let write = |items: &[Item], peeler: &mut Peeler<'_>| {
+            let content = |w: &mut dyn Write| render(&packed, updates, items, peeler, w);
+            replace(&new_path, &packed_path, content, fsync).map_err(Failed::quietly)
+        };
+        write(&items, &mut peeler)?;
 
         // The second scan: writers that slipped in between our scan and our rename.
         let rescan = Scan::new(git_dir, dirs.iter().copied());
@@ -910,13 +909,7 @@ impl Locked<'_> {
                 }
             }
             items = kept;
-            replace(
-                &new_path,
-                &packed_path,
-                |w| render(&packed, updates, &items, &mut peeler, w),
-                fsync,
-            )
-            .map_err(Failed::quietly)?;
+            write(&items, &mut peeler)?;
         }
 
         // The loose files the new packed-refs replaces, removed under their locks.
