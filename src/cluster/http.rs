@@ -652,26 +652,26 @@ mod tests {
         .unwrap()
     }
 
-    #[tokio::test]
-    async fn answers_read_whole_share_one_kept_alive_connection() {
-        let (url, accepted) = counting_server(false).await;
+    /// `n` requests through one pool to a server that closes each connection (`close`) or
+    /// keeps it alive: every answer is `ok`; how many connections the server accepted and the
+    /// pool opened.
+    async fn connections_for(close: bool, n: usize) -> (u64, u64) {
+        let (url, accepted) = counting_server(close).await;
         let pool = Pool::default();
-        for _ in 0..5 {
+        for _ in 0..n {
             assert_eq!(post(&pool, &url).await, (200, Bytes::from_static(b"ok")));
         }
-        assert_eq!(accepted.load(Ordering::Relaxed), 1);
-        assert_eq!(pool.opened(), 1);
+        (accepted.load(Ordering::Relaxed), pool.opened())
+    }
+
+    #[tokio::test]
+    async fn answers_read_whole_share_one_kept_alive_connection() {
+        assert_eq!(connections_for(false, 5).await, (1, 1));
     }
 
     #[tokio::test]
     async fn a_connection_the_peer_closes_is_not_reused() {
-        let (url, accepted) = counting_server(true).await;
-        let pool = Pool::default();
-        for _ in 0..3 {
-            assert_eq!(post(&pool, &url).await, (200, Bytes::from_static(b"ok")));
-        }
-        assert_eq!(accepted.load(Ordering::Relaxed), 3);
-        assert_eq!(pool.opened(), 3);
+        assert_eq!(connections_for(true, 3).await, (3, 3));
     }
 
     #[tokio::test]
