@@ -60,8 +60,8 @@ fn main() {
 fn request(n: usize) -> Vec<u8> {
     let mut buf = Vec::with_capacity(n * 110);
     for i in 0..n {
-        let id = sha1::Sha1::digest(format!("missing-{i}").as_bytes());
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let digest = sha1::Sha1::digest(format!("missing-{i}").as_bytes());
+        let hex = berth::ObjectId::try_from(digest.as_slice()).expect("20 bytes");
         let mut line = format!("{} {hex} refs/heads/b{i}", "0".repeat(40));
         if i == 0 {
             line.push_str("\0report-status side-band-64k quiet");
@@ -108,7 +108,7 @@ fn one_run(tmp: &Path, cmd: &[&str], request: &[u8], n: usize) -> Duration {
     let elapsed = start.elapsed();
     let _ = writer.join();
     let report = band1(&out.stdout);
-    let refused = pkt_lines(&report)
+    let refused = packets(&report)
         .iter()
         .filter(|l| l.starts_with(b"ng ") && l.ends_with(b" missing necessary objects\n"))
         .count();
@@ -119,30 +119,22 @@ fn one_run(tmp: &Path, cmd: &[&str], request: &[u8], n: usize) -> Duration {
     elapsed
 }
 
-/// The payloads of the pkt-lines in `data`, up to the first flush or malformed length.
-fn pkt_lines(data: &[u8]) -> Vec<&[u8]> {
+/// The data packets of `data` up to its flush, read by berth's own pkt-line reader.
+fn packets(data: &[u8]) -> Vec<Vec<u8>> {
+    use berth::protocol::pktline::{Packet, Reader};
+    let mut reader = Reader::new(data);
     let mut out = Vec::new();
-    let mut pos = 0;
-    while let Some(len) = data
-        .get(pos..pos + 4)
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .and_then(|h| usize::from_str_radix(h, 16).ok())
-    {
-        if len < 4 || pos + len > data.len() {
-            break;
-        }
-        out.push(&data[pos + 4..pos + len]);
-        pos += len;
+    while let Ok(Packet::Data(d)) = reader.read() {
+        out.push(d.to_vec());
     }
     out
 }
 
 /// What side-band-64k carried on band 1 (the report), its packets joined.
 fn band1(data: &[u8]) -> Vec<u8> {
-    pkt_lines(data)
+    packets(data)
         .into_iter()
-        .filter_map(|p| p.strip_prefix(b"\x01"))
+        .filter_map(|p| p.strip_prefix(b"\x01").map(<[u8]>::to_vec))
         .flatten()
-        .copied()
         .collect()
 }
