@@ -60,7 +60,8 @@ pub(in crate::cluster) enum Invalid {
     /// A name sharing more than the previous name has.
     #[error("packed updates: name shares {0} bytes, more than the previous name")]
     Shared(u64),
-    /// A name that is not a ref name a push could have written (as [`super::Invalid::RefName`]).
+    /// A name that is not a ref name a push could have written (as [`super::Invalid::RefName`]):
+    /// its first 64 bytes, which the message shows escaped.
     #[error("packed updates: bad ref name {0:?}")]
     Name(String),
     /// Bytes after the last update.
@@ -231,7 +232,10 @@ pub(in crate::cluster) fn decode(b: &[u8]) -> Result<Vec<Update>, Invalid> {
         let name = std::str::from_utf8(&previous)
             .ok()
             .and_then(|s| RefName::try_from(s).ok())
-            .ok_or_else(|| Invalid::Name(String::from_utf8_lossy(&previous).into_owned()))?;
+            .ok_or_else(|| {
+                // For a log line: at most 64 bytes of it, shown escaped (`{:?}`).
+                Invalid::Name(String::from_utf8_lossy(&previous[..previous.len().min(64)]).into())
+            })?;
         let old = |input: &mut Input<'_>| -> Result<Expected, Invalid> {
             match checked {
                 true => Ok(Expected::MustBe(id(input.varint()?)?)),
