@@ -244,13 +244,16 @@ fn receive(srv: std::path::PathBuf, pack: &mut dyn std::io::BufRead, tips: Vec<O
 
 impl Walk {
     /// berth's check, as the session runs it: the quarantine's object database opened, then
-    /// all tips walked together, then each checked
-    /// in the order of the commands.
+    /// all tips checked together (the pass over the received pack, which must vouch for all of
+    /// them here), then each checked in the order of the commands.
     pub fn berth(&self) {
         use berth::objects::connectivity::{Check, Status};
         let objects = gix_odb::at(self.quarantine.path(), gix_hash::Kind::Sha1).expect("odb");
         let mut check = Check::new(&objects, self.received.index.as_ref(), std::iter::empty());
-        check.prewalk(&self.tips);
+        assert!(
+            check.prewalk(&self.tips),
+            "the pass over the pack cannot vouch for the tips"
+        );
         for tip in &self.tips {
             assert_eq!(check.tip(*tip), Status::Connected);
         }

@@ -7,13 +7,12 @@
 //! `fsck` requires of every object in a healthy repository. The walk costs what the push brought,
 //! not what the repository holds, and a tip that is already the value of a ref costs one lookup.
 //!
-//! All tips of a push are first walked together ([`Check::prewalk`]), the received objects
-//! decoded in pack order through a cache of decoded deltas: a delta's base comes before it in a
-//! pack, so each delta costs one delta application instead of its whole chain (the walk of one
-//! tip at a time meets old objects first, whose chains run through all newer versions). Blobs in
-//! the pack are not decoded: indexing the pack already resolved and hashed them, and they link
-//! to nothing. Only when the joint walk finds something missing are the tips walked one by one,
-//! for git's per-ref verdicts.
+//! A push's tips are first checked together ([`Check::prewalk`]): when every commit, tree and
+//! tag of the received pack links only to objects in the pack or in the repository
+//! ([`crate::objects::pack_links`], each object decoded once through gix-pack's delta tree, the
+//! way indexing decoded it), every tip in the pack is connected, however many there are. Only
+//! when that cannot be said (something is missing, the pack was unpacked as loose objects, or
+//! shallow commits are involved) are the tips walked one by one, for git's per-ref verdicts.
 
 use std::collections::VecDeque;
 
@@ -83,6 +82,8 @@ pub struct Check<'a> {
     client_shallow: HashSet<ObjectId>,
     /// Client shallow commits the last walk needed as new shallow roots of the repository.
     new_roots: Vec<ObjectId>,
+    /// [`Check::prewalk`] found the received pack closed: everything in it is connected.
+    closed: bool,
 }
 
 impl<'a> Check<'a> {
@@ -103,6 +104,7 @@ impl<'a> Check<'a> {
             shallow: HashSet::new(),
             client_shallow: HashSet::new(),
             new_roots: Vec::new(),
+            closed: false,
         }
     }
 
@@ -139,11 +141,11 @@ impl<'a> Check<'a> {
         self.pack.is_some_and(|p| p.lookup(id).is_some())
     }
 
-    /// Walk all `tips` together, the received objects in pack order. When everything they reach
-    /// is there, every object walked is remembered, so that [`Check::tip`] answers each tip with
-    /// one lookup, and `true` is returned. When something is missing (or shallow commits are
-    /// involved, which need the walk of each tip), nothing is remembered and [`Check::tip`]
-    /// walks each tip on its own.
+    /// Check all `tips` together: `true` when each is in the received pack or the repository
+    /// and the pack links only to objects in itself or the repository, after which
+    /// [`Check::tip`] answers a tip in the pack without walking. `false` when that cannot be
+    /// said (something is missing, the pack's objects were unpacked, shallow commits are
+    /// involved): [`Check::tip`] then walks each tip on its own.
     pub fn prewalk(&mut self, tips: &[ObjectId]) -> bool {
         let Some(pack) = self.pack else {
             return false;
@@ -151,52 +153,21 @@ impl<'a> Check<'a> {
         if !self.shallow.is_empty() || !self.client_shallow.is_empty() {
             return false;
         }
-        let mut data = PackData::open(pack);
-        let mut seen: HashSet<ObjectId> = HashSet::new();
-        let mut frontier: Vec<(ObjectId, Kind)> = tips.iter().map(|t| (*t, Kind::Commit)).collect();
-        let mut wave: Vec<(u64, ObjectId)> = Vec::new();
-        while !frontier.is_empty() {
-            wave.clear();
-            for (id, kind) in frontier.drain(..) {
-                if self.known.contains(&id) || !seen.insert(id) {
-                    continue;
-                }
-                match pack.lookup(id) {
-                    // A blob links to nothing, and indexing the pack resolved it already.
-                    Some(_) if kind == Kind::Blob => {}
-                    Some(i) => wave.push((pack.pack_offset_at_index(i), id)),
-                    None if self.objects.exists(&id) => {}
-                    None => return false,
-                }
-            }
-            // Bases before their deltas.
-            wave.sort_unstable();
-            for (offset, id) in &wave {
-                let links = match data.as_mut().and_then(|d| d.decode(pack, *offset)) {
-                    Some((kind, bytes)) => crate::objects::fsck::links(kind, &bytes, id.kind()),
-                    None => match self.objects.try_find(id, &mut self.buf) {
-                        Ok(Some(d)) => crate::objects::fsck::links(d.kind, d.data, id.kind()),
-                        _ => return false,
-                    },
-                };
-                let Some(links) = links else {
-                    return false;
-                };
-                frontier.extend(
-                    links
-                        .into_iter()
-                        .filter(|(l, _)| !self.known.contains(l) && !seen.contains(l)),
-                );
-            }
+        let Some(external) = crate::objects::pack_links::external_links(pack, None) else {
+            return false;
+        };
+        let exists = |id: &ObjectId| self.known.contains(id) || self.objects.exists(id);
+        if !external.iter().all(exists) || !tips.iter().all(|t| self.in_pack(t) || exists(t)) {
+            return false;
         }
-        self.known.extend(seen);
+        self.closed = true;
         true
     }
 
     /// Check one tip. Objects found complete are remembered for the following tips.
     pub fn tip(&mut self, tip: ObjectId) -> Status {
         self.new_roots.clear();
-        if self.known.contains(&tip) {
+        if self.known.contains(&tip) || (self.closed && self.in_pack(&tip)) {
             return Status::Connected;
         }
         let mut seen: HashSet<ObjectId> = HashSet::new();
@@ -256,147 +227,6 @@ impl<'a> Check<'a> {
     }
 }
 
-/// The received pack's data, decoded for the walk as git's delta base cache does it: every object
-/// decoded (base or delta result) is kept in an LRU cache by pack offset, so that a delta costs
-/// inflating its instructions and applying them to a cached base, and a base shared by many
-/// deltas is inflated once. (gix-pack's decoder caches only the deltas it was asked for, never
-/// the rest of a chain nor a base.)
-struct PackData {
-    file: gix_pack::data::File,
-    inflate: gix_zlib::Inflate,
-    cache: DeltaCache,
-}
-
-impl PackData {
-    /// `None` when the pack is gone (a small push's objects were unpacked as loose objects).
-    fn open(index: &gix_pack::index::File) -> Option<Self> {
-        let path = index.path().with_extension("pack");
-        Some(PackData {
-            file: gix_pack::data::File::at(path, index.object_hash()).ok()?,
-            inflate: Default::default(),
-            cache: DeltaCache::default(),
-        })
-    }
-
-    /// The inflated data of `entry` (an object, or a delta's instructions).
-    fn inflate(&mut self, entry: &gix_pack::data::Entry) -> Option<Vec<u8>> {
-        let size = usize::try_from(entry.decompressed_size).ok()?;
-        if size as u64 > crate::objects::ingest::MAX_OBJECT_SIZE {
-            return None;
-        }
-        let mut out = vec![0; size];
-        self.file
-            .decompress_entry(entry, &mut self.inflate, &mut out)
-            .ok()?;
-        Some(out)
-    }
-
-    /// The object at pack offset `offset`, or `None` if it cannot be decoded here (the caller
-    /// then asks the object database).
-    fn decode(
-        &mut self,
-        index: &gix_pack::index::File,
-        offset: u64,
-    ) -> Option<(Kind, std::sync::Arc<[u8]>)> {
-        use gix_pack::data::entry::Header;
-        // The deltas down to the first cached object or the chain's base, the requested first.
-        let mut chain = Vec::new();
-        let mut at = offset;
-        let (kind, mut data) = loop {
-            if let Some(hit) = self.cache.get_shared((0, at)) {
-                break hit;
-            }
-            let entry = self.file.entry(at).ok()?;
-            let base = match entry.header {
-                Header::OfsDelta { base_distance } => {
-                    let base = entry.checked_base_pack_offset(base_distance)?;
-                    if base >= at {
-                        return None;
-                    }
-                    base
-                }
-                Header::RefDelta { base_id } => index.pack_offset_at_index(index.lookup(base_id)?),
-                _ => {
-                    let kind = entry.header.as_kind()?;
-                    let data: std::sync::Arc<[u8]> = self.inflate(&entry)?.into();
-                    self.cache.put_shared((0, at), kind, data.clone());
-                    break (kind, data);
-                }
-            };
-            // A ref-delta may name an object of its own chain; git packs are at most ~4,000 deep.
-            if chain.len() > 10_000 {
-                return None;
-            }
-            chain.push((at, entry));
-            at = base;
-        };
-        while let Some((at, entry)) = chain.pop() {
-            let delta = self.inflate(&entry)?;
-            data = apply_delta(&data, &delta)?.into();
-            self.cache.put_shared((0, at), kind, data.clone());
-        }
-        Some((kind, data))
-    }
-}
-
-/// git's delta format: the base's and the result's sizes, then copy (from the base) and insert
-/// instructions. `None` for a malformed delta or one that does not fit `base`.
-fn apply_delta(base: &[u8], delta: &[u8]) -> Option<Vec<u8>> {
-    fn size(d: &[u8]) -> Option<(u64, &[u8])> {
-        let mut value = 0u64;
-        for (i, &b) in d.iter().enumerate() {
-            let shift = 7 * i;
-            if shift > 63 {
-                return None;
-            }
-            value |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Some((value, &d[i + 1..]));
-            }
-        }
-        None
-    }
-    let (base_size, rest) = size(delta)?;
-    let (result_size, mut ops) = size(rest)?;
-    if base_size != base.len() as u64 || result_size > crate::objects::ingest::MAX_OBJECT_SIZE {
-        return None;
-    }
-    let result_size = usize::try_from(result_size).ok()?;
-    let mut out = Vec::with_capacity(result_size);
-    while let Some((&cmd, rest)) = ops.split_first() {
-        ops = rest;
-        if cmd & 0x80 != 0 {
-            let mut field = |bits: &[u8]| -> Option<usize> {
-                let mut v = 0usize;
-                for (i, &bit) in bits.iter().enumerate() {
-                    if cmd & bit != 0 {
-                        let (&b, rest) = ops.split_first()?;
-                        ops = rest;
-                        v |= usize::from(b) << (8 * i);
-                    }
-                }
-                Some(v)
-            };
-            let start = field(&[0x01, 0x02, 0x04, 0x08])?;
-            let len = match field(&[0x10, 0x20, 0x40])? {
-                0 => 0x10000,
-                n => n,
-            };
-            out.extend_from_slice(base.get(start..start.checked_add(len)?)?);
-        } else if cmd != 0 {
-            let n = usize::from(cmd);
-            out.extend_from_slice(ops.get(..n)?);
-            ops = &ops[n..];
-        } else {
-            return None;
-        }
-        if out.len() > result_size {
-            return None;
-        }
-    }
-    (out.len() == result_size).then_some(out)
-}
-
 /// The decoded deltas of the received pack, the least recently used dropped first when full:
 /// gix-pack asks it for each delta of a chain before decoding it, and stores each object it
 /// decoded from a delta.
@@ -418,17 +248,6 @@ impl DeltaCache {
     const CAPACITY: usize = 96 << 20;
     /// Larger objects are not kept.
     const LARGEST: usize = 4 << 20;
-
-    /// An object decoded by [`PackData`], shared rather than copied.
-    fn get_shared(&mut self, key: (u32, u64)) -> Option<(Kind, std::sync::Arc<[u8]>)> {
-        if !self.entries.contains_key(&key) {
-            return None;
-        }
-        let used = self.touch(key);
-        let (kind, _, data, last) = self.entries.get_mut(&key)?;
-        *last = used;
-        Some((*kind, data.clone()))
-    }
 
     fn put_shared(&mut self, key: (u32, u64), kind: Kind, data: std::sync::Arc<[u8]>) {
         if data.len() > Self::LARGEST || self.entries.contains_key(&key) {
@@ -480,30 +299,5 @@ impl gix_pack::cache::DecodeEntry for DeltaCache {
         out.clear();
         out.extend_from_slice(data);
         Some((*kind, *compressed_size))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::apply_delta;
-
-    #[test]
-    fn deltas_apply_as_git_and_malformed_ones_are_refused() {
-        let base = b"hello world";
-        // Copy 5 bytes from offset 6, then insert "!".
-        assert_eq!(
-            apply_delta(base, &[11, 6, 0x91, 6, 5, 1, b'!']).as_deref(),
-            Some(&b"world!"[..])
-        );
-        // A copy of size 0 means 0x10000 bytes: past this base's end.
-        assert_eq!(apply_delta(base, &[11, 5, 0x80]), None);
-        // The wrong base size, a reserved 0 instruction, a copy out of range, a short insert,
-        // a result of the wrong size, a truncated size.
-        assert_eq!(apply_delta(base, &[10, 5, 0x91, 6, 5]), None);
-        assert_eq!(apply_delta(base, &[11, 5, 0]), None);
-        assert_eq!(apply_delta(base, &[11, 5, 0x91, 8, 5]), None);
-        assert_eq!(apply_delta(base, &[11, 3, 3, b'a']), None);
-        assert_eq!(apply_delta(base, &[11, 4, 0x91, 6, 5]), None);
-        assert_eq!(apply_delta(base, &[0x8b]), None);
     }
 }

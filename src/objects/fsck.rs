@@ -1105,6 +1105,18 @@ pub fn parse_check(oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), Option
 /// not judged here. `hash` is the object format of the ids in `data`.
 pub fn links(kind: Kind, data: &[u8], hash: gix_hash::Kind) -> Option<Vec<(ObjectId, Kind)>> {
     let mut out = Vec::new();
+    for_each_link(kind, data, hash, |id, kind| out.push((id, kind)))?;
+    Some(out)
+}
+
+/// [`links`] without collecting them: `visit` is called with each link in the object's order.
+/// `None` as for [`links`] (after the links before the unparsable part were visited).
+pub fn for_each_link(
+    kind: Kind,
+    data: &[u8],
+    hash: gix_hash::Kind,
+    mut visit: impl FnMut(ObjectId, Kind),
+) -> Option<()> {
     match kind {
         Kind::Blob => {}
         Kind::Tree => {
@@ -1117,17 +1129,17 @@ pub fn links(kind: Kind, data: &[u8], hash: gix_hash::Kind) -> Option<Vec<(Objec
                     _ => None,
                 };
                 if let Some(kind) = kind {
-                    out.push((oid_of(id), kind));
+                    visit(oid_of(id), kind);
                 }
                 rest = &rest[len..];
             }
         }
         Kind::Commit => {
             let r = data.strip_prefix(b"tree ")?;
-            out.push((hex_id(r, hash)?, Kind::Tree));
+            visit(hex_id(r, hash)?, Kind::Tree);
             let mut rest = after_newline(r);
             while let Some(r) = rest.strip_prefix(b"parent ") {
-                out.push((hex_id(r, hash)?, Kind::Commit));
+                visit(hex_id(r, hash)?, Kind::Commit);
                 rest = after_newline(r);
             }
         }
@@ -1136,10 +1148,10 @@ pub fn links(kind: Kind, data: &[u8], hash: gix_hash::Kind) -> Option<Vec<(Objec
             let id = hex_id(r, hash)?;
             let t = after_newline(r).strip_prefix(b"type ")?;
             let t = &t[..t.find_byte(b'\n')?];
-            out.push((id, Kind::from_bytes(t).ok()?));
+            visit(id, Kind::from_bytes(t).ok()?);
         }
     }
-    Some(out)
+    Some(())
 }
 
 /// The id of a raw tree entry hash ([`tree_entry`] guarantees a hash's length).

@@ -7,4 +7,5 @@ pub mod fsck;
 pub mod gitmodules;
 pub mod ingest;
 pub mod lookup;
+pub mod pack_links;
 pub mod pack_files;

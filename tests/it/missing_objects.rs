@@ -3,6 +3,11 @@
 //! the object directories are not listed again for each command: under `strace -f -c`, the
 //! directory-scanning syscalls of 2,000 and of 20,000 such commands are the same, and the stats
 //! grow by what one lookup of a loose object costs, not by a rescan.
+//!
+//! And a kept pack (`receive.unpackLimit=1`) whose objects link to objects nobody has: the
+//! connectivity check's pass over the pack cannot vouch for it, and the tips are then judged
+//! one by one as git judges them; an unreachable broken object in an otherwise complete pack
+//! refuses nothing.
 
 use std::collections::BTreeMap;
 use std::process::Output;
@@ -169,4 +174,85 @@ fn a_pushed_commit_is_found_after_a_miss_spent_the_refresh() {
     assert!(report.contains("ng refs/heads/gone missing necessary objects"));
     assert!(report.contains("ok refs/heads/new"), "{report}");
     assert!(refs.contains("refs/heads/new"), "{refs}");
+}
+
+/// A world whose `srv.git` keeps every pack it receives, and in `src` a new commit on top of
+/// `srv.git`'s and a tree naming a blob nobody has: `(old, new, broken tree)`.
+fn kept_pack_world() -> (World, String, String, String) {
+    let w = world();
+    w.git("srv.git", &["config", "receive.unpackLimit", "1"]);
+    let old = w.git("src", &["rev-parse", "main"]).trim().to_owned();
+    let new = w.commit("src", "b", "2");
+    let out = w.git_with_stdin(
+        "src",
+        &["mktree", "--missing"],
+        format!("100644 blob {}\tgone\n", missing(7)).as_bytes(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let broken = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    (w, old, new, broken)
+}
+
+/// Every object of `new` that `srv.git` lacks, and `extra`, one id per line.
+fn objects_of(w: &World, old: &str, new: &str, extra: &[&str]) -> String {
+    let list = w.git("src", &["rev-list", "--objects", new, &format!("^{old}")]);
+    let mut ids: Vec<&str> = list.lines().map(|l| &l[..ZERO.len()]).collect();
+    ids.extend_from_slice(extra);
+    ids.join("\n") + "\n"
+}
+
+#[test]
+fn a_kept_pack_linking_to_a_missing_blob_is_refused_as_git_refuses_it() {
+    let seen = common::differential(|r| {
+        let (w, old, new, broken) = kept_pack_world();
+        let bad = w
+            .git("src", &["commit-tree", "-p", &old, "-m", "bad", &broken])
+            .trim()
+            .to_owned();
+        let pack = w.pack(false, &objects_of(&w, &old, &new, &[&bad, &broken]));
+        let mut input = pkt(&format!("{ZERO} {bad} refs/heads/bad\0report-status"));
+        input.extend(pkt(&format!("{ZERO} {new} refs/heads/new")));
+        input.extend(b"0000");
+        input.extend(pack);
+        let out = receive_pack(&w, r, &input);
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            w.refs("srv.git"),
+        )
+    });
+    let (report, stderr, refs) = seen;
+    assert!(
+        report.contains("ng refs/heads/bad missing necessary objects"),
+        "{report}"
+    );
+    assert!(report.contains("ok refs/heads/new"), "{report}");
+    assert!(
+        stderr.contains(&format!("missing blob object '{}'", missing(7))),
+        "{stderr}"
+    );
+    assert!(
+        refs.contains("refs/heads/new") && !refs.contains("refs/heads/bad"),
+        "{refs}"
+    );
+}
+
+#[test]
+fn an_unreachable_broken_tree_in_a_kept_pack_refuses_nothing() {
+    let seen = common::differential(|r| {
+        let (w, old, new, broken) = kept_pack_world();
+        let pack = w.pack(false, &objects_of(&w, &old, &new, &[&broken]));
+        let mut input = pkt(&format!("{old} {new} refs/heads/main\0report-status"));
+        input.extend(b"0000");
+        input.extend(pack);
+        let out = receive_pack(&w, r, &input);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            w.refs("srv.git"),
+        )
+    });
+    let (ok, report, refs) = seen;
+    assert!(ok && report.contains("ok refs/heads/main"), "{report}");
+    assert!(refs.contains("refs/heads/main"), "{refs}");
 }

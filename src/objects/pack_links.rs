@@ -1,0 +1,379 @@
+//! What the commits, trees and tags of a received pack link to outside of it.
+//!
+//! The connectivity check's fast path: when every link of every commit, tree and tag in the
+//! pack names an object in the pack or one the repository already has, everything a tip in the
+//! pack reaches is there, without walking from each tip. The pack is decoded once through
+//! gix-pack's delta tree, the same traversal that indexed it: each base is inflated once for all
+//! of its deltas, the chains spread over threads. Only chains of commits, trees and tags are
+//! decoded (git deltifies an object only against one of its own kind, so a blob's chain is
+//! blobs throughout, and blobs link to nothing); each link is looked up in the pack's index,
+//! and only those outside it are collected, for the caller to look up in the repository.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use foldhash::HashSet;
+use gix_hash::ObjectId;
+use gix_object::Kind;
+use gix_pack::data::entry::Header;
+
+/// Passes over the pack's entry headers to find the kind of each delta chain: an ofs-delta's
+/// base always comes before it, so one pass does for packs git makes; a ref-delta may name a
+/// base further on, each pass resolving one more link of such a chain. A pack that needs more
+/// is left to the walk.
+const KIND_PASSES: usize = 8;
+
+/// A thread's links outside the pack are handed over in batches of this many.
+const BATCH: usize = 1024;
+
+/// Slots of a thread's cache of ids found in the pack (a power of two): the trees of a history
+/// name the same blobs and trees version after version, and a binary search of the index for
+/// each of git.git's tens of millions of tree entries took as long as the rest of the pass.
+const FOUND_SLOTS: usize = 1 << 16;
+
+/// The distinct objects outside the pack that its commits, trees and tags link to (gitlinks
+/// are not links), or `None` when this cannot say: the pack file is gone (its objects were
+/// unpacked as loose objects), an object does not parse, or the pack is not one this pass can
+/// decode. The caller then walks from each tip instead.
+pub fn external_links(
+    index: &gix_pack::index::File,
+    thread_limit: Option<usize>,
+) -> Option<HashSet<ObjectId>> {
+    let hash = index.object_hash();
+    let data = gix_pack::data::File::at(index.path().with_extension("pack"), hash).ok()?;
+    let kinds = chain_kinds(index, &data)?;
+    let linking = kinds
+        .into_iter()
+        .filter(|(_, kind)| *kind != Kind::Blob)
+        .map(|(offset, _)| offset);
+    let interrupt = AtomicBool::new(false);
+    let tree = gix_pack::cache::delta::Tree::from_offsets_in_pack(
+        data.path(),
+        linking,
+        &|offset: &u64| *offset,
+        &|id| Ok(index.lookup(id).map(|i| index.pack_offset_at_index(i))),
+        &mut gix_features::progress::Discard,
+        &interrupt,
+        hash,
+    )
+    .ok()?;
+    let external = Mutex::new(HashSet::default());
+    let broken = AtomicBool::new(false);
+    let mut sink = Sink::new(index, &external, &broken);
+    tree.traverse(
+        |range, data: &gix_pack::data::File| data.entry_slice(range),
+        &data,
+        data.pack_end() as u64,
+        move |_, _, ctx| {
+            sink.object(ctx.entry.header.as_kind(), ctx.decompressed);
+            Ok(())
+        },
+        gix_pack::cache::delta::traverse::Options {
+            object_progress: Box::new(gix_features::progress::Discard),
+            size_progress: &mut gix_features::progress::Discard,
+            thread_limit,
+            should_interrupt: &interrupt,
+            object_hash: hash,
+            alloc_limit_bytes: usize::try_from(crate::objects::ingest::MAX_OBJECT_SIZE).ok(),
+        },
+    )
+    .ok()?;
+    if broken.load(Ordering::Relaxed) {
+        return None;
+    }
+    external.into_inner().ok()
+}
+
+/// The pack offset of every object in the pack, in pack order, with the kind of its delta
+/// chain.
+fn chain_kinds(
+    index: &gix_pack::index::File,
+    data: &gix_pack::data::File,
+) -> Option<Vec<(u64, Kind)>> {
+    let mut offsets: Vec<u64> = (0..index.num_objects())
+        .map(|i| index.pack_offset_at_index(i))
+        .collect();
+    offsets.sort_unstable();
+    let position = |offset: u64| offsets.binary_search(&offset).ok();
+    let mut kinds: Vec<Option<Kind>> = vec![None; offsets.len()];
+    for _ in 0..KIND_PASSES {
+        let mut unresolved = false;
+        for (at, &offset) in offsets.iter().enumerate() {
+            if kinds[at].is_some() {
+                continue;
+            }
+            let entry = data.entry(offset).ok()?;
+            kinds[at] = match entry.header {
+                Header::OfsDelta { base_distance } => {
+                    kinds[position(entry.checked_base_pack_offset(base_distance)?)?]
+                }
+                Header::RefDelta { base_id } => {
+                    let base = index.pack_offset_at_index(index.lookup(base_id)?);
+                    kinds[position(base)?]
+                }
+                header => Some(header.as_kind()?),
+            };
+            unresolved |= kinds[at].is_none();
+        }
+        if !unresolved {
+            return Some(
+                offsets
+                    .iter()
+                    .zip(kinds)
+                    .map(|(offset, kind)| (*offset, kind.expect("all resolved")))
+                    .collect(),
+            );
+        }
+    }
+    None
+}
+
+/// One traversal thread's view: links outside the pack go to `external` in batches; an object
+/// that does not parse sets `broken`.
+struct Sink<'a> {
+    index: &'a gix_pack::index::File,
+    external: &'a Mutex<HashSet<ObjectId>>,
+    broken: &'a AtomicBool,
+    batch: Vec<ObjectId>,
+    /// Ids lately found in the pack, each in the slot its first bytes choose (a direct-mapped
+    /// cache; ids are uniformly distributed).
+    found: Box<[Option<ObjectId>]>,
+}
+
+impl<'a> Sink<'a> {
+    fn new(
+        index: &'a gix_pack::index::File,
+        external: &'a Mutex<HashSet<ObjectId>>,
+        broken: &'a AtomicBool,
+    ) -> Self {
+        Sink {
+            index,
+            external,
+            broken,
+            batch: Vec::new(),
+            found: vec![None; FOUND_SLOTS].into_boxed_slice(),
+        }
+    }
+
+    fn object(&mut self, kind: Option<Kind>, data: &[u8]) {
+        let Some(kind) = kind else {
+            self.broken.store(true, Ordering::Relaxed);
+            return;
+        };
+        let index = self.index;
+        let (batch, found) = (&mut self.batch, &mut self.found);
+        let parsed = crate::objects::fsck::for_each_link(kind, data, index.object_hash(), |id, _| {
+            let bytes = id.as_slice();
+            let slot = usize::from(bytes[0]) << 8 | usize::from(bytes[1]);
+            let slot = &mut found[slot % FOUND_SLOTS];
+            if *slot == Some(id) {
+                return;
+            }
+            if index.lookup(id).is_some() {
+                *slot = Some(id);
+            } else {
+                batch.push(id);
+            }
+        });
+        if parsed.is_none() {
+            self.broken.store(true, Ordering::Relaxed);
+        }
+        if self.batch.len() >= BATCH {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        match self.external.lock() {
+            Ok(mut external) => external.extend(self.batch.drain(..)),
+            Err(_) => self.broken.store(true, Ordering::Relaxed),
+        }
+    }
+}
+
+/// Each traversal thread gets its own (empty) batch.
+impl Clone for Sink<'_> {
+    fn clone(&self) -> Self {
+        Sink::new(self.index, self.external, self.broken)
+    }
+}
+
+/// A thread's last batch is handed over when its copy of the visitor goes.
+impl Drop for Sink<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against packs made by git: a whole history with deltas links outside nothing, a pack of
+    //! the last commits links to what it builds on, a missing blob is named, and an object that
+    //! does not parse makes the pass give up.
+
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+
+    use super::*;
+
+    fn git_in(dir: &Path, args: &[&str], input: Option<&str>) -> String {
+        let mut child = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "A")
+            .env("GIT_AUTHOR_EMAIL", "a@example.com")
+            .env("GIT_COMMITTER_NAME", "C")
+            .env("GIT_COMMITTER_EMAIL", "c@example.com")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("git runs");
+        if let Some(input) = input {
+            use std::io::Write as _;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        drop(child.stdin.take());
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    fn id(hex: &str) -> ObjectId {
+        ObjectId::from_hex(hex.as_bytes()).unwrap()
+    }
+
+    /// A repository whose ten commits each change one of 40 files in a few directories, so
+    /// that the packs git makes of it hold trees and blobs as deltas; the commits, oldest first.
+    fn history(dir: &Path) -> Vec<String> {
+        git_in(dir, &["init", "-q", "-b", "main", "r"], None);
+        let repo = dir.join("r");
+        let mut commits = Vec::new();
+        for round in 0..10 {
+            for f in 0..40 {
+                let path = repo.join(format!("d{}/f{f}", f % 4));
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                let line = if f == round { round } else { 0 };
+                std::fs::write(&path, format!("{}\n{line}\n", "common text\n".repeat(50))).unwrap();
+            }
+            git_in(&repo, &["add", "-A"], None);
+            git_in(&repo, &["commit", "-q", "-m", &format!("round {round}")], None);
+            commits.push(git_in(&repo, &["rev-parse", "HEAD"], None));
+        }
+        commits
+    }
+
+    /// `git pack-objects` of `list` (its `--revs` input when `revs`) into `dir`; the index.
+    fn pack(repo: &Path, dir: &Path, revs: bool, list: &str) -> gix_pack::index::File {
+        std::fs::create_dir_all(dir).unwrap();
+        let base: PathBuf = dir.join("pack");
+        let mut args = vec!["pack-objects", "-q", "--window=10", "--depth=50"];
+        if revs {
+            args.push("--revs");
+        }
+        args.push(base.to_str().unwrap());
+        let name = git_in(repo, &args, Some(list));
+        gix_pack::index::File::at(dir.join(format!("pack-{name}.idx")), gix_hash::Kind::Sha1)
+            .unwrap()
+    }
+
+    fn has_deltas(index: &gix_pack::index::File) -> bool {
+        let data =
+            gix_pack::data::File::at(index.path().with_extension("pack"), index.object_hash())
+                .unwrap();
+        index
+            .iter()
+            .any(|e| data.entry(e.pack_offset).unwrap().header.is_delta())
+    }
+
+    #[test]
+    fn a_whole_history_links_outside_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let commits = history(dir.path());
+        let repo = dir.path().join("r");
+        let index = pack(&repo, &dir.path().join("all"), true, &commits[9]);
+        assert!(has_deltas(&index), "the pack should hold deltas");
+        for threads in [Some(1), None] {
+            assert_eq!(external_links(&index, threads), Some(HashSet::default()));
+        }
+    }
+
+    #[test]
+    fn the_last_commits_link_to_what_they_build_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let commits = history(dir.path());
+        let repo = dir.path().join("r");
+        let index = pack(
+            &repo,
+            &dir.path().join("top"),
+            true,
+            &format!("{}\n^{}\n", commits[9], commits[7]),
+        );
+        let external = external_links(&index, None).expect("the pass can say");
+        // The parent of the oldest commit in the pack, and the unchanged directories and files
+        // of the trees it sent, named by id; all from the older history.
+        assert!(external.contains(&id(&commits[7])), "{external:?}");
+        let old = git_in(&repo, &["rev-list", "--objects", &commits[7]], None);
+        let old: HashSet<ObjectId> = old.lines().map(|l| id(&l[..40])).collect();
+        for e in &external {
+            assert!(index.lookup(e).is_none(), "{e} is in the pack");
+            assert!(old.contains(e), "{e} is not an older object");
+        }
+        // Exactly what `rev-list --objects` sees of the old side: the parent, and each entry
+        // of the new trees that names an object that did not change.
+        let mut expected = HashSet::default();
+        for line in git_in(&repo, &["rev-list", "--objects", &commits[9], &format!("^{}", commits[7])], None).lines() {
+            let object = &line[..40];
+            let kind = git_in(&repo, &["cat-file", "-t", object], None);
+            if kind == "tree" {
+                for entry in git_in(&repo, &["ls-tree", object], None).lines() {
+                    let named = id(&entry.split_whitespace().nth(2).unwrap()[..40]);
+                    if index.lookup(named).is_none() {
+                        expected.insert(named);
+                    }
+                }
+            }
+        }
+        expected.insert(id(&commits[7]));
+        assert_eq!(external, expected);
+    }
+
+    #[test]
+    fn a_missing_blob_is_named_and_a_broken_object_gives_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let commits = history(dir.path());
+        let repo = dir.path().join("r");
+        let missing = "ab".repeat(20);
+        let tree = git_in(
+            &repo,
+            &["mktree", "--missing"],
+            Some(&format!("100644 blob {missing}\tgone\n")),
+        );
+        let index = pack(&repo, &dir.path().join("gone"), false, &format!("{tree}\n"));
+        let external = external_links(&index, None).expect("the pass can say");
+        assert_eq!(external, [id(&missing)].into_iter().collect());
+
+        let broken = git_in(
+            &repo,
+            &["hash-object", "--literally", "-t", "commit", "-w", "--stdin"],
+            Some("no tree line\n"),
+        );
+        let index = pack(
+            &repo,
+            &dir.path().join("broken"),
+            false,
+            &format!("{broken}\n{}\n", commits[0]),
+        );
+        assert_eq!(external_links(&index, None), None);
+    }
+}
