@@ -41,7 +41,8 @@ pub fn external_links(
 ) -> Option<HashSet<ObjectId>> {
     let hash = index.object_hash();
     let data = gix_pack::data::File::at(index.path().with_extension("pack"), hash).ok()?;
-    let kinds = chain_kinds(index, &data)?;
+    let kinds = tracing::info_span!("chain_kinds").in_scope(|| chain_kinds(index, &data))?;
+    let _tree = tracing::info_span!("delta_tree").entered();
     let linking = kinds
         .into_iter()
         .filter(|(_, kind)| *kind != Kind::Blob)
@@ -57,6 +58,8 @@ pub fn external_links(
         hash,
     )
     .ok()?;
+    drop(_tree);
+    let _traverse = tracing::info_span!("traverse").entered();
     let external = Mutex::new(HashSet::default());
     let broken = AtomicBool::new(false);
     let mut sink = Sink::new(index, &external, &broken);
