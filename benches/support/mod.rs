@@ -251,7 +251,7 @@ impl Walk {
         let objects = gix_odb::at(self.quarantine.path(), gix_hash::Kind::Sha1).expect("odb");
         let mut check = Check::new(&objects, self.received.index.as_ref(), std::iter::empty());
         assert!(
-            check.prewalk(&self.tips),
+            check.self_contained(&self.tips),
             "the pass over the pack cannot vouch for the tips"
         );
         for tip in &self.tips {

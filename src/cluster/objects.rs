@@ -242,7 +242,7 @@ pub(super) fn connected(
         repo.shallow().into_iter().collect(),
         shallow.iter().copied().collect(),
     );
-    if check.prewalk(tips) {
+    if check.self_contained(tips) {
         return Ok(Vec::new());
     }
     let mut roots = Vec::new();

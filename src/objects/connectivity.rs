@@ -7,7 +7,7 @@
 //! `fsck` requires of every object in a healthy repository. The walk costs what the push brought,
 //! not what the repository holds, and a tip that is already the value of a ref costs one lookup.
 //!
-//! A push's tips are first checked together ([`Check::prewalk`]): when every commit, tree and
+//! A push's tips are first checked together ([`Check::self_contained`]): when every commit, tree and
 //! tag of the received pack links only to objects in the pack or in the repository
 //! ([`crate::objects::pack_links`], each object decoded once through gix-pack's delta tree, the
 //! way indexing decoded it), every tip in the pack is connected, however many there are. Only
@@ -82,8 +82,8 @@ pub struct Check<'a> {
     client_shallow: HashSet<ObjectId>,
     /// Client shallow commits the last walk needed as new shallow roots of the repository.
     new_roots: Vec<ObjectId>,
-    /// [`Check::prewalk`] found the received pack closed: everything in it is connected.
-    closed: bool,
+    /// [`Check::self_contained`] said yes: everything in the received pack is connected.
+    self_contained: bool,
 }
 
 impl<'a> Check<'a> {
@@ -104,7 +104,7 @@ impl<'a> Check<'a> {
             shallow: HashSet::new(),
             client_shallow: HashSet::new(),
             new_roots: Vec::new(),
-            closed: false,
+            self_contained: false,
         }
     }
 
@@ -142,11 +142,13 @@ impl<'a> Check<'a> {
     }
 
     /// Check all `tips` together: `true` when each is in the received pack or the repository
-    /// and the pack links only to objects in itself or the repository, after which
+    /// and the pack links only to objects in itself or the repository (git's "self-contained
+    /// and connected", which its `index-pack --check-self-contained-and-connected` tells a
+    /// fetch, made here to take objects the repository has as well), after which
     /// [`Check::tip`] answers a tip in the pack without walking. `false` when that cannot be
     /// said (something is missing, the pack's objects were unpacked, shallow commits are
     /// involved): [`Check::tip`] then walks each tip on its own.
-    pub fn prewalk(&mut self, tips: &[ObjectId]) -> bool {
+    pub fn self_contained(&mut self, tips: &[ObjectId]) -> bool {
         let Some(pack) = self.pack else {
             return false;
         };
@@ -160,14 +162,14 @@ impl<'a> Check<'a> {
         if !external.iter().all(exists) || !tips.iter().all(|t| self.in_pack(t) || exists(t)) {
             return false;
         }
-        self.closed = true;
+        self.self_contained = true;
         true
     }
 
     /// Check one tip. Objects found complete are remembered for the following tips.
     pub fn tip(&mut self, tip: ObjectId) -> Status {
         self.new_roots.clear();
-        if self.known.contains(&tip) || (self.closed && self.in_pack(&tip)) {
+        if self.known.contains(&tip) || (self.self_contained && self.in_pack(&tip)) {
             return Status::Connected;
         }
         let mut seen: HashSet<ObjectId> = HashSet::new();

@@ -57,7 +57,7 @@ pub(super) fn check_connectivity(
         .filter(|c| c.pending() && !c.command.is_delete())
         .map(|c| c.command.new)
         .collect();
-    check.prewalk(&tips);
+    check.self_contained(&tips);
     let mut failed = Vec::new();
     for c in cmds
         .iter_mut()
