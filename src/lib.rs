@@ -51,6 +51,8 @@ pub mod reftable;
 internal! { mod repo; }
 #[cfg(feature = "serve")]
 pub mod serve;
+#[cfg(test)]
+mod test_git;
 
 pub use gix_hash::ObjectId;
 

@@ -218,38 +218,11 @@ mod tests {
     //! does not parse makes the pass give up.
 
     use std::path::{Path, PathBuf};
-    use std::process::{Command, Stdio};
 
     use super::*;
 
     fn git_in(dir: &Path, args: &[&str], input: Option<&str>) -> String {
-        let mut child = Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "A")
-            .env("GIT_AUTHOR_EMAIL", "a@example.com")
-            .env("GIT_COMMITTER_NAME", "C")
-            .env("GIT_COMMITTER_EMAIL", "c@example.com")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("git runs");
-        if let Some(input) = input {
-            use std::io::Write as _;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-        }
-        drop(child.stdin.take());
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        crate::test_git::git_with_input(dir, args, input.unwrap_or(""))
     }
 
     fn id(hex: &str) -> ObjectId {

@@ -247,7 +247,6 @@ mod tests {
     //! The decision for one ref against a real repository made by git: each of git's built-in
     //! refusals with its reason and message, and the ref update queued when nothing refuses.
 
-    use std::path::Path;
     use std::process::Command as Process;
 
     use super::*;
@@ -256,21 +255,7 @@ mod tests {
     use crate::protocol::sideband::Mode;
     use crate::receive::Options;
 
-    fn git(dir: &Path, args: &[&str]) -> String {
-        let out = Process::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "A")
-            .env("GIT_AUTHOR_EMAIL", "a@example.com")
-            .env("GIT_COMMITTER_NAME", "C")
-            .env("GIT_COMMITTER_EMAIL", "c@example.com")
-            .output()
-            .expect("git runs");
-        assert!(out.status.success(), "git {args:?}: {:?}", out);
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    }
+    use crate::test_git::git;
 
     /// A bare repository whose `main` has two commits; `config` is applied to it.
     struct Fixture {
