@@ -534,7 +534,11 @@ fn check_objects(
     .map_err(|e| (Vec::new(), e.to_string()))?;
     let mut checker = crate::objects::fsck::Checker::new(options);
     let mut kinds: HashMap<gix_hash::ObjectId, Kind> = HashMap::with_capacity(order.len());
+    // Each linked id once, with the kind its first link wants, in the order first linked: a
+    // history's trees name the same ids version after version (git.git: tens of millions of
+    // links, 2.3 GiB when every one was kept).
     let mut links: Vec<(gix_hash::ObjectId, Kind)> = Vec::new();
+    let mut linked = std::collections::HashSet::new();
     let mut buf = Vec::new();
     for oid in order {
         let kind = match objects.try_header(oid) {
@@ -559,19 +563,16 @@ fn check_objects(
             return Err((lines(&checker), "fsck error in packed object".into()));
         }
         let is_shallow = kind == Kind::Commit && shallow.contains(oid);
-        links.extend(
-            crate::objects::fsck::links(kind, data.data, hash)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|(_, k)| !(is_shallow && *k == Kind::Commit)),
-        );
-    }
-    // Links: git's `check_objects` (index-pack) / `check_object` (unpack-objects).
-    let mut seen = std::collections::HashSet::new();
-    for (id, want) in links {
-        if !seen.insert(id) {
-            continue;
+        // An object that does not parse as far as its links links to nothing here.
+        for (id, k) in crate::objects::fsck::links(kind, data.data, hash).unwrap_or_default() {
+            if !(is_shallow && k == Kind::Commit) && linked.insert(id) {
+                links.push((id, k));
+            }
         }
+    }
+    drop(linked);
+    // Links: git's `check_objects` (index-pack) / `check_object` (unpack-objects).
+    for (id, want) in links {
         let have = match kinds.get(&id) {
             Some(k) => Some(*k),
             None => objects.try_header(&id).ok().flatten().map(|h| h.kind()),
