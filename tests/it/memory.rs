@@ -491,9 +491,11 @@ fn memory_per_command_is_bounded() {
     }
 }
 
-/// Peak RSS (KiB, GNU time's `%M`) of berth receiving `request` into a copy of `srv.git` with
-/// `fsck` as `receive.fsckObjects`; the report must accept the push.
+/// Peak RSS (KiB, the kernel's `ru_maxrss` for the process, from `wait4`) of berth receiving
+/// `request` into a new `srv-<fsck>.git` with `fsck` as `receive.fsckObjects`; the report must
+/// accept the push.
 fn fsck_push_peak_kib(w: &World, request: &[u8], fsck: bool) -> u64 {
+    use std::io::Read;
     let target = format!("srv-{fsck}.git");
     w.git(".", &["init", "-q", "--bare", &target]);
     w.git(&target, &["config", "receive.autogc", "false"]);
@@ -501,22 +503,42 @@ fn fsck_push_peak_kib(w: &World, request: &[u8], fsck: bool) -> u64 {
         &target,
         &["config", "receive.fsckObjects", &fsck.to_string()],
     );
-    let mut cmd = w.cmd("/usr/bin/time", ".");
-    cmd.args(["-f", "peak %M"])
-        .arg(crate::common::berth())
-        .args(["receive-pack", "--stateless-rpc", &target]);
-    let out = w.git_with_stdin_cmd(cmd, request);
-    let report = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut child = w
+        .cmd(crate::common::berth(), ".")
+        .args(["receive-pack", "--stateless-rpc", &target])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The report and the messages are small: they wait in their pipes until berth exits.
+    child.stdin.take().unwrap().write_all(request).unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is this test's own child, not yet waited for; both pointers are valid.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
+    let (mut report, mut stderr) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut report)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     assert!(
-        out.status.success() && report.contains("ok refs/heads/main"),
-        "{report}\n{stderr}"
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "berth exited with {status:#x}: {stderr}"
     );
-    stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("peak "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no peak RSS in {stderr}"))
+    assert!(report.contains("ok refs/heads/main"), "{report}\n{stderr}");
+    usage.ru_maxrss as u64
 }
 
 /// `receive.fsckObjects` checks every link of every received object, and a history's trees name
