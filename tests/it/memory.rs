@@ -494,6 +494,10 @@ fn memory_per_command_is_bounded() {
 /// Peak RSS (KiB, the kernel's `ru_maxrss` for the process, from `wait4`) of berth receiving
 /// `request` into a new `srv-<fsck>.git` with `fsck` as `receive.fsckObjects`; the report must
 /// accept the push.
+#[expect(
+    clippy::zombie_processes,
+    reason = "wait4 reaps the child, for its rusage"
+)]
 fn fsck_push_peak_kib(w: &World, request: &[u8], fsck: bool) -> u64 {
     use std::io::Read;
     let target = format!("srv-{fsck}.git");
