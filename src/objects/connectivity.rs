@@ -229,9 +229,9 @@ impl<'a> Check<'a> {
     }
 }
 
-/// The decoded deltas of the received pack, the least recently used dropped first when full:
-/// gix-pack asks it for each delta of a chain before decoding it, and stores each object it
-/// decoded from a delta.
+/// The decoded deltas of the received pack for the walk of one tip at a time, the least recently
+/// used dropped first when full: gix-pack asks it for each delta of a chain before decoding it,
+/// and stores each object it decoded from a delta.
 #[derive(Default)]
 struct DeltaCache {
     /// Kind, compressed size, data and the last use of each entry.
@@ -243,32 +243,13 @@ struct DeltaCache {
 }
 
 /// A [`DeltaCache`] entry: kind, compressed size, data, last use.
-type Cached = (Kind, usize, std::sync::Arc<[u8]>, u64);
+type Cached = (Kind, usize, Box<[u8]>, u64);
 
 impl DeltaCache {
     /// The decoded bytes it holds at most (git's `core.deltaBaseCacheLimit` default).
     const CAPACITY: usize = 96 << 20;
     /// Larger objects are not kept.
     const LARGEST: usize = 4 << 20;
-
-    fn put_shared(&mut self, key: (u32, u64), kind: Kind, data: std::sync::Arc<[u8]>) {
-        if data.len() > Self::LARGEST || self.entries.contains_key(&key) {
-            return;
-        }
-        while self.bytes + data.len() > Self::CAPACITY {
-            let Some((old, used)) = self.order.pop_front() else {
-                break;
-            };
-            if self.entries.get(&old).is_some_and(|e| e.3 == used)
-                && let Some((_, _, d, _)) = self.entries.remove(&old)
-            {
-                self.bytes -= d.len();
-            }
-        }
-        self.bytes += data.len();
-        let used = self.touch(key);
-        self.entries.insert(key, (kind, 0, data, used));
-    }
 
     fn touch(&mut self, key: (u32, u64)) -> u64 {
         self.clock += 1;
@@ -284,10 +265,23 @@ impl DeltaCache {
 
 impl gix_pack::cache::DecodeEntry for DeltaCache {
     fn put(&mut self, pack_id: u32, offset: u64, data: &[u8], kind: Kind, compressed_size: usize) {
-        self.put_shared((pack_id, offset), kind, data.into());
-        if let Some(e) = self.entries.get_mut(&(pack_id, offset)) {
-            e.1 = compressed_size;
+        let key = (pack_id, offset);
+        if data.len() > Self::LARGEST || self.entries.contains_key(&key) {
+            return;
         }
+        while self.bytes + data.len() > Self::CAPACITY {
+            let Some((old, used)) = self.order.pop_front() else {
+                break;
+            };
+            if self.entries.get(&old).is_some_and(|e| e.3 == used)
+                && let Some((_, _, d, _)) = self.entries.remove(&old)
+            {
+                self.bytes -= d.len();
+            }
+        }
+        self.bytes += data.len();
+        let used = self.touch(key);
+        self.entries.insert(key, (kind, compressed_size, data.into(), used));
     }
 
     fn get(&mut self, pack_id: u32, offset: u64, out: &mut Vec<u8>) -> Option<(Kind, usize)> {

@@ -221,9 +221,7 @@ mod tests {
 
     use super::*;
 
-    fn git_in(dir: &Path, args: &[&str], input: Option<&str>) -> String {
-        crate::test_git::git_with_input(dir, args, input.unwrap_or(""))
-    }
+    use crate::test_git::{git, git_with_input};
 
     fn id(hex: &str) -> ObjectId {
         ObjectId::from_hex(hex.as_bytes()).unwrap()
@@ -232,7 +230,7 @@ mod tests {
     /// A repository whose ten commits each change one of 40 files in a few directories, so
     /// that the packs git makes of it hold trees and blobs as deltas; the commits, oldest first.
     fn history(dir: &Path) -> Vec<String> {
-        git_in(dir, &["init", "-q", "-b", "main", "r"], None);
+        git(dir, &["init", "-q", "-b", "main", "r"]);
         let repo = dir.join("r");
         let mut commits = Vec::new();
         for round in 0..10 {
@@ -242,9 +240,9 @@ mod tests {
                 let line = if f == round { round } else { 0 };
                 std::fs::write(&path, format!("{}\n{line}\n", "common text\n".repeat(50))).unwrap();
             }
-            git_in(&repo, &["add", "-A"], None);
-            git_in(&repo, &["commit", "-q", "-m", &format!("round {round}")], None);
-            commits.push(git_in(&repo, &["rev-parse", "HEAD"], None));
+            git(&repo, &["add", "-A"]);
+            git(&repo, &["commit", "-q", "-m", &format!("round {round}")]);
+            commits.push(git(&repo, &["rev-parse", "HEAD"]));
         }
         commits
     }
@@ -258,7 +256,7 @@ mod tests {
             args.push("--revs");
         }
         args.push(base.to_str().unwrap());
-        let name = git_in(repo, &args, Some(list));
+        let name = git_with_input(repo, &args, list);
         gix_pack::index::File::at(dir.join(format!("pack-{name}.idx")), gix_hash::Kind::Sha1)
             .unwrap()
     }
@@ -299,7 +297,7 @@ mod tests {
         // The parent of the oldest commit in the pack, and the unchanged directories and files
         // of the trees it sent, named by id; all from the older history.
         assert!(external.contains(&id(&commits[7])), "{external:?}");
-        let old = git_in(&repo, &["rev-list", "--objects", &commits[7]], None);
+        let old = git(&repo, &["rev-list", "--objects", &commits[7]]);
         let old: HashSet<ObjectId> = old.lines().map(|l| id(&l[..40])).collect();
         for e in &external {
             assert!(index.lookup(e).is_none(), "{e} is in the pack");
@@ -308,11 +306,12 @@ mod tests {
         // Exactly what `rev-list --objects` sees of the old side: the parent, and each entry
         // of the new trees that names an object that did not change.
         let mut expected = HashSet::default();
-        for line in git_in(&repo, &["rev-list", "--objects", &commits[9], &format!("^{}", commits[7])], None).lines() {
+        let since = format!("^{}", commits[7]);
+        for line in git(&repo, &["rev-list", "--objects", &commits[9], &since]).lines() {
             let object = &line[..40];
-            let kind = git_in(&repo, &["cat-file", "-t", object], None);
+            let kind = git(&repo, &["cat-file", "-t", object]);
             if kind == "tree" {
-                for entry in git_in(&repo, &["ls-tree", object], None).lines() {
+                for entry in git(&repo, &["ls-tree", object]).lines() {
                     let named = id(&entry.split_whitespace().nth(2).unwrap()[..40]);
                     if index.lookup(named).is_none() {
                         expected.insert(named);
@@ -330,20 +329,16 @@ mod tests {
         let commits = history(dir.path());
         let repo = dir.path().join("r");
         let missing = "ab".repeat(20);
-        let tree = git_in(
+        let tree = git_with_input(
             &repo,
-            &["mktree", "--missing"],
-            Some(&format!("100644 blob {missing}\tgone\n")),
-        );
+            &["mktree", "--missing"], &format!("100644 blob {missing}\tgone\n"));
         let index = pack(&repo, &dir.path().join("gone"), false, &format!("{tree}\n"));
         let external = external_links(&index, None).expect("the pass can say");
         assert_eq!(external, [id(&missing)].into_iter().collect());
 
-        let broken = git_in(
+        let broken = git_with_input(
             &repo,
-            &["hash-object", "--literally", "-t", "commit", "-w", "--stdin"],
-            Some("no tree line\n"),
-        );
+            &["hash-object", "--literally", "-t", "commit", "-w", "--stdin"], "no tree line\n");
         let index = pack(
             &repo,
             &dir.path().join("broken"),
