@@ -155,8 +155,12 @@ impl<'a> Check<'a> {
         if !self.shallow.is_empty() || !self.client_shallow.is_empty() {
             return false;
         }
-        let Some(external) = crate::objects::pack_links::external_links(pack, None) else {
-            return false;
+        let external = match crate::objects::pack_links::external_links(pack, None) {
+            Ok(external) => external,
+            Err(why) => {
+                tracing::debug!(?why, "the received pack's links: walking each tip");
+                return false;
+            }
         };
         let exists = |id: &ObjectId| self.known.contains(id) || self.objects.exists(id);
         if !external.iter().all(exists) || !tips.iter().all(|t| self.in_pack(t) || exists(t)) {

@@ -31,17 +31,32 @@ const BATCH: usize = 1024;
 /// each of git.git's tens of millions of tree entries took as long as the rest of the pass.
 const FOUND_SLOTS: usize = 1 << 16;
 
+/// Why [`external_links`] cannot say what a pack links to; the caller then walks from each tip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CannotSay {
+    /// The pack file is gone: its objects were unpacked as loose objects.
+    PackGone,
+    /// The kind of some delta chain was not found in [`KIND_PASSES`] passes (ref-deltas naming
+    /// bases further on, chain after chain), or an entry header did not decode.
+    ChainKinds,
+    /// gix-pack's delta tree could not be built or traversed.
+    Traversal,
+    /// A commit, tree or tag does not parse as far as its links.
+    Unparsable,
+}
+
 /// The distinct objects outside the pack that its commits, trees and tags link to (gitlinks
-/// are not links), or `None` when this cannot say: the pack file is gone (its objects were
-/// unpacked as loose objects), an object does not parse, or the pack is not one this pass can
-/// decode. The caller then walks from each tip instead.
+/// are not links), or why this cannot be said.
 pub fn external_links(
     index: &gix_pack::index::File,
     thread_limit: Option<usize>,
-) -> Option<HashSet<ObjectId>> {
+) -> Result<HashSet<ObjectId>, CannotSay> {
     let hash = index.object_hash();
-    let data = gix_pack::data::File::at(index.path().with_extension("pack"), hash).ok()?;
-    let kinds = tracing::info_span!("chain_kinds").in_scope(|| chain_kinds(index, &data))?;
+    let data = gix_pack::data::File::at(index.path().with_extension("pack"), hash)
+        .map_err(|_| CannotSay::PackGone)?;
+    let kinds = tracing::info_span!("chain_kinds")
+        .in_scope(|| chain_kinds(index, &data))
+        .ok_or(CannotSay::ChainKinds)?;
     let _tree = tracing::info_span!("delta_tree").entered();
     let linking = kinds
         .into_iter()
@@ -57,7 +72,7 @@ pub fn external_links(
         &interrupt,
         hash,
     )
-    .ok()?;
+    .map_err(|_| CannotSay::Traversal)?;
     drop(_tree);
     let _traverse = tracing::info_span!("traverse").entered();
     let external = Mutex::new(HashSet::default());
@@ -80,11 +95,11 @@ pub fn external_links(
             alloc_limit_bytes: usize::try_from(crate::objects::ingest::MAX_OBJECT_SIZE).ok(),
         },
     )
-    .ok()?;
+    .map_err(|_| CannotSay::Traversal)?;
     if broken.load(Ordering::Relaxed) {
-        return None;
+        return Err(CannotSay::Unparsable);
     }
-    external.into_inner().ok()
+    external.into_inner().map_err(|_| CannotSay::Traversal)
 }
 
 /// The pack offset of every object in the pack, in pack order, with the kind of its delta
@@ -278,7 +293,7 @@ mod tests {
         let index = pack(&repo, &dir.path().join("all"), true, &commits[9]);
         assert!(has_deltas(&index), "the pack should hold deltas");
         for threads in [Some(1), None] {
-            assert_eq!(external_links(&index, threads), Some(HashSet::default()));
+            assert_eq!(external_links(&index, threads), Ok(HashSet::default()));
         }
     }
 
@@ -324,7 +339,7 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_blob_is_named_and_a_broken_object_gives_up() {
+    fn a_missing_blob_is_named_and_a_broken_object_or_a_gone_pack_gives_up() {
         let dir = tempfile::tempdir().unwrap();
         let commits = history(dir.path());
         let repo = dir.path().join("r");
@@ -345,6 +360,10 @@ mod tests {
             false,
             &format!("{broken}\n{}\n", commits[0]),
         );
-        assert_eq!(external_links(&index, None), None);
+        assert_eq!(external_links(&index, None), Err(CannotSay::Unparsable));
+
+        // A pack whose objects were unpacked as loose objects is gone: nothing to vouch with.
+        std::fs::remove_file(index.path().with_extension("pack")).unwrap();
+        assert_eq!(external_links(&index, None), Err(CannotSay::PackGone));
     }
 }
