@@ -256,3 +256,41 @@ fn an_unreachable_broken_tree_in_a_kept_pack_refuses_nothing() {
     assert!(ok && report.contains("ok refs/heads/main"), "{report}");
     assert!(refs.contains("refs/heads/main"), "{refs}");
 }
+
+/// A real `git push` of a history large enough to be kept as a pack (more objects than
+/// `receive.unpackLimit`'s 100): the connectivity check vouches for its tips with one pass over
+/// the pack's links (its `traverse` step shows under `RUST_LOG`) and walks no tip, and the
+/// repository is one `git fsck --strict` accepts.
+#[test]
+fn a_pushed_history_is_vouched_for_by_one_pass_over_its_pack() {
+    let w = world();
+    for i in 0..60 {
+        w.commit("src", &format!("d{}/f{i}", i % 3), &format!("{i}\n"));
+    }
+    let tip = w.git("src", &["rev-parse", "main"]).trim().to_owned();
+    let rp = format!(
+        "--receive-pack=env RUST_LOG=berth=debug {} receive-pack",
+        common::berth().display()
+    );
+    let url = w.path("srv.git");
+    let out = w.git_out(
+        "src",
+        &["push", "--porcelain", &rp, url.to_str().unwrap(), "main"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("traverse") && stderr.contains("pack_links"),
+        "the pass did not run:\n{stderr}"
+    );
+    assert!(!stderr.contains("walking each tip"), "{stderr}");
+    assert!(
+        w.refs("srv.git")
+            .contains(&format!("{tip} commit refs/heads/main"))
+    );
+    let packs = std::fs::read_dir(w.path("srv.git/objects/pack"))
+        .unwrap()
+        .count();
+    assert!(packs > 0, "the push was not kept as a pack");
+    w.assert_clean("srv.git");
+}
