@@ -40,6 +40,7 @@ use super::log::new_of;
 use super::metrics::PrepareOutcome;
 use super::objects::Format;
 use super::placement::Placed;
+use super::turns::{self, Age, Ask};
 use super::wire::{self, Answered, Attempts};
 use super::{Cluster, applied_seq, etcd, http, log, needed};
 use crate::escape::Escaped;
@@ -68,6 +69,8 @@ pub(crate) struct Gate {
     pub(crate) stream: Option<Arc<super::PushStream>>,
     /// The log entry this replica had applied when the push began.
     pub(crate) applied_at_start: u64,
+    /// The push's age, for its turns to lock refs (`turns.rs`).
+    age: Age,
 }
 
 impl Gate {
@@ -99,6 +102,7 @@ impl Gate {
             committer_name: committer_name.to_owned(),
             committer_email: committer_email.to_owned(),
             stream: Some(stream.clone()),
+            age: Age::now(),
         });
         (stream, gate)
     }
@@ -128,6 +132,15 @@ impl CommitGate for Gate {
 
     fn lost_ref_retries(&self) -> u32 {
         RETRY.lost_ref_batches
+    }
+
+    fn turn(&self, updates: &[RefUpdate]) -> Option<Box<dyn Send>> {
+        let names = updates.iter().map(|u| u.name.clone()).collect();
+        // Per ref, atomic or not: the session's locks of the refs an older push holds fail
+        // (all of an atomic push's then), as they did before turns.
+        let taken =
+            (self.cluster.turns).take(&self.name, self.age, names, Ask::PerRef, turns::WAIT);
+        taken.ok().map(|t| Box::new(t) as Box<dyn Send>)
     }
 
     fn objects_missing(&self) -> Missing {
@@ -422,6 +435,7 @@ impl Gate {
             updates: wire_updates,
             shallow: shallow.iter().copied().map(wire::Oid).collect(),
             origin: wire::NodeName::try_from(c.node.as_str()).ok(),
+            age: Some(self.age),
         });
         let mut body = Vec::with_capacity(4 + header.len());
         body.extend_from_slice(&(header.len() as u32).to_be_bytes());

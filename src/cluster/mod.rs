@@ -75,6 +75,7 @@ pub mod status;
 mod tee;
 pub mod tls;
 pub(crate) mod tunnel;
+mod turns;
 mod upkeep;
 mod wire;
 
@@ -222,6 +223,8 @@ pub(crate) struct Cluster {
     applied: applied::Applied,
     /// Prepared transactions of pushes accepted elsewhere, waiting for their decision.
     pending: replica::Pending,
+    /// The turns pushes took to lock refs here (`turns.rs`).
+    turns: turns::Turns,
     /// Packs of pushes accepted elsewhere, streamed here, waiting for their prepare.
     streams: incoming::Streams,
     /// The repositories being caught up.
@@ -396,6 +399,7 @@ impl Cluster {
             peers,
             root: root.to_owned(),
             pending: Default::default(),
+            turns: Default::default(),
             streams: Default::default(),
             catching: Default::default(),
             env: env.clone(),

@@ -49,6 +49,7 @@ use super::decide::{self, Heard, Logged, Position, Resolve, Verdict, Winners};
 use super::incoming::Claimed;
 use super::log::new_of;
 use super::objects::{Keeps, PackIndex, connected, migrate, record_shallow};
+use super::turns::{self, Age, Ask, GaveWay};
 use super::wire::{self, body_stream, text};
 use super::{Cluster, applied_seq, repo_dir};
 use crate::escape::Escaped;
@@ -90,6 +91,9 @@ enum NotPrepared {
     /// The pack could not be moved in, or the new tips are not connected.
     #[error(transparent)]
     Objects(#[from] super::objects::Error),
+    /// An older push holds a ref of it here (`turns.rs`).
+    #[error(transparent)]
+    GaveWay(#[from] GaveWay),
 }
 
 /// Why a decided push failed here (the decide request's `500` text).
@@ -198,6 +202,8 @@ struct PrepareHeader {
     shallow: Vec<gix_hash::ObjectId>,
     /// The accepting node, when the prepare names it ([`wire::Prepare::origin`]).
     origin: Option<String>,
+    /// The push's age, for its turn to lock the refs here ([`wire::Prepare::age`]).
+    age: Age,
 }
 
 fn parse_header(b: &[u8]) -> Result<PrepareHeader, wire::Decode> {
@@ -212,6 +218,7 @@ fn parse_header(b: &[u8]) -> Result<PrepareHeader, wire::Decode> {
         stream: h.stream.map(String::from),
         shallow: h.shallow.into_iter().map(|id| id.0).collect(),
         origin: h.origin.map(String::from),
+        age: h.age.unwrap_or(Age::UNKNOWN),
     })
 }
 
@@ -375,6 +382,18 @@ impl Job {
             objects: &opened.objects,
         };
         let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
+        // The push's turn for its refs here, released after their locks (dropped last).
+        let names = self.h.updates.iter().map(|u| u.name.clone()).collect();
+        let _turn = match (self.cluster.turns).take(
+            &self.h.repo,
+            self.h.age,
+            names,
+            Ask::AllOrNothing,
+            turns::WAIT,
+        ) {
+            Ok(t) => t,
+            Err(e) => return self.not_prepared(ready, e.into()),
+        };
         let tx = match store
             .transaction(options)
             .prepare(&self.h.updates, &mut observer)

@@ -71,6 +71,16 @@ pub trait CommitGate: Send + Sync + std::fmt::Debug {
     /// name among its [`GateRefusal::lost`] (the gate's retry policy).
     fn lost_ref_retries(&self) -> u32;
 
+    /// Before the session locks `updates`' refs: the push's turn to lock them, held until
+    /// the batch is committed or given up (dropped after its locks are released). A
+    /// replicated push may wait here for other pushes of these refs to be decided (the
+    /// cluster's wait–die, which keeps pushes of one ref through several nodes from refusing
+    /// each other all). By default none.
+    fn turn(&self, updates: &[crate::refs::RefUpdate]) -> Option<Box<dyn Send>> {
+        let _ = updates;
+        None
+    }
+
     /// Objects this push builds on are not here: a thin pack's delta base, or an object a new
     /// ref value reaches. Whether that is the gate's doing (a replica behind its cluster's
     /// log, which may catch up meanwhile) and what becomes of the push; asked at most once a

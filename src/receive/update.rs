@@ -282,6 +282,9 @@ fn transact(
     let mut observer = |state: TransactionState, batch: &[RefUpdate]| {
         ctx.hooks.transaction(state, batch, diagnostics)
     };
+    // Replicated: the push's turn for these refs first, released after their locks (it is
+    // dropped last).
+    let _turn = ctx.gate.and_then(|g| g.turn(updates));
     let prepared = store.transaction(options).prepare(updates, &mut observer)?;
     let Some(gate) = ctx.gate else {
         return Ok(prepared.commit()?);

@@ -359,3 +359,92 @@ fn a_push_reaching_a_replica_behind_the_log_that_lacks_what_it_builds_on_reads_i
     assert_eq!(refs.get("refs/heads/main"), Some(&tip));
     c.assert_fsck(&w, "r.git");
 }
+
+/// Two pushes of one branch through the two replicas of a repository, which both must prepare
+/// (`--replicas 2`): the older push, paused in its reference-transaction `prepared` hook, holds
+/// the branch's lock on its node while the younger, paused the same way, holds it on the other.
+/// The older one's prepare then waits there for the younger to be decided (its turn,
+/// `cluster/turns.rs`), and the younger, whose prepare meets the older holder, gives way: the
+/// older lands. Without turns the older one's prepare was refused by the held lock, it was not
+/// applied, and the younger landed instead; with both held at once through three nodes, all of
+/// them could be refused.
+#[test]
+fn of_two_pushes_holding_one_ref_on_two_replicas_the_older_lands() {
+    let Some(w) = cluster_world() else { return };
+    let (c, _src) = cluster(&w).replicas(2).with_repo("demo.git");
+    let holders: Vec<usize> = c
+        .holders("demo.git")
+        .iter()
+        .map(|h| c.nodes.iter().position(|n| n.name == h.name).unwrap())
+        .collect();
+    assert_eq!(holders.len(), 2);
+    let at = w.root().display().to_string();
+    for (&i, who) in holders.iter().zip(["older", "younger"]) {
+        let hook = c.nodes[i]
+            .dir("demo.git")
+            .join("hooks/reference-transaction");
+        std::fs::write(
+            &hook,
+            format!(
+                "#!/bin/sh\ncat >/dev/null\nif [ \"$1\" = prepared ] && [ -e '{at}/pause-{who}' ]; then : > '{at}/paused-{who}'; i=0; while [ -e '{at}/pause-{who}' ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; fi\nexit 0\n"
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut commits = Vec::new();
+    for who in ["older", "younger"] {
+        w.git(".", &["clone", "-q", &c.nodes[0].url("demo.git"), who]);
+        commits.push(w.commit(who, "f", who));
+        std::fs::write(w.path(&format!("pause-{who}")), "").unwrap();
+    }
+    let (older, younger) = std::thread::scope(|s| {
+        let spawn = |who: &'static str, node: usize| {
+            let (w, c) = (&w, &c);
+            s.spawn(move || {
+                push(
+                    w,
+                    who,
+                    &c.nodes[node].url("demo.git"),
+                    &["+HEAD:refs/heads/shared"],
+                )
+            })
+        };
+        // The older push holds the branch on its node; then the younger on the other.
+        let older = spawn("older", holders[0]);
+        wait_for(&w.path("paused-older"), &c);
+        let younger = spawn("younger", holders[1]);
+        wait_for(&w.path("paused-younger"), &c);
+        // The older one asks the younger one's node to prepare: it waits there (or, without
+        // turns, is refused).
+        let _ = std::fs::remove_file(w.path("pause-older"));
+        let there = &c.nodes[holders[1]];
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let log = there.log();
+            if log.contains("waiting for younger pushes") || log.contains("not prepared") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no prepare met the lock:\n{}",
+                c.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = std::fs::remove_file(w.path("pause-younger"));
+        (older.join().unwrap(), younger.join().unwrap())
+    });
+    let told = |o: &std::process::Output| porcelain(o).get("refs/heads/shared").copied();
+    let said = format!(
+        "older: {}\nyounger: {}",
+        String::from_utf8_lossy(&older.stderr),
+        String::from_utf8_lossy(&younger.stderr)
+    );
+    assert_eq!(told(&older), Some(true), "{said}\n{}", c.logs());
+    assert_eq!(told(&younger), Some(false), "{said}");
+    let refs = c.converged(&w, "demo.git", 2);
+    assert_eq!(refs.get("refs/heads/shared"), Some(&commits[0]));
+    c.assert_fsck(&w, "demo.git");
+}

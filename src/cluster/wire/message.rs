@@ -412,6 +412,10 @@ pub(in crate::cluster) struct Prepare {
     /// out its decision timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(in crate::cluster) origin: Option<NodeName>,
+    /// The push's age, which orders its turn to lock refs against other pushes' (`turns.rs`).
+    /// Absent from an older node's header (the replica then takes it as the youngest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(in crate::cluster) age: Option<crate::cluster::turns::Age>,
 }
 
 /// The ask of `POST /_berth/cluster/snapshot`.
@@ -680,6 +684,7 @@ mod tests {
             updates: Vec::new(),
             shallow: Vec::new(),
             origin: None,
+            age: None,
         };
         assert_eq!(
             String::from_utf8(encode(&prepare)).unwrap(),
@@ -693,6 +698,18 @@ mod tests {
         assert!(String::from_utf8_lossy(&encoded).ends_with(r#""updates":"AQAA","origin":"n1"}"#));
         assert_eq!(decode::<Prepare>("header", &encoded).unwrap(), from_n1);
         assert!(decode::<Prepare>("header", br#"{"base_seq":3,"committer_email":"e@x","committer_name":"N","repo":"team/app","stream":null,"txid":"ab","updates":[],"origin":"../x"}"#).is_err());
+        // The push's age, for its turn: two numbers.
+        let aged = Prepare {
+            age: Some(crate::cluster::turns::Age(1_764_000_000_000_000, 7)),
+            ..from_n1.clone()
+        };
+        let encoded = encode(&aged);
+        assert!(
+            String::from_utf8_lossy(&encoded)
+                .ends_with(r#""origin":"n1","age":[1764000000000000,7]}"#)
+        );
+        assert_eq!(decode::<Prepare>("header", &encoded).unwrap(), aged);
+        assert!(decode::<Prepare>("header", br#"{"base_seq":3,"committer_email":"e@x","committer_name":"N","repo":"team/app","stream":null,"txid":"ab","updates":[],"age":[-1,2]}"#).is_err());
         let snap = Snapshot {
             head: Some(RefName::try_from("refs/heads/main").unwrap()),
             refs: SnapshotRefs::try_from(vec![(
