@@ -6,8 +6,14 @@
 //! (default 10,000: git spends a `rev-list` process per refused command, ~27 s for 10,000),
 //! with the time per command so the two read side by side.
 //!
+//! Then a second hostile request: one create for each commit of a chain (of the empty tree)
+//! whose root commit's tree names a blob that does not exist, and the pack of the chain:
+//! every ref is refused, and a connectivity check that walked the history again for each tip
+//! cost the square of the chain (`BERTH_BENCH_CHAIN` commits for berth, default 20,000;
+//! `BERTH_BENCH_GIT_CHAIN` for git, default 2,000).
+//!
 //! `TMPDIR=/dev/shm cargo bench --bench missing_objects` (`BERTH_BENCH_RUNS`, default 3;
-//! `BERTH_BENCH_GIT_N=0` leaves git out).
+//! `BERTH_BENCH_GIT_N=0` and `BERTH_BENCH_GIT_CHAIN=0` leave git out).
 
 mod support;
 
@@ -40,20 +46,126 @@ fn main() {
     );
     for (name, cmd, count) in rows {
         let request = request(count);
-        let mut times: Vec<Duration> = (0..runs)
-            .map(|_| one_run(tmp.path(), &cmd, &request, count))
-            .collect();
-        times.sort();
-        let med = support::median(&mut times.clone());
-        println!(
-            "{name:<20} {count:>9} {:>8.3} s {:>8.3} s {:>8.3} s {:>11.2} µs",
-            times[0].as_secs_f64(),
-            med.as_secs_f64(),
-            times[times.len() - 1].as_secs_f64(),
-            med.as_secs_f64() * 1e6 / count as f64
-        );
+        report(tmp.path(), name, &cmd, &request, count, runs);
+    }
+    let chain_n = support::load::env_usize("BERTH_BENCH_CHAIN", 20_000);
+    let git_chain_n = support::load::env_usize("BERTH_BENCH_GIT_CHAIN", 2_000);
+    let chain = broken_chain(tmp.path(), chain_n.max(git_chain_n));
+    println!("one history missing its root blob, a create for each of its commits:");
+    let mut rows = vec![("berth receive-pack", vec![berth, "receive-pack"], chain_n)];
+    if git_chain_n > 0 {
+        rows.push(("git receive-pack", vec!["git", "receive-pack"], git_chain_n));
+    }
+    for (name, cmd, count) in rows {
+        let request = chain.request(count);
+        report(tmp.path(), name, &cmd, &request, count + 1, runs);
     }
     println!("load average after: {}", support::load::load_average());
+}
+
+/// `runs` runs of `request` through `cmd`, which must refuse all of its `count` commands: the
+/// row of `name`.
+fn report(tmp: &Path, name: &str, cmd: &[&str], request: &[u8], count: usize, runs: usize) {
+    let mut times: Vec<Duration> = (0..runs)
+        .map(|_| one_run(tmp, cmd, request, count))
+        .collect();
+    times.sort();
+    let med = support::median(&mut times.clone());
+    println!(
+        "{name:<20} {count:>9} {:>8.3} s {:>8.3} s {:>8.3} s {:>11.2} µs",
+        times[0].as_secs_f64(),
+        med.as_secs_f64(),
+        times[times.len() - 1].as_secs_f64(),
+        med.as_secs_f64() * 1e6 / count as f64
+    );
+}
+
+/// A chain of commits of the empty tree on a root commit whose tree names a blob no object
+/// has, in a repository of its own.
+struct Chain {
+    repo: std::path::PathBuf,
+    /// The root, then the chain, oldest first.
+    commits: Vec<String>,
+    /// The root's tree and the empty tree.
+    trees: [String; 2],
+}
+
+/// [`Chain`] of `n` commits on the root, made by `git fast-import`.
+fn broken_chain(tmp: &Path, n: usize) -> Chain {
+    let repo = tmp.join("chain.git");
+    support::init(&repo);
+    let text = |out: Vec<u8>| String::from_utf8(out).expect("utf-8").trim().to_owned();
+    let mut c = support::git(&repo);
+    c.args(["mktree", "--missing"]);
+    let gone = "ab".repeat(20);
+    let broken = text(support::run(
+        c,
+        Some(format!("100644 blob {gone}\tgone\n").as_bytes()),
+    ));
+    let mut c = support::git(&repo);
+    c.args(["commit-tree", "-m", "root", &broken]);
+    let root = text(support::run(c, None));
+    let mut stream = String::with_capacity(n * 120);
+    for i in 0..n {
+        use std::fmt::Write as _;
+        let _ = write!(
+            stream,
+            "commit refs/heads/chain\nmark :{}\ncommitter C <c@x> {} +0000\ndata 3\nc{}\n",
+            i + 1,
+            1_700_000_000 + i,
+            i % 10
+        );
+        if i == 0 {
+            let _ = writeln!(stream, "from {root}");
+        } else {
+            let _ = writeln!(stream, "from :{i}");
+        }
+        stream.push_str("deleteall\n\n");
+    }
+    let mut c = support::git(&repo);
+    c.args(["fast-import", "--quiet"]);
+    support::run(c, Some(stream.as_bytes()));
+    let mut c = support::git(&repo);
+    c.args(["rev-list", "--reverse", "refs/heads/chain"]);
+    let commits: Vec<String> = text(support::run(c, None))
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(commits.len(), n + 1);
+    let mut c = support::git(&repo);
+    c.args(["hash-object", "-t", "tree", "--stdin"]);
+    let empty = text(support::run(c, Some(b"")));
+    Chain {
+        repo,
+        commits,
+        trees: [broken, empty],
+    }
+}
+
+impl Chain {
+    /// A create of `refs/heads/b<i>` for the root and each of the first `n` commits of the
+    /// chain, and the pack of them.
+    fn request(&self, n: usize) -> Vec<u8> {
+        let commits = &self.commits[..=n];
+        let mut buf = Vec::with_capacity(n * 110);
+        for (i, c) in commits.iter().enumerate() {
+            let mut line = format!("{} {c} refs/heads/b{i}", "0".repeat(40));
+            if i == 0 {
+                line.push_str("\0report-status side-band-64k quiet");
+            }
+            buf.extend_from_slice(format!("{:04x}{line}", line.len() + 4).as_bytes());
+        }
+        buf.extend_from_slice(b"0000");
+        let ids: String = commits
+            .iter()
+            .chain(&self.trees)
+            .map(|id| format!("{id}\n"))
+            .collect();
+        let mut c = support::git(&self.repo);
+        c.args(["pack-objects", "-q", "--stdout"]);
+        buf.extend(support::run(c, Some(ids.as_bytes())));
+        buf
+    }
 }
 
 /// What a client sends for `n` creates of `refs/heads/b<i>` at ids no object has.

@@ -12,7 +12,10 @@
 //! ([`crate::objects::pack_links`], each object decoded once through gix-pack's delta tree, the
 //! way indexing decoded it), every tip in the pack is connected, however many there are. Only
 //! when that cannot be said (something is missing, the pack was unpacked as loose objects, or
-//! shallow commits are involved) are the tips walked one by one, for git's per-ref verdicts.
+//! shallow commits are involved) are the tips walked one by one, for git's per-ref verdicts;
+//! what each walk finds (an object complete, with the shallow roots it needs, or reaching a
+//! missing object) is remembered for the following tips, so that over all the tips each object
+//! is read at most once, however many refs a hostile push points into one broken history.
 
 use std::collections::VecDeque;
 
