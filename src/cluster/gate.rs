@@ -135,7 +135,7 @@ impl CommitGate for Gate {
     }
 
     fn turn(&self, updates: &[RefUpdate]) -> Option<Box<dyn Send>> {
-        let names = updates.iter().map(|u| u.name.clone()).collect();
+        let names = updates.iter().map(|u| u.name.as_slice());
         // Per ref, atomic or not: the session's locks of the refs an older push holds fail
         // (all of an atomic push's then), as they did before turns.
         let taken =

@@ -383,7 +383,7 @@ impl Job {
         };
         let mut observer = |_: TransactionState, _: &[RefUpdate]| true;
         // The push's turn for its refs here, released after their locks (dropped last).
-        let names = self.h.updates.iter().map(|u| u.name.clone()).collect();
+        let names = self.h.updates.iter().map(|u| u.name.as_slice());
         let _turn = match (self.cluster.turns).take(
             &self.h.repo,
             self.h.age,
