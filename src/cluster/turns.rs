@@ -226,6 +226,11 @@ mod tests {
         n.iter().map(|s| s.as_bytes()).collect()
     }
 
+    /// `turns`' turn, all or nothing, waiting at most [`WAIT`].
+    fn take(turns: &Turns, repo: &str, age: Age, refs: &[&str]) -> Result<Taken, GaveWay> {
+        turns.take(repo, age, names(refs), Ask::AllOrNothing, WAIT)
+    }
+
     #[test]
     fn the_older_waits_for_the_younger_and_the_younger_gives_way() {
         let (old, mid, young) = (Age(1, 0), Age(2, 0), Age(2, 1));
@@ -240,56 +245,16 @@ mod tests {
     #[test]
     fn a_younger_holder_released_lets_the_older_take_its_turn() {
         let turns = Turns::default();
-        let young = turns
-            .take(
-                "r",
-                Age(5, 0),
-                names(&["refs/heads/a"]),
-                Ask::AllOrNothing,
-                WAIT,
-            )
-            .unwrap();
+        let young = take(&turns, "r", Age(5, 0), &["refs/heads/a"]).unwrap();
         // Another repository, or other refs: no conflict.
-        let other = turns
-            .take(
-                "s",
-                Age(9, 0),
-                names(&["refs/heads/a"]),
-                Ask::AllOrNothing,
-                WAIT,
-            )
-            .unwrap();
-        let disjoint = turns
-            .take(
-                "r",
-                Age(9, 0),
-                names(&["refs/heads/b"]),
-                Ask::AllOrNothing,
-                WAIT,
-            )
-            .unwrap();
+        let other = take(&turns, "s", Age(9, 0), &["refs/heads/a"]).unwrap();
+        let disjoint = take(&turns, "r", Age(9, 0), &["refs/heads/b"]).unwrap();
         // Older than the holder: waits for it; younger: gives way at once.
-        assert!(
-            turns
-                .take(
-                    "r",
-                    Age(10, 0),
-                    names(&["refs/heads/b", "refs/heads/c"]),
-                    Ask::AllOrNothing,
-                    WAIT
-                )
-                .is_err()
-        );
+        assert!(take(&turns, "r", Age(10, 0), &["refs/heads/b", "refs/heads/c"]).is_err());
         let waiter = {
             let turns = turns.clone();
             std::thread::spawn(move || {
-                let t = turns.take(
-                    "r",
-                    Age(1, 0),
-                    names(&["refs/heads/c", "refs/heads/a"]),
-                    Ask::AllOrNothing,
-                    WAIT,
-                );
+                let t = take(&turns, "r", Age(1, 0), &["refs/heads/c", "refs/heads/a"]);
                 t.is_ok()
             })
         };
@@ -307,15 +272,7 @@ mod tests {
     #[test]
     fn a_wait_is_bounded_and_a_per_ref_batch_leaves_the_held_refs() {
         let turns = Turns::default();
-        let _young = turns
-            .take(
-                "r",
-                Age(5, 0),
-                names(&["refs/heads/a"]),
-                Ask::AllOrNothing,
-                WAIT,
-            )
-            .unwrap();
+        let _young = take(&turns, "r", Age(5, 0), &["refs/heads/a"]).unwrap();
         let ask = names(&["refs/heads/a", "refs/heads/b"]);
         assert!(
             turns

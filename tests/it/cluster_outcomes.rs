@@ -14,18 +14,23 @@ use crate::common::World;
 /// Make node `i`'s `repo` pause in its reference-transaction state `state` while
 /// `<world>/pause-<state>` exists (it creates `<world>/paused-<state>` then; 120 s at most).
 fn pause_at(c: &Cluster, w: &World, i: usize, repo: &str, state: &str) {
+    pause_as(c, w, i, repo, state, state);
+    std::fs::write(w.path(&format!("pause-{state}")), "").unwrap();
+}
+
+/// [`pause_at`] under the files `<world>/pause-<name>` and `<world>/paused-<name>` (not made).
+fn pause_as(c: &Cluster, w: &World, i: usize, repo: &str, state: &str, name: &str) {
     let hook = c.nodes[i].dir(repo).join("hooks/reference-transaction");
     let at = w.root().display().to_string();
     std::fs::write(
         &hook,
         format!(
-            "#!/bin/sh\ncat >/dev/null\nif [ \"$1\" = '{state}' ] && [ -e '{at}/pause-{state}' ]; then : > '{at}/paused-{state}'; i=0; while [ -e '{at}/pause-{state}' ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; fi\nexit 0\n"
+            "#!/bin/sh\ncat >/dev/null\nif [ \"$1\" = '{state}' ] && [ -e '{at}/pause-{name}' ]; then : > '{at}/paused-{name}'; i=0; while [ -e '{at}/pause-{name}' ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; fi\nexit 0\n"
         ),
     )
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(w.path(&format!("pause-{state}")), "").unwrap();
 }
 
 /// The porcelain line of `refname` in `git push --porcelain`'s output.
@@ -378,20 +383,8 @@ fn of_two_pushes_holding_one_ref_on_two_replicas_the_older_lands() {
         .map(|h| c.nodes.iter().position(|n| n.name == h.name).unwrap())
         .collect();
     assert_eq!(holders.len(), 2);
-    let at = w.root().display().to_string();
     for (&i, who) in holders.iter().zip(["older", "younger"]) {
-        let hook = c.nodes[i]
-            .dir("demo.git")
-            .join("hooks/reference-transaction");
-        std::fs::write(
-            &hook,
-            format!(
-                "#!/bin/sh\ncat >/dev/null\nif [ \"$1\" = prepared ] && [ -e '{at}/pause-{who}' ]; then : > '{at}/paused-{who}'; i=0; while [ -e '{at}/pause-{who}' ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; fi\nexit 0\n"
-            ),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        pause_as(&c, &w, i, "demo.git", "prepared", who);
     }
     let mut commits = Vec::new();
     for who in ["older", "younger"] {
