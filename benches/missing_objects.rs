@@ -6,8 +6,8 @@
 //! (default 10,000: git spends a `rev-list` process per refused command, ~27 s for 10,000),
 //! with the time per command so the two read side by side.
 //!
-//! Then a second hostile request: one create for each commit of a chain (of the empty tree)
-//! whose root commit's tree names a blob that does not exist, and the pack of the chain:
+//! Then a second hostile request: one create for each commit of a chain whose root commit's
+//! tree (which every commit keeps) names a blob that does not exist, and the pack of the chain:
 //! every ref is refused, and a connectivity check that walked the history again for each tip
 //! cost the square of the chain (`BERTH_BENCH_CHAIN` commits for berth, default 20,000;
 //! `BERTH_BENCH_GIT_CHAIN` for git, default 2,000).
@@ -80,17 +80,17 @@ fn report(tmp: &Path, name: &str, cmd: &[&str], request: &[u8], count: usize, ru
     );
 }
 
-/// A chain of commits of the empty tree on a root commit whose tree names a blob no object
-/// has, in a repository of its own.
+/// A chain of commits on a root commit whose tree names a blob no object has (each commit
+/// keeps that tree), in a repository of its own.
 struct Chain {
     repo: std::path::PathBuf,
     /// The root, then the chain, oldest first.
     commits: Vec<String>,
-    /// The root's tree and the empty tree.
-    trees: [String; 2],
+    /// The root's tree.
+    tree: String,
 }
 
-/// [`Chain`] of `n` commits on the root, made by `git fast-import`.
+/// [`Chain`] of `n` commits on the root, made by `git fast-import` ([`support::commits_on`]).
 fn broken_chain(tmp: &Path, n: usize) -> Chain {
     let repo = tmp.join("chain.git");
     support::init(&repo);
@@ -98,47 +98,20 @@ fn broken_chain(tmp: &Path, n: usize) -> Chain {
     let mut c = support::git(&repo);
     c.args(["mktree", "--missing"]);
     let gone = "ab".repeat(20);
-    let broken = text(support::run(
+    let tree = text(support::run(
         c,
         Some(format!("100644 blob {gone}\tgone\n").as_bytes()),
     ));
     let mut c = support::git(&repo);
-    c.args(["commit-tree", "-m", "root", &broken]);
+    c.args(["commit-tree", "-m", "root", &tree]);
     let root = text(support::run(c, None));
-    let mut stream = String::with_capacity(n * 120);
-    for i in 0..n {
-        use std::fmt::Write as _;
-        let _ = write!(
-            stream,
-            "commit refs/heads/chain\nmark :{}\ncommitter C <c@x> {} +0000\ndata 3\nc{}\n",
-            i + 1,
-            1_700_000_000 + i,
-            i % 10
-        );
-        if i == 0 {
-            let _ = writeln!(stream, "from {root}");
-        } else {
-            let _ = writeln!(stream, "from :{i}");
-        }
-        stream.push_str("deleteall\n\n");
-    }
-    let mut c = support::git(&repo);
-    c.args(["fast-import", "--quiet"]);
-    support::run(c, Some(stream.as_bytes()));
-    let mut c = support::git(&repo);
-    c.args(["rev-list", "--reverse", "refs/heads/chain"]);
-    let commits: Vec<String> = text(support::run(c, None))
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    assert_eq!(commits.len(), n + 1);
-    let mut c = support::git(&repo);
-    c.args(["hash-object", "-t", "tree", "--stdin"]);
-    let empty = text(support::run(c, Some(b"")));
+    let chain = support::commits_on(&repo, n, support::Shape::EmptyTrees, Some(&root));
+    let mut commits = vec![root];
+    commits.extend(chain.iter().map(ToString::to_string));
     Chain {
         repo,
         commits,
-        trees: [broken, empty],
+        tree,
     }
 }
 
@@ -158,7 +131,7 @@ impl Chain {
         buf.extend_from_slice(b"0000");
         let ids: String = commits
             .iter()
-            .chain(&self.trees)
+            .chain(std::iter::once(&self.tree))
             .map(|id| format!("{id}\n"))
             .collect();
         let mut c = support::git(&self.repo);

@@ -77,6 +77,11 @@ pub fn init(dir: &Path) {
 
 /// K commits in a line on `refs/heads/main` of the bare repository `repo`, oldest first.
 pub fn commits(repo: &Path, k: usize, shape: Shape) -> Vec<ObjectId> {
+    commits_on(repo, k, shape, None)
+}
+
+/// [`commits`], the first of them on the commit `from` (its tree then carried on) if given.
+pub fn commits_on(repo: &Path, k: usize, shape: Shape, from: Option<&str>) -> Vec<ObjectId> {
     let mut stream = String::with_capacity(k * 160);
     for i in 1..=k {
         let _ = write!(
@@ -85,6 +90,8 @@ pub fn commits(repo: &Path, k: usize, shape: Shape) -> Vec<ObjectId> {
         );
         if i > 1 {
             let _ = writeln!(stream, "from :{}", i - 1);
+        } else if let Some(from) = from {
+            let _ = writeln!(stream, "from {from}");
         }
         if shape == Shape::Files {
             let _ = write!(

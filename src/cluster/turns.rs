@@ -41,7 +41,8 @@ impl Age {
         let micros = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as u64);
-        let tie = u64::from_str_radix(&super::random_hex(8), 16).unwrap_or(0);
+        // A hasher keyed anew for each push (foldhash's random state, no I/O) of the time.
+        let tie = foldhash::quality::RandomState::default().hash_one(micros);
         Age(micros, tie)
     }
 
@@ -251,19 +252,21 @@ mod tests {
         let disjoint = take(&turns, "r", Age(9, 0), &["refs/heads/b"]).unwrap();
         // Older than the holder: waits for it; younger: gives way at once.
         assert!(take(&turns, "r", Age(10, 0), &["refs/heads/b", "refs/heads/c"]).is_err());
+        let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let waiter = {
-            let turns = turns.clone();
+            let (turns, released) = (turns.clone(), released.clone());
             std::thread::spawn(move || {
                 let t = take(&turns, "r", Age(1, 0), &["refs/heads/c", "refs/heads/a"]);
-                t.is_ok()
+                // Its turn came only once the younger holder was released.
+                t.is_ok() && released.load(std::sync::atomic::Ordering::SeqCst)
             })
         };
         std::thread::sleep(Duration::from_millis(50));
-        assert!(!waiter.is_finished(), "the older push waits");
+        released.store(true, std::sync::atomic::Ordering::SeqCst);
         drop(young);
         assert!(
             waiter.join().unwrap(),
-            "its turn once the younger is released"
+            "the older push waits for the younger and takes its turn once it is released"
         );
         drop((other, disjoint));
         assert!(turns.inner.0.lock().unwrap().repos.is_empty());

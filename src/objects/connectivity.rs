@@ -213,9 +213,7 @@ impl<'a> Check<'a> {
             Opened::Frame(f) => vec![f],
         };
         while let Some(top) = stack.last_mut() {
-            // The links in reverse: the order of the stack walk this replaced, whose first
-            // missing object git's differential tests pin.
-            let Some((link, role)) = top.links.pop() else {
+            let Some((link, role)) = top.next_link() else {
                 let done = stack.pop().expect("a frame");
                 let found = self.complete(done);
                 match stack.last_mut() {
@@ -227,8 +225,13 @@ impl<'a> Check<'a> {
             match self.open(link, role) {
                 Opened::Done(Found::Missing(m)) => {
                     // Every object on the stack reaches it.
-                    let i = self.missing.len() as u32;
-                    self.missing.push(self.missing_of(m));
+                    let i = match m {
+                        Bad::Known(i) => i,
+                        Bad::Here(m) => {
+                            self.missing.push(m);
+                            self.missing.len() as u32 - 1
+                        }
+                    };
                     for f in stack.drain(..) {
                         self.bad.insert(f.id, i);
                     }
@@ -307,23 +310,11 @@ impl<'a> Check<'a> {
             && links
                 .iter()
                 .any(|(l, k)| *k == Kind::Commit && !self.exists(l));
-        let cut = is_commit && (self.shallow.contains(&id) || root);
-        let links = links
-            .into_iter()
-            // a shallow commit's parents are not there, on purpose
-            .filter(|(_, kind)| !(cut && *kind == Kind::Commit))
-            .map(|(link, kind)| {
-                let link_role = match (obj_kind, kind) {
-                    (Kind::Commit, Kind::Commit) => Role::Parent(id),
-                    (Kind::Tag, _) => Role::Tip,
-                    (_, Kind::Tree) => Role::Tree,
-                    _ => Role::Blob,
-                };
-                (link, link_role)
-            })
-            .collect();
         Opened::Frame(Frame {
             id,
+            kind: obj_kind,
+            // a shallow commit's parents are not there, on purpose
+            cut: is_commit && (self.shallow.contains(&id) || root),
             links,
             roots: if root { vec![id] } else { Vec::new() },
         })
@@ -378,15 +369,33 @@ enum Opened {
     Frame(Frame),
 }
 
-/// An object being walked: the links still to walk (the last first), and the shallow roots
-/// the walked ones need.
+/// An object being walked: its kind, whether its parents are cut off (a shallow commit), the
+/// links still to walk (the last first), and the shallow roots the walked ones need.
 struct Frame {
     id: ObjectId,
-    links: Vec<(ObjectId, Role)>,
+    kind: Kind,
+    cut: bool,
+    links: Vec<(ObjectId, Kind)>,
     roots: Vec<ObjectId>,
 }
 
 impl Frame {
+    /// The next link to walk and how it is reached, in reverse: the order of the stack walk
+    /// this replaced, whose first missing object git's differential tests pin.
+    fn next_link(&mut self) -> Option<(ObjectId, Role)> {
+        loop {
+            let (link, kind) = self.links.pop()?;
+            let role = match (self.kind, kind) {
+                (Kind::Commit, Kind::Commit) if self.cut => continue,
+                (Kind::Commit, Kind::Commit) => Role::Parent(self.id),
+                (Kind::Tag, _) => Role::Tip,
+                (_, Kind::Tree) => Role::Tree,
+                _ => Role::Blob,
+            };
+            return Some((link, role));
+        }
+    }
+
     /// A link found complete, needing the shallow roots of `found`.
     fn add(&mut self, found: Found, sets: &[Vec<ObjectId>]) {
         if let Found::Complete(set) = found

@@ -78,6 +78,12 @@ pub(super) fn check_connectivity(
             connectivity::Status::Connected => {}
         }
     }
+    if check.objects_read() > 0 {
+        tracing::debug!(
+            objects_read = check.objects_read(),
+            "tips walked one by one"
+        );
+    }
     Ok(failed)
 }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::{Cluster, porcelain, push, wait_for};
 use crate::cluster_fixture::{cluster, cluster_world};
+use crate::cluster_stream::eventually;
 use crate::common::World;
 
 /// Make node `i`'s `repo` pause in its reference-transaction state `state` while
@@ -413,19 +414,11 @@ fn of_two_pushes_holding_one_ref_on_two_replicas_the_older_lands() {
         // turns, is refused).
         let _ = std::fs::remove_file(w.path("pause-older"));
         let there = &c.nodes[holders[1]];
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
+        let met = eventually(Duration::from_secs(120), || {
             let log = there.log();
-            if log.contains("waiting for younger pushes") || log.contains("not prepared") {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no prepare met the lock:\n{}",
-                c.logs()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            log.contains("waiting for younger pushes") || log.contains("not prepared")
+        });
+        assert!(met, "no prepare met the lock:\n{}", c.logs());
         let _ = std::fs::remove_file(w.path("pause-younger"));
         (older.join().unwrap(), younger.join().unwrap())
     });

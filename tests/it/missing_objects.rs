@@ -7,7 +7,8 @@
 //! And a kept pack (`receive.unpackLimit=1`) whose objects link to objects nobody has: the
 //! connectivity check's pass over the pack cannot vouch for it, and the tips are then judged
 //! one by one as git judges them; an unreachable broken object in an otherwise complete pack
-//! refuses nothing.
+//! refuses nothing; and a ref for each commit of a history missing its root blob is refused
+//! as git refuses it, each object read once over all the tips.
 
 use std::collections::BTreeMap;
 use std::process::Output;
@@ -293,4 +294,80 @@ fn a_pushed_history_is_vouched_for_by_one_pass_over_its_pack() {
         .count();
     assert!(packs > 0, "the push was not kept as a pack");
     w.assert_clean("srv.git");
+}
+
+/// A create for each commit of a chain of 100 on a root whose tree names a blob nobody has, and
+/// the pack of them, kept: every ref is refused as git refuses it (the report and stderr are
+/// git's), and berth reads each object once over all the tips (its debug log counts them); a
+/// walk that forgot its failures read the chain again for every tip (over 5,000 reads).
+#[test]
+fn refs_into_one_history_missing_its_root_blob_are_refused_reading_each_object_once() {
+    let chain = |w: &World, broken: &str| {
+        let mut commits = vec![
+            w.git("src", &["commit-tree", "-m", "root", broken])
+                .trim()
+                .to_owned(),
+        ];
+        for i in 0..100 {
+            let parent = commits.last().unwrap().clone();
+            let c = w.git(
+                "src",
+                &["commit-tree", "-p", &parent, "-m", &format!("c{i}"), broken],
+            );
+            commits.push(c.trim().to_owned());
+        }
+        commits
+    };
+    let request = |w: &World, commits: &[String], broken: &str| {
+        let mut input = Vec::new();
+        for (i, c) in commits.iter().enumerate() {
+            let line = format!("{ZERO} {c} refs/heads/b{i}");
+            input.extend(pkt(&if i == 0 {
+                format!("{line}\0report-status")
+            } else {
+                line
+            }));
+        }
+        input.extend(b"0000");
+        input.extend(w.pack(false, &(commits.join("\n") + &format!("\n{broken}\n"))));
+        input
+    };
+    let (report, stderr) = common::differential(|r| {
+        let (w, _, _, broken) = kept_pack_world();
+        let commits = chain(&w, &broken);
+        let out = receive_pack(&w, r, &request(&w, &commits, &broken));
+        assert!(
+            w.git("srv.git", &["for-each-ref", "refs/heads/b*"])
+                .is_empty()
+        );
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    });
+    assert_eq!(
+        report.matches("missing necessary objects").count(),
+        101,
+        "{report}"
+    );
+    assert!(
+        stderr.contains(&format!("missing blob object '{}'", missing(7))),
+        "{stderr}"
+    );
+
+    let (w, _, _, broken) = kept_pack_world();
+    let commits = chain(&w, &broken);
+    let mut cmd = w.cmd(common::berth(), ".");
+    cmd.env("RUST_LOG", "berth=debug")
+        .args(["receive-pack", "--stateless-rpc", "srv.git"]);
+    let out = w.git_with_stdin_cmd(cmd, &request(&w, &commits, &broken));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let read: u64 = stderr
+        .split("objects_read=")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no objects_read in the debug log:\n{stderr}"));
+    // The 101 commits and the broken tree.
+    assert_eq!(read, 102, "{stderr}");
 }
