@@ -35,6 +35,8 @@ pub struct CaseView<'a> {
     pub rows: Vec<Row<'a>>,
     /// Spawning the hook N times, in ms.
     pub hook_spawn: Option<Summary>,
+    /// Those runs, in ms, one per turn: paired with each receiver's run of the same turn.
+    pub hook_spawn_times: Vec<f64>,
     /// The request's size in bytes.
     pub request_bytes: usize,
     /// Whether the machine was quiet enough.
@@ -91,6 +93,7 @@ pub fn view(outcome: &run::Outcome, noisy_cv: f64) -> CaseView<'_> {
     CaseView {
         rows,
         hook_spawn: stats::summarize(&outcome.hook_spawn.iter().map(ms).collect::<Vec<_>>()),
+        hook_spawn_times: outcome.hook_spawn.iter().map(ms).collect(),
         request_bytes: outcome.request_bytes,
         noise: stats::noise(floor.as_ref(), base.as_ref(), noisy_cv),
     }
@@ -214,7 +217,15 @@ pub fn table(o: &sweep::Outcome, noisy_cv: f64) -> String {
             for r in &v.rows {
                 if let Some(s) = &r.summary {
                     let over = (s.mean / h.mean - 1.0) * 100.0;
-                    let _ = writeln!(out, "  {}: {over:+.1} % over spawning", r.name);
+                    let _ = write!(out, "  {}: {over:+.1} % over spawning (means)", r.name);
+                    if let Some(p) = stats::paired(&r.times, &v.hook_spawn_times) {
+                        let _ = write!(
+                            out,
+                            "; run by run: median {:+.1} %, half the runs {:+.1} … {:+.1} %",
+                            p.median, p.quartiles.0, p.quartiles.1
+                        );
+                    }
+                    out.push('\n');
                 }
             }
         }
@@ -522,6 +533,28 @@ mod tests {
         assert!(
             rows.iter()
                 .any(|r| r.starts_with("| 300 | reftable | berth | FAILED: ref"))
+        );
+    }
+
+    #[test]
+    fn the_update_hook_is_compared_with_spawning_it_by_means_and_run_by_run() {
+        let mut o = outcome();
+        o.cases.truncate(1);
+        o.cases[0].case.update_hook = Switch::On;
+        // Spawning took 10, 20, 10 ms in the three turns; berth 5, 6, 7: the means say −40 %,
+        // the pairs −50 %, −70 %, −30 %.
+        o.cases[0].hook_spawn = [10, 20, 10].map(Duration::from_millis).to_vec();
+        let t = table(&o, stats::NOISY_CV);
+        assert!(
+            t.contains("spawning the update hook 100 times in a row: 13.3 ± 5.8 ms"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "  berth: -55.0 % over spawning (means); run by run: median -50.0 %, \
+                 half the runs -60.0 … -40.0 %\n"
+            ),
+            "{t}"
         );
     }
 

@@ -96,6 +96,39 @@ pub fn ratio(of: &Summary, base: &Summary) -> Option<Ratio> {
     Some(Ratio { value, sd })
 }
 
+/// How much slower `of` was than `base`, run by run, in percent: the runs of one turn paired
+/// (the same index in both), so that a machine that drifts over a sweep (its load, its caches,
+/// its clock) shifts both sides of a pair alike and drops out, as it does not from a ratio of
+/// two means.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Paired {
+    /// How many pairs.
+    pub n: usize,
+    /// The median pair's overhead.
+    pub median: f64,
+    /// The first and third quartiles of the pairs' overheads: half the pairs lie between.
+    pub quartiles: (f64, f64),
+}
+
+/// `of` over `base` pair by pair (`(of_i / base_i - 1) · 100`), over as many pairs as both have;
+/// `None` without a pair or with a base run that took no time.
+pub fn paired(of: &[f64], base: &[f64]) -> Option<Paired> {
+    let mut overheads: Vec<f64> = of
+        .iter()
+        .zip(base)
+        .map(|(o, b)| (*b > 0.0).then(|| (o / b - 1.0) * 100.0))
+        .collect::<Option<_>>()?;
+    if overheads.is_empty() {
+        return None;
+    }
+    overheads.sort_by(f64::total_cmp);
+    Some(Paired {
+        n: overheads.len(),
+        median: quantile(&overheads, 0.5),
+        quartiles: (quantile(&overheads, 0.25), quantile(&overheads, 0.75)),
+    })
+}
+
 /// Which receiver's spread says how noisy the machine was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gauge {
@@ -153,6 +186,27 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn paired_overheads_cancel_a_drift_that_the_means_keep() {
+        // The machine slows down over the sweep; `of` is 2 % slower than `base` in every turn.
+        let base = [100.0, 150.0, 200.0, 250.0, 300.0];
+        let of: Vec<f64> = base.iter().map(|b| b * 1.02).collect();
+        let p = paired(&of, &base).unwrap();
+        assert_eq!(p.n, 5);
+        assert!(close(p.median, 2.0));
+        assert!(close(p.quartiles.0, 2.0) && close(p.quartiles.1, 2.0));
+        // One turn where `of` was 20 % slower moves the median not at all.
+        let mut spiked = of.clone();
+        spiked[1] = 150.0 * 1.2;
+        let p = paired(&spiked, &base).unwrap();
+        assert!(close(p.median, 2.0));
+        assert!(close(p.quartiles.1, 2.0));
+        // Unequal lengths pair as far as both go; no pair or a zero base says nothing.
+        assert_eq!(paired(&of[..3], &base).unwrap().n, 3);
+        assert_eq!(paired(&[], &base), None);
+        assert_eq!(paired(&[1.0], &[0.0]), None);
     }
 
     #[test]
