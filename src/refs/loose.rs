@@ -36,7 +36,7 @@ use super::packed::{
     self, Item, Lock, Loose, Packed, Peeler, Sorted, cannot_lock, loose_below, path_of, prefixes,
     read_loose, read_loose_from, remove_empty_parents, strerror,
 };
-use super::transaction::{Failed, commit, live, prepare};
+use super::transaction::{Failed, Index, commit, live, prepare};
 use super::{RefError, RefResult, RefUpdate};
 
 /// The batch with every lock held (steps 1 and 2), ready for [`Locked::commit`]; dropped, the
@@ -59,24 +59,21 @@ pub(super) fn lock<'a>(
         git_dir, atomic, ..
     } = batch;
     let mut order = live(results);
-    order.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
+    order.sort_by(|&a, &b| updates[a as usize].name.cmp(&updates[b as usize].name));
     let sorted = Sorted { updates, order };
     let packed = Packed::read(&git_dir.join("packed-refs")).map_err(Failed::quietly)?;
 
     let mut items: Vec<Item> = Vec::with_capacity(sorted.order.len());
     for (k, &i) in sorted.order.iter().enumerate() {
+        let i = i as usize;
         match lock_one(batch, &packed, &sorted, k, &updates[i]) {
-            Ok((lock, before)) => items.push(Item {
-                index: i,
-                lock: Some(Box::new(lock)),
-                before,
-            }),
+            Ok((lock, before)) => items.push(Item::locked(i, lock, before)),
             Err(e) if atomic => return Err(Failed::quietly(e)),
             Err(e) => results[i] = Err(Box::new(e)),
         }
     }
 
-    let deletes = |it: &Item| updates[it.index].is_delete();
+    let deletes = |it: &Item| updates[it.index()].is_delete();
     let mut packed_lock = None;
     if items.iter().any(deletes) {
         match Lock::acquire(git_dir, b"packed-refs", batch.locks.packed_refs) {
@@ -86,7 +83,7 @@ pub(super) fn lock<'a>(
                 let (deletions, rest): (Vec<Item>, Vec<Item>) =
                     items.into_iter().partition(deletes);
                 for it in deletions {
-                    results[it.index] = Err(Box::new(RefError::PackedRefsLocked(e.clone())));
+                    results[it.index()] = Err(Box::new(RefError::PackedRefsLocked(e.clone())));
                 }
                 items = rest;
             }
@@ -106,7 +103,7 @@ impl Locked<'_> {
     pub(super) fn commit(
         self,
         results: &mut [RefResult],
-    ) -> Result<Vec<usize>, Failed<commit::Error>> {
+    ) -> Result<Vec<Index>, Failed<commit::Error>> {
         let Locked {
             batch,
             updates,
@@ -123,12 +120,21 @@ impl Locked<'_> {
             fsync,
             locks: _,
         } = batch;
-        let mut live: Vec<usize> = items.iter().map(|it| it.index).collect();
+        let mut live: Vec<Index> = items.iter().map(|it| it.index).collect();
         live.sort_unstable();
         let mut time_buf = gix_date::parse::TimeBuf::default();
         let committer = committer.to_ref(&mut time_buf);
-        packed::write_reflogs(git_dir, object_format, log, updates, &items, &committer);
-        let deletes = |it: &Item| updates[it.index].is_delete();
+        // Every item holds its lock and value: no `packed-refs` to look in.
+        packed::write_reflogs(
+            git_dir,
+            object_format,
+            log,
+            updates,
+            &items,
+            None,
+            &committer,
+        );
+        let deletes = |it: &Item| updates[it.index()].is_delete();
         let (deletions, writes): (Vec<Item>, Vec<Item>) = items.into_iter().partition(deletes);
         let mut failed = Vec::new();
         // The directories refs were renamed into, synced once their renames are done; collected
@@ -136,9 +142,9 @@ impl Locked<'_> {
         let dirs_synced = fsync.syncs_dirs(crate::fsync::Components::REFERENCE);
         let mut renamed_into = BTreeSet::new();
         for mut it in writes {
-            let u = &updates[it.index];
+            let u = &updates[it.index()];
             let target = git_dir.join(path_of(&u.name));
-            let Some(lock) = it.lock.take() else { continue };
+            let Some(lock) = it.take_lock() else { continue };
             if target.is_dir() {
                 remove_empty_dirs(&target);
             }
@@ -155,7 +161,7 @@ impl Locked<'_> {
                     if atomic {
                         return Err(Failed::quietly(commit::Error::SetRef { name, reason }));
                     }
-                    results[it.index] = Err(Box::new(RefError::Other {
+                    results[it.index()] = Err(Box::new(RefError::Other {
                         message: format!("couldn't set '{name}': {reason}"),
                     }));
                     failed.push(it.index);
@@ -167,14 +173,14 @@ impl Locked<'_> {
         if !deletions.is_empty() {
             let logs = git_dir.join("logs");
             for it in &deletions {
-                remove_empty_parents(&logs, &updates[it.index].name);
+                remove_empty_parents(&logs, &updates[it.index()].name);
             }
             // Under packed-refs.lock: what is in packed-refs now.
             let packed_path = git_dir.join("packed-refs");
             let current = Packed::read(&packed_path).map_err(Failed::quietly)?;
             if deletions
                 .iter()
-                .any(|it| current.get(&updates[it.index].name).is_some())
+                .any(|it| current.get(&updates[it.index()].name).is_some())
             {
                 let mut peeler = Peeler::new(objects);
                 packed::replace(
@@ -187,7 +193,7 @@ impl Locked<'_> {
             }
             let mut removed_from = BTreeSet::new();
             for mut it in deletions {
-                let name = updates[it.index].name.as_slice();
+                let name = updates[it.index()].name.as_slice();
                 if let Err(e) = fs::remove_file(git_dir.join(path_of(name)))
                     && e.kind() != io::ErrorKind::NotFound
                 {
@@ -195,12 +201,12 @@ impl Locked<'_> {
                     if atomic {
                         return Err(Failed::quietly(commit::Error::RemoveRef { name, reason }));
                     }
-                    results[it.index] = Err(Box::new(RefError::Other {
+                    results[it.index()] = Err(Box::new(RefError::Other {
                         message: format!("unable to remove '{name}': {reason}"),
                     }));
                     failed.push(it.index);
                 }
-                drop(it.lock.take());
+                drop(it.take_lock());
                 remove_empty_parents(git_dir, name);
                 if dirs_synced {
                     removed_from.insert(git_dir.join(path_of(name)));

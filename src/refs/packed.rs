@@ -87,7 +87,7 @@ use gix_hash::ObjectId;
 use gix_object::Kind;
 use gix_object::bstr::{BString, ByteSlice};
 
-use super::transaction::{Failed, commit, live, prepare};
+use super::transaction::{Failed, Index, commit, live, prepare};
 use super::{Change, Expected, RefError, RefResult, RefUpdate};
 use crate::lockfile::Timeout;
 use crate::repo::config::LogRefUpdates;
@@ -645,33 +645,89 @@ pub(super) fn read_loose_from(mut file: fs::File) -> Option<Loose> {
     })
 }
 
-/// One live update of the batch, with what the locked checks found.
+/// One live update of the batch, with what the locked checks found. A batch of a million refs
+/// holds a million of these, so an item is 16 bytes (a unit test bounds it): its update's
+/// index, and the ref's lock and value before the batch only where the batch holds a
+/// `<ref>.lock` (boxed: on the packed path, only refs that exist as loose files, which most
+/// refs of a large batch do not). Elsewhere the value before is the one in `packed-refs` as
+/// read under its lock, and is looked up there again when needed.
 pub(super) struct Item {
+    /// Index into `updates` (a transaction takes at most `u32::MAX`,
+    /// [`prepare::Error::TooLarge`]); [`Item::index`] for indexing.
+    pub(super) index: Index,
+    /// Whether the ref is in `packed-refs` as read under its lock, when no lock is held.
+    in_packed: bool,
+    held: Option<Box<HeldRef>>,
+}
+
+/// A ref whose `<ref>.lock` the batch holds.
+struct HeldRef {
+    lock: Lock,
+    /// The ref's value before the batch: its loose file's (`None`: none, or unreadable), or the
+    /// packed one when the file went away between the scan and the check.
+    before: Option<ObjectId>,
+}
+
+impl Item {
+    /// The update at `index` with nothing locked: `before` is its value in `packed-refs`.
+    fn unlocked(index: usize, before: Option<ObjectId>) -> Self {
+        Item {
+            index: index as Index, // the transaction's size is checked
+            in_packed: before.is_some(),
+            held: None,
+        }
+    }
+
+    /// The update at `index`, its ref's `lock` held and its value `before` the batch.
+    pub(super) fn locked(index: usize, lock: Lock, before: Option<ObjectId>) -> Self {
+        Item {
+            index: index as Index, // the transaction's size is checked
+            in_packed: false,
+            held: Some(Box::new(HeldRef { lock, before })),
+        }
+    }
+
     /// Index into `updates`.
-    pub(super) index: usize,
-    /// The loose file's lock, held when the ref exists as a loose file (boxed: most refs of a
-    /// large batch have none, and a batch of a million holds a million items).
-    pub(super) lock: Option<Box<Lock>>,
-    /// The value before this batch (loose, else packed).
-    pub(super) before: Option<ObjectId>,
+    pub(super) fn index(&self) -> usize {
+        self.index as usize
+    }
+
+    /// Whether the batch holds the ref's `<ref>.lock`.
+    fn is_locked(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Release the ref's lock, if held, or take it to commit.
+    pub(super) fn take_lock(&mut self) -> Option<Lock> {
+        self.held.take().map(|h| h.lock)
+    }
+
+    /// The ref's value before this batch, `packed` being `packed-refs` as read under its lock.
+    pub(super) fn before(&self, packed: Option<&Packed>, name: &[u8]) -> Option<ObjectId> {
+        match &self.held {
+            Some(h) => h.before,
+            None if self.in_packed => packed.and_then(|p| p.get(name)).map(|e| e.oid),
+            None => None,
+        }
+    }
 }
 
 /// The live updates of a batch in name order, for conflicts within the batch.
 pub(super) struct Sorted<'u> {
     pub(super) updates: &'u [RefUpdate],
-    pub(super) order: Vec<usize>,
+    pub(super) order: Vec<Index>,
 }
 
 impl Sorted<'_> {
     fn name(&self, k: usize) -> &[u8] {
-        self.updates[self.order[k]].name.as_slice()
+        self.updates[self.order[k] as usize].name.as_slice()
     }
 
     pub(super) fn get(&self, name: &[u8]) -> Option<&RefUpdate> {
         self.order
-            .binary_search_by(|&i| self.updates[i].name.as_slice().cmp(name))
+            .binary_search_by(|&i| self.updates[i as usize].name.as_slice().cmp(name))
             .ok()
-            .map(|k| &self.updates[self.order[k]])
+            .map(|k| &self.updates[self.order[k] as usize])
     }
 
     pub(super) fn deleted(&self, name: &[u8]) -> bool {
@@ -686,10 +742,10 @@ impl Sorted<'_> {
         }
         let start = self
             .order
-            .partition_point(|&i| cmp_below(&self.updates[i].name, name).is_lt());
+            .partition_point(|&i| cmp_below(&self.updates[i as usize].name, name).is_lt());
         (start..self.order.len())
             .take_while(|&k| is_below(self.name(k), name))
-            .find(|&k| !self.updates[self.order[k]].is_delete())
+            .find(|&k| !self.updates[self.order[k] as usize].is_delete())
             .map(|k| self.name(k))
     }
 }
@@ -720,11 +776,12 @@ pub(super) fn lock<'a>(
         git_dir, atomic, ..
     } = batch;
     let mut order = live(results);
-    if !order.is_sorted_by(|&a, &b| updates[a].name <= updates[b].name) {
-        order.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
+    let name = |i: Index| &updates[i as usize].name;
+    if !order.is_sorted_by(|&a, &b| name(a) <= name(b)) {
+        order.sort_by(|&a, &b| name(a).cmp(name(b)));
     }
     let sorted = Sorted { updates, order };
-    let names = || sorted.order.iter().map(|&i| updates[i].name.as_slice());
+    let names = || sorted.order.iter().map(|&i| name(i).as_slice());
 
     let packed_path = git_dir.join("packed-refs");
     // Held by someone else: git would not need it for updates and creations, so neither do we.
@@ -776,11 +833,11 @@ pub(super) fn lock<'a>(
             prefix_dir: None,
         };
         for (k, &i) in sorted.order.iter().enumerate() {
+            let i = i as usize;
             match checker.check(k, &updates[i]) {
-                Ok((lock, before)) => items.push(Item {
-                    index: i,
-                    lock: lock.map(Box::new),
-                    before,
+                Ok((lock, before)) => items.push(match lock {
+                    Some(lock) => Item::locked(i, lock, before),
+                    None => Item::unlocked(i, before),
                 }),
                 Err(e) if atomic => return Err(Failed::quietly(e)),
                 Err(e) => results[i] = Err(Box::new(e)),
@@ -805,7 +862,7 @@ impl Locked<'_> {
     pub(super) fn commit(
         self,
         results: &mut [RefResult],
-    ) -> Result<Vec<usize>, Failed<commit::Error>> {
+    ) -> Result<Vec<Index>, Failed<commit::Error>> {
         let Locked {
             batch,
             updates,
@@ -843,11 +900,11 @@ impl Locked<'_> {
             let mut after = rescan.view();
             let mut prefix_dir: Option<(Vec<u8>, bool)> = None;
             for (k, it) in items.iter().enumerate() {
-                let u = &updates[it.index];
+                let u = &updates[it.index()];
                 let n = u.name.as_slice();
                 let (was, _) = before.at(n);
                 let (is, locked) = after.at(n);
-                if it.lock.is_some() {
+                if it.is_locked() {
                     continue;
                 }
                 let (dir, _) = split(n);
@@ -868,12 +925,14 @@ impl Locked<'_> {
             let start = Instant::now();
             for &k in &contested {
                 let it = &items[k];
-                let u = &updates[it.index];
+                let u = &updates[it.index()];
                 let lock_path = git_dir.join(lock_name(&u.name));
                 while start.elapsed() < CONTESTED_TIMEOUT && lock_path.exists() {
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                if let Some(e) = lost_to(git_dir, object_format, u, it.before) {
+                if let Some(e) =
+                    lost_to(git_dir, object_format, u, it.before(Some(&packed), &u.name))
+                {
                     lost.insert(k, e);
                 } else if lock_path.exists() {
                     lost.insert(k, cannot_lock(u, LockError::held(git_dir, &u.name)));
@@ -904,7 +963,7 @@ impl Locked<'_> {
             let mut kept = Vec::with_capacity(items.len());
             for (k, it) in items.into_iter().enumerate() {
                 match lost.remove(&k) {
-                    Some(e) => results[it.index] = Err(Box::new(e)),
+                    Some(e) => results[it.index()] = Err(Box::new(e)),
                     None => kept.push(it),
                 }
             }
@@ -914,16 +973,16 @@ impl Locked<'_> {
 
         // The loose files the new packed-refs replaces, removed under their locks.
         for it in &items {
-            if it.lock.is_some() {
-                let name = updates[it.index].name.as_slice();
+            if it.is_locked() {
+                let name = updates[it.index()].name.as_slice();
                 let path = git_dir.join(path_of(name));
                 if let Err(e) = fs::remove_file(&path)
                     && e.kind() != io::ErrorKind::NotFound
                 {
-                    results[it.index] = Err(Box::new(RefError::Other {
+                    results[it.index()] = Err(Box::new(RefError::Other {
                         message: format!(
                             "cannot lock ref '{}': unable to remove loose ref: {e}",
-                            updates[it.index].name
+                            updates[it.index()].name
                         ),
                     }));
                 }
@@ -931,12 +990,20 @@ impl Locked<'_> {
         }
         let mut time_buf = gix_date::parse::TimeBuf::default();
         let committer = committer.to_ref(&mut time_buf);
-        write_reflogs(git_dir, object_format, log, updates, &items, &committer);
-        let mut committed: Vec<usize> = items.iter().map(|it| it.index).collect();
+        write_reflogs(
+            git_dir,
+            object_format,
+            log,
+            updates,
+            &items,
+            Some(&packed),
+            &committer,
+        );
+        let mut committed: Vec<Index> = items.iter().map(|it| it.index).collect();
         committed.sort_unstable();
         for it in &items {
-            if it.lock.is_some() {
-                remove_empty_parents(git_dir, updates[it.index].name.as_slice());
+            if it.is_locked() {
+                remove_empty_parents(git_dir, updates[it.index()].name.as_slice());
             }
         }
         drop(items);
@@ -1175,7 +1242,7 @@ pub(super) fn render(
     let mut line = Vec::with_capacity(2 * gix_hash::Kind::longest().len_in_hex() + 256);
     let mut old = packed.entries.iter().peekable();
     for it in items {
-        let u = &updates[it.index];
+        let u = &updates[it.index()];
         let name = u.name.as_slice();
         while let Some(e) = old.peek() {
             let en = packed.name(e);
@@ -1318,11 +1385,12 @@ pub(super) fn write_reflogs(
     log: LogRefUpdates,
     updates: &[RefUpdate],
     items: &[Item],
+    packed: Option<&Packed>,
     committer: &gix_actor::SignatureRef<'_>,
 ) {
     let logs = git_dir.join("logs");
     let head = head_target(git_dir);
-    let names = items.iter().map(|it| updates[it.index].name.as_slice());
+    let names = items.iter().map(|it| updates[it.index()].name.as_slice());
     let scan = Scan::new(&logs, dirs_of(names).into_iter());
     // Nothing logs a ref that has no reflog, and none has one: only `HEAD` may be logged (a
     // bare repository's push of many refs, where the per-ref work below would all be for naught).
@@ -1331,16 +1399,19 @@ pub(super) fn write_reflogs(
     let mut who = Vec::new();
     let _ = committer.write_to(&mut who);
     for it in items {
-        let u = &updates[it.index];
+        let u = &updates[it.index()];
         let name = u.name.as_slice();
-        let old = it.before.unwrap_or_else(|| ObjectId::null(object_format));
+        let old = || {
+            it.before(packed, name)
+                .unwrap_or_else(|| ObjectId::null(object_format))
+        };
         if head.as_deref() == Some(name) && !u.is_delete() {
             append_reflog(
                 &logs,
                 b"HEAD",
                 None,
                 log,
-                old,
+                old(),
                 u.new_id(object_format),
                 &who,
             );
@@ -1360,7 +1431,7 @@ pub(super) fn write_reflogs(
             name,
             Some(exists),
             log,
-            old,
+            old(),
             u.new_id(object_format),
             &who,
         );

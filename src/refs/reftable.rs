@@ -165,7 +165,7 @@ pub(super) struct Locked<'a> {
     /// The refs under the lock.
     now: Cow<'a, Refs>,
     /// The indexes of the updates to write, in order.
-    live: Vec<usize>,
+    live: Vec<transaction::Index>,
     committer: &'a gix_actor::Signature,
     objects: &'a gix_odb::Handle,
 }
@@ -223,7 +223,7 @@ impl ReftableStore {
 
 impl Locked<'_> {
     /// Write the batch as one table; the indexes of the updates written.
-    pub(super) fn commit(self) -> Result<Vec<usize>, Failed<commit::Error>> {
+    pub(super) fn commit(self) -> Result<Vec<transaction::Index>, Failed<commit::Error>> {
         let Locked {
             store,
             updates,
@@ -233,7 +233,7 @@ impl Locked<'_> {
             committer,
             objects,
         } = self;
-        let batch = live.iter().map(|&i| &updates[i]);
+        let batch = live.iter().map(|&i| &updates[i as usize]);
         // As git's transaction finish: a failure to write the table fails the transaction.
         // (git runs no `aborted` hook then: the transaction was prepared.)
         let written = store

@@ -132,7 +132,7 @@ pub struct Prepared<'a> {
     /// One entry per update; the failed ones have dropped out of the batch.
     pub(super) results: Vec<RefResult>,
     /// The updates announced `prepared`, in order (indexes into `updates`).
-    pub(super) live: Vec<usize>,
+    pub(super) live: Vec<Index>,
     /// The backend's locks and checked batch; `None` when there is nothing to write.
     pub(super) locked: Option<Locked<'a>>,
     pub(super) observer: &'a mut dyn TransactionObserver,
@@ -149,7 +149,7 @@ impl<'a> Prepared<'a> {
     /// The updates that will be written by [`Prepared::commit`], in the order given.
     pub fn updates(&self) -> impl Iterator<Item = &'a RefUpdate> + '_ {
         let updates = self.updates;
-        self.live.iter().map(move |&i| &updates[i])
+        self.live.iter().map(move |&i| &updates[i as usize])
     }
 
     /// The updates that dropped out while preparing: `(index into the updates, why)`.
@@ -209,22 +209,32 @@ pub(super) fn announce(
     observer: &mut dyn TransactionObserver,
     state: TransactionState,
     updates: &[RefUpdate],
-    live: &[usize],
+    live: &[Index],
 ) -> bool {
     if live.len() == updates.len() {
         observer.state(state, updates)
     } else {
-        let batch: Vec<RefUpdate> = live.iter().map(|&i| updates[i].clone()).collect();
+        let batch: Vec<RefUpdate> = live.iter().map(|&i| updates[i as usize].clone()).collect();
         observer.state(state, &batch)
     }
 }
 
 /// The indexes of the updates that have not failed, in order.
-pub(super) fn live(results: &[RefResult]) -> Vec<usize> {
+pub(super) fn live(results: &[RefResult]) -> Vec<Index> {
     let mut live = Vec::with_capacity(results.len());
-    live.extend((0..results.len()).filter(|&i| results[i].is_ok()));
+    // `as`: a transaction has at most `u32::MAX` updates ([`prepare::Error::TooLarge`]).
+    live.extend(
+        (0..results.len())
+            .filter(|&i| results[i].is_ok())
+            .map(|i| i as Index),
+    );
     live
 }
+
+/// An index into a transaction's updates. 32 bits, as a transaction takes at most `u32::MAX`
+/// updates ([`prepare::Error::TooLarge`]): a push of a million refs holds several vectors of
+/// them at once (issue 24: memory per command).
+pub(super) type Index = u32;
 
 #[cfg(test)]
 mod tests;

@@ -38,6 +38,9 @@ pub enum Error {
     /// The reftable stack could not be read or locked.
     #[error(transparent)]
     Reftable(#[from] crate::reftable::Error),
+    /// More updates than one transaction takes (its batch counts them in 32 bits).
+    #[error("a ref transaction of {0} updates is more than one can take ({max}); split it", max = u32::MAX)]
+    TooLarge(usize),
 }
 
 impl<'a> Transaction<'a> {
@@ -52,6 +55,9 @@ impl<'a> Transaction<'a> {
     ) -> Result<Prepared<'a>, Error> {
         let _span = tracing::info_span!("ref_transaction", step = "prepare", refs = updates.len())
             .entered();
+        if u32::try_from(updates.len()).is_err() {
+            return Err(Error::TooLarge(updates.len()));
+        }
         reject_duplicates(updates)?;
         let options = self.options;
         let check = match self.store {

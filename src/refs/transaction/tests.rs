@@ -239,3 +239,10 @@ fn a_refusal_in_prepared_releases_the_locks_before_aborted_on_both_backends() {
         );
     }
 }
+
+/// A batch of a million refs on the files backend's packed path holds a million items (issue
+/// 24: memory per command).
+#[test]
+fn a_batch_item_is_small() {
+    assert_eq!(std::mem::size_of::<crate::refs::packed::Item>(), 16);
+}
