@@ -655,8 +655,6 @@ pub(super) struct Item {
     /// Index into `updates` (a transaction takes at most `u32::MAX`,
     /// [`prepare::Error::TooLarge`]); [`Item::index`] for indexing.
     pub(super) index: Index,
-    /// Whether the ref is in `packed-refs` as read under its lock, when no lock is held.
-    in_packed: bool,
     held: Option<Box<HeldRef>>,
 }
 
@@ -669,11 +667,10 @@ struct HeldRef {
 }
 
 impl Item {
-    /// The update at `index` with nothing locked: `before` is its value in `packed-refs`.
-    fn unlocked(index: usize, before: Option<ObjectId>) -> Self {
+    /// The update at `index` with nothing locked: its value before is the one in `packed-refs`.
+    fn unlocked(index: usize) -> Self {
         Item {
             index: index as Index, // the transaction's size is checked
-            in_packed: before.is_some(),
             held: None,
         }
     }
@@ -682,7 +679,6 @@ impl Item {
     pub(super) fn locked(index: usize, lock: Lock, before: Option<ObjectId>) -> Self {
         Item {
             index: index as Index, // the transaction's size is checked
-            in_packed: false,
             held: Some(Box::new(HeldRef { lock, before })),
         }
     }
@@ -702,12 +698,12 @@ impl Item {
         self.held.take().map(|h| h.lock)
     }
 
-    /// The ref's value before this batch, `packed` being `packed-refs` as read under its lock.
+    /// The ref's value before this batch, `packed` being `packed-refs` as read under its lock
+    /// (`None` where every item holds its lock: the loose path).
     pub(super) fn before(&self, packed: Option<&Packed>, name: &[u8]) -> Option<ObjectId> {
         match &self.held {
             Some(h) => h.before,
-            None if self.in_packed => packed.and_then(|p| p.get(name)).map(|e| e.oid),
-            None => None,
+            None => packed.and_then(|p| p.get(name)).map(|e| e.oid),
         }
     }
 }
@@ -837,7 +833,8 @@ pub(super) fn lock<'a>(
             match checker.check(k, &updates[i]) {
                 Ok((lock, before)) => items.push(match lock {
                     Some(lock) => Item::locked(i, lock, before),
-                    None => Item::unlocked(i, before),
+                    // Not a loose file: `before` is the packed value, looked up again if needed.
+                    None => Item::unlocked(i),
                 }),
                 Err(e) if atomic => return Err(Failed::quietly(e)),
                 Err(e) => results[i] = Err(Box::new(e)),

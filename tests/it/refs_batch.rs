@@ -82,6 +82,9 @@ fn batch_over_loose_and_packed_refs_with_deletions_matches_git() {
     let scenario = |r: Receiver, atomic: bool| {
         let w = World::new();
         w.bare("srv.git");
+        // Reflogs, so that each update's old value is written down: for a packed ref the batch
+        // reads it again from `packed-refs` (src/refs/packed.rs, `Item::before`).
+        w.git("srv.git", &["config", "core.logAllRefUpdates", "true"]);
         w.work("src");
         let one = w.commit("src", "a", "1");
         w.git("src", &["push", "-q", "../srv.git", "main"]);
@@ -115,7 +118,7 @@ fn batch_over_loose_and_packed_refs_with_deletions_matches_git() {
             let loose = files_under(&w.path("srv.git/refs/heads/l"));
             assert!(loose.is_empty(), "loose refs left: {loose:?}");
         }
-        (push, w.refs("srv.git"))
+        (push, w.refs("srv.git"), reflog_values(&w, "srv.git"))
     };
     for atomic in [false, true] {
         let git = scenario(Receiver::Git, atomic);
@@ -125,7 +128,35 @@ fn batch_over_loose_and_packed_refs_with_deletions_matches_git() {
             "atomic={atomic}: git (left) and berth (right) differ"
         );
         assert_eq!(berth.1.lines().count(), 1 + 100 * 3);
+        // The 100 updated packed refs were logged with their packed value as the old one.
+        let packed_updates = berth
+            .2
+            .iter()
+            .filter(|l| l.starts_with("refs/heads/p/") && !l.contains(&format!(" {ZERO} ")))
+            .count();
+        assert_eq!(packed_updates, 100, "{:#?}", berth.2);
     }
+}
+
+/// Every reflog entry of `repo` as `<ref> <old> <new>` (the identity and time left out: they
+/// differ between runs), sorted.
+fn reflog_values(w: &World, repo: &str) -> Vec<String> {
+    let logs = w.path(repo).join("logs");
+    let mut out = Vec::new();
+    for f in files_under(&logs) {
+        let name = f
+            .strip_prefix(&logs)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        for line in std::fs::read_to_string(&f).unwrap().lines() {
+            let mut fields = line.split(' ');
+            let (old, new) = (fields.next().unwrap(), fields.next().unwrap());
+            out.push(format!("{name} {old} {new}"));
+        }
+    }
+    out.sort();
+    out
 }
 
 /// A batch of 100 refs or more while `packed-refs.lock` is held (here stale) cannot be one
