@@ -128,6 +128,9 @@ fn batch_over_loose_and_packed_refs_with_deletions_matches_git() {
             "atomic={atomic}: git (left) and berth (right) differ"
         );
         assert_eq!(berth.1.lines().count(), 1 + 100 * 3);
+        if common::reftable() {
+            continue;
+        }
         // The 100 updated packed refs were logged with their packed value as the old one.
         let packed_updates = berth
             .2
@@ -139,8 +142,11 @@ fn batch_over_loose_and_packed_refs_with_deletions_matches_git() {
 }
 
 /// Every reflog entry of `repo` as `<ref> <old> <new>` (the identity and time left out: they
-/// differ between runs), sorted.
+/// differ between runs), sorted; with reftable, git's listing of them (which has no old values).
 fn reflog_values(w: &World, repo: &str) -> Vec<String> {
+    if common::reftable() {
+        return w.reflogs(repo).lines().map(str::to_owned).collect();
+    }
     let logs = w.path(repo).join("logs");
     let mut out = Vec::new();
     for f in files_under(&logs) {
