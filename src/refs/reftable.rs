@@ -16,8 +16,10 @@ use std::path::{Path, PathBuf};
 use gix_hash::ObjectId;
 use gix_object::bstr::BString;
 
+use super::packed::{cmp_below, is_below};
 use super::transaction::{self, Failed, Options, Transaction, commit, live, prepare};
 use super::{RefError, RefResult, RefStore, RefUpdate, Refs, SnapshotError, precheck};
+use crate::reftable::table::record_floor;
 use crate::reftable::{
     Error, LogRecord, LogUpdate, LogValue, RefRecord, RefValue, Stack, WriteOptions,
 };
@@ -233,31 +235,70 @@ impl Locked<'_> {
             committer,
             objects,
         } = self;
-        let batch = live.iter().map(|&i| &updates[i as usize]);
         // As git's transaction finish: a failure to write the table fails the transaction.
         // (git runs no `aborted` hook then: the transaction was prepared.)
         let written = store
-            .records(locked.stack(), &now, batch, committer, objects)
-            .and_then(|(refs, logs)| locked.commit(refs, logs));
+            .plan(locked.stack(), &now, updates, &live, committer)
+            .and_then(|plan| {
+                let hash = store.opts.hash;
+                let mut peeler = super::packed::Peeler::new(objects);
+                let refs = plan
+                    .written
+                    .into_iter()
+                    .map(move |i| Ok(record(&updates[i as usize], &mut peeler, hash)));
+                locked.commit_sorted(Box::new(refs), plan.floor, plan.logs)
+            });
         written.map_err(|e| Failed::quietly(commit::Error::Reftable(e)))?;
         Ok(live)
     }
 }
 
+/// What one transaction writes, as git's `write_transaction_table` decides it: the updates
+/// that write a ref record, in name order (their records are made one at a time as the table
+/// is written), a floor on the size of those records, and the reflog records.
+struct Plan {
+    written: Vec<transaction::Index>,
+    floor: u64,
+    logs: Vec<LogRecord>,
+}
+
+/// The ref record of update `u`, its name borrowed; an annotated tag is stored with the
+/// object it peels to (as git master).
+fn record<'u>(
+    u: &'u RefUpdate,
+    peeler: &mut super::packed::Peeler<'_>,
+    hash: gix_hash::Kind,
+) -> RefRecord<'u> {
+    let value = if u.is_delete() {
+        RefValue::Deletion
+    } else {
+        let new = u.new_id(hash);
+        match peeler.peel(new) {
+            Some(peeled) => RefValue::Val2(new, peeled),
+            None => RefValue::Val1(new),
+        }
+    };
+    RefRecord {
+        name: Cow::Borrowed(u.name.as_ref()),
+        update_index: 0,
+        value,
+    }
+}
+
 impl ReftableStore {
-    /// The ref and log records of one transaction, as git's `write_transaction_table` makes them;
-    /// the ref records borrow the updates' names.
-    fn records<'u>(
+    /// The [`Plan`] of the updates `live` (indexes into `updates`, in push order) on top of
+    /// `now`, the refs of `stack`.
+    fn plan(
         &self,
         stack: &Stack,
         now: &Refs,
-        batch: impl Iterator<Item = &'u RefUpdate> + Clone,
+        updates: &[RefUpdate],
+        live: &[transaction::Index],
         committer: &gix_actor::Signature,
-        objects: &gix_odb::Handle,
-    ) -> Result<(Vec<RefRecord<'u>>, Vec<LogRecord>), Error> {
-        let mut peeler = super::packed::Peeler::new(objects);
+    ) -> Result<Plan, Error> {
+        let batch = || live.iter().map(|&i| &updates[i as usize]);
         // Only read the reflogs when a rule depends on which exist.
-        let need_logs = batch.clone().any(|u| u.is_delete()) || self.log != LogRefUpdates::Always;
+        let need_logs = batch().any(|u| u.is_delete()) || self.log != LogRefUpdates::Always;
         let existing_logs = if need_logs { stack.logs()? } else { Vec::new() };
         let has_log: HashSet<&[u8]> = existing_logs.iter().map(|l| l.refname.as_slice()).collect();
         let should_log = |name: &[u8]| match self.log {
@@ -279,20 +320,18 @@ impl ReftableStore {
             message: "push".into(),
         };
 
-        let mut refs = Vec::with_capacity(batch.size_hint().0);
+        let hash = self.opts.hash;
+        let (mut written, mut floor) = (Vec::with_capacity(live.len()), 0);
         let mut logs = Vec::new();
-        for u in batch {
-            let before = now.get(&u.name).unwrap_or(ObjectId::null(self.opts.hash));
-            let new = u.new_id(self.opts.hash);
+        for &i in live {
+            let u = &updates[i as usize];
+            let before = now.get(&u.name).unwrap_or(ObjectId::null(hash));
+            let new = u.new_id(hash);
             if u.is_delete() {
                 if before.is_null() {
                     continue; // deleting what does not exist writes nothing
                 }
-                refs.push(RefRecord {
-                    name: std::borrow::Cow::Borrowed(u.name.as_ref()),
-                    update_index: 0,
-                    value: RefValue::Deletion,
-                });
+                floor += record_floor(&RefValue::Deletion, hash);
                 logs.extend(
                     existing_logs
                         .iter()
@@ -307,15 +346,8 @@ impl ReftableStore {
                 if before == new {
                     continue; // a no-op update writes neither a ref nor a reflog entry
                 }
-                refs.push(RefRecord {
-                    name: std::borrow::Cow::Borrowed(u.name.as_ref()),
-                    update_index: 0,
-                    // As git master: an annotated tag is stored with the object it peels to.
-                    value: match peeler.peel(new) {
-                        Some(peeled) => RefValue::Val2(new, peeled),
-                        None => RefValue::Val1(new),
-                    },
-                });
+                // Peeled or not, the record is at least this large.
+                floor += record_floor(&RefValue::Val1(new), hash);
                 if should_log(&u.name) {
                     logs.push(LogRecord {
                         refname: u.name.clone(),
@@ -324,6 +356,7 @@ impl ReftableStore {
                     });
                 }
             }
+            written.push(i);
             if head.as_ref().is_some_and(|h| *h == u.name) && should_log(b"HEAD") {
                 logs.push(LogRecord {
                     refname: "HEAD".into(),
@@ -332,7 +365,15 @@ impl ReftableStore {
                 });
             }
         }
-        Ok((refs, logs))
+        let name = |i: &transaction::Index| updates[*i as usize].name.as_slice();
+        if !written.is_sorted_by_key(name) {
+            written.sort_unstable_by(|a, b| name(a).cmp(name(b)));
+        }
+        Ok(Plan {
+            written,
+            floor,
+            logs,
+        })
     }
 }
 
@@ -347,22 +388,22 @@ fn conflicts_in_batch(
     now: &Refs,
     atomic: bool,
 ) -> Result<bool, RefError> {
+    // Nothing to decide unless some name of the batch is a directory of another, which is
+    // found in name order without a set of every name.
+    let mut order = live(results);
+    let name = |i: transaction::Index| updates[i as usize].name.as_slice();
+    if !order.is_sorted_by_key(|&i| name(i)) {
+        order.sort_unstable_by(|&a, &b| name(a).cmp(name(b)));
+    }
+    let dir_of_another = directory_of_another(order.len(), |k| name(order[k]));
+    drop(order);
+    if !dir_of_another {
+        return Ok(false);
+    }
     let mut names: HashSet<&[u8]> = (0..updates.len())
         .filter(|&i| results[i].is_ok())
         .map(|i| updates[i].name.as_slice())
         .collect();
-    if names.len() < 2 {
-        return Ok(false);
-    }
-    // Nothing to decide unless some name of the batch is a directory of another.
-    let dir_of_another = names.iter().any(|n| {
-        n.iter()
-            .enumerate()
-            .any(|(at, b)| *b == b'/' && names.contains(&n[..at]))
-    });
-    if !dir_of_another {
-        return Ok(false);
-    }
     let mut sorted: Vec<&[u8]> = names.iter().copied().collect();
     sorted.sort_unstable();
     let order: Vec<usize> = (0..updates.len())
@@ -400,6 +441,27 @@ fn conflicts_in_batch(
     Ok(failed)
 }
 
+/// Whether one of `len` names, the `k`th `name(k)` in name order, is a directory of another
+/// (`x` and `x/…`). The names that start with `x` follow `x`, so only a name followed by one
+/// that starts with it needs a look for `x/`.
+fn directory_of_another<'n>(len: usize, name: impl Fn(usize) -> &'n [u8]) -> bool {
+    (1..len).any(|k| {
+        let dir = name(k - 1);
+        name(k).starts_with(dir) && {
+            let (mut lo, mut hi) = (k, len);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if cmp_below(name(mid), dir).is_lt() {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo < len && is_below(name(lo), dir)
+        }
+    })
+}
+
 /// [`precheck`] with the reftable backend's wording for name conflicts.
 pub(super) fn check(u: &RefUpdate, refs: &Refs) -> Result<(), RefError> {
     precheck(u, refs).map_err(|e| match e {
@@ -425,7 +487,34 @@ fn tz_hhmm(offset_seconds: i32) -> i16 {
 
 #[cfg(test)]
 mod tests {
-    use super::tz_hhmm;
+    use super::{directory_of_another, tz_hhmm};
+
+    #[test]
+    fn a_directory_of_another_name_is_found_in_name_order() {
+        let found = |names: &[&str]| {
+            assert!(names.is_sorted());
+            directory_of_another(names.len(), |k| names[k].as_bytes())
+        };
+        assert!(!found(&[]));
+        assert!(!found(&["refs/heads/a"]));
+        assert!(!found(&["refs/heads/1", "refs/heads/10", "refs/heads/100"]));
+        assert!(!found(&[
+            "refs/heads/x",
+            "refs/heads/x-1",
+            "refs/heads/x.y",
+            "refs/heads/y"
+        ]));
+        assert!(found(&["refs/heads/x", "refs/heads/x/y"]));
+        // `x/…` not next to `x`: names that start with `x` but sort before `x/` lie between.
+        assert!(found(&[
+            "refs/heads/x",
+            "refs/heads/x-1",
+            "refs/heads/x.y",
+            "refs/heads/x/y"
+        ]));
+        assert!(found(&["a", "b", "b-", "b/c", "c"]));
+        assert!(!found(&["b", "b-", "b0", "c/d"]));
+    }
 
     #[test]
     fn time_zones_as_git_stores_them() {

@@ -12,7 +12,8 @@
 //!
 //! * [`record`]: varints, prefix-compressed keys, record encodings.
 //! * [`block`]: block writer and reader.
-//! * [`table`]: [`TableWriter`] (one table in memory) and [`Table`] (a parsed table).
+//! * [`table`]: [`TableWriter`] (one table, written a block at a time into memory or a file) and
+//!   [`Table`] (a parsed table, its file mapped).
 //! * [`stack`]: [`Stack`], the `tables.list` stack: merged reads, [`Stack::add`], compaction.
 //!
 //! Only SHA-1 tables (format version 1) are supported; a version 2 (SHA-256) table is reported

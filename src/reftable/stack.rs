@@ -4,7 +4,8 @@
 //! stay a geometric sequence (git's `reftable/stack.c`). Merges stream: the tables are read
 //! record by record in key order (git's merged iterator, `reftable/merged.c`) and a compaction
 //! copies each winning record's bytes into the new table without decoding it; an addition that
-//! auto-compaction would take in goes straight into the compacted table.
+//! auto-compaction would take in goes straight into the compacted table. A new table is written
+//! to its file as its records come, never whole in memory.
 
 use std::fs::File;
 use std::io::Write;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use gix_object::bstr::BString;
 
 use super::record::log_key_cmp;
-use super::table::{Records, Table, TableWriter, WriteOptions, write_table};
+use super::table::{Records, Table, TableWriter, WriteOptions};
 use super::{Error, LogRecord, RefRecord, RefValue, Result};
 use crate::fsync::{Components, Durability};
 use crate::lockfile::Timeout;
@@ -155,22 +156,25 @@ fn parse_names(data: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// An addition's ref records, one at a time: sorted by name, each name once.
+pub type RefStream<'a> = Box<dyn Iterator<Item = Result<RefRecord<'a>>> + 'a>;
+
 /// One input of a merge: a table's section read record by record, or the records of an
 /// addition not written yet (sorted; the newest input).
-enum Source<'t> {
+enum Source<'t, 'r> {
     Table(Records<'t>),
-    Refs(&'t [RefRecord<'t>], usize),
-    Logs(&'t [LogRecord], usize, Vec<u8>),
+    Refs(RefStream<'r>, Option<RefRecord<'r>>),
+    Logs(&'r [LogRecord], usize, Vec<u8>),
 }
 
-impl Source<'_> {
+impl Source<'_, '_> {
     /// Move to the next record; `false` at the end.
     fn advance(&mut self) -> Result<bool> {
         match self {
             Source::Table(r) => r.advance(),
-            Source::Refs(recs, next) => {
-                *next += 1;
-                Ok(*next <= recs.len())
+            Source::Refs(recs, current) => {
+                *current = recs.next().transpose()?;
+                Ok(current.is_some())
             }
             Source::Logs(recs, next, key) => {
                 *next += 1;
@@ -188,7 +192,7 @@ impl Source<'_> {
     fn key(&self) -> &[u8] {
         match self {
             Source::Table(r) => r.key(),
-            Source::Refs(recs, next) => &recs[*next - 1].name,
+            Source::Refs(_, current) => current.as_ref().map_or(&[][..], |r| r.name.as_ref()),
             Source::Logs(_, _, key) => key,
         }
     }
@@ -198,8 +202,8 @@ impl Source<'_> {
 /// (`reftable/merged.c`): for each key, `emit` gets the source holding the newest record of
 /// that key (a tombstone included); the older records of that key are skipped unread.
 fn merge_records(
-    sources: &mut [Source<'_>],
-    mut emit: impl FnMut(&Source<'_>) -> Result<()>,
+    sources: &mut [Source<'_, '_>],
+    mut emit: impl FnMut(&Source<'_, '_>) -> Result<()>,
 ) -> Result<()> {
     // The sources with a current record, oldest first.
     let mut live = Vec::with_capacity(sources.len());
@@ -236,7 +240,7 @@ fn merge_records(
 /// tombstones.
 fn merge_refs(tables: &[Table]) -> Result<Vec<RefRecord<'static>>> {
     let mut out = Vec::new();
-    let mut sources: Vec<Source<'_>> = tables
+    let mut sources: Vec<Source<'_, '_>> = tables
         .iter()
         .map(|t| Source::Table(t.ref_records()))
         .collect();
@@ -254,7 +258,7 @@ fn merge_refs(tables: &[Table]) -> Result<Vec<RefRecord<'static>>> {
 /// tombstones.
 fn merge_logs(tables: &[Table]) -> Result<Vec<LogRecord>> {
     let mut out = Vec::new();
-    let mut sources: Vec<Source<'_>> = tables
+    let mut sources: Vec<Source<'_, '_>> = tables
         .iter()
         .map(|t| Source::Table(t.log_records()))
         .collect();
@@ -269,25 +273,26 @@ fn merge_logs(tables: &[Table]) -> Result<Vec<LogRecord>> {
 }
 
 /// What a compaction puts on top of the tables it merges: the records of an addition not
-/// written as a table of its own (sorted, their update index the table's; messages normalized
-/// as adding them would have), or that addition's table.
-#[derive(Clone, Copy)]
+/// written as a table of its own (their update index the table's; messages normalized as
+/// adding them would have), or that addition's table.
 enum Addition<'a> {
-    Records(&'a [RefRecord<'a>], &'a [LogRecord]),
+    Records(RefStream<'a>, &'a [LogRecord]),
     Table(&'a Table),
 }
 
-/// The table compacting `range` (oldest first) with `top` above it writes, covering update
-/// indexes `min..=max`, as git's `stack_write_compact`: the newest record of each key streamed
-/// from the tables straight into the writer, tombstones dropped when the range is the bottom
-/// of the stack, the tables' log messages kept exactly.
-fn compacted_table(
+/// Write the table compacting `range` (oldest first) with `top` above it into `out` (the file
+/// at `path`), covering update indexes `min..=max`, as git's `stack_write_compact`: the newest
+/// record of each key streamed from the tables straight into the writer, tombstones dropped
+/// when the range is the bottom of the stack, the tables' log messages kept exactly. Returns
+/// `out` and whether the table is empty.
+fn compacted_table<W: Write>(
+    (out, path): (W, &Path),
     opts: WriteOptions,
     range: &[Table],
     top: Option<Addition<'_>>,
     at_bottom: bool,
     (min, max): (u64, u64),
-) -> Result<(Vec<u8>, bool)> {
+) -> Result<(W, bool)> {
     use super::record::{REF_DELETION, REF_VAL1, REF_VAL2};
     let normalize = !opts.exact_log_message;
     let opts = WriteOptions {
@@ -295,11 +300,11 @@ fn compacted_table(
         ..opts
     };
     let mut tables: Vec<&Table> = range.iter().collect();
-    let (mut refs, mut logs): (Vec<Source<'_>>, Vec<Source<'_>>) = (Vec::new(), Vec::new());
+    let (mut refs, mut logs): (Vec<Source<'_, '_>>, Vec<Source<'_, '_>>) = (Vec::new(), Vec::new());
     match top {
         Some(Addition::Table(t)) => tables.push(t),
         Some(Addition::Records(r, l)) => {
-            refs.push(Source::Refs(r, 0));
+            refs.push(Source::Refs(r, None));
             logs.push(Source::Logs(l, 0, Vec::new()));
         }
         None => {}
@@ -308,7 +313,7 @@ fn compacted_table(
         |f: fn(&Table) -> Records<'_>| tables.iter().map(move |t| Source::Table(f(t)));
     refs.splice(0..0, table_sources(Table::ref_records));
     logs.splice(0..0, table_sources(Table::log_records));
-    let mut w = TableWriter::new(opts, min, max)?;
+    let mut w = TableWriter::to(out, path.to_owned(), opts, min, max)?;
     merge_records(&mut refs, |s| match s {
         Source::Table(r) => {
             let extra = r.extra();
@@ -325,15 +330,13 @@ fn compacted_table(
             }
             w.add_ref_raw(r.key(), r.update_index(), extra, r.payload())
         }
-        Source::Refs(recs, next) => {
-            let r = &recs[*next - 1];
-            if at_bottom && r.value == RefValue::Deletion {
-                return Ok(());
-            }
-            w.add_ref(r)
-        }
+        Source::Refs(_, current) => match current {
+            Some(r) if !(at_bottom && r.value == RefValue::Deletion) => w.add_ref(r),
+            _ => Ok(()),
+        },
         Source::Logs(..) => unreachable!("refs merged"),
     })?;
+    drop(refs);
     merge_records(&mut logs, |s| match s {
         Source::Table(l) => {
             if at_bottom && l.extra() == 0 {
@@ -353,6 +356,23 @@ fn compacted_table(
     w.finish()
 }
 
+/// A table being written to a temporary file in the stack's directory (a block at a time,
+/// through a buffer), to be renamed to its `<min>-<max>-<rnd>.ref` name when complete;
+/// dropped before, the file is removed.
+struct TableFile {
+    out: std::io::BufWriter<tempfile::NamedTempFile>,
+    path: PathBuf,
+}
+
+impl TableFile {
+    /// What a table is written through: large enough for a few blocks per write.
+    const BUFFER: usize = 64 * 1024;
+
+    /// The writer of `out` and the path named in its errors.
+    fn sink(&mut self) -> (&mut std::io::BufWriter<tempfile::NamedTempFile>, &Path) {
+        (&mut self.out, &self.path)
+    }
+}
 impl Stack {
     /// Open the stack in `reftable_dir` (`$GIT_DIR/reftable`) with git's default options, and
     /// the object format of its tables (SHA-1 when it has none).
@@ -504,18 +524,32 @@ impl Stack {
     pub fn add(&mut self, updates: &[RefRecord], logs: &[LogRecord]) -> Result<u64> {
         self.lock()?.commit(updates.to_vec(), logs.to_vec())
     }
-    /// Write `bytes` to a temporary file and rename it to a fresh `<min>-<max>-<rnd>.ref` name.
-    fn install_table(&self, min: u64, max: u64, bytes: &[u8]) -> Result<String> {
-        let mut tmp = tempfile::Builder::new()
+    /// A temporary file in the stack's directory for a table of update indexes `min..=max`.
+    fn table_file(&self, min: u64, max: u64) -> Result<TableFile> {
+        let tmp = tempfile::Builder::new()
             .prefix(&format!("{}.temp.", format_name(min, max)))
             .rand_bytes(6)
             // As git's `mks_tempfile_m(…, 0666)`: readable by all unless the umask says otherwise.
             .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
             .tempfile_in(&self.dir)
             .map_err(io_err("create temporary table in", &self.dir))?;
-        tmp.write_all(bytes)
-            .and_then(|()| self.opts.fsync.sync(Components::REFERENCE, tmp.as_file()))
-            .map_err(io_err("write", tmp.path()))?;
+        Ok(TableFile {
+            path: tmp.path().to_owned(),
+            out: std::io::BufWriter::with_capacity(TableFile::BUFFER, tmp),
+        })
+    }
+
+    /// Make the table written to `table` durable and rename it to a fresh
+    /// `<min>-<max>-<rnd>.ref` name.
+    fn install_table(&self, table: TableFile, min: u64, max: u64) -> Result<String> {
+        let TableFile { out, path } = table;
+        let tmp = out
+            .into_inner()
+            .map_err(|e| io_err("write", &path)(e.into_error()))?;
+        self.opts
+            .fsync
+            .sync(Components::REFERENCE, tmp.as_file())
+            .map_err(io_err("write", &path))?;
         let name = format!("{}.ref", format_name(min, max));
         let path = self.dir.join(&name);
         tmp.persist(&path)
@@ -541,16 +575,9 @@ impl Stack {
         (end > first + 1 && end == sizes.len()).then_some(first)
     }
 
-    /// With `tables.list` locked (`lock`): write the table compacting tables `first..` with the
-    /// addition `top` (update index `ts`) on top, in place of adding it and then compacting,
-    /// and commit the list; give the lock back when those tables cannot be locked.
-    fn compact_onto(
-        &mut self,
-        lock: LockFile,
-        first: usize,
-        ts: u64,
-        top: Addition<'_>,
-    ) -> Result<std::result::Result<(), LockFile>> {
+    /// Lock tables `first..` for a compaction (`<name>.lock`, newest first); `None` when one
+    /// of them is locked already (another process compacting).
+    fn lock_tables(&self, first: usize) -> Result<Option<Vec<LockFile>>> {
         let mut table_locks = Vec::new();
         for t in self.tables[first..].iter().rev() {
             match LockFile::acquire(&self.dir.join(t.name()), Timeout::Once) {
@@ -558,36 +585,57 @@ impl Stack {
                     l.close();
                     table_locks.push(l);
                 }
-                Err(Error::Locked(_)) => return Ok(Err(lock)),
+                Err(Error::Locked(_)) => return Ok(None),
                 Err(e) => return Err(e),
             }
         }
-        let range = &self.tables[first..];
-        let min = range[0].min_update_index();
-        let (bytes, empty) = compacted_table(self.opts, range, Some(top), first == 0, (min, ts))?;
-        let compacted: Vec<String> = range.iter().map(|t| t.name().to_owned()).collect();
-        let before = self.names()[..first].to_vec();
-        self.swap_in(lock, (&before, &[]), &compacted, (min, ts), &bytes, empty)?;
-        drop(table_locks);
-        Ok(Ok(()))
+        Ok(Some(table_locks))
     }
 
-    /// With `tables.list` locked: put the compacted table (`bytes`, update indexes `min..=max`;
-    /// none when `empty`) where the tables named `compacted` were, between the names `around`,
-    /// commit the list, and delete the compacted tables.
+    /// With `tables.list` locked (`lock`) and tables `first..` locked (`table_locks`): write
+    /// the table compacting them with the addition `top` (update index `ts`) on top, in place
+    /// of adding it and then compacting, and commit the list.
+    fn compact_onto(
+        &mut self,
+        lock: LockFile,
+        table_locks: Vec<LockFile>,
+        first: usize,
+        ts: u64,
+        top: Addition<'_>,
+    ) -> Result<()> {
+        let range = &self.tables[first..];
+        let min = range[0].min_update_index();
+        let mut file = self.table_file(min, ts)?;
+        let (_, empty) = compacted_table(
+            file.sink(),
+            self.opts,
+            range,
+            Some(top),
+            first == 0,
+            (min, ts),
+        )?;
+        let compacted: Vec<String> = range.iter().map(|t| t.name().to_owned()).collect();
+        let before = self.names()[..first].to_vec();
+        let table = (!empty).then_some(file);
+        self.swap_in(lock, (&before, &[]), &compacted, (min, ts), table)?;
+        drop(table_locks);
+        Ok(())
+    }
+
+    /// With `tables.list` locked: put the compacted table (`table`, update indexes
+    /// `min..=max`; none when it is empty) where the tables named `compacted` were, between
+    /// the names `around`, commit the list, and delete the compacted tables.
     fn swap_in(
         &mut self,
         list_lock: LockFile,
         around: (&[String], &[String]),
         compacted: &[String],
         (min, max): (u64, u64),
-        bytes: &[u8],
-        empty: bool,
+        table: Option<TableFile>,
     ) -> Result<()> {
-        let installed = if empty {
-            None
-        } else {
-            Some(self.install_table(min, max, bytes)?)
+        let installed = match table {
+            Some(t) => Some(self.install_table(t, min, max)?),
+            None => None,
         };
         let text: String = around
             .0
@@ -686,7 +734,9 @@ impl Stack {
         let range = &self.tables[first..=last];
         let min = range[0].min_update_index();
         let max = range[range.len() - 1].max_update_index();
-        let (bytes, empty) = compacted_table(self.opts, range, None, first == 0, (min, max))?;
+        let mut file = self.table_file(min, max)?;
+        let (_, empty) =
+            compacted_table(file.sink(), self.opts, range, None, first == 0, (min, max))?;
         let compacted: Vec<String> = range.iter().map(|t| t.name().to_owned()).collect();
 
         let list_lock = LockFile::acquire(&self.list_path(), self.opts.lock_timeout)?;
@@ -698,7 +748,8 @@ impl Stack {
             return Err(Error::Outdated(self.dir.clone()));
         }
         let around = (&current[..at], &current[at + compacted.len()..]);
-        self.swap_in(list_lock, around, &compacted, (min, max), &bytes, empty)?;
+        let table = (!empty).then_some(file);
+        self.swap_in(list_lock, around, &compacted, (min, max), table)?;
         drop(table_locks);
         Ok(())
     }
@@ -722,13 +773,7 @@ impl<S: std::borrow::BorrowMut<Stack>> Locked<S> {
     /// next update index; a log update with update index 0 gets it too (others keep theirs, at
     /// most the next index); log tombstones keep theirs. Then auto-compact as git does. Returns
     /// the update index used; adding nothing writes nothing.
-    pub fn commit(self, mut refs: Vec<RefRecord>, mut logs: Vec<LogRecord>) -> Result<u64> {
-        let Locked { mut stack, lock } = self;
-        let stack: &mut Stack = stack.borrow_mut();
-        let ts = stack.next_update_index();
-        for r in &mut refs {
-            r.update_index = ts;
-        }
+    pub fn commit(self, mut refs: Vec<RefRecord>, logs: Vec<LogRecord>) -> Result<u64> {
         refs.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         if let Some(w) = refs.windows(2).find(|w| w[0].name == w[1].name) {
             return Err(Error::InvalidRecord(format!(
@@ -736,6 +781,31 @@ impl<S: std::borrow::BorrowMut<Stack>> Locked<S> {
                 w[0].name
             )));
         }
+        let floor = super::table::size_floor(&refs, self.stack().opts.hash);
+        self.commit_sorted(Box::new(refs.into_iter().map(Ok)), floor, logs)
+    }
+
+    /// [`Locked::commit`] of ref records given one at a time, sorted by name and each name
+    /// once (the writer refuses others), never all in memory: `floor` is a size no table of
+    /// them is below ([`super::table::size_floor`] of records that are as large or smaller).
+    /// They are written to the new table, or to the compacted one, as they come.
+    pub fn commit_sorted(
+        self,
+        refs: RefStream<'_>,
+        floor: u64,
+        mut logs: Vec<LogRecord>,
+    ) -> Result<u64> {
+        let Locked { mut stack, lock } = self;
+        let stack: &mut Stack = stack.borrow_mut();
+        let ts = stack.next_update_index();
+        let mut refs = refs
+            .map(move |r| {
+                r.map(|r| RefRecord {
+                    update_index: ts,
+                    ..r
+                })
+            })
+            .peekable();
         for l in &mut logs {
             if l.update_index == 0 {
                 l.update_index = ts;
@@ -754,39 +824,52 @@ impl<S: std::borrow::BorrowMut<Stack>> Locked<S> {
                 w[0].refname, w[0].update_index
             )));
         }
-        if refs.is_empty() && logs.is_empty() {
+        if refs.peek().is_none() && logs.is_empty() {
             return Ok(ts);
         }
         // When the auto-compaction that would follow takes in the new table, write its result
         // at once: the same stack as adding the table and then compacting. Which tables it
-        // takes in depends on the new table's size; when the smallest it can be (its ref
-        // records alone) and any larger size give the same answer, the records go straight
-        // into the compacted table, encoded once.
-        let floor = super::table::size_floor(&refs, stack.opts.hash);
+        // takes in depends on the new table's size; when the smallest it can be (`floor`) and
+        // any larger size give the same answer, the records go straight into the compacted
+        // table, encoded once.
         let at_floor = stack.segment_with(floor);
         let certain = at_floor == stack.segment_with(u64::MAX >> 8);
-        let mut lock = lock;
-        if let (true, Some(first)) = (certain, at_floor) {
-            let top = Addition::Records(&refs, &logs);
-            match stack.compact_onto(lock, first, ts, top)? {
-                Ok(()) => return Ok(ts),
-                Err(l) => lock = l,
-            }
+        if let (true, Some(first)) = (certain, at_floor)
+            && let Some(table_locks) = stack.lock_tables(first)?
+        {
+            let top = Addition::Records(Box::new(refs), &logs);
+            stack.compact_onto(lock, table_locks, first, ts, top)?;
+            return Ok(ts);
         }
-        let (bytes, _) = write_table(stack.opts, ts, ts, &refs, &logs)?;
-        drop((refs, logs));
-        let new = Table::from_bytes("(new table)", bytes)?;
-        let weight = new
-            .size()
-            .saturating_sub(super::table::header_size_for(stack.opts.hash) as u64 - 1);
-        if let (false, Some(first)) = (certain, stack.segment_with(weight)) {
-            match stack.compact_onto(lock, first, ts, Addition::Table(&new))? {
-                Ok(()) => return Ok(ts),
-                Err(l) => lock = l,
-            }
+        let mut file = stack.table_file(ts, ts)?;
+        let (out, path) = file.sink();
+        let mut w = TableWriter::to(out, path.to_owned(), stack.opts, ts, ts)?;
+        for r in refs {
+            w.add_ref(&r?)?;
         }
-        let bytes = new.bytes();
-        let name = stack.install_table(ts, ts, bytes)?;
+        for l in &logs {
+            w.add_log(l)?;
+        }
+        w.finish()?;
+        drop(logs);
+        let written = file
+            .out
+            .flush()
+            .and_then(|()| file.out.get_ref().as_file().metadata())
+            .map_err(io_err("write", &file.path))?
+            .len();
+        let hash = stack.opts.hash;
+        let weight = written.saturating_sub(
+            (super::table::footer_size_for(hash) + super::table::header_size_for(hash) - 1) as u64,
+        );
+        if let (false, Some(first)) = (certain, stack.segment_with(weight))
+            && let Some(table_locks) = stack.lock_tables(first)?
+        {
+            let new = Table::open(&file.path)?;
+            stack.compact_onto(lock, table_locks, first, ts, Addition::Table(&new))?;
+            return Ok(ts);
+        }
+        let name = stack.install_table(file, ts, ts)?;
         let mut list = String::new();
         for n in stack.names().iter().chain(std::iter::once(&name)) {
             list.push_str(n);
@@ -810,7 +893,25 @@ impl<S: std::borrow::BorrowMut<Stack>> Locked<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reftable::table::write_table;
     use crate::reftable::{LogUpdate, LogValue};
+
+    /// [`compacted_table`] written into memory.
+    fn compacted_table(
+        opts: WriteOptions,
+        range: &[Table],
+        top: Option<Addition<'_>>,
+        at_bottom: bool,
+        limits: (u64, u64),
+    ) -> Result<(Vec<u8>, bool)> {
+        let out = (Vec::new(), Path::new(""));
+        super::compacted_table(out, opts, range, top, at_bottom, limits)
+    }
+
+    /// An addition's records given as a slice.
+    fn records<'a>(refs: &'a [RefRecord<'a>], logs: &'a [LogRecord]) -> Addition<'a> {
+        Addition::Records(Box::new(refs.iter().cloned().map(Ok)), logs)
+    }
     use std::collections::BTreeMap;
 
     /// The compaction as it was before it streamed (each table decoded into owned records,
@@ -1005,7 +1106,7 @@ mod tests {
                 );
                 let range = &tables[first..];
                 let limits = (first as u64 + 1, 5);
-                for top in [Addition::Table(&new_table), Addition::Records(&refs, &logs)] {
+                for top in [Addition::Table(&new_table), records(&refs, &logs)] {
                     let new = compacted_table(opts, range, Some(top), first == 0, limits)
                         .expect("compact");
                     assert!(old == new, "addition on {first}..");
@@ -1041,6 +1142,52 @@ mod tests {
                 assert!(floor <= with_logs.len() as u64);
             }
         }
+    }
+
+    /// Records streamed out of order fail the addition part way through its table, on both of
+    /// its paths (a table of its own, one compacted with the stack): the stack is unchanged,
+    /// no file of the half-written table is left, and `tables.list` is unlocked.
+    #[test]
+    fn a_stream_refused_part_way_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("reftable");
+        std::fs::create_dir(&path).expect("mkdir");
+        let mut stack = Stack::open(&path).expect("open");
+        let (r1, l1) = addition(1);
+        stack.add(&r1, &l1).expect("add");
+        let files = || {
+            let mut f: Vec<String> = std::fs::read_dir(&path)
+                .expect("read_dir")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            f.sort();
+            f
+        };
+        let before = files();
+        // Few records: a table of their own (too small to be compacted with the one below);
+        // many: straight into a compaction with the table below.
+        for n in [3, 3_000] {
+            let good = (0..n).map(|i| RefRecord {
+                name: BString::from(format!("refs/heads/s{i:05}")).into(),
+                update_index: 0,
+                value: RefValue::Val1(gix_hash::ObjectId::null(gix_hash::Kind::Sha1)),
+            });
+            let bad = good.chain(std::iter::once(RefRecord {
+                name: BString::from("refs/heads/a").into(),
+                update_index: 0,
+                value: RefValue::Val1(gix_hash::ObjectId::null(gix_hash::Kind::Sha1)),
+            }));
+            let locked = stack.lock().expect("lock");
+            let floor = 4 * n as u64;
+            let e = locked
+                .commit_sorted(Box::new(bad.map(Ok)), floor, Vec::new())
+                .expect_err("out of order");
+            assert!(matches!(e, Error::InvalidRecord(_)), "{e}");
+            assert_eq!(files(), before, "{n} records");
+            stack.reload().expect("reload");
+            assert_eq!(stack.tables().len(), 1);
+        }
+        stack.lock().expect("unlocked");
     }
 
     /// A push onto a small stack: the compacted table written at once from its records is the

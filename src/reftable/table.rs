@@ -6,7 +6,8 @@
 //! by record without decoding (what a compaction copies).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use gix_hash::ObjectId;
 use gix_object::bstr::{BString, ByteSlice};
@@ -112,13 +113,18 @@ struct SectionStats {
     index_blocks: usize,
 }
 
-/// Writes one table into memory. Records must be added in key order: all refs (sorted by
-/// name), then all logs (sorted by name, newest update index first).
-pub struct TableWriter {
+/// Writes one table into `W`: into memory (a `Vec<u8>`, [`TableWriter::new`]) or streamed to
+/// a file ([`TableWriter::to`]), a block at a time. Records must be added in key order: all
+/// refs (sorted by name), then all logs (sorted by name, newest update index first).
+pub struct TableWriter<W: Write = Vec<u8>> {
     opts: WriteOptions,
     min_update_index: u64,
     max_update_index: u64,
-    out: Vec<u8>,
+    out: W,
+    /// The file `out` writes to, for errors (empty in memory).
+    path: PathBuf,
+    /// Bytes written to `out`.
+    written: u64,
     pending_padding: usize,
     block: Option<BlockWriter>,
     last_key: Vec<u8>,
@@ -135,8 +141,28 @@ pub struct TableWriter {
 }
 
 impl TableWriter {
-    /// A writer for a table covering update indexes `min..=max`.
+    /// A writer of a table in memory covering update indexes `min..=max`.
     pub fn new(opts: WriteOptions, min_update_index: u64, max_update_index: u64) -> Result<Self> {
+        TableWriter::to(
+            Vec::new(),
+            PathBuf::new(),
+            opts,
+            min_update_index,
+            max_update_index,
+        )
+    }
+}
+
+impl<W: Write> TableWriter<W> {
+    /// A writer of a table covering update indexes `min..=max` into `out`, the file at `path`
+    /// (named in errors); a block is written as soon as it is full.
+    pub fn to(
+        out: W,
+        path: PathBuf,
+        opts: WriteOptions,
+        min_update_index: u64,
+        max_update_index: u64,
+    ) -> Result<Self> {
         if opts.block_size == 0 || opts.block_size > MAX_BLOCK_SIZE {
             return Err(Error::InvalidRecord(format!(
                 "block size {} out of range",
@@ -147,7 +173,9 @@ impl TableWriter {
             opts,
             min_update_index,
             max_update_index,
-            out: Vec::new(),
+            out,
+            path,
+            written: 0,
             pending_padding: 0,
             block: None,
             last_key: Vec::new(),
@@ -167,7 +195,7 @@ impl TableWriter {
 
     /// The logical write position: bytes written plus padding queued for the next write.
     fn next(&self) -> u64 {
-        (self.out.len() + self.pending_padding) as u64
+        self.written + self.pending_padding as u64
     }
 
     fn reinit_block(&mut self, typ: u8) {
@@ -199,10 +227,25 @@ impl TableWriter {
         }
     }
 
-    fn padded_write(&mut self, data: &[u8], padding: usize) {
-        self.out.resize(self.out.len() + self.pending_padding, 0);
-        self.pending_padding = padding;
-        self.out.extend_from_slice(data);
+    fn padded_write(&mut self, data: &[u8], padding: usize) -> Result<()> {
+        const ZEROS: [u8; 4096] = [0; 4096];
+        let mut pad = std::mem::replace(&mut self.pending_padding, padding);
+        while pad > 0 {
+            let n = pad.min(ZEROS.len());
+            self.write(&ZEROS[..n])?;
+            pad -= n;
+        }
+        self.write(data)
+    }
+
+    fn write(&mut self, data: &[u8]) -> Result<()> {
+        self.out.write_all(data).map_err(|source| Error::Io {
+            op: "write",
+            path: self.path.clone(),
+            source,
+        })?;
+        self.written += data.len() as u64;
+        Ok(())
     }
 
     fn add_record(&mut self, typ: u8, key: &[u8], extra: u8, value: &[u8]) -> Result<()> {
@@ -232,7 +275,7 @@ impl TableWriter {
         if block.add(key, extra, value) {
             return Ok(());
         }
-        self.flush_block();
+        self.flush_block()?;
         self.reinit_block(typ);
         self.last_key.extend_from_slice(key);
         if self
@@ -251,13 +294,13 @@ impl TableWriter {
         }
     }
 
-    fn flush_block(&mut self) {
+    fn flush_block(&mut self) -> Result<()> {
         let Some(block) = self.block.take() else {
-            return;
+            return Ok(());
         };
         if block.entries == 0 {
             self.block = Some(block);
-            return;
+            return Ok(());
         }
         let typ = block.typ;
         let last_key = block.last_key.clone();
@@ -286,14 +329,15 @@ impl TableWriter {
         if next == 0 {
             self.write_header(&mut raw[..header_size_for(self.opts.hash)]);
         }
-        self.padded_write(&raw, padding);
+        self.padded_write(&raw, padding)?;
         self.index.push((last_key, next));
+        Ok(())
     }
 
     fn finish_section(&mut self) -> Result<()> {
         let typ = self.block.as_ref().map_or(BLOCK_TYPE_REF, |b| b.typ);
         let before = self.idx_blocks;
-        self.flush_block();
+        self.flush_block()?;
         let threshold = if self.opts.unpadded { 1 } else { 3 };
         let mut index_start = 0;
         while self.index.len() > threshold {
@@ -305,7 +349,7 @@ impl TableWriter {
                 put_varint(&mut v, *off);
                 self.add_record(BLOCK_TYPE_INDEX, key, 0, &v)?;
             }
-            self.flush_block();
+            self.flush_block()?;
         }
         self.index.clear();
         let stats = match typ {
@@ -342,7 +386,7 @@ impl TableWriter {
             if block.add(key, extra, &value) {
                 continue;
             }
-            self.flush_block();
+            self.flush_block()?;
             self.reinit_block(BLOCK_TYPE_OBJ);
             let block = self.block.as_mut().expect("obj block initialized");
             if block.add(key, extra, &value) {
@@ -531,16 +575,16 @@ impl TableWriter {
         self.add_record(BLOCK_TYPE_LOG, key, extra, value)
     }
 
-    /// Finish the table: the last section, then the footer. Returns the table's bytes and
-    /// whether it is empty (git does not add empty tables to a stack).
-    pub fn finish(mut self) -> Result<(Vec<u8>, bool)> {
+    /// Finish the table: the last section, then the footer. Returns `out` holding the table
+    /// and whether it is empty (git does not add empty tables to a stack).
+    pub fn finish(mut self) -> Result<(W, bool)> {
         self.finish_public_section()?;
         self.pending_padding = 0;
         let empty = self.next() == 0;
         let mut header = vec![0u8; header_size_for(self.opts.hash)];
         self.write_header(&mut header);
         if empty {
-            self.out.extend_from_slice(&header);
+            self.write(&header)?;
         }
         let mut footer = Vec::with_capacity(footer_size_for(self.opts.hash));
         footer.extend_from_slice(&header);
@@ -552,8 +596,28 @@ impl TableWriter {
         footer.extend_from_slice(&self.log_stats.index_offset.to_be_bytes());
         let crc = zlib_rs::crc32::crc32(0, &footer);
         footer.extend_from_slice(&crc.to_be_bytes());
-        self.out.extend_from_slice(&footer);
+        self.write(&footer)?;
         Ok((self.out, empty))
+    }
+}
+
+/// A table's bytes: its file mapped into memory, as git's `reftable/blocksource.c` maps it
+/// (only the pages a read touches are loaded, and a table kept across reloads is shared, not
+/// copied), or bytes given in memory.
+#[derive(Debug)]
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
     }
 }
 
@@ -561,7 +625,7 @@ impl TableWriter {
 #[derive(Debug, Clone)]
 pub struct Table {
     name: String,
-    data: Vec<u8>,
+    data: std::sync::Arc<Bytes>,
     /// Table bytes without the footer.
     size: usize,
     version: u8,
@@ -580,23 +644,41 @@ pub struct Table {
 }
 
 impl Table {
-    /// Read and parse the table file at `path`.
+    /// Map and parse the table file at `path`.
     pub fn open(path: &Path) -> Result<Table> {
-        let data = std::fs::read(path).map_err(|source| Error::Io {
-            op: "read",
-            path: path.to_owned(),
-            source,
-        })?;
+        let io = |op| {
+            move |source| Error::Io {
+                op,
+                path: path.to_owned(),
+                source,
+            }
+        };
+        let file = std::fs::File::open(path).map_err(io("open"))?;
+        let len = file.metadata().map_err(io("stat"))?.len();
+        let data = if len == 0 {
+            Bytes::Owned(Vec::new()) // not mappable; refused as corrupt below
+        } else {
+            // SAFETY: a table's file does not change once written: git and berth write it under
+            // a temporary name and rename it into place, and remove it only after it has left
+            // `tables.list`; a mapping stays valid after its file is removed. (A file truncated
+            // under the mapping by hand would end the process with SIGBUS, as it would git.)
+            #[allow(unsafe_code)]
+            let map = unsafe { memmap2::Mmap::map(&file) };
+            Bytes::Mapped(map.map_err(io("map"))?)
+        };
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        Table::from_bytes(name, data)
+        Table::parse(name, data)
     }
 
     /// Parse a table from its bytes; `name` is used in errors.
     pub fn from_bytes(name: impl Into<String>, data: Vec<u8>) -> Result<Table> {
-        let name = name.into();
+        Table::parse(name.into(), Bytes::Owned(data))
+    }
+
+    fn parse(name: String, data: Bytes) -> Result<Table> {
         let corrupt = |reason: &str| Error::Corrupt {
             table: name.clone(),
             reason: reason.to_owned(),
@@ -661,7 +743,7 @@ impl Table {
             refs_present: size > hs && first_block_type == BLOCK_TYPE_REF,
             logs_present: (size > hs && first_block_type == BLOCK_TYPE_LOG) || be64(hs + 24) > 0,
             name,
-            data,
+            data: std::sync::Arc::new(data),
         };
         if t.obj_offset > 0 && t.object_id_len == 0 {
             return Err(t.corrupt("obj section without an object id length".into()));
@@ -1206,21 +1288,23 @@ impl<'t> Records<'t> {
 }
 
 /// A size no table holding the ref records `refs` (sorted, distinct) is below, as
-/// auto-compaction weighs it (its bytes without the footer, less the header but one byte): each
-/// record takes at least a byte of prefix length, one of suffix length and one of suffix (the
-/// keys are distinct and ascending), a byte of update index and its ids or target.
+/// auto-compaction weighs it (its bytes without the footer, less the header but one byte): the
+/// sum of their [`record_floor`]s.
 pub fn size_floor(refs: &[RefRecord], hash: gix_hash::Kind) -> u64 {
+    refs.iter().map(|r| record_floor(&r.value, hash)).sum()
+}
+
+/// The fewest bytes a ref record of `value` takes in a table of distinct, ascending keys: a
+/// byte of prefix length, one of suffix length and one of suffix, a byte of update index,
+/// and its ids or target.
+pub fn record_floor(value: &RefValue, hash: gix_hash::Kind) -> u64 {
     let hl = hash.len_in_bytes() as u64;
-    refs.iter()
-        .map(|r| {
-            4 + match &r.value {
-                RefValue::Deletion => 0,
-                RefValue::Val1(_) => hl,
-                RefValue::Val2(..) => 2 * hl,
-                RefValue::Symref(t) => 1 + t.len() as u64,
-            }
-        })
-        .sum()
+    4 + match value {
+        RefValue::Deletion => 0,
+        RefValue::Val1(_) => hl,
+        RefValue::Val2(..) => 2 * hl,
+        RefValue::Symref(t) => 1 + t.len() as u64,
+    }
 }
 
 /// Write one table from records already sorted (refs by name, logs by key).
