@@ -837,6 +837,11 @@ fn receive_pack(args: &[std::ffi::OsString]) -> ExitCode {
         // git's contract: hooks inherit receive-pack's whole environment.
         hook_environment: berth::receive::HookEnvironment::Inherit,
         env: berth::receive::Environment::from_process(),
+        // The stderr handed to the session below writes to it unbuffered.
+        stderr: match std::os::fd::AsFd::as_fd(&std::io::stderr()).try_clone_to_owned() {
+            Ok(fd) => berth::receive::SessionStderr::File(std::sync::Arc::new(fd)),
+            Err(_) => berth::receive::SessionStderr::Writer,
+        },
         ref_access: None,
         max_command_bytes: None,
         commit_gate: None,

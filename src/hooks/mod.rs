@@ -13,6 +13,9 @@
 //! given, and stdin is fed from the same thread. One `poll` loop does both, so a hook costs its
 //! process and nothing else: no relay thread, no feeder thread, no muxer of its own. While a hook
 //! is silent for `receive.keepAlive` seconds the sink is told, so the session can send keepalives.
+//! When the sink would only write to a file the caller hands over (`berth receive-pack`'s own
+//! stderr, [`HookOutput::File`]), the hook writes there itself, as git's hooks do without
+//! sideband: no pipe at all.
 //!
 //! When `hook.jobs` or `hook.<event>.jobs` allows it and every configured hook of the event has
 //! `hook.<name>.parallel`, the event's hooks run at the same time as in git master

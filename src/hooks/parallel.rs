@@ -21,7 +21,7 @@ use std::io::{self, Read, Write};
 use std::process::{Child, ChildStdin};
 use std::time::Instant;
 
-use super::process::{Hook, Invocation, Output, spawn_hook};
+use super::process::{Hook, Invocation, Output, spawn_hook, spawn_piped};
 
 /// Bytes of a hook's stdin written per `write`.
 const STDIN_CHUNK: usize = 64 * 1024;
@@ -161,7 +161,7 @@ fn relay(
 /// Start `hook` with its output on one pipe and `input` to be fed to its stdin; git's message
 /// if it cannot start.
 fn start(hook: &Hook, inv: &Invocation<'_>, input: &[u8]) -> Result<Running, String> {
-    let (mut child, reader) = spawn_hook(hook, inv)?;
+    let (mut child, reader) = spawn_hook(hook, inv, spawn_piped)?;
     let stdin = child.stdin.take().filter(|_| !input.is_empty());
     if let Some(s) = &stdin {
         let nonblocking = rustix::fs::fcntl_getfl(s)
@@ -289,6 +289,7 @@ mod tests {
             env_remove: &[],
             environment: &Default::default(),
             keepalive: Some(std::time::Duration::from_millis(300)),
+            output: super::super::process::HookOutput::Relayed,
         };
         let mut out = Vec::new();
         let mut idle = 0;

@@ -258,6 +258,21 @@ pub struct Invocation<'a> {
     pub environment: &'a super::HookEnvironment,
     /// Tell the sink after this much silence (`receive.keepAlive`).
     pub keepalive: Option<Duration>,
+    /// Where its stdout and stderr go when it runs alone (hooks run at once always relay).
+    pub output: HookOutput<'a>,
+}
+
+/// Where a process hook's stdout and stderr go.
+#[derive(Debug, Clone, Copy)]
+pub enum HookOutput<'a> {
+    /// One pipe for both, read by the session and given to the sink in chunks of at most 128
+    /// bytes (git's `copy_to_sideband`).
+    Relayed,
+    /// Straight to this file, which is where the sink would write them (the `berth
+    /// receive-pack` command's own stderr, without sideband): the hook's stdout joined to it
+    /// (git's `stdout_to_stderr`) and nothing read or relayed, as git runs a hook when there
+    /// is no sideband (`ungroup`). Nothing waits for a process the hook leaves behind holding it.
+    File(std::os::fd::BorrowedFd<'a>),
 }
 
 /// What a running hook produced.
@@ -277,8 +292,16 @@ pub(super) fn run_one(
     inv: &Invocation<'_>,
     sink: &mut dyn FnMut(Output<'_>) -> io::Result<()>,
 ) -> io::Result<bool> {
-    match spawn_hook(hook, inv) {
-        Ok((child, reader)) => relay(child, reader, inv.stdin, inv.keepalive, sink),
+    let started = match inv.output {
+        HookOutput::Relayed => spawn_hook(hook, inv, spawn_piped).map(|(c, r)| (c, Some(r))),
+        HookOutput::File(fd) => {
+            let spawn = |p, stdin| spawn_onto(p, stdin, fd);
+            spawn_hook(hook, inv, spawn).map(|c| (c, None))
+        }
+    };
+    match started {
+        Ok((child, Some(reader))) => relay(child, reader, inv.stdin, inv.keepalive, sink),
+        Ok((child, None)) => feed(child, inv.stdin),
         Err(message) => {
             sink(Output::Diagnostic(&message))?;
             Ok(false)
@@ -286,18 +309,19 @@ pub(super) fn run_one(
     }
 }
 
-/// Start `hook` as `inv` says, its stdout and stderr on one pipe (returned), its stdin piped
-/// when `inv` has input. A hooks-directory hook the kernel cannot execute for want of a `#!`
+/// Start `hook` as `inv` says through `spawn` (which sets where its output goes), its stdin
+/// piped when `inv` has input. A hooks-directory hook the kernel cannot execute for want of a `#!`
 /// line (`ENOEXEC`) is run by `/bin/sh`, as git's `start_command` does. If it cannot start:
 /// git's message (`fatal: cannot exec '<hook>': <reason>`).
-pub(super) fn spawn_hook(
+pub(super) fn spawn_hook<T>(
     hook: &Hook,
     inv: &Invocation<'_>,
-) -> Result<(std::process::Child, io::PipeReader), String> {
+    spawn: impl Fn(Process, bool) -> io::Result<T>,
+) -> Result<T, String> {
     let piped = inv.stdin.is_some();
-    let result = match spawn_piped(command(hook, inv, false), piped) {
+    let result = match spawn(command(hook, inv, false), piped) {
         Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) && matches!(hook, Hook::File { .. }) => {
-            spawn_piped(command(hook, inv, true), piped)
+            spawn(command(hook, inv, true), piped)
         }
         other => other,
     };
@@ -364,7 +388,7 @@ fn command(hook: &Hook, inv: &Invocation<'_>, via_shell: bool) -> Process {
 
 /// Start `process` with its stdout and stderr on one pipe, which is returned, and its stdin
 /// piped (`stdin`) or `/dev/null`.
-fn spawn_piped(
+pub(super) fn spawn_piped(
     mut process: Process,
     stdin: bool,
 ) -> io::Result<(std::process::Child, io::PipeReader)> {
@@ -377,6 +401,32 @@ fn spawn_piped(
     PROCESSES.fetch_add(1, Ordering::Relaxed);
     drop(process); // our copies of the pipe's write end: EOF comes when the hook exits
     Ok((child, reader))
+}
+
+/// Start `process` with its stdout and stderr on `file`, and its stdin piped (`stdin`) or
+/// `/dev/null`.
+fn spawn_onto(
+    mut process: Process,
+    stdin: bool,
+    file: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<std::process::Child> {
+    process
+        .stdout(file.try_clone_to_owned()?)
+        .stderr(file.try_clone_to_owned()?)
+        .stdin(if stdin { Stdio::piped() } else { Stdio::null() });
+    let child = process.spawn()?;
+    PROCESSES.fetch_add(1, Ordering::Relaxed);
+    Ok(child)
+}
+
+/// Feed `input` to a started `child` whose output is not ours to read ([`HookOutput::File`]),
+/// then wait for it; whether it exited with status 0. A hook that does not read its input
+/// (`EPIPE`) is fine, as with git.
+fn feed(mut child: std::process::Child, input: Option<&[u8]>) -> io::Result<bool> {
+    if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
+        let _ = stdin.write_all(input);
+    }
+    Ok(child.wait()?.success())
 }
 
 /// Run `process` with its stdout and stderr on one pipe relayed to `sink` in chunks of at most

@@ -37,7 +37,7 @@ pub use crate::protocol::report::{Reason, Rewrite, Status};
 pub use crate::protocol::request::Command;
 pub use options::{
     CommitGate, Environment, GateCommit, GateRefusal, Missing, Options, RefAccess, RefChange,
-    protocol_version,
+    SessionStderr, protocol_version,
 };
 pub use outcome::{Fatal, Outcome, PushResult, Unpack};
 pub use tee::{PackSink, PackTee};

@@ -33,6 +33,8 @@ pub struct Options {
     pub hook_environment: hooks::HookEnvironment,
     /// What the session takes from the process environment.
     pub env: Environment,
+    /// What the `stderr` the session is given is.
+    pub stderr: SessionStderr,
     /// Who may update which ref (`berth serve --access`): asked about every pushed ref after
     /// the connectivity check and before any hook runs (git's order: ref refusals, then
     /// pre-receive); a refused ref gets `ng <ref> <the checker's text>` and the others of a
@@ -48,6 +50,20 @@ pub struct Options {
     /// Sees the pushed pack's bytes as the unpack phase reads them (`berth serve --cluster`
     /// streams them to the other replicas). `None`: nobody does.
     pub pack_tee: Option<Arc<dyn super::PackTee>>,
+}
+
+/// What the `stderr` a session is given is: it decides how a hook's output reaches it when the
+/// output goes to receive-pack's stderr (no sideband).
+#[derive(Debug, Clone, Default)]
+pub enum SessionStderr {
+    /// A writer of the caller's (`berth serve`, an embedding program): a hook's output is read
+    /// from a pipe and written to it.
+    #[default]
+    Writer,
+    /// The `stderr` writer writes to this file unbuffered (`berth receive-pack` hands over its
+    /// own stderr): a hook writes there itself, with no pipe and no relay, as git's hooks do
+    /// without sideband.
+    File(Arc<std::os::fd::OwnedFd>),
 }
 
 /// The commit point of a replicated push, between this repository's [`crate::refs::Prepared`]

@@ -9,11 +9,12 @@ use gix_hash::ObjectId;
 use gix_object::bstr::BString;
 
 use super::command::Cmd;
+use super::options::SessionStderr;
 use crate::hooks::proc_receive;
-use crate::hooks::{self, Event, HookSet, Invocation, Verdict};
+use crate::hooks::{self, Event, HookOutput, HookSet, Invocation, Verdict};
 use crate::objects::ingest::Quarantine;
 use crate::protocol::request::Command;
-use crate::protocol::sideband::Sideband;
+use crate::protocol::sideband::{Mode, Sideband};
 use crate::refs::{RefUpdate, Refs, TransactionState};
 use crate::repo::Repository;
 
@@ -40,6 +41,8 @@ pub(super) struct Hooks<'a> {
     config_file: &'a gix_config::File,
     /// `GIT_ALTERNATE_OBJECT_DIRECTORIES` as the session inherited it.
     inherited_alternates: Option<&'a str>,
+    /// [`Options::stderr`](super::Options::stderr).
+    stderr: &'a SessionStderr,
 }
 
 impl<'a> Hooks<'a> {
@@ -65,6 +68,7 @@ impl<'a> Hooks<'a> {
             certificate_env: std::cell::OnceCell::new(),
             config_file: &repo.config_file,
             inherited_alternates: options.env.alternate_object_directories.as_deref(),
+            stderr: &options.stderr,
         }
     }
 
@@ -103,6 +107,7 @@ impl<'a> Hooks<'a> {
         args: &'i [BString],
         stdin: Option<&'i [u8]>,
         env: &'i [(String, BString)],
+        output: HookOutput<'i>,
     ) -> Invocation<'i> {
         Invocation {
             git_dir: self.git_dir,
@@ -113,6 +118,17 @@ impl<'a> Hooks<'a> {
             env_remove: &[],
             environment: self.environment,
             keepalive: self.keepalive,
+            output,
+        }
+    }
+
+    /// Where a receive hook's output goes in `mode`: without sideband it is receive-pack's
+    /// stderr, and when that is a file the hook writes there itself, as git's do.
+    fn receive_hook_destination(&self, mode: Mode) -> HookOutput<'_> {
+        use std::os::fd::AsFd;
+        match (mode, self.stderr) {
+            (Mode::None, SessionStderr::File(file)) => HookOutput::File(file.as_fd()),
+            _ => HookOutput::Relayed,
         }
     }
 
@@ -190,7 +206,12 @@ impl<'a> Hooks<'a> {
         }
         self.set.run(
             Event::PreReceive,
-            &self.invocation(&[], Some(&stdin), &env),
+            &self.invocation(
+                &[],
+                Some(&stdin),
+                &env,
+                self.receive_hook_destination(sb.mode()),
+            ),
             &mut Self::receive_hook_output(sb),
         )
     }
@@ -217,7 +238,7 @@ impl<'a> Hooks<'a> {
         ];
         self.set.run(
             Event::Update,
-            &self.invocation(&args, None, &[]),
+            &self.invocation(&args, None, &[], self.receive_hook_destination(sb.mode())),
             &mut Self::receive_hook_output(sb),
         )
     }
@@ -253,7 +274,7 @@ impl<'a> Hooks<'a> {
         self.set
             .run(
                 Event::ReferenceTransaction,
-                &self.invocation(&args, Some(&stdin), &[]),
+                &self.invocation(&args, Some(&stdin), &[], HookOutput::Relayed),
                 &mut Self::to_stderr(diagnostics),
             )
             .unwrap_or(false)
@@ -292,7 +313,7 @@ impl<'a> Hooks<'a> {
                 .set
                 .run(
                     Event::PushToCheckout,
-                    &self.invocation(&args, None, &env),
+                    &self.invocation(&args, None, &env, HookOutput::Relayed),
                     &mut Self::to_stderr(diagnostics),
                 )
                 .unwrap_or(false);
@@ -363,7 +384,7 @@ impl<'a> Hooks<'a> {
         push_options: bool,
         sb: &mut Sideband<W, E>,
     ) -> io::Result<bool> {
-        let inv = self.invocation(&[], None, &[]);
+        let inv = self.invocation(&[], None, &[], HookOutput::Relayed);
         let (ok, message) = {
             let mut sink = Self::to_client(sb);
             let Some(mut conv) = hooks::Conversation::start(self.set, Event::ProcReceive, &inv)?
@@ -444,7 +465,12 @@ impl<'a> Hooks<'a> {
         env.extend_from_slice(self.certificate_env(self.objects_dir, sb.stderr()));
         self.set.run(
             Event::PostReceive,
-            &self.invocation(&[], Some(&stdin), &env),
+            &self.invocation(
+                &[],
+                Some(&stdin),
+                &env,
+                self.receive_hook_destination(sb.mode()),
+            ),
             &mut Self::receive_hook_output(sb),
         )?;
         Ok(())
@@ -469,7 +495,7 @@ impl<'a> Hooks<'a> {
         }
         self.set.run(
             Event::PostUpdate,
-            &self.invocation(&args, None, &[]),
+            &self.invocation(&args, None, &[], self.receive_hook_destination(sb.mode())),
             &mut Self::receive_hook_output(sb),
         )?;
         Ok(())

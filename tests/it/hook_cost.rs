@@ -1,11 +1,24 @@
 //! "An absent hook costs nothing; a present hook costs its process": a 10,000-ref push is run
-//! under `strace -f` and every process and thread berth creates is counted.
+//! under `strace -f` and every process, thread and pipe berth creates is counted.
 
 use crate::common;
 use common::{EMPTY_PACK, World, ZERO, pkt};
 
-/// Counts of what berth started during one 10,000-ref push: (clone-like syscalls, execve).
-fn push_under_strace(with_update_hook: bool, refs: usize) -> (usize, usize, String) {
+/// What berth started during one push of `refs` new refs.
+struct Started {
+    /// Clone-like syscalls: processes and threads.
+    spawns: usize,
+    execs: usize,
+    pipes: usize,
+    /// What the client got.
+    report: String,
+    /// receive-pack's stderr.
+    stderr: String,
+}
+
+/// One push of `refs` new refs under `strace -f`, with an `update` hook that writes a line
+/// to its stdout and one to its stderr, or none; the client asking for `side-band-64k` or not.
+fn push_under_strace(with_update_hook: bool, refs: usize, sideband: bool) -> Started {
     let w = World::new();
     w.bare("srv.git");
     // Only the hook machinery is measured: no auto-maintenance child.
@@ -14,7 +27,7 @@ fn push_under_strace(with_update_hook: bool, refs: usize) -> (usize, usize, Stri
     std::fs::write(w.path("srv.git/hooks/README"), "not a hook\n").unwrap();
     if with_update_hook {
         let hook = w.path("srv.git/hooks/update");
-        std::fs::write(&hook, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::write(&hook, "#!/bin/sh\necho \"out $1\"\necho \"err $1\" >&2\n").unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -23,10 +36,10 @@ fn push_under_strace(with_update_hook: bool, refs: usize) -> (usize, usize, Stri
     w.git("src", &["push", "-q", "../srv.git", "main"]);
     let mut input = Vec::new();
     for i in 0..refs {
-        let caps = if i == 0 {
-            "\0 report-status-v2 side-band-64k quiet"
-        } else {
-            ""
+        let caps = match (i, sideband) {
+            (0, true) => "\0 report-status-v2 side-band-64k quiet",
+            (0, false) => "\0 report-status-v2 quiet",
+            _ => "",
         };
         input.extend(pkt(&format!("{ZERO} {head} refs/heads/b/{i:05}{caps}")));
     }
@@ -38,7 +51,7 @@ fn push_under_strace(with_update_hook: bool, refs: usize) -> (usize, usize, Stri
         "-f",
         "-qq",
         "-e",
-        "trace=clone,clone3,fork,vfork,execve",
+        "trace=clone,clone3,fork,vfork,execve,pipe,pipe2",
         "-o",
     ])
     .arg(&trace)
@@ -61,25 +74,62 @@ fn push_under_strace(with_update_hook: bool, refs: usize) -> (usize, usize, Stri
         })
         .filter(|l| !l.contains("resumed>"))
         .count();
-    let execs = trace
-        .lines()
-        .filter(|l| l.contains("execve(") && !l.contains("resumed>"))
-        .count();
+    let count = |call: &str| {
+        trace
+            .lines()
+            .filter(|l| l.contains(call) && !l.contains("resumed>"))
+            .count()
+    };
+    let (execs, pipes) = (count("execve("), count("pipe(") + count("pipe2("));
     assert_eq!(w.refs("srv.git").lines().count(), refs + 1);
-    (spawns, execs, report)
+    Started {
+        spawns,
+        execs,
+        pipes,
+        report,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }
 
 #[test]
 fn absent_hooks_start_nothing_present_update_hook_starts_one_process_per_ref() {
-    let (spawns, execs, report) = push_under_strace(false, 10_000);
-    assert!(report.contains("ok refs/heads/b/09999"));
-    assert_eq!(spawns, 0, "no thread or process for absent hooks");
-    assert_eq!(execs, 1, "only berth itself is exec'd");
+    let s = push_under_strace(false, 10_000, true);
+    assert!(s.report.contains("ok refs/heads/b/09999"));
+    assert_eq!(s.spawns, 0, "no thread or process for absent hooks");
+    assert_eq!(s.execs, 1, "only berth itself is exec'd");
+    assert_eq!(s.pipes, 0, "no pipe for absent hooks");
 
-    let (spawns, execs, _) = push_under_strace(true, 300);
+    let s = push_under_strace(true, 300, true);
     assert_eq!(
-        spawns, 300,
+        s.spawns, 300,
         "exactly one process per ref for the update hook, and no thread"
     );
-    assert_eq!(execs, 1 + 300);
+    assert_eq!(s.execs, 1 + 300);
+    assert_eq!(s.pipes, 300, "with sideband, each hook's output is relayed");
+    assert!(
+        s.report.contains("out refs/heads/b/00299") && s.report.contains("err refs/heads/b/00299")
+    );
+}
+
+/// Without sideband a hook's output goes to receive-pack's stderr, and `berth receive-pack`'s
+/// stderr is its own: the hook writes there itself (its stdout joined to it), as git's hooks
+/// do, with no pipe and nothing relayed.
+#[test]
+fn without_sideband_the_update_hook_writes_to_receive_packs_stderr_itself() {
+    let s = push_under_strace(true, 300, false);
+    assert_eq!(s.spawns, 300);
+    assert_eq!(
+        s.pipes, 0,
+        "no pipe: the hook's output is not read by berth"
+    );
+    assert!(s.report.contains("ok refs/heads/b/00299"));
+    for i in [0, 150, 299] {
+        let name = format!("refs/heads/b/{i:05}");
+        let lines = format!("out {name}\nerr {name}\n");
+        assert!(s.stderr.contains(&lines), "{lines:?} in {:?}", s.stderr);
+    }
+    assert!(
+        !s.report.contains("out refs/heads/b/"),
+        "nothing on the client's channel"
+    );
 }

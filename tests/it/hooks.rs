@@ -515,3 +515,98 @@ fn proc_receive_report_with_a_bad_length_is_fatal_as_in_git() {
     );
     assert_eq!(o.refs, "");
 }
+
+/// A push of `refs/heads/x` to `head` without sideband, as the raw request a client sends.
+fn push_without_sideband(head: &str) -> Vec<u8> {
+    let mut input = common::pkt(&format!("{ZERO} {head} refs/heads/x\0report-status quiet"));
+    input.extend(b"0000");
+    input.extend(common::EMPTY_PACK);
+    input
+}
+
+/// Without sideband, git's receive-pack lets a receive hook write to its own stderr (`ungroup`,
+/// stdout joined to stderr); `berth receive-pack` does the same: receive-pack's stderr holds the
+/// same bytes, in the same order, as git's.
+#[test]
+fn without_sideband_hook_output_reaches_stderr_as_with_git() {
+    let w = World::new();
+    w.work("src");
+    let head = w.commit("src", "a", "1");
+    let script = "#!/bin/sh\necho \"out $1\"\necho \"err $1\" >&2\necho \"out again\"\n";
+    let mut stderr = Vec::new();
+    for (repo, program, subcommand) in [
+        ("git.git", "git".into(), "receive-pack"),
+        ("berth.git", common::berth(), "receive-pack"),
+    ] {
+        w.bare(repo);
+        w.git(repo, &["config", "receive.autogc", "false"]);
+        w.git("src", &["push", "-q", &format!("../{repo}"), "main"]);
+        for hook in ["pre-receive", "update", "post-receive", "post-update"] {
+            install(&w, repo, hook, &script.replace("$1", &format!("{hook} $1")));
+        }
+        let mut cmd = w.cmd(program, ".");
+        cmd.args([subcommand, "--stateless-rpc", repo]);
+        let out = w.git_with_stdin_cmd(cmd, &push_without_sideband(&head));
+        assert!(out.status.success(), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("ok refs/heads/x"));
+        stderr.push(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    assert!(stderr[0].contains("out update refs/heads/x\nerr update refs/heads/x\n"));
+    assert_eq!(stderr[1], stderr[0], "berth's stderr against git's");
+}
+
+/// Without sideband berth does not read a hook's output, so a process the hook leaves behind
+/// holding its stderr does not hold up the push (git's receive-pack does not wait for it
+/// either). Through a pipe it would: the push would end only when that process does (in 600 s;
+/// the test allows 120).
+#[test]
+fn without_sideband_a_process_a_hook_leaves_behind_does_not_hold_up_the_push() {
+    use std::io::Write;
+    let w = World::new();
+    w.bare("srv.git");
+    w.git("srv.git", &["config", "receive.autogc", "false"]);
+    w.work("src");
+    let head = w.commit("src", "a", "1");
+    w.git("src", &["push", "-q", "../srv.git", "main"]);
+    install(
+        &w,
+        "srv.git",
+        "update",
+        "#!/bin/sh\nsleep 600 &\necho $! > left-behind.pid\n",
+    );
+    let stderr = std::fs::File::create(w.path("stderr")).unwrap();
+    let mut cmd = w.cmd(common::berth(), ".");
+    cmd.args(["receive-pack", "--stateless-rpc", "srv.git"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr);
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&push_without_sideband(&head))
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let pid = std::fs::read_to_string(w.path("srv.git/left-behind.pid")).unwrap();
+    let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+    assert!(
+        status.is_some(),
+        "the push waited for the hook's leftover process"
+    );
+    assert!(status.unwrap().success());
+    assert_eq!(
+        w.git("srv.git", &["rev-parse", "refs/heads/x"]).trim(),
+        head
+    );
+}
