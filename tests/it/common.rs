@@ -400,6 +400,17 @@ impl World {
         name.to_owned()
     }
 
+    /// A bare `srv.git` without auto-maintenance, holding `main` (one commit) pushed from a
+    /// work repository `src`; that commit's id.
+    pub fn server_with_main(&self) -> String {
+        self.bare("srv.git");
+        self.git("srv.git", &["config", "receive.autogc", "false"]);
+        self.work("src");
+        let head = self.commit("src", "a", "1");
+        self.git("src", &["push", "-q", "../srv.git", "main"]);
+        head
+    }
+
     /// A work repository `name` with `main` checked out.
     pub fn work(&self, name: &str) -> String {
         self.git(".", &["init", "-q", "-b", "main", name]);

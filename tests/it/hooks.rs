@@ -563,11 +563,7 @@ fn without_sideband_hook_output_reaches_stderr_as_with_git() {
 fn without_sideband_a_process_a_hook_leaves_behind_does_not_hold_up_the_push() {
     use std::io::Write;
     let w = World::new();
-    w.bare("srv.git");
-    w.git("srv.git", &["config", "receive.autogc", "false"]);
-    w.work("src");
-    let head = w.commit("src", "a", "1");
-    w.git("src", &["push", "-q", "../srv.git", "main"]);
+    let head = w.server_with_main();
     install(
         &w,
         "srv.git",

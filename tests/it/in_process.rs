@@ -64,11 +64,7 @@ fn creations(head: &str, names: &[&str]) -> Vec<u8> {
 #[test]
 fn in_process_hooks_run_in_gits_places_and_can_refuse() {
     let w = World::new();
-    w.bare("srv.git");
-    w.git("srv.git", &["config", "receive.autogc", "false"]);
-    w.work("src");
-    let head = w.commit("src", "a", "1");
-    w.git("src", &["push", "-q", "../srv.git", "main"]);
+    let head = w.server_with_main();
 
     let recorder = Arc::new(Recorder::default());
     let options = berth::receive::Options {

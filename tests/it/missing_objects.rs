@@ -42,11 +42,7 @@ fn request(n: usize, caps: &str) -> Vec<u8> {
 /// A world with `srv.git` holding one pushed commit (its objects loose, its directories there).
 fn world() -> World {
     let w = World::new();
-    w.bare("srv.git");
-    w.git("srv.git", &["config", "receive.autogc", "false"]);
-    w.work("src");
-    w.commit("src", "a", "1");
-    w.git("src", &["push", "-q", "../srv.git", "main"]);
+    w.server_with_main();
     w
 }
 
