@@ -9,7 +9,6 @@
 
 use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 
 /// git's `receive.unpackLimit` default: a pack of fewer objects is exploded into loose objects
 /// (git's `unpack-objects`), a larger one is kept as a pack (git's `index-pack`).
@@ -400,12 +399,9 @@ pub fn receive_pack(
     }
 
     let mut stream = io::Cursor::new(header).chain(limited);
-    let interrupt = AtomicBool::new(false);
-    let outcome = gix_pack::Bundle::write_to_directory(
+    let outcome = crate::objects::pack_write::write_to_directory(
         &mut stream,
-        Some(&quarantine.pack_dir()),
-        &mut gix_features::progress::Discard,
-        &interrupt,
+        &quarantine.pack_dir(),
         (!options.reject_thin_pack).then(|| repo_objects.clone()),
         options.object_format,
         gix_pack::bundle::write::Options {

@@ -8,4 +8,6 @@ pub mod gitmodules;
 pub mod ingest;
 pub mod lookup;
 pub mod pack_links;
+pub mod pack_map;
+pub mod pack_write;
 pub mod pack_files;

@@ -15,7 +15,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use foldhash::HashSet;
 use gix_hash::ObjectId;
 use gix_object::Kind;
+use gix_pack::data::Entry;
 use gix_pack::data::entry::Header;
+
+use crate::objects::pack_map::{PackMap, Reader};
 
 /// Passes over the pack's entry headers to find the kind of each delta chain: an ofs-delta's
 /// base always comes before it, so one pass does for packs git makes; a ref-delta may name a
@@ -52,20 +55,30 @@ pub fn external_links(
     thread_limit: Option<usize>,
 ) -> Result<HashSet<ObjectId>, CannotSay> {
     let hash = index.object_hash();
-    let data = gix_pack::data::File::at(index.path().with_extension("pack"), hash)
-        .map_err(|_| CannotSay::PackGone)?;
+    let pack = index.path().with_extension("pack");
+    let map = PackMap::open(&pack).map_err(|_| CannotSay::PackGone)?;
+    let pack_end = map.bytes().len().saturating_sub(hash.len_in_bytes()) as u64;
     let kinds = tracing::info_span!("chain_kinds")
-        .in_scope(|| chain_kinds(index, &data))
+        .in_scope(|| chain_kinds(index, &map))
         .ok_or(CannotSay::ChainKinds)?;
     let _tree = tracing::info_span!("delta_tree").entered();
-    let linking = kinds
-        .into_iter()
-        .filter(|(_, kind)| *kind != Kind::Blob)
-        .map(|(offset, _)| offset);
+    // Only the chains of commits, trees and tags are read, each entry once: what each page
+    // has to give is those entries' bytes.
+    let ends = kinds.iter().skip(1).map(|(offset, _)| *offset).chain([pack_end]);
+    let linking: Vec<u64> = kinds
+        .iter()
+        .zip(ends)
+        .filter(|((_, kind), _)| *kind != Kind::Blob)
+        .map(|((offset, _), end)| {
+            map.expect(*offset..end);
+            *offset
+        })
+        .collect();
+    drop(kinds);
     let interrupt = AtomicBool::new(false);
     let tree = gix_pack::cache::delta::Tree::from_offsets_in_pack(
-        data.path(),
-        linking,
+        &pack,
+        linking.into_iter(),
         &|offset: &u64| *offset,
         &|id| Ok(index.lookup(id).map(|i| index.pack_offset_at_index(i))),
         &mut gix_features::progress::Discard,
@@ -79,9 +92,9 @@ pub fn external_links(
     let broken = AtomicBool::new(false);
     let mut sink = Sink::new(index, &external, &broken);
     tree.traverse(
-        |range, data: &gix_pack::data::File| data.entry_slice(range),
-        &data,
-        data.pack_end() as u64,
+        Reader::default().into_resolver(),
+        &map,
+        pack_end,
         move |_, _, ctx| {
             sink.object(ctx.entry.header.as_kind(), ctx.decompressed);
             Ok(())
@@ -103,24 +116,33 @@ pub fn external_links(
 }
 
 /// The pack offset of every object in the pack, in pack order, with the kind of its delta
-/// chain.
-fn chain_kinds(
-    index: &gix_pack::index::File,
-    data: &gix_pack::data::File,
-) -> Option<Vec<(u64, Kind)>> {
+/// chain. Each pass reads the entries' headers front to back and gives back the pages behind
+/// it.
+fn chain_kinds(index: &gix_pack::index::File, map: &PackMap) -> Option<Vec<(u64, Kind)>> {
+    /// Bytes read between two give-backs.
+    const BEHIND: u64 = 1 << 20;
     let mut offsets: Vec<u64> = (0..index.num_objects())
         .map(|i| index.pack_offset_at_index(i))
         .collect();
     offsets.sort_unstable();
     let position = |offset: u64| offsets.binary_search(&offset).ok();
     let mut kinds: Vec<Option<Kind>> = vec![None; offsets.len()];
+    let bytes = map.bytes();
+    let hash = index.object_hash();
     for _ in 0..KIND_PASSES {
         let mut unresolved = false;
+        let mut released = 0;
         for (at, &offset) in offsets.iter().enumerate() {
             if kinds[at].is_some() {
                 continue;
             }
-            let entry = data.entry(offset).ok()?;
+            if offset - released >= BEHIND {
+                map.release(released as usize..offset as usize);
+                released = offset;
+            }
+            let entry =
+                Entry::from_bytes(bytes.get(usize::try_from(offset).ok()?..)?, offset, hash)
+                    .ok()?;
             kinds[at] = match entry.header {
                 Header::OfsDelta { base_distance } => {
                     kinds[position(entry.checked_base_pack_offset(base_distance)?)?]
@@ -133,6 +155,7 @@ fn chain_kinds(
             };
             unresolved |= kinds[at].is_none();
         }
+        map.release(0..bytes.len());
         if !unresolved {
             return Some(
                 offsets
