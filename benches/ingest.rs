@@ -9,7 +9,8 @@
 //! `BERTH_BENCH_REPO=/path/to/bare.git cargo bench --bench ingest` pushes every branch and tag of
 //! that repository (`BERTH_BENCH_RUNS`, default 2). `BERTH_BENCH_GIT_MASTER=/path/to/bin/git`
 //! adds that git's receive-pack (git master built from source, issue 24's anchor), and every
-//! receiver's time and peak RSS is then also printed as a multiple of it. A mirror of git.git (~850,000 objects, a
+//! receiver's time and peak RSS is then also printed as a multiple of it;
+//! `BERTH_BENCH_BEFORE=/path/to/berth` adds that (earlier) berth binary's receive-pack. A mirror of git.git (~850,000 objects, a
 //! ~500 MB pack with deep deltas) is a good subject. Without `BERTH_BENCH_REPO` it says so and
 //! does nothing. The work directory is `$TMPDIR` (it needs about three times the pack's size).
 
@@ -163,6 +164,17 @@ fn main() {
                 rss_kib: Vec::new(),
             },
         );
+    }
+    // Another berth (an earlier build), to compare a change in the same run.
+    let before = std::env::var("BERTH_BENCH_BEFORE").ok();
+    if let Some(before) = &before {
+        receivers.push(Receiver {
+            name: "berth receive-pack (BERTH_BENCH_BEFORE)",
+            args: rp(&[before, "receive-pack"]),
+            pack_only: false,
+            times: Vec::new(),
+            rss_kib: Vec::new(),
+        });
     }
     for run in 1..=runs {
         for r in &mut receivers {
