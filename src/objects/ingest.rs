@@ -661,13 +661,14 @@ fn unpack_objects(
 
 /// How many entries of the pack at `path` are deltas (one header read per entry).
 fn count_deltas(path: &Path, index: &gix_pack::index::File) -> Option<u32> {
-    let pack = gix_pack::data::File::at(path, index.object_hash()).ok()?;
+    let pack = crate::objects::pack_map::PackMap::open(path).ok()?;
+    let mut offsets: Vec<u64> = index.iter().map(|e| e.pack_offset).collect();
+    offsets.sort_unstable();
     let mut deltas = 0;
-    for entry in index.iter() {
-        if pack.entry(entry.pack_offset).ok()?.header.is_delta() {
-            deltas += 1;
-        }
-    }
+    pack.each_header(&offsets, index.object_hash(), |_, entry| {
+        deltas += u32::from(entry.header.is_delta());
+        Some(())
+    })?;
     Some(deltas)
 }
 

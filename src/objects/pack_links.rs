@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use foldhash::HashSet;
 use gix_hash::ObjectId;
 use gix_object::Kind;
-use gix_pack::data::Entry;
 use gix_pack::data::entry::Header;
 
 use crate::objects::pack_map::{PackMap, Reader};
@@ -119,30 +118,19 @@ pub fn external_links(
 /// chain. Each pass reads the entries' headers front to back and gives back the pages behind
 /// it.
 fn chain_kinds(index: &gix_pack::index::File, map: &PackMap) -> Option<Vec<(u64, Kind)>> {
-    /// Bytes read between two give-backs.
-    const BEHIND: u64 = 1 << 20;
     let mut offsets: Vec<u64> = (0..index.num_objects())
         .map(|i| index.pack_offset_at_index(i))
         .collect();
     offsets.sort_unstable();
     let position = |offset: u64| offsets.binary_search(&offset).ok();
     let mut kinds: Vec<Option<Kind>> = vec![None; offsets.len()];
-    let bytes = map.bytes();
     let hash = index.object_hash();
     for _ in 0..KIND_PASSES {
         let mut unresolved = false;
-        let mut released = 0;
-        for (at, &offset) in offsets.iter().enumerate() {
+        map.each_header(&offsets, hash, |at, entry| {
             if kinds[at].is_some() {
-                continue;
+                return Some(());
             }
-            if offset - released >= BEHIND {
-                map.release(released as usize..offset as usize);
-                released = offset;
-            }
-            let entry =
-                Entry::from_bytes(bytes.get(usize::try_from(offset).ok()?..)?, offset, hash)
-                    .ok()?;
             kinds[at] = match entry.header {
                 Header::OfsDelta { base_distance } => {
                     kinds[position(entry.checked_base_pack_offset(base_distance)?)?]
@@ -154,8 +142,8 @@ fn chain_kinds(index: &gix_pack::index::File, map: &PackMap) -> Option<Vec<(u64,
                 header => Some(header.as_kind()?),
             };
             unresolved |= kinds[at].is_none();
-        }
-        map.release(0..bytes.len());
+            Some(())
+        })?;
         if !unresolved {
             return Some(
                 offsets

@@ -78,6 +78,37 @@ impl PackMap {
         }
     }
 
+    /// The header of each entry at `offsets` (ascending) to `f` with its position, read front
+    /// to back, the pages behind given back every MiB and all of them at the end; `None` when
+    /// an offset is outside the pack, a header does not decode, or `f` says `None`.
+    pub fn each_header(
+        &self,
+        offsets: &[u64],
+        object_hash: gix_hash::Kind,
+        mut f: impl FnMut(usize, gix_pack::data::Entry) -> Option<()>,
+    ) -> Option<()> {
+        /// Bytes read between two give-backs.
+        const BEHIND: u64 = 1 << 20;
+        let mut released = 0;
+        let mut result = Some(());
+        for (at, &offset) in offsets.iter().enumerate() {
+            if offset.saturating_sub(released) >= BEHIND {
+                self.release(released as usize..offset as usize);
+                released = offset;
+            }
+            let entry = usize::try_from(offset)
+                .ok()
+                .and_then(|o| self.map.get(o..))
+                .and_then(|bytes| gix_pack::data::Entry::from_bytes(bytes, offset, object_hash).ok());
+            result = entry.and_then(|entry| f(at, entry));
+            if result.is_none() {
+                break;
+            }
+        }
+        self.release(0..self.map.len());
+        result
+    }
+
     /// Each page `range` touches, with the number of its bytes in `range`.
     fn each_page(&self, range: Range<u64>, mut f: impl FnMut(usize, u32)) {
         let len = self.map.len() as u64;
