@@ -483,17 +483,20 @@ pub fn receive_pack(
 /// The received objects in the order git's `index-pack` checks them: whole objects in pack
 /// order as they stream in, then the deltas once resolved.
 fn check_order(pack: Option<&Path>, index: &gix_pack::index::File) -> Vec<gix_hash::ObjectId> {
+    let map = pack.and_then(|p| crate::objects::pack_map::PackMap::open(p).ok());
+    // Without the pack, all whole; an entry whose header does not decode, a delta.
     let mut entries: Vec<(bool, u64, gix_hash::ObjectId)> = index
         .iter()
-        .map(|e| (false, e.pack_offset, e.oid))
+        .map(|e| (map.is_some(), e.pack_offset, e.oid))
         .collect();
-    if let Some(pack) = pack.and_then(|p| gix_pack::data::File::at(p, index.object_hash()).ok()) {
-        for e in &mut entries {
-            e.0 = pack
-                .entry(e.1)
-                .map(|entry| entry.header.is_delta())
-                .unwrap_or(true);
-        }
+    if let Some(map) = map {
+        // The headers front to back, the pages behind given back.
+        entries.sort_unstable_by_key(|e| e.1);
+        let offsets: Vec<u64> = entries.iter().map(|e| e.1).collect();
+        map.each_header(&offsets, index.object_hash(), |at, entry| {
+            entries[at].0 = entry.header.is_delta();
+            Some(())
+        });
     }
     entries.sort_unstable();
     entries.into_iter().map(|(_, _, oid)| oid).collect()
