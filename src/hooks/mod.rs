@@ -14,7 +14,7 @@
 //! process and nothing else: no relay thread, no feeder thread, no muxer of its own. While a hook
 //! is silent for `receive.keepAlive` seconds the sink is told, so the session can send keepalives.
 //! When the sink would only write to a file the caller hands over (`berth receive-pack`'s own
-//! stderr, [`HookOutput::File`]), the hook writes there itself, as git's hooks do without
+//! stderr, `HookOutput::File`), the hook writes there itself, as git's hooks do without
 //! sideband: no pipe at all.
 //!
 //! When `hook.jobs` or `hook.<event>.jobs` allows it and every configured hook of the event has

@@ -22,16 +22,14 @@ use gix_pack::data::input::{
 use crate::objects::pack_map::{PackMap, Reader};
 
 /// What was written: the pack and its index under their final names (`None` for a pack of no
-/// objects), and the `.keep` that guards the pack until refs point into it (`None` when the same
-/// pack was already there).
+/// objects). A new pack gets a `.keep` beside it, which guards it until refs point into it
+/// ([`crate::objects::ingest::Quarantine::migrate`] moves it first and hands it back).
 #[derive(Debug)]
 pub struct Written {
     /// `pack-<checksum>.pack`.
     pub data_path: Option<PathBuf>,
     /// `pack-<checksum>.idx`.
     pub index_path: Option<PathBuf>,
-    /// `pack-<checksum>.keep`.
-    pub keep_path: Option<PathBuf>,
 }
 
 /// The temporary pack file, written by the entry iterators and read back by the thin-pack
@@ -120,17 +118,14 @@ pub fn write_to_directory(
         return Ok(Written {
             data_path: None,
             index_path: None,
-            keep_path: None,
         });
     }
     let data_path = directory.join(format!("pack-{}.pack", outcome.data_hash.to_hex()));
     let index_path = data_path.with_extension("idx");
-    let keep_path = if data_path.is_file() {
-        // The same pack is there: its content is the same.
-        None
-    } else {
-        let keep_path = data_path.with_extension("keep");
-        std::fs::write(&keep_path, b"").or_raise(|| message("Could not create pack keep file"))?;
+    // When the same pack is there, its content is the same.
+    if !data_path.is_file() {
+        std::fs::write(data_path.with_extension("keep"), b"")
+            .or_raise(|| message("Could not create pack keep file"))?;
         let file = Arc::try_unwrap(shared)
             .map_err(|_| io::Error::other("the pack file is still shared"))
             .and_then(|m| m.into_inner().map_err(|_| io::Error::other("poisoned")))
@@ -139,8 +134,7 @@ pub fn write_to_directory(
         file.persist(&data_path)
             .map_err(|e| e.error)
             .or_raise(|| message("Could not persist pack file"))?;
-        Some(keep_path)
-    };
+    }
     if !index_path.is_file() {
         index_out
             .into_inner()
@@ -153,7 +147,6 @@ pub fn write_to_directory(
     Ok(Written {
         data_path: Some(data_path),
         index_path: Some(index_path),
-        keep_path,
     })
 }
 

@@ -551,6 +551,30 @@ fn push_peak_kib(w: &World, target: &str, request: &[u8], fsck: bool) -> u64 {
     peak
 }
 
+/// The request creating `refs/heads/main` as the bare `repo` has it after `fast_import` (a
+/// fast-import stream): the command with `caps`, a flush, and the pack of everything `main`
+/// reaches (`git pack-objects --revs`, with `pack_options`).
+fn request_creating_main(
+    w: &World,
+    repo: &str,
+    fast_import: &[u8],
+    pack_options: &[&str],
+    caps: &str,
+) -> Vec<u8> {
+    let out = w.git_with_stdin(repo, &["fast-import", "--quiet"], fast_import);
+    assert!(out.status.success(), "{out:?}");
+    let tip = w.git(repo, &["rev-parse", "main"]).trim().to_owned();
+    let mut args = vec!["pack-objects", "--revs", "--stdout", "-q"];
+    args.extend_from_slice(pack_options);
+    let pack = w.git_with_stdin(repo, &args, format!("{tip}\n").as_bytes());
+    assert!(pack.status.success(), "{pack:?}");
+    let line = format!("{ZERO} {tip} refs/heads/main\0{caps}");
+    let mut request = format!("{:04x}{line}", line.len() + 4).into_bytes();
+    request.extend_from_slice(b"0000");
+    request.extend_from_slice(&pack.stdout);
+    request
+}
+
 /// `receive.fsckObjects` checks every link of every received object, and a history's trees name
 /// the same ids version after version: 300 versions of a tree of 10,000 files are 3,000,000
 /// links to ~10,300 objects. Each linked id is kept once: the check adds far less than the
@@ -582,19 +606,7 @@ fn fsck_keeps_each_linked_id_once() {
             content.len()
         ));
     }
-    let out = w.git_with_stdin("src.git", &["fast-import", "--quiet"], stream.as_bytes());
-    assert!(out.status.success(), "{out:?}");
-    let tip = w.git("src.git", &["rev-parse", "main"]).trim().to_owned();
-    let pack = w.git_with_stdin(
-        "src.git",
-        &["pack-objects", "--revs", "--stdout", "-q"],
-        format!("{tip}\n").as_bytes(),
-    );
-    assert!(pack.status.success(), "{pack:?}");
-    let line = format!("{ZERO} {tip} refs/heads/main\0report-status");
-    let mut request = format!("{:04x}{line}", line.len() + 4).into_bytes();
-    request.extend_from_slice(b"0000");
-    request.extend_from_slice(&pack.stdout);
+    let request = request_creating_main(&w, "src.git", stream.as_bytes(), &[], "report-status");
     let without = push_peak_kib(&w, "srv-false.git", &request, false);
     let with = push_peak_kib(&w, "srv-true.git", &request, true);
     assert!(
@@ -636,20 +648,7 @@ fn a_received_pack_is_given_back_as_it_is_read() {
             stream.truncate(stream.len() - (size.div_ceil(8) * 8 - size));
             stream.push(b'\n');
         }
-        let out = w.git_with_stdin(&repo, &["fast-import", "--quiet"], &stream);
-        assert!(out.status.success(), "{out:?}");
-        let tip = w.git(&repo, &["rev-parse", "main"]).trim().to_owned();
-        let pack = w.git_with_stdin(
-            &repo,
-            &["pack-objects", "--revs", "--stdout", "-q", "--window=0"],
-            format!("{tip}\n").as_bytes(),
-        );
-        assert!(pack.status.success(), "{pack:?}");
-        let line = format!("{ZERO} {tip} refs/heads/main\0{caps}");
-        let mut request = format!("{:04x}{line}", line.len() + 4).into_bytes();
-        request.extend_from_slice(b"0000");
-        request.extend_from_slice(&pack.stdout);
-        request
+        request_creating_main(&w, &repo, &stream, &["--window=0"], caps)
     };
     let small = request("small", 16, "report-status");
     let big = request("big", BIG, "report-status");
