@@ -1144,15 +1144,22 @@ mod tests {
         }
     }
 
+    /// An empty stack in a new temporary directory (kept while the first value lives), and
+    /// its `reftable` directory.
+    fn empty_stack() -> (tempfile::TempDir, PathBuf, Stack) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("reftable");
+        std::fs::create_dir(&path).expect("mkdir");
+        let stack = Stack::open(&path).expect("open");
+        (dir, path, stack)
+    }
+
     /// Records streamed out of order fail the addition part way through its table, on both of
     /// its paths (a table of its own, one compacted with the stack): the stack is unchanged,
     /// no file of the half-written table is left, and `tables.list` is unlocked.
     #[test]
     fn a_stream_refused_part_way_leaves_nothing_behind() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("reftable");
-        std::fs::create_dir(&path).expect("mkdir");
-        let mut stack = Stack::open(&path).expect("open");
+        let (_dir, path, mut stack) = empty_stack();
         let (r1, l1) = addition(1);
         stack.add(&r1, &l1).expect("add");
         let files = || {
@@ -1194,10 +1201,7 @@ mod tests {
     /// one adding its table and then compacting the stack writes.
     #[test]
     fn an_addition_compacted_at_once_is_the_table_compaction_writes() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("reftable");
-        std::fs::create_dir(&path).expect("mkdir");
-        let mut stack = Stack::open(&path).expect("open");
+        let (_dir, _, mut stack) = empty_stack();
         let (r1, l1) = addition(1);
         let small: Vec<RefRecord> = r1[..3].to_vec();
         let small_logs: Vec<LogRecord> = l1
