@@ -88,7 +88,6 @@ fn pack_into(data: &[u8], hash: gix_hash::Kind) {
     let options = crate::objects::ingest::Options {
         max_input_size: 16 << 20,
         thread_limit: Some(1),
-        count_deltas: true,
         unpack_limit: 3,
         fsck: Some(Vec::new()),
         max_object_size: 16 << 20,

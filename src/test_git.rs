@@ -2,7 +2,7 @@
 //! system's configuration, so that what it makes is the same on every machine.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// `git <args>` in `dir` with `input` on its stdin; its stdout, trimmed. Panics unless it
@@ -38,4 +38,51 @@ pub(crate) fn git_with_input(dir: &Path, args: &[&str], input: &str) -> String {
 /// `git <args>` in `dir` with nothing on its stdin.
 pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     git_with_input(dir, args, "")
+}
+
+/// A repository `r` in `dir` whose ten commits each change one of 40 files in a few
+/// directories, so that the packs git makes of it hold trees and blobs as deltas; the commits,
+/// oldest first.
+pub(crate) fn history(dir: &Path) -> Vec<String> {
+    git(dir, &["init", "-q", "-b", "main", "r"]);
+    let repo = dir.join("r");
+    let mut commits = Vec::new();
+    for round in 0..10 {
+        for f in 0..40 {
+            let path = repo.join(format!("d{}/f{f}", f % 4));
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let line = if f == round { round } else { 0 };
+            std::fs::write(&path, format!("{}\n{line}\n", "common text\n".repeat(50))).unwrap();
+        }
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", &format!("round {round}")]);
+        commits.push(git(&repo, &["rev-parse", "HEAD"]));
+    }
+    commits
+}
+
+/// `git pack-objects` of `list` (its `--revs` input when `revs`) into `dir`, its deltas on
+/// bases named by offset; the index.
+pub(crate) fn pack(repo: &Path, dir: &Path, revs: bool, list: &str) -> gix_pack::index::File {
+    pack_with(repo, dir, revs, &["--delta-base-offset"], list)
+}
+
+/// [`pack`] with `more` arguments to `git pack-objects` instead of `--delta-base-offset`.
+pub(crate) fn pack_with(
+    repo: &Path,
+    dir: &Path,
+    revs: bool,
+    more: &[&str],
+    list: &str,
+) -> gix_pack::index::File {
+    std::fs::create_dir_all(dir).unwrap();
+    let base: PathBuf = dir.join("pack");
+    let mut args = vec!["pack-objects", "-q", "--window=10", "--depth=50"];
+    if revs {
+        args.push("--revs");
+    }
+    args.extend(more);
+    args.push(base.to_str().unwrap());
+    let name = git_with_input(repo, &args, list);
+    gix_pack::index::File::at(dir.join(format!("pack-{name}.idx")), gix_hash::Kind::Sha1).unwrap()
 }

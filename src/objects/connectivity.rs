@@ -9,8 +9,9 @@
 //!
 //! A push's tips are first checked together ([`Check::self_contained`]): when every commit, tree and
 //! tag of the received pack links only to objects in the pack or in the repository
-//! ([`crate::objects::pack_links`], each object decoded once through gix-pack's delta tree, the
-//! way indexing decoded it), every tip in the pack is connected, however many there are. Only
+//! ([`crate::objects::pack_links`]: the links indexing took as it decoded each object, or else
+//! each object decoded once more through gix-pack's delta tree), every tip in the pack is
+//! connected, however many there are. Only
 //! when that cannot be said (something is missing, the pack was unpacked as loose objects, or
 //! shallow commits are involved) are the tips walked one by one, for git's per-ref verdicts;
 //! what each walk finds (an object complete, with the shallow roots it needs, or reaching a
@@ -25,6 +26,7 @@ use gix_hash::ObjectId;
 use gix_object::{Exists, Find, Kind};
 
 use crate::objects::lookup::{Budget, Objects};
+use crate::objects::pack_links::Outside;
 
 /// The outcome for one tip.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +79,8 @@ pub struct Check<'a> {
     /// A miss lists the object directories again at most once (see [`crate::objects::lookup`]).
     objects: Objects,
     pack: Option<&'a gix_pack::index::File>,
+    /// What the pack links to outside it, when indexing found it.
+    links: Option<&'a Outside>,
     known: HashSet<ObjectId>,
     buf: Vec<u8>,
     /// The repository's shallow commits (`$GIT_DIR/shallow`): their parents are absent.
@@ -114,6 +118,7 @@ impl<'a> Check<'a> {
         Check {
             objects,
             pack,
+            links: None,
             known: tips.into_iter().collect(),
             buf: Vec::new(),
             shallow: HashSet::new(),
@@ -139,6 +144,14 @@ impl<'a> Check<'a> {
     ) -> Self {
         self.shallow = repository;
         self.client_shallow = client;
+        self
+    }
+
+    /// What the received pack links to outside it, as its indexing found it
+    /// ([`crate::objects::ingest::Received::links`]); without it, [`Check::self_contained`]
+    /// decodes the pack's commits, trees and tags to find out.
+    pub fn with_pack_links(mut self, links: Option<&'a Outside>) -> Self {
+        self.links = links;
         self
     }
 
@@ -182,10 +195,18 @@ impl<'a> Check<'a> {
         if !self.shallow.is_empty() || !self.client_shallow.is_empty() {
             return false;
         }
-        let external = match crate::objects::pack_links::external_links(pack, None) {
+        let decoded;
+        let (links, found_by) = match self.links {
+            Some(links) => (links, "indexing"),
+            None => {
+                decoded = crate::objects::pack_links::external_links(pack, None);
+                (&decoded, "decoding")
+            }
+        };
+        let external = match links {
             Ok(external) => external,
             Err(why) => {
-                tracing::debug!(?why, "the received pack's links: walking each tip");
+                tracing::debug!(?why, found_by, "the received pack's links: walking each tip");
                 return false;
             }
         };
@@ -193,6 +214,11 @@ impl<'a> Check<'a> {
         if !external.iter().all(exists) || !tips.iter().all(|t| self.in_pack(t) || exists(t)) {
             return false;
         }
+        tracing::debug!(
+            found_by,
+            outside = external.len(),
+            "the received pack's links vouch for its tips"
+        );
         self.self_contained = true;
         true
     }

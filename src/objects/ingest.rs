@@ -278,13 +278,17 @@ pub struct Received {
     pub index: Option<gix_pack::index::File>,
     /// The number of objects in the pack as sent.
     pub objects: u32,
-    /// The number of deltas resolved, when [`Options::count_deltas`] asked for it.
+    /// The number of deltas resolved (git's `Resolving deltas` count); `None` when the
+    /// objects were unpacked (`unpack-objects` counts none).
     pub deltas: Option<u32>,
     /// The objects of the repository appended to the pack to complete a thin pack (git's
     /// `completed with N local objects`).
     pub local_objects: u32,
     /// Lines for the client's band 2 (fsck warnings), without newlines.
     pub messages: Vec<String>,
+    /// What the pack's commits, trees and tags link to outside it, as indexing found it;
+    /// `None` when it did not look (the connectivity check then decodes them itself).
+    pub links: Option<crate::objects::pack_links::Outside>,
 }
 
 /// The default of [`Options::max_object_size`] (`berth.maxObjectSize`): 1 GiB.
@@ -297,8 +301,6 @@ pub struct Options {
     pub max_input_size: u64,
     /// Threads for delta resolution; `None` for all cores.
     pub thread_limit: Option<usize>,
-    /// Count the pack's deltas, for git's `Resolving deltas` progress line.
-    pub count_deltas: bool,
     /// `receive.unpackLimit`: packs of fewer objects become loose objects.
     pub unpack_limit: u32,
     /// Do not complete thin packs from the repository (`--reject-thin-pack-for-testing`).
@@ -396,6 +398,7 @@ pub fn receive_pack(
             deltas: None,
             local_objects: 0,
             messages: Vec::new(),
+            links: None,
         });
     }
 
@@ -438,10 +441,7 @@ pub fn receive_pack(
         .map_err(|e| failed(e.to_string()))?;
     // The bases a thin pack lacked were appended from the repository (once each).
     let local_objects = index.num_objects().saturating_sub(objects);
-    let deltas = match (&outcome.data_path, options.count_deltas && !explode) {
-        (Some(path), true) => count_deltas(path, &index),
-        _ => None,
-    };
+    let deltas = (!explode).then_some(outcome.deltas);
     let mut messages = Vec::new();
     if let Some(fsck) = fsck {
         let order = check_order(outcome.data_path.as_deref(), &index);
@@ -477,6 +477,7 @@ pub fn receive_pack(
         deltas,
         local_objects,
         messages,
+        links: outcome.links,
     })
 }
 
@@ -660,19 +661,6 @@ fn unpack_objects(
         std::fs::remove_file(file?.path())?;
     }
     Ok(())
-}
-
-/// How many entries of the pack at `path` are deltas (one header read per entry).
-fn count_deltas(path: &Path, index: &gix_pack::index::File) -> Option<u32> {
-    let pack = crate::objects::pack_map::PackMap::open(path).ok()?;
-    let mut offsets: Vec<u64> = index.iter().map(|e| e.pack_offset).collect();
-    offsets.sort_unstable();
-    let mut deltas = 0;
-    pack.each_header(&offsets, index.object_hash(), |_, entry| {
-        deltas += u32::from(entry.header.is_delta());
-        Some(())
-    })?;
-    Some(deltas)
 }
 
 /// Whether gix-pack failed because a ref-delta's base is neither in the pack nor in the

@@ -2,23 +2,36 @@
 //!
 //! What gix-pack's `Bundle::write_to_directory` does — the pack streamed to a temporary file
 //! (a thin pack completed with the bases it lacks), indexed with its deltas resolved in
-//! parallel, then named `pack-<checksum>.{keep,pack,idx}` — with one difference: the deltas are
-//! resolved through a [`PackMap`], which gives each page of the pack back once every entry on
-//! it has been read. Through the bundle's own mapping the whole pack stayed resident while the
-//! index was built (a whole-history push of git.git held its 303 MiB on top of the index).
-//! Every byte between the pack's header and its trailer belongs to exactly one entry, and the
-//! resolution reads each entry once, so the bytes a page has to give are known up front.
+//! parallel, then named `pack-<checksum>.{keep,pack,idx}` — with two differences:
+//! - The deltas are resolved through a [`PackMap`], which gives each page of the pack back once
+//!   every entry on it has been read. Through the bundle's own mapping the whole pack stayed
+//!   resident while the index was built (a whole-history push of git.git held its 303 MiB on
+//!   top of the index). Every byte between the pack's header and its trailer belongs to
+//!   exactly one entry, and the resolution reads each entry once, so the bytes a page has to
+//!   give are known up front.
+//! - Each object, as it is resolved to be named, also gives its links to a
+//!   [`pack_links::Collector`]: the connectivity check needs them, and decoding the pack's
+//!   commits and trees a second time for them cost a whole-history push of git.git 1.4 s.
+//!   gix-pack's index writer has no place for that, so the delta tree is traversed here and the
+//!   index (version 2, git's `pack-format`) written here.
+//!
+//! A pack whose deltas name in-pack bases by id (git sends offsets to a server that advertises
+//! `ofs-delta`) cannot have its delta tree built before its objects are named: it is indexed by
+//! gix-pack's writer, reading the finished file again, and its links are not collected.
 
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use gix_error::{ResultExt, message};
+use gix_error::{OptionExt, ResultExt, message};
+use gix_hash::ObjectId;
+use gix_pack::data::entry::Header;
 use gix_pack::data::input::{
     BytesToEntriesIter, EntriesToBytesIter, Entry, EntryDataMode, LookupRefDeltaObjectsIter,
 };
 
+use crate::objects::pack_links::{self, Outside};
 use crate::objects::pack_map::{PackMap, Reader};
 
 /// What was written: the pack and its index under their final names (`None` for a pack of no
@@ -30,6 +43,11 @@ pub struct Written {
     pub data_path: Option<PathBuf>,
     /// `pack-<checksum>.idx`.
     pub index_path: Option<PathBuf>,
+    /// How many of the pack's entries are deltas (git's `Resolving deltas` count).
+    pub deltas: u32,
+    /// What the pack's commits, trees and tags link to outside it, taken as they were
+    /// resolved; `None` when they were not (a pack with deltas on in-pack bases named by id).
+    pub links: Option<Outside>,
 }
 
 /// The temporary pack file, written by the entry iterators and read back by the thin-pack
@@ -39,6 +57,14 @@ type Shared = Arc<Mutex<BufWriter<tempfile::NamedTempFile>>>;
 fn locked(file: &Shared) -> io::Result<std::sync::MutexGuard<'_, BufWriter<tempfile::NamedTempFile>>> {
     file.lock()
         .map_err(|_| io::Error::other("the pack file's writer panicked"))
+}
+
+/// One object of the pack, for its index: where it is, its entry's CRC-32 and (once
+/// resolved) its id.
+struct Object {
+    offset: u64,
+    crc32: u32,
+    id: ObjectId,
 }
 
 /// Read `pack` into `directory` as a pack and its index. Thin-pack bases are looked up in
@@ -89,38 +115,66 @@ pub fn write_to_directory(
             }
         };
 
-    let index_temp = tempfile::NamedTempFile::new_in(directory)
-        .or_raise(|| message("Could not create temporary index file"))?;
-    let mut index_out = BufWriter::with_capacity(64 * 1024, index_temp);
-    let interrupt = AtomicBool::new(false);
-    let resolver_file = shared.clone();
-    let outcome = gix_pack::index::write_data_iter_to_stream(
-        options.index_version,
-        move || -> io::Result<_> {
-            locked(&resolver_file)?.flush()?;
-            let map = PackMap::open(&temp_path)?;
-            // Every byte between the header and the trailer is one entry's, read once.
-            let end = map.bytes().len().saturating_sub(object_hash.len_in_bytes());
-            map.expect(gix_pack::data::header::SIZE as u64..end as u64);
-            Ok((Reader::default().into_resolver(), map))
-        },
-        &mut entries,
-        options.thread_limit,
-        &mut gix_features::progress::Discard,
-        &mut index_out,
-        &interrupt,
-        object_hash,
-        options.alloc_limit_bytes,
-        pack_version,
-    )?;
+    // The stream: each entry's place and checksum, as it is copied to the file.
+    let mut objects: Vec<(u64, u32)> = Vec::new();
+    let (mut deltas, mut by_id, mut end, mut trailer) = (0u32, false, 0u64, None);
+    for entry in &mut entries {
+        let entry = entry?;
+        match entry.header {
+            Header::RefDelta { .. } => (deltas, by_id) = (deltas + 1, true),
+            Header::OfsDelta { base_distance } => {
+                // Refused as the entry arrives, in gix-pack's words (`ingest` knows them).
+                Header::verified_base_pack_offset(entry.pack_offset, base_distance)
+                    .ok_or_raise(|| {
+                        message!(
+                            "{base_distance} is not a valid offset for pack offset {}",
+                            entry.pack_offset
+                        )
+                    })?;
+                deltas += 1;
+            }
+            _ => {}
+        }
+        let crc32 = entry
+            .crc32
+            .ok_or_raise(|| message("the entry's CRC-32 was not computed"))?;
+        objects.push((entry.pack_offset, crc32));
+        end = entry.pack_offset + u64::from(entry.header_size) + entry.compressed_size;
+        trailer = entry.trailer.or(trailer);
+    }
     drop(entries);
-    if outcome.num_objects == 0 {
+    if objects.is_empty() {
         return Ok(Written {
             data_path: None,
             index_path: None,
+            deltas,
+            links: None,
         });
     }
-    let data_path = directory.join(format!("pack-{}.pack", outcome.data_hash.to_hex()));
+    u32::try_from(objects.len()).or_raise(|| {
+        message!("Only u32::MAX objects can be stored in a pack, found {}", objects.len())
+    })?;
+    let pack_hash =
+        trailer.ok_or_raise(|| message("The pack's last entry did not carry its checksum"))?;
+    locked(&shared)
+        .and_then(|mut file| file.flush())
+        .or_raise(|| message("Could not write the pack file"))?;
+
+    let index_temp = tempfile::NamedTempFile::new_in(directory)
+        .or_raise(|| message("Could not create temporary index file"))?;
+    let mut index_out = BufWriter::with_capacity(64 * 1024, index_temp);
+    let links = if by_id {
+        drop(objects);
+        index_by_gix(&temp_path, &mut index_out, object_hash, &options, pack_version)?;
+        None
+    } else {
+        let (objects, links) = resolve(&temp_path, objects, end, object_hash, &options)?;
+        write_index(&mut index_out, &objects, &pack_hash, object_hash)
+            .or_raise(|| message("Could not write pack index"))?;
+        Some(links)
+    };
+
+    let data_path = directory.join(format!("pack-{}.pack", pack_hash.to_hex()));
     let index_path = data_path.with_extension("idx");
     // When the same pack is there, its content is the same.
     if !data_path.is_file() {
@@ -147,7 +201,178 @@ pub fn write_to_directory(
     Ok(Written {
         data_path: Some(data_path),
         index_path: Some(index_path),
+        deltas,
+        links,
     })
+}
+
+/// Resolve every object of the pack at `path` (each entry's offset and CRC-32 in `entries`,
+/// the last ending at `end`) to name it, taking the links of its commits, trees and tags on the
+/// way; the objects in id order, and what their links name outside the pack.
+fn resolve(
+    path: &Path,
+    entries: Vec<(u64, u32)>,
+    end: u64,
+    hash: gix_hash::Kind,
+    options: &gix_pack::bundle::write::Options,
+) -> gix_error::Result<(Vec<Object>, Outside)> {
+    let interrupt = AtomicBool::new(false);
+    let tree = gix_pack::cache::delta::Tree::from_offsets_in_pack(
+        path,
+        entries.into_iter().map(|(offset, crc32)| Object {
+            offset,
+            crc32,
+            id: hash.null(),
+        }),
+        &|object: &Object| object.offset,
+        // Only offsets: a base named by id went to `index_by_gix`.
+        &|_| Ok(None),
+        &mut gix_features::progress::Discard,
+        &interrupt,
+        hash,
+    )?;
+    let map = PackMap::open(path).or_raise(|| message("Could not map the pack file"))?;
+    // Every byte between the header and the trailer is one entry's, read once.
+    map.expect(gix_pack::data::header::SIZE as u64..end);
+    let collected = pack_links::Collected::default();
+    let mut collector = collected.collector();
+    let outcome = tree.traverse(
+        Reader::default().into_resolver(),
+        &map,
+        end,
+        move |object: &mut Object, _, ctx| {
+            let kind = ctx
+                .entry
+                .header
+                .as_kind()
+                .ok_or_raise(|| message("a resolved object has a delta's header"))?;
+            object.id = gix_object::compute_hash(hash, kind, ctx.decompressed)?;
+            collector.object(kind, ctx.decompressed, hash);
+            Ok(())
+        },
+        gix_pack::cache::delta::traverse::Options {
+            object_progress: Box::new(gix_features::progress::Discard),
+            size_progress: &mut gix_features::progress::Discard,
+            thread_limit: options.thread_limit,
+            should_interrupt: &interrupt,
+            object_hash: hash,
+            alloc_limit_bytes: options.alloc_limit_bytes,
+        },
+    )?;
+    drop(map);
+    let mut objects: Vec<Object> = (outcome.roots.into_iter())
+        .chain(outcome.children)
+        .map(|item| item.data)
+        .collect();
+    // Stable, as gix-pack's writer sorts: an object sent twice keeps its pack order.
+    objects.sort_by_key(|object| object.id);
+    let in_pack = |id: &ObjectId| objects.binary_search_by_key(id, |o| o.id).is_ok();
+    let links = collected.outside(in_pack);
+    Ok((objects, links))
+}
+
+/// Index the finished pack at `path` with gix-pack's writer, reading it again.
+fn index_by_gix(
+    path: &Path,
+    out: &mut dyn Write,
+    hash: gix_hash::Kind,
+    options: &gix_pack::bundle::write::Options,
+    pack_version: gix_pack::data::Version,
+) -> gix_error::Result<()> {
+    let file = std::fs::File::open(path).or_raise(|| message("Could not read the pack file"))?;
+    let mut entries = BytesToEntriesIter::new_from_header(
+        BufReader::with_capacity(64 * 1024, file),
+        gix_pack::data::input::Mode::AsIs,
+        EntryDataMode::Crc32,
+        hash,
+    )?;
+    gix_pack::index::write_data_iter_to_stream(
+        options.index_version,
+        || -> io::Result<_> {
+            let map = PackMap::open(path)?;
+            let end = map.bytes().len().saturating_sub(hash.len_in_bytes());
+            map.expect(gix_pack::data::header::SIZE as u64..end as u64);
+            Ok((Reader::default().into_resolver(), map))
+        },
+        &mut entries,
+        options.thread_limit,
+        &mut gix_features::progress::Discard,
+        out,
+        &AtomicBool::new(false),
+        hash,
+        options.alloc_limit_bytes,
+        pack_version,
+    )?;
+    Ok(())
+}
+
+/// The index of `objects` (in id order) of the pack whose checksum is `pack_hash`: git's
+/// version 2 (`Documentation/gitformat-pack.adoc`). gix-pack's encoder is private to it.
+fn write_index(
+    out: &mut dyn Write,
+    objects: &[Object],
+    pack_hash: &ObjectId,
+    hash: gix_hash::Kind,
+) -> io::Result<()> {
+    /// Offsets from here on are in the table of 64-bit offsets.
+    const LARGE: u64 = 0x8000_0000;
+    let mut out = Hashed {
+        inner: out,
+        hasher: gix_hash::hasher(hash),
+    };
+    out.write_all(b"\xfftOc")?;
+    out.write_all(&2u32.to_be_bytes())?;
+    let mut fanout = [0u32; 256];
+    for object in objects {
+        fanout[usize::from(object.id.as_slice()[0])] += 1;
+    }
+    let mut total = 0u32;
+    for count in fanout {
+        total += count;
+        out.write_all(&total.to_be_bytes())?;
+    }
+    for object in objects {
+        out.write_all(object.id.as_slice())?;
+    }
+    for object in objects {
+        out.write_all(&object.crc32.to_be_bytes())?;
+    }
+    let mut large = Vec::new();
+    for object in objects {
+        let small = if object.offset < LARGE {
+            object.offset
+        } else {
+            large.push(object.offset);
+            LARGE | (large.len() as u64 - 1)
+        };
+        let small = u32::try_from(small).map_err(|_| io::Error::other("too many large offsets"))?;
+        out.write_all(&small.to_be_bytes())?;
+    }
+    for offset in large {
+        out.write_all(&offset.to_be_bytes())?;
+    }
+    out.write_all(pack_hash.as_slice())?;
+    let Hashed { inner, hasher } = out;
+    let digest = hasher.try_finalize().map_err(io::Error::other)?;
+    inner.write_all(digest.as_slice())
+}
+
+/// A writer that hashes what goes through it (the index's trailing checksum).
+struct Hashed<'a> {
+    inner: &'a mut dyn Write,
+    hasher: gix_hash::Hasher,
+}
+
+impl Write for Hashed<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// The pack as read, copied to the temporary file.
@@ -186,5 +411,126 @@ impl Read for SharedFile {
 impl Seek for SharedFile {
     fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
         locked(&self.0)?.seek(pos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against git: the index written is byte for byte the one git wrote for the same pack,
+    //! whether its deltas name their bases by offset (indexed here) or by id (by gix-pack), and
+    //! the links taken while indexing are those the decoding pass finds.
+
+    use std::path::Path;
+
+    use super::*;
+
+    use crate::objects::pack_links::{CannotSay, external_links};
+    use crate::test_git::{git_with_input, history, pack, pack_with};
+
+    /// The pack of `index` written again into `dir` as received.
+    fn rewrite(index: &gix_pack::index::File, dir: &Path) -> (Written, gix_pack::index::File) {
+        std::fs::create_dir_all(dir).unwrap();
+        let bytes = std::fs::read(index.path().with_extension("pack")).unwrap();
+        let written = write_to_directory(
+            &mut bytes.as_slice(),
+            dir,
+            None::<gix_object::find::Never>,
+            gix_hash::Kind::Sha1,
+            gix_pack::bundle::write::Options::default(),
+        )
+        .unwrap();
+        let ours = written.index_path.clone().expect("an index");
+        let ours = gix_pack::index::File::at(ours, gix_hash::Kind::Sha1).unwrap();
+        (written, ours)
+    }
+
+    fn deltas(index: &gix_pack::index::File) -> u32 {
+        let data =
+            gix_pack::data::File::at(index.path().with_extension("pack"), index.object_hash())
+                .unwrap();
+        let deltas = index
+            .iter()
+            .filter(|e| data.entry(e.pack_offset).unwrap().header.is_delta())
+            .count();
+        u32::try_from(deltas).unwrap()
+    }
+
+    #[test]
+    fn the_index_is_the_one_git_writes_and_the_deltas_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let commits = history(dir.path());
+        let repo = dir.path().join("r");
+        let by_offset = pack(&repo, &dir.path().join("ofs"), true, &commits[9]);
+        let by_id = pack_with(&repo, &dir.path().join("ref"), true, &[], &commits[9]);
+        for (git_index, collects) in [(by_offset, true), (by_id, false)] {
+            let n = deltas(&git_index);
+            assert!(n > 0, "the pack should hold deltas");
+            let (written, ours) = rewrite(&git_index, &dir.path().join("ours"));
+            assert_eq!(
+                std::fs::read(ours.path()).unwrap(),
+                std::fs::read(git_index.path()).unwrap(),
+                "{}",
+                git_index.path().display()
+            );
+            assert_eq!(written.deltas, n);
+            assert_eq!(written.links.is_some(), collects);
+            std::fs::remove_dir_all(dir.path().join("ours")).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_links_taken_while_indexing_are_those_decoding_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let commits = history(dir.path());
+        let repo = dir.path().join("r");
+        // The whole history links outside nothing; its last commits link to what they build on.
+        let all = pack(&repo, &dir.path().join("all"), true, &commits[9]);
+        let (written, _) = rewrite(&all, &dir.path().join("ours-all"));
+        assert_eq!(written.links, Some(Ok(Default::default())));
+        let since = format!("{}\n^{}\n", commits[9], commits[7]);
+        let top = pack(&repo, &dir.path().join("top"), true, &since);
+        let (written, ours) = rewrite(&top, &dir.path().join("ours-top"));
+        let links = written.links.expect("taken").expect("parsed");
+        let id = |hex: &str| ObjectId::from_hex(hex.as_bytes()).unwrap();
+        assert!(links.contains(&id(&commits[7])), "{links:?}");
+        assert!(links.len() > 1, "{links:?}");
+        assert_eq!(Ok(links), external_links(&ours, None));
+
+        // A commit without its tree line: the links cannot be said.
+        let broken = git_with_input(
+            &repo,
+            &["hash-object", "--literally", "-t", "commit", "-w", "--stdin"],
+            "no tree line\n",
+        );
+        let list = format!("{broken}\n{}\n", commits[0]);
+        let index = pack(&repo, &dir.path().join("broken"), false, &list);
+        let (written, _) = rewrite(&index, &dir.path().join("ours-broken"));
+        assert_eq!(written.links, Some(Err(CannotSay::Unparsable)));
+    }
+
+    #[test]
+    fn offsets_past_two_gib_go_to_the_table_of_large_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = |b: u8| ObjectId::from_bytes_or_panic(&[b; 20]);
+        let objects = [(id(1), 12), (id(2), 3 << 30), (id(3), 0x7fff_ffff), (id(4), 5 << 32)]
+            .map(|(id, offset)| Object {
+                offset,
+                crc32: u32::from(id.as_slice()[0]),
+                id,
+            });
+        let path = dir.path().join("pack-x.idx");
+        let mut out = Vec::new();
+        write_index(&mut out, &objects, &id(9), gix_hash::Kind::Sha1).unwrap();
+        std::fs::write(&path, &out).unwrap();
+        let index = gix_pack::index::File::at(&path, gix_hash::Kind::Sha1).unwrap();
+        assert_eq!(index.num_objects(), 4);
+        for (i, object) in objects.iter().enumerate() {
+            let i = u32::try_from(i).unwrap();
+            assert_eq!(index.oid_at_index(i), object.id.as_ref());
+            assert_eq!(index.pack_offset_at_index(i), object.offset);
+            assert_eq!(index.crc32_at_index(i), Some(object.crc32));
+        }
+        assert_eq!(index.pack_checksum(), id(9));
+        assert_eq!(index.verify_checksum(&mut gix_features::progress::Discard, &AtomicBool::new(false)).ok(), Some(index.index_checksum()));
     }
 }

@@ -44,6 +44,7 @@ pub(super) fn check_connectivity(
         received.and_then(|r| r.index.as_ref()),
         std::iter::empty(),
     )
+    .with_pack_links(received.and_then(|r| r.links.as_ref()))
     .with_shallow(repo.shallow().into_iter().collect(), client_shallow)
     .with_refresh_budget(refresh);
     // All tips at once first, as git's combined rev-list; each on its own only if that fails.

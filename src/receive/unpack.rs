@@ -62,8 +62,6 @@ pub(super) fn unpack<W: Write, E: Write>(
     let opts = ingest::Options {
         max_input_size: config.ingest.max_input_size,
         thread_limit: None,
-        // git shows index-pack's progress only through the sideband.
-        count_deltas: !quiet && sb.mode() == Mode::Band64k,
         // With `extensions.compatObjectFormat`, git's unpack-objects would record each loose
         // object's compatibility id (`loose-object-idx`), which berth does not write; index-pack
         // records none, so keep the pack as index-pack would.
@@ -106,8 +104,10 @@ pub(super) fn unpack<W: Write, E: Write>(
             for m in &r.messages {
                 sb.progress(format!("{m}\n").as_bytes())?;
             }
-            // git's index-pack (used from receive.unpackLimit objects on) prints this.
-            if let Some(d) = r.deltas.filter(|&d| d > 0) {
+            // git's index-pack (used from receive.unpackLimit objects on) prints this, only
+            // through the sideband.
+            let progress = !quiet && sb.mode() == Mode::Band64k;
+            if let Some(d) = r.deltas.filter(|&d| d > 0 && progress) {
                 let end = resolving_deltas_end(r.local_objects);
                 sb.progress(format!("Resolving deltas: 100% ({d}/{d}), {end}.\n").as_bytes())?;
             }

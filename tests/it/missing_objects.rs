@@ -255,11 +255,11 @@ fn an_unreachable_broken_tree_in_a_kept_pack_refuses_nothing() {
 }
 
 /// A real `git push` of a history large enough to be kept as a pack (more objects than
-/// `receive.unpackLimit`'s 100): the connectivity check vouches for its tips with one pass over
-/// the pack's links (its `traverse` step shows under `RUST_LOG`) and walks no tip, and the
-/// repository is one `git fsck --strict` accepts.
+/// `receive.unpackLimit`'s 100): the connectivity check vouches for its tips with the links
+/// the pack's indexing took (its debug line says so under `RUST_LOG`), decodes nothing again
+/// and walks no tip, and the repository is one `git fsck --strict` accepts.
 #[test]
-fn a_pushed_history_is_vouched_for_by_one_pass_over_its_pack() {
+fn a_pushed_history_is_vouched_for_by_the_links_its_indexing_took() {
     let w = world();
     for i in 0..60 {
         w.commit("src", &format!("d{}/f{i}", i % 3), &format!("{i}\n"));
@@ -276,9 +276,14 @@ fn a_pushed_history_is_vouched_for_by_one_pass_over_its_pack() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
+    // The links were taken as the pack was indexed: no object decoded a second time.
     assert!(
-        stderr.contains("traverse") && stderr.contains("pack_links"),
-        "the pass did not run:\n{stderr}"
+        stderr.contains("links vouch for its tips found_by=\"indexing\""),
+        "the links were not taken while indexing:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("pack_links"),
+        "the pack was decoded again:\n{stderr}"
     );
     assert!(!stderr.contains("walking each tip"), "{stderr}");
     assert!(
