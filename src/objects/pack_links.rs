@@ -74,14 +74,24 @@ impl Collected {
         }
     }
 
-    /// What the collected links name outside the pack, whose objects `in_pack` tells.
-    pub fn outside(self, in_pack: impl Fn(&ObjectId) -> bool) -> Outside {
+    /// What the collected links name outside the pack, whose ids `in_pack` yields in order.
+    pub fn outside<'a>(self, in_pack: impl IntoIterator<Item = &'a ObjectId>) -> Outside {
         if self.broken.into_inner() {
             return Err(CannotSay::Unparsable);
         }
-        let mut set = self.set.into_inner().map_err(|_| CannotSay::Traversal)?;
-        set.retain(|id| !in_pack(id));
-        Ok(set)
+        let set = self.set.into_inner().map_err(|_| CannotSay::Traversal)?;
+        // Both in order, the pack's ids are passed over once (a binary search of them for each
+        // link cost git.git's history 0.5 s).
+        let mut links: Vec<ObjectId> = set.into_iter().collect();
+        links.sort_unstable();
+        let mut in_pack = in_pack.into_iter().peekable();
+        Ok(links
+            .into_iter()
+            .filter(|id| {
+                while in_pack.next_if(|p| *p < id).is_some() {}
+                in_pack.peek() != Some(&id)
+            })
+            .collect())
     }
 }
 

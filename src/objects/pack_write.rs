@@ -116,6 +116,7 @@ pub fn write_to_directory(
         };
 
     // The stream: each entry's place and checksum, as it is copied to the file.
+    let stream = tracing::info_span!("stream").entered();
     let mut objects: Vec<(u64, u32)> = Vec::new();
     let (mut deltas, mut by_id, mut end, mut trailer) = (0u32, false, 0u64, None);
     for entry in &mut entries {
@@ -143,6 +144,7 @@ pub fn write_to_directory(
         trailer = entry.trailer.or(trailer);
     }
     drop(entries);
+    drop(stream);
     if objects.is_empty() {
         return Ok(Written {
             data_path: None,
@@ -169,7 +171,8 @@ pub fn write_to_directory(
         None
     } else {
         let (objects, links) = resolve(&temp_path, objects, end, object_hash, &options)?;
-        write_index(&mut index_out, &objects, &pack_hash, object_hash)
+        tracing::info_span!("write_index")
+            .in_scope(|| write_index(&mut index_out, &objects, &pack_hash, object_hash))
             .or_raise(|| message("Could not write pack index"))?;
         Some(links)
     };
@@ -217,6 +220,7 @@ fn resolve(
     options: &gix_pack::bundle::write::Options,
 ) -> gix_error::Result<(Vec<Object>, Outside)> {
     let interrupt = AtomicBool::new(false);
+    let delta_tree = tracing::info_span!("delta_tree").entered();
     let tree = gix_pack::cache::delta::Tree::from_offsets_in_pack(
         path,
         entries.into_iter().map(|(offset, crc32)| Object {
@@ -231,6 +235,8 @@ fn resolve(
         &interrupt,
         hash,
     )?;
+    drop(delta_tree);
+    let _traverse = tracing::info_span!("traverse").entered();
     let map = PackMap::open(path).or_raise(|| message("Could not map the pack file"))?;
     // Every byte between the header and the trailer is one entry's, read once.
     map.expect(gix_pack::data::header::SIZE as u64..end);
@@ -260,14 +266,14 @@ fn resolve(
         },
     )?;
     drop(map);
+    drop(_traverse);
+    let _in_order = tracing::info_span!("name_order").entered();
     let mut objects: Vec<Object> = (outcome.roots.into_iter())
         .chain(outcome.children)
         .map(|item| item.data)
         .collect();
-    // Stable, as gix-pack's writer sorts: an object sent twice keeps its pack order.
-    objects.sort_by_key(|object| object.id);
-    let in_pack = |id: &ObjectId| objects.binary_search_by_key(id, |o| o.id).is_ok();
-    let links = collected.outside(in_pack);
+    objects.sort_unstable_by_key(|object| object.id);
+    let links = collected.outside(objects.iter().map(|o| &o.id));
     Ok((objects, links))
 }
 

@@ -1078,3 +1078,40 @@ fn gitmodules_checks_match_git() {
         assert_eq!(refs.is_empty(), !ok, "case {i}");
     }
 }
+
+/// A kept pack (`receive.unpackLimit` 1) whose delta names a base nobody has is refused in the
+/// same words whether the repository has objects to complete a thin pack from or none (then
+/// the pack is read as it comes, without the thin-pack completion).
+#[test]
+fn an_unresolvable_ref_delta_is_refused_alike_in_an_empty_repository() {
+    let (w, ids) = world();
+    let z = "0".repeat(common::object_format().len_in_hex());
+    let mut e = entry_header(7, 6);
+    e.extend(hex2raw(
+        &"ab".repeat(common::object_format().len_in_bytes()),
+    ));
+    e.extend(deflate(&[3, 3, 0x90, 3, 0, 0]));
+    let base = raw_object(&w, "blob", b"base\n");
+    let mut blob = entry_header(3, 5);
+    blob.extend(deflate(b"base\n"));
+    let pack = pack(&[blob, e]);
+    w.bare("empty.git");
+    let mut outs = Vec::new();
+    for (repo, old) in [("srv.git", ids.c2.as_str()), ("empty.git", z.as_str())] {
+        w.git(repo, &["config", "receive.unpackLimit", "1"]);
+        let mut input = request(&[format!("{old} {base} refs/heads/main")], "report-status");
+        input.extend_from_slice(&pack);
+        let out = run(&w, false, repo, &input, false);
+        assert!(
+            out.stderr.contains("fatal: pack has unresolved deltas"),
+            "{repo}: {out:?}"
+        );
+        assert!(
+            out.stdout.contains("ng refs/heads/main unpacker error"),
+            "{repo}: {out:?}"
+        );
+        outs.push(out.stderr);
+        w.assert_clean(repo);
+    }
+    assert_eq!(outs[0], outs[1]);
+}
