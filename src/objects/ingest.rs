@@ -1,8 +1,10 @@
 //! Pack ingestion into a quarantine.
 //!
-//! The pack is indexed by `gix-pack` (parallel delta resolution, thin packs completed from the
-//! repository's objects; [`crate::objects::pack_write`], which gives the pack's pages back as
-//! they are resolved) into `objects/tmp_objdir-incoming-XXXXXX/pack`, a directory that sees the
+//! The pack is indexed with `gix-pack`'s machinery (parallel delta resolution, thin packs
+//! completed from the repository's objects; [`crate::objects::pack_write`], which gives the
+//! pack's pages back as they are resolved and takes the links of its commits, trees and tags
+//! for the connectivity check on the way) into `objects/tmp_objdir-incoming-XXXXXX/pack`, a
+//! directory that sees the
 //! repository's objects through `info/alternates`. Nothing in it is visible to the repository
 //! until [`Quarantine::migrate`] moves the pack into `objects/pack`; dropping an unmigrated
 //! quarantine removes it. A crash leaves a `tmp_objdir-*` directory, which `git prune` removes,
