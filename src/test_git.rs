@@ -86,3 +86,14 @@ pub(crate) fn pack_with(
     let name = git_with_input(repo, &args, list);
     gix_pack::index::File::at(dir.join(format!("pack-{name}.idx")), gix_hash::Kind::Sha1).unwrap()
 }
+
+/// How many entries of the pack of `index` are deltas.
+pub(crate) fn deltas_in(index: &gix_pack::index::File) -> u32 {
+    let data =
+        gix_pack::data::File::at(index.path().with_extension("pack"), index.object_hash()).unwrap();
+    let deltas = index
+        .iter()
+        .filter(|e| data.entry(e.pack_offset).unwrap().header.is_delta())
+        .count();
+    u32::try_from(deltas).unwrap()
+}

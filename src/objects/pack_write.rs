@@ -431,7 +431,7 @@ mod tests {
     use super::*;
 
     use crate::objects::pack_links::{CannotSay, external_links};
-    use crate::test_git::{git_with_input, history, pack, pack_with};
+    use crate::test_git::{deltas_in, git_with_input, history, pack, pack_with};
 
     /// The pack of `index` written again into `dir` as received.
     fn rewrite(index: &gix_pack::index::File, dir: &Path) -> (Written, gix_pack::index::File) {
@@ -450,17 +450,6 @@ mod tests {
         (written, ours)
     }
 
-    fn deltas(index: &gix_pack::index::File) -> u32 {
-        let data =
-            gix_pack::data::File::at(index.path().with_extension("pack"), index.object_hash())
-                .unwrap();
-        let deltas = index
-            .iter()
-            .filter(|e| data.entry(e.pack_offset).unwrap().header.is_delta())
-            .count();
-        u32::try_from(deltas).unwrap()
-    }
-
     #[test]
     fn the_index_is_the_one_git_writes_and_the_deltas_are_counted() {
         let dir = tempfile::tempdir().unwrap();
@@ -469,7 +458,7 @@ mod tests {
         let by_offset = pack(&repo, &dir.path().join("ofs"), true, &commits[9]);
         let by_id = pack_with(&repo, &dir.path().join("ref"), true, &[], &commits[9]);
         for (git_index, collects) in [(by_offset, true), (by_id, false)] {
-            let n = deltas(&git_index);
+            let n = deltas_in(&git_index);
             assert!(n > 0, "the pack should hold deltas");
             let (written, ours) = rewrite(&git_index, &dir.path().join("ours"));
             assert_eq!(
