@@ -83,7 +83,7 @@ impl Collected {
         // Both in order, the pack's ids are passed over once (a binary search of them for each
         // link cost git.git's history 0.5 s).
         let mut links: Vec<ObjectId> = set.into_iter().collect();
-        links.sort_unstable();
+        links.sort_unstable_by(by_id);
         let mut in_pack = in_pack.into_iter().peekable();
         Ok(links
             .into_iter()
@@ -151,6 +151,17 @@ impl Drop for Collector<'_> {
     fn drop(&mut self) {
         self.flush();
     }
+}
+
+/// The order of ids, told mostly by their first eight bytes as one number (ids are uniformly
+/// distributed): sorting git.git's 419,403 ids by the whole id, one `memcmp` call a
+/// comparison, took 0.1 s more.
+pub(crate) fn by_id(a: &ObjectId, b: &ObjectId) -> std::cmp::Ordering {
+    let prefix = |id: &ObjectId| {
+        let bytes: [u8; 8] = id.as_slice()[..8].try_into().expect("ids are longer");
+        u64::from_be_bytes(bytes)
+    };
+    prefix(a).cmp(&prefix(b)).then_with(|| a.cmp(b))
 }
 
 /// The slot of `id` in a cache of [`FOUND_SLOTS`] ids.
@@ -367,6 +378,24 @@ mod tests {
 
     fn id(hex: &str) -> ObjectId {
         ObjectId::from_hex(hex.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn ids_are_ordered_as_their_bytes() {
+        let ids: Vec<ObjectId> = [[0u8; 20], [1; 20], [255; 20]]
+            .into_iter()
+            .chain((0..20).map(|i| {
+                let mut id = [7u8; 20];
+                id[i] = 8;
+                id
+            }))
+            .map(|b| ObjectId::from_bytes_or_panic(&b))
+            .collect();
+        for a in &ids {
+            for b in &ids {
+                assert_eq!(by_id(a, b), a.cmp(b), "{a} {b}");
+            }
+        }
     }
 
     #[test]

@@ -272,7 +272,7 @@ fn resolve(
         .chain(outcome.children)
         .map(|item| item.data)
         .collect();
-    objects.sort_unstable_by_key(|object| object.id);
+    objects.sort_unstable_by(|a, b| pack_links::by_id(&a.id, &b.id));
     let links = collected.outside(objects.iter().map(|o| &o.id));
     Ok((objects, links))
 }
