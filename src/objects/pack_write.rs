@@ -273,7 +273,7 @@ fn resolve(
         .map(|item| item.data)
         .collect();
     objects.sort_unstable_by(|a, b| pack_links::by_id(&a.id, &b.id));
-    let links = collected.outside(objects.iter().map(|o| &o.id));
+    let links = collected.outside(objects.iter().map(|o| o.id));
     Ok((objects, links))
 }
 
