@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::wire;
 use crate::objects::connectivity::{Check, Status};
 use crate::objects::ingest;
+use crate::objects::pack_links::Outside;
 
 /// Why objects from a peer could not be taken in, a pack for one made, or a copy created.
 #[derive(Debug, thiserror::Error)]
@@ -54,20 +55,25 @@ pub(super) enum Error {
     PackObjects { stderr: String },
 }
 
-/// The index of a pack a peer sent, kept for the connectivity walk after the pack itself moved
-/// into the repository (the mapping outlives the rename).
+/// The index of a pack a peer sent, kept for the connectivity check after the pack itself moved
+/// into the repository (the mapping outlives the rename), with the links its indexing took.
 #[derive(Clone)]
-pub(super) struct PackIndex(Arc<gix_pack::index::File>);
+pub(super) struct PackIndex(Arc<(gix_pack::index::File, Option<Outside>)>);
 
 impl PackIndex {
     pub(super) fn file(&self) -> &gix_pack::index::File {
-        &self.0
+        &self.0.0
+    }
+
+    /// What the pack links to outside it, as its indexing found it.
+    fn links(&self) -> Option<&Outside> {
+        self.0.1.as_ref()
     }
 }
 
 impl std::fmt::Debug for PackIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PackIndex({} objects)", self.0.num_objects())
+        write!(f, "PackIndex({} objects)", self.file().num_objects())
     }
 }
 
@@ -138,7 +144,9 @@ pub(super) fn receive(
     let received = ingest::receive_pack(&mut input, &q, objects, options)?;
     Ok(Arrived {
         quarantine: q,
-        index: received.index.map(|i| PackIndex(Arc::new(i))),
+        index: received
+            .index
+            .map(|file| PackIndex(Arc::new((file, received.links)))),
     })
 }
 
@@ -231,17 +239,20 @@ pub(super) fn ensure_repository(dir: &Path, format: &Format) -> Result<(), Error
 pub(super) fn connected(
     repo: &crate::repo::Repository,
     objects: &gix_odb::Handle,
-    index: Option<&gix_pack::index::File>,
+    index: Option<&PackIndex>,
     tips: &[gix_hash::ObjectId],
     shallow: &[gix_hash::ObjectId],
 ) -> Result<Vec<gix_hash::ObjectId>, Error> {
     if tips.is_empty() {
         return Ok(Vec::new());
     }
-    let mut check = Check::new(objects, index, std::iter::empty()).with_shallow(
-        repo.shallow().into_iter().collect(),
-        shallow.iter().copied().collect(),
-    );
+    let check = Check::new(objects, index.map(PackIndex::file), std::iter::empty());
+    let mut check = check
+        .with_pack_links(index.and_then(PackIndex::links))
+        .with_shallow(
+            repo.shallow().into_iter().collect(),
+            shallow.iter().copied().collect(),
+        );
     if check.self_contained(tips) {
         return Ok(Vec::new());
     }

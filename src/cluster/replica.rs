@@ -48,7 +48,7 @@ use super::copy::Local;
 use super::decide::{self, Heard, Logged, Position, Resolve, Verdict, Winners};
 use super::incoming::Claimed;
 use super::log::new_of;
-use super::objects::{Keeps, PackIndex, connected, migrate, record_shallow};
+use super::objects::{Keeps, connected, migrate, record_shallow};
 use super::turns::{self, Age, Ask, GaveWay};
 use super::wire::{self, body_stream, text};
 use super::{Cluster, applied_seq, repo_dir};
@@ -484,13 +484,7 @@ impl Job {
             None => (Keeps(Vec::new()), None),
         };
         let tips: Vec<gix_hash::ObjectId> = h.updates.iter().filter_map(new_of).collect();
-        let roots = connected(
-            &repo,
-            &objects,
-            index.as_ref().map(PackIndex::file),
-            &tips,
-            &h.shallow,
-        )?;
+        let roots = connected(&repo, &objects, index.as_ref(), &tips, &h.shallow)?;
         record_shallow(&repo, &roots)?;
         let current = refs::of_repository(&repo).snapshot().map_err(Local::from)?;
         let env = crate::receive::Environment {
