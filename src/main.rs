@@ -440,6 +440,12 @@ fn main() -> ExitCode {
     }
     // receive-pack answers its command line as git's builtin does, not as clap would.
     if args.get(1).is_some_and(|a| a == "receive-pack") {
+        // git's receive-pack says `GIT_DIR=.` in its own environment (`enter_repo`), and every
+        // process it starts in the repository inherits it; so does this one (the session's
+        // `HookEnvironment::InheritWithGitDir`), and std need not copy the environment for
+        // each hook.
+        // SAFETY: nothing has started a thread yet, so nothing reads the environment meanwhile.
+        unsafe { std::env::set_var("GIT_DIR", ".") };
         init_logging(None);
         return receive_pack(&args[2..]);
     }
@@ -834,8 +840,9 @@ fn receive_pack(args: &[std::ffi::OsString]) -> ExitCode {
             .unwrap_or(0),
         in_process: None,
         hook_env: Vec::new(),
-        // git's contract: hooks inherit receive-pack's whole environment.
-        hook_environment: berth::receive::HookEnvironment::Inherit,
+        // git's contract: hooks inherit receive-pack's whole environment, `GIT_DIR=.` (set by
+        // `main`) included.
+        hook_environment: berth::receive::HookEnvironment::InheritWithGitDir,
         env: berth::receive::Environment::from_process(),
         // The stderr handed to the session below writes to it unbuffered.
         stderr: match std::os::fd::AsFd::as_fd(&std::io::stderr()).try_clone_to_owned() {

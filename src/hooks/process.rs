@@ -376,7 +376,7 @@ fn command(hook: &Hook, inv: &Invocation<'_>, via_shell: bool) -> Process {
         process.arg(std::ffi::OsStr::from_bytes(a));
     }
     inv.environment.apply(&mut process);
-    process.current_dir(inv.git_dir).env("GIT_DIR", ".");
+    inv.environment.in_git_dir(&mut process, inv.git_dir);
     for k in inv.env_remove {
         process.env_remove(k);
     }
@@ -602,9 +602,8 @@ impl Conversation {
             path.as_path()
         });
         inv.environment.apply(&mut p);
+        inv.environment.in_git_dir(&mut p, inv.git_dir);
         p.arg0(argv0)
-            .current_dir(inv.git_dir)
-            .env("GIT_DIR", ".")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

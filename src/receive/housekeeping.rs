@@ -22,7 +22,8 @@ pub(super) fn housekeeping<W: Write, E: Write>(
     let git = |args: &[&str]| {
         let mut p = std::process::Command::new("git");
         environment.apply(&mut p);
-        p.args(args).current_dir(&repo.git_dir).env("GIT_DIR", ".");
+        environment.in_git_dir(&mut p, &repo.git_dir);
+        p.args(args);
         p
     };
     if repo.config.housekeeping.auto_gc {

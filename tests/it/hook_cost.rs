@@ -133,3 +133,108 @@ fn without_sideband_the_update_hook_writes_to_receive_packs_stderr_itself() {
         "nothing on the client's channel"
     );
 }
+
+/// The environment array of each `execve` in an `strace -v` trace, by the program's path.
+fn exec_environments(trace: &str) -> Vec<(String, Vec<String>)> {
+    trace
+        .lines()
+        .filter(|l| l.contains("execve(\"") && l.ends_with("= 0"))
+        .filter_map(|l| {
+            let program = l.split("execve(\"").nth(1)?.split('"').next()?.to_owned();
+            let env = l.rsplit_once("], [")?.1.rsplit_once("]) =")?.0;
+            let env = env
+                .trim_matches('"')
+                .split("\", \"")
+                .map(str::to_owned)
+                .collect();
+            Some((program, env))
+        })
+        .collect()
+}
+
+/// `berth receive-pack` says `GIT_DIR=.` in its own environment once, as git's receive-pack
+/// does (`enter_repo`), so that a hook is given the receiving process's environment as it is
+/// rather than a copy std rebuilds, sorted, for every hook: the hook's environment is
+/// receive-pack's in its order with `GIT_DIR=.` added last (or in its place, when the caller
+/// had one).
+#[test]
+fn the_update_hook_is_given_receive_packs_own_environment() {
+    let w = World::new();
+    w.bare("srv.git");
+    w.git("srv.git", &["config", "receive.autogc", "false"]);
+    let hook = w.path("srv.git/hooks/update");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\necho \"$GIT_DIR $(basename \"$PWD\")\" >&2\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    w.work("src");
+    let head = w.commit("src", "a", "1");
+    w.git("src", &["push", "-q", "../srv.git", "main"]);
+    let run = |caller_git_dir: Option<&str>| {
+        let mut input = Vec::new();
+        for i in 0..3 {
+            let caps = if i == 0 { "\0 report-status quiet" } else { "" };
+            let run = caller_git_dir.map_or("a", |_| "b");
+            input.extend(pkt(&format!("{ZERO} {head} refs/heads/{run}/{i}{caps}")));
+        }
+        input.extend(b"0000");
+        input.extend(EMPTY_PACK);
+        let trace = w.path("trace");
+        let mut cmd = w.cmd("strace", ".");
+        cmd.args(["-f", "-qq", "-v", "-s", "4096", "-e", "trace=execve", "-o"])
+            .arg(&trace)
+            .arg(common::berth())
+            .args(["receive-pack", "--stateless-rpc", "srv.git"]);
+        if let Some(dir) = caller_git_dir {
+            cmd.env("GIT_DIR", dir);
+        }
+        let out = w.git_with_stdin_cmd(cmd, &input);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        assert_eq!(
+            stderr,
+            ". srv.git\n".repeat(3),
+            "each hook sees GIT_DIR=. in the repository"
+        );
+        exec_environments(&std::fs::read_to_string(&trace).unwrap())
+    };
+
+    // berth's own environment, and each hook's (the hook's `basename` left out).
+    let split = |execs: Vec<(String, Vec<String>)>| {
+        let berth = execs[0].1.clone();
+        let hooks: Vec<_> = execs
+            .into_iter()
+            .filter(|(program, _)| program == "hooks/update")
+            .map(|(_, env)| env)
+            .collect();
+        assert_eq!(hooks.len(), 3);
+        (berth, hooks)
+    };
+    let (berth, hooks) = split(run(None));
+    assert!(!berth.iter().any(|v| v.starts_with("GIT_DIR=")));
+    let mut expected = berth.clone();
+    expected.push("GIT_DIR=.".to_owned());
+    for env in &hooks {
+        assert_eq!(
+            env, &expected,
+            "the hook's environment is receive-pack's, GIT_DIR last"
+        );
+    }
+
+    // A caller's GIT_DIR is replaced where it stands.
+    let (berth, hooks) = split(run(Some("/elsewhere")));
+    let expected: Vec<_> = berth
+        .iter()
+        .map(|v| match v.as_str() {
+            "GIT_DIR=/elsewhere" => "GIT_DIR=.".to_owned(),
+            _ => v.clone(),
+        })
+        .collect();
+    assert!(expected.contains(&"GIT_DIR=.".to_owned()));
+    for env in &hooks {
+        assert_eq!(env, &expected);
+    }
+}
