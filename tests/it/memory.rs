@@ -80,8 +80,9 @@ fn a_300_mib_push_is_streamed_not_buffered() {
     let request = env.path("request");
     {
         let mut f = std::fs::File::create(&request).unwrap();
+        let format = crate::common::object_format_cap();
         let line =
-            format!("{ZERO} {tip} refs/heads/main\0report-status quiet object-format=sha1\n");
+            format!("{ZERO} {tip} refs/heads/main\0report-status quiet object-format={format}\n");
         write!(f, "{:04x}{line}0000", line.len() + 4).unwrap();
         let mut po = env
             .cmd("git", ".")
@@ -305,7 +306,11 @@ fn a_multi_gib_push_keeps_memory_bounded() {
         .unwrap_or(3072);
     let blobs = (total_mib << 20).div_ceil(BLOB) as usize;
     let env = World::fixed_clock("berth-memory-", "");
-    env.git(".", &["init", "-q", "--bare", "srv.git"]);
+    // SHA-1 whatever the tests' object format: the pack and its ids are made here.
+    env.git(
+        ".",
+        &["init", "-q", "--bare", "--object-format=sha1", "srv.git"],
+    );
     env.git(".", &["-C", "srv.git", "config", "receive.autogc", "false"]);
 
     // The ids first (the command names the commit before the pack comes): one pass of noise
@@ -356,8 +361,10 @@ fn a_multi_gib_push_keeps_memory_bounded() {
     let stdin = child.stdin.take().unwrap();
     let writer = std::thread::spawn(move || {
         let mut w = std::io::BufWriter::with_capacity(1 << 16, stdin);
-        let line =
-            format!("{ZERO} {commit_id} refs/heads/main\0report-status quiet object-format=sha1\n");
+        let line = format!(
+            "{} {commit_id} refs/heads/main\0report-status quiet object-format=sha1\n",
+            "0".repeat(40)
+        );
         write!(w, "{:04x}{line}0000", line.len() + 4).unwrap();
         let mut pack = PackWriter::new(w, blobs as u32 + 2);
         for i in 0..blobs {
@@ -568,7 +575,8 @@ fn request_creating_main(
     args.extend_from_slice(pack_options);
     let pack = w.git_with_stdin(repo, &args, format!("{tip}\n").as_bytes());
     assert!(pack.status.success(), "{pack:?}");
-    let line = format!("{ZERO} {tip} refs/heads/main\0{caps}");
+    let format = crate::common::object_format_cap();
+    let line = format!("{ZERO} {tip} refs/heads/main\0{caps} object-format={format}");
     let mut request = format!("{:04x}{line}", line.len() + 4).into_bytes();
     request.extend_from_slice(b"0000");
     request.extend_from_slice(&pack.stdout);
