@@ -36,7 +36,7 @@ use super::packed::{
     self, Item, Lock, Loose, Packed, Peeler, Sorted, cannot_lock, loose_below, path_of, prefixes,
     read_loose, read_loose_from, remove_empty_parents, strerror,
 };
-use super::transaction::{Failed, Index, commit, live, prepare};
+use super::transaction::batch::{CommitError, Failed, Index, PrepareError, live};
 use super::{RefError, RefResult, RefUpdate};
 
 /// The batch with every lock held (steps 1 and 2), ready for [`Locked::commit`]; dropped, the
@@ -54,7 +54,7 @@ pub(super) fn lock<'a>(
     batch: super::Batch<'a>,
     updates: &'a [RefUpdate],
     results: &mut [RefResult],
-) -> Result<Locked<'a>, Failed<prepare::Error>> {
+) -> Result<Locked<'a>, Failed<PrepareError>> {
     let super::Batch {
         git_dir, atomic, ..
     } = batch;
@@ -103,7 +103,7 @@ impl Locked<'_> {
     pub(super) fn commit(
         self,
         results: &mut [RefResult],
-    ) -> Result<Vec<Index>, Failed<commit::Error>> {
+    ) -> Result<Vec<Index>, Failed<CommitError>> {
         let Locked {
             batch,
             updates,
@@ -159,7 +159,7 @@ impl Locked<'_> {
                 Err(e) => {
                     let (name, reason) = (u.name.clone(), strerror(&e));
                     if atomic {
-                        return Err(Failed::quietly(commit::Error::SetRef { name, reason }));
+                        return Err(Failed::quietly(CommitError::SetRef { name, reason }));
                     }
                     results[it.index()] = Err(Box::new(RefError::Other {
                         message: format!("couldn't set '{name}': {reason}"),
@@ -199,7 +199,7 @@ impl Locked<'_> {
                 {
                     let (name, reason) = (name.as_bstr().to_owned(), strerror(&e));
                     if atomic {
-                        return Err(Failed::quietly(commit::Error::RemoveRef { name, reason }));
+                        return Err(Failed::quietly(CommitError::RemoveRef { name, reason }));
                     }
                     results[it.index()] = Err(Box::new(RefError::Other {
                         message: format!("unable to remove '{name}': {reason}"),
@@ -227,14 +227,11 @@ impl Locked<'_> {
 }
 
 /// Sync `dirs` (refs were renamed into them or removed from them) as `fsync` says for refs.
-fn sync_dirs(
-    fsync: crate::fsync::Durability,
-    dirs: &BTreeSet<PathBuf>,
-) -> Result<(), commit::Error> {
+fn sync_dirs(fsync: crate::fsync::Durability, dirs: &BTreeSet<PathBuf>) -> Result<(), CommitError> {
     for d in dirs {
         fsync
             .sync_dir(crate::fsync::Components::REFERENCE, d)
-            .map_err(|e| commit::Error::SyncDir {
+            .map_err(|e| CommitError::SyncDir {
                 reason: strerror(&e),
             })?;
     }

@@ -635,6 +635,25 @@ impl RefStore for FilesStore {
     }
 }
 
+/// Here rather than beside the backend, so that `reftable` need not import the transaction that
+/// calls it; the reading is the backend's own (inherent methods of the same names).
+impl RefStore for ReftableStore {
+    fn snapshot(&self) -> Result<Refs, SnapshotError> {
+        ReftableStore::snapshot(self)
+    }
+
+    fn symref_targets(&self, names: &[&[u8]]) -> Vec<Option<Option<BString>>> {
+        ReftableStore::symref_targets(self, names)
+    }
+
+    fn transaction<'a>(&'a self, options: Options<'a>) -> Transaction<'a> {
+        Transaction {
+            store: transaction::Store::Reftable(self),
+            options,
+        }
+    }
+}
+
 impl FilesStore {
     /// If the loose file `name` is a symbolic ref: the name of the ref it finally points to
     /// (`None` inside when the chain is too long to resolve). Symbolic refs are always loose

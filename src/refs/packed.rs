@@ -87,7 +87,7 @@ use gix_hash::ObjectId;
 use gix_object::Kind;
 use gix_object::bstr::{BString, ByteSlice};
 
-use super::transaction::{Failed, Index, commit, live, prepare};
+use super::transaction::batch::{CommitError, Failed, Index, PrepareError, live};
 use super::{Change, Expected, RefError, RefResult, RefUpdate};
 use crate::lockfile::Timeout;
 use crate::repo::config::LogRefUpdates;
@@ -653,7 +653,7 @@ pub(super) fn read_loose_from(mut file: fs::File) -> Option<Loose> {
 /// read under its lock, and is looked up there again when needed.
 pub(super) struct Item {
     /// Index into `updates` (a transaction takes at most `u32::MAX`,
-    /// [`prepare::Error::TooLarge`]); [`Item::index`] for indexing.
+    /// [`PrepareError::TooLarge`]); [`Item::index`] for indexing.
     pub(super) index: Index,
     held: Option<Box<HeldRef>>,
 }
@@ -767,7 +767,7 @@ pub(super) fn lock<'a>(
     batch: super::Batch<'a>,
     updates: &'a [RefUpdate],
     results: &mut [RefResult],
-) -> Result<Result<Locked<'a>, Fallback>, Failed<prepare::Error>> {
+) -> Result<Result<Locked<'a>, Fallback>, Failed<PrepareError>> {
     let super::Batch {
         git_dir, atomic, ..
     } = batch;
@@ -859,7 +859,7 @@ impl Locked<'_> {
     pub(super) fn commit(
         self,
         results: &mut [RefResult],
-    ) -> Result<Vec<Index>, Failed<commit::Error>> {
+    ) -> Result<Vec<Index>, Failed<CommitError>> {
         let Locked {
             batch,
             updates,

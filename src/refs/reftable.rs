@@ -17,8 +17,8 @@ use gix_hash::ObjectId;
 use gix_object::bstr::BString;
 
 use super::packed::{cmp_below, is_below};
-use super::transaction::{self, Failed, Options, Transaction, commit, live, prepare};
-use super::{RefError, RefResult, RefStore, RefUpdate, Refs, SnapshotError, precheck};
+use super::transaction::batch::{CommitError, Failed, Index, Options, PrepareError, live};
+use super::{RefError, RefResult, RefUpdate, Refs, SnapshotError, precheck};
 use crate::reftable::table::record_floor;
 use crate::reftable::{
     Error, LogRecord, LogUpdate, LogValue, RefRecord, RefValue, Stack, WriteOptions,
@@ -116,15 +116,17 @@ impl ReftableStore {
     }
 }
 
-impl RefStore for ReftableStore {
-    fn snapshot(&self) -> Result<Refs, SnapshotError> {
+impl ReftableStore {
+    /// [`super::RefStore::snapshot`] (whose implementation, in the parent module, calls this).
+    pub(super) fn snapshot(&self) -> Result<Refs, SnapshotError> {
         let merged = Merged::of(&self.stack()?)?;
         let refs = merged.snapshot();
         *self.read.borrow_mut() = Some(merged);
         Ok(refs)
     }
 
-    fn symref_targets(&self, names: &[&[u8]]) -> Vec<Option<Option<BString>>> {
+    /// [`super::RefStore::symref_targets`] (the same).
+    pub(super) fn symref_targets(&self, names: &[&[u8]]) -> Vec<Option<Option<BString>>> {
         if self.read.borrow().is_none() && self.snapshot().is_err() {
             return vec![None; names.len()];
         }
@@ -149,13 +151,6 @@ impl RefStore for ReftableStore {
             })
             .collect()
     }
-
-    fn transaction<'a>(&'a self, options: Options<'a>) -> Transaction<'a> {
-        Transaction {
-            store: transaction::Store::Reftable(self),
-            options,
-        }
-    }
 }
 
 /// A transaction's batch with `tables.list.lock` held and every ref checked under it, ready
@@ -167,25 +162,25 @@ pub(super) struct Locked<'a> {
     /// The refs under the lock.
     now: Cow<'a, Refs>,
     /// The indexes of the updates to write, in order.
-    live: Vec<transaction::Index>,
+    live: Vec<Index>,
     committer: &'a gix_actor::Signature,
     objects: &'a gix_odb::Handle,
 }
 
 impl ReftableStore {
-    /// The reftable half of [`Transaction::prepare`]: take `tables.list.lock` and check the
+    /// The reftable half of [`super::Transaction::prepare`]: take `tables.list.lock` and check the
     /// live updates (`results[i].is_ok()`) again under it.
     pub(super) fn lock<'a>(
         &'a self,
         updates: &'a [RefUpdate],
         results: &mut [RefResult],
         options: &Options<'a>,
-    ) -> Result<Locked<'a>, Failed<prepare::Error>> {
+    ) -> Result<Locked<'a>, Failed<PrepareError>> {
         let atomic = options.atomic();
         let stack = self.stack().map_err(Failed::quietly)?;
         let locked = match stack.into_locked() {
             Ok(l) => l,
-            Err(Error::Locked(_)) => return Err(Failed::aborted(prepare::Error::ReftableLocked)),
+            Err(Error::Locked(_)) => return Err(Failed::aborted(PrepareError::ReftableLocked)),
             Err(e) => return Err(Failed::aborted(e)),
         };
         // Checked again under the lock, unless the stack is still the one `current` was read
@@ -225,7 +220,7 @@ impl ReftableStore {
 
 impl Locked<'_> {
     /// Write the batch as one table; the indexes of the updates written.
-    pub(super) fn commit(self) -> Result<Vec<transaction::Index>, Failed<commit::Error>> {
+    pub(super) fn commit(self) -> Result<Vec<Index>, Failed<CommitError>> {
         let Locked {
             store,
             updates,
@@ -248,7 +243,7 @@ impl Locked<'_> {
                     .map(move |i| Ok(record(&updates[i as usize], &mut peeler, hash)));
                 locked.commit_sorted(Box::new(refs), plan.floor, plan.logs)
             });
-        written.map_err(|e| Failed::quietly(commit::Error::Reftable(e)))?;
+        written.map_err(|e| Failed::quietly(CommitError::Reftable(e)))?;
         Ok(live)
     }
 }
@@ -257,7 +252,7 @@ impl Locked<'_> {
 /// that write a ref record, in name order (their records are made one at a time as the table
 /// is written), a floor on the size of those records, and the reflog records.
 struct Plan {
-    written: Vec<transaction::Index>,
+    written: Vec<Index>,
     floor: u64,
     logs: Vec<LogRecord>,
 }
@@ -293,7 +288,7 @@ impl ReftableStore {
         stack: &Stack,
         now: &Refs,
         updates: &[RefUpdate],
-        live: &[transaction::Index],
+        live: &[Index],
         committer: &gix_actor::Signature,
     ) -> Result<Plan, Error> {
         let batch = || live.iter().map(|&i| &updates[i as usize]);
@@ -365,7 +360,7 @@ impl ReftableStore {
                 });
             }
         }
-        let name = |i: &transaction::Index| updates[*i as usize].name.as_slice();
+        let name = |i: &Index| updates[*i as usize].name.as_slice();
         if !written.is_sorted_by_key(name) {
             written.sort_unstable_by(|a, b| name(a).cmp(name(b)));
         }
@@ -391,7 +386,7 @@ fn conflicts_in_batch(
     // Nothing to decide unless some name of the batch is a directory of another, which is
     // found in name order without a set of every name.
     let mut order = live(results);
-    let name = |i: transaction::Index| updates[i as usize].name.as_slice();
+    let name = |i: Index| updates[i as usize].name.as_slice();
     if !order.is_sorted_by_key(|&i| name(i)) {
         order.sort_unstable_by(|&a, &b| name(a).cmp(name(b)));
     }

@@ -36,63 +36,14 @@
 //! backend fails to take a lock or to check under it (git's files backend closes such a
 //! transaction without the hook), and when writing fails after `prepared`.
 
-use super::{FilesStore, RefError, RefResult, RefUpdate, Refs, ReftableStore};
+use super::{FilesStore, RefError, RefResult, RefUpdate, ReftableStore};
 
+pub(super) mod batch;
 pub mod commit;
 pub mod prepare;
 
-/// Whether one failed ref fails the whole transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Atomicity {
-    /// Any failure fails all refs, and nothing is written (`git push --atomic`).
-    AllOrNothing,
-    /// Each ref may fail on its own, with its own error; the others are written.
-    PerRef,
-}
-
-/// What a transaction needs besides its updates.
-#[derive(Clone, Copy)]
-pub struct Options<'a> {
-    /// Whether one failed ref fails them all.
-    pub atomicity: Atomicity,
-    /// The refs as read at the start of the push; updates are checked against them first.
-    pub current: &'a Refs,
-    /// The reflog identity.
-    pub committer: &'a gix_actor::Signature,
-    /// The object database, to peel tags for `packed-refs` and reftable records.
-    pub objects: &'a gix_odb::Handle,
-}
-
-impl Options<'_> {
-    pub(super) fn atomic(&self) -> bool {
-        self.atomicity == Atomicity::AllOrNothing
-    }
-}
-
-/// The states of a ref transaction, as git's `reference-transaction` hook sees them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TransactionState {
-    /// Before any lock is taken.
-    Preparing,
-    /// Every lock is held; nothing is written yet.
-    Prepared,
-    /// Written.
-    Committed,
-    /// Given up.
-    Aborted,
-}
-
-impl TransactionState {
-    /// The hook's argument.
-    pub fn name(self) -> &'static str {
-        match self {
-            TransactionState::Preparing => "preparing",
-            TransactionState::Prepared => "prepared",
-            TransactionState::Committed => "committed",
-            TransactionState::Aborted => "aborted",
-        }
-    }
-}
+pub use batch::{Atomicity, Options, TransactionState};
+pub(super) use batch::{Failed, Index, live};
 
 /// Told the states of a transaction with the updates still in its batch (git's
 /// `reference-transaction` hook); returning `false` in [`TransactionState::Preparing`] or
@@ -178,31 +129,6 @@ impl Drop for Prepared<'_> {
     }
 }
 
-/// A failed step, and whether the observer is then told `aborted` (see the module
-/// documentation for when it is).
-pub(super) struct Failed<E> {
-    pub(super) error: E,
-    pub(super) aborted: bool,
-}
-
-impl<E> Failed<E> {
-    /// Failed without an `aborted` announcement.
-    pub(super) fn quietly(error: impl Into<E>) -> Self {
-        Failed {
-            error: error.into(),
-            aborted: false,
-        }
-    }
-
-    /// Failed, announcing `aborted`.
-    pub(super) fn aborted(error: impl Into<E>) -> Self {
-        Failed {
-            error: error.into(),
-            aborted: true,
-        }
-    }
-}
-
 /// Tell `observer` that the updates at `live` reached `state` (all of `updates` without
 /// copying when none failed).
 pub(super) fn announce(
@@ -218,23 +144,6 @@ pub(super) fn announce(
         observer.state(state, &batch)
     }
 }
-
-/// The indexes of the updates that have not failed, in order.
-pub(super) fn live(results: &[RefResult]) -> Vec<Index> {
-    let mut live = Vec::with_capacity(results.len());
-    // `as`: a transaction has at most `u32::MAX` updates ([`prepare::Error::TooLarge`]).
-    live.extend(
-        (0..results.len())
-            .filter(|&i| results[i].is_ok())
-            .map(|i| i as Index),
-    );
-    live
-}
-
-/// An index into a transaction's updates. 32 bits, as a transaction takes at most `u32::MAX`
-/// updates ([`prepare::Error::TooLarge`]): a push of a million refs holds several vectors of
-/// them at once (issue 24: memory per command).
-pub(super) type Index = u32;
 
 #[cfg(test)]
 mod tests;

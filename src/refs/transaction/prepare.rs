@@ -8,40 +8,9 @@ use super::{
     Failed, Locked, Prepared, Store, Transaction, TransactionObserver, TransactionState, announce,
     live,
 };
-use crate::refs::{LockError, PackedReadError, RefError, RefResult, RefUpdate, Refs};
+use crate::refs::{RefError, RefResult, RefUpdate, Refs};
 
-/// Why a transaction could not be prepared, in git's words. Nothing was written, and no lock is
-/// left behind.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Two updates of the batch name the same ref (git's `ref_update_reject_duplicates`).
-    #[error("multiple updates for ref '{name}' not allowed")]
-    Duplicate {
-        /// The ref.
-        name: BString,
-    },
-    /// A ref of an atomic transaction failed its check.
-    #[error(transparent)]
-    Ref(#[from] RefError),
-    /// The observer (git's `reference-transaction` hook) refused in this state.
-    #[error("in '{}' phase, update aborted by the reference-transaction hook", .0.name())]
-    HookAborted(TransactionState),
-    /// `packed-refs.lock` could not be taken.
-    #[error(transparent)]
-    Lock(#[from] LockError),
-    /// `packed-refs` could not be read.
-    #[error(transparent)]
-    Packed(#[from] PackedReadError),
-    /// `tables.list.lock` is held by someone else.
-    #[error("cannot lock references")]
-    ReftableLocked,
-    /// The reftable stack could not be read or locked.
-    #[error(transparent)]
-    Reftable(#[from] crate::reftable::Error),
-    /// More updates than one transaction takes (its batch counts them in 32 bits).
-    #[error("a ref transaction of {0} updates is more than one can take ({max}); split it", max = u32::MAX)]
-    TooLarge(usize),
-}
+pub use super::batch::PrepareError as Error;
 
 impl<'a> Transaction<'a> {
     /// Check `updates`, lock their refs and check them again under the locks, telling
