@@ -433,3 +433,44 @@ fn a_replica_prepares_and_commits_ten_pushes_without_a_git_process() {
     );
     c.assert_fsck(&w, "r.git");
 }
+
+/// A pushed history kept as a pack (more objects than `receive.unpackLimit`) is vouched for on
+/// every replica by the links its indexing of the streamed pack took, as on the accepting
+/// node: each node's debug log says `found_by="indexing"`, and none decoded the pack's
+/// commits and trees a second time (`found_by="decoding"`, what the replicas did before
+/// 784f4a1).
+#[test]
+fn every_replica_vouches_for_a_pushed_history_with_the_links_its_indexing_took() {
+    let Some(w) = cluster_world() else { return };
+    let c = cluster(&w).env("RUST_LOG", "berth=debug").start();
+    let src = w.work("src");
+    for i in 0..60 {
+        w.commit(&src, &format!("d{}/f{i}", i % 3), &format!("{i}\n"));
+    }
+    push_ok(
+        &w,
+        &src,
+        &c.nodes[0].url("r.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    let head = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
+    let refs = c.converged(&w, "r.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&head));
+    for n in &c.nodes {
+        // Kept as a pack, so that there are links to take.
+        let packs = std::fs::read_dir(n.dir("r.git").join("objects/pack"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".pack"))
+            .count();
+        assert_eq!(packs, 1, "{}", n.name);
+        let log = n.log();
+        assert!(
+            log.contains("links vouch for its tips found_by=\"indexing\""),
+            "{}:\n{log}",
+            n.name
+        );
+        assert!(!log.contains("found_by=\"decoding\""), "{}:\n{log}", n.name);
+    }
+    c.assert_fsck(&w, "r.git");
+}
