@@ -309,8 +309,10 @@ const ATTR_MAX_LINE_LENGTH: usize = 2048;
 /// git's `max_tree_entry_len` default.
 const MAX_TREE_ENTRY_LEN: usize = 4096;
 
-/// Runs the checks over objects one at a time and collects what they report.
-#[derive(Debug)]
+/// Runs the checks over objects one at a time and collects what they report. A clone checks on
+/// another thread: its findings are taken object by object ([`Checker::take_findings`]) and the
+/// blobs its trees named handed back with [`Checker::merge_named_blobs`].
+#[derive(Debug, Clone)]
 pub struct Checker {
     options: Options,
     gitmodules: HashSet<ObjectId>,
@@ -330,6 +332,19 @@ impl Checker {
             done: HashSet::new(),
             findings: Vec::new(),
         }
+    }
+
+    /// The findings so far, taken out.
+    pub fn take_findings(&mut self) -> Vec<Finding> {
+        std::mem::take(&mut self.findings)
+    }
+
+    /// Add the `.gitmodules` and `.gitattributes` blobs `other`'s trees named (and those it
+    /// checked) to this checker's.
+    pub fn merge_named_blobs(&mut self, other: &Checker) {
+        self.gitmodules.extend(other.gitmodules.iter().copied());
+        self.gitattributes.extend(other.gitattributes.iter().copied());
+        self.done.extend(other.done.iter().copied());
     }
 
     /// Whether any finding so far is an error.

@@ -173,6 +173,28 @@ fn slot_of(id: &ObjectId) -> usize {
 /// indexing did not collect its links.
 pub fn external_links(index: &gix_pack::index::File, thread_limit: Option<usize>) -> Outside {
     let hash = index.object_hash();
+    let collected = Collected::default();
+    let mut collector = collected.collector();
+    each_linking_object(index, thread_limit, move |_, kind, data| {
+        collector.object(kind, data, hash);
+    })?;
+    // The index lists the pack's ids in order.
+    collected.outside(index.iter().map(|entry| entry.oid))
+}
+
+/// Decode each commit, tree and tag of the pack `index` describes once, the delta chains
+/// spread over `thread_limit` threads, and hand each to `inspect` (its pack offset, kind and
+/// data) on a clone of `inspect` per thread; blobs' chains are not read. Returns every object's
+/// pack offset with the kind of its chain, in pack order.
+pub fn each_linking_object<F>(
+    index: &gix_pack::index::File,
+    thread_limit: Option<usize>,
+    mut inspect: F,
+) -> Result<Vec<(u64, Kind)>, CannotSay>
+where
+    F: FnMut(u64, Kind, &[u8]) + Clone + Send,
+{
+    let hash = index.object_hash();
     let pack = index.path().with_extension("pack");
     let map = PackMap::open(&pack).map_err(|_| CannotSay::PackGone)?;
     let pack_end = map.bytes().len().saturating_sub(hash.len_in_bytes()) as u64;
@@ -192,7 +214,6 @@ pub fn external_links(index: &gix_pack::index::File, thread_limit: Option<usize>
             *offset
         })
         .collect();
-    drop(kinds);
     let interrupt = AtomicBool::new(false);
     let tree = gix_pack::cache::delta::Tree::from_offsets_in_pack(
         &pack,
@@ -206,17 +227,15 @@ pub fn external_links(index: &gix_pack::index::File, thread_limit: Option<usize>
     .map_err(|_| CannotSay::Traversal)?;
     drop(_tree);
     let _traverse = tracing::info_span!("traverse").entered();
-    let collected = Collected::default();
-    let mut collector = collected.collector();
     tree.traverse(
         Reader::default().into_resolver(),
         &map,
         pack_end,
-        move |_, _, ctx| {
+        move |offset: &mut u64, _, ctx| {
             let kind = gix_error::OptionExt::ok_or_raise(ctx.entry.header.as_kind(), || {
                 gix_error::message("a resolved object has a delta's header")
             })?;
-            collector.object(kind, ctx.decompressed, hash);
+            inspect(*offset, kind, ctx.decompressed);
             Ok(())
         },
         gix_pack::cache::delta::traverse::Options {
@@ -231,8 +250,7 @@ pub fn external_links(index: &gix_pack::index::File, thread_limit: Option<usize>
         },
     )
     .map_err(|_| CannotSay::Traversal)?;
-    // The index lists the pack's ids in order.
-    collected.outside(index.iter().map(|entry| entry.oid))
+    Ok(kinds)
 }
 
 /// The pack offset of every object in the pack, in pack order, with the kind of its delta

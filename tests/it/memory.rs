@@ -668,7 +668,16 @@ fn a_received_pack_is_given_back_as_it_is_read() {
     let small_peak = push_peak_kib(&w, "srv-small.git", &small, false);
     let big_peak = push_peak_kib(&w, "srv-big.git", &big, false);
     let progress_peak = push_peak_kib(&w, "srv-big-progress.git", &big_progress, false);
+    // `receive.fsckObjects` reads the commits, trees and tags again, and no blob (before
+    // 2026-12-05 it read every object's header through a mapping of the whole pack).
+    let small_fsck_peak = push_peak_kib(&w, "srv-small-fsck.git", &small, true);
+    let fsck_peak = push_peak_kib(&w, "srv-big-fsck.git", &big, true);
     let pack_kib = (big.len() / 1024) as u64;
+    assert!(
+        fsck_peak < small_fsck_peak + pack_kib / 4,
+        "receiving a {pack_kib} KiB pack with fsck peaked at {fsck_peak} KiB, {small_fsck_peak} \
+         KiB for tiny blobs: more than a quarter of the pack stayed resident"
+    );
     for (peak, how) in [(big_peak, ""), (progress_peak, " with progress")] {
         assert!(
             peak < small_peak + pack_kib / 4,
