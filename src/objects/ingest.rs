@@ -648,17 +648,21 @@ impl Share<'_> {
             if is_shallow && want == Kind::Commit {
                 continue;
             }
-            let first = (at, n as u32, want);
-            self.links
-                .entry(id)
-                .and_modify(|e| {
-                    if (first.0, first.1) < (e.0, e.1) {
-                        *e = first;
-                    }
-                })
-                .or_insert(first);
+            keep_first(&mut self.links, id, (at, n as u32, want));
         }
     }
+}
+
+/// Record `link` of `id` in `links` unless an earlier one (by place) is there.
+fn keep_first(links: &mut FirstLinks, id: gix_hash::ObjectId, link: (u32, u32, gix_object::Kind)) {
+    links
+        .entry(id)
+        .and_modify(|e| {
+            if (link.0, link.1) < (e.0, e.1) {
+                *e = link;
+            }
+        })
+        .or_insert(link);
 }
 
 impl Drop for Share<'_> {
@@ -671,15 +675,7 @@ impl Drop for Share<'_> {
             std::mem::swap(&mut merged.links, &mut self.links);
         } else {
             for (id, first) in self.links.drain() {
-                merged
-                    .links
-                    .entry(id)
-                    .and_modify(|e| {
-                        if (first.0, first.1) < (e.0, e.1) {
-                            *e = first;
-                        }
-                    })
-                    .or_insert(first);
+                keep_first(&mut merged.links, id, first);
             }
         }
         merged.checkers.push(self.checker.clone());
