@@ -569,19 +569,27 @@ type Checked = Result<Vec<String>, (Vec<String>, String)>;
 /// of the linking object in the check order, and the link's place in it.
 type FirstLinks = std::collections::HashMap<gix_hash::ObjectId, (u32, u32, gix_object::Kind)>;
 
-/// One object's outcome on a thread of [`Strict::over_the_delta_tree`], kept when it has
-/// something to say.
+/// How checking one object ended, when it had something to say.
+enum Verdict {
+    /// Its findings are warnings: the check goes on.
+    Warnings,
+    /// A finding is an error: `fsck error in packed object`.
+    Error,
+    /// It does not parse as its kind: `parse_check`'s line, if any, then `invalid <kind>`.
+    Unparsable(Option<String>, gix_object::Kind),
+    /// It could not be read (checking each object through the object database): the detail.
+    Unreadable(String),
+}
+
+/// One object's outcome, kept when it has something to say.
 struct Outcome {
     /// The object's place in the check order.
     at: u32,
-    /// `parse_check`'s refusal (its line, if any) and the object's kind.
-    unparsable: Option<(Option<String>, gix_object::Kind)>,
     findings: Vec<crate::objects::fsck::Finding>,
-    /// Whether a finding is an error.
-    error: bool,
+    verdict: Verdict,
 }
 
-/// What the threads of [`Strict::over_the_delta_tree`] hand back.
+/// What the checks hand back, from every thread.
 #[derive(Default)]
 struct Merged {
     outcomes: Vec<Outcome>,
@@ -590,11 +598,10 @@ struct Merged {
     checkers: Vec<crate::objects::fsck::Checker>,
 }
 
-/// One thread's share of [`Strict::over_the_delta_tree`], handed back when dropped.
+/// One thread's share of the checks (one for [`Strict::one_at_a_time`]), handed back when
+/// dropped.
 struct Share<'a> {
     merged: &'a std::sync::Mutex<Merged>,
-    /// Each received object's pack offset with its place in the check order, by offset.
-    places: &'a [(u64, u32)],
     order: &'a [gix_hash::ObjectId],
     shallow: &'a std::collections::HashSet<gix_hash::ObjectId>,
     hash: gix_hash::Kind,
@@ -615,34 +622,26 @@ impl Clone for Share<'_> {
 }
 
 impl Share<'_> {
-    /// Check the object at `offset`, as [`Strict::one_at_a_time`] checks each.
-    fn object(&mut self, offset: u64, kind: gix_object::Kind, data: &[u8]) {
+    /// Check the object at place `at` of the check order; whether the check goes on after it.
+    fn object(&mut self, at: u32, kind: gix_object::Kind, data: &[u8]) -> bool {
         use gix_object::Kind;
-        let Ok(found) = self.places.binary_search_by_key(&offset, |p| p.0) else {
-            return;
-        };
-        let at = self.places[found].1;
         let oid = &self.order[at as usize];
         if let Err(line) = crate::objects::fsck::parse_check(oid, kind, data) {
-            self.outcomes.push(Outcome {
-                at,
-                unparsable: Some((line, kind)),
-                findings: Vec::new(),
-                error: true,
-            });
-            return;
+            self.stop(at, Verdict::Unparsable(line, kind));
+            return false;
         }
         let error = self.checker.check(oid, kind, data);
         let findings = self.checker.take_findings();
         if error || !findings.is_empty() {
+            let verdict = if error { Verdict::Error } else { Verdict::Warnings };
             self.outcomes.push(Outcome {
                 at,
-                unparsable: None,
                 findings,
-                error,
+                verdict,
             });
         }
         let is_shallow = kind == Kind::Commit && self.shallow.contains(oid);
+        // An object that does not parse as far as its links links to nothing here.
         let links = crate::objects::fsck::links(kind, data, self.hash).unwrap_or_default();
         for (n, (id, want)) in links.into_iter().enumerate() {
             if is_shallow && want == Kind::Commit {
@@ -650,6 +649,16 @@ impl Share<'_> {
             }
             keep_first(&mut self.links, id, (at, n as u32, want));
         }
+        !error
+    }
+
+    /// The check stops at place `at`, for `verdict`.
+    fn stop(&mut self, at: u32, verdict: Verdict) {
+        self.outcomes.push(Outcome {
+            at,
+            findings: Vec::new(),
+            verdict,
+        });
     }
 }
 
@@ -696,6 +705,19 @@ impl Strict<'_> {
         .map_err(|e| (Vec::new(), e.to_string()))
     }
 
+    /// A share of the checks, handing back into `merged`.
+    fn share<'s>(&'s self, merged: &'s std::sync::Mutex<Merged>) -> Share<'s> {
+        Share {
+            merged,
+            order: self.order,
+            shallow: self.shallow,
+            hash: self.hash,
+            checker: crate::objects::fsck::Checker::new(self.options.clone()),
+            outcomes: Vec::new(),
+            links: FirstLinks::default(),
+        }
+    }
+
     /// The check with the pack's commits, trees and tags decoded once each through its delta
     /// tree, on `thread_limit` threads ([`pack_links::each_linking_object`]); the outcome is
     /// [`Strict::one_at_a_time`]'s, which is what runs when the pass cannot (a pack whose chains'
@@ -709,10 +731,10 @@ impl Strict<'_> {
         index: &gix_pack::index::File,
         thread_limit: Option<usize>,
     ) -> Checked {
-        use gix_object::Kind;
         let Ok(count) = u32::try_from(self.order.len()) else {
             return self.one_at_a_time();
         };
+        // Each received object's pack offset with its place in the check order, by offset.
         let mut places: Vec<(u64, u32)> = Vec::with_capacity(self.order.len());
         for (at, oid) in (0..count).zip(self.order) {
             match index.lookup(oid) {
@@ -721,28 +743,84 @@ impl Strict<'_> {
             }
         }
         places.sort_unstable();
-        let merged = std::sync::Mutex::new(Merged::default());
-        let mut share = Share {
-            merged: &merged,
-            places: &places,
-            order: self.order,
-            shallow: self.shallow,
-            hash: self.hash,
-            checker: crate::objects::fsck::Checker::new(self.options.clone()),
-            outcomes: Vec::new(),
-            links: FirstLinks::default(),
+        let place = |offset: u64| {
+            let found = places.binary_search_by_key(&offset, |p| p.0).ok()?;
+            Some(places[found].1)
         };
+        let merged = std::sync::Mutex::new(Merged::default());
+        let mut share = self.share(&merged);
         let pass = crate::objects::pack_links::each_linking_object(
             index,
             thread_limit,
-            move |offset, kind, data| share.object(offset, kind, data),
+            move |offset, kind, data| {
+                if let Some(at) = place(offset) {
+                    share.object(at, kind, data);
+                }
+            },
         );
         let Ok(chains) = pass else {
             tracing::debug!(why = ?pass.err(), "fsck: reading each object on its own");
             return self.one_at_a_time();
         };
+        let kinds = chains
+            .iter()
+            .filter_map(|(offset, kind)| Some((self.order[place(*offset)? as usize], *kind)))
+            .collect();
+        drop(places);
+        self.report(merged, &kinds)
+    }
+
+    /// The check reading each object through the object database, in order, up to the first
+    /// that stops it.
+    fn one_at_a_time(self) -> Checked {
+        use gix_object::{Find, Kind};
+        use gix_odb::Header;
+        let objects = self.objects()?;
+        let merged = std::sync::Mutex::new(Merged::default());
+        let mut kinds = std::collections::HashMap::with_capacity(self.order.len());
+        {
+            let mut share = self.share(&merged);
+            let mut buf = Vec::new();
+            for (at, oid) in (0u32..).zip(self.order) {
+                let kind = match objects.try_header(oid) {
+                    Ok(Some(h)) => h.kind(),
+                    _ => {
+                        share.stop(at, Verdict::Unreadable(format!("unable to read {oid}")));
+                        break;
+                    }
+                };
+                kinds.insert(*oid, kind);
+                if kind == Kind::Blob {
+                    continue;
+                }
+                let data = match objects.try_find(oid, &mut buf) {
+                    Ok(Some(d)) => d,
+                    Ok(None) => {
+                        share.stop(at, Verdict::Unreadable(format!("unable to read {oid}")));
+                        break;
+                    }
+                    Err(e) => {
+                        share.stop(at, Verdict::Unreadable(e.to_string()));
+                        break;
+                    }
+                };
+                if !share.object(at, kind, data.data) {
+                    break;
+                }
+            }
+        }
+        self.report(merged, &kinds)
+    }
+
+    /// What the shares found, in the check order: the findings up to the first object that
+    /// stops the check, else the links and the named blobs ([`Strict::finish`]).
+    fn report(
+        &self,
+        merged: std::sync::Mutex<Merged>,
+        kinds: &std::collections::HashMap<gix_hash::ObjectId, gix_object::Kind>,
+    ) -> Checked {
         let Ok(merged) = merged.into_inner() else {
-            return self.one_at_a_time();
+            return Err((Vec::new(), "fsck: a checking thread panicked".into()));
         };
         let mut checker = crate::objects::fsck::Checker::new(self.options.clone());
         for c in &merged.checkers {
@@ -752,77 +830,24 @@ impl Strict<'_> {
         outcomes.sort_unstable_by_key(|o| o.at);
         for o in outcomes {
             checker.findings.extend(o.findings);
-            if let Some((line, kind)) = o.unparsable {
-                let mut out = lines(&checker);
-                out.extend(line);
-                return Err((out, format!("invalid {kind}")));
-            }
-            if o.error {
-                return Err((lines(&checker), "fsck error in packed object".into()));
+            match o.verdict {
+                Verdict::Warnings => {}
+                Verdict::Error => {
+                    return Err((lines(&checker), "fsck error in packed object".into()));
+                }
+                Verdict::Unparsable(line, kind) => {
+                    let mut out = lines(&checker);
+                    out.extend(line);
+                    return Err((out, format!("invalid {kind}")));
+                }
+                Verdict::Unreadable(detail) => return Err((lines(&checker), detail)),
             }
         }
-        let kinds: std::collections::HashMap<gix_hash::ObjectId, Kind> = chains
-            .iter()
-            .filter_map(|(offset, kind)| {
-                let found = places.binary_search_by_key(offset, |p| p.0).ok()?;
-                Some((self.order[places[found].1 as usize], *kind))
-            })
-            .collect();
-        drop(places);
         let mut links: Vec<_> = merged.links.into_iter().collect();
         links.sort_unstable_by_key(|(_, (at, n, _))| (*at, *n));
         let objects = self.objects()?;
         let links = links.into_iter().map(|(id, (_, _, want))| (id, want));
-        self.finish(&objects, checker, &kinds, links)
-    }
-
-    /// The check reading each object through the object database, in order.
-    fn one_at_a_time(self) -> Checked {
-        use gix_object::{Find, Kind};
-        use gix_odb::Header;
-        use std::collections::HashMap;
-
-        let objects = self.objects()?;
-        let mut checker = crate::objects::fsck::Checker::new(self.options.clone());
-        let mut kinds: HashMap<gix_hash::ObjectId, Kind> = HashMap::with_capacity(self.order.len());
-        // Each linked id once, with the kind its first link wants, in the order first linked: a
-        // history's trees name the same ids version after version (git.git: tens of millions of
-        // links, 2.3 GiB when every one was kept).
-        let mut links: Vec<(gix_hash::ObjectId, Kind)> = Vec::new();
-        let mut linked = std::collections::HashSet::new();
-        let mut buf = Vec::new();
-        for oid in self.order {
-            let kind = match objects.try_header(oid) {
-                Ok(Some(h)) => h.kind(),
-                _ => return Err((lines(&checker), format!("unable to read {oid}"))),
-            };
-            kinds.insert(*oid, kind);
-            if kind == Kind::Blob {
-                continue;
-            }
-            let data = match objects.try_find(oid, &mut buf) {
-                Ok(Some(d)) => d,
-                Ok(None) => return Err((lines(&checker), format!("unable to read {oid}"))),
-                Err(e) => return Err((lines(&checker), e.to_string())),
-            };
-            if let Err(line) = crate::objects::fsck::parse_check(oid, kind, data.data) {
-                let mut out = lines(&checker);
-                out.extend(line);
-                return Err((out, format!("invalid {kind}")));
-            }
-            if checker.check(oid, kind, data.data) {
-                return Err((lines(&checker), "fsck error in packed object".into()));
-            }
-            let is_shallow = kind == Kind::Commit && self.shallow.contains(oid);
-            // An object that does not parse as far as its links links to nothing here.
-            for (id, k) in crate::objects::fsck::links(kind, data.data, self.hash).unwrap_or_default() {
-                if !(is_shallow && k == Kind::Commit) && linked.insert(id) {
-                    links.push((id, k));
-                }
-            }
-        }
-        drop(linked);
-        self.finish(&objects, checker, &kinds, links.into_iter())
+        self.finish(&objects, checker, kinds, links)
     }
 
     /// After every object was checked: the links, in the order first linked (git's
