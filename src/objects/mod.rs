@@ -11,3 +11,4 @@ pub mod pack_links;
 pub mod pack_map;
 pub mod pack_write;
 pub mod pack_files;
+mod strict;
