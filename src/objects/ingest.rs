@@ -482,11 +482,8 @@ pub fn receive_pack(
     let deltas = (!explode).then_some(outcome.deltas);
     let mut messages = Vec::new();
     if let Some(fsck) = fsck {
-        use crate::objects::strict::{Strict, check_order};
-        let order = check_order(outcome.data_path.as_deref(), &index);
-        let checked = Strict {
+        let checked = crate::objects::strict::Strict {
             objects: quarantine.path(),
-            order: &order,
             options: fsck,
             alloc_limit: options.alloc_limit(),
             explode,
@@ -494,7 +491,7 @@ pub fn receive_pack(
             hash: options.object_format,
         };
         let _span = tracing::info_span!("fsck").entered();
-        match checked.over_the_delta_tree(&index, options.thread_limit) {
+        match checked.check(&index, options.thread_limit) {
             Ok(m) => messages = m,
             Err((messages, detail)) => {
                 return Err(UnpackError::Failed {

@@ -175,94 +175,133 @@ pub fn external_links(index: &gix_pack::index::File, thread_limit: Option<usize>
     let hash = index.object_hash();
     let collected = Collected::default();
     let mut collector = collected.collector();
-    each_linking_object(index, thread_limit, move |_, kind, data| {
+    let (linking, _) = LinkingObjects::prepare(index)?;
+    linking.each(thread_limit, move |_, kind, data| {
         collector.object(kind, data, hash);
     })?;
     // The index lists the pack's ids in order.
     collected.outside(index.iter().map(|entry| entry.oid))
 }
 
-/// Decode each commit, tree and tag of the pack `index` describes once, the delta chains
-/// spread over `thread_limit` threads, and hand each to `inspect` (its pack offset, kind and
-/// data) on a clone of `inspect` per thread; blobs' chains are not read. Returns every object's
-/// pack offset with the kind of its chain, in pack order.
-pub fn each_linking_object<F>(
-    index: &gix_pack::index::File,
-    thread_limit: Option<usize>,
-    mut inspect: F,
-) -> Result<Vec<(u64, Kind)>, CannotSay>
-where
-    F: FnMut(u64, Kind, &[u8]) + Clone + Send,
-{
-    let hash = index.object_hash();
-    let pack = index.path().with_extension("pack");
-    let map = PackMap::open(&pack).map_err(|_| CannotSay::PackGone)?;
-    let pack_end = map.bytes().len().saturating_sub(hash.len_in_bytes()) as u64;
-    let kinds = tracing::info_span!("chain_kinds")
-        .in_scope(|| chain_kinds(index, &map))
-        .ok_or(CannotSay::ChainKinds)?;
-    let _tree = tracing::info_span!("delta_tree").entered();
-    // Only the chains of commits, trees and tags are read, each entry once: what each page
-    // has to give is those entries' bytes.
-    let ends = kinds.iter().skip(1).map(|(offset, _)| *offset).chain([pack_end]);
-    let linking: Vec<u64> = kinds
-        .iter()
-        .zip(ends)
-        .filter(|((_, kind), _)| *kind != Kind::Blob)
-        .map(|((offset, _), end)| {
-            map.expect(*offset..end);
-            *offset
-        })
-        .collect();
-    let interrupt = AtomicBool::new(false);
-    let tree = gix_pack::cache::delta::Tree::from_offsets_in_pack(
-        &pack,
-        linking.into_iter(),
-        &|offset: &u64| *offset,
-        &|id| Ok(index.lookup(id).map(|i| index.pack_offset_at_index(i))),
-        &mut gix_features::progress::Discard,
-        &interrupt,
-        hash,
-    )
-    .map_err(|_| CannotSay::Traversal)?;
-    drop(_tree);
-    let _traverse = tracing::info_span!("traverse").entered();
-    tree.traverse(
-        Reader::default().into_resolver(),
-        &map,
-        pack_end,
-        move |offset: &mut u64, _, ctx| {
-            let kind = gix_error::OptionExt::ok_or_raise(ctx.entry.header.as_kind(), || {
-                gix_error::message("a resolved object has a delta's header")
-            })?;
-            inspect(*offset, kind, ctx.decompressed);
-            Ok(())
-        },
-        gix_pack::cache::delta::traverse::Options {
-            object_progress: Box::new(gix_features::progress::Discard),
-            size_progress: &mut gix_features::progress::Discard,
-            thread_limit,
-            should_interrupt: &interrupt,
-            object_hash: hash,
-            // The pack was indexed, every object and delta result within the push's bound;
-            // these are the same objects.
-            alloc_limit_bytes: None,
-        },
-    )
-    .map_err(|_| CannotSay::Traversal)?;
-    Ok(kinds)
+/// An entry of a pack, as its header and its delta chain's base tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Where it starts in the pack.
+    pub offset: u64,
+    /// The kind of its object: its base's, for a delta.
+    pub kind: Kind,
+    /// Whether it is stored as a delta.
+    pub delta: bool,
 }
 
-/// The pack offset of every object in the pack, in pack order, with the kind of its delta
-/// chain. Each pass reads the entries' headers front to back and gives back the pages behind
-/// it.
-fn chain_kinds(index: &gix_pack::index::File, map: &PackMap) -> Option<Vec<(u64, Kind)>> {
+/// The commits, trees and tags of an indexed pack, to be decoded once each:
+/// [`LinkingObjects::prepare`] reads every entry's header, [`LinkingObjects::each`] decodes.
+pub struct LinkingObjects<'a> {
+    index: &'a gix_pack::index::File,
+    map: PackMap,
+    pack_end: u64,
+    /// The offsets of the entries of the chains of commits, trees and tags, in pack order.
+    linking: Vec<u64>,
+}
+
+impl<'a> LinkingObjects<'a> {
+    /// Read the header of every entry of the pack `index` describes, front to back, the pages
+    /// behind given back: the decoder, and every entry, in pack order.
+    pub fn prepare(index: &'a gix_pack::index::File) -> Result<(Self, Vec<Entry>), CannotSay> {
+        let hash = index.object_hash();
+        let map = PackMap::open(&index.path().with_extension("pack"))
+            .map_err(|_| CannotSay::PackGone)?;
+        let pack_end = map.bytes().len().saturating_sub(hash.len_in_bytes()) as u64;
+        let entries = tracing::info_span!("chain_kinds")
+            .in_scope(|| chain_kinds(index, &map))
+            .ok_or(CannotSay::ChainKinds)?;
+        // Only the chains of commits, trees and tags are read, each entry once: what each page
+        // has to give is those entries' bytes.
+        let ends = entries.iter().skip(1).map(|e| e.offset).chain([pack_end]);
+        let linking = entries
+            .iter()
+            .zip(ends)
+            .filter(|(e, _)| e.kind != Kind::Blob)
+            .map(|(e, end)| {
+                map.expect(e.offset..end);
+                e.offset
+            })
+            .collect();
+        let linking = LinkingObjects {
+            index,
+            map,
+            pack_end,
+            linking,
+        };
+        Ok((linking, entries))
+    }
+
+    /// Decode each commit, tree and tag once, the delta chains spread over `thread_limit`
+    /// threads, and hand each to `inspect` (its pack offset, kind and data) on a clone of
+    /// `inspect` per thread; blobs' chains are not read.
+    pub fn each<F>(self, thread_limit: Option<usize>, mut inspect: F) -> Result<(), CannotSay>
+    where
+        F: FnMut(u64, Kind, &[u8]) + Clone + Send,
+    {
+        let LinkingObjects {
+            index,
+            map,
+            pack_end,
+            linking,
+        } = self;
+        let hash = index.object_hash();
+        let interrupt = AtomicBool::new(false);
+        let tree = tracing::info_span!("delta_tree")
+            .in_scope(|| {
+                gix_pack::cache::delta::Tree::from_offsets_in_pack(
+                    &index.path().with_extension("pack"),
+                    linking.into_iter(),
+                    &|offset: &u64| *offset,
+                    &|id| Ok(index.lookup(id).map(|i| index.pack_offset_at_index(i))),
+                    &mut gix_features::progress::Discard,
+                    &interrupt,
+                    hash,
+                )
+            })
+            .map_err(|_| CannotSay::Traversal)?;
+        let _traverse = tracing::info_span!("traverse").entered();
+        tree.traverse(
+            Reader::default().into_resolver(),
+            &map,
+            pack_end,
+            move |offset: &mut u64, _, ctx| {
+                let kind = gix_error::OptionExt::ok_or_raise(ctx.entry.header.as_kind(), || {
+                    gix_error::message("a resolved object has a delta's header")
+                })?;
+                inspect(*offset, kind, ctx.decompressed);
+                Ok(())
+            },
+            gix_pack::cache::delta::traverse::Options {
+                object_progress: Box::new(gix_features::progress::Discard),
+                size_progress: &mut gix_features::progress::Discard,
+                thread_limit,
+                should_interrupt: &interrupt,
+                object_hash: hash,
+                // The pack was indexed, every object and delta result within the push's bound;
+                // these are the same objects.
+                alloc_limit_bytes: None,
+            },
+        )
+        .map_err(|_| CannotSay::Traversal)?;
+        Ok(())
+    }
+}
+
+/// Every entry of the pack, in pack order, with the kind of its delta chain. Each pass reads
+/// the entries' headers front to back and gives back the pages behind it.
+fn chain_kinds(index: &gix_pack::index::File, map: &PackMap) -> Option<Vec<Entry>> {
     let mut offsets: Vec<u64> = (0..index.num_objects())
         .map(|i| index.pack_offset_at_index(i))
         .collect();
     offsets.sort_unstable();
     let position = |offset: u64| offsets.binary_search(&offset).ok();
     let mut kinds: Vec<Option<Kind>> = vec![None; offsets.len()];
+    let mut deltas = vec![false; offsets.len()];
     let hash = index.object_hash();
     for _ in 0..KIND_PASSES {
         let mut unresolved = false;
@@ -270,6 +309,7 @@ fn chain_kinds(index: &gix_pack::index::File, map: &PackMap) -> Option<Vec<(u64,
             if kinds[at].is_some() {
                 return Some(());
             }
+            deltas[at] = entry.header.is_delta();
             kinds[at] = match entry.header {
                 Header::OfsDelta { base_distance } => {
                     kinds[position(entry.checked_base_pack_offset(base_distance)?)?]
@@ -288,7 +328,12 @@ fn chain_kinds(index: &gix_pack::index::File, map: &PackMap) -> Option<Vec<(u64,
                 offsets
                     .iter()
                     .zip(kinds)
-                    .map(|(offset, kind)| (*offset, kind.expect("all resolved")))
+                    .zip(deltas)
+                    .map(|((offset, kind), delta)| Entry {
+                        offset: *offset,
+                        kind: kind.expect("all resolved"),
+                        delta,
+                    })
                     .collect(),
             );
         }

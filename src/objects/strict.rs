@@ -1,66 +1,87 @@
 //! fsck on receive: git's `--strict` over a received pack that has been indexed.
 //!
-//! Every received object is checked (`fsck_object`), then every object they link to must have
-//! been received or be in the repository with the kind the link wants, then the `.gitmodules`
-//! and `.gitattributes` blobs the trees named are checked (`fsck_finish`). The findings, and the
-//! first error that refuses the push, are those of checking the objects one at a time in the
-//! order git's `index-pack` checks them ([`check_order`]).
+//! Every received object is checked (`fsck_object`), every object they link to must have been
+//! received or be in the repository with the kind the link wants, and then the `.gitmodules`
+//! and `.gitattributes` blobs the trees named are checked (`fsck_finish`). The findings, and
+//! the first error that refuses the push, are those git's `index-pack --strict` (or
+//! `unpack-objects --strict`, for a pack under `receive.unpackLimit`) reports, checking the
+//! objects in its order ([`Place`]).
 //!
-//! [`Strict::over_the_delta_tree`] decodes the pack's commits, trees and tags once more through
-//! its delta tree, on several threads ([`crate::objects::pack_links::each_linking_object`]);
-//! each thread's [`Share`] keeps what it found with each object's place in that order, and
-//! [`Strict::report`] puts it back in order. [`Strict::one_at_a_time`] reads each object through
-//! the object database instead, for a pack whose chains the pass cannot tell apart.
+//! git gives each id the kind it first meets it as (the object itself, or a link to it) and
+//! refuses any later meeting as another kind (`object_as_type`): a tree naming one object as a
+//! blob and as a tree, a commit whose tree is a received blob. [`Strict::one_at_a_time`] is that
+//! model, one object after the other through the object database, git's messages and all.
+//!
+//! [`Strict::over_the_delta_tree`] is what runs first: the pack's commits, trees and tags are
+//! decoded once more through its delta tree, on several threads
+//! ([`crate::objects::pack_links::LinkingObjects`]), and each link is checked as it is met
+//! against the kind the pack's headers gave its object ([`Received`]); only the links to
+//! objects outside the pack are kept, each with its first place. When no link disagrees with a
+//! kind, git's model never refuses a meeting, and what the threads found, put back in order, is
+//! what it reports. When one does, the push is refused, and the check runs again one object at
+//! a time to say what git says first.
 
+use std::collections::hash_map::Entry as Slot;
 use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The received objects in the order git's `index-pack` checks them: whole objects in pack
-/// order as they stream in, then the deltas once resolved.
-pub(super) fn check_order(pack: Option<&Path>, index: &gix_pack::index::File) -> Vec<gix_hash::ObjectId> {
-    let map = pack.and_then(|p| crate::objects::pack_map::PackMap::open(p).ok());
-    // Without the pack, all whole; an entry whose header does not decode, a delta.
-    let mut entries: Vec<(bool, u64, gix_hash::ObjectId)> = index
-        .iter()
-        .map(|e| (map.is_some(), e.pack_offset, e.oid))
-        .collect();
-    if let Some(map) = map {
-        // The headers front to back, the pages behind given back.
-        entries.sort_unstable_by_key(|e| e.1);
-        let offsets: Vec<u64> = entries.iter().map(|e| e.1).collect();
-        map.each_header(&offsets, index.object_hash(), |at, entry| {
-            entries[at].0 = entry.header.is_delta();
-            Some(())
-        });
-    }
-    entries.sort_unstable();
-    entries.into_iter().map(|(_, _, oid)| oid).collect()
+use gix_hash::ObjectId;
+use gix_object::Kind;
+
+use crate::objects::fsck::{self, Checker, Finding};
+use crate::objects::pack_links::{CannotSay, Entry, LinkingObjects};
+
+/// Slots of a thread's cache of ids whose links were found to agree with the kind the pack
+/// gave them (a power of two; the trees of a history name the same objects version after
+/// version).
+const AGREED_SLOTS: usize = 1 << 16;
+
+/// An object's place in the order git checks the received objects. `index-pack`: whole objects
+/// in pack order as they stream in, then the deltas once resolved (`delta` first); for
+/// `unpack-objects`, pack order (`delta` is `false` throughout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Place {
+    delta: bool,
+    offset: u64,
 }
 
-/// git's `--strict` over the received pack: fsck every received object, then that every object
-/// they link to was received or is in the repository with the right type, then the
-/// `.gitmodules` and `.gitattributes` blobs the trees named. `Ok` holds warnings; `Err` the lines
-/// to print and the `fatal:` detail. The findings, and which one stops the push, are those of
-/// checking the objects one at a time in `order` (git's `index-pack` order, [`check_order`]).
+/// git's `--strict` over the received pack the index in [`Strict::check`] describes. `Ok`
+/// holds warnings; `Err` the lines to print and the `fatal:` detail.
 pub(super) struct Strict<'a> {
     /// The quarantine's object directory (the received objects and, through its alternates,
     /// the repository's).
     pub(super) objects: &'a Path,
-    /// The received objects in the order they are checked.
-    pub(super) order: &'a [gix_hash::ObjectId],
-    pub(super) options: crate::objects::fsck::Options,
+    pub(super) options: fsck::Options,
     pub(super) alloc_limit: usize,
-    /// unpack-objects' wording, not index-pack's.
+    /// `unpack-objects`' order and wording, not `index-pack`'s.
     pub(super) explode: bool,
-    pub(super) shallow: &'a std::collections::HashSet<gix_hash::ObjectId>,
+    /// The shallow commits: their parents are not links.
+    pub(super) shallow: &'a std::collections::HashSet<ObjectId>,
     pub(super) hash: gix_hash::Kind,
 }
 
 /// What [`Strict`] returns: warnings, or the lines to print and the `fatal:` detail.
 type Checked = Result<Vec<String>, (Vec<String>, String)>;
 
-/// Each linked id once, with the kind its first link wants and where that link is: the place
-/// of the linking object in the check order, and the link's place in it.
-type FirstLinks = std::collections::HashMap<gix_hash::ObjectId, (u32, u32, gix_object::Kind)>;
+/// Each id outside the pack once, with the kind its first link wants and where that link is:
+/// the place of the linking object, and the link's place in it.
+type FirstLinks = foldhash::HashMap<ObjectId, (Place, u32, Kind)>;
+
+/// Why the pass over the delta tree handed over to [`Strict::one_at_a_time`].
+#[derive(Debug, thiserror::Error)]
+enum HandOver {
+    /// The pass could not run on this pack.
+    #[error("the pass over the delta tree cannot run: {0:?}")]
+    Cannot(CannotSay),
+    /// Some index entry is not among the pack's entries.
+    #[error("an object of the index is not among the pack's entries")]
+    Unlisted,
+    /// A link wants another kind than its object has, or than another link to it wants:
+    /// git refuses the push, and what it says depends on which it met first.
+    #[error("a link disagrees with the kind of its object")]
+    Disagreement,
+}
 
 /// How checking one object ended, when it had something to say.
 enum Verdict {
@@ -69,38 +90,90 @@ enum Verdict {
     /// A finding is an error: `fsck error in packed object`.
     Error,
     /// It does not parse as its kind: `parse_check`'s line, if any, then `invalid <kind>`.
-    Unparsable(Option<String>, gix_object::Kind),
-    /// It could not be read (checking each object through the object database): the detail.
-    Unreadable(String),
+    Unparsable(Option<String>, Kind),
 }
 
 /// One object's outcome, kept when it has something to say.
 struct Outcome {
-    /// The object's place in the check order.
-    at: u32,
-    findings: Vec<crate::objects::fsck::Finding>,
+    place: Place,
+    findings: Vec<Finding>,
     verdict: Verdict,
 }
 
-/// What the checks hand back, from every thread.
+/// The received objects' kinds, as the pack's entry headers gave them.
+struct Received<'a> {
+    index: &'a gix_pack::index::File,
+    /// Every entry, in pack order.
+    entries: Vec<Entry>,
+    /// The index position of each entry of `entries`.
+    positions: Vec<u32>,
+    /// The kind of the object at each index position.
+    kinds: Vec<Kind>,
+}
+
+impl<'a> Received<'a> {
+    fn new(index: &'a gix_pack::index::File, entries: Vec<Entry>) -> Option<Self> {
+        let count = entries.len();
+        let mut positions = vec![u32::MAX; count];
+        let mut kinds = vec![Kind::Blob; count];
+        if index.num_objects() as usize != count {
+            return None;
+        }
+        for position in 0..index.num_objects() {
+            let offset = index.pack_offset_at_index(position);
+            let at = entries.binary_search_by_key(&offset, |e| e.offset).ok()?;
+            positions[at] = position;
+            kinds[position as usize] = entries[at].kind;
+        }
+        Some(Received {
+            index,
+            entries,
+            positions,
+            kinds,
+        })
+    }
+
+    /// The kind of `id`, if the pack holds it.
+    fn kind_of(&self, id: &ObjectId) -> Option<Kind> {
+        Some(self.kinds[self.index.lookup(id)? as usize])
+    }
+
+    /// The id and place of the object at `offset`.
+    fn at(&self, offset: u64, explode: bool) -> Option<(ObjectId, Place)> {
+        let at = self.entries.binary_search_by_key(&offset, |e| e.offset).ok()?;
+        let place = Place {
+            delta: self.entries[at].delta && !explode,
+            offset,
+        };
+        Some((self.index.oid_at_index(self.positions[at]).to_owned(), place))
+    }
+}
+
+/// What the threads hand back.
 #[derive(Default)]
 struct Merged {
     outcomes: Vec<Outcome>,
-    links: FirstLinks,
+    outside: FirstLinks,
     /// Each thread's checker, for the blobs its trees named.
-    checkers: Vec<crate::objects::fsck::Checker>,
+    checkers: Vec<Checker>,
 }
 
-/// One thread's share of the checks (one for [`Strict::one_at_a_time`]), handed back when
-/// dropped.
+/// One thread's share of the pass over the delta tree, handed back when dropped.
 struct Share<'a> {
-    merged: &'a std::sync::Mutex<Merged>,
-    order: &'a [gix_hash::ObjectId],
-    shallow: &'a std::collections::HashSet<gix_hash::ObjectId>,
+    merged: &'a Mutex<Merged>,
+    received: &'a Received<'a>,
+    shallow: &'a std::collections::HashSet<ObjectId>,
     hash: gix_hash::Kind,
-    checker: crate::objects::fsck::Checker,
+    explode: bool,
+    /// Raised by any thread that meets a [`HandOver::Disagreement`]: the others stop checking.
+    disagreement: &'a AtomicBool,
+    checker: Checker,
     outcomes: Vec<Outcome>,
-    links: FirstLinks,
+    outside: FirstLinks,
+    /// Ids lately found in the pack with the kind their link wanted, each in the slot its
+    /// first bytes choose.
+    agreed: Box<[Option<(ObjectId, Kind)>]>,
+    links: Vec<(ObjectId, Kind)>,
 }
 
 impl Clone for Share<'_> {
@@ -108,63 +181,103 @@ impl Clone for Share<'_> {
         Share {
             checker: self.checker.clone(),
             outcomes: Vec::new(),
-            links: FirstLinks::default(),
+            outside: FirstLinks::default(),
+            agreed: vec![None; AGREED_SLOTS].into_boxed_slice(),
+            links: Vec::new(),
             ..*self
         }
     }
 }
 
 impl Share<'_> {
-    /// Check the object at place `at` of the check order; whether the check goes on after it.
-    fn object(&mut self, at: u32, kind: gix_object::Kind, data: &[u8]) -> bool {
-        use gix_object::Kind;
-        let oid = &self.order[at as usize];
-        if let Err(line) = crate::objects::fsck::parse_check(oid, kind, data) {
-            self.stop(at, Verdict::Unparsable(line, kind));
-            return false;
+    /// Check the object at pack `offset`.
+    fn object(&mut self, offset: u64, kind: Kind, data: &[u8]) {
+        if self.disagreement.load(Ordering::Relaxed) {
+            return;
         }
-        let error = self.checker.check(oid, kind, data);
+        let Some((oid, place)) = self.received.at(offset, self.explode) else {
+            self.disagreement.store(true, Ordering::Relaxed);
+            return;
+        };
+        if let Err(line) = fsck::parse_check(&oid, kind, data) {
+            self.outcomes.push(Outcome {
+                place,
+                findings: Vec::new(),
+                verdict: Verdict::Unparsable(line, kind),
+            });
+            return;
+        }
+        let error = self.checker.check(&oid, kind, data);
         let findings = self.checker.take_findings();
         if error || !findings.is_empty() {
             let verdict = if error { Verdict::Error } else { Verdict::Warnings };
             self.outcomes.push(Outcome {
-                at,
+                place,
                 findings,
                 verdict,
             });
         }
-        let is_shallow = kind == Kind::Commit && self.shallow.contains(oid);
+        let skip_parents = kind == Kind::Commit && self.shallow.contains(&oid);
+        self.links.clear();
+        let links = &mut self.links;
         // An object that does not parse as far as its links links to nothing here.
-        let links = crate::objects::fsck::links(kind, data, self.hash).unwrap_or_default();
-        for (n, (id, want)) in links.into_iter().enumerate() {
-            if is_shallow && want == Kind::Commit {
+        if fsck::for_each_link(kind, data, self.hash, |id, want| links.push((id, want))).is_none() {
+            return;
+        }
+        let links = std::mem::take(&mut self.links);
+        for (n, &(id, want)) in (0u32..).zip(&links) {
+            if skip_parents && want == Kind::Commit {
                 continue;
             }
-            keep_first(&mut self.links, id, (at, n as u32, want));
+            if !self.link(id, want, (place, n)) {
+                self.disagreement.store(true, Ordering::Relaxed);
+                return;
+            }
         }
-        !error
+        self.links = links;
     }
 
-    /// The check stops at place `at`, for `verdict`.
-    fn stop(&mut self, at: u32, verdict: Verdict) {
-        self.outcomes.push(Outcome {
-            at,
-            findings: Vec::new(),
-            verdict,
-        });
+    /// Meet the link to `id` wanting `want` at `at`; whether it agrees with what the pack and
+    /// the links before it say.
+    fn link(&mut self, id: ObjectId, want: Kind, at: (Place, u32)) -> bool {
+        let slot = &mut self.agreed[slot_of(&id)];
+        if let Some((seen, kind)) = slot
+            && *seen == id
+        {
+            return *kind == want;
+        }
+        match self.received.kind_of(&id) {
+            Some(kind) => {
+                *slot = Some((id, kind));
+                kind == want
+            }
+            None => keep_first(&mut self.outside, id, (at.0, at.1, want)),
+        }
     }
 }
 
-/// Record `link` of `id` in `links` unless an earlier one (by place) is there.
-fn keep_first(links: &mut FirstLinks, id: gix_hash::ObjectId, link: (u32, u32, gix_object::Kind)) {
-    links
-        .entry(id)
-        .and_modify(|e| {
-            if (link.0, link.1) < (e.0, e.1) {
-                *e = link;
+/// The slot of `id` in a cache of [`AGREED_SLOTS`] ids.
+fn slot_of(id: &ObjectId) -> usize {
+    let bytes = id.as_slice();
+    (usize::from(bytes[0]) << 8 | usize::from(bytes[1])) % AGREED_SLOTS
+}
+
+/// Record `link` of `id` in `links` unless an earlier one (by place) is there; whether it
+/// wants the kind the others want.
+fn keep_first(links: &mut FirstLinks, id: ObjectId, link: (Place, u32, Kind)) -> bool {
+    match links.entry(id) {
+        Slot::Vacant(v) => {
+            v.insert(link);
+            true
+        }
+        Slot::Occupied(mut o) => {
+            let first = o.get_mut();
+            if (link.0, link.1) < (first.0, first.1) {
+                *first = (link.0, link.1, first.2);
             }
-        })
-        .or_insert(link);
+            first.2 == link.2
+        }
+    }
 }
 
 impl Drop for Share<'_> {
@@ -173,19 +286,72 @@ impl Drop for Share<'_> {
             return;
         };
         merged.outcomes.append(&mut self.outcomes);
-        if merged.links.is_empty() {
-            std::mem::swap(&mut merged.links, &mut self.links);
+        if merged.outside.is_empty() {
+            std::mem::swap(&mut merged.outside, &mut self.outside);
         } else {
-            for (id, first) in self.links.drain() {
-                keep_first(&mut merged.links, id, first);
+            for (id, first) in self.outside.drain() {
+                if !keep_first(&mut merged.outside, id, first) {
+                    self.disagreement.store(true, Ordering::Relaxed);
+                }
             }
         }
         merged.checkers.push(self.checker.clone());
     }
 }
 
+/// git's table of the objects it met, as `object_as_type` keeps it: each id with the kind it
+/// was first met as.
+#[derive(Default)]
+struct Table {
+    kinds: foldhash::HashMap<ObjectId, Kind>,
+    /// The ids first met through a link, in that order.
+    linked: Vec<ObjectId>,
+}
+
+impl Table {
+    /// Meet `id` as `kind` (`link`: through a link, not as the object itself); if it was met
+    /// as another kind before, git's `object_as_type` line.
+    fn meet(&mut self, id: ObjectId, kind: Kind, link: bool) -> Result<(), String> {
+        match self.kinds.entry(id) {
+            Slot::Occupied(o) if *o.get() != kind => Err(format!(
+                "error: object {id} is a {}, not a {kind}",
+                o.get()
+            )),
+            Slot::Occupied(_) => Ok(()),
+            Slot::Vacant(v) => {
+                v.insert(kind);
+                if link {
+                    self.linked.push(id);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The steps git takes for each received object, in its order: `index-pack` takes them all for
+/// one object before the next; `unpack-objects` parses every object as it unpacks them, then
+/// checks and walks them (`write_rest`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Steps {
+    All,
+    Parse,
+    CheckAndWalk,
+}
+
 impl Strict<'_> {
-    fn objects(&self) -> Result<gix_odb::Handle, (Vec<String>, String)> {
+    /// Check the pack `index` describes, on `thread_limit` threads.
+    pub(super) fn check(self, index: &gix_pack::index::File, thread_limit: Option<usize>) -> Checked {
+        match self.over_the_delta_tree(index, thread_limit) {
+            Ok(checked) => checked,
+            Err(why) => {
+                tracing::debug!(%why, "fsck: checking one object at a time");
+                self.one_at_a_time(index)
+            }
+        }
+    }
+
+    fn odb(&self) -> Result<gix_odb::Handle, (Vec<String>, String)> {
         gix_odb::at_opts(
             self.objects,
             self.hash,
@@ -198,173 +364,224 @@ impl Strict<'_> {
         .map_err(|e| (Vec::new(), e.to_string()))
     }
 
-    /// A share of the checks, handing back into `merged`.
-    fn share<'s>(&'s self, merged: &'s std::sync::Mutex<Merged>) -> Share<'s> {
-        Share {
-            merged,
-            order: self.order,
-            shallow: self.shallow,
-            hash: self.hash,
-            checker: crate::objects::fsck::Checker::new(self.options.clone()),
-            outcomes: Vec::new(),
-            links: FirstLinks::default(),
-        }
-    }
-
     /// The check with the pack's commits, trees and tags decoded once each through its delta
-    /// tree, on `thread_limit` threads ([`pack_links::each_linking_object`]); the outcome is
-    /// [`Strict::one_at_a_time`]'s, which is what runs when the pass cannot (a pack whose chains'
-    /// kinds it cannot tell). Reading each object through the object database, every delta
-    /// resolved from its chain's base again, took a whole-history push of git.git 16 s of its
-    /// 24 s, and its mapping of the whole pack 425 MiB of peak RSS (git's 310).
-    ///
-    /// [`pack_links::each_linking_object`]: crate::objects::pack_links::each_linking_object
-    pub(super) fn over_the_delta_tree(
-        self,
+    /// tree, on `thread_limit` threads ([`LinkingObjects`]). Reading each object through the
+    /// object database, every delta resolved from its chain's base again, took a
+    /// whole-history push of git.git 16 s of its 24 s; keeping the first link to every id,
+    /// not only to those outside the pack, 84 MiB of peak RSS.
+    fn over_the_delta_tree(
+        &self,
         index: &gix_pack::index::File,
         thread_limit: Option<usize>,
-    ) -> Checked {
-        let Ok(count) = u32::try_from(self.order.len()) else {
-            return self.one_at_a_time();
+    ) -> Result<Checked, HandOver> {
+        let (linking, entries) = LinkingObjects::prepare(index).map_err(HandOver::Cannot)?;
+        let received = Received::new(index, entries).ok_or(HandOver::Unlisted)?;
+        let merged = Mutex::new(Merged::default());
+        let disagreement = AtomicBool::new(false);
+        let mut share = Share {
+            merged: &merged,
+            received: &received,
+            shallow: self.shallow,
+            hash: self.hash,
+            explode: self.explode,
+            disagreement: &disagreement,
+            checker: Checker::new(self.options.clone()),
+            outcomes: Vec::new(),
+            outside: FirstLinks::default(),
+            agreed: vec![None; AGREED_SLOTS].into_boxed_slice(),
+            links: Vec::new(),
         };
-        // Each received object's pack offset with its place in the check order, by offset.
-        let mut places: Vec<(u64, u32)> = Vec::with_capacity(self.order.len());
-        for (at, oid) in (0..count).zip(self.order) {
-            match index.lookup(oid) {
-                Some(i) => places.push((index.pack_offset_at_index(i), at)),
-                None => return self.one_at_a_time(),
-            }
+        linking
+            .each(thread_limit, move |offset, kind, data| {
+                share.object(offset, kind, data)
+            })
+            .map_err(HandOver::Cannot)?;
+        if disagreement.into_inner() {
+            return Err(HandOver::Disagreement);
         }
-        places.sort_unstable();
-        let place = |offset: u64| {
-            let found = places.binary_search_by_key(&offset, |p| p.0).ok()?;
-            Some(places[found].1)
-        };
-        let merged = std::sync::Mutex::new(Merged::default());
-        let mut share = self.share(&merged);
-        let pass = crate::objects::pack_links::each_linking_object(
-            index,
-            thread_limit,
-            move |offset, kind, data| {
-                if let Some(at) = place(offset) {
-                    share.object(at, kind, data);
-                }
-            },
-        );
-        let Ok(chains) = pass else {
-            tracing::debug!(why = ?pass.err(), "fsck: reading each object on its own");
-            return self.one_at_a_time();
-        };
-        let kinds = chains
-            .iter()
-            .filter_map(|(offset, kind)| Some((self.order[place(*offset)? as usize], *kind)))
-            .collect();
-        drop(places);
-        self.report(merged, &kinds)
-    }
-
-    /// The check reading each object through the object database, in order, up to the first
-    /// that stops it.
-    fn one_at_a_time(self) -> Checked {
-        use gix_object::{Find, Kind};
-        use gix_odb::Header;
-        let objects = self.objects()?;
-        let merged = std::sync::Mutex::new(Merged::default());
-        let mut kinds = std::collections::HashMap::with_capacity(self.order.len());
-        {
-            let mut share = self.share(&merged);
-            let mut buf = Vec::new();
-            for (at, oid) in (0u32..).zip(self.order) {
-                let kind = match objects.try_header(oid) {
-                    Ok(Some(h)) => h.kind(),
-                    _ => {
-                        share.stop(at, Verdict::Unreadable(format!("unable to read {oid}")));
-                        break;
-                    }
-                };
-                kinds.insert(*oid, kind);
-                if kind == Kind::Blob {
-                    continue;
-                }
-                let data = match objects.try_find(oid, &mut buf) {
-                    Ok(Some(d)) => d,
-                    Ok(None) => {
-                        share.stop(at, Verdict::Unreadable(format!("unable to read {oid}")));
-                        break;
-                    }
-                    Err(e) => {
-                        share.stop(at, Verdict::Unreadable(e.to_string()));
-                        break;
-                    }
-                };
-                if !share.object(at, kind, data.data) {
-                    break;
-                }
-            }
-        }
-        self.report(merged, &kinds)
-    }
-
-    /// What the shares found, in the check order: the findings up to the first object that
-    /// stops the check, else the links and the named blobs ([`Strict::finish`]).
-    fn report(
-        &self,
-        merged: std::sync::Mutex<Merged>,
-        kinds: &std::collections::HashMap<gix_hash::ObjectId, gix_object::Kind>,
-    ) -> Checked {
         let Ok(merged) = merged.into_inner() else {
-            return Err((Vec::new(), "fsck: a checking thread panicked".into()));
+            return Ok(Err((Vec::new(), "fsck: a checking thread panicked".into())));
         };
-        let mut checker = crate::objects::fsck::Checker::new(self.options.clone());
+        let mut checker = Checker::new(self.options.clone());
         for c in &merged.checkers {
             checker.merge_named_blobs(c);
         }
         let mut outcomes = merged.outcomes;
-        outcomes.sort_unstable_by_key(|o| o.at);
+        outcomes.sort_unstable_by_key(|o| o.place);
+        // unpack-objects parses every object before it checks any.
+        if self.explode
+            && let Some((line, kind)) = outcomes.iter().find_map(|o| match &o.verdict {
+                Verdict::Unparsable(line, kind) => Some((line, kind)),
+                _ => None,
+            })
+        {
+            return Ok(Err((line.iter().cloned().collect(), format!("invalid {kind}"))));
+        }
         for o in outcomes {
             checker.findings.extend(o.findings);
             match o.verdict {
                 Verdict::Warnings => {}
                 Verdict::Error => {
-                    return Err((lines(&checker), "fsck error in packed object".into()));
+                    return Ok(Err((lines(&checker), "fsck error in packed object".into())));
                 }
                 Verdict::Unparsable(line, kind) => {
                     let mut out = lines(&checker);
                     out.extend(line);
-                    return Err((out, format!("invalid {kind}")));
+                    return Ok(Err((out, format!("invalid {kind}"))));
                 }
-                Verdict::Unreadable(detail) => return Err((lines(&checker), detail)),
             }
         }
-        let mut links: Vec<_> = merged.links.into_iter().collect();
-        links.sort_unstable_by_key(|(_, (at, n, _))| (*at, *n));
-        let objects = self.objects()?;
-        let links = links.into_iter().map(|(id, (_, _, want))| (id, want));
-        self.finish(&objects, checker, kinds, links)
+        let mut outside: Vec<_> = merged.outside.into_iter().collect();
+        outside.sort_unstable_by_key(|(_, (place, n, _))| (*place, *n));
+        let objects = match self.odb() {
+            Ok(o) => o,
+            Err(e) => return Ok(Err(e)),
+        };
+        let outside = outside.into_iter().map(|(id, (_, _, want))| (id, want));
+        Ok(self.finish(&objects, checker, outside))
     }
 
-    /// After every object was checked: the links, in the order first linked (git's
-    /// `check_objects` in index-pack, `check_object` in unpack-objects), then `fsck_finish`
-    /// over the `.gitmodules` / `.gitattributes` blobs, received or not.
+    /// git's model: each received object read through the object database in git's order,
+    /// every id met kept with the kind first met as ([`Table`]).
+    fn one_at_a_time(self, index: &gix_pack::index::File) -> Checked {
+        use gix_object::Find;
+        use gix_odb::Header;
+        let objects = self.odb()?;
+        let order = check_order(index, self.explode);
+        let mut table = Table::default();
+        let mut checker = Checker::new(self.options.clone());
+        let steps: &[Steps] = if self.explode {
+            &[Steps::Parse, Steps::CheckAndWalk]
+        } else {
+            &[Steps::All]
+        };
+        let mut buf = Vec::new();
+        for &steps in steps {
+            for oid in &order {
+                let unreadable = |detail: String| Err((lines(&checker), detail));
+                let kind = match objects.try_header(oid) {
+                    Ok(Some(h)) => h.kind(),
+                    _ => return unreadable(format!("unable to read {oid}")),
+                };
+                let data = if kind == Kind::Blob {
+                    &[][..]
+                } else {
+                    match objects.try_find(oid, &mut buf) {
+                        Ok(Some(d)) => d.data,
+                        Ok(None) => return unreadable(format!("unable to read {oid}")),
+                        Err(e) => return unreadable(e.to_string()),
+                    }
+                };
+                let parse = |table: &mut Table| self.parse(table, oid, kind, data);
+                let walk = |table: &mut Table, checker: &mut Checker| {
+                    if kind != Kind::Blob && checker.check(oid, kind, data) {
+                        return Err((Vec::new(), "fsck error in packed object".to_string()));
+                    }
+                    self.walk(table, oid, kind, data)
+                };
+                let step = match steps {
+                    Steps::All => parse(&mut table).and_then(|()| walk(&mut table, &mut checker)),
+                    Steps::Parse => parse(&mut table),
+                    Steps::CheckAndWalk => walk(&mut table, &mut checker),
+                };
+                if let Err((more, detail)) = step {
+                    let mut out = lines(&checker);
+                    out.extend(more);
+                    return Err((out, detail));
+                }
+            }
+        }
+        let outside = table
+            .linked
+            .iter()
+            .filter(|id| index.lookup(*id).is_none())
+            .map(|id| (*id, table.kinds[id]));
+        self.finish(&objects, checker, outside)
+    }
+
+    /// git parsing the received object `oid`: it is met as its kind, it must parse, and a
+    /// commit's tree and parents and a tag's object are met as what they are said to be.
+    fn parse(&self, table: &mut Table, oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), (Vec<String>, String)> {
+        if let Err(line) = table.meet(*oid, kind, false) {
+            let fatal = match (kind, self.explode) {
+                (Kind::Blob, false) => format!("invalid blob object {oid}"),
+                (Kind::Blob, true) => "invalid blob object".into(),
+                _ => format!("invalid {kind}"),
+            };
+            return Err((vec![line], fatal));
+        }
+        if kind == Kind::Blob {
+            return Ok(());
+        }
+        if let Err(line) = fsck::parse_check(oid, kind, data) {
+            return Err((line.into_iter().collect(), format!("invalid {kind}")));
+        }
+        if kind == Kind::Tree {
+            return Ok(());
+        }
+        let skip_parents = kind == Kind::Commit && self.shallow.contains(oid);
+        let mut refused = None;
+        fsck::for_each_link(kind, data, self.hash, |id, want| {
+            if refused.is_some() || (skip_parents && want == Kind::Commit) {
+                return;
+            }
+            if let Err(line) = table.meet(id, want, true) {
+                let what = match (kind, want) {
+                    (Kind::Tag, _) => format!("error: bad tag pointer to {id} in {oid}"),
+                    (_, Kind::Tree) => format!("error: bad tree pointer {id} in commit {oid}"),
+                    _ => format!("error: bad parent {id} in commit {oid}"),
+                };
+                refused = Some((vec![line, what], format!("invalid {kind}")));
+            }
+        });
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// git walking the received object `oid` (`fsck_walk`): a tree's entries are met as what
+    /// their modes say.
+    fn walk(&self, table: &mut Table, oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), (Vec<String>, String)> {
+        if kind != Kind::Tree {
+            return Ok(());
+        }
+        let mut refused = None;
+        fsck::for_each_link(kind, data, self.hash, |id, want| {
+            if refused.is_none()
+                && let Err(line) = table.meet(id, want, true)
+            {
+                refused = Some(line);
+            }
+        });
+        match refused {
+            None => Ok(()),
+            Some(line) => Err((
+                vec![line],
+                if self.explode {
+                    format!("Error on reachable objects of {oid}")
+                } else {
+                    format!("Not all child objects of {oid} are reachable")
+                },
+            )),
+        }
+    }
+
+    /// After every object was checked: the objects outside the pack that links named, each
+    /// with the kind it was first met as, in the order first met (git's `check_objects` in
+    /// index-pack, `check_object` in unpack-objects), then `fsck_finish` over the
+    /// `.gitmodules` / `.gitattributes` blobs, received or not.
     fn finish(
         &self,
         objects: &gix_odb::Handle,
-        mut checker: crate::objects::fsck::Checker,
-        kinds: &std::collections::HashMap<gix_hash::ObjectId, gix_object::Kind>,
-        links: impl Iterator<Item = (gix_hash::ObjectId, gix_object::Kind)>,
+        mut checker: Checker,
+        outside: impl Iterator<Item = (ObjectId, Kind)>,
     ) -> Checked {
-        use gix_object::{Find, Kind};
+        use gix_object::Find;
         use gix_odb::Header;
-        for (id, want) in links {
-            let have = match kinds.get(&id) {
-                Some(k) => Some(*k),
-                None => objects.try_header(&id).ok().flatten().map(|h| h.kind()),
-            };
+        for (id, want) in outside {
+            let have = objects.try_header(&id).ok().flatten().map(|h| h.kind());
             let detail = match (have, self.explode) {
                 (Some(k), _) if k == want => continue,
                 (None, false) => format!("did not receive expected object {id}"),
                 (Some(k), false) => format!("object {id}: expected type {want}, found {k}"),
-                (Some(_), true) if kinds.contains_key(&id) => "object type mismatch".into(),
                 (_, true) => "object of unexpected type".into(),
             };
             return Err((lines(&checker), detail));
@@ -390,23 +607,70 @@ impl Strict<'_> {
     }
 }
 
+/// The received objects in git's order ([`Place`]), their headers read front to back (the
+/// pages behind given back). Without the pack, all whole; an entry whose header does not
+/// decode, a delta.
+fn check_order(index: &gix_pack::index::File, explode: bool) -> Vec<ObjectId> {
+    let map = crate::objects::pack_map::PackMap::open(&index.path().with_extension("pack")).ok();
+    let mut entries: Vec<(Place, ObjectId)> = index
+        .iter()
+        .map(|e| {
+            let place = Place {
+                delta: map.is_some() && !explode,
+                offset: e.pack_offset,
+            };
+            (place, e.oid)
+        })
+        .collect();
+    if let Some(map) = map
+        && !explode
+    {
+        entries.sort_unstable_by_key(|e| e.0.offset);
+        let offsets: Vec<u64> = entries.iter().map(|e| e.0.offset).collect();
+        map.each_header(&offsets, index.object_hash(), |at, entry| {
+            entries[at].0.delta = entry.header.is_delta();
+            Some(())
+        });
+    }
+    entries.sort_unstable();
+    entries.into_iter().map(|(_, oid)| oid).collect()
+}
+
 /// Every finding of `checker` so far, as lines.
-fn lines(checker: &crate::objects::fsck::Checker) -> Vec<String> {
+fn lines(checker: &Checker) -> Vec<String> {
     checker.findings.iter().map(|f| f.line.clone()).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::fsck::{Options, Setting};
+    use crate::test_git::{git, git_with_input, history, pack, pack_with};
 
-    /// The fsck pass over the delta tree says what checking each object on its own says, in
-    /// the same order: the same warnings, the same first error and `fatal:` detail, whichever
+    /// `Strict` over the quarantine of `srv` with `settings`.
+    fn strict<'a>(
+        quarantine: &'a crate::objects::ingest::Quarantine,
+        settings: &[Setting],
+        explode: bool,
+        shallow: &'a std::collections::HashSet<ObjectId>,
+    ) -> Strict<'a> {
+        Strict {
+            objects: quarantine.path(),
+            options: Options::from_settings(settings, Path::new("."), gix_hash::Kind::Sha1)
+                .unwrap(),
+            alloc_limit: 1 << 30,
+            explode,
+            shallow,
+            hash: gix_hash::Kind::Sha1,
+        }
+    }
+
+    /// The pass over the delta tree says what checking each object on its own says, in the
+    /// same order: the same warnings, the same first error and `fatal:` detail, whichever
     /// thread checked which object. A history with deltas, three commits with bad emails on
     /// top, and a `.gitmodules` whose url git refuses (found by the tree, checked at the end).
     #[test]
     fn fsck_over_the_delta_tree_finds_what_checking_each_object_finds() {
-        use crate::objects::fsck::{Options, Setting};
-        use crate::test_git::{git, git_with_input, history, pack};
         let dir = tempfile::tempdir().unwrap();
         let commits = history(dir.path());
         let repo = dir.path().join("r");
@@ -432,16 +696,19 @@ mod tests {
         }
         assert_eq!(commits.len(), 10);
         git(dir.path(), &["init", "-q", "--bare", "srv.git"]);
-        let quarantine = crate::objects::ingest::Quarantine::create(&dir.path().join("srv.git/objects")).unwrap();
+        let quarantine =
+            crate::objects::ingest::Quarantine::create(&dir.path().join("srv.git/objects"))
+                .unwrap();
         let index = pack(&repo, &quarantine.path().join("pack"), true, &format!("{tip}\n"));
         assert!(crate::test_git::deltas_in(&index) > 0);
-        let order = check_order(Some(&index.path().with_extension("pack")), &index);
-        // The pass runs on this pack (it falls back to checking each object when it cannot).
+        // The pass runs on this pack (it hands over to checking each object when it cannot).
         let decoded = std::sync::atomic::AtomicUsize::new(0);
-        crate::objects::pack_links::each_linking_object(&index, None, |_, _, _| {
-            decoded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        })
-        .unwrap();
+        let (linking, _) = LinkingObjects::prepare(&index).unwrap();
+        linking
+            .each(None, |_, _, _| {
+                decoded.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
         let decoded = decoded.into_inner();
         assert!(decoded > 30, "{decoded} commits, trees and tags");
         let shallow = std::collections::HashSet::new();
@@ -454,27 +721,148 @@ mod tests {
             vec![severity("bademail", "warn")],
             vec![severity("bademail", "ignore"), severity("gitmodulesurl", "warn")],
         ] {
-            let check = |explode| Strict {
-                objects: quarantine.path(),
-                order: &order,
-                options: Options::from_settings(&settings, dir.path(), gix_hash::Kind::Sha1)
-                    .unwrap(),
-                alloc_limit: 1 << 30,
-                explode,
-                shallow: &shallow,
-                hash: gix_hash::Kind::Sha1,
-            };
+            let check = |explode| strict(&quarantine, &settings, explode, &shallow);
             for threads in [Some(1), Some(2), Some(4)] {
-                let ours = check(false).over_the_delta_tree(&index, threads);
-                assert_eq!(ours, check(false).one_at_a_time(), "{settings:?} {threads:?}");
+                let ours = check(false).over_the_delta_tree(&index, threads).unwrap();
+                let theirs = check(false).one_at_a_time(&index);
+                assert_eq!(ours, theirs, "{settings:?} {threads:?}");
             }
-            let ours = check(true).over_the_delta_tree(&index, None);
-            let theirs = check(true).one_at_a_time();
+            let ours = check(true).over_the_delta_tree(&index, None).unwrap();
+            let theirs = check(true).one_at_a_time(&index);
             assert_eq!(ours, theirs, "{settings:?}");
             match settings.len() {
                 0 => assert!(matches!(&theirs, Err((lines, _)) if lines.len() == 1 && lines[0].contains("badEmail"))),
                 1 => assert!(matches!(&theirs, Err((lines, _)) if lines.len() == 4 && lines[3].contains("gitmodulesUrl"))),
                 _ => assert!(matches!(&theirs, Ok(lines) if lines.len() == 1 && lines[0].contains("gitmodulesUrl"))),
+            }
+        }
+    }
+
+    /// Write an object of `kind` with `data` into `repo` as it is; its id.
+    fn literally(repo: &Path, kind: &str, data: &[u8]) -> String {
+        use std::io::Write;
+        let mut child = std::process::Command::new("git")
+            .args(["hash-object", "--literally", "-w", "--stdin", "-t", kind])
+            .current_dir(repo)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(data).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// A raw tree of `entries` (mode, name, hex id).
+    fn tree(entries: &[(&str, &str, &str)]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for (mode, name, id) in entries {
+            v.extend_from_slice(format!("{mode} {name}\0").as_bytes());
+            v.extend_from_slice(ObjectId::from_hex(id.as_bytes()).unwrap().as_slice());
+        }
+        v
+    }
+
+    /// An object met as two kinds refuses the push, as git's object table does: the pass over
+    /// the delta tree sees the links disagree and hands over, and checking each object says
+    /// what git says first. A tree naming a received blob as a blob and as a tree; a commit
+    /// whose tree is a received blob; a tree naming one of the server's trees as a blob and
+    /// as a tree (which the first link alone, a blob the server has as a tree, would have
+    /// reported otherwise).
+    #[test]
+    fn an_object_met_as_two_kinds_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        history(dir.path());
+        let repo = dir.path().join("r");
+        git(dir.path(), &["clone", "-q", "--bare", "r", "srv.git"]);
+        let blob = literally(&repo, "blob", b"hello\n");
+        let old_tree = git(&repo, &["rev-parse", "HEAD^{tree}"]);
+        let commit = |tree: &str| {
+            let body = format!(
+                "tree {tree}\nauthor A <a@example.com> 1700000000 +0000\n\
+                 committer C <c@example.com> 1700000000 +0000\n\nx\n"
+            );
+            literally(&repo, "commit", body.as_bytes())
+        };
+        let both = literally(
+            &repo,
+            "tree",
+            &tree(&[("100644", "a", &blob), ("40000", "b", &blob)]),
+        );
+        let outside = literally(
+            &repo,
+            "tree",
+            &tree(&[("100644", "a", &old_tree), ("40000", "b", &old_tree)]),
+        );
+        let blob_as_tree = commit(&blob);
+        let cases: [(Vec<String>, &str, &[&str]); 3] = [
+            (
+                vec![commit(&both), both.clone(), blob.clone()],
+                "Not all child objects of {both} are reachable",
+                &["error: object {blob} is a blob, not a tree"],
+            ),
+            (vec![blob_as_tree.clone(), blob.clone()], "", &[]),
+            (
+                vec![commit(&outside), outside.clone()],
+                "Not all child objects of {outside} are reachable",
+                &["error: object {old_tree} is a blob, not a tree"],
+            ),
+        ];
+        let shallow = std::collections::HashSet::new();
+        let fill = |s: &str| {
+            s.replace("{both}", &both)
+                .replace("{blob}", &blob)
+                .replace("{outside}", &outside)
+                .replace("{old_tree}", &old_tree)
+        };
+        for (n, (objects, fatal, lines)) in cases.iter().enumerate() {
+            let quarantine =
+                crate::objects::ingest::Quarantine::create(&dir.path().join("srv.git/objects"))
+                    .unwrap();
+            let index = pack_with(
+                &repo,
+                &quarantine.path().join("pack"),
+                false,
+                &[],
+                &format!("{}\n", objects.join("\n")),
+            );
+            for threads in [Some(1), Some(2)] {
+                let ours = strict(&quarantine, &[], false, &shallow)
+                    .over_the_delta_tree(&index, threads);
+                assert!(matches!(ours, Err(HandOver::Disagreement)), "case {n}: {ours:?}");
+            }
+            let theirs = strict(&quarantine, &[], false, &shallow).one_at_a_time(&index);
+            let Err((got, detail)) = &theirs else {
+                panic!("case {n} passed: {theirs:?}")
+            };
+            if fatal.is_empty() {
+                // Which of the commit and the blob git meets first decides the words.
+                let commit_first = (
+                    vec![
+                        format!("error: object {blob} is a tree, not a blob"),
+                    ],
+                    format!("invalid blob object {blob}"),
+                );
+                let blob_first = (
+                    vec![
+                        format!("error: object {blob} is a blob, not a tree"),
+                        format!("error: bad tree pointer {blob} in commit {blob_as_tree}"),
+                    ],
+                    "invalid commit".to_owned(),
+                );
+                let got = (got.clone(), detail.clone());
+                assert!(got == commit_first || got == blob_first, "case {n}: {got:?}");
+            } else {
+                assert_eq!(detail, &fill(fatal), "case {n}");
+                let lines: Vec<String> = lines.iter().map(|l| fill(l)).collect();
+                assert_eq!(got, &lines, "case {n}");
+            }
+            // unpack-objects' words for the walk.
+            let theirs = strict(&quarantine, &[], true, &shallow).one_at_a_time(&index);
+            if !fatal.is_empty() {
+                let detail = fill(fatal).replace("Not all child objects of ", "Error on reachable objects of ").replace(" are reachable", "");
+                assert!(matches!(&theirs, Err((_, d)) if *d == detail), "case {n}: {theirs:?}");
             }
         }
     }

@@ -340,6 +340,32 @@ fn push_commit_with_author(w: &World, ids: &Ids, author: &str) -> Vec<u8> {
     v
 }
 
+/// A tree naming one blob as a blob (`a`) and as a tree (`b`), the blob sent too.
+fn both_kinds(w: &World, ids: &Ids) -> Vec<u8> {
+    let b = blob(w, "one blob, two kinds\n");
+    push_tree(
+        w,
+        ids,
+        &[
+            tree_entry("100644", b"a", &b),
+            tree_entry("40000", b"b", &b),
+        ],
+        std::slice::from_ref(&b),
+    )
+}
+
+/// A commit on c1 whose tree is a blob, the blob sent too.
+fn commit_of_a_blob(w: &World, ids: &Ids) -> Vec<u8> {
+    let b = blob(w, "not a tree\n");
+    let commit = commit_of(w, ids, &b, "A U Thor <a@example.com> 1700000000 +0000");
+    let mut v = request(
+        &[format!("{ZERO} {commit} refs/heads/bad")],
+        "report-status",
+    );
+    v.extend(pack_objects(w, &[commit, b]));
+    v
+}
+
 /// A pack header plus entries plus its trailer.
 fn pack(entries: &[Vec<u8>]) -> Vec<u8> {
     let mut v = b"PACK\x00\x00\x00\x02".to_vec();
@@ -836,6 +862,58 @@ fn cases() -> Vec<Case> {
             ("receive.unpackLimit", "1"),
         ])
         .expect(&["did not receive expected object abababab"]),
+        // An object met as two kinds: git's object table refuses the second meeting.
+        Case::new(
+            "fsck: a blob named as a blob and as a tree, index-pack",
+            both_kinds,
+        )
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.unpackLimit", "1"),
+        ])
+        .expect(&["is a blob, not a tree", "are reachable"]),
+        Case::new(
+            "fsck: a blob named as a blob and as a tree, unpack-objects",
+            both_kinds,
+        )
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["is a blob, not a tree", "Error on reachable objects of"]),
+        Case::new(
+            "fsck: a commit whose tree is a blob, index-pack",
+            commit_of_a_blob,
+        )
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.unpackLimit", "1"),
+        ])
+        .expect(&["fatal: invalid"]),
+        Case::new(
+            "fsck: a commit whose tree is a blob, unpack-objects",
+            commit_of_a_blob,
+        )
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["fatal: invalid"]),
+        Case::new(
+            "fsck: the server's tree named as a blob and as a tree",
+            |w, ids| {
+                let tree = w.git("src", &["rev-parse", &format!("{}^{{tree}}", ids.c1)]);
+                let tree = tree.trim();
+                push_tree(
+                    w,
+                    ids,
+                    &[
+                        tree_entry("100644", b"a", tree),
+                        tree_entry("40000", b"b", tree),
+                    ],
+                    &[],
+                )
+            },
+        )
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.unpackLimit", "1"),
+        ])
+        .expect(&["is a blob, not a tree", "are reachable"]),
         Case::new("fsck: unterminatedHeader cannot be demoted", |w, ids| {
             update_main(ids, &c2_pack(w, ids))
         })
