@@ -23,7 +23,9 @@ use std::collections::VecDeque;
 use foldhash::{HashMap, HashSet, HashSetExt};
 
 use gix_hash::ObjectId;
+use gix_object::bstr::BString;
 use gix_object::{Exists, Find, Kind};
+use gix_odb::Header;
 
 use crate::objects::lookup::{Budget, Objects};
 use crate::objects::pack_links::Outside;
@@ -37,39 +39,76 @@ pub enum Status {
     Missing(Missing),
 }
 
-/// A missing object and how the walk reached it.
+/// An object the walk cannot pass (missing, or not of the kind its link wants) and how the
+/// walk reached it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Missing {
-    /// The missing object.
+    /// The object.
     pub id: ObjectId,
     /// What pointed at it.
     pub role: Role,
+    /// What is wrong with it.
+    pub defect: Defect,
 }
 
-/// How a missing object was reached.
+/// How an object was reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// It is the new value of a ref, or a tag's target.
+    /// It is the new value of a ref.
     Tip,
-    /// A commit's or tree's tree.
+    /// A tag's object, of the kind the tag says.
+    Tagged(Kind),
+    /// A commit's tree.
     Tree,
+    /// An entry with a tree's mode in this tree.
+    Subtree(ObjectId),
     /// A tree's blob.
     Blob,
     /// A parent of this commit.
     Parent(ObjectId),
 }
 
+/// What is wrong with an object the walk cannot pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Defect {
+    /// It is in neither the push nor the repository.
+    Missing,
+    /// It is of this kind, not the one its link wants, and git's walk meets it first through
+    /// that link: it reads the object to parse it (`not a tree`, `not a commit`).
+    Kind(Kind),
+    /// It is of this kind, not a tree, and git's walk met it as such before it came to the
+    /// entry named `name` with a tree's mode (its object table refuses the second meeting).
+    MetBefore(Kind, BString),
+}
+
 impl Missing {
     /// What git's `rev-list --objects` prints for this object.
     pub fn message(&self) -> String {
         let id = self.id;
-        match self.role {
-            Role::Tip => format!("fatal: bad object {id}\n"),
-            Role::Tree => format!("fatal: bad tree object {id}\n"),
-            Role::Blob => format!("fatal: missing blob object '{id}'\n"),
-            Role::Parent(of) => format!(
+        match (&self.defect, self.role) {
+            (Defect::Missing, Role::Tip | Role::Tagged(_)) => format!("fatal: bad object {id}\n"),
+            (Defect::Missing, Role::Tree | Role::Subtree(_)) => {
+                format!("fatal: bad tree object {id}\n")
+            }
+            (Defect::Missing, Role::Blob) => format!("fatal: missing blob object '{id}'\n"),
+            (Defect::Missing, Role::Parent(of)) => format!(
                 "error: Could not read {id}\nfatal: Failed to traverse parents of commit {of}\n"
             ),
+            (Defect::Kind(found), Role::Tagged(said)) => {
+                format!("error: object {id} is a {said}, not a {found}\nfatal: bad object {id}\n")
+            }
+            (Defect::Kind(_), Role::Tree | Role::Subtree(_)) => {
+                format!("error: Object {id} not a tree\nfatal: bad tree object {id}\n")
+            }
+            (Defect::Kind(_), Role::Parent(_)) => {
+                format!("error: Object {id} not a commit\nfatal: revision walk setup failed\n")
+            }
+            (Defect::MetBefore(found, name), Role::Subtree(tree)) => format!(
+                "error: object {id} is a {found}, not a tree\nfatal: entry '{name}' in tree {tree} \
+                 has tree mode, but is not a tree\n"
+            ),
+            // Not made: a blob or a tip is only looked for, and only an entry is met before.
+            (Defect::Kind(_) | Defect::MetBefore(..), _) => format!("fatal: bad object {id}\n"),
         }
     }
 }
@@ -211,7 +250,18 @@ impl<'a> Check<'a> {
             }
         };
         let exists = |id: &ObjectId| self.known.contains(id) || self.objects.exists(id);
-        if !external.iter().all(exists) || !tips.iter().all(|t| self.in_pack(t) || exists(t)) {
+        // What git's walk parses must be of the kind wanted; a blob need only exist.
+        let complete = |(id, wants): (&ObjectId, &crate::objects::pack_links::Wants)| {
+            if !wants.parsed() || self.known.contains(id) {
+                return exists(id);
+            }
+            match self.objects.try_header(id) {
+                Ok(Some(header)) => !wants.refused_as(header.kind()),
+                _ => false,
+            }
+        };
+        if !external.iter().all(complete) || !tips.iter().all(|t| self.in_pack(t) || exists(t))
+        {
             return false;
         }
         tracing::debug!(
@@ -305,10 +355,31 @@ impl<'a> Check<'a> {
         {
             return done(Found::Missing(Bad::Known(i)));
         }
-        let missing = |id, role| Opened::Done(Found::Missing(Bad::Here(Missing { id, role })));
+        let refuse = |id, role, defect| {
+            Opened::Done(Found::Missing(Bad::Here(Missing { id, role, defect })))
+        };
+        let missing = |id, role| refuse(id, role, Defect::Missing);
+        let want = match role {
+            Role::Tip | Role::Blob => None,
+            Role::Tagged(kind) => Some(kind),
+            Role::Tree | Role::Subtree(_) => Some(Kind::Tree),
+            Role::Parent(_) => Some(Kind::Commit),
+        };
         if !self.in_pack(&id) {
-            if !self.objects.exists(&id) {
-                return missing(id, role);
+            // What the repository had: git's walk parses a tree, a commit or a tag's object.
+            let found = match want {
+                None => self.objects.exists(&id).then_some(None),
+                Some(_) => match self.objects.try_header(&id) {
+                    Ok(Some(header)) => Some(Some(header.kind())),
+                    _ => None,
+                },
+            };
+            match found {
+                None => return missing(id, role),
+                Some(Some(kind)) if Some(kind) != want => {
+                    return refuse(id, role, self.wrong_kind(id, role, kind));
+                }
+                Some(_) => {}
             }
             self.known.insert(id);
             return done(Found::Complete(0));
@@ -326,6 +397,9 @@ impl<'a> Check<'a> {
         // git's own lenient reading of raw objects (bad modes, broken idents and the
         // like are fsck's business, not the walk's).
         let obj_kind = data.kind;
+        if want.is_some_and(|want| want != obj_kind) {
+            return refuse(id, role, self.wrong_kind(id, role, obj_kind));
+        }
         let Some(links) = crate::objects::fsck::links(data.kind, data.data, id.kind()) else {
             return missing(id, role);
         };
@@ -347,6 +421,42 @@ impl<'a> Check<'a> {
     }
 
     /// A frame whose links are all complete: it is, with the shallow roots they need.
+    /// What is wrong with `id`, of `kind`, reached as `role`: for an entry with a tree's mode,
+    /// whether git's walk met it before as what it is (commits are all walked before any
+    /// tree; an object the repository had, through the trees of the commits the push builds
+    /// on; a received blob, through an entry before this one in the same tree), and the
+    /// entry's name.
+    fn wrong_kind(&mut self, id: ObjectId, role: Role, kind: Kind) -> Defect {
+        let Role::Subtree(tree) = role else {
+            return Defect::Kind(kind);
+        };
+        let received = self.in_pack(&id);
+        let Ok(Some(data)) = self.objects.try_find(&tree, &mut self.buf) else {
+            return Defect::Kind(kind);
+        };
+        let mut rest = data.data;
+        let mut named_as_blob = false;
+        while let Some(entry) = crate::objects::fsck::tree_entry(rest, id.kind()) {
+            rest = &rest[entry.len..];
+            if entry.id != id.as_slice() {
+                continue;
+            }
+            match entry.mode & 0o170000 {
+                0o040000 => {
+                    let met = kind == Kind::Commit || !received || named_as_blob;
+                    return if met {
+                        Defect::MetBefore(kind, entry.name.into())
+                    } else {
+                        Defect::Kind(kind)
+                    };
+                }
+                0o100000 | 0o120000 => named_as_blob = true,
+                _ => {}
+            }
+        }
+        Defect::Kind(kind)
+    }
+
     fn complete(&mut self, mut f: Frame) -> Found {
         if f.roots.is_empty() {
             self.known.insert(f.id);
@@ -414,8 +524,9 @@ impl Frame {
             let role = match (self.kind, kind) {
                 (Kind::Commit, Kind::Commit) if self.cut => continue,
                 (Kind::Commit, Kind::Commit) => Role::Parent(self.id),
-                (Kind::Tag, _) => Role::Tip,
-                (_, Kind::Tree) => Role::Tree,
+                (Kind::Tag, said) => Role::Tagged(said),
+                (Kind::Commit, Kind::Tree) => Role::Tree,
+                (_, Kind::Tree) => Role::Subtree(self.id),
                 _ => Role::Blob,
             };
             return Some((link, role));
@@ -570,6 +681,7 @@ mod tests {
         let want = Status::Missing(Missing {
             id: id(&gone),
             role: Role::Blob,
+            defect: Defect::Missing,
         });
         for c in commits.iter().rev().chain(commits.iter()) {
             assert_eq!(check.tip(id(c)), want, "{c}");

@@ -17,7 +17,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use foldhash::HashSet;
+use foldhash::HashMap;
 use gix_hash::ObjectId;
 use gix_object::Kind;
 use gix_pack::data::entry::Header;
@@ -50,17 +50,66 @@ pub enum CannotSay {
     Traversal,
     /// A commit, tree or tag does not parse as far as its links.
     Unparsable,
+    /// A link wants an object of the pack as a kind git's walk refuses it as
+    /// ([`Wants::refused_as`]).
+    WrongKind,
+}
+
+/// The kinds the links to one object want it as, and whether git's walk parses it for them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Wants(u8);
+
+impl Wants {
+    /// A tree's entry with a blob's mode: git's walk only asks that the object exists.
+    const BLOB_ENTRY: u8 = 1;
+    /// Wanted as a tree, a commit, a tag or (by a tag) a blob: parsed as that.
+    fn parsed_bit(kind: Kind) -> u8 {
+        match kind {
+            Kind::Tree => 2,
+            Kind::Commit => 4,
+            Kind::Tag => 8,
+            Kind::Blob => 16,
+        }
+    }
+
+    /// Wanted as `want` too, by a link of an object of kind `from`.
+    pub fn with(self, from: Kind, want: Kind) -> Self {
+        let bit = match (from, want) {
+            (Kind::Tree, Kind::Blob) => Self::BLOB_ENTRY,
+            _ => Self::parsed_bit(want),
+        };
+        Wants(self.0 | bit)
+    }
+
+    /// Whether git's walk parses the object for some link: an object of another kind fails it
+    /// (`bad tree object`, `not a commit`, `bad object`). A tree's entry with a blob's mode
+    /// only asks that the object exists.
+    pub fn parsed(self) -> bool {
+        self.0 & !Self::BLOB_ENTRY != 0
+    }
+
+    /// Whether git's walk refuses an object of `kind` so wanted: parsed as another kind, or
+    /// named by an entry with a blob's mode while it is not a blob and is also wanted as what
+    /// it is (git's table meets it as both). An entry with a blob's mode alone naming a tree
+    /// passes, as in git.
+    pub fn refused_as(self, kind: Kind) -> bool {
+        let parsed_other = self.0 & !Self::BLOB_ENTRY & !Self::parsed_bit(kind) != 0;
+        let entry_and_itself = kind != Kind::Blob
+            && self.0 & Self::BLOB_ENTRY != 0
+            && self.0 & Self::parsed_bit(kind) != 0;
+        parsed_other || entry_and_itself
+    }
 }
 
 /// The distinct objects outside the pack that its commits, trees and tags link to (gitlinks
-/// are not links), or why this cannot be said.
-pub type Outside = Result<HashSet<ObjectId>, CannotSay>;
+/// are not links), with the kinds they are wanted as, or why this cannot be said.
+pub type Outside = Result<HashMap<ObjectId, Wants>, CannotSay>;
 
-/// The links the [`Collector`]s of one indexing took: one set for all threads (a set for each
+/// The links the [`Collector`]s of one indexing took: one map for all threads (a set for each
 /// held git.git's 335,000 linked ids twice over, +18 MiB of peak RSS).
 #[derive(Default)]
 pub struct Collected {
-    set: Mutex<HashSet<ObjectId>>,
+    set: Mutex<HashMap<ObjectId, Wants>>,
     broken: AtomicBool,
 }
 
@@ -74,35 +123,45 @@ impl Collected {
         }
     }
 
-    /// What the collected links name outside the pack, whose ids `in_pack` yields in order.
-    pub fn outside(self, in_pack: impl IntoIterator<Item = ObjectId>) -> Outside {
+    /// What the collected links name outside the pack, whose objects `in_pack` yields in id
+    /// order with their kinds; [`CannotSay::WrongKind`] when a link wants one of them as a kind
+    /// git's walk refuses.
+    pub fn outside(self, in_pack: impl IntoIterator<Item = (ObjectId, Kind)>) -> Outside {
         if self.broken.into_inner() {
             return Err(CannotSay::Unparsable);
         }
         let set = self.set.into_inner().map_err(|_| CannotSay::Traversal)?;
         // Both in order, the pack's ids are passed over once (a binary search of them for each
         // link cost git.git's history 0.5 s).
-        let mut links: Vec<ObjectId> = set.into_iter().collect();
-        links.sort_unstable_by(by_id);
+        let mut links: Vec<(ObjectId, Wants)> = set.into_iter().collect();
+        links.sort_unstable_by(|a, b| by_id(&a.0, &b.0));
         let mut in_pack = in_pack.into_iter().peekable();
-        Ok(links
-            .into_iter()
-            .filter(|id| {
-                while in_pack.next_if(|p| p < id).is_some() {}
-                in_pack.peek() != Some(id)
-            })
-            .collect())
+        let mut outside = HashMap::default();
+        for (id, wants) in links {
+            while in_pack.next_if(|p| p.0 < id).is_some() {}
+            match in_pack.peek() {
+                Some((p, kind)) if *p == id => {
+                    if wants.refused_as(*kind) {
+                        return Err(CannotSay::WrongKind);
+                    }
+                }
+                _ => {
+                    outside.insert(id, wants);
+                }
+            }
+        }
+        Ok(outside)
     }
 }
 
 /// One indexing thread's view of the links: each commit, tree and tag it resolves goes through
-/// [`Collector::object`]; ids not lately seen go to the shared set in batches.
+/// [`Collector::object`]; links not lately seen go to the shared map in batches.
 pub struct Collector<'a> {
     collected: &'a Collected,
-    batch: Vec<ObjectId>,
-    /// Ids lately seen, each in the slot its first bytes choose (a direct-mapped cache in front
-    /// of the set).
-    seen: Box<[Option<ObjectId>]>,
+    batch: Vec<(ObjectId, Wants)>,
+    /// Links lately seen, each in the slot its id's first bytes choose (a direct-mapped cache
+    /// in front of the map).
+    seen: Box<[Option<(ObjectId, Wants)>]>,
 }
 
 impl Collector<'_> {
@@ -112,11 +171,12 @@ impl Collector<'_> {
             return;
         }
         let (batch, seen) = (&mut self.batch, &mut self.seen);
-        let parsed = crate::objects::fsck::for_each_link(kind, data, hash, |id, _| {
+        let parsed = crate::objects::fsck::for_each_link(kind, data, hash, |id, want| {
+            let want = Wants::default().with(kind, want);
             let slot = &mut seen[slot_of(&id)];
-            if *slot != Some(id) {
-                *slot = Some(id);
-                batch.push(id);
+            if *slot != Some((id, want)) {
+                *slot = Some((id, want));
+                batch.push((id, want));
             }
         });
         if parsed.is_none() {
@@ -132,7 +192,12 @@ impl Collector<'_> {
             return;
         }
         match self.collected.set.lock() {
-            Ok(mut set) => set.extend(self.batch.drain(..)),
+            Ok(mut set) => {
+                for (id, want) in self.batch.drain(..) {
+                    let wants = set.entry(id).or_default();
+                    *wants = Wants(wants.0 | want.0);
+                }
+            }
             Err(_) => self.collected.broken.store(true, Ordering::Relaxed),
         }
     }
@@ -175,12 +240,21 @@ pub fn external_links(index: &gix_pack::index::File, thread_limit: Option<usize>
     let hash = index.object_hash();
     let collected = Collected::default();
     let mut collector = collected.collector();
-    let (linking, _) = LinkingObjects::prepare(index)?;
+    let (linking, entries) = LinkingObjects::prepare(index)?;
     linking.each(thread_limit, move |_, kind, data| {
         collector.object(kind, data, hash);
     })?;
+    let kind_at = |offset: u64| {
+        let at = entries.binary_search_by_key(&offset, |e| e.offset).ok()?;
+        Some(entries[at].kind)
+    };
     // The index lists the pack's ids in order.
-    collected.outside(index.iter().map(|entry| entry.oid))
+    let in_pack = index
+        .iter()
+        .map(|entry| Some((entry.oid, kind_at(entry.pack_offset)?)))
+        .collect::<Option<Vec<_>>>()
+        .ok_or(CannotSay::ChainKinds)?;
+    collected.outside(in_pack)
 }
 
 /// An entry of a pack, as its header and its delta chain's base tell.
@@ -384,6 +458,45 @@ mod tests {
         }
     }
 
+    /// What git's walk refuses: an object parsed as another kind than it is, or named by an
+    /// entry with a blob's mode while also wanted as what it is; an entry with a blob's mode
+    /// alone naming a tree passes, as in git.
+    #[test]
+    fn wants_refuse_what_git_walks_as_another_kind() {
+        use Kind::{Blob, Commit, Tag, Tree};
+        let wants = |links: &[(Kind, Kind)]| {
+            links
+                .iter()
+                .fold(Wants::default(), |w, (from, want)| w.with(*from, *want))
+        };
+        let entry = (Tree, Blob);
+        let subtree = (Tree, Tree);
+        let tree_of = (Commit, Tree);
+        let parent = (Commit, Commit);
+        let tagged_blob = (Tag, Blob);
+        assert!(!wants(&[entry]).parsed());
+        assert!(wants(&[tagged_blob]).parsed());
+        for (links, kind, refused) in [
+            (&[entry][..], Blob, false),
+            (&[entry], Tree, false),
+            (&[entry], Commit, false),
+            (&[entry, subtree], Tree, true),
+            (&[entry, subtree], Blob, true),
+            (&[subtree, tree_of], Tree, false),
+            (&[subtree], Blob, true),
+            (&[tree_of], Commit, true),
+            (&[parent], Commit, false),
+            (&[parent], Tree, true),
+            (&[tagged_blob], Blob, false),
+            (&[tagged_blob], Commit, true),
+            (&[tagged_blob, entry], Blob, false),
+            (&[(Tag, Tag)], Tag, false),
+            (&[(Tag, Tag)], Commit, true),
+        ] {
+            assert_eq!(wants(links).refused_as(kind), refused, "{links:?} as {kind}");
+        }
+    }
+
     #[test]
     fn a_whole_history_links_outside_nothing() {
         let dir = tempfile::tempdir().unwrap();
@@ -392,7 +505,7 @@ mod tests {
         let index = pack(&repo, &dir.path().join("all"), true, &commits[9]);
         assert!(deltas_in(&index) > 0, "the pack should hold deltas");
         for threads in [Some(1), None] {
-            assert_eq!(external_links(&index, threads), Ok(HashSet::default()));
+            assert_eq!(external_links(&index, threads), Ok(HashMap::default()));
         }
     }
 
@@ -410,30 +523,38 @@ mod tests {
         let external = external_links(&index, None).expect("the pass can say");
         // The parent of the oldest commit in the pack, and the unchanged directories and files
         // of the trees it sent, named by id; all from the older history.
-        assert!(external.contains(&id(&commits[7])), "{external:?}");
+        assert!(external.contains_key(&id(&commits[7])), "{external:?}");
         let old = git(&repo, &["rev-list", "--objects", &commits[7]]);
-        let old: HashSet<ObjectId> = old.lines().map(|l| id(&l[..40])).collect();
-        for e in &external {
+        let old: std::collections::HashSet<ObjectId> =
+            old.lines().map(|l| id(&l[..40])).collect();
+        for e in external.keys() {
             assert!(index.lookup(e).is_none(), "{e} is in the pack");
             assert!(old.contains(e), "{e} is not an older object");
         }
         // Exactly what `rev-list --objects` sees of the old side: the parent, and each entry
-        // of the new trees that names an object that did not change.
-        let mut expected = HashSet::default();
+        // of the new trees that names an object that did not change, each wanted as the kind
+        // its entry's mode says.
+        let mut expected = HashMap::default();
         let since = format!("^{}", commits[7]);
         for line in git(&repo, &["rev-list", "--objects", &commits[9], &since]).lines() {
             let object = &line[..40];
             let kind = git(&repo, &["cat-file", "-t", object]);
             if kind == "tree" {
                 for entry in git(&repo, &["ls-tree", object]).lines() {
-                    let named = id(&entry.split_whitespace().nth(2).unwrap()[..40]);
+                    let mut fields = entry.split_whitespace().skip(1);
+                    let kind = Kind::from_bytes(fields.next().unwrap().as_bytes()).unwrap();
+                    let named = id(&fields.next().unwrap()[..40]);
                     if index.lookup(named).is_none() {
-                        expected.insert(named);
+                        let wants: &mut Wants = expected.entry(named).or_default();
+                        *wants = wants.with(Kind::Tree, kind);
                     }
                 }
             }
         }
-        expected.insert(id(&commits[7]));
+        expected.insert(
+            id(&commits[7]),
+            Wants::default().with(Kind::Commit, Kind::Commit),
+        );
         assert_eq!(external, expected);
     }
 
@@ -448,7 +569,10 @@ mod tests {
             &["mktree", "--missing"], &format!("100644 blob {missing}\tgone\n"));
         let index = pack(&repo, &dir.path().join("gone"), false, &format!("{tree}\n"));
         let external = external_links(&index, None).expect("the pass can say");
-        assert_eq!(external, [id(&missing)].into_iter().collect());
+        assert_eq!(
+            external,
+            [(id(&missing), Wants::default().with(Kind::Tree, Kind::Blob))].into_iter().collect()
+        );
 
         let broken = git_with_input(
             &repo,

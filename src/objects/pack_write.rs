@@ -65,6 +65,7 @@ struct Object {
     offset: u64,
     crc32: u32,
     id: ObjectId,
+    kind: gix_object::Kind,
 }
 
 /// Read `pack` into `directory` as a pack and its index. Thin-pack bases are looked up in
@@ -227,6 +228,7 @@ fn resolve(
             offset,
             crc32,
             id: hash.null(),
+            kind: gix_object::Kind::Blob,
         }),
         &|object: &Object| object.offset,
         // Only offsets: a base named by id went to `index_by_gix`.
@@ -253,6 +255,7 @@ fn resolve(
                 .as_kind()
                 .ok_or_raise(|| message("a resolved object has a delta's header"))?;
             object.id = gix_object::compute_hash(hash, kind, ctx.decompressed)?;
+            object.kind = kind;
             collector.object(kind, ctx.decompressed, hash);
             Ok(())
         },
@@ -273,7 +276,7 @@ fn resolve(
         .map(|item| item.data)
         .collect();
     objects.sort_unstable_by(|a, b| pack_links::by_id(&a.id, &b.id));
-    let links = collected.outside(objects.iter().map(|o| o.id));
+    let links = collected.outside(objects.iter().map(|o| (o.id, o.kind)));
     Ok((objects, links))
 }
 
@@ -487,7 +490,7 @@ mod tests {
         let (written, ours) = rewrite(&top, &dir.path().join("ours-top"));
         let links = written.links.expect("taken").expect("parsed");
         let id = |hex: &str| ObjectId::from_hex(hex.as_bytes()).unwrap();
-        assert!(links.contains(&id(&commits[7])), "{links:?}");
+        assert!(links.contains_key(&id(&commits[7])), "{links:?}");
         assert!(links.len() > 1, "{links:?}");
         assert_eq!(Ok(links), external_links(&ours, None));
 
@@ -512,6 +515,7 @@ mod tests {
                 offset,
                 crc32: u32::from(id.as_slice()[0]),
                 id,
+                kind: gix_object::Kind::Blob,
             });
         let path = dir.path().join("pack-x.idx");
         let mut out = Vec::new();

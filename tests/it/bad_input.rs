@@ -132,6 +132,9 @@ struct Case {
     close_early: bool,
     /// The configuration itself is what is wrong: unset it before pushing afterwards.
     reset_config: bool,
+    /// git takes the push (a mistake git lets through): berth must take it too, to the same
+    /// refs, and the repository need not pass `git fsck` afterwards.
+    accepted: bool,
 }
 
 impl Case {
@@ -144,7 +147,12 @@ impl Case {
             expect: &[],
             close_early: false,
             reset_config: false,
+            accepted: false,
         }
+    }
+    const fn accepted(mut self) -> Self {
+        self.accepted = true;
+        self
     }
     const fn config(mut self, c: &'static [(&'static str, &'static str)]) -> Self {
         self.config = c;
@@ -202,6 +210,15 @@ impl Case {
         let seen = format!("{}{}", berth.stdout, berth.stderr);
         for e in self.expect {
             assert!(seen.contains(e), "{name}: expected {e:?} in {berth:#?}");
+        }
+        if self.accepted {
+            assert_ne!(w.refs("srv.git"), before.0, "{name}: berth did not take it");
+            assert_eq!(
+                w.refs("srv.git"),
+                w.refs("git.git"),
+                "{name}: git took other refs"
+            );
+            return;
         }
         // Nothing changed, nothing left behind.
         assert_eq!(state(&w, "srv.git"), before, "{name}: repository changed");
@@ -363,6 +380,38 @@ fn commit_of_a_blob(w: &World, ids: &Ids) -> Vec<u8> {
         "report-status",
     );
     v.extend(pack_objects(w, &[commit, b]));
+    v
+}
+
+/// A tree whose entry `b` has a tree's mode and names a blob the server has.
+fn servers_blob_as_a_tree(w: &World, ids: &Ids) -> Vec<u8> {
+    let listing = w.git("src", &["ls-tree", &ids.c1]);
+    let line = listing.lines().find(|l| l.contains(" blob ")).unwrap();
+    let b = line.split_whitespace().nth(2).unwrap().to_owned();
+    push_tree(w, ids, &[tree_entry("40000", b"b", &b)], &[])
+}
+
+/// A request creating refs/tags/bad at a tag of `object` saying it is a `kind`, and a pack of
+/// the tag and, unless the server has it, the object.
+fn tag_of(w: &World, object: &str, kind: &str) -> Vec<u8> {
+    let tag = raw_object(
+        w,
+        "tag",
+        format!(
+            "object {object}\ntype {kind}\ntag bad\ntagger T <t@example.com> 1700000000 +0000\n\nx\n"
+        )
+        .as_bytes(),
+    );
+    let mut objects = vec![tag.clone()];
+    let on_server = w
+        .git_cmd("srv.git")
+        .args(["cat-file", "-e", object])
+        .status();
+    if !on_server.unwrap().success() {
+        objects.push(object.to_owned());
+    }
+    let mut v = request(&[format!("{ZERO} {tag} refs/tags/bad")], "report-status");
+    v.extend(pack_objects(w, &objects));
     v
 }
 
@@ -914,6 +963,97 @@ fn cases() -> Vec<Case> {
             ("receive.unpackLimit", "1"),
         ])
         .expect(&["is a blob, not a tree", "are reachable"]),
+        // Objects of another kind than their links want, without fsck: git's connectivity
+        // walk (rev-list) parses what a commit, a tag or an entry with a tree's mode names.
+        Case::new("a commit whose tree is a blob", commit_of_a_blob).expect(&[
+            "not a tree",
+            "bad tree object",
+            "missing necessary objects",
+        ]),
+        Case::new(
+            "a commit whose tree is a blob, kept as a pack",
+            commit_of_a_blob,
+        )
+        .config(&[("receive.unpackLimit", "1")])
+        .expect(&["bad tree object"])
+        .reset_config(),
+        Case::new("an entry with a tree's mode naming a blob", |w, ids| {
+            let b = blob(w, "a blob, not a tree\n");
+            push_tree(
+                w,
+                ids,
+                &[tree_entry("40000", b"b", &b)],
+                std::slice::from_ref(&b),
+            )
+        })
+        .expect(&["bad tree object"]),
+        Case::new(
+            "an entry with a tree's mode naming the server's blob",
+            servers_blob_as_a_tree,
+        )
+        .expect(&["has tree mode, but is not a tree"]),
+        Case::new(
+            "an entry with a tree's mode naming the server's blob, kept as a pack",
+            servers_blob_as_a_tree,
+        )
+        .config(&[("receive.unpackLimit", "1")])
+        .expect(&["has tree mode, but is not a tree"])
+        .reset_config(),
+        Case::new(
+            "one blob named as a blob and as a tree, kept as a pack",
+            both_kinds,
+        )
+        .config(&[("receive.unpackLimit", "1")])
+        .expect(&["has tree mode, but is not a tree"])
+        .reset_config(),
+        Case::new("one blob named as a blob and as a tree", both_kinds)
+            .expect(&["has tree mode, but is not a tree"]),
+        Case::new("a commit whose parent is a blob", |w, ids| {
+            let b = blob(w, "a blob, not a commit\n");
+            let tree = w.git("src", &["rev-parse", &format!("{}^{{tree}}", ids.c1)]);
+            let commit = raw_object(
+                w,
+                "commit",
+                format!(
+                    "tree {}\nparent {b}\nauthor A <a@example.com> 1700000000 +0000\n\
+                     committer C <c@example.com> 1700000000 +0000\n\nx\n",
+                    tree.trim()
+                )
+                .as_bytes(),
+            );
+            let mut v = request(
+                &[format!("{ZERO} {commit} refs/heads/bad")],
+                "report-status",
+            );
+            v.extend(pack_objects(w, &[commit, b]));
+            v
+        })
+        .expect(&["not a commit", "revision walk setup failed"]),
+        Case::new("a tag saying commit of a blob", |w, _| {
+            let b = blob(w, "a blob, not a commit\n");
+            tag_of(w, &b, "commit")
+        })
+        .expect(&["is a commit, not a blob", "bad object"]),
+        Case::new("a tag saying blob of a commit", |w, _| {
+            let tree = w.git("src", &["mktree"]);
+            let commit = w.git("src", &["commit-tree", "-m", "new", tree.trim()]);
+            tag_of(w, commit.trim(), "blob")
+        })
+        .expect(&["is a blob, not a commit", "bad object"]),
+        Case::new(
+            "an entry with a blob's mode naming a new tree is taken, as git takes it",
+            |w, ids| {
+                let f = blob(w, "f\n");
+                let inner = raw_object(w, "tree", &tree_entry("100644", b"f", &f));
+                push_tree(
+                    w,
+                    ids,
+                    &[tree_entry("100644", b"a", &inner)],
+                    &[inner.clone(), f],
+                )
+            },
+        )
+        .accepted(),
         Case::new("fsck: unterminatedHeader cannot be demoted", |w, ids| {
             update_main(ids, &c2_pack(w, ids))
         })
