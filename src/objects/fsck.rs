@@ -375,7 +375,10 @@ impl Checker {
         error
     }
 
-    fn plain_error(&mut self, line: String) {
+    /// Report `line` as an error without a message id: one of git's own lines (a too-short
+    /// tree, its object table refusing a second meeting of an object as another kind), kept
+    /// in order with the findings.
+    pub fn plain_error(&mut self, line: String) {
         self.findings.push(Finding {
             error: true,
             msg: None,

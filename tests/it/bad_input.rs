@@ -383,12 +383,52 @@ fn commit_of_a_blob(w: &World, ids: &Ids) -> Vec<u8> {
     v
 }
 
+/// A tree naming the server's tree of c1 as a blob (`a`) and as a tree (`b`).
+fn servers_tree_as_both(w: &World, ids: &Ids) -> Vec<u8> {
+    let tree = w.git("src", &["rev-parse", &format!("{}^{{tree}}", ids.c1)]);
+    let tree = tree.trim();
+    push_tree(
+        w,
+        ids,
+        &[
+            tree_entry("100644", b"a", tree),
+            tree_entry("40000", b"b", tree),
+        ],
+        &[],
+    )
+}
+
 /// A tree whose entry `b` has a tree's mode and names a blob the server has.
 fn servers_blob_as_a_tree(w: &World, ids: &Ids) -> Vec<u8> {
     let listing = w.git("src", &["ls-tree", &ids.c1]);
     let line = listing.lines().find(|l| l.contains(" blob ")).unwrap();
     let b = line.split_whitespace().nth(2).unwrap().to_owned();
     push_tree(w, ids, &[tree_entry("40000", b"b", &b)], &[])
+}
+
+/// Two commits on c1, each with a bad email (a warning, as the cases set it) and a tree with a
+/// zero-padded mode (an error): what is reported before the first error is the order git
+/// checks the objects in (unpack-objects walks depth first from each commit).
+fn warned_twice(w: &World, ids: &Ids) -> Vec<u8> {
+    let b = blob(w, "warned\n");
+    let commit = |tree: &str, parent: &str, n: u32| {
+        raw_object(
+            w,
+            "commit",
+            format!(
+                "tree {tree}\nparent {parent}\nauthor A <a@example.com 1700000000 +0000\n\
+                 committer C <c@example.com> 1700000000 +0000\n\n{n}\n"
+            )
+            .as_bytes(),
+        )
+    };
+    let t1 = raw_object(w, "tree", &tree_entry("0100644", b"one", &b));
+    let t2 = raw_object(w, "tree", &tree_entry("0100644", b"two", &b));
+    let c1 = commit(&t1, &ids.c1, 1);
+    let c2 = commit(&t2, &c1, 2);
+    let mut v = request(&[format!("{ZERO} {c2} refs/heads/bad")], "report-status");
+    v.extend(pack_objects(w, &[c2, c1, t2, t1, b]));
+    v
 }
 
 /// A request creating refs/tags/bad at a tag of `object` saying it is a `kind`, and a pack of
@@ -830,6 +870,35 @@ fn cases() -> Vec<Case> {
         })
         .config(&[("receive.fsckObjects", "true")])
         .expect(&["zeroPaddedFilemode", "duplicateEntries"]),
+        Case::new(
+            "fsck: two commits and their trees, unpack-objects' order",
+            warned_twice,
+        )
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.fsck.badEmail", "warn"),
+        ])
+        .expect(&[
+            "badEmail",
+            "zeroPaddedFilemode",
+            "fsck error in packed object",
+        ])
+        .reset_config(),
+        Case::new(
+            "fsck: two commits and their trees, index-pack's order",
+            warned_twice,
+        )
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.fsck.badEmail", "warn"),
+            ("receive.unpackLimit", "1"),
+        ])
+        .expect(&[
+            "badEmail",
+            "zeroPaddedFilemode",
+            "fsck error in packed object",
+        ])
+        .reset_config(),
         Case::new("fsck: treeNotSorted", |w, ids| {
             let b = blob(w, "x\n");
             push_tree(
@@ -943,26 +1012,20 @@ fn cases() -> Vec<Case> {
         .config(&[("receive.fsckObjects", "true")])
         .expect(&["fatal: invalid"]),
         Case::new(
-            "fsck: the server's tree named as a blob and as a tree",
-            |w, ids| {
-                let tree = w.git("src", &["rev-parse", &format!("{}^{{tree}}", ids.c1)]);
-                let tree = tree.trim();
-                push_tree(
-                    w,
-                    ids,
-                    &[
-                        tree_entry("100644", b"a", tree),
-                        tree_entry("40000", b"b", tree),
-                    ],
-                    &[],
-                )
-            },
+            "fsck: the server's tree named as a blob and as a tree, index-pack",
+            servers_tree_as_both,
         )
         .config(&[
             ("receive.fsckObjects", "true"),
             ("receive.unpackLimit", "1"),
         ])
         .expect(&["is a blob, not a tree", "are reachable"]),
+        Case::new(
+            "fsck: the server's tree named as a blob and as a tree, unpack-objects",
+            servers_tree_as_both,
+        )
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["fatal: object of unexpected type"]),
         // Objects of another kind than their links want, without fsck: git's connectivity
         // walk (rev-list) parses what a commit, a tag or an entry with a tree's mode names.
         Case::new("a commit whose tree is a blob", commit_of_a_blob).expect(&[
