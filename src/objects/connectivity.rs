@@ -62,8 +62,8 @@ pub enum Role {
     Tree,
     /// An entry with a tree's mode in this tree.
     Subtree(ObjectId),
-    /// A tree's blob.
-    Blob,
+    /// An entry with a blob's mode in this tree.
+    Blob(ObjectId),
     /// A parent of this commit.
     Parent(ObjectId),
 }
@@ -76,9 +76,12 @@ pub enum Defect {
     /// It is of this kind, not the one its link wants, and git's walk meets it first through
     /// that link: it reads the object to parse it (`not a tree`, `not a commit`).
     Kind(Kind),
-    /// It is of this kind, not a tree, and git's walk met it as such before it came to the
-    /// entry named `name` with a tree's mode (its object table refuses the second meeting).
+    /// git's walk met it as this kind before it came to the entry named `name` whose mode
+    /// says another (its object table refuses the second meeting).
     MetBefore(Kind, BString),
+    /// It is a commit that names this object as its tree and as a parent: git's parsing of
+    /// the commit meets the object as both.
+    TreeAndParent(ObjectId),
 }
 
 impl Missing {
@@ -90,7 +93,7 @@ impl Missing {
             (Defect::Missing, Role::Tree | Role::Subtree(_)) => {
                 format!("fatal: bad tree object {id}\n")
             }
-            (Defect::Missing, Role::Blob) => format!("fatal: missing blob object '{id}'\n"),
+            (Defect::Missing, Role::Blob(_)) => format!("fatal: missing blob object '{id}'\n"),
             (Defect::Missing, Role::Parent(of)) => format!(
                 "error: Could not read {id}\nfatal: Failed to traverse parents of commit {of}\n"
             ),
@@ -103,11 +106,19 @@ impl Missing {
             (Defect::Kind(_), Role::Parent(_)) => {
                 format!("error: Object {id} not a commit\nfatal: revision walk setup failed\n")
             }
-            (Defect::MetBefore(found, name), Role::Subtree(tree)) => format!(
-                "error: object {id} is a {found}, not a tree\nfatal: entry '{name}' in tree {tree} \
+            (Defect::MetBefore(met, name), Role::Subtree(tree)) => format!(
+                "error: object {id} is a {met}, not a tree\nfatal: entry '{name}' in tree {tree} \
                  has tree mode, but is not a tree\n"
             ),
-            // Not made: a blob or a tip is only looked for, and only an entry is met before.
+            (Defect::MetBefore(met, name), Role::Blob(tree)) => format!(
+                "error: object {id} is a {met}, not a blob\nfatal: entry '{name}' in tree {tree} \
+                 has blob mode, but is not a blob\n"
+            ),
+            (Defect::TreeAndParent(x), _) => format!(
+                "error: object {x} is a tree, not a commit\nerror: bad parent {x} in commit \
+                 {id}\nfatal: bad object {id}\n"
+            ),
+            // A blob or a tip is only looked for; only an entry is met before.
             (Defect::Kind(_) | Defect::MetBefore(..), _) => format!("fatal: bad object {id}\n"),
         }
     }
@@ -120,7 +131,9 @@ pub struct Check<'a> {
     pack: Option<&'a gix_pack::index::File>,
     /// What the pack links to outside it, when indexing found it.
     links: Option<&'a Outside>,
-    known: HashSet<ObjectId>,
+    /// Objects found complete, each with the kind git's walk meets it as first (its object
+    /// table), when the walk learned it: the kind its link wanted, or what it is.
+    known: HashMap<ObjectId, Option<Kind>>,
     buf: Vec<u8>,
     /// The repository's shallow commits (`$GIT_DIR/shallow`): their parents are absent.
     shallow: HashSet<ObjectId>,
@@ -158,7 +171,7 @@ impl<'a> Check<'a> {
             objects,
             pack,
             links: None,
-            known: tips.into_iter().collect(),
+            known: tips.into_iter().map(|t| (t, None)).collect(),
             buf: Vec::new(),
             shallow: HashSet::new(),
             client_shallow: HashSet::new(),
@@ -249,16 +262,17 @@ impl<'a> Check<'a> {
                 return false;
             }
         };
-        let exists = |id: &ObjectId| self.known.contains(id) || self.objects.exists(id);
+        let exists = |id: &ObjectId| self.known.contains_key(id) || self.objects.exists(id);
         // What git's walk parses must be of the kind wanted; a blob need only exist.
         let complete = |(id, wants): (&ObjectId, &crate::objects::pack_links::Wants)| {
-            if !wants.parsed() || self.known.contains(id) {
+            if !wants.parsed() {
                 return exists(id);
             }
-            match self.objects.try_header(id) {
-                Ok(Some(header)) => !wants.refused_as(header.kind()),
-                _ => false,
-            }
+            let kind = match self.known.get(id) {
+                Some(Some(kind)) => Some(*kind),
+                _ => self.objects.try_header(id).ok().flatten().map(|h| h.kind()),
+            };
+            kind.is_some_and(|kind| !wants.refused_as(kind))
         };
         if !external.iter().all(complete) || !tips.iter().all(|t| self.in_pack(t) || exists(t))
         {
@@ -281,7 +295,7 @@ impl<'a> Check<'a> {
     /// failed combined check does the same).
     pub fn tip(&mut self, tip: ObjectId) -> Status {
         self.new_roots.clear();
-        if self.known.contains(&tip) || (self.self_contained && self.in_pack(&tip)) {
+        if self.known.contains_key(&tip) || (self.self_contained && self.in_pack(&tip)) {
             return Status::Connected;
         }
         let mut stack = match self.open(tip, Role::Tip) {
@@ -342,8 +356,33 @@ impl<'a> Check<'a> {
     /// `id`, reached as `role`: what is already known of it, or its frame to walk.
     fn open(&mut self, id: ObjectId, role: Role) -> Opened {
         let done = |f| Opened::Done(f);
-        if self.known.contains(&id) {
-            return done(Found::Complete(0));
+        let refuse = |id, role, defect| {
+            Opened::Done(Found::Missing(Bad::Here(Missing { id, role, defect })))
+        };
+        // The kind git's walk meets it as through this link.
+        let want = match role {
+            Role::Tip => None,
+            Role::Tagged(kind) => Some(kind),
+            Role::Tree | Role::Subtree(_) => Some(Kind::Tree),
+            Role::Parent(_) => Some(Kind::Commit),
+            Role::Blob(_) => Some(Kind::Blob),
+        };
+        if let Some(&met) = self.known.get(&id) {
+            return match (met, want) {
+                (Some(met), Some(want)) if met != want => refuse(id, role, self.met_before(id, role, met)),
+                // Found complete as a tip, or through an entry with a blob's mode: what it is
+                // decides.
+                (None, Some(want)) if want != Kind::Blob => {
+                    match self.objects.try_header(&id).ok().flatten().map(|h| h.kind()) {
+                        Some(kind) if kind != want => refuse(id, role, self.wrong_kind(id, role, kind)),
+                        _ => {
+                            self.known.insert(id, Some(want));
+                            done(Found::Complete(0))
+                        }
+                    }
+                }
+                _ => done(Found::Complete(0)),
+            };
         }
         if !self.rooted.is_empty()
             && let Some(&set) = self.rooted.get(&id)
@@ -355,20 +394,12 @@ impl<'a> Check<'a> {
         {
             return done(Found::Missing(Bad::Known(i)));
         }
-        let refuse = |id, role, defect| {
-            Opened::Done(Found::Missing(Bad::Here(Missing { id, role, defect })))
-        };
         let missing = |id, role| refuse(id, role, Defect::Missing);
-        let want = match role {
-            Role::Tip | Role::Blob => None,
-            Role::Tagged(kind) => Some(kind),
-            Role::Tree | Role::Subtree(_) => Some(Kind::Tree),
-            Role::Parent(_) => Some(Kind::Commit),
-        };
         if !self.in_pack(&id) {
-            // What the repository had: git's walk parses a tree, a commit or a tag's object.
+            // What the repository had: git's walk parses a tree, a commit or a tag's object;
+            // an entry with a blob's mode need only name one that exists.
             let found = match want {
-                None => self.objects.exists(&id).then_some(None),
+                None | Some(Kind::Blob) => self.objects.exists(&id).then_some(None),
                 Some(_) => match self.objects.try_header(&id) {
                     Ok(Some(header)) => Some(Some(header.kind())),
                     _ => None,
@@ -379,14 +410,15 @@ impl<'a> Check<'a> {
                 Some(Some(kind)) if Some(kind) != want => {
                     return refuse(id, role, self.wrong_kind(id, role, kind));
                 }
-                Some(_) => {}
+                Some(kind) => {
+                    self.known.insert(id, want.or(kind));
+                }
             }
-            self.known.insert(id);
             return done(Found::Complete(0));
         }
-        if role == Role::Blob {
+        if let Role::Blob(_) = role {
             // resolved and hashed when the pack was indexed; it links to nothing
-            self.known.insert(id);
+            self.known.insert(id, want);
             return done(Found::Complete(0));
         }
         self.read += 1;
@@ -404,6 +436,12 @@ impl<'a> Check<'a> {
             return missing(id, role);
         };
         let is_commit = obj_kind == Kind::Commit;
+        if is_commit
+            && let Some(&(tree, _)) = links.first()
+            && links[1..].iter().any(|(parent, _)| *parent == tree)
+        {
+            return refuse(id, role, Defect::TreeAndParent(tree));
+        }
         let root = is_commit
             && !self.shallow.contains(&id)
             && self.client_shallow.contains(&id)
@@ -420,20 +458,40 @@ impl<'a> Check<'a> {
         })
     }
 
-    /// A frame whose links are all complete: it is, with the shallow roots they need.
     /// What is wrong with `id`, of `kind`, reached as `role`: for an entry with a tree's mode,
     /// whether git's walk met it before as what it is (commits are all walked before any
     /// tree; an object the repository had, through the trees of the commits the push builds
     /// on; a received blob, through an entry before this one in the same tree), and the
     /// entry's name.
     fn wrong_kind(&mut self, id: ObjectId, role: Role, kind: Kind) -> Defect {
-        let Role::Subtree(tree) = role else {
+        if !matches!(role, Role::Subtree(_)) {
             return Defect::Kind(kind);
+        }
+        let met = kind == Kind::Commit || !self.in_pack(&id);
+        match self.entry_naming(id, role) {
+            Some((name, named_as_blob)) if met || named_as_blob => Defect::MetBefore(kind, name),
+            _ => Defect::Kind(kind),
+        }
+    }
+
+    /// `id`, met before as `met`, reached again as `role`, which wants another kind: git's
+    /// table refuses it.
+    fn met_before(&mut self, id: ObjectId, role: Role, met: Kind) -> Defect {
+        match self.entry_naming(id, role) {
+            Some((name, _)) => Defect::MetBefore(met, name),
+            None => Defect::Kind(met),
+        }
+    }
+
+    /// For an entry `role`, the name of the entry of its tree that names `id` with the role's
+    /// mode, and whether an entry before it names `id` with a blob's mode.
+    fn entry_naming(&mut self, id: ObjectId, role: Role) -> Option<(BString, bool)> {
+        let (tree, mode) = match role {
+            Role::Subtree(tree) => (tree, 0o040000),
+            Role::Blob(tree) => (tree, 0o100000),
+            _ => return None,
         };
-        let received = self.in_pack(&id);
-        let Ok(Some(data)) = self.objects.try_find(&tree, &mut self.buf) else {
-            return Defect::Kind(kind);
-        };
+        let data = self.objects.try_find(&tree, &mut self.buf).ok().flatten()?;
         let mut rest = data.data;
         let mut named_as_blob = false;
         while let Some(entry) = crate::objects::fsck::tree_entry(rest, id.kind()) {
@@ -441,25 +499,22 @@ impl<'a> Check<'a> {
             if entry.id != id.as_slice() {
                 continue;
             }
-            match entry.mode & 0o170000 {
-                0o040000 => {
-                    let met = kind == Kind::Commit || !received || named_as_blob;
-                    return if met {
-                        Defect::MetBefore(kind, entry.name.into())
-                    } else {
-                        Defect::Kind(kind)
-                    };
-                }
-                0o100000 | 0o120000 => named_as_blob = true,
-                _ => {}
+            let entry_mode = match entry.mode & 0o170000 {
+                0o120000 => 0o100000,
+                m => m,
+            };
+            if entry_mode == mode {
+                return Some((entry.name.into(), named_as_blob));
             }
+            named_as_blob |= entry_mode == 0o100000;
         }
-        Defect::Kind(kind)
+        None
     }
 
+    /// A frame whose links are all complete: it is, with the shallow roots they need.
     fn complete(&mut self, mut f: Frame) -> Found {
         if f.roots.is_empty() {
-            self.known.insert(f.id);
+            self.known.insert(f.id, Some(f.kind));
             return Found::Complete(0);
         }
         f.roots.sort_unstable();
@@ -527,7 +582,7 @@ impl Frame {
                 (Kind::Tag, said) => Role::Tagged(said),
                 (Kind::Commit, Kind::Tree) => Role::Tree,
                 (_, Kind::Tree) => Role::Subtree(self.id),
-                _ => Role::Blob,
+                _ => Role::Blob(self.id),
             };
             return Some((link, role));
         }
@@ -680,7 +735,7 @@ mod tests {
         // blob, named as git names it.
         let want = Status::Missing(Missing {
             id: id(&gone),
-            role: Role::Blob,
+            role: Role::Blob(id(&broken)),
             defect: Defect::Missing,
         });
         for c in commits.iter().rev().chain(commits.iter()) {

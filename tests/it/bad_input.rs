@@ -1097,6 +1097,44 @@ fn cases() -> Vec<Case> {
             tag_of(w, &b, "commit")
         })
         .expect(&["is a commit, not a blob", "bad object"]),
+        Case::new(
+            "a commit naming the server's commit as its tree and its parent",
+            |w, ids| {
+                let commit = raw_object(
+                    w,
+                    "commit",
+                    format!(
+                        "tree {c1}\nparent {c1}\nauthor A <a@example.com> 1700000000 +0000\n\
+                     committer C <c@example.com> 1700000000 +0000\n\nx\n",
+                        c1 = ids.c1
+                    )
+                    .as_bytes(),
+                );
+                let mut v = request(
+                    &[format!("{ZERO} {commit} refs/heads/bad")],
+                    "report-status",
+                );
+                v.extend(pack_objects(w, &[commit]));
+                v
+            },
+        )
+        .expect(&["is a tree, not a commit", "bad parent", "fatal: bad object"]),
+        Case::new(
+            "an entry with a tree's mode naming the server's commit",
+            |w, ids| push_tree(w, ids, &[tree_entry("40000", b"c", &ids.c1)], &[]),
+        )
+        .expect(&[
+            "is a commit, not a tree",
+            "has tree mode, but is not a tree",
+        ]),
+        Case::new(
+            "an entry with a blob's mode naming the server's commit",
+            |w, ids| push_tree(w, ids, &[tree_entry("100644", b"c", &ids.c1)], &[]),
+        )
+        .expect(&[
+            "is a commit, not a blob",
+            "has blob mode, but is not a blob",
+        ]),
         Case::new("a tag saying blob of a commit", |w, _| {
             let tree = w.git("src", &["mktree"]);
             let commit = w.git("src", &["commit-tree", "-m", "new", tree.trim()]);
