@@ -84,9 +84,20 @@ pub enum Defect {
     TreeAndParent(ObjectId),
 }
 
+/// How git's `rev-list` walks: limited (`--not --all` named a ref, and the walk is set up by
+/// walking the commits first) or not (a repository without refs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RevWalk {
+    /// Some ref is there to walk against.
+    #[default]
+    Limited,
+    /// The repository has no refs.
+    Unlimited,
+}
+
 impl Missing {
-    /// What git's `rev-list --objects` prints for this object.
-    pub fn message(&self) -> String {
+    /// What git's `rev-list --objects` prints for this object, walking as `walk`.
+    pub fn message(&self, walk: RevWalk) -> String {
         let id = self.id;
         match (&self.defect, self.role) {
             (Defect::Missing, Role::Tip | Role::Tagged(_)) => format!("fatal: bad object {id}\n"),
@@ -94,6 +105,9 @@ impl Missing {
                 format!("fatal: bad tree object {id}\n")
             }
             (Defect::Missing, Role::Blob(_)) => format!("fatal: missing blob object '{id}'\n"),
+            (Defect::Missing, Role::Parent(_)) if walk == RevWalk::Limited => {
+                format!("error: Could not read {id}\nfatal: revision walk setup failed\n")
+            }
             (Defect::Missing, Role::Parent(of)) => format!(
                 "error: Could not read {id}\nfatal: Failed to traverse parents of commit {of}\n"
             ),
@@ -131,9 +145,14 @@ pub struct Check<'a> {
     pack: Option<&'a gix_pack::index::File>,
     /// What the pack links to outside it, when indexing found it.
     links: Option<&'a Outside>,
-    /// Objects found complete, each with the kind git's walk meets it as first (its object
-    /// table), when the walk learned it: the kind its link wanted, or what it is.
-    known: HashMap<ObjectId, Option<Kind>>,
+    /// Objects found complete, with what the walks learned of their kinds.
+    known: HashMap<ObjectId, Known>,
+    /// The number of the walk under way (one per tip): git checks each refused tip in a
+    /// `rev-list` of its own, whose object table holds only what that walk met.
+    walk: u32,
+    /// The first object two walks met as two kinds: git's combined `rev-list` of all the tips
+    /// refuses it, though each tip alone passes.
+    crossed: Option<Missing>,
     buf: Vec<u8>,
     /// The repository's shallow commits (`$GIT_DIR/shallow`): their parents are absent.
     shallow: HashSet<ObjectId>,
@@ -171,7 +190,9 @@ impl<'a> Check<'a> {
             objects,
             pack,
             links: None,
-            known: tips.into_iter().map(|t| (t, None)).collect(),
+            known: tips.into_iter().map(|t| (t, Known::Unread)).collect(),
+            walk: 0,
+            crossed: None,
             buf: Vec::new(),
             shallow: HashSet::new(),
             client_shallow: HashSet::new(),
@@ -217,6 +238,12 @@ impl<'a> Check<'a> {
     /// The client shallow commits the last [`Check::tip`] needed as new shallow roots.
     pub fn new_roots(&self) -> &[ObjectId] {
         &self.new_roots
+    }
+
+    /// An object the tips' walks met as two kinds, each walk as one: git's combined
+    /// `rev-list` of all the tips refuses it, though each tip alone passes.
+    pub fn crossed(&self) -> Option<&Missing> {
+        self.crossed.as_ref()
     }
 
     /// How many objects the walks of [`Check::tip`] read, all tips together: at most each
@@ -269,7 +296,7 @@ impl<'a> Check<'a> {
                 return exists(id);
             }
             let kind = match self.known.get(id) {
-                Some(Some(kind)) => Some(*kind),
+                Some(Known::Is(kind, _)) => Some(*kind),
                 _ => self.objects.try_header(id).ok().flatten().map(|h| h.kind()),
             };
             kind.is_some_and(|kind| !wants.refused_as(kind))
@@ -295,7 +322,9 @@ impl<'a> Check<'a> {
     /// failed combined check does the same).
     pub fn tip(&mut self, tip: ObjectId) -> Status {
         self.new_roots.clear();
-        if self.known.contains_key(&tip) || (self.self_contained && self.in_pack(&tip)) {
+        self.walk += 1;
+        let complete = matches!(self.known.get(&tip), Some(Known::Is(..) | Known::Unread));
+        if complete || (self.self_contained && self.in_pack(&tip)) {
             return Status::Connected;
         }
         let mut stack = match self.open(tip, Role::Tip) {
@@ -367,23 +396,30 @@ impl<'a> Check<'a> {
             Role::Parent(_) => Some(Kind::Commit),
             Role::Blob(_) => Some(Kind::Blob),
         };
-        if let Some(&met) = self.known.get(&id) {
-            return match (met, want) {
-                (Some(met), Some(want)) if met != want => refuse(id, role, self.met_before(id, role, met)),
-                // Found complete as a tip, or through an entry with a blob's mode: what it is
-                // decides.
-                (None, Some(want)) if want != Kind::Blob => {
-                    match self.objects.try_header(&id).ok().flatten().map(|h| h.kind()) {
-                        Some(kind) if kind != want => refuse(id, role, self.wrong_kind(id, role, kind)),
-                        _ => {
-                            self.known.insert(id, Some(want));
-                            done(Found::Complete(0))
-                        }
-                    }
-                }
-                _ => done(Found::Complete(0)),
-            };
+        // The walk in which an entry with a blob's mode named it, if that is all that is known
+        // of it: it exists, but what it links to was not walked.
+        let mut named_as_blob = None;
+        match self.known.get(&id).copied() {
+            Some(Known::NamedAsBlob(walk)) if want != Some(Kind::Blob) => named_as_blob = Some(walk),
+            Some(known) => {
+                return match self.meet_again(id, role, want, known) {
+                    Ok(()) => done(Found::Complete(0)),
+                    Err(defect) => refuse(id, role, defect),
+                };
+            }
+            None => {}
         }
+        // Once what it is is read: named by an entry with a blob's mode and not a blob, it was
+        // met as two kinds, in this walk (refused) or in another (the tips together are).
+        let named_otherwise = |check: &mut Self, kind: Kind| -> Option<Defect> {
+            let walk = named_as_blob.filter(|_| kind != Kind::Blob)?;
+            let defect = check.met_before(id, role, Kind::Blob);
+            if walk == check.walk {
+                return Some(defect);
+            }
+            check.crossed.get_or_insert(Missing { id, role, defect });
+            None
+        };
         if !self.rooted.is_empty()
             && let Some(&set) = self.rooted.get(&id)
         {
@@ -398,27 +434,37 @@ impl<'a> Check<'a> {
         if !self.in_pack(&id) {
             // What the repository had: git's walk parses a tree, a commit or a tag's object;
             // an entry with a blob's mode need only name one that exists.
-            let found = match want {
-                None | Some(Kind::Blob) => self.objects.exists(&id).then_some(None),
-                Some(_) => match self.objects.try_header(&id) {
+            let found = match (want, named_as_blob) {
+                (None | Some(Kind::Blob), None) => self.objects.exists(&id).then_some(None),
+                _ => match self.objects.try_header(&id) {
                     Ok(Some(header)) => Some(Some(header.kind())),
                     _ => None,
                 },
             };
+            if let Some(Some(kind)) = found
+                && let Some(defect) = named_otherwise(self, kind)
+            {
+                return refuse(id, role, defect);
+            }
             match found {
                 None => return missing(id, role),
-                Some(Some(kind)) if Some(kind) != want => {
+                Some(Some(kind)) if want.is_some_and(|want| want != kind) => {
                     return refuse(id, role, self.wrong_kind(id, role, kind));
                 }
                 Some(kind) => {
-                    self.known.insert(id, want.or(kind));
+                    let known = match (role, kind) {
+                        (Role::Blob(_), _) => Known::NamedAsBlob(self.walk),
+                        (_, Some(kind)) => Known::Is(kind, self.walk),
+                        (_, None) => Known::Unread,
+                    };
+                    self.known.insert(id, known);
                 }
             }
             return done(Found::Complete(0));
         }
         if let Role::Blob(_) = role {
             // resolved and hashed when the pack was indexed; it links to nothing
-            self.known.insert(id, want);
+            self.known.insert(id, Known::NamedAsBlob(self.walk));
             return done(Found::Complete(0));
         }
         self.read += 1;
@@ -435,6 +481,9 @@ impl<'a> Check<'a> {
         let Some(links) = crate::objects::fsck::links(data.kind, data.data, id.kind()) else {
             return missing(id, role);
         };
+        if let Some(defect) = named_otherwise(self, obj_kind) {
+            return refuse(id, role, defect);
+        }
         let is_commit = obj_kind == Kind::Commit;
         if is_commit
             && let Some(&(tree, _)) = links.first()
@@ -456,6 +505,62 @@ impl<'a> Check<'a> {
             links,
             roots: if root { vec![id] } else { Vec::new() },
         })
+    }
+
+    /// `id`, found complete before (`known`), met again as `role`, which wants `want`: what
+    /// it is must be what a parsing link wants, and git's table refuses a meeting as another
+    /// kind than one in the same walk.
+    fn meet_again(
+        &mut self,
+        id: ObjectId,
+        role: Role,
+        want: Option<Kind>,
+        known: Known,
+    ) -> Result<(), Defect> {
+        let Some(want) = want else {
+            return Ok(());
+        };
+        let walk = self.walk;
+        // Met as another kind: in which walk, and as what. (Named by an entry with a blob's
+        // mode and met as another kind, it is opened and walked: see `open`.)
+        let (is, met_otherwise) = match known {
+            Known::Is(kind, w) => (Some(kind), (kind != want).then_some((w, kind))),
+            Known::NamedAsBlob(_) | Known::Unread => (None, None),
+        };
+        // Another walk's meeting: each tip alone passes; the tips together do not.
+        let met_otherwise = match met_otherwise {
+            Some((w, met)) if w != walk => {
+                if self.crossed.is_none() {
+                    let defect = self.met_before(id, role, met);
+                    self.crossed = Some(Missing { id, role, defect });
+                }
+                None
+            }
+            other => other.map(|(_, met)| met),
+        };
+        if want == Kind::Blob {
+            // An entry with a blob's mode asks only that it exists, unless this walk met it as
+            // what it is.
+            return match met_otherwise {
+                Some(met) => Err(self.met_before(id, role, met)),
+                None => Ok(()),
+            };
+        }
+        let is = match is {
+            Some(kind) => kind,
+            None => match self.objects.try_header(&id).ok().flatten() {
+                Some(header) => header.kind(),
+                None => return Err(Defect::Missing),
+            },
+        };
+        if is != want {
+            return Err(self.wrong_kind(id, role, is));
+        }
+        if let Some(met) = met_otherwise {
+            return Err(self.met_before(id, role, met));
+        }
+        self.known.insert(id, Known::Is(is, walk));
+        Ok(())
     }
 
     /// What is wrong with `id`, of `kind`, reached as `role`: for an entry with a tree's mode,
@@ -514,7 +619,7 @@ impl<'a> Check<'a> {
     /// A frame whose links are all complete: it is, with the shallow roots they need.
     fn complete(&mut self, mut f: Frame) -> Found {
         if f.roots.is_empty() {
-            self.known.insert(f.id, Some(f.kind));
+            self.known.insert(f.id, Known::Is(f.kind, self.walk));
             return Found::Complete(0);
         }
         f.roots.sort_unstable();
@@ -534,6 +639,17 @@ impl<'a> Check<'a> {
 }
 
 /// What the walk found of an object.
+/// What the walks learned of an object found complete.
+#[derive(Debug, Clone, Copy)]
+enum Known {
+    /// Its kind was not read (a tip the repository had).
+    Unread,
+    /// It is of this kind, met last in this walk.
+    Is(Kind, u32),
+    /// An entry with a blob's mode named it in this walk (it exists; what it is was not read).
+    NamedAsBlob(u32),
+}
+
 #[derive(Debug)]
 enum Found {
     /// It and everything it reaches exist; the shallow roots they need ([`Check::root_sets`],

@@ -50,8 +50,7 @@ pub enum CannotSay {
     Traversal,
     /// A commit, tree or tag does not parse as far as its links.
     Unparsable,
-    /// A link wants an object of the pack as a kind git's walk refuses it as
-    /// ([`Wants::refused_as`]).
+    /// A link wants an object of the pack as another kind than it is ([`Wants::agree_with`]).
     WrongKind,
 }
 
@@ -86,6 +85,16 @@ impl Wants {
     /// only asks that the object exists.
     pub fn parsed(self) -> bool {
         self.0 & !Self::BLOB_ENTRY != 0
+    }
+
+    /// Whether every link wants what the object is, `kind` (a blob's entry wanting a blob):
+    /// then no order of git's walk can refuse it.
+    pub fn agree_with(self, kind: Kind) -> bool {
+        let own = match kind {
+            Kind::Blob => Self::BLOB_ENTRY | Self::parsed_bit(Kind::Blob),
+            kind => Self::parsed_bit(kind),
+        };
+        self.0 & !own == 0
     }
 
     /// Whether git's walk refuses an object of `kind` so wanted: parsed as another kind, or
@@ -124,8 +133,9 @@ impl Collected {
     }
 
     /// What the collected links name outside the pack, whose objects `in_pack` yields in id
-    /// order with their kinds; [`CannotSay::WrongKind`] when a link wants one of them as a kind
-    /// git's walk refuses.
+    /// order with their kinds; [`CannotSay::WrongKind`] when a link wants one of them as
+    /// another kind than it is (whether git's walk refuses it depends on what else it meets:
+    /// the walk from each tip says).
     pub fn outside(self, in_pack: impl IntoIterator<Item = (ObjectId, Kind)>) -> Outside {
         if self.broken.into_inner() {
             return Err(CannotSay::Unparsable);
@@ -141,7 +151,7 @@ impl Collected {
             while in_pack.next_if(|p| p.0 < id).is_some() {}
             match in_pack.peek() {
                 Some((p, kind)) if *p == id => {
-                    if wants.refused_as(*kind) {
+                    if !wants.agree_with(*kind) {
                         return Err(CannotSay::WrongKind);
                     }
                 }
@@ -494,6 +504,8 @@ mod tests {
             (&[(Tag, Tag)], Commit, true),
         ] {
             assert_eq!(wants(links).refused_as(kind), refused, "{links:?} as {kind}");
+            let agree = links.iter().all(|(_, want)| *want == kind);
+            assert_eq!(wants(links).agree_with(kind), agree, "{links:?} as {kind}");
         }
     }
 

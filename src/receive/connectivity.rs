@@ -17,9 +17,17 @@ use crate::protocol::report::Reason;
 use crate::protocol::sideband::Sideband;
 use crate::repo::Repository;
 
-/// What the connectivity check found missing, one per refused command (reported by
-/// [`report_missing`]).
-pub(super) type Failed = Vec<connectivity::Missing>;
+/// What the connectivity check found (reported by [`report_missing`]).
+#[derive(Debug, Default)]
+pub(super) struct Failed {
+    /// What each refused command lacks.
+    pub(super) commands: Vec<connectivity::Missing>,
+    /// When no command is refused, what git's combined `rev-list` of all the tips still finds
+    /// (an object the tips' walks meet as two kinds).
+    pub(super) combined: Option<connectivity::Missing>,
+    /// How git's `rev-list` would have walked, for its words.
+    pub(super) walk: connectivity::RevWalk,
+}
 
 /// Refuse the commands whose new value is not connected ([`Reason::MissingObjects`]); what
 /// each lacks, for [`report_missing`]. Run again (after a commit gate's catch-up), it checks
@@ -59,14 +67,14 @@ pub(super) fn check_connectivity(
         .map(|c| c.command.new)
         .collect();
     check.self_contained(&tips);
-    let mut failed = Vec::new();
+    let mut failed = Failed::default();
     for c in cmds
         .iter_mut()
         .filter(|c| c.pending() && !c.command.is_delete())
     {
         match check.tip(c.command.new) {
             connectivity::Status::Missing(m) => {
-                failed.push(m);
+                failed.commands.push(m);
                 c.refuse(Reason::MissingObjects);
             }
             connectivity::Status::Connected if !check.new_roots().is_empty() => {
@@ -77,6 +85,25 @@ pub(super) fn check_connectivity(
                 }
             }
             connectivity::Status::Connected => {}
+        }
+    }
+    if failed.commands.is_empty() {
+        failed.combined = check.crossed().cloned();
+    }
+    // A missing parent is told apart by how rev-list walks: limited when `--not --all` names
+    // a ref (read only then: an error's path).
+    let missing_parent = |m: &connectivity::Missing| {
+        m.defect == connectivity::Defect::Missing && matches!(m.role, connectivity::Role::Parent(_))
+    };
+    if failed
+        .commands
+        .iter()
+        .chain(&failed.combined)
+        .any(missing_parent)
+    {
+        let refs = crate::refs::of_repository(repo).snapshot();
+        if refs.is_ok_and(|refs| refs.is_empty()) {
+            failed.walk = connectivity::RevWalk::Unlimited;
         }
     }
     if check.objects_read() > 0 {
@@ -95,12 +122,12 @@ pub(super) fn report_missing<W: Write, E: Write>(
     failed: &Failed,
     sb: &mut Sideband<W, E>,
 ) -> Result<(), Fatal> {
-    if let Some(first) = failed.first() {
-        sb.progress(first.message().as_bytes())?;
+    if let Some(first) = failed.combined.as_ref().or(failed.commands.first()) {
+        sb.progress(first.message(failed.walk).as_bytes())?;
         // Buffered: a hostile request may name a missing object in each of many commands.
         let mut stderr = std::io::BufWriter::with_capacity(64 * 1024, sb.stderr());
-        for m in failed {
-            stderr.write_all(m.message().as_bytes())?;
+        for m in &failed.commands {
+            stderr.write_all(m.message(failed.walk).as_bytes())?;
         }
         stderr.flush()?;
     }

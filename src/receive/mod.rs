@@ -217,12 +217,14 @@ pub fn run(
             let mut failed = check(&mut cmds)?;
             // Missing because the commit gate's replica is behind: checked again once it
             // caught up, or refused in the gate's words.
-            if !failed.is_empty() && missing::after_connectivity(gate, &mut cmds, &mut sb)? {
+            if !failed.commands.is_empty() && missing::after_connectivity(gate, &mut cmds, &mut sb)?
+            {
                 failed = check(&mut cmds)?;
             }
-            if cmds
-                .iter()
-                .any(|c| c.error() == Some(&Reason::MissingObjects))
+            if failed.combined.is_some()
+                || cmds
+                    .iter()
+                    .any(|c| c.error() == Some(&Reason::MissingObjects))
             {
                 connectivity::report_missing(&failed, &mut sb)?;
             }

@@ -132,8 +132,8 @@ struct Case {
     close_early: bool,
     /// The configuration itself is what is wrong: unset it before pushing afterwards.
     reset_config: bool,
-    /// git takes the push (a mistake git lets through): berth must take it too, to the same
-    /// refs, and the repository need not pass `git fsck` afterwards.
+    /// git takes the push, or some of its commands (a mistake git lets through): berth must
+    /// take the same, to the same refs, and the repository need not pass `git fsck` afterwards.
     accepted: bool,
 }
 
@@ -1135,6 +1135,63 @@ fn cases() -> Vec<Case> {
             "is a commit, not a blob",
             "has blob mode, but is not a blob",
         ]),
+        Case::new(
+            "an entry with a blob's mode naming a commit pushed to another ref, kept as a pack",
+            |w, ids| {
+                let tree = w.git("src", &["rev-parse", &format!("{}^{{tree}}", ids.c1)]);
+                let other = w.git(
+                    "src",
+                    &["commit-tree", "-p", &ids.c1, "-m", "o", tree.trim()],
+                );
+                let other = other.trim().to_owned();
+                let named = raw_object(w, "tree", &tree_entry("100644", b"c", &other));
+                let commit = commit_of(w, ids, &named, "A U Thor <a@example.com> 1700000000 +0000");
+                let mut v = request(
+                    &[
+                        format!("{ZERO} {other} refs/heads/other"),
+                        format!("{ZERO} {commit} refs/heads/bad"),
+                    ],
+                    "report-status",
+                );
+                v.extend(pack_objects(w, &[other, named, commit]));
+                v
+            },
+        )
+        .config(&[("receive.unpackLimit", "1")])
+        .expect(&["has blob mode, but is not a blob"])
+        .accepted(),
+        // The walk of the first ref met the commit only as an entry with a blob's mode: the
+        // second ref's walk must still read it, and find its parent missing.
+        Case::new(
+            "a commit with a missing parent, named first by an entry with a blob's mode",
+            |w, ids| {
+                let tree = w.git("src", &["rev-parse", &format!("{}^{{tree}}", ids.c1)]);
+                let absent = "ab".repeat(common::object_format().len_in_bytes());
+                let orphan = raw_object(
+                    w,
+                    "commit",
+                    format!(
+                        "tree {}\nparent {absent}\nauthor A <a@example.com> 1700000000 +0000\n\
+                         committer C <c@example.com> 1700000000 +0000\n\norphan\n",
+                        tree.trim()
+                    )
+                    .as_bytes(),
+                );
+                let named = raw_object(w, "tree", &tree_entry("100644", b"c", &orphan));
+                let commit = commit_of(w, ids, &named, "A U Thor <a@example.com> 1700000000 +0000");
+                let mut v = request(
+                    &[
+                        format!("{ZERO} {commit} refs/heads/bad"),
+                        format!("{ZERO} {orphan} refs/heads/orphan"),
+                    ],
+                    "report-status",
+                );
+                v.extend(pack_objects(w, &[commit, named, orphan]));
+                v
+            },
+        )
+        .expect(&["ng refs/heads/orphan missing necessary objects"])
+        .accepted(),
         Case::new("a tag saying blob of a commit", |w, _| {
             let tree = w.git("src", &["mktree"]);
             let commit = w.git("src", &["commit-tree", "-m", "new", tree.trim()]);
