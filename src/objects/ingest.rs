@@ -482,11 +482,16 @@ pub fn receive_pack(
     let deltas = (!explode).then_some(outcome.deltas);
     let mut messages = Vec::new();
     if let Some(fsck) = fsck {
-        let checked = crate::objects::strict::Strict {
+        use crate::objects::strict::{Program, Strict};
+        let checked = Strict {
             objects: quarantine.path(),
             options: fsck,
             alloc_limit: options.alloc_limit(),
-            explode,
+            program: if explode {
+                Program::UnpackObjects
+            } else {
+                Program::IndexPack
+            },
             shallow: &options.shallow,
             hash: options.object_format,
         };

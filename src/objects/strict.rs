@@ -49,6 +49,15 @@ struct Place {
     offset: u64,
 }
 
+/// The program git runs on the received pack, whose order and words the check follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Program {
+    /// `index-pack`: the pack is kept.
+    IndexPack,
+    /// `unpack-objects`: a pack under `receive.unpackLimit`, turned into loose objects.
+    UnpackObjects,
+}
+
 /// git's `--strict` over the received pack the index in [`Strict::check`] describes. `Ok`
 /// holds warnings; `Err` the lines to print and the `fatal:` detail.
 pub(super) struct Strict<'a> {
@@ -57,8 +66,8 @@ pub(super) struct Strict<'a> {
     pub(super) objects: &'a Path,
     pub(super) options: fsck::Options,
     pub(super) alloc_limit: usize,
-    /// `unpack-objects`' order and wording, not `index-pack`'s.
-    pub(super) explode: bool,
+    /// Whose order and words.
+    pub(super) program: Program,
     /// The shallow commits: their parents are not links.
     pub(super) shallow: &'a std::collections::HashSet<ObjectId>,
     pub(super) hash: gix_hash::Kind,
@@ -336,7 +345,7 @@ impl Strict<'_> {
     pub(super) fn check(self, index: &gix_pack::index::File, thread_limit: Option<usize>) -> Checked {
         // unpack-objects walks depth first, an order the pass cannot give; its packs are small
         // (under `receive.unpackLimit`).
-        if self.explode {
+        if self.program == Program::UnpackObjects {
             return self.one_at_a_time(index);
         }
         match self.over_the_delta_tree(index, thread_limit) {
@@ -431,10 +440,9 @@ impl Strict<'_> {
     /// git's model: each received object read through the object database in git's order,
     /// every id met kept with the kind first met as ([`Table`]).
     fn one_at_a_time(self, index: &gix_pack::index::File) -> Checked {
-        if self.explode {
-            self.unpack_objects(index)
-        } else {
-            self.index_pack(index)
+        match self.program {
+            Program::IndexPack => self.index_pack(index),
+            Program::UnpackObjects => self.unpack_objects(index),
         }
     }
 
@@ -445,7 +453,7 @@ impl Strict<'_> {
         let mut table = Table::default();
         let mut checker = Checker::new(self.options.clone());
         let mut buf = Vec::new();
-        for oid in &check_order(index, false) {
+        for oid in &check_order(index, Program::IndexPack) {
             let (kind, data) = match read(&objects, oid, &mut buf) {
                 Ok(read) => read,
                 Err(detail) => return Err((lines(&checker), detail)),
@@ -477,7 +485,7 @@ impl Strict<'_> {
     /// links git's table refused failing once all its links were walked.
     fn unpack_objects(self, index: &gix_pack::index::File) -> Checked {
         let objects = self.odb()?;
-        let order = check_order(index, true);
+        let order = check_order(index, Program::UnpackObjects);
         let mut table = Table::default();
         let mut checker = Checker::new(self.options.clone());
         let mut buf = Vec::new();
@@ -580,9 +588,9 @@ impl Strict<'_> {
     /// commit's tree and parents and a tag's object are met as what they are said to be.
     fn parse(&self, table: &mut Table, oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), (Vec<String>, String)> {
         if let Err(line) = table.meet(*oid, kind, false) {
-            let fatal = match (kind, self.explode) {
-                (Kind::Blob, false) => format!("invalid blob object {oid}"),
-                (Kind::Blob, true) => "invalid blob object".into(),
+            let fatal = match (kind, self.program) {
+                (Kind::Blob, Program::IndexPack) => format!("invalid blob object {oid}"),
+                (Kind::Blob, Program::UnpackObjects) => "invalid blob object".into(),
                 _ => format!("invalid {kind}"),
             };
             return Err((vec![line], fatal));
@@ -632,10 +640,9 @@ impl Strict<'_> {
             None => Ok(()),
             Some(line) => Err((
                 vec![line],
-                if self.explode {
-                    format!("Error on reachable objects of {oid}")
-                } else {
-                    format!("Not all child objects of {oid} are reachable")
+                match self.program {
+                    Program::IndexPack => format!("Not all child objects of {oid} are reachable"),
+                    Program::UnpackObjects => format!("Error on reachable objects of {oid}"),
                 },
             )),
         }
@@ -655,11 +662,13 @@ impl Strict<'_> {
         use gix_odb::Header;
         for (id, want) in outside {
             let have = objects.try_header(&id).ok().flatten().map(|h| h.kind());
-            let detail = match (have, self.explode) {
+            let detail = match (have, self.program) {
                 (Some(k), _) if k == want => continue,
-                (None, false) => format!("did not receive expected object {id}"),
-                (Some(k), false) => format!("object {id}: expected type {want}, found {k}"),
-                (_, true) => "object of unexpected type".into(),
+                (None, Program::IndexPack) => format!("did not receive expected object {id}"),
+                (Some(k), Program::IndexPack) => {
+                    format!("object {id}: expected type {want}, found {k}")
+                }
+                (_, Program::UnpackObjects) => "object of unexpected type".into(),
             };
             return Err((lines(&checker), detail));
         }
@@ -710,20 +719,21 @@ fn read<'b>(
 /// The received objects in git's order ([`Place`]), their headers read front to back (the
 /// pages behind given back). Without the pack, all whole; an entry whose header does not
 /// decode, a delta.
-fn check_order(index: &gix_pack::index::File, explode: bool) -> Vec<ObjectId> {
+fn check_order(index: &gix_pack::index::File, program: Program) -> Vec<ObjectId> {
+    let by_delta = program == Program::IndexPack;
     let map = crate::objects::pack_map::PackMap::open(&index.path().with_extension("pack")).ok();
     let mut entries: Vec<(Place, ObjectId)> = index
         .iter()
         .map(|e| {
             let place = Place {
-                delta: map.is_some() && !explode,
+                delta: map.is_some() && by_delta,
                 offset: e.pack_offset,
             };
             (place, e.oid)
         })
         .collect();
     if let Some(map) = map
-        && !explode
+        && by_delta
     {
         entries.sort_unstable_by_key(|e| e.0.offset);
         let offsets: Vec<u64> = entries.iter().map(|e| e.0.offset).collect();
@@ -751,7 +761,7 @@ mod tests {
     fn strict<'a>(
         quarantine: &'a crate::objects::ingest::Quarantine,
         settings: &[Setting],
-        explode: bool,
+        program: Program,
         shallow: &'a std::collections::HashSet<ObjectId>,
     ) -> Strict<'a> {
         Strict {
@@ -759,7 +769,7 @@ mod tests {
             options: Options::from_settings(settings, Path::new("."), gix_hash::Kind::Sha1)
                 .unwrap(),
             alloc_limit: 1 << 30,
-            explode,
+            program,
             shallow,
             hash: gix_hash::Kind::Sha1,
         }
@@ -821,14 +831,14 @@ mod tests {
             vec![severity("bademail", "warn")],
             vec![severity("bademail", "ignore"), severity("gitmodulesurl", "warn")],
         ] {
-            let check = |explode| strict(&quarantine, &settings, explode, &shallow);
+            let check = |program| strict(&quarantine, &settings, program, &shallow);
             for threads in [Some(1), Some(2), Some(4)] {
-                let ours = check(false).over_the_delta_tree(&index, threads).unwrap();
-                let theirs = check(false).one_at_a_time(&index);
+                let ours = check(Program::IndexPack).over_the_delta_tree(&index, threads).unwrap();
+                let theirs = check(Program::IndexPack).one_at_a_time(&index);
                 assert_eq!(ours, theirs, "{settings:?} {threads:?}");
             }
             // unpack-objects' depth-first order finds the same, in its order.
-            let theirs = check(true).one_at_a_time(&index);
+            let theirs = check(Program::UnpackObjects).one_at_a_time(&index);
             match settings.len() {
                 0 => assert!(matches!(&theirs, Err((lines, _)) if lines.len() == 1 && lines[0].contains("badEmail"))),
                 1 => assert!(matches!(&theirs, Err((lines, _)) if lines.len() == 4 && lines[3].contains("gitmodulesUrl"))),
@@ -927,11 +937,11 @@ mod tests {
                 &format!("{}\n", objects.join("\n")),
             );
             for threads in [Some(1), Some(2)] {
-                let ours = strict(&quarantine, &[], false, &shallow)
+                let ours = strict(&quarantine, &[], Program::IndexPack, &shallow)
                     .over_the_delta_tree(&index, threads);
                 assert!(matches!(ours, Err(HandOver::Disagreement)), "case {n}: {ours:?}");
             }
-            let theirs = strict(&quarantine, &[], false, &shallow).one_at_a_time(&index);
+            let theirs = strict(&quarantine, &[], Program::IndexPack, &shallow).one_at_a_time(&index);
             let Err((got, detail)) = &theirs else {
                 panic!("case {n} passed: {theirs:?}")
             };
@@ -959,7 +969,7 @@ mod tests {
             }
             // unpack-objects' words: it walks depth first, and looks for an object the
             // repository has as it meets it (the server's tree, wanted first as a blob).
-            let theirs = strict(&quarantine, &[], true, &shallow).one_at_a_time(&index);
+            let theirs = strict(&quarantine, &[], Program::UnpackObjects, &shallow).one_at_a_time(&index);
             let detail = match n {
                 0 => format!("Error on reachable objects of {both}"),
                 1 => continue,
