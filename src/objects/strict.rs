@@ -126,11 +126,11 @@ struct Received<'a> {
 impl<'a> Received<'a> {
     fn new(index: &'a gix_pack::index::File, entries: Vec<Entry>) -> Option<Self> {
         let count = entries.len();
-        let mut positions = vec![u32::MAX; count];
-        let mut kinds = vec![Kind::Blob; count];
         if index.num_objects() as usize != count {
             return None;
         }
+        let mut positions = vec![u32::MAX; count];
+        let mut kinds = vec![Kind::Blob; count];
         for position in 0..index.num_objects() {
             let offset = index.pack_offset_at_index(position);
             let at = entries.binary_search_by_key(&offset, |e| e.offset).ok()?;
