@@ -299,7 +299,7 @@ impl<'a> Check<'a> {
                 Some(Known::Is(kind, _)) => Some(*kind),
                 _ => self.objects.try_header(id).ok().flatten().map(|h| h.kind()),
             };
-            kind.is_some_and(|kind| !wants.refused_as(kind))
+            kind.is_some_and(|kind| wants.agree_with(kind))
         };
         if !external.iter().all(complete) || !tips.iter().all(|t| self.in_pack(t) || exists(t))
         {
@@ -410,15 +410,10 @@ impl<'a> Check<'a> {
             None => {}
         }
         // Once what it is is read: named by an entry with a blob's mode and not a blob, it was
-        // met as two kinds, in this walk (refused) or in another (the tips together are).
+        // met as two kinds.
         let named_otherwise = |check: &mut Self, kind: Kind| -> Option<Defect> {
             let walk = named_as_blob.filter(|_| kind != Kind::Blob)?;
-            let defect = check.met_before(id, role, Kind::Blob);
-            if walk == check.walk {
-                return Some(defect);
-            }
-            check.crossed.get_or_insert(Missing { id, role, defect });
-            None
+            check.met_twice(id, role, Kind::Blob, walk)
         };
         if !self.rooted.is_empty()
             && let Some(&set) = self.rooted.get(&id)
@@ -508,8 +503,9 @@ impl<'a> Check<'a> {
     }
 
     /// `id`, found complete before (`known`), met again as `role`, which wants `want`: what
-    /// it is must be what a parsing link wants, and git's table refuses a meeting as another
-    /// kind than one in the same walk.
+    /// a parsing link wants it must be; an entry with a blob's mode asks only that it exists,
+    /// unless a walk met it as what it is. (Named by such an entry and met as another kind, it
+    /// is opened and walked: see `open`.)
     fn meet_again(
         &mut self,
         id: ObjectId,
@@ -520,47 +516,40 @@ impl<'a> Check<'a> {
         let Some(want) = want else {
             return Ok(());
         };
-        let walk = self.walk;
-        // Met as another kind: in which walk, and as what. (Named by an entry with a blob's
-        // mode and met as another kind, it is opened and walked: see `open`.)
-        let (is, met_otherwise) = match known {
-            Known::Is(kind, w) => (Some(kind), (kind != want).then_some((w, kind))),
-            Known::NamedAsBlob(_) | Known::Unread => (None, None),
-        };
-        // Another walk's meeting: each tip alone passes; the tips together do not.
-        let met_otherwise = match met_otherwise {
-            Some((w, met)) if w != walk => {
-                if self.crossed.is_none() {
-                    let defect = self.met_before(id, role, met);
-                    self.crossed = Some(Missing { id, role, defect });
-                }
-                None
-            }
-            other => other.map(|(_, met)| met),
-        };
         if want == Kind::Blob {
-            // An entry with a blob's mode asks only that it exists, unless this walk met it as
-            // what it is.
-            return match met_otherwise {
-                Some(met) => Err(self.met_before(id, role, met)),
-                None => Ok(()),
+            return match known {
+                Known::Is(kind, walk) if kind != Kind::Blob => {
+                    self.met_twice(id, role, kind, walk).map_or(Ok(()), Err)
+                }
+                _ => Ok(()),
             };
         }
-        let is = match is {
-            Some(kind) => kind,
-            None => match self.objects.try_header(&id).ok().flatten() {
-                Some(header) => header.kind(),
-                None => return Err(Defect::Missing),
-            },
+        let is = match known {
+            Known::Is(kind, _) => kind,
+            Known::NamedAsBlob(_) | Known::Unread => {
+                match self.objects.try_header(&id).ok().flatten() {
+                    Some(header) => header.kind(),
+                    None => return Err(Defect::Missing),
+                }
+            }
         };
         if is != want {
             return Err(self.wrong_kind(id, role, is));
         }
-        if let Some(met) = met_otherwise {
-            return Err(self.met_before(id, role, met));
-        }
-        self.known.insert(id, Known::Is(is, walk));
+        self.known.insert(id, Known::Is(is, self.walk));
         Ok(())
+    }
+
+    /// `id`, met as `met` in walk number `walk`, met again as `role`, which wants another
+    /// kind: git's table refuses it within one walk; across walks each tip alone passes, and
+    /// it is what the combined run of all the tips refuses ([`Check::crossed`]).
+    fn met_twice(&mut self, id: ObjectId, role: Role, met: Kind, walk: u32) -> Option<Defect> {
+        let defect = self.met_before(id, role, met);
+        if walk == self.walk {
+            return Some(defect);
+        }
+        self.crossed.get_or_insert(Missing { id, role, defect });
+        None
     }
 
     /// What is wrong with `id`, of `kind`, reached as `role`: for an entry with a tree's mode,

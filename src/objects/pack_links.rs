@@ -88,25 +88,16 @@ impl Wants {
     }
 
     /// Whether every link wants what the object is, `kind` (a blob's entry wanting a blob):
-    /// then no order of git's walk can refuse it.
+    /// then no order of git's walk can refuse it. Of an object some link [`Wants::parsed`],
+    /// git's walk refuses exactly what does not agree: parsed as another kind, or named by an
+    /// entry with a blob's mode while it is not a blob and is also parsed as what it is (its
+    /// table meets it as both). An entry with a blob's mode alone naming a tree passes.
     pub fn agree_with(self, kind: Kind) -> bool {
         let own = match kind {
             Kind::Blob => Self::BLOB_ENTRY | Self::parsed_bit(Kind::Blob),
             kind => Self::parsed_bit(kind),
         };
         self.0 & !own == 0
-    }
-
-    /// Whether git's walk refuses an object of `kind` so wanted: parsed as another kind, or
-    /// named by an entry with a blob's mode while it is not a blob and is also wanted as what
-    /// it is (git's table meets it as both). An entry with a blob's mode alone naming a tree
-    /// passes, as in git.
-    pub fn refused_as(self, kind: Kind) -> bool {
-        let parsed_other = self.0 & !Self::BLOB_ENTRY & !Self::parsed_bit(kind) != 0;
-        let entry_and_itself = kind != Kind::Blob
-            && self.0 & Self::BLOB_ENTRY != 0
-            && self.0 & Self::parsed_bit(kind) != 0;
-        parsed_other || entry_and_itself
     }
 }
 
@@ -503,7 +494,8 @@ mod tests {
             (&[(Tag, Tag)], Tag, false),
             (&[(Tag, Tag)], Commit, true),
         ] {
-            assert_eq!(wants(links).refused_as(kind), refused, "{links:?} as {kind}");
+            let w = wants(links);
+            assert_eq!(w.parsed() && !w.agree_with(kind), refused, "{links:?} as {kind}");
             let agree = links.iter().all(|(_, want)| *want == kind);
             assert_eq!(wants(links).agree_with(kind), agree, "{links:?} as {kind}");
         }
