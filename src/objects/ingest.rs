@@ -498,11 +498,11 @@ pub fn receive_pack(
         let _span = tracing::info_span!("fsck").entered();
         match checked.check(&index, options.thread_limit) {
             Ok(m) => messages = m,
-            Err((messages, detail)) => {
+            Err(refused) => {
                 return Err(UnpackError::Failed {
                     step,
-                    detail,
-                    messages,
+                    detail: refused.fatal,
+                    messages: refused.lines,
                 });
             }
         }

@@ -73,8 +73,33 @@ pub(super) struct Strict<'a> {
     pub(super) hash: gix_hash::Kind,
 }
 
-/// What [`Strict`] returns: warnings, or the lines to print and the `fatal:` detail.
-type Checked = Result<Vec<String>, (Vec<String>, String)>;
+/// What [`Strict`] returns: its warnings, or why it refused the pack.
+type Checked = Result<Vec<String>, Refused>;
+
+/// Why [`Strict`] refused the pack, in git's words: the lines it prints first (fsck's
+/// findings, the object table's complaint), then the `fatal:` detail.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{fatal}")]
+pub(super) struct Refused {
+    pub(super) lines: Vec<String>,
+    pub(super) fatal: String,
+}
+
+impl Refused {
+    fn new(lines: Vec<String>, fatal: impl Into<String>) -> Self {
+        Self {
+            lines,
+            fatal: fatal.into(),
+        }
+    }
+
+    /// This refusal with `before` (the findings so far) printed ahead of its own lines.
+    fn after(mut self, mut before: Vec<String>) -> Self {
+        before.append(&mut self.lines);
+        self.lines = before;
+        self
+    }
+}
 
 /// Each id outside the pack once, with the kind its first link wants and where that link is:
 /// the place of the linking object, and the link's place in it.
@@ -357,7 +382,7 @@ impl Strict<'_> {
         }
     }
 
-    fn odb(&self) -> Result<gix_odb::Handle, (Vec<String>, String)> {
+    fn odb(&self) -> Result<gix_odb::Handle, Refused> {
         gix_odb::at_opts(
             self.objects,
             self.hash,
@@ -367,7 +392,7 @@ impl Strict<'_> {
                 ..Default::default()
             },
         )
-        .map_err(|e| (Vec::new(), e.to_string()))
+        .map_err(|e| Refused::new(Vec::new(), e.to_string()))
     }
 
     /// The check with the pack's commits, trees and tags decoded once each through its delta
@@ -405,7 +430,7 @@ impl Strict<'_> {
             return Err(HandOver::Disagreement);
         }
         let Ok(merged) = merged.into_inner() else {
-            return Ok(Err((Vec::new(), "fsck: a checking thread panicked".into())));
+            return Ok(Err(Refused::new(Vec::new(), "fsck: a checking thread panicked")));
         };
         let mut checker = Checker::new(self.options.clone());
         for c in &merged.checkers {
@@ -418,12 +443,11 @@ impl Strict<'_> {
             match o.verdict {
                 Verdict::Warnings => {}
                 Verdict::Error => {
-                    return Ok(Err((lines(&checker), "fsck error in packed object".into())));
+                    return Ok(Err(Refused::new(lines(&checker), "fsck error in packed object")));
                 }
                 Verdict::Unparsable(line, kind) => {
-                    let mut out = lines(&checker);
-                    out.extend(line);
-                    return Ok(Err((out, format!("invalid {kind}"))));
+                    let line = line.into_iter().collect();
+                    return Ok(Err(Refused::new(line, format!("invalid {kind}")).after(lines(&checker))));
                 }
             }
         }
@@ -456,18 +480,16 @@ impl Strict<'_> {
         for oid in &check_order(index, Program::IndexPack) {
             let (kind, data) = match read(&objects, oid, &mut buf) {
                 Ok(read) => read,
-                Err(detail) => return Err((lines(&checker), detail)),
+                Err(detail) => return Err(Refused::new(lines(&checker), detail)),
             };
             let step = self.parse(&mut table, oid, kind, data).and_then(|()| {
                 if kind != Kind::Blob && checker.check(oid, kind, data) {
-                    return Err((Vec::new(), "fsck error in packed object".to_string()));
+                    return Err(Refused::new(Vec::new(), "fsck error in packed object"));
                 }
                 self.walk(&mut table, oid, kind, data)
             });
-            if let Err((more, detail)) = step {
-                let mut out = lines(&checker);
-                out.extend(more);
-                return Err((out, detail));
+            if let Err(refused) = step {
+                return Err(refused.after(lines(&checker)));
             }
         }
         let outside = table
@@ -494,12 +516,10 @@ impl Strict<'_> {
         for oid in &order {
             let (kind, data) = match read(&objects, oid, &mut buf) {
                 Ok(read) => read,
-                Err(detail) => return Err((lines(&checker), detail)),
+                Err(detail) => return Err(Refused::new(lines(&checker), detail)),
             };
-            if let Err((more, detail)) = self.parse(&mut table, oid, kind, data) {
-                let mut out = lines(&checker);
-                out.extend(more);
-                return Err((out, detail));
+            if let Err(refused) = self.parse(&mut table, oid, kind, data) {
+                return Err(refused.after(lines(&checker)));
             }
             if kind == Kind::Blob {
                 done.insert(*oid);
@@ -556,14 +576,14 @@ impl Strict<'_> {
         for root in &order {
             let mut stack = match enter(*root, &table, &mut checker, &mut done) {
                 Ok(walking) => walking.into_iter().collect::<Vec<_>>(),
-                Err(detail) => return Err((lines(&checker), detail)),
+                Err(detail) => return Err(Refused::new(lines(&checker), detail)),
             };
             while let Some(top) = stack.last_mut() {
                 let Some(&(id, want)) = top.links.get(top.next) else {
                     let walked = stack.pop().expect("the top");
                     if walked.refused {
                         let detail = format!("Error on reachable objects of {}", walked.id);
-                        return Err((lines(&checker), detail));
+                        return Err(Refused::new(lines(&checker), detail));
                     }
                     done.insert(walked.id);
                     continue;
@@ -577,7 +597,7 @@ impl Strict<'_> {
                 match enter(id, &table, &mut checker, &mut done) {
                     Ok(Some(walking)) => stack.push(walking),
                     Ok(None) => {}
-                    Err(detail) => return Err((lines(&checker), detail)),
+                    Err(detail) => return Err(Refused::new(lines(&checker), detail)),
                 }
             }
         }
@@ -586,20 +606,20 @@ impl Strict<'_> {
 
     /// git parsing the received object `oid`: it is met as its kind, it must parse, and a
     /// commit's tree and parents and a tag's object are met as what they are said to be.
-    fn parse(&self, table: &mut Table, oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), (Vec<String>, String)> {
+    fn parse(&self, table: &mut Table, oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), Refused> {
         if let Err(line) = table.meet(*oid, kind, false) {
             let fatal = match (kind, self.program) {
                 (Kind::Blob, Program::IndexPack) => format!("invalid blob object {oid}"),
                 (Kind::Blob, Program::UnpackObjects) => "invalid blob object".into(),
                 _ => format!("invalid {kind}"),
             };
-            return Err((vec![line], fatal));
+            return Err(Refused::new(vec![line], fatal));
         }
         if kind == Kind::Blob {
             return Ok(());
         }
         if let Err(line) = fsck::parse_check(oid, kind, data) {
-            return Err((line.into_iter().collect(), format!("invalid {kind}")));
+            return Err(Refused::new(line.into_iter().collect(), format!("invalid {kind}")));
         }
         if kind == Kind::Tree {
             return Ok(());
@@ -616,7 +636,7 @@ impl Strict<'_> {
                     (_, Kind::Tree) => format!("error: bad tree pointer {id} in commit {oid}"),
                     _ => format!("error: bad parent {id} in commit {oid}"),
                 };
-                refused = Some((vec![line, what], format!("invalid {kind}")));
+                refused = Some(Refused::new(vec![line, what], format!("invalid {kind}")));
             }
         });
         refused.map_or(Ok(()), Err)
@@ -624,7 +644,7 @@ impl Strict<'_> {
 
     /// git walking the received object `oid` (`fsck_walk`): a tree's entries are met as what
     /// their modes say.
-    fn walk(&self, table: &mut Table, oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), (Vec<String>, String)> {
+    fn walk(&self, table: &mut Table, oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), Refused> {
         if kind != Kind::Tree {
             return Ok(());
         }
@@ -638,7 +658,7 @@ impl Strict<'_> {
         });
         match refused {
             None => Ok(()),
-            Some(line) => Err((
+            Some(line) => Err(Refused::new(
                 vec![line],
                 match self.program {
                     Program::IndexPack => format!("Not all child objects of {oid} are reachable"),
@@ -670,7 +690,7 @@ impl Strict<'_> {
                 }
                 (_, Program::UnpackObjects) => "object of unexpected type".into(),
             };
-            return Err((lines(&checker), detail));
+            return Err(Refused::new(lines(&checker), detail));
         }
         let mut buf = Vec::new();
         for oid in checker.pending_blobs() {
@@ -686,7 +706,7 @@ impl Strict<'_> {
                 },
             };
             if err {
-                return Err((lines(&checker), "fsck error in pack objects".into()));
+                return Err(Refused::new(lines(&checker), "fsck error in pack objects"));
             }
         }
         Ok(lines(&checker))
@@ -840,8 +860,8 @@ mod tests {
             // unpack-objects' depth-first order finds the same, in its order.
             let theirs = check(Program::UnpackObjects).one_at_a_time(&index);
             match settings.len() {
-                0 => assert!(matches!(&theirs, Err((lines, _)) if lines.len() == 1 && lines[0].contains("badEmail"))),
-                1 => assert!(matches!(&theirs, Err((lines, _)) if lines.len() == 4 && lines[3].contains("gitmodulesUrl"))),
+                0 => assert!(matches!(&theirs, Err(Refused { lines, .. }) if lines.len() == 1 && lines[0].contains("badEmail"))),
+                1 => assert!(matches!(&theirs, Err(Refused { lines, .. }) if lines.len() == 4 && lines[3].contains("gitmodulesUrl"))),
                 _ => assert!(matches!(&theirs, Ok(lines) if lines.len() == 1 && lines[0].contains("gitmodulesUrl"))),
             }
         }
@@ -942,7 +962,7 @@ mod tests {
                 assert!(matches!(ours, Err(HandOver::Disagreement)), "case {n}: {ours:?}");
             }
             let theirs = strict(&quarantine, &[], Program::IndexPack, &shallow).one_at_a_time(&index);
-            let Err((got, detail)) = &theirs else {
+            let Err(Refused { lines: got, fatal: detail }) = &theirs else {
                 panic!("case {n} passed: {theirs:?}")
             };
             if fatal.is_empty() {
@@ -975,7 +995,7 @@ mod tests {
                 1 => continue,
                 _ => "object of unexpected type".to_owned(),
             };
-            assert!(matches!(&theirs, Err((_, d)) if *d == detail), "case {n}: {theirs:?}");
+            assert!(matches!(&theirs, Err(Refused { fatal: d, .. }) if *d == detail), "case {n}: {theirs:?}");
         }
     }
 }
