@@ -84,14 +84,15 @@ pub enum Defect {
     TreeAndParent(ObjectId),
 }
 
-/// How git's `rev-list` walks: limited (`--not --all` named a ref, and the walk is set up by
-/// walking the commits first) or not (a repository without refs).
+/// How git's `rev-list` walks: limited (a commit is among the uninteresting tips, and the walk
+/// is set up by walking the commits first) or not (no ref, nor a detached `HEAD`, peels to a
+/// commit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RevWalk {
-    /// Some ref is there to walk against.
+    /// Some commit is there to walk against.
     #[default]
     Limited,
-    /// The repository has no refs.
+    /// Nothing the walk excludes is a commit.
     Unlimited,
 }
 

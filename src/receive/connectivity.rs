@@ -90,8 +90,7 @@ pub(super) fn check_connectivity(
     if failed.commands.is_empty() {
         failed.combined = check.crossed().cloned();
     }
-    // A missing parent is told apart by how rev-list walks: limited when `--not --all` names
-    // a ref (read only then: an error's path).
+    // A missing parent is told apart by how rev-list walks (found only then: an error's path).
     let missing_parent = |m: &connectivity::Missing| {
         m.defect == connectivity::Defect::Missing && matches!(m.role, connectivity::Role::Parent(_))
     };
@@ -101,10 +100,7 @@ pub(super) fn check_connectivity(
         .chain(&failed.combined)
         .any(missing_parent)
     {
-        let refs = crate::refs::of_repository(repo).snapshot();
-        if refs.is_ok_and(|refs| refs.is_empty()) {
-            failed.walk = connectivity::RevWalk::Unlimited;
-        }
+        failed.walk = rev_walk(repo, &objects);
     }
     if check.objects_read() > 0 {
         tracing::debug!(
@@ -113,6 +109,43 @@ pub(super) fn check_connectivity(
         );
     }
     Ok(failed)
+}
+
+/// How git's `rev-list --objects --stdin --not --all --alternate-refs` walks a push's tips:
+/// limited when what it marks uninteresting peels to a commit (`handle_commit`), else not.
+/// That is every ref, the hidden ones too (the combined run's `--exclude-hidden=receive` leaves
+/// them out of `--all`, but the quarantine's alternate is the repository, whose refs
+/// `--alternate-refs` adds), and a detached `HEAD`.
+fn rev_walk(repo: &Repository, objects: &gix_odb::Handle) -> connectivity::RevWalk {
+    use gix_object::Find;
+    use gix_odb::Header;
+    let mut buf = Vec::new();
+    let mut peels_to_commit = |mut id: ObjectId| {
+        // Bounded as the ref store peels (64 tags); git's `handle_commit` has no bound.
+        for _ in 0..64 {
+            match objects.try_header(&id).ok().flatten().map(|h| h.kind()) {
+                Some(gix_object::Kind::Commit) => return true,
+                Some(gix_object::Kind::Tag) => {}
+                _ => return false,
+            }
+            let Ok(Some(tag)) = objects.try_find(&id, &mut buf) else {
+                return false;
+            };
+            match gix_object::TagRefIter::from_bytes(tag.data, id.kind()).target_id() {
+                Ok(target) => id = target,
+                Err(_) => return false,
+            }
+        }
+        false
+    };
+    let refs = crate::refs::of_repository(repo).snapshot();
+    let limited = repo.detached_head().is_some_and(&mut peels_to_commit)
+        || refs.is_ok_and(|refs| refs.iter().any(|(_, id)| peels_to_commit(*id)));
+    if limited {
+        connectivity::RevWalk::Limited
+    } else {
+        connectivity::RevWalk::Unlimited
+    }
 }
 
 /// git's messages for what [`check_connectivity`] found missing: its combined rev-list run

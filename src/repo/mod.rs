@@ -113,6 +113,25 @@ impl Repository {
             .unwrap_or_else(|| self.git_dir.file_name().is_none_or(|n| n != ".git"))
     }
 
+    /// The object its `HEAD` names when it is detached (a value, not a symbolic ref): a file
+    /// in the files backend, a record of the stack in reftable.
+    pub fn detached_head(&self) -> Option<gix_hash::ObjectId> {
+        if self.ref_format == RefFormat::Reftable {
+            let stack = crate::reftable::Stack::open(self.git_dir.join("reftable")).ok()?;
+            return match stack.read_ref(b"HEAD").ok()?? {
+                crate::reftable::RefValue::Val1(id) | crate::reftable::RefValue::Val2(id, _) => {
+                    Some(id)
+                }
+                _ => None,
+            };
+        }
+        let content = std::fs::read(self.git_dir.join("HEAD")).ok()?;
+        let hex = content.strip_suffix(b"\n").unwrap_or(&content);
+        gix_hash::ObjectId::from_hex(hex)
+            .ok()
+            .filter(|id| id.kind() == self.object_format)
+    }
+
     /// The repository's shallow commits (`$GIT_DIR/shallow`), in file order.
     pub fn shallow(&self) -> Vec<gix_hash::ObjectId> {
         std::fs::read_to_string(self.git_dir.join("shallow"))

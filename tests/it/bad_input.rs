@@ -290,8 +290,13 @@ fn update_main(ids: &Ids, pack: &[u8]) -> Vec<u8> {
 
 /// Write a raw object into `src` and return its id.
 fn raw_object(w: &World, kind: &str, data: &[u8]) -> String {
+    object_in(w, "src", kind, data)
+}
+
+/// Write a raw object into `repo` and return its id.
+fn object_in(w: &World, repo: &str, kind: &str, data: &[u8]) -> String {
     let out = w.git_with_stdin(
-        "src",
+        repo,
         &["hash-object", "--literally", "-t", kind, "-w", "--stdin"],
         data,
     );
@@ -429,6 +434,36 @@ fn warned_twice(w: &World, ids: &Ids) -> Vec<u8> {
     let mut v = request(&[format!("{ZERO} {c2} refs/heads/bad")], "report-status");
     v.extend(pack_objects(w, &[c2, c1, t2, t1, b]));
     v
+}
+
+/// A request creating refs/heads/orphan at a new commit (of c1's tree) whose parent nobody has.
+fn orphan(w: &World, ids: &Ids) -> Vec<u8> {
+    let tree = w.git("src", &["rev-parse", &format!("{}^{{tree}}", ids.c1)]);
+    let absent = "ab".repeat(common::object_format().len_in_bytes());
+    let orphan = raw_object(
+        w,
+        "commit",
+        format!(
+            "tree {}\nparent {absent}\nauthor A <a@example.com> 1700000000 +0000\n\
+             committer C <c@example.com> 1700000000 +0000\n\norphan\n",
+            tree.trim()
+        )
+        .as_bytes(),
+    );
+    let mut v = request(
+        &[format!("{ZERO} {orphan} refs/heads/orphan")],
+        "report-status",
+    );
+    v.extend(pack_objects(w, &[orphan]));
+    v
+}
+
+/// Delete every ref of the server (its HEAD is left naming an unborn branch).
+fn drop_refs(w: &World) {
+    let names = w.git("srv.git", &["for-each-ref", "--format=%(refname)"]);
+    for name in names.lines() {
+        w.git("srv.git", &["update-ref", "-d", name]);
+    }
 }
 
 /// A request creating refs/tags/bad at a tag of `object` saying it is a `kind`, and a pack of
@@ -1192,6 +1227,52 @@ fn cases() -> Vec<Case> {
         )
         .expect(&["ng refs/heads/orphan missing necessary objects"])
         .accepted(),
+        // git words a missing parent by how its rev-list walks: limited when a commit is
+        // among the tips it excludes (every ref, hidden ones too, and a detached HEAD, peeled).
+        Case::new(
+            "a missing parent, the refs hidden: git's walk is limited",
+            orphan,
+        )
+        .config(&[("receive.hideRefs", "refs/heads")])
+        .reset_config()
+        .expect(&["Could not read", "revision walk setup failed"]),
+        Case::new(
+            "a missing parent, no ref: git's walk is not limited",
+            |w, ids| {
+                drop_refs(w);
+                orphan(w, ids)
+            },
+        )
+        .expect(&["Failed to traverse parents of commit"]),
+        Case::new(
+            "a missing parent, the one ref a tag of a blob: git's walk is not limited",
+            |w, ids| {
+                drop_refs(w);
+                let b = object_in(w, "srv.git", "blob", b"b\n");
+                let tag = object_in(
+                    w,
+                    "srv.git",
+                    "tag",
+                    format!(
+                        "object {b}\ntype blob\ntag b\n\
+                         tagger T <t@example.com> 1700000000 +0000\n\nx\n"
+                    )
+                    .as_bytes(),
+                );
+                w.git("srv.git", &["update-ref", "refs/tags/b", &tag]);
+                orphan(w, ids)
+            },
+        )
+        .expect(&["Failed to traverse parents of commit"]),
+        Case::new(
+            "a missing parent, no ref but a detached HEAD at a commit: git's walk is limited",
+            |w, ids| {
+                drop_refs(w);
+                w.git("srv.git", &["update-ref", "--no-deref", "HEAD", &ids.c1]);
+                orphan(w, ids)
+            },
+        )
+        .expect(&["Could not read", "revision walk setup failed"]),
         Case::new("a tag saying blob of a commit", |w, _| {
             let tree = w.git("src", &["mktree"]);
             let commit = w.git("src", &["commit-tree", "-m", "new", tree.trim()]);
