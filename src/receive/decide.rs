@@ -188,9 +188,10 @@ pub(super) fn decide<W: Write, E: Write>(
             if ctx.refs.get(&ctx.full_name(cmd)).is_some() {
                 sb.warning("allowing deletion of corrupt ref")?;
             } else {
+                // Still a delete in the transaction, as in git: its name is locked (and may
+                // conflict with another ref's), and the reference-transaction hook is told.
                 sb.warning("deleting a non-existent ref")?;
                 cmd.did_not_exist = true;
-                return Ok(Ok(None));
             }
         }
         return Ok(Ok(Some(RefUpdate {
@@ -422,10 +423,17 @@ mod tests {
     }
 
     #[test]
-    fn deleting_a_ref_that_does_not_exist_is_ok_and_not_queued() {
+    fn deleting_a_ref_that_does_not_exist_is_queued_as_a_delete_of_any_value() {
+        // As git: the name is locked (and may conflict with another ref's as a directory),
+        // and the reference-transaction hook is told.
         let f = fixture(&[]);
         let (d, did_not_exist, msg) = decide_one(&f, zero(), zero(), "refs/heads/nothing");
-        assert!(matches!(d, Ok(None)));
+        let update = d.unwrap().unwrap();
+        assert_eq!(update.name, "refs/heads/nothing");
+        assert!(matches!(
+            update.change,
+            Change::Delete { old: Expected::Any }
+        ));
         assert!(did_not_exist);
         assert_eq!(msg, "warning: deleting a non-existent ref\n");
     }

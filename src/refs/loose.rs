@@ -288,13 +288,14 @@ fn lock_one(
         },
     };
     super::check_old(u, exists, current)?;
+    if !exists {
+        // A new ref, or the deletion of one that is not there: git locks the name all the same.
+        check_new(git_dir, packed, sorted, k, u, &path)?;
+    }
     let new = match u.change {
         super::Change::Create { new } | super::Change::Update { new, .. } => new,
         super::Change::Delete { .. } => return Ok((lock, current)),
     };
-    if !exists {
-        check_new(git_dir, packed, sorted, k, u, &path)?;
-    }
     let written = fs::OpenOptions::new()
         .write(true)
         .open(lock.path())
@@ -327,8 +328,14 @@ fn check_new(
 ) -> Result<(), RefError> {
     let name = u.name.as_slice();
     for p in prefixes(name) {
-        if packed.get(p).is_some() || git_dir.join(path_of(p)).is_file() {
+        if git_dir.join(path_of(p)).is_file() {
             return Err(RefError::NameConflict {
+                name: u.name.clone(),
+                existing: p.into(),
+            });
+        }
+        if packed.get(p).is_some() {
+            return Err(RefError::NameUnavailable {
                 name: u.name.clone(),
                 existing: p.into(),
             });
@@ -341,10 +348,11 @@ fn check_new(
         }
     }
     if let Some(below) = packed.first_below(name, |_| false) {
-        return Err(RefError::NameConflict {
-            name: u.name.clone(),
-            existing: below.into(),
-        });
+        return Err(super::files_name_conflict(
+            git_dir,
+            u.name.clone(),
+            below.into(),
+        ));
     }
     if let Some(below) = batch.written_below(k, name) {
         return Err(RefError::ConflictInPush {

@@ -504,6 +504,26 @@ impl FilesStore {
     }
 }
 
+/// How git's files backend words a file/directory conflict between `name` and the ref
+/// `existing`: met while taking `name`'s lock, a loose file where a directory must go or loose
+/// refs below `name` (`cannot lock ref '<name>': …`, [`RefError::NameConflict`]); else met
+/// afterwards in `packed-refs` (`'<existing>' exists; cannot create '<name>'`, git master's
+/// `refs_verify_refnames_available`, [`RefError::NameUnavailable`]).
+fn files_name_conflict(git_dir: &Path, name: BString, existing: BString) -> RefError {
+    let below =
+        existing.len() > name.len() && existing.starts_with(&name) && existing[name.len()] == b'/';
+    let loose = if below {
+        packed::loose_below(git_dir, &name).0.is_some()
+    } else {
+        git_dir.join(packed::path_of(&existing)).is_file()
+    };
+    if loose {
+        RefError::NameConflict { name, existing }
+    } else {
+        RefError::NameUnavailable { name, existing }
+    }
+}
+
 /// The compare-and-swap of one update, with git's messages: the ref `exists` (as a file or an
 /// entry) with the value `current` (`None` when unreadable), and the update expects what
 /// [`RefUpdate::expected`] says.
@@ -531,15 +551,15 @@ fn check_old(u: &RefUpdate, exists: bool, current: Option<ObjectId>) -> Result<(
 
 /// Check one update against the snapshot, with git's messages.
 fn precheck(u: &RefUpdate, current: &Refs) -> Result<(), RefError> {
-    if u.expected() == Some(Expected::Any) {
-        return Ok(());
-    }
     let actual = current.get(&u.name);
-    check_old(u, actual.is_some(), actual)?;
-    if u.is_delete() || actual.is_some() {
+    if u.expected() != Some(Expected::Any) {
+        check_old(u, actual.is_some(), actual)?;
+    }
+    if actual.is_some() {
         return Ok(());
     }
-    // A new ref must not collide with an existing one as a file and a directory.
+    // A new ref, or the deletion of one that is not there (git locks its name all the same),
+    // must not collide with an existing one as a file and a directory.
     let slashes = u
         .name
         .iter()
@@ -562,6 +582,19 @@ fn precheck(u: &RefUpdate, current: &Refs) -> Result<(), RefError> {
         });
     }
     Ok(())
+}
+
+impl FilesStore {
+    /// [`precheck`] with the files backend's wording for name conflicts
+    /// ([`files_name_conflict`]).
+    fn precheck(&self, u: &RefUpdate, refs: &Refs) -> Result<(), RefError> {
+        precheck(u, refs).map_err(|e| match e {
+            RefError::NameConflict { name, existing } => {
+                files_name_conflict(&self.git_dir, name, existing)
+            }
+            e => e,
+        })
+    }
 }
 
 impl RefStore for FilesStore {

@@ -1078,7 +1078,9 @@ impl Checker<'_> {
             return Err(cannot_lock(u, LockError::held(git_dir, name)));
         }
         super::check_old(u, exists, current)?;
-        if !u.is_delete() && !exists {
+        if !exists {
+            // A new ref, or the deletion of one that is not there: git locks the name all the
+            // same.
             self.check_new(k, u, seen)?;
         }
         Ok((lock, current))
@@ -1107,15 +1109,20 @@ impl Checker<'_> {
                     name: u.name.clone(),
                     existing: existing.clone(),
                 },
+                RefError::NameUnavailable { existing, .. } => RefError::NameUnavailable {
+                    name: u.name.clone(),
+                    existing: existing.clone(),
+                },
                 other => other.clone(),
             });
         }
         let batch = self.batch;
         if let Some(below) = self.packed.first_below(name, |n| batch.deleted(n)) {
-            return Err(RefError::NameConflict {
-                name: u.name.clone(),
-                existing: below.into(),
-            });
+            return Err(super::files_name_conflict(
+                self.git_dir,
+                u.name.clone(),
+                below.into(),
+            ));
         }
         if let Some(below) = batch.written_below(k, name) {
             return Err(RefError::ConflictInPush {
@@ -1147,13 +1154,19 @@ impl Checker<'_> {
     /// the batch) or written by the batch.
     fn prefix_conflict(&self, name: &[u8]) -> Option<RefError> {
         for p in prefixes(name) {
-            let is_ref = (self.packed.get(p).is_some() || self.scan.seen(p) == Some(Seen::File))
-                && !self.batch.deleted(p);
-            if is_ref {
-                return Some(RefError::NameConflict {
-                    name: name.into(),
-                    existing: p.into(),
-                });
+            if !self.batch.deleted(p) {
+                if self.scan.seen(p) == Some(Seen::File) {
+                    return Some(RefError::NameConflict {
+                        name: name.into(),
+                        existing: p.into(),
+                    });
+                }
+                if self.packed.get(p).is_some() {
+                    return Some(RefError::NameUnavailable {
+                        name: name.into(),
+                        existing: p.into(),
+                    });
+                }
             }
             if self.batch.get(p).is_some_and(|o| !o.is_delete()) {
                 return Some(RefError::ConflictInPush {

@@ -286,6 +286,120 @@ fn report_for_stale_missing_duplicate_and_funny_commands() {
     }
 }
 
+/// A deletion of a ref that is not there still locks its name, as in git: one that would be a
+/// directory of an existing loose ref, or have loose refs below it, is refused (`refname
+/// conflict`, git 2.47's `failed to update ref`) where a plain missing one is `ok`.
+#[test]
+fn deleting_a_missing_ref_whose_name_conflicts_is_refused() {
+    for caps in [" report-status", " report-status atomic"] {
+        let (run, w) = differential(
+            |w| {
+                let (c1, _) = w.server_with_history();
+                w.git("srv.git", &["update-ref", "refs/heads/d/e", &c1]);
+                let mut v = common::request(
+                    &[
+                        format!("{ZERO} {ZERO} refs/heads/gone"),
+                        format!("{ZERO} {ZERO} refs/heads/main/sub"),
+                        format!("{ZERO} {ZERO} refs/heads/d"),
+                    ],
+                    caps,
+                );
+                v.extend(EMPTY_PACK);
+                v
+            },
+            &[],
+            &[],
+        );
+        assert!(
+            // (The files backend says `cannot lock ref 'refs/heads/main/sub': ` first.)
+            run.stderr
+                .contains("'refs/heads/main' exists; cannot create 'refs/heads/main/sub'\n"),
+            "{run:?}"
+        );
+        assert!(!run.stdout.contains("ok refs/heads/main/sub"), "{run:?}");
+        w.assert_clean("srv.git");
+    }
+}
+
+/// The deletion of a ref that is not there is in the transaction, as in git (2.47 and
+/// master): the reference-transaction hook sees `<zero> <zero> <name>` in each state (git's
+/// client does not send such a deletion, so the request is raw).
+#[test]
+fn reference_transaction_sees_the_deletion_of_a_missing_ref() {
+    let w = World::new();
+    w.server_with_history();
+    let hook = w.path("srv.git/hooks/reference-transaction");
+    std::fs::write(&hook, "#!/bin/sh\n{ echo \"$1\"; cat; } >>hook.log\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let before = w.refs("srv.git");
+    let mut input = common::request(
+        &[format!("{ZERO} {ZERO} refs/heads/gone")],
+        " report-status",
+    );
+    input.extend(EMPTY_PACK);
+    let run = run_receive_pack(&w, false, "srv.git", &[], &input, &[]);
+    assert!(run.stdout.contains("ok refs/heads/gone\n"), "{run:?}");
+    assert_eq!(run.stderr, "warning: deleting a non-existent ref\n");
+    let log = std::fs::read_to_string(w.path("srv.git/hook.log")).unwrap();
+    let line = format!("{ZERO} {ZERO} refs/heads/gone\n");
+    assert_eq!(
+        log,
+        format!("preparing\n{line}prepared\n{line}committed\n{line}")
+    );
+    assert_eq!(w.refs("srv.git"), before);
+    w.assert_clean("srv.git");
+}
+
+/// git master words a name conflict with a ref found only in `packed-refs` without 2.47's
+/// `cannot lock ref` (its `refs_verify_refnames_available`, after the locks), for a create and
+/// for the deletion of a ref that is not there alike (checked against git master
+/// 1a3e64c6c4 by hand: 2.47 keeps the prefix, so this is not a differential test).
+#[test]
+fn a_name_conflict_with_a_packed_ref_in_git_masters_words() {
+    let w = World::new();
+    let (c1, _) = w.server_with_history();
+    w.git("srv.git", &["update-ref", "refs/heads/d/e", &c1]);
+    w.git("srv.git", &["pack-refs", "--all"]);
+    let mut input = common::request(
+        &[
+            format!("{ZERO} {c1} refs/heads/main/new"),
+            format!("{ZERO} {ZERO} refs/heads/main/sub"),
+            format!("{ZERO} {ZERO} refs/heads/d"),
+        ],
+        " report-status",
+    );
+    input.extend(EMPTY_PACK);
+    let before = w.refs("srv.git");
+    let run = run_receive_pack(&w, false, "srv.git", &[], &input, &[]);
+    let report = run.stdout.split_once("unpack ok\n").map_or("", |(_, r)| r);
+    let lines: Vec<&str> = report
+        .split('\n')
+        .filter(|l| l.len() > 4)
+        .map(|l| &l[4..])
+        .filter(|l| l.starts_with("ng ") || l.starts_with("ok "))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "ng refs/heads/main/new refname conflict",
+            "ng refs/heads/main/sub refname conflict",
+            "ng refs/heads/d refname conflict",
+        ],
+        "{run:?}"
+    );
+    for (name, existing) in [
+        ("refs/heads/main/new", "refs/heads/main"),
+        ("refs/heads/main/sub", "refs/heads/main"),
+        ("refs/heads/d", "refs/heads/d/e"),
+    ] {
+        let line = format!("error: '{existing}' exists; cannot create '{name}'\n");
+        assert!(run.stderr.contains(&line), "{line:?} in {run:?}");
+    }
+    assert!(!run.stderr.contains("cannot lock ref"), "{run:?}");
+    assert_eq!(w.refs("srv.git"), before);
+    w.assert_clean("srv.git");
+}
+
 /// git 2.47 runs one transaction per ref and lets the first of two updates of one ref win;
 /// git master (and berth) refuse the batch: "multiple updates for ref" and every command fails.
 #[test]

@@ -29,11 +29,13 @@ impl<'a> Transaction<'a> {
         }
         reject_duplicates(updates)?;
         let options = self.options;
-        let check = match self.store {
-            Store::Files(_) => crate::refs::precheck,
-            Store::Reftable(_) => crate::refs::reftable::check,
-        };
-        let results = check_all(updates, options.current, options.atomic(), check)?;
+        let (current, atomic) = (options.current, options.atomic());
+        let results = match self.store {
+            Store::Files(store) => {
+                check_all(updates, current, atomic, |u, refs| store.precheck(u, refs))
+            }
+            Store::Reftable(_) => check_all(updates, current, atomic, crate::refs::reftable::check),
+        }?;
         let mut prepared = Prepared {
             updates,
             live: live(&results),
@@ -102,7 +104,7 @@ fn check_all(
     updates: &[RefUpdate],
     current: &Refs,
     atomic: bool,
-    check: fn(&RefUpdate, &Refs) -> Result<(), RefError>,
+    check: impl Fn(&RefUpdate, &Refs) -> Result<(), RefError>,
 ) -> Result<Vec<RefResult>, RefError> {
     let results: Vec<RefResult> = updates
         .iter()
