@@ -209,8 +209,9 @@ impl<'a> Check<'a> {
     }
 
     /// Take shallow histories into account: the repository's own shallow commits end the walk,
-    /// and a client shallow commit whose parents the repository lacks ends it too, recorded in
-    /// [`Check::new_roots`] (the ref then needs a new shallow root).
+    /// and a client shallow commit the push brought ends it too, recorded in
+    /// [`Check::new_roots`] (the ref then needs a new shallow root, as in git, even when the
+    /// repository has the commit's parents).
     pub fn with_shallow(
         mut self,
         repository: HashSet<ObjectId>,
@@ -251,10 +252,6 @@ impl<'a> Check<'a> {
     /// object of the push once.
     pub fn objects_read(&self) -> u64 {
         self.read
-    }
-
-    fn exists(&self, id: &ObjectId) -> bool {
-        self.in_pack(id) || self.objects.exists(id)
     }
 
     fn in_pack(&self, id: &ObjectId) -> bool {
@@ -487,12 +484,9 @@ impl<'a> Check<'a> {
         {
             return refuse(id, role, Defect::TreeAndParent(tree));
         }
-        let root = is_commit
-            && !self.shallow.contains(&id)
-            && self.client_shallow.contains(&id)
-            && links
-                .iter()
-                .any(|(l, k)| *k == Kind::Commit && !self.exists(l));
+        // A client shallow commit the push brought (git's "theirs": `assign_shallow_commits_to_refs`
+        // marks every ref that reaches one, whether or not the repository has its parents).
+        let root = is_commit && !self.shallow.contains(&id) && self.client_shallow.contains(&id);
         Opened::Frame(Frame {
             id,
             kind: obj_kind,
@@ -887,5 +881,31 @@ mod tests {
             assert_eq!(check.new_roots(), [id(&shallow)], "{c}");
         }
         assert_eq!(check.objects_read(), ids.len() as u64);
+    }
+
+    /// git's "theirs": a client shallow commit the push brings is a new shallow root of every
+    /// tip that reaches it, though the repository has its parent.
+    #[test]
+    fn a_client_shallow_commit_in_the_push_is_a_root_though_its_parent_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("r");
+        git(dir.path(), &["init", "-q", "r"]);
+        let empty = git(&repo, &["hash-object", "-t", "tree", "-w", "/dev/null"]);
+        let base = git(&repo, &["commit-tree", "-m", "base", &empty]);
+        let shallow = git(&repo, &["commit-tree", "-m", "shallow", "-p", &base, &empty]);
+        let tip = git(&repo, &["commit-tree", "-m", "tip", "-p", &shallow, &empty]);
+        let index = pack(&repo, &dir.path().join("p"), &[tip.clone(), shallow.clone()]);
+        let odb = gix_odb::at(repo.join(".git/objects"), gix_hash::Kind::Sha1).unwrap();
+        let mut check = Check::new(&odb, Some(&index), std::iter::empty())
+            .with_shallow(HashSet::new(), [id(&shallow)].into_iter().collect());
+        assert_eq!(check.tip(id(&tip)), Status::Connected);
+        assert_eq!(check.new_roots(), [id(&shallow)]);
+        // The repository's own shallow commit is not a new root.
+        let mut check = Check::new(&odb, Some(&index), std::iter::empty()).with_shallow(
+            [id(&shallow)].into_iter().collect(),
+            [id(&shallow)].into_iter().collect(),
+        );
+        assert_eq!(check.tip(id(&tip)), Status::Connected);
+        assert!(check.new_roots().is_empty());
     }
 }

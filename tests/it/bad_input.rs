@@ -1273,6 +1273,28 @@ fn cases() -> Vec<Case> {
             },
         )
         .expect(&["Could not read", "revision walk setup failed"]),
+        // The client says the commit it pushes is shallow (its history cut there) and the
+        // server lacked it: git's receive-pack marks every ref that reaches such a commit
+        // (`assign_shallow_commits_to_refs`), though the server has its parent.
+        Case::new(
+            "a client shallow commit the push brings, its parent on the server",
+            |w, ids| {
+                let mut v = pkt_bytes(format!("shallow {}", ids.c2).as_bytes());
+                v.extend(update_main(ids, &c2_pack(w, ids)));
+                v
+            },
+        )
+        .config(&[("receive.unpackLimit", "1")])
+        .expect(&["ng refs/heads/main shallow update not allowed"]),
+        Case::new(
+            "a client shallow commit the push brings, kept as a pack",
+            |w, ids| {
+                let mut v = pkt_bytes(format!("shallow {}", ids.c2).as_bytes());
+                v.extend(update_main(ids, &c2_pack(w, ids)));
+                v
+            },
+        )
+        .expect(&["ng refs/heads/main shallow update not allowed"]),
         Case::new("a tag saying blob of a commit", |w, _| {
             let tree = w.git("src", &["mktree"]);
             let commit = w.git("src", &["commit-tree", "-m", "new", tree.trim()]);
