@@ -185,7 +185,8 @@ pub(super) fn decide<W: Write, E: Write>(
         let mut old = Expected::MustBe(c.old);
         if c.old.is_null() || ctx.kind(&c.old).is_none() {
             old = Expected::Any;
-            if ctx.refs.get(&ctx.full_name(cmd)).is_some() {
+            // git asks whether the name the client sent exists, outside any namespace.
+            if ctx.refs.get(name).is_some() {
                 sb.warning("allowing deletion of corrupt ref")?;
             } else {
                 // Still a delete in the transaction, as in git: its name is locked (and may
@@ -199,7 +200,12 @@ pub(super) fn decide<W: Write, E: Write>(
             change: Change::Delete { old },
         })));
     }
-    if name.starts_with(b"refs/heads/") && ctx.kind(&c.new) != Some(Kind::Commit) {
+    // git's `is_branch` of the name it queues, which in a namespace is
+    // `refs/namespaces/<ns>/refs/heads/…`: no branch there.
+    if ctx.namespace.is_empty()
+        && name.starts_with(b"refs/heads/")
+        && ctx.kind(&c.new) != Some(Kind::Commit)
+    {
         let e = RefError::NonCommitToBranch {
             name: c.name.clone(),
             new: c.new,

@@ -603,6 +603,55 @@ fn namespace_advertisement_and_updates() {
     w.assert_clean("srv.git");
 }
 
+/// In a namespace git's own checks see the names it queues: `refs/namespaces/<ns>/refs/heads/x`
+/// is no branch, so a tag may go there; and a deletion without an old value asks whether the
+/// name the client sent exists outside the namespace (`allowing deletion of corrupt ref`, then
+/// the post hooks see it) rather than inside.
+#[test]
+fn namespace_branch_and_missing_ref_checks_see_gits_names() {
+    let env = [("GIT_NAMESPACE", "ns")];
+    let (run, w) = differential(
+        |w| {
+            let (c1, _) = w.server_with_history();
+            w.git("srv.git", &["tag", "-a", "-m", "t", "v1", &c1]);
+            let tag = w.git("srv.git", &["rev-parse", "v1"]);
+            let hook = w.path("srv.git/hooks/post-receive");
+            std::fs::write(&hook, "#!/bin/sh\necho post-receive: $(cat)\n").unwrap();
+            std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+            let mut v = common::request(
+                &[
+                    format!("{ZERO} {} refs/heads/tagged", tag.trim()),
+                    format!("{ZERO} {ZERO} refs/heads/main"),
+                    format!("{ZERO} {ZERO} refs/heads/none"),
+                ],
+                " report-status",
+            );
+            v.extend(EMPTY_PACK);
+            v
+        },
+        &[],
+        &env,
+    );
+    assert!(run.stdout.contains("ok refs/heads/tagged\n"), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("warning: allowing deletion of corrupt ref\n"),
+        "{run:?}"
+    );
+    assert!(
+        run.stderr
+            .contains("warning: deleting a non-existent ref\n"),
+        "{run:?}"
+    );
+    assert!(run.stderr.contains("refs/heads/main"), "{run:?}");
+    assert!(
+        run.refs.contains(" refs/namespaces/ns/refs/heads/tagged\n"),
+        "{run:?}"
+    );
+    w.assert_clean("srv.git");
+}
+
 /// `core.alternateRefsCommand` and `core.alternateRefsPrefixes` choose the alternates' `.have`s.
 #[test]
 fn alternate_refs_command_and_prefixes() {
