@@ -46,7 +46,20 @@ pub(super) fn check_connectivity(
         None => gix_odb::at(&repo.objects_dir, repo.object_format),
     }
     .map_err(Fatal::Objects)?;
-    let client_shallow: HashSet<ObjectId> = shallow.iter().copied().collect();
+    // git's "theirs" (`prepare_shallow_info`): the client's shallow commits the repository
+    // lacked before the push. One it had ("ours") needs no new root here: berth's walk stops
+    // at what the repository had, and a push that sends it again is not made shallow by that.
+    let client_shallow: HashSet<ObjectId> = if shallow.is_empty() {
+        HashSet::default()
+    } else {
+        use gix_object::Exists;
+        let had = gix_odb::at(&repo.objects_dir, repo.object_format).map_err(Fatal::Objects)?;
+        shallow
+            .iter()
+            .filter(|id| !had.exists(id))
+            .copied()
+            .collect()
+    };
     let mut check = Check::new(
         &objects,
         received.and_then(|r| r.index.as_ref()),

@@ -1295,6 +1295,19 @@ fn cases() -> Vec<Case> {
             },
         )
         .expect(&["ng refs/heads/main shallow update not allowed"]),
+        // One the server had, sent again (a push into an empty namespace sends everything):
+        // git's "ours", reachable from a ref, needs no new root.
+        Case::new(
+            "a client shallow commit the server had, sent again, is no new root",
+            |w, ids| {
+                let mut v = pkt_bytes(format!("shallow {}", ids.c1).as_bytes());
+                v.extend(update_main(ids, &w.pack(true, &format!("{}\n", ids.c2))));
+                v
+            },
+        )
+        .config(&[("receive.unpackLimit", "1")])
+        .expect(&["ok refs/heads/main"])
+        .accepted(),
         Case::new("a tag saying blob of a commit", |w, _| {
             let tree = w.git("src", &["mktree"]);
             let commit = w.git("src", &["commit-tree", "-m", "new", tree.trim()]);
