@@ -40,10 +40,11 @@ pub enum UnpackError {
     Failed {
         /// `unpack-objects` or `index-pack`, as git would have run.
         step: &'static str,
-        /// What went wrong.
-        detail: String,
+        /// What went wrong, if git's child died saying so (unpack-objects reports a broken
+        /// entry with `error:` lines and exits).
+        detail: Option<String>,
         /// Whole lines (`error: …`, `warning: …`) printed before the `fatal:` line: fsck's
-        /// findings.
+        /// findings, zlib's complaint.
         messages: Vec<String>,
     },
     /// A thin pack's delta base is neither in the pack nor in the repository (git's
@@ -61,9 +62,8 @@ impl UnpackError {
     /// The line git's child process would have printed, if any.
     pub fn detail(&self) -> Option<&str> {
         match self {
-            UnpackError::Failed { detail, .. } | UnpackError::BaseMissing { detail, .. } => {
-                Some(detail)
-            }
+            UnpackError::Failed { detail, .. } => detail.as_deref(),
+            UnpackError::BaseMissing { detail, .. } => Some(detail),
             _ => None,
         }
     }
@@ -391,7 +391,7 @@ pub fn receive_pack(
     };
     let failed = |detail: String| UnpackError::Failed {
         step,
-        detail,
+        detail: Some(detail),
         messages: Vec::new(),
     };
     // git's child parses `--strict=<list>` before it reads anything.
@@ -469,7 +469,12 @@ pub fn receive_pack(
                 detail: unresolved_deltas(explode).into(),
             }
         } else {
-            failed(pack_error(&e, explode, options.alloc_limit(), limited.eof))
+            let broken = pack_error(&e, explode, options.alloc_limit(), limited.eof);
+            UnpackError::Failed {
+                step,
+                detail: broken.fatal,
+                messages: broken.messages,
+            }
         }
     })?;
     let index_path = outcome
@@ -501,7 +506,7 @@ pub fn receive_pack(
             Err(refused) => {
                 return Err(UnpackError::Failed {
                     step,
-                    detail: refused.fatal,
+                    detail: Some(refused.fatal),
                     messages: refused.lines,
                 });
             }
@@ -597,57 +602,114 @@ fn unresolved_deltas(explode: bool) -> &'static str {
     }
 }
 
-/// What git's `index-pack` (or `unpack-objects`, when `explode`) dies with for the same
-/// problem, recognised from gix-pack's error chain; anything else is that chain on one line.
-fn pack_error(e: &gix_error::Error, explode: bool, alloc_limit: usize, eof: bool) -> String {
+/// What git's child prints for a pack it cannot read: `error:` lines, then the `fatal:` line,
+/// if it dies (unpack-objects reports a broken entry with `error()` and exits).
+struct Broken {
+    messages: Vec<String>,
+    fatal: Option<String>,
+}
+
+impl Broken {
+    fn fatal(detail: impl Into<String>) -> Self {
+        Broken {
+            messages: Vec::new(),
+            fatal: Some(detail.into()),
+        }
+    }
+}
+
+/// git's words for the ingest error `e` (`explode`: as unpack-objects, else index-pack).
+/// gix-pack's errors are matched by their text; a broken entry's carries its offset
+/// ([`crate::objects::pack_write::ENTRY_AT`]).
+fn pack_error(e: &gix_error::Error, explode: bool, alloc_limit: usize, eof: bool) -> Broken {
     let text = format!("{e:#}");
     let debug = format!("{e:?}");
     let has = |s: &str| text.contains(s) || debug.contains(s);
     if has("UnexpectedEof") || has("failed to fill whole buffer") {
-        return "early EOF".into();
+        return Broken::fatal("early EOF");
     }
     if has("Failed to verify pack checksum") {
-        return if explode {
-            "final sha1 did not match".into()
+        return Broken::fatal(if explode {
+            "final sha1 did not match"
         } else {
-            "pack is corrupted (SHA1 mismatch)".into()
-        };
+            "pack is corrupted (SHA1 mismatch)"
+        });
     }
     if eof {
         // The client hung up (or the pack is truncated) and that is what broke the entry.
-        return "early EOF".into();
+        return Broken::fatal("early EOF");
     }
     if has("AllocationLimit") || has("too large to fit in memory") {
-        return format!(
+        return Broken::fatal(format!(
             "object too large to inflate (more than {alloc_limit} bytes, see berth.maxObjectSize)"
-        );
+        ));
     }
     if base_not_found(e) {
-        return unresolved_deltas(explode).into();
+        return Broken::fatal(unresolved_deltas(explode));
     }
+    let at = debug
+        .find(crate::objects::pack_write::ENTRY_AT)
+        .map(|i| &debug[i + crate::objects::pack_write::ENTRY_AT.len()..])
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<u64>().ok());
+    // index-pack's `bad_object`; unpack-objects' `error()` and exit, or its own `die`.
+    let bad_object = |index_pack: String, unpack_objects: Option<String>| -> Broken {
+        match (explode, unpack_objects) {
+            (true, Some(line)) => Broken {
+                messages: vec![format!("error: {line}")],
+                fatal: None,
+            },
+            (true, None) => Broken::fatal(index_pack),
+            (false, _) => Broken::fatal(match at {
+                Some(at) => format!("pack has bad object at offset {at}: {index_pack}"),
+                None => format!("pack has bad object: {index_pack}"),
+            }),
+        }
+    };
     if has("is not a valid offset for pack offset") {
         return if explode {
-            "offset value out of bound for delta base object".into()
+            Broken::fatal("offset value out of bound for delta base object")
         } else {
-            "pack has bad object: delta base offset is out of bound".into()
+            bad_object("delta base offset is out of bound".into(), None)
         };
     }
     if let Some(at) = debug.find("Object type ")
         && let Some(n) = debug[at + 12..].split_whitespace().next()
         && debug[at..].contains("is unsupported")
     {
-        return if explode {
-            format!("bad object type {n}")
-        } else {
-            format!("pack has bad object: unknown object type {n}")
-        };
+        return bad_object(
+            format!("unknown object type {n}"),
+            Some(format!("bad object type {n}")),
+        );
     }
-    if has("decompressed into") {
-        return if explode {
-            "inflate returned 1".into()
-        } else {
-            "pack has bad object: inflate returned 1".into()
+    // zlib's Z_DATA_ERROR, with git's `git_inflate` complaint first.
+    if let Some(i) = debug.find("corrupt deflate stream: ") {
+        let why = debug[i + 24..]
+            .split(['"', '\n'])
+            .next()
+            .unwrap_or_default();
+        let inflate = format!("error: inflate: data stream error ({why})");
+        let mut broken = bad_object(
+            "inflate returned -3".into(),
+            Some("inflate returned -3".into()),
+        );
+        broken.messages.insert(0, inflate);
+        return broken;
+    }
+    // The stream ended before the declared size (Z_STREAM_END, 1), or went on past it
+    // (zlib stops with Z_BUF_ERROR, -5, when git's buffer of the declared size is full).
+    if let Some(i) = debug.find("decompressed into ") {
+        let numbers: Vec<u64> = debug[i..]
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .take(2)
+            .collect();
+        let status = match numbers[..] {
+            [got, want] if got > want => -5,
+            _ => 1,
         };
+        let what = format!("inflate returned {status}");
+        return bad_object(what.clone(), Some(what));
     }
     let line = text
         .lines()
@@ -655,11 +717,11 @@ fn pack_error(e: &gix_error::Error, explode: bool, alloc_limit: usize, eof: bool
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
         .join(": ");
-    if line.is_empty() {
+    Broken::fatal(if line.is_empty() {
         "pack is corrupt".into()
     } else {
         line
-    }
+    })
 }
 
 /// git's `humanise_bytes`: `64 bytes`, `1.50 KiB`, `2.00 GiB`.

@@ -19,8 +19,10 @@
 //! `ofs-delta`) cannot have its delta tree built before its objects are named: it is indexed by
 //! gix-pack's writer, reading the finished file again, and its links are not collected.
 
+use std::cell::Cell;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
@@ -68,6 +70,10 @@ struct Object {
     kind: gix_object::Kind,
 }
 
+/// The context a broken entry's error carries: `<ENTRY_AT><offset>`, its place in the
+/// received pack (read back by `ingest` for git's `pack has bad object at offset <n>`).
+pub(crate) const ENTRY_AT: &str = "the pack entry at offset ";
+
 /// Read `pack` into `directory` as a pack and its index. Thin-pack bases are looked up in
 /// `thin_lookup` (none: a thin pack fails); `options` are gix-pack's.
 pub fn write_to_directory(
@@ -81,20 +87,30 @@ pub fn write_to_directory(
         .or_raise(|| message("Could not create temporary pack file"))?;
     let temp_path = temp.path().to_owned();
     let shared: Shared = Arc::new(Mutex::new(BufWriter::with_capacity(64 * 1024, temp)));
+    // In a thin pack, where the last entry read whole ends in the received pack (the copy's
+    // offsets move once a base is put in, and the writer reads one entry ahead).
+    let good_end = Rc::new(Cell::new(0u64));
     let (mut entries, pack_version): (Box<dyn Iterator<Item = gix_error::Result<Entry>> + '_>, _) =
         match thin_lookup {
             Some(lookup) => {
-                let entries = LookupRefDeltaObjectsIter::new(
-                    BytesToEntriesIter::new_from_header(
-                        BufReader::new(pack),
-                        options.iteration_mode,
-                        EntryDataMode::KeepAndCrc32,
-                        object_hash,
-                    )?,
-                    lookup,
-                    options.compression,
-                );
-                let version = entries.inner.version();
+                let consumed = Rc::new(Cell::new(0u64));
+                let read = BytesToEntriesIter::new_from_header(
+                    Counted {
+                        inner: BufReader::new(pack),
+                        consumed: consumed.clone(),
+                    },
+                    options.iteration_mode,
+                    EntryDataMode::KeepAndCrc32,
+                    object_hash,
+                )?;
+                let version = read.version();
+                good_end.set(consumed.get());
+                let marked = Marked {
+                    inner: read,
+                    consumed,
+                    good_end: good_end.clone(),
+                };
+                let entries = LookupRefDeltaObjectsIter::new(marked, lookup, options.compression);
                 let entries =
                     EntriesToBytesIter::new(entries, SharedFile(shared.clone()), version, object_hash);
                 (Box::new(entries), version)
@@ -120,8 +136,15 @@ pub fn write_to_directory(
     let stream = tracing::info_span!("stream").entered();
     let mut objects: Vec<(u64, u32)> = Vec::new();
     let (mut deltas, mut by_id, mut end, mut trailer) = (0u32, false, 0u64, None);
+    // Where a broken entry starts in the received pack, for git's `pack has bad object at
+    // offset <n>`: the end of the last good one (in a thin pack, as its reader counted).
     for entry in &mut entries {
-        let entry = entry?;
+        let at = match good_end.get() {
+            0 if objects.is_empty() => 12,
+            0 => end,
+            n => n,
+        };
+        let entry = entry.or_raise(|| message!("{ENTRY_AT}{at}"))?;
         match entry.header {
             Header::RefDelta { .. } => (deltas, by_id) = (deltas + 1, true),
             Header::OfsDelta { base_distance } => {
@@ -395,6 +418,53 @@ impl Read for PassThrough<'_> {
         let n = self.reader.read(buf)?;
         locked(&self.writer)?.write_all(&buf[..n])?;
         Ok(n)
+    }
+}
+
+/// A reader that counts what its user consumed, not what it buffered ahead: a thin pack's
+/// entries are read one at a time through it, so between two entries it says where the next
+/// one starts in the received pack.
+struct Counted<R> {
+    inner: R,
+    consumed: Rc<Cell<u64>>,
+}
+
+impl<R: BufRead> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.consumed.set(self.consumed.get() + n as u64);
+        Ok(n)
+    }
+}
+
+impl<R: BufRead> BufRead for Counted<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, amt: usize) {
+        self.inner.consume(amt);
+        self.consumed.set(self.consumed.get() + amt as u64);
+    }
+}
+
+/// The received entries, each marking where it ends in the received pack ([`Counted`]) once it
+/// was read whole: below the thin-pack writer's look-ahead and inserted bases.
+struct Marked<I> {
+    inner: I,
+    consumed: Rc<Cell<u64>>,
+    good_end: Rc<Cell<u64>>,
+}
+
+impl<I: Iterator<Item = gix_error::Result<Entry>>> Iterator for Marked<I> {
+    type Item = gix_error::Result<Entry>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let entry = self.inner.next();
+        if let Some(Ok(_)) = entry {
+            self.good_end.set(self.consumed.get());
+        }
+        entry
     }
 }
 
