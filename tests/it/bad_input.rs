@@ -436,20 +436,25 @@ fn warned_twice(w: &World, ids: &Ids) -> Vec<u8> {
     v
 }
 
-/// A request creating refs/heads/orphan at a new commit (of c1's tree) whose parent nobody has.
-fn orphan(w: &World, ids: &Ids) -> Vec<u8> {
+/// A new commit of c1's tree in `src` whose one parent is `parent`, whatever that is.
+fn commit_on(w: &World, ids: &Ids, parent: &str, message: &str) -> String {
     let tree = w.git("src", &["rev-parse", &format!("{}^{{tree}}", ids.c1)]);
-    let absent = "ab".repeat(common::object_format().len_in_bytes());
-    let orphan = raw_object(
+    raw_object(
         w,
         "commit",
         format!(
-            "tree {}\nparent {absent}\nauthor A <a@example.com> 1700000000 +0000\n\
-             committer C <c@example.com> 1700000000 +0000\n\norphan\n",
+            "tree {}\nparent {parent}\nauthor A <a@example.com> 1700000000 +0000\n\
+             committer C <c@example.com> 1700000000 +0000\n\n{message}\n",
             tree.trim()
         )
         .as_bytes(),
-    );
+    )
+}
+
+/// A request creating refs/heads/orphan at a new commit (of c1's tree) whose parent nobody has.
+fn orphan(w: &World, ids: &Ids) -> Vec<u8> {
+    let absent = "ab".repeat(common::object_format().len_in_bytes());
+    let orphan = commit_on(w, ids, &absent, "orphan");
     let mut v = request(
         &[format!("{ZERO} {orphan} refs/heads/orphan")],
         "report-status",
@@ -1136,17 +1141,7 @@ fn cases() -> Vec<Case> {
             .expect(&["has tree mode, but is not a tree"]),
         Case::new("a commit whose parent is a blob", |w, ids| {
             let b = blob(w, "a blob, not a commit\n");
-            let tree = w.git("src", &["rev-parse", &format!("{}^{{tree}}", ids.c1)]);
-            let commit = raw_object(
-                w,
-                "commit",
-                format!(
-                    "tree {}\nparent {b}\nauthor A <a@example.com> 1700000000 +0000\n\
-                     committer C <c@example.com> 1700000000 +0000\n\nx\n",
-                    tree.trim()
-                )
-                .as_bytes(),
-            );
+            let commit = commit_on(w, ids, &b, "x");
             let mut v = request(
                 &[format!("{ZERO} {commit} refs/heads/bad")],
                 "report-status",
@@ -1228,18 +1223,8 @@ fn cases() -> Vec<Case> {
         Case::new(
             "a commit with a missing parent, named first by an entry with a blob's mode",
             |w, ids| {
-                let tree = w.git("src", &["rev-parse", &format!("{}^{{tree}}", ids.c1)]);
                 let absent = "ab".repeat(common::object_format().len_in_bytes());
-                let orphan = raw_object(
-                    w,
-                    "commit",
-                    format!(
-                        "tree {}\nparent {absent}\nauthor A <a@example.com> 1700000000 +0000\n\
-                         committer C <c@example.com> 1700000000 +0000\n\norphan\n",
-                        tree.trim()
-                    )
-                    .as_bytes(),
-                );
+                let orphan = commit_on(w, ids, &absent, "orphan");
                 let named = raw_object(w, "tree", &tree_entry("100644", b"c", &orphan));
                 let commit = commit_of(w, ids, &named, "A U Thor <a@example.com> 1700000000 +0000");
                 let mut v = request(
