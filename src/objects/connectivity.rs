@@ -583,7 +583,7 @@ impl<'a> Check<'a> {
         let data = self.objects.try_find(&tree, &mut self.buf).ok().flatten()?;
         let mut rest = data.data;
         let mut named_as_blob = false;
-        while let Some(entry) = crate::objects::fsck::tree_entry(rest, id.kind()) {
+        while let Ok(entry) = crate::objects::fsck::tree_entry(rest, id.kind()) {
             rest = &rest[entry.len..];
             if entry.id != id.as_slice() {
                 continue;

@@ -419,16 +419,12 @@ impl Checker {
         v
     }
 
-    /// `fsck_finish` for one pending blob: `found` is its kind and data, `None` if missing
-    /// (index-pack leaves a missing `.gitmodules` to the connectivity check, as git does).
-    pub fn finish_blob(&mut self, oid: &ObjectId, found: Option<(Kind, &[u8])>) -> bool {
+    /// `fsck_finish` for one pending blob that is there: `found` is its kind and data (for a
+    /// missing one, [`Checker::blob_missing`]).
+    pub fn finish_blob(&mut self, oid: &ObjectId, found: (Kind, &[u8])) -> bool {
         match found {
-            None => {
-                self.done.insert(*oid);
-                false
-            }
-            Some((Kind::Blob, data)) => self.blob(oid, data),
-            Some((kind, _)) => {
+            (Kind::Blob, data) => self.blob(oid, data),
+            (kind, _) => {
                 self.done.insert(*oid);
                 let mut err = false;
                 if self.gitmodules.contains(oid) {
@@ -449,6 +445,32 @@ impl Checker {
                 err
             }
         }
+    }
+
+    /// `fsck_finish` for a pending blob the repository lacks too: `gitmodulesMissing` /
+    /// `gitattributesMissing` (`unable to read .gitmodules blob`). index-pack's error callback
+    /// does not report a missing `.gitmodules` but prints its id on stdout (for `git fetch`
+    /// to fetch it), which receive-pack does not expect: with `index_pack`, the second part
+    /// says whether that id was printed (the finding neither ignored nor on the skip list).
+    pub fn blob_missing(&mut self, oid: &ObjectId, index_pack: bool) -> (bool, bool) {
+        self.done.insert(*oid);
+        let (mut err, mut printed) = (false, false);
+        if self.gitmodules.contains(oid) {
+            if index_pack {
+                printed = !self.options.skip.contains(oid)
+                    && self.options.reported(Msg::GitmodulesMissing) != Severity::Ignore;
+            } else {
+                err |= self.report(oid, Msg::GitmodulesMissing, "unable to read .gitmodules blob");
+            }
+        }
+        if self.gitattributes.contains(oid) {
+            err |= self.report(
+                oid,
+                Msg::GitattributesMissing,
+                "unable to read .gitattributes blob",
+            );
+        }
+        (err, printed)
     }
 
     /// A blob too large to read (its size is known): git's `*Large` findings.
@@ -861,13 +883,16 @@ impl Checker {
         let mut err = false;
         let mut rest = data;
         while !rest.is_empty() {
-            let Some(entry) = tree_entry(rest, oid.kind()) else {
-                self.plain_error("error: too-short tree object".into());
-                err |= self.report(oid, Msg::BadTree, "cannot be parsed as a tree");
-                if prev.is_none() {
-                    return err;
+            let entry = match tree_entry(rest, oid.kind()) {
+                Ok(entry) => entry,
+                Err(bad) => {
+                    self.plain_error(format!("error: {bad}"));
+                    err |= self.report(oid, Msg::BadTree, "cannot be parsed as a tree");
+                    if prev.is_none() {
+                        return err;
+                    }
+                    break;
                 }
-                break;
             };
             let TreeEntry {
                 mode,
@@ -1017,34 +1042,54 @@ pub struct TreeEntry<'a> {
     pub len: usize,
 }
 
-/// The tree entry at the start of `buf` in a tree of `hash` ids; `None` where git says
-/// "too-short tree object" or "malformed mode".
-pub fn tree_entry(buf: &[u8], hash: gix_hash::Kind) -> Option<TreeEntry<'_>> {
+/// Why git's `decode_tree_entry` refuses the entry at the start of what is left of a tree, in
+/// its words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BadEntry {
+    /// Fewer bytes left than the smallest entry, or no NUL where the last entry's name ends.
+    #[error("too-short tree object")]
+    TooShort,
+    /// The mode is not octal digits up to a space.
+    #[error("malformed mode in tree entry")]
+    MalformedMode,
+    /// The name is empty.
+    #[error("empty filename in tree entry")]
+    EmptyName,
+}
+
+/// The tree entry at the start of `buf` in a tree of `hash` ids, or why git refuses it.
+pub fn tree_entry(buf: &[u8], hash: gix_hash::Kind) -> Result<TreeEntry<'_>, BadEntry> {
     let hashsz = hash.len_in_bytes();
     if buf.len() < hashsz + 3 || buf[buf.len() - (hashsz + 1)] != 0 {
-        return None;
+        return Err(BadEntry::TooShort);
     }
     if buf[0] == b' ' {
-        return None;
+        return Err(BadEntry::MalformedMode);
     }
-    let sp = buf.find_byte(b' ')?;
+    let sp = buf.find_byte(b' ').ok_or(BadEntry::MalformedMode)?;
     let raw_mode = &buf[..sp];
     let mut mode: u32 = 0;
     for &c in raw_mode {
         if !(b'0'..=b'7').contains(&c) {
-            return None;
+            return Err(BadEntry::MalformedMode);
         }
         // git keeps the mode in 16 bits.
         mode = ((mode << 3) + u32::from(c - b'0')) & 0xffff;
     }
     let name_start = sp + 1;
-    let nul = name_start + buf[name_start..].find_byte(0)?;
+    // There is a NUL before the last id (checked above), so before this entry's id.
+    let nul = name_start
+        + buf[name_start..]
+            .find_byte(0)
+            .ok_or(BadEntry::TooShort)?;
     let name = &buf[name_start..nul];
     if name.is_empty() {
-        return None;
+        return Err(BadEntry::EmptyName);
     }
-    let id = buf.get(nul + 1..nul + 1 + hashsz)?;
-    Some(TreeEntry {
+    let id = buf
+        .get(nul + 1..nul + 1 + hashsz)
+        .ok_or(BadEntry::TooShort)?;
+    Ok(TreeEntry {
         mode,
         name,
         id,
@@ -1140,7 +1185,7 @@ pub fn for_each_link(
         Kind::Tree => {
             let mut rest = data;
             while !rest.is_empty() {
-                let TreeEntry { mode, id, len, .. } = tree_entry(rest, hash)?;
+                let TreeEntry { mode, id, len, .. } = tree_entry(rest, hash).ok()?;
                 let kind = match mode & 0o170000 {
                     0o040000 => Some(Kind::Tree),
                     0o100000 | 0o120000 => Some(Kind::Blob),

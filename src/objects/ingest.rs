@@ -506,7 +506,7 @@ pub fn receive_pack(
             Err(refused) => {
                 return Err(UnpackError::Failed {
                     step,
-                    detail: Some(refused.fatal),
+                    detail: refused.fatal,
                     messages: refused.lines,
                 });
             }

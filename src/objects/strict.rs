@@ -79,18 +79,23 @@ type Checked = Result<Vec<String>, Refused>;
 /// Why [`Strict`] refused the pack, in git's words: the lines it prints first (fsck's
 /// findings, the object table's complaint), then the `fatal:` detail.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{fatal}")]
+#[error("{}", fatal.as_deref().unwrap_or("(died without a word)"))]
 pub(super) struct Refused {
     pub(super) lines: Vec<String>,
-    pub(super) fatal: String,
+    /// `None`: git's child died without a `fatal:` line.
+    pub(super) fatal: Option<String>,
 }
 
 impl Refused {
     fn new(lines: Vec<String>, fatal: impl Into<String>) -> Self {
         Self {
             lines,
-            fatal: fatal.into(),
+            fatal: Some(fatal.into()),
         }
+    }
+
+    fn silent(lines: Vec<String>) -> Self {
+        Self { lines, fatal: None }
     }
 
     /// This refusal with `before` (the findings so far) printed ahead of its own lines.
@@ -692,22 +697,35 @@ impl Strict<'_> {
             };
             return Err(Refused::new(lines(&checker), detail));
         }
+        // git's `fsck_finish` reports every pending blob, then dies once.
+        let (mut err, mut printed) = (false, false);
         let mut buf = Vec::new();
         for oid in checker.pending_blobs() {
             let header = objects.try_header(&oid).ok().flatten();
-            let err = match header {
-                None => checker.finish_blob(&oid, None),
+            err |= match header {
+                None => {
+                    let index_pack = self.program == Program::IndexPack;
+                    let (e, p) = checker.blob_missing(&oid, index_pack);
+                    printed |= p;
+                    e
+                }
                 Some(h) if h.kind() == Kind::Blob && h.size() > 100 << 20 => {
                     checker.blob_too_large(&oid)
                 }
                 Some(_) => match objects.try_find(&oid, &mut buf) {
-                    Ok(Some(d)) => checker.finish_blob(&oid, Some((d.kind, d.data))),
+                    Ok(Some(d)) => checker.finish_blob(&oid, (d.kind, d.data)),
                     _ => checker.blob_too_large(&oid),
                 },
             };
-            if err {
-                return Err(Refused::new(lines(&checker), "fsck error in pack objects"));
-            }
+        }
+        if err {
+            return Err(Refused::new(lines(&checker), "fsck error in pack objects"));
+        }
+        if printed {
+            // The id went to index-pack's stdout, where receive-pack reads one line for the
+            // pack's name and then stops reading: index-pack dies writing that line (SIGPIPE),
+            // without a word.
+            return Err(Refused::silent(lines(&checker)));
         }
         Ok(lines(&checker))
     }
@@ -980,10 +998,10 @@ mod tests {
                     ],
                     "invalid commit".to_owned(),
                 );
-                let got = (got.clone(), detail.clone());
+                let got = (got.clone(), detail.clone().unwrap_or_default());
                 assert!(got == commit_first || got == blob_first, "case {n}: {got:?}");
             } else {
-                assert_eq!(detail, &fill(fatal), "case {n}");
+                assert_eq!(detail.as_deref(), Some(fill(fatal).as_str()), "case {n}");
                 let lines: Vec<String> = lines.iter().map(|l| fill(l)).collect();
                 assert_eq!(got, &lines, "case {n}");
             }
@@ -995,7 +1013,7 @@ mod tests {
                 1 => continue,
                 _ => "object of unexpected type".to_owned(),
             };
-            assert!(matches!(&theirs, Err(Refused { fatal: d, .. }) if *d == detail), "case {n}: {theirs:?}");
+            assert!(matches!(&theirs, Err(Refused { fatal: Some(d), .. }) if *d == detail), "case {n}: {theirs:?}");
         }
     }
 }

@@ -451,6 +451,11 @@ fn commit_on(w: &World, ids: &Ids, parent: &str, message: &str) -> String {
     )
 }
 
+/// An id nothing has.
+fn absent() -> String {
+    "ab".repeat(common::object_format().len_in_bytes())
+}
+
 /// A request creating refs/heads/orphan at a new commit (of c1's tree) whose parent nobody has.
 fn orphan(w: &World, ids: &Ids) -> Vec<u8> {
     let absent = "ab".repeat(common::object_format().len_in_bytes());
@@ -1321,6 +1326,82 @@ fn cases() -> Vec<Case> {
         .config(&[("receive.unpackLimit", "1")])
         .expect(&["ok refs/heads/main"])
         .accepted(),
+        // fsck_finish reads every `.gitmodules` / `.gitattributes` a tree names, whatever the
+        // entry's mode but a symlink's: a submodule so named whose commit is not there is
+        // `gitmodulesMissing` / `gitattributesMissing`, except that index-pack's callback
+        // prints a missing `.gitmodules` on stdout, where receive-pack reads the pack's name
+        // (index-pack dies writing it, without a word).
+        Case::new(
+            "fsck: a submodule named .gitattributes, not there, unpacked",
+            |w, ids| {
+                push_tree(
+                    w,
+                    ids,
+                    &[tree_entry("160000", b".gitattributes", &absent())],
+                    &[],
+                )
+            },
+        )
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["gitattributesMissing: unable to read .gitattributes blob"]),
+        Case::new(
+            "fsck: a submodule named .gitattributes, not there, kept",
+            |w, ids| {
+                push_tree(
+                    w,
+                    ids,
+                    &[tree_entry("160000", b".gitattributes", &absent())],
+                    &[],
+                )
+            },
+        )
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.unpackLimit", "1"),
+        ])
+        .expect(&["gitattributesMissing: unable to read .gitattributes blob"]),
+        Case::new(
+            "fsck: a submodule named .gitmodules, not there, unpacked",
+            |w, ids| {
+                push_tree(
+                    w,
+                    ids,
+                    &[tree_entry("160000", b".gitmodules", &absent())],
+                    &[],
+                )
+            },
+        )
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["gitmodulesMissing: unable to read .gitmodules blob"]),
+        Case::new(
+            "fsck: a submodule named .gitmodules, not there, kept",
+            |w, ids| {
+                push_tree(
+                    w,
+                    ids,
+                    &[tree_entry("160000", b".gitmodules", &absent())],
+                    &[],
+                )
+            },
+        )
+        .config(&[
+            ("receive.fsckObjects", "true"),
+            ("receive.unpackLimit", "1"),
+        ])
+        .expect(&["unpack index-pack abnormal exit"]),
+        // git's `decode_tree_entry` says which part of the entry is wrong.
+        Case::new("fsck: a tree entry without a name", |w, ids| {
+            let f = blob(w, "f\n");
+            push_tree(w, ids, &[tree_entry("100644", b"", &f)], &[f])
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["error: empty filename in tree entry"]),
+        Case::new("fsck: a tree entry with a malformed mode", |w, ids| {
+            let f = blob(w, "f\n");
+            push_tree(w, ids, &[tree_entry("10064x", b"f", &f)], &[f])
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["error: malformed mode in tree entry"]),
         Case::new("a tag saying blob of a commit", |w, _| {
             let tree = w.git("src", &["mktree"]);
             let commit = w.git("src", &["commit-tree", "-m", "new", tree.trim()]);
