@@ -82,6 +82,21 @@ pub enum Defect {
     /// It is a commit that names this object as its tree and as a parent: git's parsing of
     /// the commit meets the object as both.
     TreeAndParent(ObjectId),
+    /// A commit or tag that does not parse (`parse_commit_buffer`, `parse_tag_buffer`), with
+    /// the `error:` line git prints first, if any.
+    Unparsable(Option<String>),
+    /// A tree with an entry git's tree walker refuses: it dies saying why.
+    BadTreeEntry(crate::objects::fsck::BadEntry),
+}
+
+/// Why git's tree walker refuses the tree `data` (one of its entries is refused).
+fn bad_entry(mut data: &[u8], hash: gix_hash::Kind) -> crate::objects::fsck::BadEntry {
+    loop {
+        match crate::objects::fsck::tree_entry(data, hash) {
+            Ok(entry) => data = &data[entry.len..],
+            Err(bad) => return bad,
+        }
+    }
 }
 
 /// How git's `rev-list` walks: limited (a commit is among the uninteresting tips, and the walk
@@ -129,6 +144,19 @@ impl Missing {
                 "error: object {id} is a {met}, not a blob\nfatal: entry '{name}' in tree {tree} \
                  has blob mode, but is not a blob\n"
             ),
+            (Defect::BadTreeEntry(bad), _) => format!("fatal: {bad}\n"),
+            (Defect::Unparsable(line), role) => {
+                let first = line.as_ref().map_or(String::new(), |l| format!("{l}\n"));
+                let then = match role {
+                    Role::Parent(_) => Missing {
+                        defect: Defect::Missing,
+                        ..self.clone()
+                    }
+                    .message(walk),
+                    _ => format!("fatal: bad object {id}\n"),
+                };
+                first + &then
+            }
             (Defect::TreeAndParent(x), _) => format!(
                 "error: object {x} is a tree, not a commit\nerror: bad parent {x} in commit \
                  {id}\nfatal: bad object {id}\n"
@@ -472,7 +500,15 @@ impl<'a> Check<'a> {
             return refuse(id, role, self.wrong_kind(id, role, obj_kind));
         }
         let Some(links) = crate::objects::fsck::links(data.kind, data.data, id.kind()) else {
-            return missing(id, role);
+            let defect = match obj_kind {
+                Kind::Tree => Defect::BadTreeEntry(bad_entry(data.data, id.kind())),
+                _ => Defect::Unparsable(
+                    crate::objects::fsck::parse_check(&id, obj_kind, data.data)
+                        .err()
+                        .flatten(),
+                ),
+            };
+            return refuse(id, role, defect);
         };
         if let Some(defect) = named_otherwise(self, obj_kind) {
             return refuse(id, role, defect);

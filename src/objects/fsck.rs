@@ -1130,7 +1130,7 @@ pub fn parse_check(oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), Option
         }
         Kind::Tag => {
             // parse_tag_buffer.
-            if data.len() < 64 {
+            if data.len() < oid.kind().len_in_hex() + 24 {
                 return Err(None);
             }
             let r = data.strip_prefix(b"object ").ok_or(None)?;
@@ -1180,6 +1180,11 @@ pub fn for_each_link(
     hash: gix_hash::Kind,
     mut visit: impl FnMut(ObjectId, Kind),
 ) -> Option<()> {
+    // What git's `parse_commit_buffer` / `parse_tag_buffer` refuse does not parse, whatever
+    // links could be read from it.
+    if matches!(kind, Kind::Commit | Kind::Tag) && parse_check(&ObjectId::null(hash), kind, data).is_err() {
+        return None;
+    }
     match kind {
         Kind::Blob => {}
         Kind::Tree => {

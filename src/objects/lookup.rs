@@ -260,8 +260,17 @@ enum ListingError {
     Index(PathBuf, #[source] gix_error::Error),
 }
 
+/// Whether `id` is the empty tree, which git has whether or not it was ever written (its
+/// in-memory object source, `find_cached_object`): every lookup here finds it too.
+pub fn is_empty_tree(id: &oid) -> bool {
+    id == ObjectId::empty_tree(id.kind())
+}
+
 impl gix_object::Exists for Objects {
     fn exists(&self, id: &oid) -> bool {
+        if is_empty_tree(id) {
+            return true;
+        }
         let found = self.handle(id).is_some_and(|h| h.exists(id));
         self.found(found);
         found
@@ -276,6 +285,14 @@ impl gix_object::Find for Objects {
     ) -> gix_error::Result<Option<gix_object::Data<'a>>> {
         let found = match self.handle(id) {
             Some(h) => h.try_find(id, buffer)?,
+            None if is_empty_tree(id) => {
+                buffer.clear();
+                return Ok(Some(gix_object::Data::new(
+                    buffer,
+                    gix_object::Kind::Tree,
+                    id.kind(),
+                )));
+            }
             None => None,
         };
         self.found(found.is_some());
@@ -287,6 +304,12 @@ impl gix_odb::Header for Objects {
     fn try_header(&self, id: &oid) -> gix_error::Result<Option<gix_odb::find::Header>> {
         let found = match self.handle(id) {
             Some(h) => h.try_header(id)?,
+            None if is_empty_tree(id) => {
+                return Ok(Some(gix_odb::find::Header::Loose {
+                    kind: gix_object::Kind::Tree,
+                    size: 0,
+                }));
+            }
             None => None,
         };
         self.found(found.is_some());

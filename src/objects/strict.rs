@@ -543,12 +543,11 @@ impl Strict<'_> {
                          checker: &mut Checker,
                          done: &mut foldhash::HashSet<ObjectId>|
          -> Result<Option<Walking>, String> {
-            use gix_odb::Header;
             if done.contains(&id) {
                 return Ok(None);
             }
             if index.lookup(id).is_none() {
-                let have = objects.try_header(&id).ok().flatten().map(|h| h.kind());
+                let have = outside_kind(&objects, &id);
                 if have != table.kinds.get(&id).copied() {
                     return Err("object of unexpected type".into());
                 }
@@ -686,7 +685,7 @@ impl Strict<'_> {
         use gix_object::Find;
         use gix_odb::Header;
         for (id, want) in outside {
-            let have = objects.try_header(&id).ok().flatten().map(|h| h.kind());
+            let have = outside_kind(objects, &id);
             let detail = match (have, self.program) {
                 (Some(k), _) if k == want => continue,
                 (None, Program::IndexPack) => format!("did not receive expected object {id}"),
@@ -729,6 +728,16 @@ impl Strict<'_> {
         }
         Ok(lines(&checker))
     }
+}
+
+/// The kind of `id`, an object outside the pack, if the repository has it (the empty tree it
+/// always has, as git does).
+fn outside_kind(objects: &gix_odb::Handle, id: &ObjectId) -> Option<Kind> {
+    use gix_odb::Header;
+    if crate::objects::lookup::is_empty_tree(id) {
+        return Some(Kind::Tree);
+    }
+    objects.try_header(id).ok().flatten().map(|h| h.kind())
 }
 
 /// The kind and (but for a blob) the data of the received object `oid`, or git's words for

@@ -1402,6 +1402,63 @@ fn cases() -> Vec<Case> {
         })
         .config(&[("receive.fsckObjects", "true")])
         .expect(&["error: malformed mode in tree entry"]),
+        // git always has the empty tree (its in-memory object source), written or not.
+        Case::new("a commit of the empty tree, never written", |w, ids| {
+            let empty = common::object_format().empty_tree().to_string();
+            let commit = commit_of(w, ids, &empty, "A U Thor <a@example.com> 1700000000 +0000");
+            let mut v = request(
+                &[format!("{ZERO} {commit} refs/heads/bad")],
+                "report-status",
+            );
+            v.extend(pack_objects(w, &[commit]));
+            v
+        })
+        .config(&[("receive.fsckObjects", "true")])
+        .expect(&["ok refs/heads/bad"])
+        .accepted(),
+        // Without fsck, git's walk still parses each commit and tag it meets.
+        Case::new("a tag without its tag line, no fsck", |w, ids| {
+            let tag = raw_object(
+                w,
+                "tag",
+                format!(
+                    "object {}\ntype commit\ntagger T <t@example.com> 1700000000 +0000\n\nx\n",
+                    ids.c1
+                )
+                .as_bytes(),
+            );
+            let mut v = request(&[format!("{ZERO} {tag} refs/tags/bad")], "report-status");
+            v.extend(pack_objects(w, &[tag]));
+            v
+        })
+        .expect(&[
+            "fatal: bad object",
+            "ng refs/tags/bad missing necessary objects",
+        ]),
+        Case::new("a commit without its tree line, no fsck", |w, ids| {
+            let commit = raw_object(
+                w,
+                "commit",
+                format!(
+                    "parent {}\nauthor A <a@example.com> 1700000000 +0000\n\
+                     committer C <c@example.com> 1700000000 +0000\n\nx\n",
+                    ids.c1
+                )
+                .as_bytes(),
+            );
+            let mut v = request(
+                &[format!("{ZERO} {commit} refs/heads/bad")],
+                "report-status",
+            );
+            v.extend(pack_objects(w, &[commit]));
+            v
+        })
+        .expect(&["error: bogus commit object", "fatal: bad object"]),
+        Case::new("a tree entry without a name, no fsck", |w, ids| {
+            let f = blob(w, "f\n");
+            push_tree(w, ids, &[tree_entry("100644", b"", &f)], &[f])
+        })
+        .expect(&["fatal: empty filename in tree entry"]),
         Case::new("a tag saying blob of a commit", |w, _| {
             let tree = w.git("src", &["mktree"]);
             let commit = w.git("src", &["commit-tree", "-m", "new", tree.trim()]);
