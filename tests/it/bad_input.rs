@@ -451,6 +451,19 @@ fn commit_on(w: &World, ids: &Ids, parent: &str, message: &str) -> String {
     )
 }
 
+/// A tree with a submodule named `name` whose commit nothing has.
+fn absent_submodule(w: &World, ids: &Ids, name: &[u8]) -> Vec<u8> {
+    push_tree(w, ids, &[tree_entry("160000", name, &absent())], &[])
+}
+
+fn absent_submodule_gitattributes(w: &World, ids: &Ids) -> Vec<u8> {
+    absent_submodule(w, ids, b".gitattributes")
+}
+
+fn absent_submodule_gitmodules(w: &World, ids: &Ids) -> Vec<u8> {
+    absent_submodule(w, ids, b".gitmodules")
+}
+
 /// An id nothing has.
 fn absent() -> String {
     "ab".repeat(common::object_format().len_in_bytes())
@@ -1333,27 +1346,13 @@ fn cases() -> Vec<Case> {
         // (index-pack dies writing it, without a word).
         Case::new(
             "fsck: a submodule named .gitattributes, not there, unpacked",
-            |w, ids| {
-                push_tree(
-                    w,
-                    ids,
-                    &[tree_entry("160000", b".gitattributes", &absent())],
-                    &[],
-                )
-            },
+            absent_submodule_gitattributes,
         )
         .config(&[("receive.fsckObjects", "true")])
         .expect(&["gitattributesMissing: unable to read .gitattributes blob"]),
         Case::new(
             "fsck: a submodule named .gitattributes, not there, kept",
-            |w, ids| {
-                push_tree(
-                    w,
-                    ids,
-                    &[tree_entry("160000", b".gitattributes", &absent())],
-                    &[],
-                )
-            },
+            absent_submodule_gitattributes,
         )
         .config(&[
             ("receive.fsckObjects", "true"),
@@ -1362,27 +1361,13 @@ fn cases() -> Vec<Case> {
         .expect(&["gitattributesMissing: unable to read .gitattributes blob"]),
         Case::new(
             "fsck: a submodule named .gitmodules, not there, unpacked",
-            |w, ids| {
-                push_tree(
-                    w,
-                    ids,
-                    &[tree_entry("160000", b".gitmodules", &absent())],
-                    &[],
-                )
-            },
+            absent_submodule_gitmodules,
         )
         .config(&[("receive.fsckObjects", "true")])
         .expect(&["gitmodulesMissing: unable to read .gitmodules blob"]),
         Case::new(
             "fsck: a submodule named .gitmodules, not there, kept",
-            |w, ids| {
-                push_tree(
-                    w,
-                    ids,
-                    &[tree_entry("160000", b".gitmodules", &absent())],
-                    &[],
-                )
-            },
+            absent_submodule_gitmodules,
         )
         .config(&[
             ("receive.fsckObjects", "true"),
