@@ -463,7 +463,7 @@ pub fn receive_pack(
                     humanise_bytes(options.max_input_size)
                 )
             })
-        } else if !limited.eof && base_not_found(&e) {
+        } else if !limited.eof && base_not_found(&e.source) {
             UnpackError::BaseMissing {
                 step,
                 detail: unresolved_deltas(explode).into(),
@@ -619,9 +619,14 @@ impl Broken {
 }
 
 /// git's words for the ingest error `e` (`explode`: as unpack-objects, else index-pack).
-/// gix-pack's errors are matched by their text; a broken entry's carries its offset
-/// ([`crate::objects::pack_write::ENTRY_AT`]).
-fn pack_error(e: &gix_error::Error, explode: bool, alloc_limit: usize, eof: bool) -> Broken {
+/// gix-pack's errors are matched by their text; a broken entry's place comes with the error.
+fn pack_error(
+    e: &crate::objects::pack_write::WriteError,
+    explode: bool,
+    alloc_limit: usize,
+    eof: bool,
+) -> Broken {
+    let (at, e) = (e.entry_at, &e.source);
     let text = format!("{e:#}");
     let debug = format!("{e:?}");
     let has = |s: &str| text.contains(s) || debug.contains(s);
@@ -647,11 +652,6 @@ fn pack_error(e: &gix_error::Error, explode: bool, alloc_limit: usize, eof: bool
     if base_not_found(e) {
         return Broken::fatal(unresolved_deltas(explode));
     }
-    let at = debug
-        .find(crate::objects::pack_write::ENTRY_AT)
-        .map(|i| &debug[i + crate::objects::pack_write::ENTRY_AT.len()..])
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|n| n.parse::<u64>().ok());
     // index-pack's `bad_object`; unpack-objects' `error()` and exit, or its own `die`.
     let bad_object = |index_pack: String, unpack_objects: Option<String>| -> Broken {
         match (explode, unpack_objects) {

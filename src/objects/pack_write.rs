@@ -70,9 +70,16 @@ struct Object {
     kind: gix_object::Kind,
 }
 
-/// The context a broken entry's error carries: `<ENTRY_AT><offset>`, its place in the
-/// received pack (read back by `ingest` for git's `pack has bad object at offset <n>`).
-pub(crate) const ENTRY_AT: &str = "the pack entry at offset ";
+/// Why [`write_to_directory`] failed, and where: the place in the received pack of the entry
+/// that could not be read, if it was one (git's `pack has bad object at offset <n>`).
+#[derive(Debug, thiserror::Error)]
+#[error("{source}")]
+pub struct WriteError {
+    /// Where the broken entry starts in the received pack.
+    pub entry_at: Option<u64>,
+    /// What gix-pack or the file system said.
+    pub source: gix_error::Error,
+}
 
 /// Read `pack` into `directory` as a pack and its index. Thin-pack bases are looked up in
 /// `thin_lookup` (none: a thin pack fails); `options` are gix-pack's.
@@ -82,6 +89,24 @@ pub fn write_to_directory(
     thin_lookup: Option<impl gix_object::Find>,
     object_hash: gix_hash::Kind,
     options: gix_pack::bundle::write::Options,
+) -> Result<Written, WriteError> {
+    let entry_at = Cell::new(None);
+    write(pack, directory, thin_lookup, object_hash, options, &entry_at).map_err(|source| {
+        WriteError {
+            entry_at: entry_at.get(),
+            source,
+        }
+    })
+}
+
+/// [`write_to_directory`], telling `entry_at` where a broken entry starts.
+fn write(
+    pack: &mut dyn BufRead,
+    directory: &Path,
+    thin_lookup: Option<impl gix_object::Find>,
+    object_hash: gix_hash::Kind,
+    options: gix_pack::bundle::write::Options,
+    entry_at: &Cell<Option<u64>>,
 ) -> gix_error::Result<Written> {
     let temp = tempfile::NamedTempFile::new_in(directory)
         .or_raise(|| message("Could not create temporary pack file"))?;
@@ -144,7 +169,7 @@ pub fn write_to_directory(
             0 => end,
             n => n,
         };
-        let entry = entry.or_raise(|| message!("{ENTRY_AT}{at}"))?;
+        let entry = entry.inspect_err(|_| entry_at.set(Some(at)))?;
         match entry.header {
             Header::RefDelta { .. } => (deltas, by_id) = (deltas + 1, true),
             Header::OfsDelta { base_distance } => {

@@ -130,26 +130,13 @@ pub(super) fn check_connectivity(
 /// them out of `--all`, but the quarantine's alternate is the repository, whose refs
 /// `--alternate-refs` adds), and a detached `HEAD`.
 fn rev_walk(repo: &Repository, objects: &gix_odb::Handle) -> connectivity::RevWalk {
-    use gix_object::Find;
     use gix_odb::Header;
-    let mut buf = Vec::new();
-    let mut peels_to_commit = |mut id: ObjectId| {
-        // Bounded as the ref store peels (64 tags); git's `handle_commit` has no bound.
-        for _ in 0..64 {
-            match objects.try_header(&id).ok().flatten().map(|h| h.kind()) {
-                Some(gix_object::Kind::Commit) => return true,
-                Some(gix_object::Kind::Tag) => {}
-                _ => return false,
-            }
-            let Ok(Some(tag)) = objects.try_find(&id, &mut buf) else {
-                return false;
-            };
-            match gix_object::TagRefIter::from_bytes(tag.data, id.kind()).target_id() {
-                Ok(target) => id = target,
-                Err(_) => return false,
-            }
-        }
-        false
+    // The ref store's peeling (up to 64 tags; git's `handle_commit` has no bound).
+    let mut peeler = crate::refs::Peeler::new(objects);
+    let mut peels_to_commit = |id: ObjectId| {
+        let target = peeler.peel(id).unwrap_or(id);
+        let kind = objects.try_header(&target).ok().flatten().map(|h| h.kind());
+        kind == Some(gix_object::Kind::Commit)
     };
     let refs = crate::refs::of_repository(repo).snapshot();
     let limited = repo.detached_head().is_some_and(&mut peels_to_commit)

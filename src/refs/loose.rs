@@ -328,17 +328,12 @@ fn check_new(
 ) -> Result<(), RefError> {
     let name = u.name.as_slice();
     for p in prefixes(name) {
-        if git_dir.join(path_of(p)).is_file() {
-            return Err(RefError::NameConflict {
-                name: u.name.clone(),
-                existing: p.into(),
-            });
-        }
-        if packed.get(p).is_some() {
-            return Err(RefError::NameUnavailable {
-                name: u.name.clone(),
-                existing: p.into(),
-            });
+        if packed.get(p).is_some() || git_dir.join(path_of(p)).is_file() {
+            return Err(super::files_name_conflict(
+                git_dir,
+                u.name.clone(),
+                p.into(),
+            ));
         }
         if batch.get(p).is_some_and(|o| !o.is_delete()) {
             return Err(RefError::ConflictInPush {

@@ -27,6 +27,7 @@ mod packed;
 mod reftable;
 pub mod transaction;
 
+pub(crate) use packed::Peeler;
 pub use packed::{LockError, PackedReadError, PackedWriteError};
 pub use reftable::ReftableStore;
 pub use transaction::{

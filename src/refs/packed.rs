@@ -356,7 +356,7 @@ impl Packed {
 }
 
 /// Peels object ids through the object database, remembering what it found.
-pub(super) struct Peeler<'a> {
+pub(crate) struct Peeler<'a> {
     objects: &'a gix_odb::Handle,
     last: Option<(ObjectId, Option<ObjectId>)>,
     cache: HashMap<ObjectId, Option<ObjectId>>,
@@ -365,7 +365,7 @@ pub(super) struct Peeler<'a> {
 
 impl<'a> Peeler<'a> {
     /// A peeler reading from `objects`.
-    pub(super) fn new(objects: &'a gix_odb::Handle) -> Self {
+    pub(crate) fn new(objects: &'a gix_odb::Handle) -> Self {
         Peeler {
             objects,
             last: None,
@@ -375,7 +375,7 @@ impl<'a> Peeler<'a> {
     }
 
     /// The non-tag object `oid` peels to, if `oid` is an annotated tag.
-    pub(super) fn peel(&mut self, oid: ObjectId) -> Option<ObjectId> {
+    pub(crate) fn peel(&mut self, oid: ObjectId) -> Option<ObjectId> {
         if let Some((id, p)) = self.last
             && id == oid
         {
