@@ -1365,10 +1365,15 @@ fn cases() -> Vec<Case> {
         )
         .config(&[("receive.fsckObjects", "true")])
         .expect(&["gitmodulesMissing: unable to read .gitmodules blob"]),
+        // git's outcome here is a race: index-pack dies of SIGPIPE only if receive-pack has
+        // closed the pipe before index-pack writes the pack's name; else the push lands. berth
+        // refuses it every time, as git does when it dies (not differential: git is not
+        // deterministic).
         Case::new(
             "fsck: a submodule named .gitmodules, not there, kept",
             absent_submodule_gitmodules,
         )
+        .berth_only()
         .config(&[
             ("receive.fsckObjects", "true"),
             ("receive.unpackLimit", "1"),
