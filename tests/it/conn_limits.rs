@@ -83,7 +83,8 @@ fn half_done_tls_handshakes_are_evicted_at_the_connection_cap() {
         String::from_utf8_lossy(&out.stderr)
     );
     let mut first = stalled.into_iter().next().unwrap();
-    assert!(closed_within(&mut first, Duration::from_secs(5)));
+    // Closed by the eviction, well before its 60 s header-read timeout would have closed it.
+    assert!(closed_within(&mut first, Duration::from_secs(30)));
 }
 
 /// Open a POST git-receive-pack from `from` declaring a body it never sends: a request in flight

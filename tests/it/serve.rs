@@ -1779,6 +1779,10 @@ pub(crate) fn start_post(addr: &str, repo: &str, len: usize, first: &[u8]) -> Tc
     s
 }
 
+/// How long a test waits for the server to close a connection when the test is not about how
+/// soon: only a guard against hanging forever, far beyond what a loaded machine needs.
+pub(crate) const HANG_GUARD: Duration = Duration::from_secs(120);
+
 /// Whether the server closed `s` (or answered and closed) within `limit`.
 pub(crate) fn closed_within(s: &mut TcpStream, limit: Duration) -> bool {
     s.set_read_timeout(Some(limit)).unwrap();
@@ -1851,7 +1855,7 @@ fn slow_bodies_are_dropped_with_their_quarantine_while_a_normal_push_lands() {
     );
     for s in &mut slow {
         assert!(
-            closed_within(s, Duration::from_secs(5)),
+            closed_within(s, Duration::from_secs(10)),
             "slow client still held"
         );
     }
@@ -1904,11 +1908,12 @@ fn header_read_and_keepalive_timeouts_close_connections() {
         &w,
         &["--header-read-timeout", "0.5", "--keepalive-timeout", "1"],
     );
-    // Nothing sent: closed after the header-read timeout (bounded at ten times it: a loaded
-    // machine is slow to run the timer).
+    // Nothing sent: closed after the header-read timeout, not before. How long after is not
+    // the behaviour (a loaded machine is slow to run the timer); that the timer closed it is,
+    // and the metric below says so.
     let mut s = TcpStream::connect(&srv.addr).unwrap();
     let t = Instant::now();
-    assert!(closed_within(&mut s, Duration::from_secs(5)));
+    assert!(closed_within(&mut s, HANG_GUARD));
     assert!(
         t.elapsed() >= Duration::from_millis(400),
         "{:?}",
@@ -1917,7 +1922,8 @@ fn header_read_and_keepalive_timeouts_close_connections() {
     // Half a request line, then nothing: closed too.
     let mut s = TcpStream::connect(&srv.addr).unwrap();
     s.write_all(b"GET /healthz HTT").unwrap();
-    assert!(closed_within(&mut s, Duration::from_secs(5)));
+    assert!(closed_within(&mut s, HANG_GUARD));
+    assert!(metric(&srv.addr, "berth_timeouts_total{reason=\"header_read\"}") >= 2.0);
     // A kept-alive connection is answered, then closed after the keep-alive timeout (not the
     // shorter header-read one).
     let mut s = TcpStream::connect(&srv.addr).unwrap();
@@ -1928,7 +1934,7 @@ fn header_read_and_keepalive_timeouts_close_connections() {
     let n = s.read(&mut buf).unwrap();
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
     let t = Instant::now();
-    assert!(closed_within(&mut s, Duration::from_secs(10)));
+    assert!(closed_within(&mut s, HANG_GUARD));
     assert!(
         t.elapsed() >= Duration::from_millis(800),
         "{:?}",
@@ -1967,7 +1973,8 @@ fn a_push_waiting_past_the_slot_deadline_gets_503_with_retry_after() {
     );
     assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.header("retry-after"), Some("1"));
-    assert!(t.elapsed() < Duration::from_secs(5));
+    // Refused at the one-second slot deadline, not held (bounded at ten times it).
+    assert!(t.elapsed() < Duration::from_secs(10));
     // The holder finishes and its push lands.
     holder.write_all(&req[req.len() / 2..]).unwrap();
     let r = read_response(holder);

@@ -501,7 +501,7 @@ fn client_gone_mid_push_leaves_nothing_behind() {
         .any(|e| e.file_name().to_string_lossy().starts_with("tmp_objdir"))
     {
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(60),
             "no quarantine appeared"
         );
         std::thread::sleep(Duration::from_millis(10));
@@ -573,7 +573,7 @@ fn start_sshd(dir: &Path, authorized_keys: &str) -> Sshd {
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(sshd.child.try_wait().unwrap().is_none(), "sshd exited");
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(60),
             "sshd did not listen"
         );
         std::thread::sleep(Duration::from_millis(20));
@@ -721,7 +721,7 @@ fn connection_cap_and_authentication_timeout() {
         if out.status.success() {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(5), "{out:?}");
+        assert!(start.elapsed() < Duration::from_secs(60), "{out:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
