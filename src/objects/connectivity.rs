@@ -27,6 +27,7 @@ use gix_object::bstr::BString;
 use gix_object::{Exists, Find, Kind};
 use gix_odb::Header;
 
+use crate::objects::fsck::Unlinkable;
 use crate::objects::lookup::{Budget, Objects};
 use crate::objects::pack_links::Outside;
 
@@ -82,21 +83,10 @@ pub enum Defect {
     /// It is a commit that names this object as its tree and as a parent: git's parsing of
     /// the commit meets the object as both.
     TreeAndParent(ObjectId),
-    /// A commit or tag that does not parse (`parse_commit_buffer`, `parse_tag_buffer`), with
-    /// the `error:` line git prints first, if any.
-    Unparsable(Option<String>),
+    /// A commit or tag that does not parse (`parse_commit_buffer`, `parse_tag_buffer`).
+    Unparsable(crate::objects::fsck::Unparsable),
     /// A tree with an entry git's tree walker refuses: it dies saying why.
     BadTreeEntry(crate::objects::fsck::BadEntry),
-}
-
-/// Why git's tree walker refuses the tree `data` (one of its entries is refused).
-fn bad_entry(mut data: &[u8], hash: gix_hash::Kind) -> crate::objects::fsck::BadEntry {
-    loop {
-        match crate::objects::fsck::tree_entry(data, hash) {
-            Ok(entry) => data = &data[entry.len..],
-            Err(bad) => return bad,
-        }
-    }
 }
 
 /// How git's `rev-list` walks: limited (a commit is among the uninteresting tips, and the walk
@@ -145,8 +135,8 @@ impl Missing {
                  has blob mode, but is not a blob\n"
             ),
             (Defect::BadTreeEntry(bad), _) => format!("fatal: {bad}\n"),
-            (Defect::Unparsable(line), role) => {
-                let first = line.as_ref().map_or(String::new(), |l| format!("{l}\n"));
+            (Defect::Unparsable(why), role) => {
+                let first = why.error_line(&id).map_or(String::new(), |l| format!("{l}\n"));
                 let then = match role {
                     Role::Parent(_) => Missing {
                         defect: Defect::Missing,
@@ -499,16 +489,10 @@ impl<'a> Check<'a> {
         if want.is_some_and(|want| want != obj_kind) {
             return refuse(id, role, self.wrong_kind(id, role, obj_kind));
         }
-        let Some(links) = crate::objects::fsck::links(data.kind, data.data, id.kind()) else {
-            let defect = match obj_kind {
-                Kind::Tree => Defect::BadTreeEntry(bad_entry(data.data, id.kind())),
-                _ => Defect::Unparsable(
-                    crate::objects::fsck::parse_check(&id, obj_kind, data.data)
-                        .err()
-                        .flatten(),
-                ),
-            };
-            return refuse(id, role, defect);
+        let links = match crate::objects::fsck::links(data.kind, data.data, id.kind()) {
+            Ok(links) => links,
+            Err(Unlinkable::Unparsable(why)) => return refuse(id, role, Defect::Unparsable(why)),
+            Err(Unlinkable::BadEntry(bad)) => return refuse(id, role, Defect::BadTreeEntry(bad)),
         };
         if let Some(defect) = named_otherwise(self, obj_kind) {
             return refuse(id, role, defect);

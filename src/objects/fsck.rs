@@ -1098,23 +1098,51 @@ pub fn tree_entry(buf: &[u8], hash: gix_hash::Kind) -> Result<TreeEntry<'_>, Bad
     })
 }
 
-/// What git's `parse_object_buffer` refuses before any fsck check runs (index-pack and
-/// unpack-objects then die with `invalid <type>`): `Err` holds the `error:` line git prints,
-/// if any. Trees and blobs are not parsed there.
-pub fn parse_check(oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), Option<String>> {
+/// Why git's `parse_object_buffer` refuses a commit or tag before any fsck check runs
+/// (index-pack and unpack-objects then die with `invalid <type>`; the walk with `bad object`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unparsable {
+    /// No `tree <hex>` line first (`parse_commit_buffer`'s `bogus commit object`).
+    BogusCommit,
+    /// The `tree` line's id is not hex (`bad tree pointer in commit`).
+    BadTreePointer,
+    /// A `parent` line is cut short or not hex (`bad parents in commit`).
+    BadParents,
+    /// The tag's `type` names no kind of object (`unknown tag type '<type>'`).
+    UnknownTagType(gix_object::bstr::BString),
+    /// A tag without the `object`, `type` and `tag` lines git wants: refused without a word.
+    MalformedTag,
+}
+
+impl Unparsable {
+    /// The `error:` line git prints about the object `oid`, if it prints one.
+    pub fn error_line(&self, oid: &ObjectId) -> Option<String> {
+        match self {
+            Unparsable::BogusCommit => Some(format!("error: bogus commit object {oid}")),
+            Unparsable::BadTreePointer => Some(format!("error: bad tree pointer in commit {oid}")),
+            Unparsable::BadParents => Some(format!("error: bad parents in commit {oid}")),
+            Unparsable::UnknownTagType(t) => Some(format!("error: unknown tag type '{t}' in {oid}")),
+            Unparsable::MalformedTag => None,
+        }
+    }
+}
+
+/// Whether git's `parse_object_buffer` parses `data` as a `kind` of the object format `hash`
+/// (trees and blobs are not parsed there).
+pub fn parse(kind: Kind, data: &[u8], hash: gix_hash::Kind) -> Result<(), Unparsable> {
+    let hex = hash.len_in_hex();
     match kind {
         Kind::Commit => {
             // parse_commit_buffer: "tree <hex>\n", then well-formed parent lines.
-            let hex = oid.kind().len_in_hex();
             let (tree_line, parent_line) = (5 + hex + 1, 7 + hex + 1);
             if data.len() <= tree_line
                 || !data.starts_with(b"tree ")
                 || data[tree_line - 1] != b'\n'
             {
-                return Err(Some(format!("error: bogus commit object {oid}")));
+                return Err(Unparsable::BogusCommit);
             }
             if !data[5..5 + hex].iter().all(u8::is_ascii_hexdigit) {
-                return Err(Some(format!("error: bad tree pointer in commit {oid}")));
+                return Err(Unparsable::BadTreePointer);
             }
             let mut rest = &data[tree_line..];
             while rest.len() > parent_line - 1 && rest.starts_with(b"parent ") {
@@ -1122,7 +1150,7 @@ pub fn parse_check(oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), Option
                     || !rest[7..7 + hex].iter().all(u8::is_ascii_hexdigit)
                     || rest[7 + hex] != b'\n'
                 {
-                    return Err(Some(format!("error: bad parents in commit {oid}")));
+                    return Err(Unparsable::BadParents);
                 }
                 rest = &rest[parent_line..];
             }
@@ -1130,30 +1158,28 @@ pub fn parse_check(oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), Option
         }
         Kind::Tag => {
             // parse_tag_buffer.
-            if data.len() < oid.kind().len_in_hex() + 24 {
-                return Err(None);
+            let malformed = Unparsable::MalformedTag;
+            if data.len() < hex + 24 {
+                return Err(malformed);
             }
-            let r = data.strip_prefix(b"object ").ok_or(None)?;
-            if !hex_line(r, oid.kind()) {
-                return Err(None);
+            let r = data.strip_prefix(b"object ").ok_or(Unparsable::MalformedTag)?;
+            if !hex_line(r, hash) {
+                return Err(malformed);
             }
-            let r = r[oid.kind().len_in_hex() + 1..]
+            let r = r[hex + 1..]
                 .strip_prefix(b"type ")
-                .ok_or(None)?;
-            let nl = r.find_byte(b'\n').ok_or(None)?;
+                .ok_or(Unparsable::MalformedTag)?;
+            let nl = r.find_byte(b'\n').ok_or(Unparsable::MalformedTag)?;
             if nl >= 20 {
-                return Err(None);
+                return Err(malformed);
             }
             let t = &r[..nl];
             if !matches!(t, b"blob" | b"tree" | b"commit" | b"tag") {
-                return Err(Some(format!(
-                    "error: unknown tag type '{}' in {oid}",
-                    t.as_bstr()
-                )));
+                return Err(Unparsable::UnknownTagType(t.into()));
             }
             let r = &r[nl + 1..];
             if !(r.len() > 4 && r.starts_with(b"tag ")) || r[4..].find_byte(b'\n').is_none() {
-                return Err(None);
+                return Err(malformed);
             }
             Ok(())
         }
@@ -1161,36 +1187,47 @@ pub fn parse_check(oid: &ObjectId, kind: Kind, data: &[u8]) -> Result<(), Option
     }
 }
 
-/// The object ids a commit, tree or tag links to with the kind each must have (git's
-/// `fsck_walk`; gitlinks are not followed), in the object's order. `None` when the object cannot
-/// be parsed that far: a tree entry git's tree walker refuses, a commit without a `tree` line, a
-/// tag without `object` and `type` lines. Raw bytes, as git reads them: modes and idents are
-/// not judged here. `hash` is the object format of the ids in `data`.
-pub fn links(kind: Kind, data: &[u8], hash: gix_hash::Kind) -> Option<Vec<(ObjectId, Kind)>> {
-    let mut out = Vec::new();
-    for_each_link(kind, data, hash, |id, kind| out.push((id, kind)))?;
-    Some(out)
+/// Why an object's links cannot all be read (git's walk refuses it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unlinkable {
+    /// A commit or tag git does not parse.
+    Unparsable(Unparsable),
+    /// A tree entry git's tree walker refuses.
+    BadEntry(BadEntry),
 }
 
-/// [`links`] without collecting them: `visit` is called with each link in the object's order.
-/// `None` as for [`links`] (after the links before the unparsable part were visited).
+/// The object ids a commit, tree or tag links to with the kind each must have (git's
+/// `fsck_walk`; gitlinks are not followed), in the object's order, or why the object cannot be
+/// read that far. Raw bytes, as git reads them: modes and idents are not judged here. `hash` is
+/// the object format of the ids in `data`.
+pub fn links(
+    kind: Kind,
+    data: &[u8],
+    hash: gix_hash::Kind,
+) -> Result<Vec<(ObjectId, Kind)>, Unlinkable> {
+    let mut out = Vec::new();
+    for_each_link(kind, data, hash, |id, kind| out.push((id, kind)))?;
+    Ok(out)
+}
+
+/// [`links`] without collecting them: `visit` is called with each link in the object's order
+/// (for a tree with a bad entry, the links before it were visited).
 pub fn for_each_link(
     kind: Kind,
     data: &[u8],
     hash: gix_hash::Kind,
     mut visit: impl FnMut(ObjectId, Kind),
-) -> Option<()> {
+) -> Result<(), Unlinkable> {
     // What git's `parse_commit_buffer` / `parse_tag_buffer` refuse does not parse, whatever
-    // links could be read from it.
-    if matches!(kind, Kind::Commit | Kind::Tag) && parse_check(&ObjectId::null(hash), kind, data).is_err() {
-        return None;
-    }
+    // links could be read from it; what they take has the lines read below.
+    parse(kind, data, hash).map_err(Unlinkable::Unparsable)?;
     match kind {
         Kind::Blob => {}
         Kind::Tree => {
             let mut rest = data;
             while !rest.is_empty() {
-                let TreeEntry { mode, id, len, .. } = tree_entry(rest, hash).ok()?;
+                let TreeEntry { mode, id, len, .. } =
+                    tree_entry(rest, hash).map_err(Unlinkable::BadEntry)?;
                 let kind = match mode & 0o170000 {
                     0o040000 => Some(Kind::Tree),
                     0o100000 | 0o120000 => Some(Kind::Blob),
@@ -1203,23 +1240,28 @@ pub fn for_each_link(
             }
         }
         Kind::Commit => {
-            let r = data.strip_prefix(b"tree ")?;
-            visit(hex_id(r, hash)?, Kind::Tree);
+            let bogus = || Unlinkable::Unparsable(Unparsable::BogusCommit);
+            let r = data.strip_prefix(b"tree ").ok_or_else(bogus)?;
+            visit(hex_id(r, hash).ok_or_else(bogus)?, Kind::Tree);
             let mut rest = after_newline(r);
             while let Some(r) = rest.strip_prefix(b"parent ") {
-                visit(hex_id(r, hash)?, Kind::Commit);
+                visit(
+                    hex_id(r, hash).ok_or(Unlinkable::Unparsable(Unparsable::BadParents))?,
+                    Kind::Commit,
+                );
                 rest = after_newline(r);
             }
         }
         Kind::Tag => {
-            let r = data.strip_prefix(b"object ")?;
-            let id = hex_id(r, hash)?;
-            let t = after_newline(r).strip_prefix(b"type ")?;
-            let t = &t[..t.find_byte(b'\n')?];
-            visit(id, Kind::from_bytes(t).ok()?);
+            let malformed = || Unlinkable::Unparsable(Unparsable::MalformedTag);
+            let r = data.strip_prefix(b"object ").ok_or_else(malformed)?;
+            let id = hex_id(r, hash).ok_or_else(malformed)?;
+            let t = after_newline(r).strip_prefix(b"type ").ok_or_else(malformed)?;
+            let t = &t[..t.find_byte(b'\n').ok_or_else(malformed)?];
+            visit(id, Kind::from_bytes(t).map_err(|_| malformed())?);
         }
     }
-    Some(())
+    Ok(())
 }
 
 /// The id of a raw tree entry hash ([`tree_entry`] guarantees a hash's length).
@@ -1588,5 +1630,34 @@ mod tests {
         let t = entry("100664", b"a");
         assert!(findings(Kind::Tree, &t)[0].starts_with("warning: "));
         assert!(findings(Kind::Tree, b"100644 a\0short")[1].contains("badTree"));
+    }
+
+    /// Why links cannot be read is typed, and git's line about it comes from the type.
+    #[test]
+    fn unlinkable_objects_say_why() {
+        let hash = gix_hash::Kind::Sha1;
+        let hex = "1".repeat(40);
+        let oid = ObjectId::from_hex(hex.as_bytes()).unwrap();
+        let why = |kind, data: &[u8]| links(kind, data, hash).unwrap_err();
+        let unparsable = |u| Unlinkable::Unparsable(u);
+        assert_eq!(why(Kind::Commit, b"author x\n"), unparsable(Unparsable::BogusCommit));
+        let bad_tree = format!("tree {}\nauthor x\n", "z".repeat(40));
+        assert_eq!(why(Kind::Commit, bad_tree.as_bytes()), unparsable(Unparsable::BadTreePointer));
+        let bad_parent = format!("tree {hex}\nparent {}\n", "z".repeat(40));
+        assert_eq!(why(Kind::Commit, bad_parent.as_bytes()), unparsable(Unparsable::BadParents));
+        let odd_type = format!("object {hex}\ntype thing\ntag v\n");
+        let t = Unparsable::UnknownTagType("thing".into());
+        assert_eq!(t.error_line(&oid).unwrap(), format!("error: unknown tag type 'thing' in {oid}"));
+        assert_eq!(why(Kind::Tag, odd_type.as_bytes()), unparsable(t));
+        let no_tag_line = format!("object {hex}\ntype commit\ntagger x\n");
+        assert_eq!(why(Kind::Tag, no_tag_line.as_bytes()), unparsable(Unparsable::MalformedTag));
+        assert_eq!(Unparsable::MalformedTag.error_line(&oid), None);
+        assert_eq!(why(Kind::Tree, b"100644 \0"), Unlinkable::BadEntry(BadEntry::TooShort));
+        // What parses links to its tree and parents, in order.
+        let good = format!("tree {hex}\nparent {hex}\nauthor x\n");
+        assert_eq!(
+            links(Kind::Commit, good.as_bytes(), hash).unwrap(),
+            vec![(oid, Kind::Tree), (oid, Kind::Commit)]
+        );
     }
 }

@@ -619,7 +619,9 @@ impl Broken {
 }
 
 /// git's words for the ingest error `e` (`explode`: as unpack-objects, else index-pack).
-/// gix-pack's errors are matched by their text; a broken entry's place comes with the error.
+/// gix-pack's errors are matched by their text: gix-pack 0.77 raises these as untyped
+/// `gix_error::message!`s (no variant to downcast to), so their words are all there is. A
+/// broken entry's place comes with the error, typed.
 fn pack_error(
     e: &crate::objects::pack_write::WriteError,
     explode: bool,

@@ -180,7 +180,7 @@ impl Collector<'_> {
                 batch.push((id, want));
             }
         });
-        if parsed.is_none() {
+        if parsed.is_err() {
             self.collected.broken.store(true, Ordering::Relaxed);
         }
         if self.batch.len() >= BATCH {

@@ -131,8 +131,9 @@ enum Verdict {
     Warnings,
     /// A finding is an error: `fsck error in packed object`.
     Error,
-    /// It does not parse as its kind: `parse_check`'s line, if any, then `invalid <kind>`.
-    Unparsable(Option<String>, Kind),
+    /// The commit or tag `ObjectId` does not parse: git's line about it, if any, then
+    /// `invalid <kind>`.
+    Unparsable(fsck::Unparsable, ObjectId, Kind),
 }
 
 /// One object's outcome, kept when it has something to say.
@@ -240,11 +241,11 @@ impl Share<'_> {
             self.disagreement.store(true, Ordering::Relaxed);
             return;
         };
-        if let Err(line) = fsck::parse_check(&oid, kind, data) {
+        if let Err(why) = fsck::parse(kind, data, oid.kind()) {
             self.outcomes.push(Outcome {
                 place,
                 findings: Vec::new(),
-                verdict: Verdict::Unparsable(line, kind),
+                verdict: Verdict::Unparsable(why, oid, kind),
             });
             return;
         }
@@ -262,7 +263,7 @@ impl Share<'_> {
         self.links.clear();
         let links = &mut self.links;
         // An object that does not parse as far as its links links to nothing here.
-        if fsck::for_each_link(kind, data, self.hash, |id, want| links.push((id, want))).is_none() {
+        if fsck::for_each_link(kind, data, self.hash, |id, want| links.push((id, want))).is_err() {
             return;
         }
         let links = std::mem::take(&mut self.links);
@@ -450,8 +451,8 @@ impl Strict<'_> {
                 Verdict::Error => {
                     return Ok(Err(Refused::new(lines(&checker), "fsck error in packed object")));
                 }
-                Verdict::Unparsable(line, kind) => {
-                    let line = line.into_iter().collect();
+                Verdict::Unparsable(why, oid, kind) => {
+                    let line = why.error_line(&oid).into_iter().collect();
                     return Ok(Err(Refused::new(line, format!("invalid {kind}")).after(lines(&checker))));
                 }
             }
@@ -564,7 +565,9 @@ impl Strict<'_> {
             }
             let skip_parents = kind == Kind::Commit && self.shallow.contains(&id);
             let mut links = Vec::new();
-            fsck::for_each_link(kind, data, self.hash, |link, want| {
+            // An object that does not parse (the configuration may let that through the check
+            // above) links to what was read of it before that.
+            let _ = fsck::for_each_link(kind, data, self.hash, |link, want| {
                 if !(skip_parents && want == Kind::Commit) {
                     links.push((link, want));
                 }
@@ -622,15 +625,13 @@ impl Strict<'_> {
         if kind == Kind::Blob {
             return Ok(());
         }
-        if let Err(line) = fsck::parse_check(oid, kind, data) {
-            return Err(Refused::new(line.into_iter().collect(), format!("invalid {kind}")));
-        }
         if kind == Kind::Tree {
             return Ok(());
         }
         let skip_parents = kind == Kind::Commit && self.shallow.contains(oid);
         let mut refused = None;
-        fsck::for_each_link(kind, data, self.hash, |id, want| {
+        // A commit or tag that does not parse is refused before any of its links is met.
+        let parsed = fsck::for_each_link(kind, data, self.hash, |id, want| {
             if refused.is_some() || (skip_parents && want == Kind::Commit) {
                 return;
             }
@@ -643,6 +644,10 @@ impl Strict<'_> {
                 refused = Some(Refused::new(vec![line, what], format!("invalid {kind}")));
             }
         });
+        if let Err(fsck::Unlinkable::Unparsable(why)) = parsed {
+            let line = why.error_line(oid).into_iter().collect();
+            return Err(Refused::new(line, format!("invalid {kind}")));
+        }
         refused.map_or(Ok(()), Err)
     }
 
@@ -653,7 +658,8 @@ impl Strict<'_> {
             return Ok(());
         }
         let mut refused = None;
-        fsck::for_each_link(kind, data, self.hash, |id, want| {
+        // git's walk meets the entries before a bad one; the bad one is the tree check's.
+        let _ = fsck::for_each_link(kind, data, self.hash, |id, want| {
             if refused.is_none()
                 && let Err(line) = table.meet(id, want, true)
             {
