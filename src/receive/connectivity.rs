@@ -31,13 +31,15 @@ pub(super) struct Failed {
 
 /// Refuse the commands whose new value is not connected ([`Reason::MissingObjects`]); what
 /// each lacks, for [`report_missing`]. Run again (after a commit gate's catch-up), it checks
-/// the commands refused for missing objects again.
+/// the commands refused for missing objects again. `had` finds the repository's own objects
+/// (not the quarantine's).
 pub(super) fn check_connectivity(
     cmds: &mut [Cmd],
     repo: &Repository,
     quarantine: Option<&Quarantine>,
     received: Option<&ingest::Received>,
     shallow: &[ObjectId],
+    had: &impl gix_object::Exists,
     refresh: Budget,
 ) -> Result<Failed, Fatal> {
     let _span = info_span!("connectivity").entered();
@@ -52,8 +54,6 @@ pub(super) fn check_connectivity(
     let client_shallow: HashSet<ObjectId> = if shallow.is_empty() {
         HashSet::default()
     } else {
-        use gix_object::Exists;
-        let had = gix_odb::at(&repo.objects_dir, repo.object_format).map_err(Fatal::Objects)?;
         shallow
             .iter()
             .filter(|id| !had.exists(id))

@@ -211,6 +211,7 @@ pub fn run(
                     quarantine.as_ref(),
                     unpacked.received.as_ref(),
                     &req.shallow,
+                    &objects,
                     refresh.clone(),
                 )
             };
