@@ -374,6 +374,24 @@ impl RefError {
             RefError::Gate { .. } => "failed to update ref",
         }
     }
+
+    /// The same error about the ref `to` instead (a conflict found for one name that holds
+    /// for its neighbours too).
+    pub(crate) fn renamed(mut self, to: &BString) -> RefError {
+        match &mut self {
+            RefError::IncorrectOldValue { name, .. }
+            | RefError::AlreadyExists { name }
+            | RefError::DoesNotExist { name }
+            | RefError::NameConflict { name, .. }
+            | RefError::NameUnavailable { name, .. }
+            | RefError::UnavailableInPush { name, .. }
+            | RefError::ConflictInPush { name, .. }
+            | RefError::NonCommitToBranch { name, .. }
+            | RefError::Locked { name, .. } => name.clone_from(to),
+            RefError::Gate { .. } | RefError::PackedRefsLocked(_) | RefError::Other { .. } => {}
+        }
+        self
+    }
 }
 
 /// Why a whole transaction failed: at its first step or at its second.

@@ -1100,21 +1100,7 @@ impl Checker<'_> {
             self.prefix_dir = Some((dir.to_vec(), conflict));
         }
         if let Some((_, Some(e))) = &self.prefix_dir {
-            return Err(match e {
-                RefError::ConflictInPush { other, .. } => RefError::ConflictInPush {
-                    name: u.name.clone(),
-                    other: other.clone(),
-                },
-                RefError::NameConflict { existing, .. } => RefError::NameConflict {
-                    name: u.name.clone(),
-                    existing: existing.clone(),
-                },
-                RefError::NameUnavailable { existing, .. } => RefError::NameUnavailable {
-                    name: u.name.clone(),
-                    existing: existing.clone(),
-                },
-                other => other.clone(),
-            });
+            return Err(e.clone().renamed(&u.name));
         }
         let batch = self.batch;
         if let Some(below) = self.packed.first_below(name, |n| batch.deleted(n)) {
