@@ -7,13 +7,13 @@
 //!   repository, transaction id, the log sequence number the push was decided against, the
 //!   committer, the ref updates, the id of the stream that brought its pack, `null` for a push
 //!   without one). The replica takes that stream's quarantine (ingested and checked with
-//!   berth's ingest and fsck as it arrived; waiting for it if it is still arriving), migrates
-//!   it, checks connectivity (a walk of the new tips), and prepares the same ref transaction
-//!   (all or nothing; locks held, old values checked). `200` with the line `prepared`, the
-//!   answer's body then held open until the transaction is decided here (its connection's
-//!   close, before that, is the accepting node gone: `replica.rs`), or `409 <why>` (a
-//!   stream that failed here, or never came, is a refusal: the push goes on without this
-//!   replica, which catches up later).
+//!   berth's ingest, and fsck as the repository asks, as it arrived; waiting for it if it is
+//!   still arriving), migrates it, checks connectivity (a walk of the new tips), and prepares
+//!   the same ref transaction (all or nothing; locks held, old values checked). `200` with the
+//!   line `prepared`, the answer's body then held open until the transaction is decided here
+//!   (its connection's close, before that, is the accepting node gone: `replica.rs`), or
+//!   `409 <why>` (a stream that failed here, or never came, is a refusal: the push goes on
+//!   without this replica, which catches up later).
 //! - `POST /_berth/cluster/decide?repo=…&txid=…&seq=…&verdict=commit|abort`: commits (then
 //!   records `seq` as applied) or drops the prepared transaction. `200 committed|aborted`; a
 //!   commit of an entry this replica resolved and recorded already (its decision came late):

@@ -2,10 +2,10 @@
 //!
 //! - `POST /_berth/cluster/stream?repo=…&stream=<id>` (chunked body: the client's pack, as the
 //!   accepting node reads it): ingested while it arrives into a quarantine of the repository,
-//!   with berth's ingest and fsck, thin packs completed from this replica's objects, exactly as
-//!   a push from a client. The quarantine is kept under the stream's id ([`Streams`]): at most
-//!   [`MAX_STREAMS`] at a time, each removed [`STREAM_TTL`] after it arrived unless a prepare
-//!   took it. `200 received` or `409 <why>` (the quarantine is then already gone).
+//!   with berth's ingest (and fsck where the repository asks for it), thin packs completed
+//!   from this replica's objects, exactly as a push from a client. The quarantine is kept
+//!   under the stream's id ([`Streams`]): at most [`MAX_STREAMS`] at a time, each removed
+//!   [`STREAM_TTL`] after it arrived unless a prepare took it. `200 received` or `409 <why>` (the quarantine is then already gone).
 //! - `POST /_berth/cluster/drop?stream=<id>`: the push is over (refused, aborted, or decided):
 //!   whatever is left of the stream is removed.
 //!

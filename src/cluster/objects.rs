@@ -1,5 +1,5 @@
 //! Objects between replicas: their ingestion and checks on the receiving replica (berth's
-//! ingest with fsck into a quarantine, kept or migrated, then berth's connectivity walk through
+//! ingest, with the fsck the repository's configuration asks for, into a quarantine, kept or migrated, then berth's connectivity walk through
 //! the objects the pack brought, `objects::connectivity`, with no `git` process), the pack
 //! a catch-up asks for (`git pack-objects`; a push's pack is streamed as the client sent it,
 //! `tee.rs`), and the creation of a replica's repository.
@@ -97,7 +97,8 @@ impl Drop for Keeps {
 }
 
 /// Ingest the pack read from `reader` into a quarantine of `repo`, checking every object as
-/// `index-pack --strict` does (thin packs completed from the repository's objects), and migrate
+/// the repository's `receive.fsckObjects` asks, as a push from a client (thin packs completed
+/// from the repository's objects), and migrate
 /// it; the `.keep` files protect it until the refs point into it. The pack's index, for
 /// [`connected`]. `shallow`: as [`receive`]'s.
 pub(super) fn ingest(
@@ -126,7 +127,13 @@ pub(super) fn receive(
         .with_durability(repo.config.durability);
     let options = ingest::Options {
         object_format: repo.object_format,
-        fsck: Some(Vec::new()),
+        // The checks the repository asks for, as the accepting node made them (and git's
+        // receive-pack): stricter here, a replica would refuse what a single node takes.
+        fsck: repo
+            .config
+            .ingest
+            .fsck_objects
+            .then(|| repo.config.ingest.fsck.clone()),
         shallow: repo
             .shallow()
             .into_iter()

@@ -16,8 +16,8 @@
 //!   snapshot that fails the check (that replica lost its copy too, or compaction raced) is
 //!   passed over for the next replica.
 //! - It fetches the objects of the snapshot's refs it lacks through `POST
-//!   /_berth/cluster/pack` (ingested with fsck, connectivity checked), then, under its apply
-//!   lock, sets its refs to exactly the snapshot in one transaction (creates, updates, deletions
+//!   /_berth/cluster/pack` (ingested, with fsck as the repository asks, connectivity
+//!   checked), then, under its apply lock, sets its refs to exactly the snapshot in one transaction (creates, updates, deletions
 //!   of refs the snapshot lacks), HEAD to the snapshot's target, and records `S` as applied.
 //!   The catch-up goes on from `S + 1` (`catchup.rs`), and resyncs again should it find that
 //!   entry gone meanwhile.

@@ -2129,3 +2129,75 @@ fn a_read_through_another_node_shows_the_push_within_5_s_of_the_accepting_node_k
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A commit `git fsck` calls an error (an author email without its `>`) goes in where the
+/// repository does not ask for `receive.fsckObjects`, as it does into git's receive-pack: the
+/// other replicas check the streamed pack as the repository's configuration asks, as the
+/// accepting node did, not more (they refused it before: no quorum for a push one node takes).
+#[test]
+fn a_push_fsck_would_refuse_is_replicated_where_the_repository_does_not_check_objects() {
+    let Some(w) = cluster_world() else { return };
+    let (mut c, src) = cluster(&w).with_repo("f.git");
+    let tree = w.git(&src, &["rev-parse", "HEAD^{tree}"]);
+    let head = w.git(&src, &["rev-parse", "HEAD"]);
+    let raw = format!(
+        "tree {}\nparent {}\nauthor A <a@b 1 +0000\ncommitter C <c@d> 1 +0000\n\nbad email\n",
+        tree.trim(),
+        head.trim()
+    );
+    std::fs::write(w.path("bad-commit"), raw).unwrap();
+    let bad = w.git(
+        &src,
+        &[
+            "hash-object",
+            "-t",
+            "commit",
+            "-w",
+            "--literally",
+            "../bad-commit",
+        ],
+    );
+    let bad = bad.trim();
+    // The object is one git's fsck refuses by default.
+    let fsck = w.git_out(&src, &["fsck", "--no-dangling"]);
+    assert!(
+        String::from_utf8_lossy(&fsck.stdout).contains("badEmail")
+            || String::from_utf8_lossy(&fsck.stderr).contains("badEmail"),
+        "{fsck:?}"
+    );
+    let spec = format!("{bad}:refs/heads/bad");
+    let out = push(&w, &src, &c.nodes[0].url("f.git"), &[&spec]);
+    assert_eq!(
+        porcelain(&out).get("refs/heads/bad"),
+        Some(&true),
+        "{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    let refs = c.converged(&w, "f.git", 3);
+    assert_eq!(refs.get("refs/heads/bad").map(String::as_str), Some(bad));
+    // A replica that was down catches up objects like it from its peers, checked alike.
+    c.kill_node(2);
+    let raw = format!(
+        "tree {}\nparent {bad}\nauthor A <a@b 2 +0000\ncommitter C <c@d> 2 +0000\n\nagain\n",
+        tree.trim()
+    );
+    std::fs::write(w.path("bad-commit"), raw).unwrap();
+    let again = w.git(
+        &src,
+        &[
+            "hash-object",
+            "-t",
+            "commit",
+            "-w",
+            "--literally",
+            "../bad-commit",
+        ],
+    );
+    let spec = format!("{}:refs/heads/bad", again.trim());
+    c.must_push(&w, &src, 0, "f.git", &[&spec], "push with n2 down");
+    c.start_node(&w, 2);
+    let refs = c.converged(&w, "f.git", 3);
+    assert_eq!(refs.get("refs/heads/bad"), Some(&again.trim().to_owned()));
+}
