@@ -26,6 +26,7 @@
 //! `REMOTE_ADDR`, the committer identity) is set over that, whichever variant.
 
 use std::ffi::{OsStr, OsString};
+use std::path::Path;
 use std::sync::Arc;
 
 /// The server's variables a clean environment keeps: exact names.
@@ -89,6 +90,8 @@ pub enum HookEnvironment {
     Clean {
         /// The variables kept, with their values, in the order they were read.
         kept: Arc<[(OsString, OsString)]>,
+        /// `git` found on the kept `PATH` when the environment was made, if it was.
+        git: Option<Arc<Path>>,
     },
 }
 
@@ -124,7 +127,26 @@ impl HookEnvironment {
             .into_iter()
             .filter(|(k, _)| kept(k, allow).is_some())
             .collect();
-        HookEnvironment::Clean { kept: kept.into() }
+        let git = kept
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .and_then(|(_, path)| on_path(path, "git"))
+            .map(Arc::from);
+        HookEnvironment::Clean {
+            kept: kept.into(),
+            git,
+        }
+    }
+
+    /// The program to run for `git` in this environment: its path when the environment sets
+    /// `PATH` (std's spawn, asked to look a program up on a `PATH` the child is given, forks
+    /// instead of using `posix_spawn`, and a fork copies a large server's page tables for each
+    /// command), else `git`, looked up as usual.
+    pub fn git_program(&self) -> &OsStr {
+        match self {
+            HookEnvironment::Clean { git: Some(git), .. } => git.as_os_str(),
+            _ => OsStr::new("git"),
+        }
     }
 
     /// A clean environment of this process's variables (read now).
@@ -135,7 +157,7 @@ impl HookEnvironment {
     /// Make `process` start from this environment; call it before setting the process's own
     /// variables (a clean environment clears those set before).
     pub fn apply(&self, process: &mut std::process::Command) {
-        if let HookEnvironment::Clean { kept } = self {
+        if let HookEnvironment::Clean { kept, .. } = self {
             process.env_clear();
             process.envs(kept.iter().map(|(k, v)| (k, v)));
         }
@@ -149,6 +171,17 @@ impl HookEnvironment {
             process.env("GIT_DIR", ".");
         }
     }
+}
+
+/// The first executable `program` in the directories of `path` (a `PATH` value).
+fn on_path(path: &OsStr, program: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 #[cfg(test)]
@@ -181,7 +214,7 @@ mod tests {
             ("SSH_AUTH_SOCK", "/tmp/agent"),
         ]);
         let names = |env: &HookEnvironment| match env {
-            HookEnvironment::Clean { kept } => kept
+            HookEnvironment::Clean { kept, .. } => kept
                 .iter()
                 .map(|(k, _)| k.to_string_lossy().into_owned())
                 .collect::<Vec<_>>(),
@@ -263,5 +296,26 @@ mod tests {
             .collect();
         seen.sort();
         assert_eq!(seen, ["GIT_DIR=.", "PATH=/bin"]);
+    }
+
+    /// `git` is found on the kept `PATH` once, so that spawning it needs no lookup.
+    #[test]
+    fn a_clean_environment_finds_git_on_its_path() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (empty, bin) = (dir.path().join("empty"), dir.path().join("bin"));
+        std::fs::create_dir(&empty).unwrap();
+        std::fs::create_dir(&bin).unwrap();
+        let git = bin.join("git");
+        std::fs::write(&git, "#!/bin/sh\n").unwrap();
+        // Not executable: passed over.
+        std::fs::write(empty.join("git"), "").unwrap();
+        std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = std::env::join_paths([&empty, &bin]).unwrap();
+        let clean = HookEnvironment::clean([(OsString::from("PATH"), path)], &[]);
+        assert_eq!(clean.git_program(), git.as_os_str());
+        let nowhere = HookEnvironment::clean([(OsString::from("PATH"), empty.into())], &[]);
+        assert_eq!(nowhere.git_program(), "git");
+        assert_eq!(HookEnvironment::Inherit.git_program(), "git");
     }
 }

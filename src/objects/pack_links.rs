@@ -33,10 +33,15 @@ const KIND_PASSES: usize = 8;
 /// A thread's links are handed over in batches of this many.
 const BATCH: usize = 1024;
 
-/// Slots of a thread's cache of ids lately seen (a power of two): the trees of a history name
-/// the same blobs and trees version after version, 59 million links to 335,000 objects in
-/// git.git. Caches of 4,096 and 16,384 slots were no faster.
+/// Slots of a thread's cache of ids lately seen, at most (a power of two): the trees of a
+/// history name the same blobs and trees version after version, 59 million links to 335,000
+/// objects in git.git. Caches of 4,096 and 16,384 slots were no faster. A small pack gets a
+/// cache its size ([`Collected::for_pack`]): zeroing 2 MiB per thread was most of the links'
+/// cost in a push of a few objects.
 const SEEN_SLOTS: usize = 1 << 16;
+
+/// Slots of a thread's cache of ids lately seen, at least.
+const MIN_SEEN_SLOTS: usize = 64;
 
 /// Why [`external_links`] cannot say what a pack links to; the caller then walks from each tip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,19 +112,30 @@ pub type Outside = Result<HashMap<ObjectId, Wants>, CannotSay>;
 
 /// The links the [`Collector`]s of one indexing took: one map for all threads (a set for each
 /// held git.git's 335,000 linked ids twice over, +18 MiB of peak RSS).
-#[derive(Default)]
 pub struct Collected {
     set: Mutex<HashMap<ObjectId, Wants>>,
     broken: AtomicBool,
+    /// The slots of each thread's cache (a power of two).
+    slots: usize,
 }
 
 impl Collected {
+    /// The links of a pack of `objects` entries: each thread's cache of lately seen ids is
+    /// sized to the ids such a pack can name (twice its objects), within bounds.
+    pub fn for_pack(objects: usize) -> Self {
+        Collected {
+            set: Mutex::default(),
+            broken: AtomicBool::default(),
+            slots: cache_slots(objects),
+        }
+    }
+
     /// A collector for one thread of the indexing (clone it for each further thread).
     pub fn collector(&self) -> Collector<'_> {
         Collector {
             collected: self,
             batch: Vec::with_capacity(BATCH),
-            seen: vec![None; SEEN_SLOTS].into_boxed_slice(),
+            seen: vec![None; self.slots].into_boxed_slice(),
         }
     }
 
@@ -174,7 +190,7 @@ impl Collector<'_> {
         let (batch, seen) = (&mut self.batch, &mut self.seen);
         let parsed = crate::objects::fsck::for_each_link(kind, data, hash, |id, want| {
             let want = Wants::default().with(kind, want);
-            let slot = &mut seen[slot_of(&id)];
+            let slot = &mut seen[slot_of(&id, seen.len())];
             if *slot != Some((id, want)) {
                 *slot = Some((id, want));
                 batch.push((id, want));
@@ -229,17 +245,26 @@ pub(crate) fn by_id(a: &ObjectId, b: &ObjectId) -> std::cmp::Ordering {
     prefix(a).cmp(&prefix(b)).then_with(|| a.cmp(b))
 }
 
-/// The slot of `id` in a cache of [`SEEN_SLOTS`] ids.
-fn slot_of(id: &ObjectId) -> usize {
+/// The slots of a direct-mapped cache of ids met in a pack of `objects` entries: twice its
+/// objects (the ids it can name, about), a power of two within bounds.
+pub(crate) fn cache_slots(objects: usize) -> usize {
+    objects
+        .saturating_mul(2)
+        .next_power_of_two()
+        .clamp(MIN_SEEN_SLOTS, SEEN_SLOTS)
+}
+
+/// The slot of `id` in a cache of `slots` ids (a power of two, at most [`SEEN_SLOTS`]).
+pub(crate) fn slot_of(id: &ObjectId, slots: usize) -> usize {
     let bytes = id.as_slice();
-    (usize::from(bytes[0]) << 8 | usize::from(bytes[1])) % SEEN_SLOTS
+    (usize::from(bytes[0]) << 8 | usize::from(bytes[1])) & (slots - 1)
 }
 
 /// [`Outside`] found by decoding the pack's commits, trees and tags again, for a pack whose
 /// indexing did not collect its links.
 pub fn external_links(index: &gix_pack::index::File, thread_limit: Option<usize>) -> Outside {
     let hash = index.object_hash();
-    let collected = Collected::default();
+    let collected = Collected::for_pack(index.num_objects() as usize);
     let mut collector = collected.collector();
     let (linking, entries) = LinkingObjects::prepare(index)?;
     linking.each(thread_limit, move |_, kind, data| {

@@ -269,6 +269,7 @@ fn resolve(
     options: &gix_pack::bundle::write::Options,
 ) -> gix_error::Result<(Vec<Object>, Outside)> {
     let interrupt = AtomicBool::new(false);
+    let objects = entries.len();
     let delta_tree = tracing::info_span!("delta_tree").entered();
     let tree = gix_pack::cache::delta::Tree::from_offsets_in_pack(
         path,
@@ -290,7 +291,7 @@ fn resolve(
     let map = PackMap::open(path).or_raise(|| message("Could not map the pack file"))?;
     // Every byte between the header and the trailer is one entry's, read once.
     map.expect(gix_pack::data::header::SIZE as u64..end);
-    let collected = pack_links::Collected::default();
+    let collected = pack_links::Collected::for_pack(objects);
     let mut collector = collected.collector();
     let outcome = tree.traverse(
         Reader::default().into_resolver(),

@@ -33,12 +33,7 @@ use gix_hash::ObjectId;
 use gix_object::Kind;
 
 use crate::objects::fsck::{self, Checker, Finding};
-use crate::objects::pack_links::{CannotSay, Entry, LinkingObjects};
-
-/// Slots of a thread's cache of ids whose links were found to agree with the kind the pack
-/// gave them (a power of two; the trees of a history name the same objects version after
-/// version).
-const AGREED_SLOTS: usize = 1 << 16;
+use crate::objects::pack_links::{CannotSay, Entry, LinkingObjects, cache_slots, slot_of};
 
 /// An object's place in the order git checks the received objects. `index-pack`: whole objects
 /// in pack order as they stream in, then the deltas once resolved (`delta` first); for
@@ -213,7 +208,8 @@ struct Share<'a> {
     outcomes: Vec<Outcome>,
     outside: FirstLinks,
     /// Ids lately found in the pack with the kind their link wanted, each in the slot its
-    /// first bytes choose.
+    /// first bytes choose (a cache sized to the pack: the trees of a history name the same
+    /// objects version after version).
     agreed: Box<[Option<(ObjectId, Kind)>]>,
     links: Vec<(ObjectId, Kind)>,
 }
@@ -224,7 +220,7 @@ impl Clone for Share<'_> {
             checker: self.checker.clone(),
             outcomes: Vec::new(),
             outside: FirstLinks::default(),
-            agreed: vec![None; AGREED_SLOTS].into_boxed_slice(),
+            agreed: vec![None; self.agreed.len()].into_boxed_slice(),
             links: Vec::new(),
             ..*self
         }
@@ -282,7 +278,7 @@ impl Share<'_> {
     /// Meet the link to `id` wanting `want` at `at`; whether it agrees with what the pack and
     /// the links before it say.
     fn link(&mut self, id: ObjectId, want: Kind, at: (Place, u32)) -> bool {
-        let slot = &mut self.agreed[slot_of(&id)];
+        let slot = &mut self.agreed[slot_of(&id, self.agreed.len())];
         if let Some((seen, kind)) = slot
             && *seen == id
         {
@@ -296,12 +292,6 @@ impl Share<'_> {
             None => keep_first(&mut self.outside, id, (at.0, at.1, want)),
         }
     }
-}
-
-/// The slot of `id` in a cache of [`AGREED_SLOTS`] ids.
-fn slot_of(id: &ObjectId) -> usize {
-    let bytes = id.as_slice();
-    (usize::from(bytes[0]) << 8 | usize::from(bytes[1])) % AGREED_SLOTS
 }
 
 /// Record `link` of `id` in `links` unless an earlier one (by place) is there; whether it
@@ -424,7 +414,7 @@ impl Strict<'_> {
             checker: Checker::new(self.options.clone()),
             outcomes: Vec::new(),
             outside: FirstLinks::default(),
-            agreed: vec![None; AGREED_SLOTS].into_boxed_slice(),
+            agreed: vec![None; cache_slots(index.num_objects() as usize)].into_boxed_slice(),
             links: Vec::new(),
         };
         linking

@@ -20,7 +20,7 @@ pub(super) fn housekeeping<W: Write, E: Write>(
     sb: &mut Sideband<W, E>,
 ) -> io::Result<()> {
     let git = |args: &[&str]| {
-        let mut p = std::process::Command::new("git");
+        let mut p = std::process::Command::new(environment.git_program());
         environment.apply(&mut p);
         environment.in_git_dir(&mut p, &repo.git_dir);
         p.args(args);

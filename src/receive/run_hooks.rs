@@ -325,7 +325,7 @@ impl<'a> Hooks<'a> {
         }
         // git runs these with their output on its stderr.
         let mut git = |dir: &std::path::Path, args: &[&str]| {
-            let mut p = std::process::Command::new("git");
+            let mut p = std::process::Command::new(self.environment.git_program());
             self.environment.apply(&mut p);
             p.args(args)
                 .current_dir(dir)

@@ -194,7 +194,7 @@ pub(super) async fn upload_pack(
     environment: &receive::HookEnvironment,
 ) -> Result<Response, Reject> {
     use std::process::Stdio;
-    let mut cmd = tokio::process::Command::new("git");
+    let mut cmd = tokio::process::Command::new(environment.git_program());
     // Its hooks and configured commands get what a push's hooks get.
     environment.apply(cmd.as_std_mut());
     cmd.args(["upload-pack", "--stateless-rpc"]);

@@ -992,7 +992,7 @@ async fn upload_pack(
 ) -> u32 {
     use std::process::Stdio;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut cmd = tokio::process::Command::new("git");
+    let mut cmd = tokio::process::Command::new(environment.git_program());
     // Its hooks and configured commands get what a push's hooks get.
     environment.apply(cmd.as_std_mut());
     cmd.args(["upload-pack", "--strict"])
