@@ -248,8 +248,7 @@ pub(crate) fn by_id(a: &ObjectId, b: &ObjectId) -> std::cmp::Ordering {
 /// The slots of a direct-mapped cache of ids met in a pack of `objects` entries: twice its
 /// objects (the ids it can name, about), a power of two within bounds.
 pub(crate) fn cache_slots(objects: usize) -> usize {
-    objects
-        .saturating_mul(2)
+    (objects.min(SEEN_SLOTS) * 2)
         .next_power_of_two()
         .clamp(MIN_SEEN_SLOTS, SEEN_SLOTS)
 }
@@ -617,5 +616,19 @@ mod tests {
         // A pack whose objects were unpacked as loose objects is gone: nothing to vouch with.
         std::fs::remove_file(index.path().with_extension("pack")).unwrap();
         assert_eq!(external_links(&index, None), Err(CannotSay::PackGone));
+    }
+
+    /// A cache of lately seen ids is sized to its pack, a power of two within bounds, and every
+    /// id has a slot in it.
+    #[test]
+    fn caches_are_sized_to_the_pack() {
+        assert_eq!(cache_slots(0), MIN_SEEN_SLOTS);
+        assert_eq!(cache_slots(3), MIN_SEEN_SLOTS);
+        assert_eq!(cache_slots(1000), 2048);
+        assert_eq!(cache_slots(419_403), SEEN_SLOTS);
+        assert_eq!(cache_slots(usize::MAX), SEEN_SLOTS);
+        let id = ObjectId::from_hex(b"ffffffffffffffffffffffffffffffffffffffff").unwrap();
+        assert_eq!(slot_of(&id, 64), 63);
+        assert_eq!(slot_of(&id, SEEN_SLOTS), SEEN_SLOTS - 1);
     }
 }

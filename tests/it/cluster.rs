@@ -2138,26 +2138,25 @@ fn a_read_through_another_node_shows_the_push_within_5_s_of_the_accepting_node_k
 fn a_push_fsck_would_refuse_is_replicated_where_the_repository_does_not_check_objects() {
     let Some(w) = cluster_world() else { return };
     let (mut c, src) = cluster(&w).with_repo("f.git");
-    let tree = w.git(&src, &["rev-parse", "HEAD^{tree}"]);
-    let head = w.git(&src, &["rev-parse", "HEAD"]);
-    let raw = format!(
-        "tree {}\nparent {}\nauthor A <a@b 1 +0000\ncommitter C <c@d> 1 +0000\n\nbad email\n",
-        tree.trim(),
-        head.trim()
-    );
-    std::fs::write(w.path("bad-commit"), raw).unwrap();
-    let bad = w.git(
-        &src,
-        &[
+    let tree = w.git(&src, &["rev-parse", "HEAD^{tree}"]).trim().to_owned();
+    // A commit on `parent` whose author email lacks its `>`, written as it is.
+    let bad_commit = |parent: &str, time: u32| {
+        let raw = format!(
+            "tree {tree}\nparent {parent}\nauthor A <a@b {time} +0000\n\
+             committer C <c@d> {time} +0000\n\nbad email\n"
+        );
+        std::fs::write(w.path("bad-commit"), raw).unwrap();
+        let args = [
             "hash-object",
             "-t",
             "commit",
             "-w",
             "--literally",
             "../bad-commit",
-        ],
-    );
-    let bad = bad.trim();
+        ];
+        w.git(&src, &args).trim().to_owned()
+    };
+    let bad = bad_commit(w.git(&src, &["rev-parse", "HEAD"]).trim(), 1);
     // The object is one git's fsck refuses by default.
     let fsck = w.git_out(&src, &["fsck", "--no-dangling"]);
     assert!(
@@ -2176,28 +2175,13 @@ fn a_push_fsck_would_refuse_is_replicated_where_the_repository_does_not_check_ob
         c.logs()
     );
     let refs = c.converged(&w, "f.git", 3);
-    assert_eq!(refs.get("refs/heads/bad").map(String::as_str), Some(bad));
+    assert_eq!(refs.get("refs/heads/bad"), Some(&bad));
     // A replica that was down catches up objects like it from its peers, checked alike.
     c.kill_node(2);
-    let raw = format!(
-        "tree {}\nparent {bad}\nauthor A <a@b 2 +0000\ncommitter C <c@d> 2 +0000\n\nagain\n",
-        tree.trim()
-    );
-    std::fs::write(w.path("bad-commit"), raw).unwrap();
-    let again = w.git(
-        &src,
-        &[
-            "hash-object",
-            "-t",
-            "commit",
-            "-w",
-            "--literally",
-            "../bad-commit",
-        ],
-    );
-    let spec = format!("{}:refs/heads/bad", again.trim());
+    let again = bad_commit(&bad, 2);
+    let spec = format!("{again}:refs/heads/bad");
     c.must_push(&w, &src, 0, "f.git", &[&spec], "push with n2 down");
     c.start_node(&w, 2);
     let refs = c.converged(&w, "f.git", 3);
-    assert_eq!(refs.get("refs/heads/bad"), Some(&again.trim().to_owned()));
+    assert_eq!(refs.get("refs/heads/bad"), Some(&again));
 }
