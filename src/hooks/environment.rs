@@ -173,15 +173,24 @@ impl HookEnvironment {
     }
 }
 
-/// The first executable `program` in the directories of `path` (a `PATH` value).
+/// The executable `program` the child's own lookup would find on `path` (a `PATH` value), or
+/// `None` when that cannot be said here: a relative entry before it is relative to the child's
+/// working directory (each repository), so the lookup is left to the child then. (The `which`
+/// crate resolves relative entries against one directory given up front, which is not this.)
 fn on_path(path: &OsStr, program: &str) -> Option<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt;
-    std::env::split_paths(path)
-        .filter(|dir| dir.is_absolute())
-        .map(|dir| dir.join(program))
-        .find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    for dir in std::env::split_paths(path) {
+        if !dir.is_absolute() {
+            return None;
+        }
+        let candidate = dir.join(program);
+        if std::fs::metadata(&candidate)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        {
+            return Some(candidate);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -314,8 +323,12 @@ mod tests {
         let path = std::env::join_paths([&empty, &bin]).unwrap();
         let clean = HookEnvironment::clean([(OsString::from("PATH"), path)], &[]);
         assert_eq!(clean.git_program(), git.as_os_str());
-        let nowhere = HookEnvironment::clean([(OsString::from("PATH"), empty.into())], &[]);
+        let nowhere = HookEnvironment::clean([(OsString::from("PATH"), empty.clone().into())], &[]);
         assert_eq!(nowhere.git_program(), "git");
+        // A relative entry first: the child's lookup depends on its working directory.
+        let relative = std::env::join_paths([std::path::Path::new("bin"), &bin]).unwrap();
+        let relative = HookEnvironment::clean([(OsString::from("PATH"), relative)], &[]);
+        assert_eq!(relative.git_program(), "git");
         assert_eq!(HookEnvironment::Inherit.git_program(), "git");
     }
 }
