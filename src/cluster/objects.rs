@@ -121,31 +121,15 @@ pub(super) fn receive(
     reader: &mut dyn Read,
     shallow: &[gix_hash::ObjectId],
 ) -> Result<Arrived, Error> {
-    let q = ingest::Quarantine::create(&repo.objects_dir)
-        .map_err(Error::Quarantine)?
-        .with_shared_repository(repo.config.ingest.shared_repository)
-        .with_durability(repo.config.durability);
+    let q = repo.quarantine().map_err(Error::Quarantine)?;
+    // Checked as the repository asks, as the accepting node checked it (checking more here, a
+    // replica would refuse what a single node takes). A replica keeps the pack whatever its
+    // size, and bounds its objects by berth's default only: the accepting node applied the
+    // repository's `berth.maxObjectSize` already.
     let options = ingest::Options {
-        object_format: repo.object_format,
-        // The checks the repository asks for, as the accepting node made them (and git's
-        // receive-pack): stricter here, a replica would refuse what a single node takes.
-        fsck: repo
-            .config
-            .ingest
-            .fsck_objects
-            .then(|| repo.config.ingest.fsck.clone()),
-        shallow: repo
-            .shallow()
-            .into_iter()
-            .chain(shallow.iter().copied())
-            .collect(),
-        max_input_size: repo.config.ingest.max_input_size,
-        files: crate::objects::pack_files::Options {
-            write_reverse_index: repo.config.ingest.write_reverse_index,
-            shared: repo.config.ingest.shared_repository,
-            durability: repo.config.durability,
-        },
-        ..Default::default()
+        unpack_limit: 0,
+        max_object_size: 0,
+        ..repo.ingest_options(shallow)
     };
     let mut input = BufReader::with_capacity(64 * 1024, reader);
     let received = ingest::receive_pack(&mut input, &q, objects, options)?;

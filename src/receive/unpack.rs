@@ -49,44 +49,16 @@ pub(super) fn unpack<W: Write, E: Write>(
         return Ok(unpacked);
     }
     let _span = info_span!("ingest").entered();
-    let config = &repo.config;
-    let q = match Quarantine::create(&repo.objects_dir) {
-        Ok(q) => q
-            .with_shared_repository(config.ingest.shared_repository)
-            .with_durability(config.durability),
+    let q = match repo.quarantine() {
+        Ok(q) => q,
         Err(e) => {
             unpacked.status = Unpack::Failed(ingest::UnpackError::Quarantine(e).to_string());
             return Ok(unpacked);
         }
     };
     let opts = ingest::Options {
-        max_input_size: config.ingest.max_input_size,
-        thread_limit: None,
-        // With `extensions.compatObjectFormat`, git's unpack-objects would record each loose
-        // object's compatibility id (`loose-object-idx`), which berth does not write; index-pack
-        // records none, so keep the pack as index-pack would.
-        unpack_limit: if repo.compat_object_format.is_some() {
-            0
-        } else {
-            config.ingest.unpack_limit
-        },
         reject_thin_pack: options.reject_thin_pack,
-        fsck: config
-            .ingest
-            .fsck_objects
-            .then(|| config.ingest.fsck.clone()),
-        max_object_size: config.ingest.max_object_size,
-        shallow: repo
-            .shallow()
-            .into_iter()
-            .chain(client_shallow.iter().copied())
-            .collect(),
-        object_format: repo.object_format,
-        files: crate::objects::pack_files::Options {
-            write_reverse_index: config.ingest.write_reverse_index,
-            shared: config.ingest.shared_repository,
-            durability: config.durability,
-        },
+        ..repo.ingest_options(client_shallow)
     };
     let mut sink = options.pack_tee.as_ref().map(|t| t.start(client_shallow));
     let result = match sink.as_deref_mut() {

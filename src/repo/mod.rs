@@ -144,6 +144,44 @@ impl Repository {
             .unwrap_or_default()
     }
 
+    /// A quarantine for objects pushed into this repository (git's `tmp_objdir`), with the
+    /// permissions and durability its configuration asks for.
+    pub fn quarantine(&self) -> std::io::Result<crate::objects::ingest::Quarantine> {
+        Ok(crate::objects::ingest::Quarantine::create(&self.objects_dir)?
+            .with_shared_repository(self.config.ingest.shared_repository)
+            .with_durability(self.config.durability))
+    }
+
+    /// How a pack pushed into this repository is taken in, as its configuration asks
+    /// (`receive.*` and `transfer.*`, `pack.writeReverseIndex`, `core.sharedRepository`,
+    /// durability): by a client's push, and alike by a replica taking the same pack from the
+    /// node that accepted it. `shallow`: the push's shallow commits, besides the repository's.
+    pub fn ingest_options(&self, shallow: &[gix_hash::ObjectId]) -> crate::objects::ingest::Options {
+        let ingest = &self.config.ingest;
+        crate::objects::ingest::Options {
+            max_input_size: ingest.max_input_size,
+            thread_limit: None,
+            // With `extensions.compatObjectFormat`, git's unpack-objects would record each
+            // loose object's compatibility id (`loose-object-idx`), which berth does not write;
+            // index-pack records none, so keep the pack as index-pack would.
+            unpack_limit: if self.compat_object_format.is_some() {
+                0
+            } else {
+                ingest.unpack_limit
+            },
+            reject_thin_pack: false,
+            fsck: ingest.fsck_objects.then(|| ingest.fsck.clone()),
+            max_object_size: ingest.max_object_size,
+            shallow: self.shallow().into_iter().chain(shallow.iter().copied()).collect(),
+            object_format: self.object_format,
+            files: crate::objects::pack_files::Options {
+                write_reverse_index: ingest.write_reverse_index,
+                shared: ingest.shared_repository,
+                durability: self.config.durability,
+            },
+        }
+    }
+
     /// Add `roots` to `$GIT_DIR/shallow`, under git's `shallow.lock`.
     pub fn add_shallow(&self, roots: &[gix_hash::ObjectId]) -> std::io::Result<()> {
         let mut all = self.shallow();
