@@ -245,28 +245,28 @@ impl Gate {
     ) -> Result<Box<dyn GateCommit>, GateRefusal> {
         let id = wire::Id::random();
         let txid = id.to_string();
-        let base = self.check_base(&txid, updates).await?;
+        // The updates are packed (once, for the prepare and the entry) while the log head is
+        // read; a base refused is still the first refusal.
+        let (base, packed) = tokio::join!(self.check_base(&txid, updates), async {
+            wire::Packed::of(updates)
+        });
+        let base = base?;
         let need = self.need();
         // The list the push is prepared on; the commit point compares its revision.
         let placed = self.placed().await?;
+        let packed = packed.map_err(PrepareRefused::from)?;
         let shallow = self.shallow_roots();
-        let prepared = self
-            .prepare(base, id, updates, &shallow, need, &placed.list)
-            .await?;
+        let entry = log::Append {
+            seq: base.seq + 1,
+            txid: &txid,
+            origin: &self.cluster.node,
+            updates,
+            packed: &packed,
+            shallow: &shallow,
+        };
+        let prepared = self.prepare(base, id, &entry, need, &placed.list).await?;
         let seq = match self
-            .commit_point(
-                base,
-                log::Entry {
-                    seq: base.seq + 1,
-                    txid: txid.clone(),
-                    origin: self.cluster.node.clone(),
-                    updates: updates.to_vec(),
-                    shallow,
-                },
-                placed,
-                &prepared.names(),
-                need,
-            )
+            .commit_point(base, entry, placed, &prepared.names(), need)
             .await
         {
             Ok(seq) => seq,
@@ -403,26 +403,24 @@ impl Gate {
         }
     }
 
-    /// Step 2, the prepare: the updates and the pack stream's id to every other live replica,
-    /// in parallel; the ones that prepared, if they and this one are a quorum (else they are
-    /// told to abort).
+    /// Step 2, the prepare: the entry's updates (packed once, as the entry carries them) and the
+    /// pack stream's id to every other live replica, in parallel; the ones that prepared, if they
+    /// and this one are a quorum (else they are told to abort).
     async fn prepare(
         &self,
         base: Base,
         id: wire::Id,
-        updates: &[RefUpdate],
-        shallow: &[gix_hash::ObjectId],
+        entry: &log::Append<'_>,
         need: Need,
         replicas: &[String],
     ) -> Result<Prepared, PrepareRefused> {
         let c = &self.cluster;
         let txid = id.to_string();
-        let wire_updates = wire::updates(updates)?;
         // A batch of deletions needs no objects: it leaves the stream to the batch that does.
         let stream = self
             .stream
             .as_ref()
-            .filter(|_| updates.iter().any(|u| new_of(u).is_some()))
+            .filter(|_| entry.updates.iter().any(|u| new_of(u).is_some()))
             .and_then(|s| s.streamed().cloned());
         let header = wire::encode(&wire::Prepare {
             base_seq: base.seq,
@@ -432,8 +430,8 @@ impl Gate {
                 .map_err(|e| PrepareRefused::NotReplicable(e.into()))?,
             stream,
             txid: id,
-            updates: wire_updates,
-            shallow: shallow.iter().copied().map(wire::Oid).collect(),
+            updates: entry.packed,
+            shallow: entry.shallow.iter().copied().map(wire::Oid).collect(),
             origin: wire::NodeName::try_from(c.node.as_str()).ok(),
             age: Some(self.age),
         });
@@ -527,7 +525,7 @@ impl Gate {
     async fn commit_point(
         &self,
         base: Base,
-        mut entry: log::Entry,
+        mut entry: log::Append<'_>,
         placed: Placed,
         prepared: &[String],
         need: Need,
@@ -578,7 +576,7 @@ impl Gate {
             // old values checked under the locks still hold: try again after them.
             rounds += 1;
             let winners = c
-                .winners(&self.name, base.seq, lost.seq, &entry.txid, &entry.updates)
+                .winners(&self.name, base.seq, lost.seq, entry.txid, entry.updates)
                 .await
                 .map_err(|e| {
                     tracing::warn!(target: "berth::cluster", repo = %Escaped::token(&self.name), error = %Escaped::text(&e.to_string()), "cannot read the log");
@@ -610,9 +608,9 @@ impl Gate {
         &self,
         rev: i64,
         placed: i64,
-        entry: &log::Entry,
+        entry: &log::Append<'_>,
     ) -> Result<log::Put, CommitRefused> {
-        let txid = entry.txid.as_str();
+        let txid = entry.txid;
         let value = entry.encode()?;
         let head_value = entry.encode_head()?;
         let start = Instant::now();

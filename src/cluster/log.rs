@@ -39,18 +39,34 @@ pub(super) enum Error {
     Decode(#[from] wire::Decode),
 }
 
-impl Entry {
+/// An entry as the commit point appends it: the push's updates borrowed, and packed once
+/// ([`wire::Packed`]) for both its prepare's header and this entry.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Append<'a> {
+    pub(super) seq: u64,
+    pub(super) txid: &'a str,
+    pub(super) origin: &'a str,
+    pub(super) updates: &'a [RefUpdate],
+    /// `updates`, packed.
+    pub(super) packed: &'a wire::Packed,
+    pub(super) shallow: &'a [gix_hash::ObjectId],
+}
+
+impl<'a> Append<'a> {
     /// The wire form, with the updates or (a head) without.
-    fn wire(&self, updates: Option<Vec<wire::Update>>) -> Result<wire::Entry, wire::Invalid> {
+    fn wire(
+        &self,
+        updates: Option<&'a wire::Packed>,
+    ) -> Result<wire::Entry<&'a wire::Packed>, wire::Invalid> {
         // A head carries neither updates nor shallow roots.
         let shallow = match updates {
             Some(_) => self.shallow.iter().copied().map(wire::Oid).collect(),
             None => Vec::new(),
         };
         Ok(wire::Entry {
-            origin: wire::NodeName::try_from(self.origin.as_str())?,
+            origin: wire::NodeName::try_from(self.origin)?,
             seq: self.seq,
-            txid: wire::Id::try_from(self.txid.as_str())?,
+            txid: wire::Id::try_from(self.txid)?,
             updates,
             shallow,
         })
@@ -61,12 +77,13 @@ impl Entry {
         Ok(wire::encode(&self.wire(None)?))
     }
 
-    /// The entry as stored in etcd (`entries/<seq>`); an error if a ref name cannot travel.
+    /// The entry as stored in etcd (`entries/<seq>`).
     pub(super) fn encode(&self) -> Result<Vec<u8>, wire::NotReplicable> {
-        let updates = wire::updates(&self.updates)?;
-        Ok(wire::encode(&self.wire(Some(updates))?))
+        Ok(wire::encode(&self.wire(Some(self.packed))?))
     }
+}
 
+impl Entry {
     /// An entry read from etcd (a head, from the log key, has no updates).
     pub(super) fn decode(b: &[u8]) -> Result<Entry, wire::Decode> {
         let e: wire::Entry = wire::decode("log entry", b)?;
@@ -74,7 +91,7 @@ impl Entry {
             seq: e.seq,
             txid: e.txid.into(),
             origin: e.origin.into(),
-            updates: wire::ref_updates(e.updates.unwrap_or_default()),
+            updates: e.updates.unwrap_or_default().into(),
             shallow: e.shallow.into_iter().map(|id| id.0).collect(),
         })
     }
@@ -242,6 +259,18 @@ mod tests {
     use crate::refs::Expected;
     use gix_hash::ObjectId;
 
+    /// `e` as the commit point appends it.
+    fn append<'a>(e: &'a Entry, packed: &'a wire::Packed) -> Append<'a> {
+        Append {
+            seq: e.seq,
+            txid: &e.txid,
+            origin: &e.origin,
+            updates: &e.updates,
+            packed,
+            shallow: &e.shallow,
+        }
+    }
+
     #[test]
     fn round_trip() {
         let a = ObjectId::from_hex(b"1111111111111111111111111111111111111111").unwrap();
@@ -269,13 +298,14 @@ mod tests {
             ],
             shallow: vec![b],
         };
-        let d = Entry::decode(&e.encode().unwrap()).unwrap();
+        let packed = wire::Packed::of(&e.updates).unwrap();
+        let d = Entry::decode(&append(&e, &packed).encode().unwrap()).unwrap();
         assert_eq!((d.txid.as_str(), d.origin.as_str()), ("ab", "n1"));
         assert_eq!(d.seq, 7);
         assert_eq!(d.updates, e.updates);
         assert_eq!(d.shallow, vec![b]);
         // The head (the log key) carries neither the updates nor the shallow roots.
-        let head = Entry::decode(&e.encode_head().unwrap()).unwrap();
+        let head = Entry::decode(&append(&e, &packed).encode_head().unwrap()).unwrap();
         assert!(head.updates.is_empty() && head.shallow.is_empty());
         // An entry without shallow roots is written as before.
         let full = Entry {
@@ -283,7 +313,7 @@ mod tests {
             ..e.clone()
         };
         assert!(
-            !String::from_utf8(full.encode().unwrap())
+            !String::from_utf8(append(&full, &packed).encode().unwrap())
                 .unwrap()
                 .contains("shallow")
         );
@@ -313,7 +343,8 @@ mod tests {
                 .collect(),
             shallow: Vec::new(),
         };
-        let stored = e.encode().unwrap();
+        let packed = wire::Packed::of(&e.updates).unwrap();
+        let stored = append(&e, &packed).encode().unwrap();
         assert!(stored.len() < 8 * e.updates.len(), "{} bytes", stored.len());
         assert_eq!(Entry::decode(&stored).unwrap().updates, e.updates);
     }

@@ -214,7 +214,7 @@ fn parse_header(b: &[u8]) -> Result<PrepareHeader, wire::Decode> {
         base_seq: h.base_seq,
         committer_name: h.committer_name,
         committer_email: h.committer_email,
-        updates: wire::ref_updates(h.updates),
+        updates: h.updates.into(),
         stream: h.stream.map(String::from),
         shallow: h.shallow.into_iter().map(|id| id.0).collect(),
         origin: h.origin.map(String::from),

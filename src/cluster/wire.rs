@@ -16,6 +16,7 @@ use futures_util::StreamExt;
 mod message;
 mod packed;
 pub(super) use message::*;
+pub(super) use packed::Packed;
 
 /// The header that carries the cluster secret.
 pub(super) const SECRET_HEADER: &str = "x-berth-cluster-secret";

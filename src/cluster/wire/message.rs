@@ -13,6 +13,7 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::packed::Updates;
 use crate::refs::{Change, Expected, RefUpdate};
 
 /// Why a field of a message was refused.
@@ -169,9 +170,16 @@ checked_string!(
     /// A ref name a push could have written: `refs/…` by git's rules (`repo::policy`'s
     /// one-pass check; one component after `refs/` allowed).
     RefName,
-    |s| crate::repo::policy::is_valid_refname(s.into(), true),
+    RefName::is_valid,
     Invalid::RefName
 );
+
+impl RefName {
+    /// Whether `s` is a ref name a push could have written.
+    pub(in crate::cluster) fn is_valid(s: &str) -> bool {
+        crate::repo::policy::is_valid_refname(s.into(), true)
+    }
+}
 
 impl Id {
     /// A new random id (16 bytes, as 32 hex digits).
@@ -242,17 +250,6 @@ pub(in crate::cluster) struct Update {
     pub(in crate::cluster) change: Change,
 }
 
-impl TryFrom<&RefUpdate> for Update {
-    type Error = NotReplicable;
-    fn try_from(u: &RefUpdate) -> Result<Self, NotReplicable> {
-        let name = std::str::from_utf8(&u.name).map_err(|_| NotReplicable::NotUtf8)?;
-        Ok(Update {
-            name: RefName::try_from(name)?,
-            change: u.change,
-        })
-    }
-}
-
 impl From<Update> for RefUpdate {
     fn from(u: Update) -> RefUpdate {
         RefUpdate {
@@ -260,16 +257,6 @@ impl From<Update> for RefUpdate {
             change: u.change,
         }
     }
-}
-
-/// The wire form of `updates`; an error if a name cannot travel.
-pub(in crate::cluster) fn updates(updates: &[RefUpdate]) -> Result<Vec<Update>, NotReplicable> {
-    updates.iter().map(Update::try_from).collect()
-}
-
-/// The ref updates of `updates`, checked on decoding.
-pub(in crate::cluster) fn ref_updates(updates: Vec<Update>) -> Vec<RefUpdate> {
-    updates.into_iter().map(RefUpdate::from).collect()
 }
 
 /// An update's operation.
@@ -368,21 +355,17 @@ impl From<Update> for UpdateFields {
 /// A log entry (`repos/<name>/entries/<seq>`), or its head without `updates` (the value of
 /// `logs/<name>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(in crate::cluster) struct Entry {
+pub(in crate::cluster) struct Entry<U = Updates> {
     /// The node that accepted the push.
     pub(in crate::cluster) origin: NodeName,
     /// 1 for the repository's first entry, then one more each.
     pub(in crate::cluster) seq: u64,
     /// The push's transaction id.
     pub(in crate::cluster) txid: Id,
-    /// The ref updates, in order; `None` in a head. Written packed (`wire/packed.rs`), read
-    /// packed or as the JSON list entries had before.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "super::packed::option"
-    )]
-    pub(in crate::cluster) updates: Option<Vec<Update>>,
+    /// The ref updates, in order; `None` in a head. Written [`super::Packed`] once for the prepare
+    /// and the entry, read as [`Updates`] (packed, or the JSON list entries had before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(in crate::cluster) updates: Option<U>,
     /// The shallow roots of the push (the client's `shallow` commits the accepting node holds
     /// as shallow, `$GIT_DIR/shallow`): a replica catching up checks connectivity with them and
     /// records the ones its copy needs. Absent in a head, and for a push from a full clone.
@@ -392,7 +375,7 @@ pub(in crate::cluster) struct Entry {
 
 /// The header of `POST /_berth/cluster/prepare`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(in crate::cluster) struct Prepare {
+pub(in crate::cluster) struct Prepare<U = Updates> {
     /// The log sequence number the push was decided against.
     pub(in crate::cluster) base_seq: u64,
     pub(in crate::cluster) committer_email: String,
@@ -401,9 +384,8 @@ pub(in crate::cluster) struct Prepare {
     /// The id of the stream that brought the push's pack; `null`: the push has no pack.
     pub(in crate::cluster) stream: Option<Id>,
     pub(in crate::cluster) txid: Id,
-    /// Packed as a log entry's (`wire/packed.rs`).
-    #[serde(with = "super::packed::list")]
-    pub(in crate::cluster) updates: Vec<Update>,
+    /// As a log entry's: [`super::Packed`] when written, [`Updates`] when read.
+    pub(in crate::cluster) updates: U,
     /// The push's shallow roots, as [`Entry::shallow`]; absent for a push from a full clone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(in crate::cluster) shallow: Vec<Oid>,
@@ -640,6 +622,41 @@ mod tests {
         ]
     }
 
+    /// [`sample_updates`] as read from a message.
+    fn sample_list() -> Updates {
+        let read = |u: &RefUpdate| Update {
+            name: RefName::try_from(std::str::from_utf8(&u.name).unwrap()).unwrap(),
+            change: u.change,
+        };
+        Updates(sample_updates().iter().map(read).collect())
+    }
+
+    /// What a sender writes once ([`super::super::Packed`]) is what a reader reads, and the
+    /// same string a list of updates is written as; a name a peer would refuse is refused
+    /// before it is sent.
+    #[test]
+    fn updates_packed_once_read_back_as_they_were() {
+        let packed = super::super::Packed::of(&sample_updates()).unwrap();
+        let written = serde_json::to_string(&packed).unwrap();
+        assert_eq!(written, serde_json::to_string(&sample_list()).unwrap());
+        let read: Updates = serde_json::from_str(&written).unwrap();
+        assert_eq!(Vec::<RefUpdate>::from(read), sample_updates());
+        let bad = |name: &[u8]| {
+            super::super::Packed::of(&[RefUpdate {
+                name: name.into(),
+                change: Change::Delete { old: Expected::Any },
+            }])
+        };
+        assert!(matches!(
+            bad(b"refs/heads/\xff"),
+            Err(NotReplicable::NotUtf8)
+        ));
+        assert!(matches!(
+            bad(b"refs/heads/a..b"),
+            Err(NotReplicable::Invalid(Invalid::RefName(n))) if n == "refs/heads/a..b"
+        ));
+    }
+
     #[test]
     fn the_json_is_what_json_macro_wrote() {
         let (a, b) = ("1".repeat(40), "2".repeat(40));
@@ -647,7 +664,7 @@ mod tests {
             origin: NodeName::try_from("n1").unwrap(),
             seq: 7,
             txid: Id::try_from("ab").unwrap(),
-            updates: Some(updates(&sample_updates()).unwrap()),
+            updates: Some(sample_list()),
             shallow: Vec::new(),
         };
         let want = format!(
@@ -656,7 +673,7 @@ mod tests {
         // The updates are packed now (`wire/packed.rs`); the list above is still read.
         let packed = base64::Engine::encode(
             &base64::engine::general_purpose::STANDARD,
-            super::super::packed::encode(entry.updates.as_deref().unwrap()),
+            super::super::packed::encode(&entry.updates.as_ref().unwrap().0),
         );
         assert_eq!(
             String::from_utf8(encode(&entry)).unwrap(),
@@ -681,7 +698,7 @@ mod tests {
             repo: RepoName::try_from("team/app").unwrap(),
             stream: None,
             txid: Id::try_from("ab").unwrap(),
-            updates: Vec::new(),
+            updates: Updates::default(),
             shallow: Vec::new(),
             origin: None,
             age: None,
@@ -748,7 +765,7 @@ mod tests {
             origin: NodeName::try_from("node-1.a_b").unwrap(),
             seq: u64::MAX,
             txid: Id::try_from("0123456789abcdef").unwrap(),
-            updates: Some(updates(&sample_updates()).unwrap()),
+            updates: Some(sample_list()),
             shallow: vec![Oid(oid('4'))],
         };
         let back: Entry = decode("log entry", &encode(&entry)).unwrap();
@@ -777,7 +794,10 @@ mod tests {
             decode_query::<StreamQuery>("stream", &format!("repo=r&stream=ab&shallow={too_many}"))
                 .is_err()
         );
-        assert_eq!(ref_updates(back.updates.unwrap()), sample_updates());
+        assert_eq!(
+            Vec::<RefUpdate>::from(back.updates.unwrap()),
+            sample_updates()
+        );
         let sha256 = ObjectId::from_hex("3".repeat(64).as_bytes()).unwrap();
         let snap = Snapshot {
             head: None,

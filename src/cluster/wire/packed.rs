@@ -24,11 +24,11 @@
 
 use base64::Engine;
 use serde::de::{self, SeqAccess, Visitor};
-use serde::{Deserializer, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::refs::{Change, Expected};
+use crate::refs::{Change, Expected, RefUpdate};
 
-use super::{RefName, Update};
+use super::{Invalid as NotARef, NotReplicable, RefName, Update};
 
 /// The format's version byte.
 const VERSION: u8 = 1;
@@ -96,6 +96,15 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 
 /// The binary form of `updates`.
 pub(in crate::cluster) fn encode(updates: &[Update]) -> Vec<u8> {
+    pack(
+        updates
+            .iter()
+            .map(|u| (u.name.as_str().as_bytes(), u.change)),
+    )
+}
+
+/// The binary form of `updates`, each a name (already checked) and its change.
+fn pack<'a>(updates: impl ExactSizeIterator<Item = (&'a [u8], Change)>) -> Vec<u8> {
     let mut ids: Vec<gix_hash::ObjectId> = Vec::new();
     let mut index: std::collections::HashMap<gix_hash::ObjectId, u64> =
         std::collections::HashMap::new();
@@ -108,14 +117,13 @@ pub(in crate::cluster) fn encode(updates: &[Update]) -> Vec<u8> {
     let mut body = Vec::with_capacity(updates.len() * 8);
     put_varint(&mut body, updates.len() as u64);
     let mut previous: &[u8] = b"";
-    for u in updates {
-        let (tag, new, old) = match u.change {
+    for (name, change) in updates {
+        let (tag, new, old) = match change {
             Change::Create { new } => (0u8, Some(new), None),
             Change::Update { old, new } => (1, Some(new), expected(old)),
             Change::Delete { old } => (2, None, expected(old)),
         };
         body.push(tag | if old.is_some() { 4 } else { 0 });
-        let name = u.name.as_str().as_bytes();
         let shared = name
             .iter()
             .zip(previous)
@@ -142,6 +150,58 @@ pub(in crate::cluster) fn encode(updates: &[Update]) -> Vec<u8> {
     }
     out.extend_from_slice(&body);
     out
+}
+
+/// A push's ref updates packed once, as the base64 string every message that carries them
+/// writes (the prepare's header, the log entry): a 10,000-ref push's names are checked and
+/// packed once, not once per message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::cluster) struct Packed(String);
+
+impl Packed {
+    /// `updates` packed; an error if a name cannot travel (not UTF-8, or one a peer would
+    /// refuse, checked as [`RefName`] checks it).
+    pub(in crate::cluster) fn of(updates: &[RefUpdate]) -> Result<Packed, NotReplicable> {
+        for u in updates {
+            let name = std::str::from_utf8(&u.name).map_err(|_| NotReplicable::NotUtf8)?;
+            if !RefName::is_valid(name) {
+                return Err(NotARef::RefName(name.to_owned()).into());
+            }
+        }
+        let packed = pack(updates.iter().map(|u| (u.name.as_slice(), u.change)));
+        Ok(Packed(
+            base64::engine::general_purpose::STANDARD.encode(packed),
+        ))
+    }
+}
+
+impl Serialize for Packed {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+/// A message's ref updates as read: packed, or the JSON list of objects entries had before
+/// this encoding; every name and id checked. Written packed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(in crate::cluster) struct Updates(pub(in crate::cluster) Vec<Update>);
+
+impl From<Updates> for Vec<RefUpdate> {
+    fn from(u: Updates) -> Vec<RefUpdate> {
+        u.0.into_iter().map(RefUpdate::from).collect()
+    }
+}
+
+impl Serialize for Updates {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(encode(&self.0)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Updates {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Updates, D::Error> {
+        d.deserialize_any(EitherForm).map(Updates)
+    }
 }
 
 fn expected(e: Expected) -> Option<gix_hash::ObjectId> {
@@ -266,10 +326,6 @@ pub(in crate::cluster) fn decode(b: &[u8]) -> Result<Vec<Update>, Invalid> {
     }
 }
 
-fn serialize_packed<S: Serializer>(updates: &[Update], s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(encode(updates)))
-}
-
 /// Reads either form: a base64 string of the binary form, or a JSON list of update objects.
 struct EitherForm;
 
@@ -293,46 +349,6 @@ impl<'de> Visitor<'de> for EitherForm {
             out.push(u);
         }
         Ok(out)
-    }
-}
-
-/// `#[serde(with = "packed::list")]` for a `Vec<Update>`: written packed, read in either form.
-pub(in crate::cluster) mod list {
-    use super::*;
-
-    pub(in crate::cluster) fn serialize<S: Serializer>(
-        updates: &[Update],
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        serialize_packed(updates, s)
-    }
-
-    pub(in crate::cluster) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Vec<Update>, D::Error> {
-        d.deserialize_any(EitherForm)
-    }
-}
-
-/// `#[serde(with = "packed::option")]` for an `Option<Vec<Update>>` (with `default` and
-/// `skip_serializing_if = "Option::is_none"`): written packed, read in either form.
-pub(in crate::cluster) mod option {
-    use super::*;
-
-    pub(in crate::cluster) fn serialize<S: Serializer>(
-        updates: &Option<Vec<Update>>,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        match updates {
-            Some(u) => serialize_packed(u, s),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub(in crate::cluster) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<Vec<Update>>, D::Error> {
-        d.deserialize_any(EitherForm).map(Some)
     }
 }
 
@@ -452,19 +468,18 @@ mod tests {
     fn the_json_list_of_before_is_still_read() {
         #[derive(serde::Deserialize)]
         struct Holder {
-            #[serde(with = "list")]
-            updates: Vec<Update>,
+            updates: Updates,
         }
         let u = every_kind();
         let old = serde_json::json!({ "updates": u });
         let read: Holder = serde_json::from_value(old).unwrap();
-        assert_eq!(read.updates, u);
+        assert_eq!(read.updates.0, u);
         let new = format!(
             r#"{{"updates":"{}"}}"#,
             base64::engine::general_purpose::STANDARD.encode(encode(&u))
         );
         let read: Holder = serde_json::from_str(&new).unwrap();
-        assert_eq!(read.updates, u);
+        assert_eq!(read.updates.0, u);
     }
 
     /// A small input whose names each repeat a long previous name for a few bytes refuses
