@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tracing::Instrument;
 
 use super::applied::Recorded;
 use super::decide::{
@@ -247,9 +248,10 @@ impl Gate {
         let txid = id.to_string();
         // The updates are packed (once, for the prepare and the entry) while the log head is
         // read; a base refused is still the first refusal.
-        let (base, packed) = tokio::join!(self.check_base(&txid, updates), async {
-            wire::Packed::of(updates)
-        });
+        let pack = async { wire::Packed::of(updates) };
+        let (base, packed) = async { tokio::join!(self.check_base(&txid, updates), pack) }
+            .instrument(tracing::info_span!("cluster_base"))
+            .await;
         let base = base?;
         let need = self.need();
         // The list the push is prepared on; the commit point compares its revision.
@@ -267,6 +269,7 @@ impl Gate {
         let prepared = self.prepare(base, id, &entry, need, &placed.list).await?;
         let seq = match self
             .commit_point(base, entry, placed, &prepared.names(), need)
+            .instrument(tracing::info_span!("cluster_commit_point"))
             .await
         {
             Ok(seq) => seq,
@@ -1087,9 +1090,8 @@ impl GateCommit for Decided {
             applied += 1;
         }
         // The client hears back once the quorum applied it; the rest confirm in the background.
-        applied += self
-            .handle
-            .block_on(self.peers.tell(self.need.need.saturating_sub(applied)));
+        let tell = self.peers.tell(self.need.need.saturating_sub(applied));
+        applied += (self.handle).block_on(tell.instrument(tracing::info_span!("cluster_decide")));
         if applied >= self.need.need {
             Ok(())
         } else {

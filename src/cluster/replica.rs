@@ -244,7 +244,8 @@ pub(super) async fn prepare(cluster: &Arc<Cluster>, req: Request) -> Response {
         Ok(h) => h,
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("prepare: {e}")),
     };
-    let h = match parse_header(&header) {
+    let parsed = tracing::info_span!("replica_header", bytes = header.len());
+    let h = match parsed.in_scope(|| parse_header(&header)) {
         Ok(h) => h,
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
@@ -370,6 +371,8 @@ struct Opened {
 
 impl Job {
     fn run(self, ready: Ready) {
+        let preparing = tracing::info_span!("replica_prepare", refs = self.h.updates.len());
+        let entered = preparing.enter();
         let opened = match self.check_base().and_then(|()| self.open()) {
             Ok(o) => o,
             Err(e) => return self.not_prepared(ready, e),
@@ -401,6 +404,7 @@ impl Job {
             Ok(p) => p,
             Err(e) => return self.not_prepared(ready, Local::from(e).into()),
         };
+        drop(entered);
         // Dropped when this job ends: the prepare's answer ends too.
         let (_decided, decided) = tokio::sync::oneshot::channel::<()>();
         let Some(words) = self.announce(ready, decided) else {
@@ -445,6 +449,7 @@ impl Job {
     /// Preparing, first: a copy here, at the push's base or off it by entries of other refs
     /// only.
     fn check_base(&self) -> Result<(), NotPrepared> {
+        let _span = tracing::info_span!("check_base").entered();
         let (cluster, h, handle) = (&self.cluster, &self.h, &self.handle);
         handle.block_on(cluster.copies.ensure(&h.repo, &self.dir))?;
         let applied = applied_seq(&self.dir);
@@ -472,6 +477,7 @@ impl Job {
     /// Preparing, then: the copy opened, the push's pack moved in from its stream, the new
     /// tips connected, the refs read.
     fn open(&self) -> Result<Opened, NotPrepared> {
+        let _span = tracing::info_span!("open").entered();
         let h = &self.h;
         let (repo, objects) = super::copy::open(&self.dir, &self.env)?;
         // The pack arrived (or is arriving) on its own stream, already checked.

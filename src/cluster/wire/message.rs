@@ -13,7 +13,7 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::packed::Updates;
+use super::packed::{Packed, Updates};
 use crate::refs::{Change, Expected, RefUpdate};
 
 /// Why a field of a message was refused.
@@ -362,7 +362,7 @@ pub(in crate::cluster) struct Entry<U = Updates> {
     pub(in crate::cluster) seq: u64,
     /// The push's transaction id.
     pub(in crate::cluster) txid: Id,
-    /// The ref updates, in order; `None` in a head. Written [`super::Packed`] once for the prepare
+    /// The ref updates, in order; `None` in a head. Written [`Packed`] once for the prepare
     /// and the entry, read as [`Updates`] (packed, or the JSON list entries had before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(in crate::cluster) updates: Option<U>,
@@ -371,6 +371,58 @@ pub(in crate::cluster) struct Entry<U = Updates> {
     /// records the ones its copy needs. Absent in a head, and for a push from a full clone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(in crate::cluster) shallow: Vec<Oid>,
+}
+
+/// The first byte of a log entry stored in its binary form ([`Entry::stored`]); a JSON entry
+/// (a head, or an entry stored before the binary form) starts with `{`.
+const STORED_ENTRY: u8 = 1;
+
+impl Entry<&Packed> {
+    /// The entry as etcd stores it (`entries/<seq>`): [`STORED_ENTRY`], the length of a JSON
+    /// header (u32, big-endian), the header (the entry without its updates), then the
+    /// updates' packed bytes as they are. A 10,000-ref entry is ~51 KB so, not the 68 KB of
+    /// base64 inside JSON, which etcd's JSON gateway base64-encodes again.
+    pub(in crate::cluster) fn stored(&self) -> Vec<u8> {
+        let header = encode(&Entry::<&Packed> {
+            updates: None,
+            ..self.clone()
+        });
+        let packed = self.updates.map_or(&[][..], |p| p.as_bytes());
+        let mut out = Vec::with_capacity(5 + header.len() + packed.len());
+        out.push(STORED_ENTRY);
+        out.extend_from_slice(&(header.len() as u32).to_be_bytes());
+        out.extend_from_slice(&header);
+        out.extend_from_slice(packed);
+        out
+    }
+}
+
+impl Entry {
+    /// A log entry as etcd stores it, in either form ([`Entry::stored`], or JSON), every
+    /// field checked.
+    pub(in crate::cluster) fn from_stored(b: &[u8]) -> Result<Entry, Decode> {
+        const WHAT: &str = "log entry";
+        let Some((&STORED_ENTRY, rest)) = b.split_first() else {
+            return decode(WHAT, b);
+        };
+        let refused = |why: &dyn std::fmt::Display| Decode {
+            what: WHAT,
+            source: serde::de::Error::custom(why),
+        };
+        let (len, rest) = rest
+            .split_first_chunk::<4>()
+            .ok_or_else(|| refused(&"truncated"))?;
+        let (header, packed) = rest
+            .split_at_checked(u32::from_be_bytes(*len) as usize)
+            .ok_or_else(|| refused(&"truncated"))?;
+        let mut entry: Entry = decode(WHAT, header)?;
+        if entry.updates.is_some() {
+            return Err(refused(&"updates in the header"));
+        }
+        let updates = super::packed::decode(packed).map_err(|e| refused(&e))?;
+        entry.updates = Some(Updates(updates));
+        Ok(entry)
+    }
 }
 
 /// The header of `POST /_berth/cluster/prepare`.
@@ -384,7 +436,7 @@ pub(in crate::cluster) struct Prepare<U = Updates> {
     /// The id of the stream that brought the push's pack; `null`: the push has no pack.
     pub(in crate::cluster) stream: Option<Id>,
     pub(in crate::cluster) txid: Id,
-    /// As a log entry's: [`super::Packed`] when written, [`Updates`] when read.
+    /// As a log entry's: [`Packed`] when written, [`Updates`] when read.
     pub(in crate::cluster) updates: U,
     /// The push's shallow roots, as [`Entry::shallow`]; absent for a push from a full clone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -655,6 +707,45 @@ mod tests {
             bad(b"refs/heads/a..b"),
             Err(NotReplicable::Invalid(Invalid::RefName(n))) if n == "refs/heads/a..b"
         ));
+    }
+
+    /// A log entry is stored binary, and the two JSON forms entries were stored in before are
+    /// still read; a stored entry cut anywhere, or with updates in its header, is refused.
+    #[test]
+    fn stored_entries_are_read_in_every_form() {
+        let packed = super::super::Packed::of(&sample_updates()).unwrap();
+        let written = Entry {
+            origin: NodeName::try_from("n1").unwrap(),
+            seq: 7,
+            txid: Id::try_from("ab").unwrap(),
+            updates: Some(&packed),
+            shallow: vec![Oid(oid('4'))],
+        };
+        let read = Entry {
+            updates: Some(sample_list()),
+            ..decode::<Entry>("log entry", &encode(&written)).unwrap()
+        };
+        let stored = written.stored();
+        assert_eq!(stored[0], STORED_ENTRY);
+        assert_eq!(Entry::from_stored(&stored).unwrap(), read);
+        // Before: JSON, the updates packed in base64 inside it, or one JSON object each.
+        assert_eq!(Entry::from_stored(&encode(&written)).unwrap(), read);
+        assert_eq!(Entry::from_stored(&encode(&read)).unwrap(), read);
+        let list = serde_json::json!({
+            "origin": "n1", "seq": 7, "txid": "ab", "updates": read.updates.as_ref().unwrap().0,
+            "shallow": ["4".repeat(40)],
+        });
+        let list = serde_json::to_vec(&list).unwrap();
+        assert_eq!(Entry::from_stored(&list).unwrap(), read);
+        for cut in 1..stored.len() {
+            assert!(Entry::from_stored(&stored[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut twice = vec![STORED_ENTRY];
+        let header = encode(&written);
+        twice.extend_from_slice(&(header.len() as u32).to_be_bytes());
+        twice.extend_from_slice(&header);
+        twice.extend_from_slice(packed.as_bytes());
+        assert!(Entry::from_stored(&twice).is_err());
     }
 
     #[test]

@@ -152,11 +152,11 @@ fn pack<'a>(updates: impl ExactSizeIterator<Item = (&'a [u8], Change)>) -> Vec<u
     out
 }
 
-/// A push's ref updates packed once, as the base64 string every message that carries them
-/// writes (the prepare's header, the log entry): a 10,000-ref push's names are checked and
-/// packed once, not once per message.
+/// A push's ref updates packed once for every message that carries them (the prepare's
+/// header writes them as a base64 string, the log entry as they are): a 10,000-ref push's
+/// names are checked and packed once, not once per message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(in crate::cluster) struct Packed(String);
+pub(in crate::cluster) struct Packed(Vec<u8>);
 
 impl Packed {
     /// `updates` packed; an error if a name cannot travel (not UTF-8, or one a peer would
@@ -169,15 +169,18 @@ impl Packed {
             }
         }
         let packed = pack(updates.iter().map(|u| (u.name.as_slice(), u.change)));
-        Ok(Packed(
-            base64::engine::general_purpose::STANDARD.encode(packed),
-        ))
+        Ok(Packed(packed))
+    }
+
+    /// The binary form.
+    pub(in crate::cluster) fn as_bytes(&self) -> &[u8] {
+        &self.0
     }
 }
 
 impl Serialize for Packed {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(&self.0))
     }
 }
 
