@@ -1,17 +1,21 @@
-//! An etcd v3 client over etcd's gRPC-JSON gateway (`POST /v3/kv/range|put|txn`,
-//! `/v3/lease/grant|keepalive`; keys and values base64 in JSON), on the hyper already in the
+//! An etcd v3 client over etcd's gRPC API (`etcdserverpb.KV/Range|Put|DeleteRange|Txn`,
+//! `Lease/LeaseGrant|LeaseKeepAlive`, `Watch/Watch`): protobuf messages (`etcd/proto.rs`)
+//! over one HTTP/2 connection per endpoint (`etcd/grpc.rs`), on the hyper already in the
 //! dependency tree.
 //!
-//! Why not the `etcd-client` crate: it is tonic + prost, whose build wants `protoc` and adds a
-//! second HTTP/2 stack; berth needs six calls, each one JSON object in and out. The gateway is
-//! part of every etcd v3 server (Debian's `etcd-server` 3.4 serves it on the client URLs).
+//! Why not etcd's JSON gateway, which this client spoke before: it is a second gRPC round
+//! inside etcd with keys and values base64 in JSON around it. A 51 KB log entry (a
+//! 10,000-ref push) took 4.1-4.4 ms to commit through it against 1.2 ms over gRPC on this
+//! project's machine, and a small range and txn 0.4-0.6 ms more of etcd's CPU
+//! (benches/README.md). Why not the `etcd-client` crate: tonic + prost with a build that
+//! wants `protoc`, and a second HTTP/2 stack around the same hyper; berth needs seven calls.
 //!
-//! Over `https://` endpoints the client speaks TLS, trusting `--etcd-ca` only and presenting
-//! `--etcd-cert` (etcd's `--client-cert-auth`); an endpoint of the other scheme is refused.
+//! Over `https://` endpoints the client speaks TLS (ALPN `h2`), trusting `--etcd-ca` only and
+//! presenting `--etcd-cert` (etcd's `--client-cert-auth`); an endpoint of the other scheme is
+//! refused.
 //!
-//! A watch (`/v3/watch`) is one long POST whose answer streams one JSON object per line, on a
-//! connection of its own; every other call goes over a kept-alive connection when one is idle
-//! (`http::Pool`), not a new TCP connection (and TLS handshake) per call.
+//! A watch is one call whose request stays open and whose answer streams; every call to an
+//! endpoint shares its connection.
 //!
 //! Endpoints are tried in order, starting from the last one that answered; a member that does
 //! not answer (killed, partitioned) costs one connect timeout, then the next is asked. Every
@@ -21,14 +25,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use base64::Engine;
-use bytes::Bytes;
-use serde_json::{Value, json};
-
 use super::http;
 
-/// The largest etcd answer read (a range of a repository's log entries is the largest).
-const MAX_ANSWER: usize = 64 << 20;
+mod grpc;
+mod proto;
 
 /// Why an etcd call failed.
 #[derive(Debug, thiserror::Error)]
@@ -42,14 +42,14 @@ pub enum Error {
     /// No endpoint answered: the last one's failure.
     #[error("etcd unreachable: {0}")]
     Http(#[source] http::Error),
-    /// No endpoint answered but with an unavailable status (5xx): the last one's.
+    /// No endpoint answered but with an unavailable status: the last one's.
     #[error("etcd unreachable: {url}: {status} {body}")]
     Unavailable {
-        /// The endpoint's URL.
+        /// The call's URL.
         url: String,
-        /// The HTTP status.
-        status: u16,
-        /// Its answer.
+        /// gRPC's `UNAVAILABLE` (14), or the HTTP status of an answer that is not gRPC's.
+        status: u32,
+        /// Why, as etcd said.
         body: String,
     },
     /// A watch's stream ended.
@@ -67,20 +67,23 @@ pub enum Error {
     /// An endpoint answered with an error.
     #[error("etcd {status}: {body}")]
     Status {
-        /// The HTTP status.
-        status: u16,
-        /// The answer, shortened.
+        /// The gRPC status code (3 `INVALID_ARGUMENT`, 8 `RESOURCE_EXHAUSTED`, …).
+        status: u32,
+        /// etcd's message.
         body: String,
     },
-    /// The answer is not JSON.
+    /// An answer's message is not the call's.
     #[error("etcd answer not understood: {0}")]
-    Json(#[source] serde_json::Error),
-    /// A key or value is not base64.
-    #[error("etcd answer not understood: base64: {0}")]
-    Base64(#[source] base64::DecodeError),
-    /// A watch's line is longer than an answer may be.
-    #[error("etcd answer not understood: watch: line too long")]
-    LineTooLong,
+    Proto(#[source] prost::DecodeError),
+    /// An answer's message is compressed (none was asked for).
+    #[error("etcd answer not understood: a compressed message")]
+    Compressed,
+    /// An answer's message is larger than berth reads.
+    #[error("etcd answer not understood: a message of {0} bytes")]
+    MessageTooLarge(usize),
+    /// A unary call's answer ended without its message.
+    #[error("etcd answer not understood: {0}: no message")]
+    NoAnswer(String),
     /// The etcd TLS files cannot be used.
     #[error("etcd: {0}")]
     Tls(#[source] super::tls::Error),
@@ -102,6 +105,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether etcd refused the request as larger than it takes (its `--max-request-bytes`:
+    /// etcd's own check, or gRPC's on the message it receives, 512 KiB above it).
+    pub fn is_too_large(&self) -> bool {
+        match self {
+            Error::Status { status: 8, .. } => true,
+            Error::Status { body, .. } => body.contains("request is too large"),
+            _ => false,
+        }
+    }
+
     /// Whether no endpoint answered at all (etcd is down, or not up yet).
     pub fn is_unreachable(&self) -> bool {
         matches!(
@@ -166,30 +179,30 @@ pub struct TxnResult {
 /// One kind of etcd request (the `op` of `berth_cluster_etcd_request_seconds`).
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub enum Call {
-    /// `/v3/kv/range`: a get, a range, a prefix, keys.
+    /// `KV/Range`: a get, a range, a prefix, keys.
     Range,
-    /// `/v3/kv/put`.
+    /// `KV/Put`.
     Put,
-    /// `/v3/kv/deleterange`.
+    /// `KV/DeleteRange`.
     DeleteRange,
-    /// `/v3/kv/txn`.
+    /// `KV/Txn`.
     Txn,
-    /// `/v3/lease/grant`.
+    /// `Lease/LeaseGrant`.
     LeaseGrant,
-    /// `/v3/lease/keepalive`.
+    /// `Lease/LeaseKeepAlive`, one renewal per call.
     LeaseKeepalive,
 }
 
 impl Call {
-    /// The gateway's path.
+    /// The gRPC method's path.
     fn path(self) -> &'static str {
         match self {
-            Call::Range => "/v3/kv/range",
-            Call::Put => "/v3/kv/put",
-            Call::DeleteRange => "/v3/kv/deleterange",
-            Call::Txn => "/v3/kv/txn",
-            Call::LeaseGrant => "/v3/lease/grant",
-            Call::LeaseKeepalive => "/v3/lease/keepalive",
+            Call::Range => "/etcdserverpb.KV/Range",
+            Call::Put => "/etcdserverpb.KV/Put",
+            Call::DeleteRange => "/etcdserverpb.KV/DeleteRange",
+            Call::Txn => "/etcdserverpb.KV/Txn",
+            Call::LeaseGrant => "/etcdserverpb.Lease/LeaseGrant",
+            Call::LeaseKeepalive => "/etcdserverpb.Lease/LeaseKeepAlive",
         }
     }
 
@@ -216,7 +229,8 @@ pub(super) trait Observe: Send + Sync + std::fmt::Debug {
 /// An etcd client for a list of member URLs.
 #[derive(Debug)]
 pub struct Client {
-    endpoints: Vec<String>,
+    /// One connection per endpoint, shared by every call to it.
+    channels: Vec<grpc::Channel>,
     /// The endpoint that answered last.
     current: AtomicUsize,
     /// Where the next watch goes.
@@ -226,44 +240,16 @@ pub struct Client {
     metrics: Option<Arc<dyn Observe>>,
     /// Plain, or TLS with `--etcd-ca`'s roots and `--etcd-cert`.
     transport: http::Transport,
-    /// Kept-alive connections to the endpoints (not the watches': each has its own).
-    pool: http::Pool,
 }
 
-fn b64(b: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(b)
-}
-
-fn unb64(v: &Value) -> Result<Vec<u8>, Error> {
-    match v.as_str() {
-        None => Ok(Vec::new()),
-        Some(s) => base64::engine::general_purpose::STANDARD
-            .decode(s)
-            .map_err(Error::Base64),
-    }
-}
-
-/// proto3 JSON: 64-bit integers are strings, defaults are left out.
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::String(s) => s.parse().unwrap_or(0),
-        Value::Number(n) => n.as_i64().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-fn kvs(v: &Value) -> Result<Vec<Kv>, Error> {
-    let mut out = Vec::new();
-    if let Some(list) = v.get("kvs").and_then(Value::as_array) {
-        for kv in list {
-            out.push(Kv {
-                key: unb64(&kv["key"])?,
-                value: unb64(&kv["value"])?,
-                mod_revision: int(&kv["mod_revision"]),
-            });
-        }
-    }
-    Ok(out)
+fn kvs(kvs: Vec<proto::KeyValue>) -> Vec<Kv> {
+    kvs.into_iter()
+        .map(|kv| Kv {
+            key: kv.key,
+            value: kv.value,
+            mod_revision: kv.mod_revision,
+        })
+        .collect()
 }
 
 /// The key after every key that starts with `prefix` (etcd's `range_end` for a prefix).
@@ -281,20 +267,20 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 impl Client {
     /// A client for `endpoints` (`http://host:port`, comma-separated or one by one).
     pub fn new(endpoints: &[String], timeout: Duration) -> Client {
-        let endpoints = endpoints
+        let channels = endpoints
             .iter()
             .flat_map(|e| e.split(','))
             .map(|e| e.trim().trim_end_matches('/').to_owned())
             .filter(|e| !e.is_empty())
+            .map(grpc::Channel::new)
             .collect();
         Client {
-            endpoints,
+            channels,
             current: AtomicUsize::new(0),
             watch_at: AtomicUsize::new(0),
             timeout,
             metrics: None,
             transport: http::Transport::Plain,
-            pool: http::Pool::default(),
         }
     }
 
@@ -303,14 +289,17 @@ impl Client {
     pub fn with_tls(mut self, files: Option<&super::tls::TlsFiles>) -> Result<Client, Error> {
         let want = match files {
             Some(f) => {
-                self.transport = http::Transport::Tls(f.client().map_err(Error::Tls)?);
+                let mut config = (*f.client().map_err(Error::Tls)?).clone();
+                // gRPC is HTTP/2, which etcd's TLS listener agrees to by ALPN.
+                config.alpn_protocols = vec![b"h2".to_vec()];
+                self.transport = http::Transport::Tls(Arc::new(config));
                 "https://"
             }
             None => "http://",
         };
-        match self.endpoints.iter().find(|e| !e.starts_with(want)) {
-            Some(e) => Err(Error::Scheme {
-                endpoint: e.clone(),
+        match self.channels.iter().find(|c| !c.url.starts_with(want)) {
+            Some(c) => Err(Error::Scheme {
+                endpoint: c.url.clone(),
                 tls: files.is_some(),
             }),
             None => Ok(self),
@@ -323,59 +312,40 @@ impl Client {
         self
     }
 
-    /// POST `body` to `call`'s path on the first endpoint that answers, timed.
-    async fn call(&self, call: Call, body: Value) -> Result<Value, Error> {
+    /// Unary `call` with `request` on the first endpoint that answers, timed.
+    async fn call<A: prost::Message + Default>(
+        &self,
+        call: Call,
+        request: &impl prost::Message,
+    ) -> Result<A, Error> {
         let start = Instant::now();
-        let r = self.post(call.path(), body).await;
+        let r = self.first_answer(call, request).await;
         if let Some(m) = &self.metrics {
             m.request(call, start.elapsed(), r.is_ok());
         }
         r
     }
 
-    /// POST `body` to `path` on the first endpoint that answers.
-    async fn post(&self, path: &str, body: Value) -> Result<Value, Error> {
-        let n = self.endpoints.len();
-        if n == 0 {
-            return Err(Error::NoEndpoint);
-        }
-        let body = Bytes::from(body.to_string());
+    /// Unary `call` with `request` on the first endpoint that answers.
+    async fn first_answer<A: prost::Message + Default>(
+        &self,
+        call: Call,
+        request: &impl prost::Message,
+    ) -> Result<A, Error> {
+        let n = self.channels.len();
         let start = self.current.load(Ordering::Relaxed);
         let mut last = Error::NoEndpoint;
         for i in 0..n {
             let at = (start + i) % n;
-            let url = http::join(&self.endpoints[at], path);
-            let headers = [("content-type", "application/json")];
-            match http::post_via(
-                &self.pool,
-                &self.transport,
-                &url,
-                &headers,
-                body.clone(),
-                MAX_ANSWER,
-                self.timeout,
-            )
-            .await
-            {
-                Ok((200, answer)) => {
+            let channel = &self.channels[at];
+            match (channel.unary(&self.transport, call.path(), request, self.timeout)).await {
+                Ok(answer) => {
                     self.current.store(at, Ordering::Relaxed);
-                    return serde_json::from_slice(&answer).map_err(Error::Json);
+                    return Ok(answer);
                 }
-                // Unavailable (no leader yet, or this member is cut off): ask the next one.
-                Ok((status, answer)) if status >= 500 => {
-                    last = Error::Unavailable {
-                        url,
-                        status,
-                        body: String::from_utf8_lossy(&answer).into_owned(),
-                    };
-                }
-                Ok((status, answer)) => {
-                    return Err(Error::Status {
-                        status,
-                        body: String::from_utf8_lossy(&answer).chars().take(300).collect(),
-                    });
-                }
-                Err(e) => last = Error::Http(e),
+                // Unreachable, or no leader yet, or this member is cut off: ask the next one.
+                Err(e) if e.is_unreachable() => last = e,
+                Err(e) => return Err(e),
             }
         }
         Err(last)
@@ -383,30 +353,34 @@ impl Client {
 
     /// The value of `key`, if it exists.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Kv>, Error> {
-        let v = self.call(Call::Range, json!({"key": b64(key)})).await?;
-        Ok(kvs(&v)?.into_iter().next())
+        let request = proto::RangeRequest {
+            key: key.to_vec(),
+            ..Default::default()
+        };
+        let answer: proto::RangeResponse = self.call(Call::Range, &request).await?;
+        Ok(kvs(answer.kvs).into_iter().next())
     }
 
     /// Every key from `from` (inclusive) to `end` (exclusive), in key order.
     pub async fn range(&self, from: &[u8], end: &[u8]) -> Result<Vec<Kv>, Error> {
-        let v = self
-            .call(
-                Call::Range,
-                json!({"key": b64(from), "range_end": b64(end)}),
-            )
-            .await?;
-        kvs(&v)
+        let request = proto::RangeRequest {
+            key: from.to_vec(),
+            range_end: end.to_vec(),
+            keys_only: false,
+        };
+        let answer: proto::RangeResponse = self.call(Call::Range, &request).await?;
+        Ok(kvs(answer.kvs))
     }
 
     /// The keys (without values) under `prefix`.
     pub async fn keys(&self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
-        let v = self
-            .call(
-                Call::Range,
-                json!({"key": b64(prefix), "range_end": b64(&prefix_end(prefix)), "keys_only": true}),
-            )
-            .await?;
-        Ok(kvs(&v)?.into_iter().map(|kv| kv.key).collect())
+        let request = proto::RangeRequest {
+            key: prefix.to_vec(),
+            range_end: prefix_end(prefix),
+            keys_only: true,
+        };
+        let answer: proto::RangeResponse = self.call(Call::Range, &request).await?;
+        Ok(answer.kvs.into_iter().map(|kv| kv.key).collect())
     }
 
     /// Every key under `prefix`.
@@ -416,21 +390,23 @@ impl Client {
 
     /// Put `value` at `key`, attached to `lease` when given.
     pub async fn put(&self, key: &[u8], value: &[u8], lease: Option<i64>) -> Result<(), Error> {
-        let mut body = json!({"key": b64(key), "value": b64(value)});
-        if let Some(l) = lease {
-            body["lease"] = json!(l.to_string());
-        }
-        self.call(Call::Put, body).await.map(drop)
+        let request = proto::PutRequest {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            lease: lease.unwrap_or(0),
+        };
+        let _: proto::PutResponse = self.call(Call::Put, &request).await?;
+        Ok(())
     }
 
     /// Delete every key from `from` (inclusive) to `end` (exclusive).
     pub async fn delete_range(&self, from: &[u8], end: &[u8]) -> Result<(), Error> {
-        self.call(
-            Call::DeleteRange,
-            json!({"key": b64(from), "range_end": b64(end)}),
-        )
-        .await
-        .map(drop)
+        let request = proto::DeleteRangeRequest {
+            key: from.to_vec(),
+            range_end: end.to_vec(),
+        };
+        let _: proto::DeleteRangeResponse = self.call(Call::DeleteRange, &request).await?;
+        Ok(())
     }
 
     /// If every comparison holds run `success`, else `failure`; atomically.
@@ -440,45 +416,56 @@ impl Client {
         success: &[Op],
         failure: &[Op],
     ) -> Result<TxnResult, Error> {
-        let cmp: Vec<Value> = compare
+        let compare = compare
             .iter()
             .map(|c| match c {
-                Compare::Absent(k) => json!({"key": b64(k), "target": "CREATE",
-                    "create_revision": "0", "result": "EQUAL"}),
-                Compare::ModRevision(k, r) => json!({"key": b64(k), "target": "MOD",
-                    "mod_revision": r.to_string(), "result": "EQUAL"}),
+                Compare::Absent(k) => proto::Compare {
+                    result: proto::COMPARE_EQUAL,
+                    target: proto::TARGET_CREATE,
+                    key: k.clone(),
+                    target_union: Some(proto::TargetUnion::CreateRevision(0)),
+                },
+                Compare::ModRevision(k, r) => proto::Compare {
+                    result: proto::COMPARE_EQUAL,
+                    target: proto::TARGET_MOD,
+                    key: k.clone(),
+                    target_union: Some(proto::TargetUnion::ModRevision(*r)),
+                },
             })
             .collect();
-        let ops = |ops: &[Op]| -> Vec<Value> {
+        let ops = |ops: &[Op]| -> Vec<proto::RequestOp> {
             ops.iter()
-                .map(|o| match o {
-                    Op::Put(k, v, lease) => {
-                        let mut p = json!({"key": b64(k), "value": b64(v)});
-                        if let Some(l) = lease {
-                            p["lease"] = json!(l.to_string());
-                        }
-                        json!({ "request_put": p })
-                    }
-                    Op::Get(k) => json!({"request_range": {"key": b64(k)}}),
+                .map(|o| proto::RequestOp {
+                    request: Some(match o {
+                        Op::Put(k, v, lease) => proto::Request::Put(proto::PutRequest {
+                            key: k.clone(),
+                            value: v.clone(),
+                            lease: lease.unwrap_or(0),
+                        }),
+                        Op::Get(k) => proto::Request::Range(proto::RangeRequest {
+                            key: k.clone(),
+                            ..Default::default()
+                        }),
+                    }),
                 })
                 .collect()
         };
-        let v = self
-            .call(
-                Call::Txn,
-                json!({"compare": cmp, "success": ops(success), "failure": ops(failure)}),
-            )
-            .await?;
-        let mut gets = Vec::new();
-        if let Some(rs) = v.get("responses").and_then(Value::as_array) {
-            for r in rs {
-                if let Some(range) = r.get("response_range") {
-                    gets.push(kvs(range)?);
-                }
-            }
-        }
+        let request = proto::TxnRequest {
+            compare,
+            success: ops(success),
+            failure: ops(failure),
+        };
+        let answer: proto::TxnResponse = self.call(Call::Txn, &request).await?;
+        let gets = answer
+            .responses
+            .into_iter()
+            .filter_map(|r| match r.response {
+                Some(proto::Response::Range(range)) => Some(kvs(range.kvs)),
+                _ => None,
+            })
+            .collect();
         Ok(TxnResult {
-            succeeded: v.get("succeeded").and_then(Value::as_bool).unwrap_or(false),
+            succeeded: answer.succeeded,
             gets,
         })
     }
@@ -488,92 +475,91 @@ impl Client {
     /// ends or fails (a member killed): then the error, and the caller watches again (the
     /// next endpoint first).
     pub async fn watch(&self, prefix: &[u8], mut on_event: impl FnMut(Event)) -> Error {
-        use http_body_util::BodyExt;
-        let n = self.endpoints.len().max(1);
+        let n = self.channels.len().max(1);
         // Each watch on the next endpoint: one that ended may have been killed.
         let at = self.watch_at.fetch_add(1, Ordering::Relaxed) % n;
-        let Some(base) = self.endpoints.get(at) else {
+        let Some(channel) = self.channels.get(at) else {
             return Error::NoEndpoint;
         };
-        let body =
-            json!({"create_request": {"key": b64(prefix), "range_end": b64(&prefix_end(prefix))}});
-        let req = axum::http::Request::builder()
-            .method("POST")
-            .uri(http::join(base, "/v3/watch"))
-            .header("content-type", "application/json")
-            .body(axum::body::Body::from(body.to_string()));
-        let Ok(req) = req else {
-            return Error::BadEndpoint(base.clone());
+        let create = proto::WatchRequest {
+            create_request: Some(proto::WatchCreateRequest {
+                key: prefix.to_vec(),
+                range_end: prefix_end(prefix),
+            }),
         };
-        let resp = match http::send_via(&self.transport, req, self.timeout).await {
-            Ok(r) if r.status().is_success() => r,
-            Ok(r) => {
-                return Error::Status {
-                    status: r.status().as_u16(),
-                    body: String::new(),
-                };
+        // The request stays open while the watch runs: its end would end the watch.
+        let first = futures_util::stream::once(async move {
+            Ok::<_, std::convert::Infallible>(grpc::frame(&create))
+        });
+        let open = futures_util::StreamExt::chain(first, futures_util::stream::pending());
+        let started = tokio::time::timeout(
+            self.timeout,
+            channel.start(
+                &self.transport,
+                "/etcdserverpb.Watch/Watch",
+                axum::body::Body::from_stream(open),
+            ),
+        );
+        let mut body = match started.await {
+            Ok(Ok(body)) => body,
+            Ok(Err(e)) => return e,
+            Err(_) => {
+                channel.forget();
+                return Error::Http(http::Error::Timeout(channel.url.clone()));
             }
-            Err(e) => return Error::Http(e),
         };
-        let mut body = resp.into_body();
-        let mut buf: Vec<u8> = Vec::new();
+        let mut frames = grpc::Frames::default();
         loop {
-            match body.frame().await {
-                None => return Error::WatchEnded(base.clone()),
+            match http_body_util::BodyExt::frame(&mut body).await {
+                None => return Error::WatchEnded(channel.url.clone()),
                 Some(Err(source)) => {
                     return Error::WatchFailed {
-                        url: base.clone(),
+                        url: channel.url.clone(),
                         source,
                     };
                 }
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        buf.extend_from_slice(&data);
-                    }
-                }
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => frames.extend(&data),
+                    // The trailers: the watch ended, with its status.
+                    Err(_) => return Error::WatchEnded(channel.url.clone()),
+                },
             }
-            // One JSON object per line; a line longer than an answer may be is not etcd's.
-            while let Some(end) = buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=end).collect();
-                let Ok(v) = serde_json::from_slice::<Value>(&line) else {
-                    continue;
+            loop {
+                let answer = match frames.next_message::<proto::WatchResponse>() {
+                    Ok(Some(a)) => a,
+                    Ok(None) => break,
+                    Err(e) => return e,
                 };
-                let events = v["result"]["events"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default();
-                for e in events {
-                    if let Ok(key) = unb64(&e["kv"]["key"]) {
-                        // The gateway leaves out a PUT's type (the enum's default).
-                        on_event(match e["type"].as_str() {
-                            Some("DELETE") => Event::Deleted(key),
-                            _ => Event::Put(key, unb64(&e["kv"]["value"]).unwrap_or_default()),
-                        });
-                    }
+                for e in answer.events {
+                    let kv = e.kv.unwrap_or_default();
+                    on_event(match e.r#type {
+                        proto::EVENT_DELETE => Event::Deleted(kv.key),
+                        _ => Event::Put(kv.key, kv.value),
+                    });
                 }
-            }
-            if buf.len() > MAX_ANSWER {
-                return Error::LineTooLong;
+                if answer.canceled {
+                    return Error::WatchEnded(channel.url.clone());
+                }
             }
         }
     }
 
     /// A new lease of `ttl` seconds; its id.
     pub async fn grant(&self, ttl: i64) -> Result<i64, Error> {
-        let v = self
-            .call(Call::LeaseGrant, json!({"TTL": ttl.to_string()}))
-            .await?;
-        match int(&v["ID"]) {
+        let request = proto::LeaseGrantRequest { ttl };
+        let answer: proto::LeaseGrantResponse = self.call(Call::LeaseGrant, &request).await?;
+        match answer.id {
             0 => Err(Error::NoLeaseId),
             id => Ok(id),
         }
     }
 
-    /// Renew `lease`; whether it still exists (a TTL of 0 or less: expired).
+    /// Renew `lease`; whether it still exists (a TTL of 0 or less: expired). One message on
+    /// the keep-alive stream, whose end after it ends the call.
     pub async fn keepalive(&self, lease: i64) -> Result<bool, Error> {
-        let v = self
-            .call(Call::LeaseKeepalive, json!({"ID": lease.to_string()}))
-            .await?;
-        Ok(int(&v["result"]["TTL"]) > 0)
+        let request = proto::LeaseKeepAliveRequest { id: lease };
+        let answer: proto::LeaseKeepAliveResponse =
+            self.call(Call::LeaseKeepalive, &request).await?;
+        Ok(answer.ttl > 0)
     }
 }

@@ -43,7 +43,7 @@ use super::objects::Format;
 use super::placement::Placed;
 use super::turns::{self, Age, Ask};
 use super::wire::{self, Answered, Attempts};
-use super::{Cluster, applied_seq, etcd, http, log, needed};
+use super::{Cluster, applied_seq, http, log, needed};
 use crate::escape::Escaped;
 use crate::receive::{CommitGate, GateCommit, GateRefusal, Missing, PackTee};
 use crate::refs::{RefUpdate, Refs};
@@ -636,11 +636,9 @@ impl Gate {
                 Err(e) => e,
             };
             // etcd refuses it whatever the retries (its request limit): nothing written.
-            let failure = match &e {
-                etcd::Error::Status { body, .. } if body.contains("request is too large") => {
-                    Failure::Refused
-                }
-                _ => Failure::Unavailable,
+            let failure = match e.is_too_large() {
+                true => Failure::Refused,
+                false => Failure::Unavailable,
             };
             match (failure, RETRY.etcd.after(failure, start.elapsed())) {
                 (_, Next::Again(pause)) => {

@@ -1,15 +1,16 @@
 //! A minimal HTTP/1 client over hyper's connection API: a timeout on the connect and on the
-//! response head, bodies of any `http_body::Body`. Used for etcd's JSON gateway, the nodes'
-//! internal endpoint and forwarding a client's request to a replica.
+//! response head, bodies of any `http_body::Body`. Used for the nodes' internal endpoint and
+//! forwarding a client's request to a replica; etcd's gRPC client takes its streams from here
+//! ([`open_via`]: TCP, and TLS over it) and speaks HTTP/2 over them itself.
 //!
-//! A request whose answer is read whole ([`post_via`], [`Peers::post`]: every etcd call, a
-//! decide, a drop, a catch-up's asks) goes over a kept-alive connection from a [`Pool`] when
-//! one is idle, and leaves its connection there for the next; a connection idle longer than
-//! [`IDLE_FOR`] is not reused (the peer's keep-alive timeout may close it meanwhile). A
-//! request sent on a pooled connection that hyper reports was never written goes over a new
-//! one; one that may have been written is not sent again. A request whose answer streams or
-//! is held open (the prepare, whose connection closing tells the replica the push is gone; a
-//! pack stream; a forwarded request; a watch) has a connection of its own, as before.
+//! A request whose answer is read whole ([`Peers::post`]: a decide, a drop, a catch-up's
+//! asks) goes over a kept-alive connection from a [`Pool`] when one is idle, and leaves its
+//! connection there for the next; a connection idle longer than [`IDLE_FOR`] is not reused
+//! (the peer's keep-alive timeout may close it meanwhile). A request sent on a pooled
+//! connection that hyper reports was never written goes over a new one; one that may have
+//! been written is not sent again. A request whose answer streams or is held open (the
+//! prepare, whose connection closing tells the replica the push is gone; a pack stream; a
+//! forwarded request) has a connection of its own, as before.
 //!
 //! Each request goes over a [`Transport`]: plain HTTP, or TLS with one configuration (the
 //! cluster CA and this node's certificate between nodes, `--cluster-ca`; etcd's CA and client
@@ -19,8 +20,8 @@
 //! the node it is meant for, whose certificate must name it (`berth-node:<name>`, checked
 //! after the handshake), and carries this node's name ([`NODE_HEADER`]), which the peer's
 //! node listener checks against this node's certificate, and the cluster secret
-//! ([`SECRET_HEADER`]), set on the connection here rather than by each caller. etcd's client holds its own
-//! [`Transport`].
+//! ([`SECRET_HEADER`]), set on the connection here rather than by each caller. etcd's client
+//! holds its own [`Transport`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -234,25 +235,6 @@ pub fn join(base: &str, path_and_query: &str) -> String {
     )
 }
 
-/// Send `req` (its URI absolute: `http://host:port/path`) over `transport` and return the
-/// response head with its body streaming; `timeout` bounds the connect and the wait for the
-/// response head.
-pub async fn send_via(
-    transport: &Transport,
-    req: Request<Body>,
-    timeout: Duration,
-) -> Result<Response<Incoming>, Error> {
-    let shown = req.uri().to_string();
-    let work = async {
-        let conn = connect_via(transport, &shown).await?;
-        conn.send(req).await
-    };
-    match tokio::time::timeout(timeout, work).await {
-        Ok(r) => r,
-        Err(_) => Err(Error::Timeout(shown)),
-    }
-}
-
 /// A connection to a node, not yet used: the request that goes over it, with its body,
 /// has not been touched (so a caller whose connect fails still holds its body).
 pub struct Connection {
@@ -262,18 +244,45 @@ pub struct Connection {
     from: Option<Credentials>,
 }
 
-/// Connect to `url`'s host and port (`http://host:port/...` plain, `https://…` over TLS)
-/// over `transport`; no time bound of its own.
-pub async fn connect_via(transport: &Transport, url: &str) -> Result<Connection, Error> {
-    connect_checked(transport, url, None).await
-}
-
-/// [`connect_via`]; over TLS, with `node`, the peer's certificate has to name that node.
+/// A connection to `url`'s host and port (`http://host:port/...` plain, `https://…` over
+/// TLS) over `transport`; over TLS, with `node`, the peer's certificate has to name that
+/// node. No time bound of its own.
 async fn connect_checked(
     transport: &Transport,
     url: &str,
     node: Option<&str>,
 ) -> Result<Connection, Error> {
+    let (stream, authority) = open_checked(transport, url, node).await?;
+    let sender = handshake(stream, url).await?;
+    Ok(Connection {
+        sender,
+        authority,
+        from: None,
+    })
+}
+
+/// A byte stream to a peer: TCP, or TLS over it.
+pub type Stream = TokioIo<
+    tokio_util::either::Either<
+        tokio::net::TcpStream,
+        tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    >,
+>;
+
+/// A stream to `url`'s host and port over `transport` (TLS for `https://`), and its
+/// `host:port`, for a protocol of the caller's own (etcd's gRPC speaks HTTP/2 over it); no
+/// time bound of its own.
+pub async fn open_via(transport: &Transport, url: &str) -> Result<(Stream, String), Error> {
+    open_checked(transport, url, None).await
+}
+
+/// [`open_via`]; over TLS, with `node`, the peer's certificate has to name that node.
+async fn open_checked(
+    transport: &Transport,
+    url: &str,
+    node: Option<&str>,
+) -> Result<(Stream, String), Error> {
+    use tokio_util::either::Either;
     let uri: Uri = url.parse().map_err(|_| Error::Url(url.to_owned()))?;
     let (https, host, port) = host_port(&uri).ok_or_else(|| Error::Url(url.to_owned()))?;
     let authority = authority(&host, port);
@@ -287,42 +296,35 @@ async fn connect_checked(
         .await
         .map_err(|e| Error::Connect(authority.clone(), e))?;
     let _ = stream.set_nodelay(true);
-    let sender = match tls {
-        None => handshake(TokioIo::new(stream), url).await?,
-        Some(config) => {
-            let name = rustls_pki_types::ServerName::try_from(host.clone())
-                .map_err(|_| Error::Url(url.to_owned()))?;
-            let stream = tokio_rustls::TlsConnector::from(config)
-                .connect(name, stream)
-                .await
-                .map_err(|e| Error::Handshake(authority.clone(), e))?;
-            if let Some(meant) = node {
-                let presented = stream
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|c| c.first())
-                    .map(|c| super::tls::node_names(c))
-                    .unwrap_or_default();
-                if presented != [meant] {
-                    return Err(Error::WrongNode {
-                        url: url.to_owned(),
-                        meant: meant.to_owned(),
-                        presented: match presented.is_empty() {
-                            true => "none".into(),
-                            false => presented.join(","),
-                        },
-                    });
-                }
-            }
-            handshake(TokioIo::new(stream), url).await?
-        }
+    let Some(config) = tls else {
+        return Ok((TokioIo::new(Either::Left(stream)), authority));
     };
-    Ok(Connection {
-        sender,
-        authority,
-        from: None,
-    })
+    let name = rustls_pki_types::ServerName::try_from(host.clone())
+        .map_err(|_| Error::Url(url.to_owned()))?;
+    let stream = tokio_rustls::TlsConnector::from(config)
+        .connect(name, stream)
+        .await
+        .map_err(|e| Error::Handshake(authority.clone(), e))?;
+    if let Some(meant) = node {
+        let presented = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| super::tls::node_names(c))
+            .unwrap_or_default();
+        if presented != [meant] {
+            return Err(Error::WrongNode {
+                url: url.to_owned(),
+                meant: meant.to_owned(),
+                presented: match presented.is_empty() {
+                    true => "none".into(),
+                    false => presented.join(","),
+                },
+            });
+        }
+    }
+    Ok((TokioIo::new(Either::Right(stream)), authority))
 }
 
 /// HTTP/1 over `io`, its connection driven in the background.
@@ -420,22 +422,6 @@ fn post_request(url: &str, headers: &[(&str, &str)], body: Bytes) -> Result<Requ
     }
     b.body(Body::from(body))
         .map_err(|_| Error::Url(url.to_owned()))
-}
-
-/// POST `body` to `url` over `transport` and read the whole answer (status, at most `max`
-/// bytes), over a connection of `pool` when one is idle.
-pub async fn post_via(
-    pool: &Pool,
-    transport: &Transport,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: Bytes,
-    max: usize,
-    timeout: Duration,
-) -> Result<(u16, Bytes), Error> {
-    let req = post_request(url, headers, body)?;
-    let target = Target::of(transport, url, None)?;
-    exchange(pool, &target, None, req, max, timeout).await
 }
 
 /// How long a connection may have been idle in a [`Pool`] and still be reused: well below any
@@ -638,18 +624,12 @@ mod tests {
     }
 
     async fn post(pool: &Pool, url: &str) -> (u16, Bytes) {
-        let body = Bytes::from_static(b"q");
-        post_via(
-            pool,
-            &Transport::Plain,
-            url,
-            &[],
-            body,
-            64,
-            Duration::from_secs(30),
-        )
-        .await
-        .unwrap()
+        let req = post_request(url, &[], Bytes::from_static(b"q")).unwrap();
+        let target = Target::of(&Transport::Plain, url, None).unwrap();
+        let timeout = Duration::from_secs(30);
+        exchange(pool, &target, None, req, 64, timeout)
+            .await
+            .unwrap()
     }
 
     /// `n` requests through one pool to a server that closes each connection (`close`) or
@@ -676,7 +656,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_transport_refuses_the_other_scheme() {
-        let r = connect_via(&Transport::Plain, "https://127.0.0.1:1/").await;
+        let r = open_via(&Transport::Plain, "https://127.0.0.1:1/").await;
         assert!(matches!(r, Err(Error::NoTls(_))), "{:?}", r.err());
         let config = tokio_rustls::rustls::ClientConfig::builder_with_provider(Arc::new(
             tokio_rustls::rustls::crypto::ring::default_provider(),
@@ -686,7 +666,7 @@ mod tests {
         .with_root_certificates(tokio_rustls::rustls::RootCertStore::empty())
         .with_no_client_auth();
         let tls = Transport::Tls(Arc::new(config));
-        let r = connect_via(&tls, "http://127.0.0.1:1/").await;
+        let r = open_via(&tls, "http://127.0.0.1:1/").await;
         assert!(matches!(r, Err(Error::NotTls(_))), "{:?}", r.err());
     }
 }

@@ -1986,8 +1986,8 @@ fn a_push_larger_than_an_etcd_request_is_refused_at_once_and_nothing_lands() {
         .etcd_args(&["--max-request-bytes", "4096"])
         .with_repo("big.git");
     let first = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
-    // 1,000 new refs: an entry of about 7 KB (the updates packed, ~5 bytes a ref, in base64);
-    // 200 of them about 1.5 KB.
+    // 1,000 new refs: an entry of about 5 KB (the updates packed, ~5 bytes a ref); 200 of them
+    // about 1 KB.
     let specs: Vec<String> = (0..1000)
         .map(|i| format!("HEAD:refs/heads/b{i:04}"))
         .collect();

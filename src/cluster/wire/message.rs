@@ -381,7 +381,7 @@ impl Entry<&Packed> {
     /// The entry as etcd stores it (`entries/<seq>`): [`STORED_ENTRY`], the length of a JSON
     /// header (u32, big-endian), the header (the entry without its updates), then the
     /// updates' packed bytes as they are. A 10,000-ref entry is ~51 KB so, not the 68 KB of
-    /// base64 inside JSON, which etcd's JSON gateway base64-encodes again.
+    /// base64 inside JSON it took before.
     pub(in crate::cluster) fn stored(&self) -> Vec<u8> {
         let header = encode(&Entry::<&Packed> {
             updates: None,
