@@ -395,6 +395,16 @@ impl Cluster {
             .await??;
             applied = entry.seq;
         }
+        // Maintained as a copy a push reached (`replica::housekeeping`); the entries are
+        // applied whatever comes of it.
+        let (dir, env, cluster) = (dir.to_owned(), self.env.clone(), self.clone());
+        let name = name.to_owned();
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Ok((repo, _)) = open(&dir, &env) {
+                super::replica::housekeeping(&cluster, &name, &repo);
+            }
+        })
+        .await;
         Ok(applied)
     }
 

@@ -231,6 +231,8 @@ pub(crate) struct Cluster {
     catching: catchup::Catching,
     /// The environment repositories are opened with (the server's).
     env: crate::receive::Environment,
+    /// The environment git runs in for a replica's housekeeping (the server's hooks').
+    hooks: crate::receive::HookEnvironment,
     /// The largest pack a catch-up accepts from a peer (`--max-request-bytes`).
     max_pack: u64,
     /// How long an internal request's body may stay silent (the server's `--idle-timeout`).
@@ -316,6 +318,7 @@ impl Cluster {
         root: &Path,
         local: std::net::SocketAddr,
         env: &crate::receive::Environment,
+        hooks: &crate::receive::HookEnvironment,
         max_pack: u64,
         idle_timeout: std::time::Duration,
         metrics: Arc<ClusterMetrics>,
@@ -403,6 +406,7 @@ impl Cluster {
             streams: Default::default(),
             catching: Default::default(),
             env: env.clone(),
+            hooks: hooks.clone(),
             max_pack,
             idle_timeout,
             metrics,

@@ -431,8 +431,14 @@ impl Job {
                 tracing::info!(target: "berth::cluster", repo = %Escaped::token(&self.h.repo), txid = %self.h.txid, verdict = ?settled, "decided")
             }
         }
+        let committed = matches!(outcome, Ok(Settled::Committed { .. }));
         if let From::Gate(reply) = from {
             let _ = reply.send(outcome.map(|_| ()));
+        }
+        // After the answer, as git's receive-pack does after the client's report: a replica
+        // is maintained as any repository a push reached.
+        if committed {
+            housekeeping(&self.cluster, &self.h.repo, &opened.repo);
         }
     }
 
@@ -665,6 +671,16 @@ impl Job {
             }
             Err(e) => Err(NotCommitted::Record(e)),
         }
+    }
+}
+
+/// What git's receive-pack does after a push (`git maintenance run --auto`, `git
+/// update-server-info` as configured), for a replica's copy of repository `name` that a push
+/// or a catch-up changed: maintained as any repository a push reached, else it would keep a
+/// pack per push forever. A failure is logged; the push landed.
+pub(super) fn housekeeping(cluster: &Cluster, name: &str, repo: &crate::repo::Repository) {
+    if let Err(e) = crate::receive::housekeeping_unattended(repo, &cluster.hooks) {
+        tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), error = %Escaped::text(&e.to_string()), "housekeeping after a replicated push");
     }
 }
 

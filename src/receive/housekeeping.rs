@@ -19,29 +19,71 @@ pub(super) fn housekeeping<W: Write, E: Write>(
     environment: &hooks::HookEnvironment,
     sb: &mut Sideband<W, E>,
 ) -> io::Result<()> {
-    let git = |args: &[&str]| {
-        let mut p = std::process::Command::new(environment.git_program());
-        environment.apply(&mut p);
-        environment.in_git_dir(&mut p, &repo.git_dir);
-        p.args(args);
-        p
-    };
-    if repo.config.housekeeping.auto_gc {
+    if let Some(maintenance) = maintenance(repo, environment) {
         let _span = info_span!("auto_gc").entered();
-        let detach = if repo.config.housekeeping.auto_detach {
-            "--detach"
-        } else {
-            "--no-detach"
-        };
-        let maintenance = git(&["maintenance", "run", "--auto", "--quiet", detach]);
         hooks::run_process(maintenance, None, keepalive, &mut Hooks::to_client(sb))?;
     }
     if repo.config.housekeeping.update_server_info {
-        let mut p = git(&["update-server-info"]);
+        let mut p = git(repo, environment, &["update-server-info"]);
         p.stdin(std::process::Stdio::null());
         if let Ok(out) = p.output() {
             sb.stderr().write_all(&out.stderr)?;
         }
     }
     Ok(())
+}
+
+/// [`housekeeping`] after a push that has no client to tell, its output discarded: a
+/// replica's copy of a push a cluster accepted on another node (`cluster/replica.rs`), an
+/// ordinary repository that git maintains as it maintains any a push reached (without it a
+/// replica keeps a pack per push, forever).
+pub fn unattended(repo: &Repository, environment: &hooks::HookEnvironment) -> io::Result<()> {
+    use std::process::Stdio;
+    if let Some(mut maintenance) = maintenance(repo, environment) {
+        let _span = info_span!("auto_gc").entered();
+        maintenance
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        maintenance.status()?;
+    }
+    if repo.config.housekeeping.update_server_info {
+        let mut p = git(repo, environment, &["update-server-info"]);
+        p.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        p.status()?;
+    }
+    Ok(())
+}
+
+/// `git maintenance run --auto --quiet` as git's receive-pack runs it, detached as
+/// `maintenance.autoDetach` (or `gc.autoDetach`) says; `None` when `receive.autogc` is off.
+fn maintenance(
+    repo: &Repository,
+    environment: &hooks::HookEnvironment,
+) -> Option<std::process::Command> {
+    let housekeeping = &repo.config.housekeeping;
+    if !housekeeping.auto_gc {
+        return None;
+    }
+    let detach = match housekeeping.auto_detach {
+        true => "--detach",
+        false => "--no-detach",
+    };
+    let args = ["maintenance", "run", "--auto", "--quiet", detach];
+    Some(git(repo, environment, &args))
+}
+
+/// `git <args>` in `repo`'s git directory, in the hooks' environment.
+fn git(
+    repo: &Repository,
+    environment: &hooks::HookEnvironment,
+    args: &[&str],
+) -> std::process::Command {
+    let mut p = std::process::Command::new(environment.git_program());
+    environment.apply(&mut p);
+    environment.in_git_dir(&mut p, &repo.git_dir);
+    p.args(args);
+    p
 }

@@ -435,6 +435,7 @@ pub async fn run(config: Config, on_listening: impl FnOnce(SocketAddr)) -> Resul
             // Where the other nodes reach this one unless --advertise says.
             node.as_ref().map_or(local, |n| n.2),
             &server.env,
+            &server.hook_environment,
             server.max_request_bytes,
             server.idle_timeout,
             cluster_metrics.unwrap_or_default(),

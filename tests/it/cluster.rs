@@ -2185,3 +2185,52 @@ fn a_push_fsck_would_refuse_is_replicated_where_the_repository_does_not_check_ob
     let refs = c.converged(&w, "f.git", 3);
     assert_eq!(refs.get("refs/heads/bad"), Some(&again));
 }
+
+/// Every replica runs git's housekeeping after a push it applied, as the accepting node does
+/// after the client's report: a replica keeps each push's objects as a pack, and without
+/// `git maintenance run --auto` those packs pile up (here past `gc.autoPackLimit`) forever.
+#[test]
+fn replicas_are_maintained_as_the_accepting_node_is() {
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).with_repo("m.git");
+    c.converged(&w, "m.git", 3);
+    // More than 3 packs and `git gc --auto` repacks (git's default is 50).
+    for n in &c.nodes {
+        let dir = n.dir("m.git").display().to_string();
+        w.git(".", &["-C", &dir, "config", "gc.autoPackLimit", "3"]);
+    }
+    for i in 0..8 {
+        w.commit(&src, "f", &format!("{i}"));
+        push_ok(
+            &w,
+            &src,
+            &c.nodes[0].url("m.git"),
+            &["HEAD:refs/heads/main"],
+        );
+    }
+    c.converged(&w, "m.git", 3);
+    let packs = |n: &Node| {
+        std::fs::read_dir(n.dir("m.git").join("objects/pack"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".pack"))
+            })
+            .count()
+    };
+    // The replicas' maintenance runs detached (`maintenance.autoDetach`): it is waited for.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let counts: Vec<usize> = c.nodes.iter().map(packs).collect();
+        if counts.iter().all(|&n| n <= 3) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "packs per node after 8 pushes: {counts:?}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    c.assert_fsck(&w, "m.git");
+}
