@@ -33,13 +33,29 @@ pub(super) fn housekeeping<W: Write, E: Write>(
     Ok(())
 }
 
+/// Whether [`unattended`] housekeeping asks git for its maintenance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Maintenance {
+    /// As after a push: when `receive.autogc` says.
+    AsConfigured,
+    /// Not this time: the caller found nothing for it to do.
+    Skip,
+}
+
 /// [`housekeeping`] after a push that has no client to tell, its output discarded: a
 /// replica's copy of a push a cluster accepted on another node (`cluster/replica.rs`), an
-/// ordinary repository that git maintains as it maintains any a push reached (without it a
-/// replica keeps a pack per push, forever).
-pub fn unattended(repo: &Repository, environment: &hooks::HookEnvironment) -> io::Result<()> {
+/// ordinary repository to maintain as any a push reached.
+pub fn unattended(
+    repo: &Repository,
+    environment: &hooks::HookEnvironment,
+    maintain: Maintenance,
+) -> io::Result<()> {
     use std::process::Stdio;
-    if let Some(mut maintenance) = maintenance(repo, environment) {
+    let maintenance = match maintain {
+        Maintenance::AsConfigured => maintenance(repo, environment),
+        Maintenance::Skip => None,
+    };
+    if let Some(mut maintenance) = maintenance {
         let _span = info_span!("auto_gc").entered();
         maintenance
             .stdin(Stdio::null())

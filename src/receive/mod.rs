@@ -35,7 +35,7 @@ mod update;
 pub use crate::hooks::HookEnvironment;
 pub use crate::protocol::report::{Reason, Rewrite, Status};
 pub use crate::protocol::request::Command;
-pub use housekeeping::unattended as housekeeping_unattended;
+pub use housekeeping::{Maintenance, unattended as housekeeping_unattended};
 pub use options::{
     CommitGate, Environment, GateCommit, GateRefusal, Missing, Options, RefAccess, RefChange,
     SessionStderr, protocol_version,

@@ -418,6 +418,10 @@ pub struct Housekeeping {
     pub auto_detach: bool,
     /// `receive.updateServerInfo`: refresh the dumb-HTTP info files after a push.
     pub update_server_info: bool,
+    /// `gc.autoPackLimit`: more packs than this (kept ones aside) and `git gc --auto` repacks;
+    /// 0 or less, never for that. What makes a cluster replica, which keeps a pack per push,
+    /// ask git for its maintenance (`cluster/replica.rs`).
+    pub auto_pack_limit: i64,
 }
 
 impl Default for Housekeeping {
@@ -426,6 +430,7 @@ impl Default for Housekeeping {
             auto_gc: true,
             auto_detach: true,
             update_server_info: false,
+            auto_pack_limit: 50,
         }
     }
 }
@@ -988,6 +993,12 @@ pub static KEYS: &[Key] = &[
             p.c.housekeeping.auto_detach = boolean(v)?;
             p.maintenance_auto_detach = true;
         }
+    ),
+    last!(
+        "gc.autoPackLimit",
+        "More packs than this (kept ones aside) and a cluster replica runs the maintenance a push \
+         runs (default 50, git's; 0 or less: not for its packs).",
+        |p, v| p.c.housekeeping.auto_pack_limit = int(v)?
     ),
     last!(
         "gc.autoDetach",
@@ -1591,6 +1602,7 @@ mod tests {
         ("maintenance.autoDetach", "false", |c| {
             !c.housekeeping.auto_detach
         }),
+        ("gc.autoPackLimit", "1k", |c| c.housekeeping.auto_pack_limit == 1024),
         ("gc.autoDetach", "false", |c| !c.housekeeping.auto_detach),
         ("receive.updateServerInfo", "true", |c| {
             c.housekeeping.update_server_info
@@ -1838,6 +1850,7 @@ mod tests {
                 auto_gc: true,
                 auto_detach: true,
                 update_server_info: false,
+                auto_pack_limit: 50,
             }
         );
         assert_eq!(c.identity, Identity::default());

@@ -2186,9 +2186,10 @@ fn a_push_fsck_would_refuse_is_replicated_where_the_repository_does_not_check_ob
     assert_eq!(refs.get("refs/heads/bad"), Some(&again));
 }
 
-/// Every replica runs git's housekeeping after a push it applied, as the accepting node does
-/// after the client's report: a replica keeps each push's objects as a pack, and without
-/// `git maintenance run --auto` those packs pile up (here past `gc.autoPackLimit`) forever.
+/// Every replica asks git for its maintenance once a push it applied leaves more packs than
+/// `gc.autoPackLimit`, as the accepting node does after every push: a replica keeps each
+/// push's objects as a pack, and without `git maintenance run --auto` those packs pile up
+/// forever (9 on each replica here).
 #[test]
 fn replicas_are_maintained_as_the_accepting_node_is() {
     let Some(w) = cluster_world() else { return };
