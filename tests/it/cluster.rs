@@ -2220,18 +2220,14 @@ fn replicas_are_maintained_as_the_accepting_node_is() {
             .count()
     };
     // The replicas' maintenance runs detached (`maintenance.autoDetach`): it is waited for.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let counts: Vec<usize> = c.nodes.iter().map(packs).collect();
-        if counts.iter().all(|&n| n <= 3) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "packs per node after 8 pushes: {counts:?}\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let limit = Duration::from_secs(60);
+    let settled =
+        crate::cluster_stream::eventually(limit, || c.nodes.iter().all(|n| packs(n) <= 3));
+    let counts: Vec<usize> = c.nodes.iter().map(packs).collect();
+    assert!(
+        settled,
+        "packs per node after 8 pushes: {counts:?}\n{}",
+        c.logs()
+    );
     c.assert_fsck(&w, "m.git");
 }
