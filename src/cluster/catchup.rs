@@ -395,13 +395,13 @@ impl Cluster {
             .await??;
             applied = entry.seq;
         }
-        // Maintained as a copy a push reached (`replica::housekeeping`); the entries are
+        // Maintained as a copy a push reached (`objects::housekeeping`); the entries are
         // applied whatever comes of it.
         let (dir, env, cluster) = (dir.to_owned(), self.env.clone(), self.clone());
         let name = name.to_owned();
         let _ = tokio::task::spawn_blocking(move || {
             if let Ok((repo, _)) = open(&dir, &env) {
-                super::replica::housekeeping(&cluster, &name, &repo);
+                super::objects::housekeeping(&name, &repo, &cluster.hooks);
             }
         })
         .await;

@@ -2,13 +2,16 @@
 //! ingest, with the fsck the repository's configuration asks for, into a quarantine, kept or migrated, then berth's connectivity walk through
 //! the objects the pack brought, `objects::connectivity`, with no `git` process), the pack
 //! a catch-up asks for (`git pack-objects`; a push's pack is streamed as the client sent it,
-//! `tee.rs`), and the creation of a replica's repository.
+//! `tee.rs`), the creation of a replica's repository, and the housekeeping its copy gets after
+//! a push ([`housekeeping`]: git's maintenance once it holds more packs than
+//! `gc.autoPackLimit`).
 
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::wire;
+use crate::escape::Escaped;
 use crate::objects::connectivity::{Check, Status};
 use crate::objects::ingest;
 use crate::objects::pack_links::Outside;
@@ -332,9 +335,72 @@ pub(super) fn pack_objects(
     Ok(pack)
 }
 
+/// What git's receive-pack does after a push, for a replica's copy of repository `name` that a
+/// push or a catch-up changed, output discarded: `git update-server-info` when
+/// `receive.updateServerInfo` asks, and `git maintenance run --auto` (`receive.autogc`) once
+/// the copy holds more packs than `gc.autoPackLimit` ([`maintenance_due`]). A replica keeps a
+/// pack per push and nothing else that grows, so without it the packs piled up forever; asked
+/// only then, a push costs a replica no process (`cluster_stream`'s
+/// `a_replica_prepares_and_commits_ten_pushes_without_a_git_process`). A failure is logged;
+/// the push landed.
+pub(super) fn housekeeping(
+    name: &str,
+    repo: &crate::repo::Repository,
+    hooks: &crate::receive::HookEnvironment,
+) {
+    let packs = unkept_packs(&repo.git_dir.join("objects").join("pack"));
+    let maintain = match maintenance_due(packs, repo.config.housekeeping.auto_pack_limit) {
+        true => crate::receive::Maintenance::AsConfigured,
+        false => crate::receive::Maintenance::Skip,
+    };
+    if let Err(e) = crate::receive::housekeeping_unattended(repo, hooks, maintain) {
+        tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), error = %Escaped::text(&e.to_string()), "housekeeping after a replicated push");
+    }
+}
+
+/// Whether a copy holding `packs` packs (kept ones aside) is due git's maintenance: more than
+/// `gc.autoPackLimit`, `git gc --auto`'s own trigger for packs (none at 0 or less).
+fn maintenance_due(packs: usize, auto_pack_limit: i64) -> bool {
+    auto_pack_limit > 0 && i64::try_from(packs).unwrap_or(i64::MAX) > auto_pack_limit
+}
+
+/// The packs in `dir` without a `.keep`, as `git gc --auto` counts them (an unreadable
+/// directory: none).
+fn unkept_packs(dir: &std::path::Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let names: std::collections::HashSet<std::ffi::OsString> = entries
+        .filter_map(|e| e.ok().map(|e| e.file_name()))
+        .collect();
+    names
+        .iter()
+        .filter_map(|n| n.to_str()?.strip_suffix(".pack"))
+        .filter(|stem| !names.contains(std::ffi::OsStr::new(&format!("{stem}.keep"))))
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{Format, wire};
+    use super::{Format, maintenance_due, unkept_packs, wire};
+
+    /// Maintenance is due past `gc.autoPackLimit`, never at 0 or less; kept packs and other
+    /// files are not counted.
+    #[test]
+    fn maintenance_is_due_past_the_pack_limit() {
+        assert!(!maintenance_due(50, 50));
+        assert!(maintenance_due(51, 50));
+        assert!(!maintenance_due(1_000, 0));
+        assert!(!maintenance_due(1_000, -1));
+        let dir = tempfile::tempdir().unwrap();
+        for f in [
+            "a.pack", "a.idx", "b.pack", "b.keep", "c.pack", "c.rev", "d.idx",
+        ] {
+            std::fs::write(dir.path().join(f), "").unwrap();
+        }
+        assert_eq!(unkept_packs(dir.path()), 2);
+        assert_eq!(unkept_packs(&dir.path().join("none")), 0);
+    }
 
     #[test]
     fn format_round_trips_and_refuses_what_git_init_would_not_take() {

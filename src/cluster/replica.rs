@@ -438,7 +438,7 @@ impl Job {
         // After the answer, as git's receive-pack does after the client's report: a replica
         // is maintained as any repository a push reached.
         if committed {
-            housekeeping(&self.cluster, &self.h.repo, &opened.repo);
+            super::objects::housekeeping(&self.h.repo, &opened.repo, &self.cluster.hooks);
         }
     }
 
@@ -674,47 +674,6 @@ impl Job {
     }
 }
 
-/// What git's receive-pack does after a push, for a replica's copy of repository `name` that a
-/// push or a catch-up changed, output discarded: `git update-server-info` when
-/// `receive.updateServerInfo` asks, and `git maintenance run --auto` (`receive.autogc`) once
-/// the copy holds more packs than `gc.autoPackLimit` ([`maintenance_due`]). A replica keeps a
-/// pack per push and nothing else that grows, so without it the packs piled up forever; asked
-/// only then, a push costs a replica no process (`cluster_stream`'s
-/// `a_replica_prepares_and_commits_ten_pushes_without_a_git_process`). A failure is logged;
-/// the push landed.
-pub(super) fn housekeeping(cluster: &Cluster, name: &str, repo: &crate::repo::Repository) {
-    let packs = unkept_packs(&repo.git_dir.join("objects").join("pack"));
-    let maintain = match maintenance_due(packs, repo.config.housekeeping.auto_pack_limit) {
-        true => crate::receive::Maintenance::AsConfigured,
-        false => crate::receive::Maintenance::Skip,
-    };
-    if let Err(e) = crate::receive::housekeeping_unattended(repo, &cluster.hooks, maintain) {
-        tracing::warn!(target: "berth::cluster", repo = %Escaped::token(name), error = %Escaped::text(&e.to_string()), "housekeeping after a replicated push");
-    }
-}
-
-/// Whether a copy holding `packs` packs (kept ones aside) is due git's maintenance: more than
-/// `gc.autoPackLimit`, `git gc --auto`'s own trigger for packs (none at 0 or less).
-fn maintenance_due(packs: usize, auto_pack_limit: i64) -> bool {
-    auto_pack_limit > 0 && i64::try_from(packs).unwrap_or(i64::MAX) > auto_pack_limit
-}
-
-/// The packs in `dir` without a `.keep`, as `git gc --auto` counts them (an unreadable
-/// directory: none).
-fn unkept_packs(dir: &std::path::Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    let names: std::collections::HashSet<std::ffi::OsString> = entries
-        .filter_map(|e| e.ok().map(|e| e.file_name()))
-        .collect();
-    names
-        .iter()
-        .filter_map(|n| n.to_str()?.strip_suffix(".pack"))
-        .filter(|stem| !names.contains(std::ffi::OsStr::new(&format!("{stem}.keep"))))
-        .count()
-}
-
 /// Listen for a prepared transaction's word until `until`: what it heard (a verdict, with
 /// where to answer; the connection's close; nothing, once `deadline` passed) — before
 /// `deadline`, silence means the connection closed already (it is asked again only then).
@@ -807,24 +766,6 @@ pub(super) async fn decide(cluster: &Arc<Cluster>, req: Request) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Maintenance is due past `gc.autoPackLimit`, never at 0 or less; kept packs and other
-    /// files are not counted.
-    #[test]
-    fn maintenance_is_due_past_the_pack_limit() {
-        assert!(!maintenance_due(50, 50));
-        assert!(maintenance_due(51, 50));
-        assert!(!maintenance_due(1_000, 0));
-        assert!(!maintenance_due(1_000, -1));
-        let dir = tempfile::tempdir().unwrap();
-        for f in [
-            "a.pack", "a.idx", "b.pack", "b.keep", "c.pack", "c.rev", "d.idx",
-        ] {
-            std::fs::write(dir.path().join(f), "").unwrap();
-        }
-        assert_eq!(unkept_packs(dir.path()), 2);
-        assert_eq!(unkept_packs(&dir.path().join("none")), 0);
-    }
 
     #[test]
     fn the_accepting_node_reads_the_refusals_as_before() {
