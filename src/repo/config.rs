@@ -997,8 +997,11 @@ pub static KEYS: &[Key] = &[
     last!(
         "gc.autoPackLimit",
         "More packs than this (kept ones aside) and a cluster replica runs the maintenance a push \
-         runs (default 50, git's; 0 or less: not for its packs).",
-        |p, v| p.c.housekeeping.auto_pack_limit = int(v)?
+         runs (default 50, git's; 0 or less: not for its packs). git's receive-pack does not \
+         read it: a value git would refuse leaves the default, for git's maintenance to report.",
+        |p, v| if let Some(n) = parse_int(v) {
+            p.c.housekeeping.auto_pack_limit = n
+        }
     ),
     last!(
         "gc.autoDetach",
@@ -1950,6 +1953,9 @@ mod tests {
             err("[receive]\n\tunpackLimit = lots\n"),
             "bad numeric config value 'lots'"
         );
+        // A key git's receive-pack does not read fails nothing.
+        let (c, _) = parse("[gc]\n\tautoPackLimit = lots\n").unwrap();
+        assert_eq!(c.housekeeping.auto_pack_limit, 50);
         assert_eq!(
             err("[reftable]\n\tblockSize = 16m\n"),
             "reftable block size cannot exceed 16MB"
