@@ -400,7 +400,7 @@ impl Cluster {
         let (dir, env, cluster) = (dir.to_owned(), self.env.clone(), self.clone());
         let name = name.to_owned();
         let _ = tokio::task::spawn_blocking(move || {
-            if let Ok((repo, _)) = open(&dir, &env) {
+            if let Ok(repo) = super::copy::open_repo(&dir, &env) {
                 super::objects::housekeeping(&name, &repo, &cluster.hooks);
             }
         })

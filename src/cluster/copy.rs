@@ -204,10 +204,23 @@ pub(super) fn open(
     dir: &std::path::Path,
     env: &crate::receive::Environment,
 ) -> Result<(crate::repo::Repository, gix_odb::Handle), Local> {
-    let dir_str = dir.to_str().ok_or(Local::PathNotUtf8)?;
-    let repo = crate::repo::Repository::open(dir_str, &env.for_config())?;
-    let objects = gix_odb::at(&repo.objects_dir, repo.object_format)?;
+    let repo = open_repo(dir, env)?;
+    let objects = objects_of(&repo)?;
     Ok((repo, objects))
+}
+
+/// The copy at `dir`, opened with `env`, without its object database.
+pub(super) fn open_repo(
+    dir: &std::path::Path,
+    env: &crate::receive::Environment,
+) -> Result<crate::repo::Repository, Local> {
+    let dir_str = dir.to_str().ok_or(Local::PathNotUtf8)?;
+    Ok(crate::repo::Repository::open(dir_str, &env.for_config())?)
+}
+
+/// `repo`'s object database (opening it lists every pack's index).
+pub(super) fn objects_of(repo: &crate::repo::Repository) -> Result<gix_odb::Handle, Local> {
+    Ok(gix_odb::at(&repo.objects_dir, repo.object_format)?)
 }
 
 /// Of `tips`, those not in the repository; and the repository's ref tips.

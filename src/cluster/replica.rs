@@ -485,7 +485,7 @@ impl Job {
     fn open(&self) -> Result<Opened, NotPrepared> {
         let _span = tracing::info_span!("open").entered();
         let h = &self.h;
-        let (repo, objects) = super::copy::open(&self.dir, &self.env)?;
+        let repo = super::copy::open_repo(&self.dir, &self.env)?;
         // The pack arrived (or is arriving) on its own stream, already checked.
         let (keeps, index) = match &h.stream {
             Some(id) => match self.cluster.streams.claim(id, &h.repo)? {
@@ -495,6 +495,9 @@ impl Job {
             },
             None => (Keeps(Vec::new()), None),
         };
+        // Opened once the pack moved in: its packs listed once, not once now and again when
+        // the first of the push's objects is looked up.
+        let objects = super::copy::objects_of(&repo)?;
         let tips: Vec<gix_hash::ObjectId> = h.updates.iter().filter_map(new_of).collect();
         let roots = connected(&repo, &objects, index.as_ref(), &tips, &h.shallow)?;
         record_shallow(&repo, &roots)?;
