@@ -405,8 +405,9 @@ impl Job {
             Err(e) => return self.not_prepared(ready, Local::from(e).into()),
         };
         drop(entered);
-        // Dropped when this job ends: the prepare's answer ends too.
-        let (_decided, decided) = tokio::sync::oneshot::channel::<()>();
+        // Dropped once the transaction is settled and the decide answered (or the job ends):
+        // the prepare's answer ends too.
+        let (answer_ends, decided) = tokio::sync::oneshot::channel::<()>();
         let Some(words) = self.announce(ready, decided) else {
             // The gate stopped waiting: the transaction is dropped, aborted.
             return;
@@ -435,7 +436,8 @@ impl Job {
         if let From::Gate(reply) = from {
             let _ = reply.send(outcome.map(|_| ()));
         }
-        // After the answer, as git's receive-pack does after the client's report: a replica
+        drop(answer_ends);
+        // After the answers, as git's receive-pack does after the client's report: a replica
         // is maintained as any repository a push reached.
         if committed {
             super::objects::housekeeping(&self.h.repo, &opened.repo, &self.cluster.hooks);
