@@ -348,8 +348,8 @@ pub(super) fn housekeeping(
     repo: &crate::repo::Repository,
     hooks: &crate::receive::HookEnvironment,
 ) {
-    let packs = unkept_packs(&repo.git_dir.join("objects").join("pack"));
-    let maintain = match maintenance_due(packs, repo.config.housekeeping.auto_pack_limit) {
+    let packs = unkept_packs(&repo.objects_dir.join("pack"));
+    let maintain = match maintenance_due(packs, &repo.config.housekeeping) {
         true => crate::receive::Maintenance::AsConfigured,
         false => crate::receive::Maintenance::Skip,
     };
@@ -359,9 +359,13 @@ pub(super) fn housekeeping(
 }
 
 /// Whether a copy holding `packs` packs (kept ones aside) is due git's maintenance: more than
-/// `gc.autoPackLimit`, `git gc --auto`'s own trigger for packs (none at 0 or less).
-fn maintenance_due(packs: usize, auto_pack_limit: i64) -> bool {
-    auto_pack_limit > 0 && i64::try_from(packs).unwrap_or(i64::MAX) > auto_pack_limit
+/// `gc.autoPackLimit`, `git gc --auto`'s own trigger for packs (none at 0 or less, and none
+/// when `gc.auto` is 0 or less: `git gc --auto` would do nothing, and a process would be
+/// started for every push).
+fn maintenance_due(packs: usize, limits: &crate::repo::config::Housekeeping) -> bool {
+    limits.auto_threshold > 0
+        && limits.auto_pack_limit > 0
+        && i64::try_from(packs).unwrap_or(i64::MAX) > limits.auto_pack_limit
 }
 
 /// The packs in `dir` without a `.keep`, as `git gc --auto` counts them (an unreadable
@@ -384,14 +388,21 @@ fn unkept_packs(dir: &std::path::Path) -> usize {
 mod tests {
     use super::{Format, maintenance_due, unkept_packs, wire};
 
-    /// Maintenance is due past `gc.autoPackLimit`, never at 0 or less; kept packs and other
-    /// files are not counted.
+    /// Maintenance is due past `gc.autoPackLimit`, never at 0 or less nor with `gc.auto` at 0
+    /// or less; kept packs and other files are not counted.
     #[test]
     fn maintenance_is_due_past_the_pack_limit() {
-        assert!(!maintenance_due(50, 50));
-        assert!(maintenance_due(51, 50));
-        assert!(!maintenance_due(1_000, 0));
-        assert!(!maintenance_due(1_000, -1));
+        let limit = |auto_pack_limit, auto_threshold| crate::repo::config::Housekeeping {
+            auto_pack_limit,
+            auto_threshold,
+            ..Default::default()
+        };
+        assert!(!maintenance_due(50, &limit(50, 6700)));
+        assert!(maintenance_due(51, &limit(50, 6700)));
+        assert!(!maintenance_due(1_000, &limit(0, 6700)));
+        assert!(!maintenance_due(1_000, &limit(-1, 6700)));
+        // `gc.auto` at 0: git's gc --auto does nothing, so nothing is started.
+        assert!(!maintenance_due(1_000, &limit(50, 0)));
         let dir = tempfile::tempdir().unwrap();
         for f in [
             "a.pack", "a.idx", "b.pack", "b.keep", "c.pack", "c.rev", "d.idx",

@@ -420,8 +420,11 @@ pub struct Housekeeping {
     pub update_server_info: bool,
     /// `gc.autoPackLimit`: more packs than this (kept ones aside) and `git gc --auto` repacks;
     /// 0 or less, never for that. What makes a cluster replica, which keeps a pack per push,
-    /// ask git for its maintenance (`cluster/replica.rs`).
+    /// ask git for its maintenance (`cluster/objects.rs`).
     pub auto_pack_limit: i64,
+    /// `gc.auto`: 0 or less and `git gc --auto` does nothing, whatever the packs; a cluster
+    /// replica then does not ask (default 6700, git's).
+    pub auto_threshold: i64,
 }
 
 impl Default for Housekeeping {
@@ -431,6 +434,7 @@ impl Default for Housekeeping {
             auto_detach: true,
             update_server_info: false,
             auto_pack_limit: 50,
+            auto_threshold: 6700,
         }
     }
 }
@@ -1001,6 +1005,15 @@ pub static KEYS: &[Key] = &[
          read it: a value git would refuse leaves the default, for git's maintenance to report.",
         |p, v| if let Some(n) = parse_int(v) {
             p.c.housekeeping.auto_pack_limit = n
+        }
+    ),
+    last!(
+        "gc.auto",
+        "0 or less: a cluster replica does not ask for the maintenance of gc.autoPackLimit, which \
+         git's gc --auto would not do (default 6700, git's). Not read by git's receive-pack: a \
+         value git would refuse leaves the default.",
+        |p, v| if let Some(n) = parse_int(v) {
+            p.c.housekeeping.auto_threshold = n
         }
     ),
     last!(
@@ -1606,6 +1619,7 @@ mod tests {
             !c.housekeeping.auto_detach
         }),
         ("gc.autoPackLimit", "1k", |c| c.housekeeping.auto_pack_limit == 1024),
+        ("gc.auto", "0", |c| c.housekeeping.auto_threshold == 0),
         ("gc.autoDetach", "false", |c| !c.housekeeping.auto_detach),
         ("receive.updateServerInfo", "true", |c| {
             c.housekeeping.update_server_info
@@ -1854,6 +1868,7 @@ mod tests {
                 auto_detach: true,
                 update_server_info: false,
                 auto_pack_limit: 50,
+                auto_threshold: 6700,
             }
         );
         assert_eq!(c.identity, Identity::default());
