@@ -197,7 +197,7 @@ impl From<Updates> for Vec<RefUpdate> {
 
 impl Serialize for Updates {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(encode(&self.0)))
+        Packed(encode(&self.0)).serialize(s)
     }
 }
 
