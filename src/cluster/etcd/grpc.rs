@@ -120,8 +120,7 @@ impl Channel {
             if let Some(t) = whole.trailers() {
                 status(t, &url)?;
             }
-            let mut frames = Frames::default();
-            frames.extend(&whole.to_bytes());
+            let mut frames = Frames::of(whole.to_bytes());
             match frames.next_message::<A>()? {
                 Some(a) => Ok(a),
                 None => Err(Error::NoAnswer(url.clone())),
@@ -195,6 +194,16 @@ pub(super) struct Frames {
 }
 
 impl Frames {
+    /// The messages of an answer read whole (its bytes taken over, not copied, when they are
+    /// in one piece no one else holds).
+    fn of(whole: Bytes) -> Frames {
+        Frames {
+            buf: whole
+                .try_into_mut()
+                .unwrap_or_else(|shared| BytesMut::from(&shared[..])),
+        }
+    }
+
     /// More of the answer's bytes.
     pub(super) fn extend(&mut self, b: &[u8]) {
         self.buf.extend_from_slice(b);
@@ -246,6 +255,11 @@ mod tests {
             }
             assert_eq!(got, [7, 300], "cut at {cut}");
         }
+        let mut whole = Frames::of(Bytes::from(bytes.clone()));
+        let first = whole
+            .next_message::<proto::LeaseKeepAliveResponse>()
+            .unwrap();
+        assert_eq!(first.map(|m| m.ttl), Some(7));
         let mut f = Frames::default();
         f.extend(&[1, 0, 0, 0, 0]);
         assert!(matches!(
