@@ -23,12 +23,10 @@ pub(super) fn housekeeping<W: Write, E: Write>(
         let _span = info_span!("auto_gc").entered();
         hooks::run_process(maintenance, None, keepalive, &mut Hooks::to_client(sb))?;
     }
-    if repo.config.housekeeping.update_server_info {
-        let mut p = git(repo, environment, &["update-server-info"]);
-        p.stdin(std::process::Stdio::null());
-        if let Ok(out) = p.output() {
-            sb.stderr().write_all(&out.stderr)?;
-        }
+    if let Some(mut p) = update_server_info(repo, environment)
+        && let Ok(out) = p.output()
+    {
+        sb.stderr().write_all(&out.stderr)?;
     }
     Ok(())
 }
@@ -63,14 +61,24 @@ pub fn unattended(
             .stderr(Stdio::null());
         maintenance.status()?;
     }
-    if repo.config.housekeeping.update_server_info {
-        let mut p = git(repo, environment, &["update-server-info"]);
-        p.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+    if let Some(mut p) = update_server_info(repo, environment) {
+        p.stdout(Stdio::null()).stderr(Stdio::null());
         p.status()?;
     }
     Ok(())
+}
+
+/// `git update-server-info`, its stdin closed, when `receive.updateServerInfo` asks for it.
+fn update_server_info(
+    repo: &Repository,
+    environment: &hooks::HookEnvironment,
+) -> Option<std::process::Command> {
+    if !repo.config.housekeeping.update_server_info {
+        return None;
+    }
+    let mut p = git(repo, environment, &["update-server-info"]);
+    p.stdin(std::process::Stdio::null());
+    Some(p)
 }
 
 /// `git maintenance run --auto --quiet` as git's receive-pack runs it, detached as
