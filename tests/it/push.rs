@@ -1028,3 +1028,20 @@ fn held_stack_lock_fails_the_push_as_git_master_does() {
     assert_eq!(w.refs("srv.git"), before);
     w.assert_clean("srv.git");
 }
+
+/// `receive.updateServerInfo`: after the push, `info/refs` lists the pushed refs as git's
+/// `update-server-info` writes it, the same through both receivers.
+#[test]
+fn update_server_info_after_a_push() {
+    let o = common::differential(|r| {
+        let w = World::new();
+        w.bare("srv.git");
+        w.git("srv.git", &["config", "receive.updateServerInfo", "true"]);
+        w.work("src");
+        w.commit("src", "a", "1");
+        let push = w.push("src", r, "srv.git", &["main"]);
+        assert!(push.success, "{push:#?}");
+        std::fs::read_to_string(w.path("srv.git").join("info/refs")).unwrap_or_default()
+    });
+    assert!(o.ends_with("\trefs/heads/main\n"), "{o:?}");
+}
