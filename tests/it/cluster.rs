@@ -2231,3 +2231,38 @@ fn replicas_are_maintained_as_the_accepting_node_is() {
     );
     c.assert_fsck(&w, "m.git");
 }
+
+/// With `receive.updateServerInfo`, every replica's `info/refs` follows a push, as the
+/// accepting node's does: a fetch over dumb HTTP from any node sees the pushed refs.
+#[test]
+fn replicas_update_server_info_as_the_accepting_node_does() {
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).with_repo("i.git");
+    c.converged(&w, "i.git", 3);
+    for n in &c.nodes {
+        let dir = n.dir("i.git").display().to_string();
+        w.git(
+            ".",
+            &["-C", &dir, "config", "receive.updateServerInfo", "true"],
+        );
+    }
+    let head = w.commit(&src, "f", "new");
+    push_ok(
+        &w,
+        &src,
+        &c.nodes[0].url("i.git"),
+        &["HEAD:refs/heads/side"],
+    );
+    c.converged(&w, "i.git", 3);
+    let listed = format!("{head}\trefs/heads/side\n");
+    // A replica updates it after answering the decide: it is waited for.
+    let limit = Duration::from_secs(60);
+    let info = |n: &Node| std::fs::read_to_string(n.dir("i.git").join("info/refs"));
+    let all = crate::cluster_stream::eventually(limit, || {
+        c.nodes
+            .iter()
+            .all(|n| info(n).is_ok_and(|r| r.contains(&listed)))
+    });
+    let seen: Vec<_> = c.nodes.iter().map(|n| info(n).ok()).collect();
+    assert!(all, "info/refs per node: {seen:?}\n{}", c.logs());
+}
