@@ -244,8 +244,9 @@ pub(super) async fn prepare(cluster: &Arc<Cluster>, req: Request) -> Response {
         Ok(h) => h,
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("prepare: {e}")),
     };
-    let parsed = tracing::info_span!("replica_header", bytes = header.len());
-    let h = match parsed.in_scope(|| parse_header(&header)) {
+    let parsed = tracing::info_span!("replica_header", bytes = header.len())
+        .in_scope(|| parse_header(&header));
+    let h = match parsed {
         Ok(h) => h,
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
