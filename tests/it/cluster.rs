@@ -2194,12 +2194,8 @@ fn a_push_fsck_would_refuse_is_replicated_where_the_repository_does_not_check_ob
 fn replicas_are_maintained_as_the_accepting_node_is() {
     let Some(w) = cluster_world() else { return };
     let (c, src) = cluster(&w).with_repo("m.git");
-    c.converged(&w, "m.git", 3);
     // More than 3 packs and `git gc --auto` repacks (git's default is 50).
-    for n in &c.nodes {
-        let dir = n.dir("m.git").display().to_string();
-        w.git(".", &["-C", &dir, "config", "gc.autoPackLimit", "3"]);
-    }
+    configure_every_copy(&w, &c, "m.git", "gc.autoPackLimit", "3");
     for i in 0..8 {
         w.commit(&src, "f", &format!("{i}"));
         push_ok(
@@ -2238,14 +2234,7 @@ fn replicas_are_maintained_as_the_accepting_node_is() {
 fn replicas_update_server_info_as_the_accepting_node_does() {
     let Some(w) = cluster_world() else { return };
     let (c, src) = cluster(&w).with_repo("i.git");
-    c.converged(&w, "i.git", 3);
-    for n in &c.nodes {
-        let dir = n.dir("i.git").display().to_string();
-        w.git(
-            ".",
-            &["-C", &dir, "config", "receive.updateServerInfo", "true"],
-        );
-    }
+    configure_every_copy(&w, &c, "i.git", "receive.updateServerInfo", "true");
     let head = w.commit(&src, "f", "new");
     push_ok(
         &w,
@@ -2265,4 +2254,13 @@ fn replicas_update_server_info_as_the_accepting_node_does() {
     });
     let seen: Vec<_> = c.nodes.iter().map(|n| info(n).ok()).collect();
     assert!(all, "info/refs per node: {seen:?}\n{}", c.logs());
+}
+
+/// Once every node holds its copy of `repo`, `git config key value` in each.
+fn configure_every_copy(w: &World, c: &Cluster, repo: &str, key: &str, value: &str) {
+    c.converged(w, repo, 3);
+    for n in &c.nodes {
+        let dir = n.dir(repo).display().to_string();
+        w.git(".", &["-C", &dir, "config", key, value]);
+    }
 }
