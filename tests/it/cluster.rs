@@ -213,6 +213,16 @@ impl Etcd {
         self.members[i] = Some(self.commands[i].stderr(log).spawn().unwrap());
     }
 
+    /// Send `signal` (`-STOP`, `-CONT`) to member `i`, which is running.
+    pub(crate) fn signal(&self, i: usize, signal: &str) {
+        let pid = self.members[i].as_ref().expect("member running").id();
+        let ok = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
     pub(crate) fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].take() {
             let _ = c.kill();
@@ -1015,6 +1025,48 @@ fn a_killed_replica_and_a_killed_etcd_member_do_not_stop_pushes_and_the_replica_
         Some(&w.git("from-n2", &["rev-parse", "HEAD"]).trim().to_owned()),
         heads.last()
     );
+}
+
+/// An etcd member that stops answering with its connections open (SIGSTOP: a hung machine, or
+/// a partition no connection learns of) does not stop pushes: every node's etcd calls give it
+/// up after their timeout and ask the next member, the nodes' leases are kept alive there, and
+/// pushes through each node land; once it answers again the pushes go on. Member 0 is the
+/// endpoint every node asks first.
+#[test]
+fn a_stopped_etcd_member_does_not_stop_pushes() {
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).with_repo("s.git");
+    c.etcd.signal(0, "-STOP");
+    let mut head = String::new();
+    for i in 0..3 {
+        head = w.commit(&src, "a", &format!("stopped {i}"));
+        c.must_push(
+            &w,
+            &src,
+            i,
+            "s.git",
+            &["HEAD:refs/heads/main", &format!("HEAD:refs/heads/n{i}")],
+            "push with an etcd member stopped",
+        );
+    }
+    let refs = c.converged(&w, "s.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&head));
+    c.etcd.signal(0, "-CONT");
+    let after = w.commit(&src, "a", "continued");
+    c.must_push(
+        &w,
+        &src,
+        0,
+        "s.git",
+        &["HEAD:refs/heads/main"],
+        "push once the member answers again",
+    );
+    let refs = c.converged(&w, "s.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&after));
+    for i in 0..3 {
+        assert!(refs.contains_key(&format!("refs/heads/n{i}")));
+    }
+    c.assert_fsck(&w, "s.git");
 }
 
 /// Wait for `path` to exist (at most 60 s).
