@@ -343,7 +343,11 @@ fn receive_into(
     shallow: &[gix_hash::ObjectId],
 ) -> Result<Arrived, Refused> {
     let (repo, objects) = super::copy::open(&dir, env)?;
-    Ok(receive(&repo, &objects, reader, shallow)?)
+    let arrived = receive(&repo, &objects, reader, shallow)?;
+    Ok(Arrived {
+        copy: Some(Box::new(repo)),
+        ..arrived
+    })
 }
 
 /// `POST /_berth/cluster/drop`.
@@ -377,6 +381,7 @@ mod tests {
         Arrived {
             quarantine: crate::objects::ingest::Quarantine::create(root).unwrap(),
             index: None,
+            copy: None,
         }
     }
 

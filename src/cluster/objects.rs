@@ -81,11 +81,21 @@ impl std::fmt::Debug for PackIndex {
 }
 
 /// A pack a peer sent, checked, in its quarantine, and its index (`None` for a pack without
-/// objects).
-#[derive(Debug)]
+/// objects); the copy it arrived for, as opened to take it in (`None`: not kept), so that the
+/// push's prepare does not read its configuration again.
 pub(super) struct Arrived {
     pub(super) quarantine: ingest::Quarantine,
     pub(super) index: Option<PackIndex>,
+    pub(super) copy: Option<Box<crate::repo::Repository>>,
+}
+
+impl std::fmt::Debug for Arrived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arrived")
+            .field("quarantine", &self.quarantine)
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The `.keep` files of a migrated pack, removed once the transaction is over.
@@ -141,6 +151,7 @@ pub(super) fn receive(
         index: received
             .index
             .map(|file| PackIndex(Arc::new((file, received.links)))),
+        copy: None,
     })
 }
 

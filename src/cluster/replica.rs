@@ -488,15 +488,23 @@ impl Job {
     fn open(&self) -> Result<Opened, NotPrepared> {
         let _span = tracing::info_span!("open").entered();
         let h = &self.h;
-        let repo = super::copy::open_repo(&self.dir, &self.env)?;
-        // The pack arrived (or is arriving) on its own stream, already checked.
-        let (keeps, index) = match &h.stream {
+        let open = || super::copy::open_repo(&self.dir, &self.env);
+        // The pack arrived (or is arriving) on its own stream, already checked, into the copy
+        // the stream opened.
+        let (repo, keeps, index) = match &h.stream {
             Some(id) => match self.cluster.streams.claim(id, &h.repo)? {
-                Claimed::Arrived(a) => (migrate(&repo, a.quarantine)?, a.index),
+                Claimed::Arrived(a) => {
+                    let repo = match a.copy {
+                        Some(repo) => *repo,
+                        None => open()?,
+                    };
+                    let keeps = migrate(&repo, a.quarantine)?;
+                    (repo, keeps, a.index)
+                }
                 // An earlier batch of the push migrated it.
-                Claimed::Migrated(index) => (Keeps(Vec::new()), index),
+                Claimed::Migrated(index) => (open()?, Keeps(Vec::new()), index),
             },
-            None => (Keeps(Vec::new()), None),
+            None => (open()?, Keeps(Vec::new()), None),
         };
         // Opened once the pack moved in: its packs listed once, not once now and again when
         // the first of the push's objects is looked up.
