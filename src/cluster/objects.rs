@@ -109,24 +109,10 @@ impl Drop for Keeps {
     }
 }
 
-/// Ingest the pack read from `reader` into a quarantine of `repo`, checking every object as
-/// the repository's `receive.fsckObjects` asks, as a push from a client (thin packs completed
-/// from the repository's objects), and migrate
-/// it; the `.keep` files protect it until the refs point into it. The pack's index, for
-/// [`connected`]. `shallow`: as [`receive`]'s.
-pub(super) fn ingest(
-    repo: &crate::repo::Repository,
-    objects: &gix_odb::Handle,
-    reader: &mut dyn Read,
-    shallow: &[gix_hash::ObjectId],
-) -> Result<(Keeps, Option<PackIndex>), Error> {
-    let arrived = receive(repo, objects, reader, shallow)?;
-    Ok((migrate(repo, arrived.quarantine)?, arrived.index))
-}
-
-/// Ingest the pack read from `reader` into a new quarantine of `repo` (as [`ingest`]) and
-/// leave it there: nothing is visible to the repository until [`migrate`]; dropping the
-/// quarantine removes it. `shallow`: the push's shallow commits (the client's, or an entry's
+/// Ingest the pack read from `reader` into a new quarantine of `repo`, checking every object
+/// as the repository's `receive.fsckObjects` asks, as a push from a client (thin packs
+/// completed from the repository's objects), and leave it there: nothing is visible to the
+/// repository until [`admit`]; dropping the quarantine removes it. `shallow`: the push's shallow commits (the client's, or an entry's
 /// roots), whose parents the pack may lack, besides the repository's own.
 pub(super) fn receive(
     repo: &crate::repo::Repository,
@@ -153,6 +139,28 @@ pub(super) fn receive(
             .map(|file| PackIndex(Arc::new((file, received.links)))),
         copy: None,
     })
+}
+
+/// Move the objects of `quarantine` (a pack and its `index`, from [`receive`]) into `repo`
+/// once every object `tips` reach is there ([`connected`], with `shallow`), as the accepting
+/// node moves a push's objects in only after its connectivity check: the check runs over the
+/// quarantine (its objects and, through its `info/alternates`, the repository's). A pack that
+/// fails it never enters the repository: berth's walks stop at objects a repository has,
+/// taking them as complete, so objects left there by a refused pack (a commit whose parent
+/// this copy lacks) would let a later push or catch-up build on what is not there. The new
+/// shallow roots, and the `.keep` files that protect the pack until the transaction is over.
+pub(super) fn admit(
+    repo: &crate::repo::Repository,
+    quarantine: ingest::Quarantine,
+    index: Option<&PackIndex>,
+    tips: &[gix_hash::ObjectId],
+    shallow: &[gix_hash::ObjectId],
+) -> Result<(Vec<gix_hash::ObjectId>, Keeps), Error> {
+    let quarantined =
+        gix_odb::at(quarantine.path(), repo.object_format).map_err(Error::Quarantine)?;
+    let roots = connected(repo, &quarantined, index, tips, shallow)?;
+    drop(quarantined);
+    Ok((roots, migrate(repo, quarantine)?))
 }
 
 /// Move the quarantine's objects into `repo`; the `.keep` files protect a migrated pack until
@@ -397,7 +405,7 @@ fn unkept_packs(dir: &std::path::Path) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{Format, maintenance_due, unkept_packs, wire};
+    use super::{Error, Format, admit, maintenance_due, receive, unkept_packs, wire};
 
     /// Maintenance is due past `gc.autoPackLimit`, never at 0 or less nor with `gc.auto` at 0
     /// or less; kept packs and other files are not counted.
@@ -422,6 +430,100 @@ mod tests {
         }
         assert_eq!(unkept_packs(dir.path()), 2);
         assert_eq!(unkept_packs(&dir.path().join("none")), 0);
+    }
+
+    /// The pack git makes of `revs` (its `--revs` input) in `repo`, as bytes.
+    fn pack_of(repo: &std::path::Path, revs: &str) -> Vec<u8> {
+        use std::io::Write;
+        let mut child = std::process::Command::new("git")
+            .args(["pack-objects", "--revs", "--stdout", "-q"])
+            .current_dir(repo)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(revs.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        out.stdout
+    }
+
+    /// What a copy's object directory holds: its packs and loose objects.
+    fn held(objects: &std::path::Path) -> Vec<String> {
+        let mut held = Vec::new();
+        for entry in std::fs::read_dir(objects).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "pack" || name.len() == 2 {
+                for f in std::fs::read_dir(entry.path()).unwrap() {
+                    held.push(format!(
+                        "{name}/{}",
+                        f.unwrap().file_name().to_string_lossy()
+                    ));
+                }
+            }
+        }
+        held
+    }
+
+    /// A pack whose commits lack what they build on (a copy behind the log) is refused by
+    /// [`admit`] and leaves nothing in the repository (berth's walks take an object that is
+    /// there as complete); once what it builds on is there, it moves in.
+    #[test]
+    fn admit_moves_in_only_a_pack_whose_tips_are_connected() {
+        use crate::test_git::git;
+        let dir = tempfile::tempdir().unwrap();
+        let commits = crate::test_git::history(dir.path());
+        let (work, first, last) = (dir.path().join("r"), &commits[0], &commits[9]);
+        git(dir.path(), &["init", "-q", "--bare", "copy.git"]);
+        let copy = dir.path().join("copy.git");
+        let repo =
+            crate::repo::Repository::open(copy.to_str().unwrap(), &Default::default()).unwrap();
+        let objects = gix_odb::at(&repo.objects_dir, repo.object_format).unwrap();
+        let tip = gix_hash::ObjectId::from_hex(last.as_bytes()).unwrap();
+
+        // The last commit without what the first reaches: the copy has none of that.
+        let stream = pack_of(&work, &format!("{last}\n--not\n{first}\n"));
+        let arrived = receive(&repo, &objects, &mut &stream[..], &[]).unwrap();
+        let refused = admit(
+            &repo,
+            arrived.quarantine,
+            arrived.index.as_ref(),
+            &[tip],
+            &[],
+        );
+        assert!(
+            matches!(refused, Err(Error::MissingObjects)),
+            "{:?}",
+            refused.map(|(roots, _)| roots)
+        );
+        assert_eq!(held(&repo.objects_dir), Vec::<String>::new());
+
+        // The first commit's history, then the same pack again: it moves in.
+        let base = pack_of(&work, &format!("{first}\n"));
+        let arrived = receive(&repo, &objects, &mut &base[..], &[]).unwrap();
+        let first_id = gix_hash::ObjectId::from_hex(first.as_bytes()).unwrap();
+        let q = arrived.quarantine;
+        admit(&repo, q, arrived.index.as_ref(), &[first_id], &[]).unwrap();
+        let arrived = receive(&repo, &objects, &mut &stream[..], &[]).unwrap();
+        let (roots, _keeps) = admit(
+            &repo,
+            arrived.quarantine,
+            arrived.index.as_ref(),
+            &[tip],
+            &[],
+        )
+        .unwrap();
+        assert!(roots.is_empty());
+        git(&copy, &["cat-file", "-e", last]);
+        git(&copy, &["cat-file", "-e", first]);
     }
 
     #[test]

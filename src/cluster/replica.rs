@@ -48,7 +48,7 @@ use super::copy::Local;
 use super::decide::{self, Heard, Logged, Position, Resolve, Verdict, Winners};
 use super::incoming::Claimed;
 use super::log::new_of;
-use super::objects::{Keeps, connected, migrate, record_shallow};
+use super::objects::{Keeps, admit, connected, record_shallow};
 use super::turns::{self, Age, Ask, GaveWay};
 use super::wire::{self, body_stream, text};
 use super::{Cluster, applied_seq, repo_dir};
@@ -489,28 +489,34 @@ impl Job {
         let _span = tracing::info_span!("open").entered();
         let h = &self.h;
         let open = || super::copy::open_repo(&self.dir, &self.env);
+        let tips: Vec<gix_hash::ObjectId> = h.updates.iter().filter_map(new_of).collect();
         // The pack arrived (or is arriving) on its own stream, already checked, into the copy
-        // the stream opened.
-        let (repo, keeps, index) = match &h.stream {
+        // the stream opened; moved in once the new tips are connected.
+        let (repo, admitted, index) = match &h.stream {
             Some(id) => match self.cluster.streams.claim(id, &h.repo)? {
                 Claimed::Arrived(a) => {
                     let repo = match a.copy {
                         Some(repo) => *repo,
                         None => open()?,
                     };
-                    let keeps = migrate(&repo, a.quarantine)?;
-                    (repo, keeps, a.index)
+                    let admitted = admit(&repo, a.quarantine, a.index.as_ref(), &tips, &h.shallow)?;
+                    (repo, Some(admitted), None)
                 }
-                // An earlier batch of the push migrated it.
-                Claimed::Migrated(index) => (open()?, Keeps(Vec::new()), index),
+                // An earlier batch of the push moved it in.
+                Claimed::Migrated(index) => (open()?, None, index),
             },
-            None => (open()?, Keeps(Vec::new()), None),
+            None => (open()?, None, None),
         };
         // Opened once the pack moved in: its packs listed once, not once now and again when
         // the first of the push's objects is looked up.
         let objects = super::copy::objects_of(&repo)?;
-        let tips: Vec<gix_hash::ObjectId> = h.updates.iter().filter_map(new_of).collect();
-        let roots = connected(&repo, &objects, index.as_ref(), &tips, &h.shallow)?;
+        let (roots, keeps) = match admitted {
+            Some(admitted) => admitted,
+            None => (
+                connected(&repo, &objects, index.as_ref(), &tips, &h.shallow)?,
+                Keeps(Vec::new()),
+            ),
+        };
         record_shallow(&repo, &roots)?;
         let current = refs::of_repository(&repo).snapshot().map_err(Local::from)?;
         let env = crate::receive::Environment {
