@@ -8,6 +8,15 @@ use std::process::{Command, Stdio};
 /// `git <args>` in `dir` with `input` on its stdin; its stdout, trimmed. Panics unless it
 /// succeeds.
 pub(crate) fn git_with_input(dir: &Path, args: &[&str], input: &str) -> String {
+    String::from_utf8(git_bytes(dir, args, input.as_bytes()))
+        .expect("git's output is UTF-8")
+        .trim()
+        .to_owned()
+}
+
+/// `git <args>` in `dir` with `input` on its stdin; its stdout as it is (a pack). Panics
+/// unless it succeeds.
+pub(crate) fn git_bytes(dir: &Path, args: &[&str], input: &[u8]) -> Vec<u8> {
     let mut child = Command::new("git")
         .args(args)
         .current_dir(dir)
@@ -23,16 +32,11 @@ pub(crate) fn git_with_input(dir: &Path, args: &[&str], input: &str) -> String {
         .spawn()
         .expect("git runs");
     let mut stdin = child.stdin.take().expect("stdin is piped");
-    stdin
-        .write_all(input.as_bytes())
-        .expect("git reads its input");
+    stdin.write_all(input).expect("git reads its input");
     drop(stdin);
     let out = child.wait_with_output().expect("git runs");
     assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8(out.stdout)
-        .expect("git's output is UTF-8")
-        .trim()
-        .to_owned()
+    out.stdout
 }
 
 /// `git <args>` in `dir` with nothing on its stdin.

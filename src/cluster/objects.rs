@@ -434,25 +434,8 @@ mod tests {
 
     /// The pack git makes of `revs` (its `--revs` input) in `repo`, as bytes.
     fn pack_of(repo: &std::path::Path, revs: &str) -> Vec<u8> {
-        use std::io::Write;
-        let mut child = std::process::Command::new("git")
-            .args(["pack-objects", "--revs", "--stdout", "-q"])
-            .current_dir(repo)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(revs.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        out.stdout
+        let args = ["pack-objects", "--revs", "--stdout", "-q"];
+        crate::test_git::git_bytes(repo, &args, revs.as_bytes())
     }
 
     /// What a copy's object directory holds: its packs and loose objects.
