@@ -1,6 +1,7 @@
 //! Objects between replicas: their ingestion and checks on the receiving replica (berth's
-//! ingest, with the fsck the repository's configuration asks for, into a quarantine, kept or migrated, then berth's connectivity walk through
-//! the objects the pack brought, `objects::connectivity`, with no `git` process), the pack
+//! ingest, with the fsck the repository's configuration asks for, into a quarantine; then
+//! berth's connectivity walk through the objects the pack brought, `objects::connectivity`,
+//! with no `git` process; only then the move into the copy, [`admit`]), the pack
 //! a catch-up asks for (`git pack-objects`; a push's pack is streamed as the client sent it,
 //! `tee.rs`), the creation of a replica's repository, and the housekeeping its copy gets after
 //! a push ([`housekeeping`]: git's maintenance once it holds more packs than
@@ -112,8 +113,9 @@ impl Drop for Keeps {
 /// Ingest the pack read from `reader` into a new quarantine of `repo`, checking every object
 /// as the repository's `receive.fsckObjects` asks, as a push from a client (thin packs
 /// completed from the repository's objects), and leave it there: nothing is visible to the
-/// repository until [`admit`]; dropping the quarantine removes it. `shallow`: the push's shallow commits (the client's, or an entry's
-/// roots), whose parents the pack may lack, besides the repository's own.
+/// repository until [`admit`]; dropping the quarantine removes it. `shallow`: the push's
+/// shallow commits (the client's, or an entry's roots), whose parents the pack may lack,
+/// besides the repository's own.
 pub(super) fn receive(
     repo: &crate::repo::Repository,
     objects: &gix_odb::Handle,

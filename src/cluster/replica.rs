@@ -1,5 +1,6 @@
-//! A replica's side of a push: `prepare` (take the streamed pack's quarantine, migrate it, check
-//! connectivity with berth's walk, prepare the same ref transaction and hold its locks),
+//! A replica's side of a push: `prepare` (take the streamed pack's quarantine, check
+//! connectivity with berth's walk, move the pack in, prepare the same ref transaction and hold
+//! its locks),
 //! `decide` (commit and record the applied sequence, or abort) and `pack` (objects for a replica
 //! catching up). The requests and their bounds are listed in `endpoint.rs`.
 //!
@@ -483,8 +484,8 @@ impl Job {
         }
     }
 
-    /// Preparing, then: the copy opened, the push's pack moved in from its stream, the new
-    /// tips connected, the refs read.
+    /// Preparing, then: the copy opened, the new tips connected through the push's pack (in
+    /// its stream's quarantine), the pack moved in, the refs read.
     fn open(&self) -> Result<Opened, NotPrepared> {
         let _span = tracing::info_span!("open").entered();
         let h = &self.h;
@@ -507,8 +508,10 @@ impl Job {
             },
             None => (open()?, None, None),
         };
-        // Opened once the pack moved in: its packs listed once, not once now and again when
-        // the first of the push's objects is looked up.
+        // For the ref transaction, opened once the pack moved in (a store opened before would
+        // list the packs again at the first lookup of one of the push's objects). `admit`'s
+        // check opened one over the quarantine: with this one, a replica lists its copy's packs
+        // twice per push (benches/README.md, 826a0a1).
         let objects = super::copy::objects_of(&repo)?;
         let (roots, keeps) = match admitted {
             Some(admitted) => admitted,

@@ -245,8 +245,8 @@ const ASK_FOR_BASES_FROM: u32 = 1_000;
 /// hashes every byte written once more (+0.27 s on git.git's history), and a repository
 /// without objects has no base to complete one with, so a big pack into one
 /// (`repository_may_hold_objects`, a listing of its object directories) is read as it comes;
-/// for a small one the hashing costs less than the listing (3 % of a small push's CPU on a
-/// cluster node, whose copies hold loose objects; perf, 2026-12-05).
+/// for a small one the hashing costs less than the listing (3 % of a cluster node's samples
+/// under small pushes; perf, 2026-12-05).
 fn completes_thin_packs(
     objects: u32,
     reject_thin_pack: bool,
@@ -569,9 +569,10 @@ fn unpack_objects(
     let shared = files.shared;
     let mut batch = crate::fsync::Batch::default();
     // The pack and its index as they are: an object store over the quarantine (gix-odb's)
-    // would list its directories and resolve its alternates first, a tenth of a small push's
-    // CPU on a cluster node (perf, 2026-12-05). Indexing completed any thin pack, so every
-    // delta's base is in the pack.
+    // would list its directories and resolve its alternates first (7 % of a cluster node's
+    // samples under small pushes; perf, 2026-12-05). Indexing completed any thin pack, so
+    // every delta's base is in the pack. No delta cache, as the store had none: each object's
+    // chain is inflated again (at most `receive.unpackLimit` objects).
     let pack = gix_pack::data::File::at(pack_path, index.object_hash())
         .map_err(io::Error::other)?
         .with_alloc_limit_bytes(Some(alloc_limit));

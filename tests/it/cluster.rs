@@ -215,12 +215,10 @@ impl Etcd {
 
     /// Send `signal` (`-STOP`, `-CONT`) to member `i`, which is running.
     pub(crate) fn signal(&self, i: usize, signal: &str) {
-        let pid = self.members[i].as_ref().expect("member running").id();
-        let ok = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        send_signal(
+            self.members[i].as_ref().expect("member running").id(),
+            signal,
+        );
     }
 
     pub(crate) fn kill(&mut self, i: usize) {
@@ -237,6 +235,15 @@ impl Drop for Etcd {
             self.kill(i);
         }
     }
+}
+
+/// `kill <signal> <pid>` (`-STOP`, `-CONT`), which must succeed.
+fn send_signal(pid: u32, signal: &str) {
+    let ok = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
 }
 
 /// One berth node: its root, port and process (if running).
@@ -485,12 +492,7 @@ impl Cluster {
         let Some(p) = self.nodes[i].process.as_ref() else {
             return;
         };
-        let pid = p.child.id();
-        let ok = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        send_signal(p.child.id(), signal);
     }
 
     /// Make node `i`'s `repo` pause in the reference-transaction state `state` while
