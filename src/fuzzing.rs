@@ -82,7 +82,7 @@ fn pack_into(data: &[u8], hash: gix_hash::Kind) {
     let Ok(objects) = gix_odb::at(&objects_dir, hash) else {
         return;
     };
-    let Ok(quarantine) = crate::objects::ingest::Quarantine::create(&objects_dir) else {
+    let Ok(mut quarantine) = crate::objects::ingest::Quarantine::create(&objects_dir) else {
         return;
     };
     let options = crate::objects::ingest::Options {
@@ -102,7 +102,7 @@ fn pack_into(data: &[u8], hash: gix_hash::Kind) {
     };
     let mut input = data;
     if let Ok(received) =
-        crate::objects::ingest::receive_pack(&mut input, &quarantine, &objects, options)
+        crate::objects::ingest::receive_pack(&mut input, &mut quarantine, &objects, options)
         && let Some(index) = received.index.as_ref()
     {
         // What the session does next: the connectivity walk over what arrived.

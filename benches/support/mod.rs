@@ -226,12 +226,12 @@ pub fn walk_of_repo(dir: &Path, repo: &Path) -> Walk {
 }
 
 fn receive(srv: std::path::PathBuf, pack: &mut dyn std::io::BufRead, tips: Vec<ObjectId>) -> Walk {
-    let quarantine =
+    let mut quarantine =
         berth::objects::ingest::Quarantine::create(&srv.join("objects")).expect("quarantine");
     let repo_objects = gix_odb::at(srv.join("objects"), gix_hash::Kind::Sha1).expect("odb");
     let received = berth::objects::ingest::receive_pack(
         pack,
-        &quarantine,
+        &mut quarantine,
         &repo_objects,
         berth::objects::ingest::Options {
             unpack_limit: berth::objects::ingest::UNPACK_LIMIT,

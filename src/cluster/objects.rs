@@ -122,7 +122,7 @@ pub(super) fn receive(
     reader: &mut dyn Read,
     shallow: &[gix_hash::ObjectId],
 ) -> Result<Arrived, Error> {
-    let q = repo.quarantine().map_err(Error::Quarantine)?;
+    let mut q = repo.quarantine().map_err(Error::Quarantine)?;
     // Checked as the repository asks, as the accepting node checked it (checking more here, a
     // replica would refuse what a single node takes). A replica keeps the pack whatever its
     // size, and bounds its objects by berth's default only: the accepting node applied the
@@ -133,7 +133,7 @@ pub(super) fn receive(
         ..repo.ingest_options(shallow)
     };
     let mut input = BufReader::with_capacity(64 * 1024, reader);
-    let received = ingest::receive_pack(&mut input, &q, objects, options)?;
+    let received = ingest::receive_pack(&mut input, &mut q, objects, options)?;
     Ok(Arrived {
         quarantine: q,
         index: received

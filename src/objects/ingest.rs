@@ -91,6 +91,9 @@ pub struct Quarantine {
     shared: crate::objects::pack_files::SharedRepository,
     /// Whether [`Quarantine::migrate`] syncs the directories it moves objects into.
     durability: crate::fsync::Durability,
+    /// The loose objects the pack was unpacked into, each after the ones it links to
+    /// ([`crate::objects::move_order`]): the order [`Quarantine::migrate`] moves them in.
+    loose: Vec<gix_hash::ObjectId>,
 }
 
 impl Quarantine {
@@ -106,6 +109,7 @@ impl Quarantine {
             migrated: false,
             shared: Default::default(),
             durability: Default::default(),
+            loose: Vec::new(),
         };
         std::fs::create_dir(q.pack_dir())?;
         std::fs::create_dir(q.dir.join("info"))?;
@@ -160,38 +164,66 @@ impl Quarantine {
     /// Move the received pack into `objects_dir/pack`, `.keep` first and `.idx` last, so that a
     /// pack is never visible without its data and is protected from a concurrent repack until
     /// the refs point into it. Returns the `.keep` files to delete after the ref update.
-    /// Loose objects move first; with directories synced ([`Quarantine::with_durability`]),
-    /// every directory moved into is synced once its moves are done (and `objects_dir` when a
-    /// fan-out directory was created in it), before this returns: before any ref names them.
+    /// Loose objects move first: the unpacked pack's each after the objects it links to
+    /// ([`crate::objects::move_order`]), so that a move cut short leaves no object without
+    /// what it links to; then any a hook wrote into the quarantine, in directory order, as
+    /// git's `tmp_objdir_migrate` moves them. One that exists already is left as it is. With
+    /// directories synced ([`Quarantine::with_durability`]), every directory moved into is
+    /// synced once the moves are done (and `objects_dir` when a fan-out directory was created
+    /// in it), before this returns: before any ref names them. (The syncs do not order the
+    /// moves among themselves on a power loss; the process killed half way, they are ordered.)
     pub fn migrate(&mut self, objects_dir: &Path) -> io::Result<Vec<PathBuf>> {
         use crate::fsync::Components;
         let durability = self.durability;
         let mut created_fanout = false;
-        // Loose objects first (`xx/yyyy…`); one that exists already is left as it is.
+        // Fan-out directories moved into (to sync), by their number.
+        let mut moved_into = [false; 256];
+        let mut ready = [false; 256];
+        let mut hexbuf = gix_hash::Kind::hex_buf();
+        for id in std::mem::take(&mut self.loose) {
+            let hex = id.hex_to_buf(&mut hexbuf);
+            let fanout = usize::from(id.as_slice()[0]);
+            let dest = objects_dir.join(&hex[..2]);
+            if !ready[fanout] {
+                created_fanout |= self.create_shared_dir(&dest)?;
+                ready[fanout] = true;
+            }
+            let target = dest.join(&hex[2..]);
+            if !target.exists() {
+                std::fs::rename(self.dir.join(&hex[..2]).join(&hex[2..]), &target)?;
+                moved_into[fanout] = true;
+            }
+        }
+        // What else is loose in the quarantine (a hook's objects; what the order moved is
+        // gone from it): `xx/yyyy…`.
         for entry in std::fs::read_dir(&self.dir)? {
             let entry = entry?;
             let name = entry.file_name();
-            let is_fanout = name.len() == 2
-                && name
-                    .to_str()
-                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_hexdigit()));
-            if !is_fanout {
+            let Some(fanout) = name
+                .to_str()
+                .filter(|n| n.len() == 2)
+                .and_then(|n| u8::from_str_radix(n, 16).ok())
+            else {
                 continue;
-            }
+            };
+            let fanout = usize::from(fanout);
             let dest = objects_dir.join(&name);
-            created_fanout |= self.create_shared_dir(&dest)?;
-            let mut moved = false;
             for object in std::fs::read_dir(entry.path())? {
                 let object = object?;
+                if !ready[fanout] {
+                    created_fanout |= self.create_shared_dir(&dest)?;
+                    ready[fanout] = true;
+                }
                 let target = dest.join(object.file_name());
                 if !target.exists() {
                     std::fs::rename(object.path(), &target)?;
-                    moved = true;
+                    moved_into[fanout] = true;
                 }
             }
-            if moved {
-                durability.sync_dir(Components::LOOSE_OBJECT, &dest)?;
-            }
+        }
+        for (fanout, _) in moved_into.iter().enumerate().filter(|(_, m)| **m) {
+            let dest = objects_dir.join(format!("{fanout:02x}"));
+            durability.sync_dir(Components::LOOSE_OBJECT, &dest)?;
         }
         let dest = objects_dir.join("pack");
         created_fanout |= self.create_shared_dir(&dest)?;
@@ -388,7 +420,7 @@ impl Options {
 /// Read a pack from `input` into `quarantine`, completing thin packs from `repo_objects`.
 pub fn receive_pack(
     input: &mut dyn BufRead,
-    quarantine: &Quarantine,
+    quarantine: &mut Quarantine,
     repo_objects: &gix_odb::Handle,
     options: Options,
 ) -> Result<Received, UnpackError> {
@@ -558,7 +590,7 @@ pub fn receive_pack(
 /// flushed once at the end, before the quarantine is migrated (as git's `unpack-objects` does
 /// inside its object transaction).
 fn unpack_objects(
-    quarantine: &Quarantine,
+    quarantine: &mut Quarantine,
     pack_path: &Path,
     index: &gix_pack::index::File,
     alloc_limit: usize,
@@ -589,6 +621,9 @@ fn unpack_objects(
     let mut cache = gix_pack::cache::Never;
     let loose = gix_odb::loose::Store::at(quarantine.path(), index.object_hash());
     let mut buf = Vec::new();
+    // What each object links to in the pack, for the order of the move in.
+    let mut links = crate::objects::move_order::Links::with_capacity(index.num_objects() as usize);
+    let mut linked = Vec::new();
     for entry in index.iter() {
         let at = pack.entry(entry.pack_offset).map_err(io::Error::other)?;
         let decoded = pack
@@ -603,6 +638,15 @@ fn unpack_objects(
                 entry.oid
             )));
         }
+        if decoded.kind != gix_object::Kind::Blob {
+            // One that does not parse links to nothing here; the connectivity check refuses it.
+            let _ = crate::objects::fsck::for_each_link(decoded.kind, &buf, id.kind(), |to, _| {
+                if let Some(i) = index.lookup(to) {
+                    linked.push(i);
+                }
+            });
+        }
+        links.object(linked.drain(..));
         let hex = id.to_hex().to_string();
         let path = quarantine.path().join(&hex[..2]).join(&hex[2..]);
         files.durability.sync_loose_object(&path, &mut batch)?;
@@ -613,6 +657,11 @@ fn unpack_objects(
         }
     }
     batch.flush(quarantine.path())?;
+    quarantine.loose = links
+        .children_first()
+        .into_iter()
+        .map(|i| index.oid_at_index(i).to_owned())
+        .collect();
     for file in std::fs::read_dir(quarantine.pack_dir())? {
         std::fs::remove_file(file?.path())?;
     }
@@ -872,5 +921,91 @@ mod tests {
 
         // What cannot be read may hold anything.
         assert!(may_hold_objects(&dir.path().join("missing")));
+    }
+
+    /// Every loose object of `objects_dir` whose links (to commits, trees, blobs, tags) are
+    /// not all there, with the first one missing.
+    fn without_their_links(objects_dir: &Path) -> Vec<(String, String)> {
+        let store = gix_odb::loose::Store::at(objects_dir, gix_hash::Kind::Sha1);
+        let has = |id: &gix_hash::oid| store.contains(id);
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        for id in store.iter() {
+            let id = id.unwrap();
+            let object = store.try_find(&id, &mut buf).unwrap().unwrap();
+            let mut missing = None;
+            crate::objects::fsck::for_each_link(object.kind, object.data, id.kind(), |to, _| {
+                if missing.is_none() && !has(&to) {
+                    missing = Some(to.to_string());
+                }
+            })
+            .unwrap();
+            if let Some(m) = missing {
+                out.push((id.to_string(), m));
+            }
+        }
+        out
+    }
+
+    /// A move of loose objects cut short (here: a fan-out directory that cannot be made,
+    /// every one in turn) leaves in the repository only objects whose links are all there.
+    /// Moved directory by directory, as before the order, some cut leaves a commit or tree
+    /// without what it links to.
+    #[test]
+    fn a_loose_move_cut_short_leaves_no_object_without_its_links() {
+        use crate::test_git::git;
+        let dir = tempfile::tempdir().unwrap();
+        let commits = crate::test_git::history(dir.path());
+        let work = dir.path().join("r");
+        let pack = crate::test_git::git_bytes(
+            &work,
+            &["pack-objects", "--revs", "--stdout", "--delta-base-offset"],
+            format!("{}\n", commits[9]).as_bytes(),
+        );
+        let objects = u32::from_be_bytes(pack[8..12].try_into().unwrap());
+        let unpack = |repo: &Path| -> Quarantine {
+            let objects_dir = repo.join("objects");
+            let mut q = Quarantine::create(&objects_dir).unwrap();
+            let odb = gix_odb::at(&objects_dir, gix_hash::Kind::Sha1).unwrap();
+            let options = Options {
+                unpack_limit: objects + 1,
+                ..Default::default()
+            };
+            receive_pack(&mut &pack[..], &mut q, &odb, options).unwrap();
+            q
+        };
+        // The fan-out directories the push's objects go to.
+        git(dir.path(), &["init", "-q", "--bare", "probe.git"]);
+        let probe = unpack(&dir.path().join("probe.git"));
+        let mut fanouts: Vec<String> = std::fs::read_dir(probe.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.len() == 2)
+            .collect();
+        fanouts.sort();
+        drop(probe);
+        assert!(fanouts.len() > 20, "{fanouts:?}");
+        for (i, cut) in fanouts.iter().enumerate() {
+            let name = format!("cut{i}.git");
+            git(dir.path(), &["init", "-q", "--bare", &name]);
+            let repo = dir.path().join(&name);
+            std::fs::write(repo.join("objects").join(cut), b"not a directory").unwrap();
+            let mut q = unpack(&repo);
+            assert!(q.migrate(&repo.join("objects")).is_err(), "cut at {cut}");
+            drop(q);
+            assert_eq!(
+                without_their_links(&repo.join("objects")),
+                Vec::<(String, String)>::new(),
+                "cut at {cut}"
+            );
+        }
+        // Uncut, everything moves in.
+        git(dir.path(), &["init", "-q", "--bare", "whole.git"]);
+        let repo = dir.path().join("whole.git");
+        unpack(&repo).migrate(&repo.join("objects")).unwrap();
+        git(&repo, &["update-ref", "refs/heads/main", &commits[9]]);
+        git(&repo, &["fsck", "--strict", "--no-dangling"]);
+        let count = git(&repo, &["count-objects", "-v"]);
+        assert!(count.contains(&format!("count: {objects}\n")), "{count}");
     }
 }

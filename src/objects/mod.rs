@@ -7,6 +7,7 @@ pub mod fsck;
 pub mod gitmodules;
 pub mod ingest;
 pub mod lookup;
+pub mod move_order;
 pub mod pack_links;
 pub mod pack_map;
 pub mod pack_write;

@@ -49,7 +49,7 @@ pub(super) fn unpack<W: Write, E: Write>(
         return Ok(unpacked);
     }
     let _span = info_span!("ingest").entered();
-    let q = match repo.quarantine() {
+    let mut q = match repo.quarantine() {
         Ok(q) => q,
         Err(e) => {
             unpacked.status = Unpack::Failed(ingest::UnpackError::Quarantine(e).to_string());
@@ -64,9 +64,9 @@ pub(super) fn unpack<W: Write, E: Write>(
     let result = match sink.as_deref_mut() {
         Some(sink) => {
             let mut tee = Tee { inner: input, sink };
-            ingest::receive_pack(&mut tee, &q, objects, opts)
+            ingest::receive_pack(&mut tee, &mut q, objects, opts)
         }
-        None => ingest::receive_pack(input, &q, objects, opts),
+        None => ingest::receive_pack(input, &mut q, objects, opts),
     };
     if let Some(sink) = sink {
         sink.end(result.is_ok());
