@@ -4,8 +4,8 @@
 //! with no `git` process; only then the move into the copy, [`admit`]), the pack
 //! a catch-up asks for (`git pack-objects`; a push's pack is streamed as the client sent it,
 //! `tee.rs`), the creation of a replica's repository, and the housekeeping its copy gets after
-//! a push ([`housekeeping`]: git's maintenance once it holds more packs than
-//! `gc.autoPackLimit`).
+//! a push ([`housekeeping`]: git's maintenance once `git gc --auto`'s triggers, its packs or
+//! its loose objects, say it is due).
 
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -124,11 +124,11 @@ pub(super) fn receive(
 ) -> Result<Arrived, Error> {
     let mut q = repo.quarantine().map_err(Error::Quarantine)?;
     // Checked as the repository asks, as the accepting node checked it (checking more here, a
-    // replica would refuse what a single node takes). A replica keeps the pack whatever its
-    // size, and bounds its objects by berth's default only: the accepting node applied the
-    // repository's `berth.maxObjectSize` already.
+    // replica would refuse what a single node takes), and kept as it keeps it: a pack of
+    // fewer objects than `receive.unpackLimit` becomes loose objects, so that small pushes do
+    // not pile up packs every later lookup lists. Its objects are bounded by berth's default
+    // only: the accepting node applied the repository's `berth.maxObjectSize` already.
     let options = ingest::Options {
-        unpack_limit: 0,
         max_object_size: 0,
         ..repo.ingest_options(shallow)
     };
@@ -359,9 +359,10 @@ pub(super) fn pack_objects(
 /// What git's receive-pack does after a push, for a replica's copy of repository `name` that a
 /// push or a catch-up changed, output discarded: `git update-server-info` when
 /// `receive.updateServerInfo` asks, and `git maintenance run --auto` (`receive.autogc`) once
-/// the copy holds more packs than `gc.autoPackLimit` ([`maintenance_due`]). A replica keeps a
-/// pack per push and nothing else that grows, so without it the packs piled up forever; asked
-/// only then, a push costs a replica no process (`cluster_stream`'s
+/// the copy has grown past `git gc --auto`'s own triggers ([`maintenance_due`]). A replica
+/// keeps each push as the accepting node does (loose objects below `receive.unpackLimit`, a
+/// pack above), so without it those piled up forever; asked only then, a push costs a replica
+/// no process (`cluster_stream`'s
 /// `a_replica_prepares_and_commits_ten_pushes_without_a_git_process`). A failure is logged;
 /// the push landed.
 pub(super) fn housekeeping(
@@ -369,8 +370,16 @@ pub(super) fn housekeeping(
     repo: &crate::repo::Repository,
     hooks: &crate::receive::HookEnvironment,
 ) {
-    let packs = unkept_packs(&repo.objects_dir.join("pack"));
-    let maintain = match maintenance_due(packs, &repo.config.housekeeping) {
+    let limits = &repo.config.housekeeping;
+    let grown = Grown {
+        packs: unkept_packs(&repo.objects_dir.join("pack")),
+        loose_in_17: loose_in_17(
+            &repo.objects_dir,
+            repo.object_format,
+            loose_threshold(limits),
+        ),
+    };
+    let maintain = match maintenance_due(grown, limits) {
         true => crate::receive::Maintenance::AsConfigured,
         false => crate::receive::Maintenance::Skip,
     };
@@ -379,14 +388,31 @@ pub(super) fn housekeeping(
     }
 }
 
-/// Whether a copy holding `packs` packs (kept ones aside) is due git's maintenance: more than
-/// `gc.autoPackLimit`, `git gc --auto`'s own trigger for packs (none at 0 or less, and none
-/// when `gc.auto` is 0 or less: `git gc --auto` would do nothing, and a process would be
-/// started for every push).
-fn maintenance_due(packs: usize, limits: &crate::repo::config::Housekeeping) -> bool {
-    limits.auto_threshold > 0
-        && limits.auto_pack_limit > 0
-        && i64::try_from(packs).unwrap_or(i64::MAX) > limits.auto_pack_limit
+/// What of a copy's objects `git gc --auto` counts to decide whether it is due.
+#[derive(Debug, Clone, Copy)]
+struct Grown {
+    /// Its packs, kept ones aside.
+    packs: usize,
+    /// Its loose objects in `objects/17`, counted up to one past [`loose_threshold`]: git's
+    /// estimate of the loose objects, a 256th of them.
+    loose_in_17: usize,
+}
+
+/// How many loose objects in `objects/17` `git gc --auto` allows: `gc.auto` / 256, rounded up
+/// (git's `too_many_loose_objects`).
+fn loose_threshold(limits: &crate::repo::config::Housekeeping) -> usize {
+    let threshold = u64::try_from(limits.auto_threshold).unwrap_or(0);
+    usize::try_from(threshold.div_ceil(256)).unwrap_or(usize::MAX)
+}
+
+/// Whether a copy that has `grown` so is due git's maintenance, by `git gc --auto`'s own
+/// triggers (`need_to_gc`): more packs than `gc.autoPackLimit` (none at 0 or less), or more
+/// loose objects in `objects/17` than [`loose_threshold`]; never when `gc.auto` is 0 or less
+/// (`git gc --auto` would do nothing, and a process would be started for every push).
+fn maintenance_due(grown: Grown, limits: &crate::repo::config::Housekeeping) -> bool {
+    let too_many_packs = limits.auto_pack_limit > 0
+        && i64::try_from(grown.packs).unwrap_or(i64::MAX) > limits.auto_pack_limit;
+    limits.auto_threshold > 0 && (too_many_packs || grown.loose_in_17 > loose_threshold(limits))
 }
 
 /// The packs in `dir` without a `.keep`, as `git gc --auto` counts them (an unreadable
@@ -405,25 +431,64 @@ fn unkept_packs(dir: &std::path::Path) -> usize {
         .count()
 }
 
+/// The loose objects in `objects/17` (names of the rest of an id of `hash` in lowercase hex),
+/// counted until one past `threshold`, as git's `too_many_loose_objects` stops (an unreadable
+/// directory: none).
+fn loose_in_17(objects_dir: &std::path::Path, hash: gix_hash::Kind, threshold: usize) -> usize {
+    let Ok(entries) = std::fs::read_dir(objects_dir.join("17")) else {
+        return 0;
+    };
+    let rest = hash.len_in_hex() - 2;
+    entries
+        .filter_map(|e| e.ok().map(|e| e.file_name()))
+        .filter(|n| {
+            let n = n.as_encoded_bytes();
+            n.len() == rest && n.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
+        .take(threshold.saturating_add(1))
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{Error, Format, admit, maintenance_due, receive, unkept_packs, wire};
+    use super::{
+        Error, Format, Grown, admit, loose_in_17, loose_threshold, maintenance_due, receive,
+        unkept_packs, wire,
+    };
 
-    /// Maintenance is due past `gc.autoPackLimit`, never at 0 or less nor with `gc.auto` at 0
-    /// or less; kept packs and other files are not counted.
+    /// Maintenance is due past `gc.autoPackLimit` or past `gc.auto`'s share of loose objects in
+    /// `objects/17`, never with `gc.auto` at 0 or less; kept packs and other files are not
+    /// counted.
     #[test]
-    fn maintenance_is_due_past_the_pack_limit() {
+    fn maintenance_is_due_past_the_pack_limit_or_the_loose_objects_estimate() {
         let limit = |auto_pack_limit, auto_threshold| crate::repo::config::Housekeeping {
             auto_pack_limit,
             auto_threshold,
             ..Default::default()
         };
-        assert!(!maintenance_due(50, &limit(50, 6700)));
-        assert!(maintenance_due(51, &limit(50, 6700)));
-        assert!(!maintenance_due(1_000, &limit(0, 6700)));
-        assert!(!maintenance_due(1_000, &limit(-1, 6700)));
+        let packs = |packs| Grown {
+            packs,
+            loose_in_17: 0,
+        };
+        let loose = |loose_in_17| Grown {
+            packs: 0,
+            loose_in_17,
+        };
+        assert!(!maintenance_due(packs(50), &limit(50, 6700)));
+        assert!(maintenance_due(packs(51), &limit(50, 6700)));
+        assert!(!maintenance_due(packs(1_000), &limit(0, 6700)));
+        assert!(!maintenance_due(packs(1_000), &limit(-1, 6700)));
+        // git: DIV_ROUND_UP(6700, 256) = 27 loose objects in objects/17, more is due.
+        assert_eq!(loose_threshold(&limit(50, 6700)), 27);
+        assert!(!maintenance_due(loose(27), &limit(50, 6700)));
+        assert!(maintenance_due(loose(28), &limit(50, 6700)));
+        assert!(maintenance_due(loose(28), &limit(0, 6700)));
+        assert_eq!(loose_threshold(&limit(50, 1)), 1);
+        assert!(maintenance_due(loose(2), &limit(50, 1)));
         // `gc.auto` at 0: git's gc --auto does nothing, so nothing is started.
-        assert!(!maintenance_due(1_000, &limit(50, 0)));
+        assert!(!maintenance_due(packs(1_000), &limit(50, 0)));
+        assert!(!maintenance_due(loose(1_000), &limit(50, 0)));
+        assert!(!maintenance_due(loose(1_000), &limit(50, -5)));
         let dir = tempfile::tempdir().unwrap();
         for f in [
             "a.pack", "a.idx", "b.pack", "b.keep", "c.pack", "c.rev", "d.idx",
@@ -432,6 +497,29 @@ mod tests {
         }
         assert_eq!(unkept_packs(dir.path()), 2);
         assert_eq!(unkept_packs(&dir.path().join("none")), 0);
+
+        // Loose objects: only names of the rest of an id in lowercase hex, counted up to one
+        // past the threshold.
+        let objects = tempfile::tempdir().unwrap();
+        let d17 = objects.path().join("17");
+        std::fs::create_dir(&d17).unwrap();
+        let rest = |i: usize| format!("{i:038x}");
+        for i in 0..5 {
+            std::fs::write(d17.join(rest(i)), "").unwrap();
+        }
+        for odd in [
+            format!("{:037x}", 1),
+            format!("{:039x}", 1),
+            rest(9).to_uppercase().replace('0', "A"),
+            format!("tmp_obj_{}", rest(1)),
+        ] {
+            std::fs::write(d17.join(odd), "").unwrap();
+        }
+        let sha1 = gix_hash::Kind::Sha1;
+        assert_eq!(loose_in_17(objects.path(), sha1, 100), 5);
+        assert_eq!(loose_in_17(objects.path(), sha1, 2), 3);
+        assert_eq!(loose_in_17(objects.path(), gix_hash::Kind::Sha256, 100), 0);
+        assert_eq!(loose_in_17(&objects.path().join("none"), sha1, 100), 0);
     }
 
     /// The pack git makes of `revs` (its `--revs` input) in `repo`, as bytes.

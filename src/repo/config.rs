@@ -419,11 +419,12 @@ pub struct Housekeeping {
     /// `receive.updateServerInfo`: refresh the dumb-HTTP info files after a push.
     pub update_server_info: bool,
     /// `gc.autoPackLimit`: more packs than this (kept ones aside) and `git gc --auto` repacks;
-    /// 0 or less, never for that. What makes a cluster replica, which keeps a pack per push,
-    /// ask git for its maintenance (`cluster/objects.rs`).
+    /// 0 or less, never for that. One of the two triggers that make a cluster replica ask git
+    /// for its maintenance (`cluster/objects.rs`).
     pub auto_pack_limit: i64,
-    /// `gc.auto`: 0 or less and `git gc --auto` does nothing, whatever the packs; a cluster
-    /// replica then does not ask (default 6700, git's).
+    /// `gc.auto`: more loose objects in `objects/17` than this / 256 and `git gc --auto`
+    /// packs them, the other trigger; 0 or less and it does nothing, whatever the packs, and a
+    /// cluster replica then does not ask (default 6700, git's).
     pub auto_threshold: i64,
 }
 

@@ -2241,13 +2241,14 @@ fn a_push_fsck_would_refuse_is_replicated_where_the_repository_does_not_check_ob
 }
 
 /// Every replica asks git for its maintenance once a push it applied leaves more packs than
-/// `gc.autoPackLimit`, as the accepting node does after every push: a replica keeps each
-/// push's objects as a pack, and without `git maintenance run --auto` those packs pile up
-/// forever (9 on each replica here).
+/// `gc.autoPackLimit`, as the accepting node does after every push: a replica keeps a push of
+/// `receive.unpackLimit` objects or more as a pack (1 here, so every push), and without `git
+/// maintenance run --auto` those packs pile up forever (9 on each replica here).
 #[test]
 fn replicas_are_maintained_as_the_accepting_node_is() {
     let Some(w) = cluster_world() else { return };
     let (c, src) = cluster(&w).with_repo("m.git");
+    configure_every_copy(&w, &c, "m.git", "receive.unpackLimit", "1");
     // More than 3 packs and `git gc --auto` repacks (git's default is 50).
     configure_every_copy(&w, &c, "m.git", "gc.autoPackLimit", "3");
     for i in 0..8 {
@@ -2280,6 +2281,67 @@ fn replicas_are_maintained_as_the_accepting_node_is() {
         c.logs()
     );
     c.assert_fsck(&w, "m.git");
+}
+
+/// A small push (fewer objects than `receive.unpackLimit`) is kept as loose objects on every
+/// replica, as on the accepting node, and a replica asks git for its maintenance once they
+/// pass `git gc --auto`'s estimate, as the accepting node's `git maintenance run --auto`
+/// does: more loose objects in `objects/17` than `gc.auto` / 256 (1 here, with two blobs
+/// whose ids start with `17`). Without it the replicas keep both there forever.
+#[test]
+fn replicas_pack_their_loose_objects_as_the_accepting_node_does() {
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).with_repo("l.git");
+    configure_every_copy(&w, &c, "l.git", "gc.auto", "256");
+    // Two contents whose blob ids start with `17`, in the repository's object format.
+    let candidates = w.path("candidates");
+    std::fs::create_dir_all(&candidates).unwrap();
+    let names: Vec<String> = (0..3000).map(|i| format!("c{i}")).collect();
+    for n in &names {
+        std::fs::write(candidates.join(n), n).unwrap();
+    }
+    let mut args = vec!["hash-object", "--"];
+    let paths: Vec<String> = names
+        .iter()
+        .map(|n| candidates.join(n).display().to_string())
+        .collect();
+    args.extend(paths.iter().map(String::as_str));
+    let ids = w.git(&src, &args);
+    let in_17: Vec<&String> = names
+        .iter()
+        .zip(ids.lines())
+        .filter(|(_, id)| id.starts_with("17"))
+        .map(|(n, _)| n)
+        .take(2)
+        .collect();
+    assert_eq!(in_17.len(), 2, "two of 3000 blobs in objects/17");
+    for n in &in_17 {
+        std::fs::write(w.path(&src).join(n.as_str()), n.as_str()).unwrap();
+    }
+    w.commit(&src, "f", "two blobs in objects/17");
+    push_ok(
+        &w,
+        &src,
+        &c.nodes[0].url("l.git"),
+        &["HEAD:refs/heads/main"],
+    );
+    c.converged(&w, "l.git", 3);
+    let loose_in_17 = |n: &Node| {
+        std::fs::read_dir(n.dir("l.git").join("objects/17"))
+            .map(|d| d.filter(Result::is_ok).count())
+            .unwrap_or(0)
+    };
+    // The replicas' maintenance runs detached (`maintenance.autoDetach`): it is waited for.
+    let limit = Duration::from_secs(60);
+    let settled =
+        crate::cluster_stream::eventually(limit, || c.nodes.iter().all(|n| loose_in_17(n) <= 1));
+    let counts: Vec<usize> = c.nodes.iter().map(loose_in_17).collect();
+    assert!(
+        settled,
+        "loose objects in objects/17 per node after the push: {counts:?}\n{}",
+        c.logs()
+    );
+    c.assert_fsck(&w, "l.git");
 }
 
 /// With `receive.updateServerInfo`, every replica's `info/refs` follows a push, as the

@@ -2,10 +2,11 @@
 //! only once it is on disk, in git's order: the objects (and the directories they were renamed
 //! into), then the refs that need them (the ref's lock file, then its directory after the
 //! rename), then the applied sequence (its temporary file, then the repository's directory
-//! after the rename). Both the accepting node (a small push: loose objects) and a replica (the
-//! streamed pack) run under `strace -f -y` during one push, and the order of their syncs is
-//! read against the reply that says "applied": the replica's `committed` to the decide
-//! request, the accepting node's `ok` to the client. With `core-fsync` only what `core.fsync`
+//! after the rename). The accepting node and the replicas (a small push: loose objects on n0
+//! and n1, the streamed pack on n2, whose `receive.unpackLimit` is 1) run under `strace -f -y`
+//! during one push, and the order of their syncs is read against the reply that says
+//! "applied": a replica's `committed` to the decide request, the accepting node's `ok` to the
+//! client. With `core-fsync` only what `core.fsync`
 //! says is synced (git's default: the pack and its index). Always over plain HTTP, even
 //! under `BERTH_TEST_CLUSTER_TLS=1`: strace reads the replies on the sockets.
 
@@ -113,24 +114,36 @@ fn reply_at(lines: &[String], data: &str) -> Option<usize> {
     })
 }
 
-/// Start a cluster with `args`, create `r.git`, then push one small commit (a few objects:
-/// loose on the accepting node n0, a pack on the replicas) through n0 while n0 and n1 are
-/// traced; their traces, and the repository's directories on n0 and n1 (canonical, as
-/// strace shows them).
-fn traced_push(args: &[&str]) -> (Vec<String>, Vec<String>, [std::path::PathBuf; 2]) {
+/// What one traced node did during the push: its trace and its copy's directory (canonical,
+/// as strace shows it).
+struct Traced {
+    name: &'static str,
+    lines: Vec<String>,
+    dir: std::path::PathBuf,
+}
+
+/// Start a cluster with `args`, create `r.git`, then push one small commit (a few objects)
+/// through n0 while every node is traced: the accepting node n0 and the replica n1 keep them
+/// as loose objects (fewer than `receive.unpackLimit`, as git's receive-pack keeps them), the
+/// replica n2, whose copy's `receive.unpackLimit` is 1, as the pack streamed to it.
+fn traced_push(args: &[&str]) -> [Traced; 3] {
     let w = cluster_world().expect("checked by the caller");
     let (c, src) = cluster(&w).plain().args(args).with_repo("r.git");
-    let dirs = [0, 1].map(|i| {
+    c.converged(&w, "r.git", 3);
+    let n2 = c.nodes[2].dir("r.git").display().to_string();
+    w.git(".", &["-C", &n2, "config", "receive.unpackLimit", "1"]);
+    let dir = |i: usize| {
         w.path(&format!("node{i}"))
             .join("r.git")
             .canonicalize()
             .unwrap()
-    });
+    };
     let pid = |i: usize| c.nodes[i].process.as_ref().unwrap().child.id();
-    let (t0, t1) = (
+    let traces = [
         Trace::attach(&w, pid(0), "n0"),
         Trace::attach(&w, pid(1), "n1"),
-    );
+        Trace::attach(&w, pid(2), "n2"),
+    ];
     w.commit(&src, "b/c", "two");
     push_ok(
         &w,
@@ -139,54 +152,40 @@ fn traced_push(args: &[&str]) -> (Vec<String>, Vec<String>, [std::path::PathBuf;
         &["HEAD:refs/heads/main"],
     );
     c.converged(&w, "r.git", 3);
-    let n0 = t0.finish("ok refs/heads/main");
-    let n1 = t1.finish("\"committed\"");
+    let [t0, t1, t2] = traces;
+    let traced = [
+        ("n0", t0.finish("ok refs/heads/main"), dir(0)),
+        ("n1", t1.finish("\"committed\""), dir(1)),
+        ("n2", t2.finish("\"committed\""), dir(2)),
+    ]
+    .map(|(name, lines, dir)| Traced { name, lines, dir });
     c.assert_fsck(&w, "r.git");
-    (n0, n1, dirs)
+    traced
 }
 
-#[test]
-fn a_node_reports_a_push_applied_once_its_objects_then_refs_then_applied_sequence_are_synced() {
-    if cluster_world().is_none() {
-        return;
-    }
-    let (n0, n1, [d0, d1]) = traced_push(&[]);
-
-    // The replica: the streamed pack (in its quarantine), the pack directory after the move,
-    // the ref's lock (written at prepare), its directory after the rename, the applied
-    // sequence, the repository's directory after its rename; then `committed`.
-    let s1 = syncs(&n1);
-    let shown = || format!("n1 synced:\n{s1:#?}");
-    let pack = first_sync(&s1, |p| p.ends_with(".pack")).unwrap_or_else(|| panic!("{}", shown()));
-    let idx = first_sync(&s1, |p| p.ends_with(".idx")).unwrap_or_else(|| panic!("{}", shown()));
-    let pack_dir = synced_at(&s1, &d1, "objects/pack").unwrap_or_else(|| panic!("{}", shown()));
-    let lock = synced_at(&s1, &d1, "refs/heads/main.lock").unwrap_or_else(|| panic!("{}", shown()));
-    let heads = synced_at(&s1, &d1, "refs/heads").unwrap_or_else(|| panic!("{}", shown()));
-    let seq = synced_at(&s1, &d1, "berth-cluster-seq.tmp").unwrap_or_else(|| panic!("{}", shown()));
-    let repo = synced_at(&s1, &d1, "").unwrap_or_else(|| panic!("{}", shown()));
-    let committed = reply_at(&n1, "\"committed\"").expect("n1's decide reply");
-    let order = [pack.max(idx), pack_dir, lock, heads, seq, repo, committed];
-    assert!(
-        order.windows(2).all(|p| p[0] < p[1]),
-        "n1: pack/idx, objects/pack, main.lock, refs/heads, seq, repository, reply at lines {order:?}\n{}",
-        shown()
-    );
-
-    // The accepting node: the loose objects (in its quarantine) and their fan-out directories
-    // after the move, then the ref and the sequence as on the replica; then `ok` to the client.
-    let s0 = syncs(&n0);
-    let shown = || format!("n0 synced:\n{s0:#?}");
-    let quarantine = d0.join("objects").join("tmp_objdir-incoming-");
+/// The order a node made the push durable in, up to `reply` (the line of its answer): the
+/// loose objects (in its quarantine) and their fan-out directories after the move, then the
+/// ref's lock (written at prepare), its directory after the rename, the applied sequence and
+/// the repository's directory after its rename.
+fn assert_loose_objects_then_refs(t: &Traced, reply: usize) {
+    let s = syncs(&t.lines);
+    let shown = || format!("{} synced:\n{s:#?}", t.name);
+    let quarantine = t.dir.join("objects").join("tmp_objdir-incoming-");
     let quarantine = quarantine.to_str().unwrap();
-    let loose: Vec<usize> = s0
+    let loose: Vec<usize> = s
         .iter()
         .filter(|(_, p)| p.starts_with(quarantine))
         .map(|(i, _)| *i)
         .collect();
     // A commit, a tree `b`, a blob, the root tree: four loose objects.
     assert!(loose.len() >= 4, "{}", shown());
-    let objects = d0.join("objects");
-    let fanout: Vec<usize> = s0
+    assert!(
+        first_sync(&s, |p| p.ends_with(".pack")).is_none(),
+        "{}",
+        shown()
+    );
+    let objects = t.dir.join("objects");
+    let fanout: Vec<usize> = s
         .iter()
         .filter(|(_, p)| {
             Path::new(p).parent() == Some(objects.as_path())
@@ -195,11 +194,11 @@ fn a_node_reports_a_push_applied_once_its_objects_then_refs_then_applied_sequenc
         .map(|(i, _)| *i)
         .collect();
     assert!(!fanout.is_empty(), "{}", shown());
-    let lock = synced_at(&s0, &d0, "refs/heads/main.lock").unwrap_or_else(|| panic!("{}", shown()));
-    let heads = synced_at(&s0, &d0, "refs/heads").unwrap_or_else(|| panic!("{}", shown()));
-    let seq = synced_at(&s0, &d0, "berth-cluster-seq.tmp").unwrap_or_else(|| panic!("{}", shown()));
-    let repo = synced_at(&s0, &d0, "").unwrap_or_else(|| panic!("{}", shown()));
-    let ok = reply_at(&n0, "ok refs/heads/main").expect("n0's report to the client");
+    let d = &t.dir;
+    let lock = synced_at(&s, d, "refs/heads/main.lock").unwrap_or_else(|| panic!("{}", shown()));
+    let heads = synced_at(&s, d, "refs/heads").unwrap_or_else(|| panic!("{}", shown()));
+    let seq = synced_at(&s, d, "berth-cluster-seq.tmp").unwrap_or_else(|| panic!("{}", shown()));
+    let repo = synced_at(&s, d, "").unwrap_or_else(|| panic!("{}", shown()));
     let order = [
         *loose.iter().max().unwrap(),
         *fanout.iter().max().unwrap(),
@@ -207,11 +206,47 @@ fn a_node_reports_a_push_applied_once_its_objects_then_refs_then_applied_sequenc
         heads,
         seq,
         repo,
-        ok,
+        reply,
     ];
     assert!(
         order.windows(2).all(|p| p[0] < p[1]),
-        "n0: loose objects, their directories, main.lock, refs/heads, seq, repository, ok at lines {order:?}\n{}",
+        "{}: loose objects, their directories, main.lock, refs/heads, seq, repository, reply at lines {order:?}\n{}",
+        t.name,
+        shown()
+    );
+}
+
+#[test]
+fn a_node_reports_a_push_applied_once_its_objects_then_refs_then_applied_sequence_are_synced() {
+    if cluster_world().is_none() {
+        return;
+    }
+    let [n0, n1, n2] = traced_push(&[]);
+
+    // The accepting node, then `ok` to the client.
+    let ok = reply_at(&n0.lines, "ok refs/heads/main").expect("n0's report to the client");
+    assert_loose_objects_then_refs(&n0, ok);
+    // A replica keeping the push as loose objects, as n0 does, then `committed`.
+    let committed = reply_at(&n1.lines, "\"committed\"").expect("n1's decide reply");
+    assert_loose_objects_then_refs(&n1, committed);
+
+    // A replica keeping the streamed pack: the pack (in its quarantine), the pack directory
+    // after the move, then the refs and the sequence as above; then `committed`.
+    let s2 = syncs(&n2.lines);
+    let d2 = &n2.dir;
+    let shown = || format!("n2 synced:\n{s2:#?}");
+    let pack = first_sync(&s2, |p| p.ends_with(".pack")).unwrap_or_else(|| panic!("{}", shown()));
+    let idx = first_sync(&s2, |p| p.ends_with(".idx")).unwrap_or_else(|| panic!("{}", shown()));
+    let pack_dir = synced_at(&s2, d2, "objects/pack").unwrap_or_else(|| panic!("{}", shown()));
+    let lock = synced_at(&s2, d2, "refs/heads/main.lock").unwrap_or_else(|| panic!("{}", shown()));
+    let heads = synced_at(&s2, d2, "refs/heads").unwrap_or_else(|| panic!("{}", shown()));
+    let seq = synced_at(&s2, d2, "berth-cluster-seq.tmp").unwrap_or_else(|| panic!("{}", shown()));
+    let repo = synced_at(&s2, d2, "").unwrap_or_else(|| panic!("{}", shown()));
+    let committed = reply_at(&n2.lines, "\"committed\"").expect("n2's decide reply");
+    let order = [pack.max(idx), pack_dir, lock, heads, seq, repo, committed];
+    assert!(
+        order.windows(2).all(|p| p[0] < p[1]),
+        "n2: pack/idx, objects/pack, main.lock, refs/heads, seq, repository, reply at lines {order:?}\n{}",
         shown()
     );
 }
@@ -221,10 +256,10 @@ fn with_core_fsync_durability_a_node_syncs_what_core_fsync_says_only() {
     if cluster_world().is_none() {
         return;
     }
-    let (n0, n1, [d0, d1]) = traced_push(&["--cluster-durability", "core-fsync"]);
-    for (name, trace, dir) in [("n0", &n0, &d0), ("n1", &n1, &d1)] {
-        let s = syncs(trace);
-        let dir = dir.to_str().unwrap();
+    let traced = traced_push(&["--cluster-durability", "core-fsync"]);
+    for t in &traced {
+        let s = syncs(&t.lines);
+        let dir = t.dir.to_str().unwrap();
         // Nothing of the repository but packs and their metadata (git's default core.fsync).
         let other: Vec<&String> = s
             .iter()
@@ -235,12 +270,12 @@ fn with_core_fsync_durability_a_node_syncs_what_core_fsync_says_only() {
                 !(n.ends_with(".pack") || n.ends_with(".idx") || n.ends_with(".rev"))
             })
             .collect();
-        assert!(other.is_empty(), "{name} synced {other:#?}");
+        assert!(other.is_empty(), "{} synced {other:#?}", t.name);
     }
-    // The replica still syncs the streamed pack, as git does.
-    let s1 = syncs(&n1);
+    // The replica keeping the streamed pack still syncs it, as git does.
+    let s2 = syncs(&traced[2].lines);
     assert!(
-        first_sync(&s1, |p| p.ends_with(".pack")).is_some(),
-        "n1 synced:\n{s1:#?}"
+        first_sync(&s2, |p| p.ends_with(".pack")).is_some(),
+        "n2 synced:\n{s2:#?}"
     );
 }
