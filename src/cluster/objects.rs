@@ -32,6 +32,9 @@ pub(super) enum Error {
     /// Objects the new tips reach are in neither the pack nor the repository.
     #[error("missing necessary objects")]
     MissingObjects,
+    /// The repository's list of objects not known to be complete could not be read or grown.
+    #[error("incomplete objects: {0}")]
+    Incomplete(#[from] crate::objects::incomplete::Error),
     /// The new shallow roots could not be written to `$GIT_DIR/shallow` (git's report says
     /// `shallow error`).
     #[error("shallow error: {0}")]
@@ -160,8 +163,10 @@ pub(super) fn admit(
 ) -> Result<(Vec<gix_hash::ObjectId>, Keeps), Error> {
     let quarantined =
         gix_odb::at(quarantine.path(), repo.object_format).map_err(Error::Quarantine)?;
-    let roots = connected(repo, &quarantined, index, tips, shallow)?;
+    let Connected { roots, incomplete } = connected(repo, &quarantined, index, tips, shallow)?;
     drop(quarantined);
+    let mut quarantine = quarantine;
+    quarantine.set_incomplete(incomplete);
     Ok((roots, migrate(repo, quarantine)?))
 }
 
@@ -244,7 +249,9 @@ pub(super) fn ensure_repository(dir: &Path, format: &Format) -> Result<(), Error
 /// Whether every object reachable from `tips` is in `repo` (whose `objects` see the migrated
 /// pack): git's `rev-list --objects <tips> --not --all`, as the accepting node checks it
 /// (`objects::connectivity`): the walk goes through the objects of the pack `index` lists and
-/// stops at objects the repository had, which a checked push or git itself put there. Without
+/// stops at objects the repository had, which a checked push or git itself put there (but
+/// walks through those the repository lists as not known to be complete,
+/// [`crate::objects::incomplete`]; what of the pack is not complete is returned, to list). Without
 /// an index (the objects were fetched and checked before) each tip must exist.
 ///
 /// `shallow` is the push's shallow roots (the client's `shallow` lines as the accepting node
@@ -257,9 +264,9 @@ pub(super) fn connected(
     index: Option<&PackIndex>,
     tips: &[gix_hash::ObjectId],
     shallow: &[gix_hash::ObjectId],
-) -> Result<Vec<gix_hash::ObjectId>, Error> {
-    if tips.is_empty() {
-        return Ok(Vec::new());
+) -> Result<Connected, Error> {
+    if tips.is_empty() && index.is_none() {
+        return Ok(Connected::default());
     }
     let check = Check::new(objects, index.map(PackIndex::file), std::iter::empty());
     let mut check = check
@@ -267,9 +274,13 @@ pub(super) fn connected(
         .with_shallow(
             repo.shallow().into_iter().collect(),
             shallow.iter().copied().collect(),
-        );
+        )
+        .with_suspects(crate::objects::incomplete::read(
+            &repo.objects_dir,
+            repo.object_format,
+        )?);
     if check.self_contained(tips) {
-        return Ok(Vec::new());
+        return Ok(Connected::default());
     }
     let mut roots = Vec::new();
     for tip in tips {
@@ -282,7 +293,18 @@ pub(super) fn connected(
             }
         }
     }
-    Ok(roots)
+    let incomplete = check.incomplete(|root| roots.contains(root));
+    Ok(Connected { roots, incomplete })
+}
+
+/// What [`connected`] found of a push's objects.
+#[derive(Debug, Default)]
+pub(super) struct Connected {
+    /// The copy's new shallow roots, to record ([`record_shallow`]).
+    pub(super) roots: Vec<gix_hash::ObjectId>,
+    /// Objects of the pack that are not complete (no tip reaches them), to list before they
+    /// move in ([`crate::objects::incomplete`]), as the accepting node lists them.
+    pub(super) incomplete: Vec<gix_hash::ObjectId>,
 }
 
 /// Record `roots` (from [`connected`]) in the copy's `$GIT_DIR/shallow`, before the refs that

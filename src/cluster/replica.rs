@@ -516,7 +516,8 @@ impl Job {
         let (roots, keeps) = match admitted {
             Some(admitted) => admitted,
             None => (
-                connected(&repo, &objects, index.as_ref(), &tips, &h.shallow)?,
+                // The first batch listed what of the pack is not complete.
+                connected(&repo, &objects, index.as_ref(), &tips, &h.shallow)?.roots,
                 Keeps(Vec::new()),
             ),
         };

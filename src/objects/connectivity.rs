@@ -4,7 +4,10 @@
 //! the objects that arrived in this push (those in the received pack's index) and stops at any
 //! object the repository already had: objects enter a repository only through a checked push
 //! or git itself, so an object that was there before is taken as complete, exactly as git's
-//! `fsck` requires of every object in a healthy repository. The walk costs what the push brought,
+//! `fsck` requires of every object in a healthy repository. A checked push may bring objects
+//! no new ref reaches that are not complete (git takes them too); those are listed before they
+//! move in ([`crate::objects::incomplete`], found by [`Check::incomplete`]) and the walk goes
+//! through a listed object instead of stopping at it ([`Check::with_suspects`]). The walk costs what the push brought,
 //! not what the repository holds, and a tip that is already the value of a ref costs one lookup.
 //!
 //! A push's tips are first checked together ([`Check::self_contained`]): when every commit, tree and
@@ -193,6 +196,9 @@ pub struct Check<'a> {
     read: u64,
     /// The missing objects the walks found, as first reached.
     missing: Vec<Missing>,
+    /// Objects the repository has that are not known to be complete
+    /// ([`crate::objects::incomplete`]): walked through like the push's own.
+    suspects: HashSet<ObjectId>,
 }
 
 impl<'a> Check<'a> {
@@ -223,6 +229,7 @@ impl<'a> Check<'a> {
             bad: HashMap::default(),
             missing: Vec::new(),
             read: 0,
+            suspects: HashSet::new(),
         }
     }
 
@@ -245,6 +252,13 @@ impl<'a> Check<'a> {
     /// decodes the pack's commits, trees and tags to find out.
     pub fn with_pack_links(mut self, links: Option<&'a Outside>) -> Self {
         self.links = links;
+        self
+    }
+
+    /// Walk through `suspects`, objects the repository has that are not known to be complete
+    /// ([`crate::objects::incomplete::read`]), instead of stopping at them.
+    pub fn with_suspects(mut self, suspects: HashSet<ObjectId>) -> Self {
+        self.suspects = suspects;
         self
     }
 
@@ -276,6 +290,38 @@ impl<'a> Check<'a> {
         self.pack.is_some_and(|p| p.lookup(id).is_some())
     }
 
+    /// Whether the walk goes through `id` rather than stopping at it: it came with the push,
+    /// or the repository has it without knowing it complete.
+    fn walked_through(&self, id: &ObjectId) -> bool {
+        self.in_pack(id) || (!self.suspects.is_empty() && self.suspects.contains(id))
+    }
+
+    /// The objects of the received pack that are not complete, once the tips were checked:
+    /// each reaches a missing object, or needs a shallow root `recorded` does not take (the
+    /// roots of the commands that go on). None when [`Check::self_contained`] vouched for the
+    /// pack; else each object of the pack is checked as a tip, what the tips' walks found
+    /// remembered (each object read at most once, all walks together).
+    pub fn incomplete(&mut self, recorded: impl Fn(&ObjectId) -> bool) -> Vec<ObjectId> {
+        let Some(pack) = self.pack else {
+            return Vec::new();
+        };
+        if self.self_contained {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for entry in pack.iter() {
+            let complete = match self.tip(entry.oid) {
+                Status::Missing(_) => false,
+                Status::Connected => self.new_roots.iter().all(&recorded),
+            };
+            if !complete {
+                out.push(entry.oid);
+            }
+        }
+        self.new_roots.clear();
+        out
+    }
+
     /// Check all `tips` together: `true` when each is in the received pack or the repository
     /// and the pack links only to objects in itself or the repository (git's "self-contained
     /// and connected", which its `index-pack --check-self-contained-and-connected` tells a
@@ -305,9 +351,16 @@ impl<'a> Check<'a> {
                 return false;
             }
         };
-        let exists = |id: &ObjectId| self.known.contains_key(id) || self.objects.exists(id);
+        // A suspect is not taken as complete: the tips are then walked.
+        let exists = |id: &ObjectId| {
+            self.known.contains_key(id)
+                || (!self.suspects.contains(id) && self.objects.exists(id))
+        };
         // What git's walk parses must be of the kind wanted; a blob need only exist.
         let complete = |(id, wants): (&ObjectId, &crate::objects::pack_links::Wants)| {
+            if !self.suspects.is_empty() && self.suspects.contains(id) {
+                return false;
+            }
             if !wants.parsed() {
                 return exists(id);
             }
@@ -442,7 +495,7 @@ impl<'a> Check<'a> {
             return done(Found::Missing(Bad::Known(i)));
         }
         let missing = |id, role| refuse(id, role, Defect::Missing);
-        if !self.in_pack(&id) {
+        if !self.walked_through(&id) {
             // What the repository had: git's walk parses a tree, a commit or a tag's object;
             // an entry with a blob's mode need only name one that exists.
             let found = match (want, named_as_blob) {

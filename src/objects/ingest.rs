@@ -94,6 +94,9 @@ pub struct Quarantine {
     /// The loose objects the pack was unpacked into, each after the ones it links to
     /// ([`crate::objects::move_order`]): the order [`Quarantine::migrate`] moves them in.
     loose: Vec<gix_hash::ObjectId>,
+    /// The objects of the push not known to be complete, listed in the repository before any
+    /// object moves in ([`crate::objects::incomplete`]).
+    incomplete: Vec<gix_hash::ObjectId>,
 }
 
 impl Quarantine {
@@ -110,6 +113,7 @@ impl Quarantine {
             shared: Default::default(),
             durability: Default::default(),
             loose: Vec::new(),
+            incomplete: Vec::new(),
         };
         std::fs::create_dir(q.pack_dir())?;
         std::fs::create_dir(q.dir.join("info"))?;
@@ -152,6 +156,13 @@ impl Quarantine {
         Ok(true)
     }
 
+    /// Have [`Quarantine::migrate`] list `ids` (objects of the push the connectivity check
+    /// did not find complete: [`crate::objects::connectivity::Check::incomplete`]) in the
+    /// repository's [`crate::objects::incomplete`] list before it moves anything in.
+    pub fn set_incomplete(&mut self, ids: Vec<gix_hash::ObjectId>) {
+        self.incomplete = ids;
+    }
+
     /// The quarantine's object directory (`GIT_QUARANTINE_PATH`).
     pub fn path(&self) -> &Path {
         &self.dir
@@ -164,7 +175,8 @@ impl Quarantine {
     /// Move the received pack into `objects_dir/pack`, `.keep` first and `.idx` last, so that a
     /// pack is never visible without its data and is protected from a concurrent repack until
     /// the refs point into it. Returns the `.keep` files to delete after the ref update.
-    /// Loose objects move first: the unpacked pack's each after the objects it links to
+    /// The objects of [`Quarantine::set_incomplete`] are listed first. Loose objects move
+    /// next: the unpacked pack's each after the objects it links to
     /// ([`crate::objects::move_order`]), so that a move cut short leaves no object without
     /// what it links to; then any a hook wrote into the quarantine, in directory order, as
     /// git's `tmp_objdir_migrate` moves them. One that exists already is left as it is. With
@@ -176,6 +188,8 @@ impl Quarantine {
         use crate::fsync::Components;
         let durability = self.durability;
         let mut created_fanout = false;
+        crate::objects::incomplete::append(objects_dir, &self.incomplete, durability)
+            .map_err(io::Error::other)?;
         // Fan-out directories moved into (to sync), by their number.
         let mut moved_into = [false; 256];
         let mut ready = [false; 256];

@@ -5,6 +5,7 @@
 pub mod connectivity;
 pub mod fsck;
 pub mod gitmodules;
+pub mod incomplete;
 pub mod ingest;
 pub mod lookup;
 pub mod move_order;

@@ -27,6 +27,9 @@ pub(super) struct Failed {
     pub(super) combined: Option<connectivity::Missing>,
     /// How git's `rev-list` would have walked, for its words.
     pub(super) walk: connectivity::RevWalk,
+    /// The push's objects that are not complete, for the quarantine to list before it moves
+    /// them in ([`crate::objects::incomplete`]).
+    pub(super) incomplete: Vec<ObjectId>,
 }
 
 /// Refuse the commands whose new value is not connected ([`Reason::MissingObjects`]); what
@@ -67,7 +70,11 @@ pub(super) fn check_connectivity(
     )
     .with_pack_links(received.and_then(|r| r.links.as_ref()))
     .with_shallow(repo.shallow().into_iter().collect(), client_shallow)
-    .with_refresh_budget(refresh);
+    .with_refresh_budget(refresh)
+    .with_suspects(
+        crate::objects::incomplete::read(&repo.objects_dir, repo.object_format)
+            .map_err(|e| Fatal::Objects(std::io::Error::other(e)))?,
+    );
     // All tips at once first, as git's combined rev-list; each on its own only if that fails.
     for c in cmds.iter_mut() {
         if c.error() == Some(&Reason::MissingObjects) {
@@ -103,6 +110,15 @@ pub(super) fn check_connectivity(
     if failed.commands.is_empty() {
         failed.combined = check.crossed().cloned();
     }
+    // What else the pack holds that is not complete (nothing when its links vouched for it):
+    // taken in with the rest, as git takes it, but listed, so that no later push takes it as
+    // complete. A shallow root counts as recorded when a command that goes on needs it.
+    let recorded: HashSet<ObjectId> = cmds
+        .iter()
+        .filter(|c| c.pending())
+        .flat_map(|c| c.new_shallow().iter().copied())
+        .collect();
+    failed.incomplete = check.incomplete(|root| recorded.contains(root));
     // A missing parent is told apart by how rev-list walks (found only then: an error's path).
     let missing_parent = |m: &connectivity::Missing| {
         m.defect == connectivity::Defect::Missing && matches!(m.role, connectivity::Role::Parent(_))

@@ -223,6 +223,9 @@ pub fn run(
             {
                 failed = check(&mut cmds)?;
             }
+            if let Some(q) = quarantine.as_mut() {
+                q.set_incomplete(std::mem::take(&mut failed.incomplete));
+            }
             if failed.combined.is_some()
                 || cmds
                     .iter()

@@ -2380,3 +2380,91 @@ fn configure_every_copy(w: &World, c: &Cluster, repo: &str, key: &str, value: &s
         w.git(".", &["-C", &dir, "config", key, value]);
     }
 }
+
+/// `body` as a smart-HTTP receive-pack request to node `i`'s public port; the answer's body.
+fn post_receive_pack(c: &Cluster, i: usize, repo: &str, body: &[u8]) -> String {
+    let addr = format!("127.0.0.1:{}", c.nodes[i].port);
+    let mut s = TcpStream::connect(&addr).unwrap();
+    let head = format!(
+        "POST /{repo}/git-receive-pack HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/x-git-receive-pack-request\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let r = crate::serve::read_response(s);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+/// A push whose pack holds, beside a good update, a commit whose tree names a blob nobody has
+/// (its own ref refused, the pack taken in whole, as git takes it): no node then takes a ref
+/// at that commit, sent with no objects, as complete, whichever accepts the push; each copy
+/// listed it (`objects/info/berth-incomplete`) before it moved in.
+#[test]
+fn a_broken_commit_a_push_left_behind_is_refused_through_every_node() {
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).with_repo("app.git");
+    let zero = common::ZERO.to_string();
+    let old = w.git(&src, &["rev-parse", "HEAD"]).trim().to_owned();
+    let new = w.commit(&src, "b", "2");
+    let gone = format!("dead{}", &zero[4..]);
+    let out = w.git_with_stdin(
+        &src,
+        &["mktree", "--missing"],
+        format!("100644 blob {gone}\tgone\n").as_bytes(),
+    );
+    let broken = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let bad = w
+        .git(&src, &["commit-tree", "-p", &old, "-m", "bad", &broken])
+        .trim()
+        .to_owned();
+    let list = w.git(&src, &["rev-list", "--objects", &new, &format!("^{old}")]);
+    let mut ids: Vec<&str> = list.lines().map(|l| &l[..zero.len()]).collect();
+    ids.extend([bad.as_str(), broken.as_str()]);
+    let pack = w.git_with_stdin(
+        &src,
+        &["pack-objects", "--stdout", "-q"],
+        (ids.join("\n") + "\n").as_bytes(),
+    );
+    assert!(pack.status.success());
+    let mut body = common::pkt(&format!("{old} {new} refs/heads/main\0report-status\n"));
+    body.extend(common::pkt(&format!("{zero} {bad} refs/heads/bad\n")));
+    body.extend_from_slice(b"0000");
+    body.extend_from_slice(&pack.stdout);
+    let report = post_receive_pack(&c, 0, "app.git", &body);
+    assert!(
+        report.contains("ok refs/heads/main"),
+        "{report}\n{}",
+        c.logs()
+    );
+    assert!(
+        report.contains("ng refs/heads/bad missing necessary objects"),
+        "{report}"
+    );
+    let refs = c.converged(&w, "app.git", 3);
+    assert_eq!(refs.get("refs/heads/main"), Some(&new));
+    for (i, n) in c.nodes.iter().enumerate() {
+        let listed =
+            std::fs::read_to_string(n.dir("app.git").join("objects/info/berth-incomplete"))
+                .unwrap_or_default();
+        assert!(
+            listed.contains(&bad),
+            "{} did not list {bad}: {listed:?}",
+            n.name
+        );
+        let mut again = common::pkt(&format!(
+            "{zero} {bad} refs/heads/again{i}\0report-status\n"
+        ));
+        again.extend_from_slice(b"0000");
+        again.extend(common::EMPTY_PACK);
+        let report = post_receive_pack(&c, i, "app.git", &again);
+        assert!(
+            report.contains(&format!("ng refs/heads/again{i} missing necessary objects")),
+            "through {}: {report}",
+            n.name
+        );
+    }
+    let refs = c.converged(&w, "app.git", 3);
+    assert!(!refs.keys().any(|r| r.contains("again")), "{refs:?}");
+}

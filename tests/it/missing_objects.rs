@@ -372,3 +372,60 @@ fn refs_into_one_history_missing_its_root_blob_are_refused_reading_each_object_o
     // The 101 commits and the broken tree.
     assert_eq!(read, 102, "{stderr}");
 }
+
+/// A broken commit that came in with a push whose other ref was accepted (so its pack was
+/// kept) is not thereby complete: a later push of a ref at it, with no objects, is refused as
+/// git refuses it (git's walk starts from the new tip, not from what the repository holds).
+#[test]
+fn a_broken_commit_left_by_an_earlier_push_is_still_refused() {
+    broken_commit_left_behind(Kept::Pack);
+}
+
+/// [`a_broken_commit_left_by_an_earlier_push_is_still_refused`] with the push's objects
+/// unpacked as loose objects (`receive.unpackLimit`'s default).
+#[test]
+fn a_broken_loose_commit_left_by_an_earlier_push_is_still_refused() {
+    broken_commit_left_behind(Kept::Loose);
+}
+
+/// How the first push's objects are kept.
+#[derive(Clone, Copy, PartialEq)]
+enum Kept {
+    Pack,
+    Loose,
+}
+
+fn broken_commit_left_behind(kept: Kept) {
+    let seen = common::differential(|r| {
+        let (w, old, new, broken) = kept_pack_world();
+        if kept == Kept::Loose {
+            w.git("srv.git", &["config", "--unset", "receive.unpackLimit"]);
+        }
+        let bad = w
+            .git("src", &["commit-tree", "-p", &old, "-m", "bad", &broken])
+            .trim()
+            .to_owned();
+        let pack = w.pack(false, &objects_of(&w, &old, &new, &[&bad, &broken]));
+        let mut input = pkt(&format!("{ZERO} {bad} refs/heads/bad\0report-status"));
+        input.extend(pkt(&format!("{ZERO} {new} refs/heads/new")));
+        input.extend(b"0000");
+        input.extend(pack);
+        let first = receive_pack(&w, r, &input);
+        let mut again = pkt(&format!("{ZERO} {bad} refs/heads/again\0report-status"));
+        again.extend(b"0000");
+        again.extend(EMPTY_PACK);
+        let out = receive_pack(&w, r, &again);
+        (
+            String::from_utf8_lossy(&first.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            w.refs("srv.git"),
+        )
+    });
+    let (first, report, refs) = seen;
+    assert!(first.contains("ok refs/heads/new"), "{first}");
+    assert!(
+        report.contains("ng refs/heads/again missing necessary objects"),
+        "{report}"
+    );
+    assert!(!refs.contains("refs/heads/again"), "{refs}");
+}
