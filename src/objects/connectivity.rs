@@ -981,4 +981,79 @@ mod tests {
         assert_eq!(check.tip(id(&tip)), Status::Connected);
         assert!(check.new_roots().is_empty());
     }
+
+    /// What no tip reaches is found incomplete when it reaches a missing object or needs a
+    /// shallow root the push does not record; an object the repository lists as not known to
+    /// be complete is walked through rather than taken as complete, and a pack linking to one
+    /// is not vouched for by its links.
+    #[test]
+    fn objects_no_tip_reaches_are_found_incomplete_and_suspects_are_walked_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("r");
+        git(dir.path(), &["init", "-q", "r"]);
+        let empty = git(&repo, &["hash-object", "-t", "tree", "-w", "/dev/null"]);
+        let base = git(&repo, &["commit-tree", "-m", "base", &empty]);
+        let good = chain(&repo, &base, 1).pop().unwrap();
+        let gone = "ab".repeat(20);
+        let broken = git_with_input(
+            &repo,
+            &["mktree", "--missing"],
+            &format!("100644 blob {gone}\tgone\n"),
+        );
+        let bad = git(&repo, &["commit-tree", "-p", &base, "-m", "bad", &broken]);
+        let lost = "cd".repeat(20);
+        let shallow = git_with_input(
+            &repo,
+            &["hash-object", "-t", "commit", "-w", "--stdin", "--literally"],
+            &format!(
+                "tree {empty}\nparent {lost}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\nshallow\n"
+            ),
+        );
+        let on_shallow = chain(&repo, &shallow, 1).pop().unwrap();
+        let ids = [&good, &bad, &broken, &shallow, &on_shallow].map(|s| s.to_string());
+        let index = pack(&repo, &dir.path().join("p"), &ids);
+        let odb = gix_odb::at(repo.join(".git/objects"), gix_hash::Kind::Sha1).unwrap();
+        let check = || {
+            Check::new(&odb, Some(&index), std::iter::empty())
+                .with_shallow(HashSet::new(), [id(&shallow)].into_iter().collect())
+        };
+        let sorted = |mut v: Vec<ObjectId>| {
+            v.sort();
+            v
+        };
+        let mut c = check();
+        assert!(!c.self_contained(&[id(&good)]));
+        assert_eq!(c.tip(id(&good)), Status::Connected);
+        assert_eq!(
+            sorted(c.incomplete(|_| false)),
+            sorted(vec![id(&bad), id(&broken), id(&shallow), id(&on_shallow)])
+        );
+        let mut c = check();
+        assert_eq!(c.tip(id(&on_shallow)), Status::Connected);
+        assert_eq!(c.new_roots(), [id(&shallow)]);
+        let recorded = id(&shallow);
+        assert_eq!(
+            sorted(c.incomplete(|r| *r == recorded)),
+            sorted(vec![id(&bad), id(&broken)])
+        );
+
+        // Later, with those objects in the repository: the broken commit as a tip with no
+        // pack is complete to a walk that stops at what the repository has, not to one that
+        // walks through what is listed.
+        let listed: HashSet<ObjectId> = [id(&bad), id(&broken)].into_iter().collect();
+        let mut trusting = Check::new(&odb, None, std::iter::empty());
+        assert_eq!(trusting.tip(id(&bad)), Status::Connected);
+        let mut c = Check::new(&odb, None, std::iter::empty()).with_suspects(listed.clone());
+        assert!(matches!(c.tip(id(&bad)), Status::Missing(Missing { id, .. }) if id == self::id(&gone)));
+        assert_eq!(c.tip(id(&base)), Status::Connected);
+
+        // A pack of one commit on the listed one: its links do not vouch for it.
+        let on_bad = chain(&repo, &bad, 1).pop().unwrap();
+        let index = pack(&repo, &dir.path().join("q"), std::slice::from_ref(&on_bad));
+        let mut c = Check::new(&odb, Some(&index), std::iter::empty()).with_suspects(listed);
+        assert!(!c.self_contained(&[id(&on_bad)]));
+        assert!(matches!(c.tip(id(&on_bad)), Status::Missing(_)));
+        let mut c = Check::new(&odb, Some(&index), std::iter::empty());
+        assert!(c.self_contained(&[id(&on_bad)]));
+    }
 }
