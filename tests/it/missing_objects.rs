@@ -429,3 +429,55 @@ fn broken_commit_left_behind(kept: Kept) {
     );
     assert!(!refs.contains("refs/heads/again"), "{refs}");
 }
+
+/// A commit the client calls shallow, whose parent nobody has, sent beside a good update no
+/// shallow commit is under (so no shallow root is recorded): a later push of a ref at it, with
+/// no shallow lines and no objects, is refused as git refuses it.
+#[test]
+fn a_shallow_commit_left_by_an_earlier_push_without_its_root_is_still_refused() {
+    let seen = common::differential(|r| {
+        let (w, old, new, _) = kept_pack_world();
+        let tree = w.git("src", &["rev-parse", &format!("{new}^{{tree}}")]);
+        let lost = missing(3);
+        let body = format!(
+            "tree {}\nparent {lost}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\ncut\n",
+            tree.trim()
+        );
+        let out = w.git_with_stdin(
+            "src",
+            &[
+                "hash-object",
+                "-t",
+                "commit",
+                "-w",
+                "--stdin",
+                "--literally",
+            ],
+            body.as_bytes(),
+        );
+        assert!(out.status.success(), "{out:?}");
+        let cut = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        let pack = w.pack(false, &objects_of(&w, &old, &new, &[&cut]));
+        let mut input = pkt(&format!("shallow {cut}"));
+        input.extend(pkt(&format!("{old} {new} refs/heads/main\0report-status")));
+        input.extend(b"0000");
+        input.extend(pack);
+        let first = receive_pack(&w, r, &input);
+        let mut again = pkt(&format!("{ZERO} {cut} refs/heads/again\0report-status"));
+        again.extend(b"0000");
+        again.extend(EMPTY_PACK);
+        let out = receive_pack(&w, r, &again);
+        (
+            String::from_utf8_lossy(&first.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            w.refs("srv.git"),
+        )
+    });
+    let (first, report, refs) = seen;
+    assert!(first.contains("ok refs/heads/main"), "{first}");
+    assert!(
+        report.contains("ng refs/heads/again missing necessary objects"),
+        "{report}"
+    );
+    assert!(!refs.contains("refs/heads/again"), "{refs}");
+}
