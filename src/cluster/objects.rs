@@ -293,7 +293,7 @@ pub(super) fn connected(
             }
         }
     }
-    let incomplete = check.incomplete(|root| roots.contains(root));
+    let incomplete = check.incomplete();
     Ok(Connected { roots, incomplete })
 }
 

@@ -110,15 +110,10 @@ pub(super) fn check_connectivity(
     if failed.commands.is_empty() {
         failed.combined = check.crossed().cloned();
     }
-    // What else the pack holds that is not complete (nothing when its links vouched for it):
-    // taken in with the rest, as git takes it, but listed, so that no later push takes it as
-    // complete. A shallow root counts as recorded when a command that goes on needs it.
-    let recorded: HashSet<ObjectId> = cmds
-        .iter()
-        .filter(|c| c.pending())
-        .flat_map(|c| c.new_shallow().iter().copied())
-        .collect();
-    failed.incomplete = check.incomplete(|root| recorded.contains(root));
+    // What the pack holds that is not complete (nothing when its links vouched for it): taken
+    // in with the rest, as git takes it, but listed, so that no later push takes it as
+    // complete.
+    failed.incomplete = check.incomplete();
     // A missing parent is told apart by how rev-list walks (found only then: an error's path).
     let missing_parent = |m: &connectivity::Missing| {
         m.defect == connectivity::Defect::Missing && matches!(m.role, connectivity::Role::Parent(_))
