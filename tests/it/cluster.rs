@@ -1255,7 +1255,8 @@ fn linearizable(fin: Option<&String>, pushes: &[Pushed]) -> bool {
     }
 }
 
-/// The randomized fault script (not a CI test; docs/cluster.md has its results):
+/// The randomized fault script (ignored; `.ci/run` runs it once with a fixed seed for 30 s;
+/// docs/cluster.md has its results):
 /// `BERTH_FAULT_SEED=N BERTH_FAULT_SECONDS=N BERTH_FAULT_CLIENTS=N cargo test --test it
 /// cluster::randomized -- --ignored --nocapture` (`BERTH_FAULT_LOGS=FILE`: the nodes' logs).
 ///
