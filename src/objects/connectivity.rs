@@ -873,6 +873,28 @@ mod tests {
         commits
     }
 
+    /// A repository `r` in a new directory with the empty tree and a commit of it, `base`.
+    fn with_base() -> (tempfile::TempDir, std::path::PathBuf, String, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("r");
+        git(dir.path(), &["init", "-q", "r"]);
+        let empty = git(&repo, &["hash-object", "-t", "tree", "-w", "/dev/null"]);
+        let base = git(&repo, &["commit-tree", "-m", "base", &empty]);
+        (dir, repo, empty, base)
+    }
+
+    /// A commit of `tree` whose parent nobody has (`cdcd…`), as a client's shallow commit.
+    fn shallow_commit(repo: &Path, tree: &str) -> String {
+        let lost = "cd".repeat(20);
+        git_with_input(
+            repo,
+            &["hash-object", "-t", "commit", "-w", "--stdin", "--literally"],
+            &format!(
+                "tree {tree}\nparent {lost}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\nshallow\n"
+            ),
+        )
+    }
+
     /// `git pack-objects` of `ids` into `dir`; its index.
     fn pack(repo: &Path, dir: &Path, ids: &[String]) -> gix_pack::index::File {
         std::fs::create_dir_all(dir).unwrap();
@@ -925,20 +947,9 @@ mod tests {
 
     #[test]
     fn many_tips_over_a_complete_or_shallow_history_read_each_object_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = dir.path().join("r");
-        git(dir.path(), &["init", "-q", "r"]);
-        let empty = git(&repo, &["hash-object", "-t", "tree", "-w", "/dev/null"]);
-        let base = git(&repo, &["commit-tree", "-m", "base", &empty]);
+        let (dir, repo, empty, base) = with_base();
         // The client's shallow commit: its parent is not sent, nor in the repository.
-        let lost = "cd".repeat(20);
-        let shallow = git_with_input(
-            &repo,
-            &["hash-object", "-t", "commit", "-w", "--stdin", "--literally"],
-            &format!(
-                "tree {empty}\nparent {lost}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\nshallow\n"
-            ),
-        );
+        let shallow = shallow_commit(&repo, &empty);
         let on_base = chain(&repo, &base, 50);
         let on_shallow = chain(&repo, &shallow, 50);
         let mut ids: Vec<String> = on_base.iter().chain(&on_shallow).cloned().collect();
@@ -962,11 +973,7 @@ mod tests {
     /// tip that reaches it, though the repository has its parent.
     #[test]
     fn a_client_shallow_commit_in_the_push_is_a_root_though_its_parent_is_there() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = dir.path().join("r");
-        git(dir.path(), &["init", "-q", "r"]);
-        let empty = git(&repo, &["hash-object", "-t", "tree", "-w", "/dev/null"]);
-        let base = git(&repo, &["commit-tree", "-m", "base", &empty]);
+        let (dir, repo, empty, base) = with_base();
         let shallow = git(&repo, &["commit-tree", "-m", "shallow", "-p", &base, &empty]);
         let tip = git(&repo, &["commit-tree", "-m", "tip", "-p", &shallow, &empty]);
         let index = pack(&repo, &dir.path().join("p"), &[tip.clone(), shallow.clone()]);
@@ -990,11 +997,7 @@ mod tests {
     /// is not vouched for by its links.
     #[test]
     fn objects_no_tip_reaches_are_found_incomplete_and_suspects_are_walked_through() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = dir.path().join("r");
-        git(dir.path(), &["init", "-q", "r"]);
-        let empty = git(&repo, &["hash-object", "-t", "tree", "-w", "/dev/null"]);
-        let base = git(&repo, &["commit-tree", "-m", "base", &empty]);
+        let (dir, repo, empty, base) = with_base();
         let good = chain(&repo, &base, 1).pop().unwrap();
         let gone = "ab".repeat(20);
         let broken = git_with_input(
@@ -1003,14 +1006,7 @@ mod tests {
             &format!("100644 blob {gone}\tgone\n"),
         );
         let bad = git(&repo, &["commit-tree", "-p", &base, "-m", "bad", &broken]);
-        let lost = "cd".repeat(20);
-        let shallow = git_with_input(
-            &repo,
-            &["hash-object", "-t", "commit", "-w", "--stdin", "--literally"],
-            &format!(
-                "tree {empty}\nparent {lost}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\nshallow\n"
-            ),
-        );
+        let shallow = shallow_commit(&repo, &empty);
         let on_shallow = chain(&repo, &shallow, 1).pop().unwrap();
         let ids = [&good, &bad, &broken, &shallow, &on_shallow].map(|s| s.to_string());
         let index = pack(&repo, &dir.path().join("p"), &ids);

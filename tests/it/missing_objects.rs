@@ -198,19 +198,26 @@ fn objects_of(w: &World, old: &str, new: &str, extra: &[&str]) -> String {
     ids.join("\n") + "\n"
 }
 
+/// A commit `bad` of the `broken` tree on `old`, and a request creating `refs/heads/bad` at it
+/// and `refs/heads/new` at `new`, with the pack of both (the broken tree's blob left out).
+fn bad_beside_new(w: &World, old: &str, new: &str, broken: &str) -> (String, Vec<u8>) {
+    let bad = w
+        .git("src", &["commit-tree", "-p", old, "-m", "bad", broken])
+        .trim()
+        .to_owned();
+    let pack = w.pack(false, &objects_of(w, old, new, &[&bad, broken]));
+    let mut input = pkt(&format!("{ZERO} {bad} refs/heads/bad\0report-status"));
+    input.extend(pkt(&format!("{ZERO} {new} refs/heads/new")));
+    input.extend(b"0000");
+    input.extend(pack);
+    (bad, input)
+}
+
 #[test]
 fn a_kept_pack_linking_to_a_missing_blob_is_refused_as_git_refuses_it() {
     let seen = common::differential(|r| {
         let (w, old, new, broken) = kept_pack_world();
-        let bad = w
-            .git("src", &["commit-tree", "-p", &old, "-m", "bad", &broken])
-            .trim()
-            .to_owned();
-        let pack = w.pack(false, &objects_of(&w, &old, &new, &[&bad, &broken]));
-        let mut input = pkt(&format!("{ZERO} {bad} refs/heads/bad\0report-status"));
-        input.extend(pkt(&format!("{ZERO} {new} refs/heads/new")));
-        input.extend(b"0000");
-        input.extend(pack);
+        let (_, input) = bad_beside_new(&w, &old, &new, &broken);
         let out = receive_pack(&w, r, &input);
         (
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -401,28 +408,36 @@ fn broken_commit_left_behind(kept: Kept) {
         if kept == Kept::Loose {
             w.git("srv.git", &["config", "--unset", "receive.unpackLimit"]);
         }
-        let bad = w
-            .git("src", &["commit-tree", "-p", &old, "-m", "bad", &broken])
-            .trim()
-            .to_owned();
-        let pack = w.pack(false, &objects_of(&w, &old, &new, &[&bad, &broken]));
-        let mut input = pkt(&format!("{ZERO} {bad} refs/heads/bad\0report-status"));
-        input.extend(pkt(&format!("{ZERO} {new} refs/heads/new")));
-        input.extend(b"0000");
-        input.extend(pack);
-        let first = receive_pack(&w, r, &input);
-        let mut again = pkt(&format!("{ZERO} {bad} refs/heads/again\0report-status"));
-        again.extend(b"0000");
-        again.extend(EMPTY_PACK);
-        let out = receive_pack(&w, r, &again);
-        (
-            String::from_utf8_lossy(&first.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            w.refs("srv.git"),
-        )
+        let (bad, input) = bad_beside_new(&w, &old, &new, &broken);
+        push_then_ref_at(&w, r, &input, &bad)
     });
-    let (first, report, refs) = seen;
-    assert!(first.contains("ok refs/heads/new"), "{first}");
+    assert_refused_later(seen, "refs/heads/new");
+}
+
+/// `first` into `srv.git`, then a create of `refs/heads/again` at `commit` with no objects
+/// and no shallow lines: the reports of both, and the refs after.
+fn push_then_ref_at(
+    w: &World,
+    r: Receiver,
+    first: &[u8],
+    commit: &str,
+) -> (String, String, String) {
+    let first = receive_pack(w, r, first);
+    let mut again = pkt(&format!("{ZERO} {commit} refs/heads/again\0report-status"));
+    again.extend(b"0000");
+    again.extend(EMPTY_PACK);
+    let out = receive_pack(w, r, &again);
+    (
+        String::from_utf8_lossy(&first.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        w.refs("srv.git"),
+    )
+}
+
+/// The first push of [`push_then_ref_at`] took `ok_ref`; the later ref was refused as git
+/// refuses it.
+fn assert_refused_later((first, report, refs): (String, String, String), ok_ref: &str) {
+    assert!(first.contains(&format!("ok {ok_ref}")), "{first}");
     assert!(
         report.contains("ng refs/heads/again missing necessary objects"),
         "{report}"
@@ -462,22 +477,7 @@ fn a_shallow_commit_left_by_an_earlier_push_without_its_root_is_still_refused() 
         input.extend(pkt(&format!("{old} {new} refs/heads/main\0report-status")));
         input.extend(b"0000");
         input.extend(pack);
-        let first = receive_pack(&w, r, &input);
-        let mut again = pkt(&format!("{ZERO} {cut} refs/heads/again\0report-status"));
-        again.extend(b"0000");
-        again.extend(EMPTY_PACK);
-        let out = receive_pack(&w, r, &again);
-        (
-            String::from_utf8_lossy(&first.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            w.refs("srv.git"),
-        )
+        push_then_ref_at(&w, r, &input, &cut)
     });
-    let (first, report, refs) = seen;
-    assert!(first.contains("ok refs/heads/main"), "{first}");
-    assert!(
-        report.contains("ng refs/heads/again missing necessary objects"),
-        "{report}"
-    );
-    assert!(!refs.contains("refs/heads/again"), "{refs}");
+    assert_refused_later(seen, "refs/heads/main");
 }
