@@ -323,7 +323,9 @@ fn execute_commands<W: Write, E: Write>(
             let _span = info_span!("migrate").entered();
             match q.migrate(&s.repo.objects_dir) {
                 Ok(keeps) => KeepFiles(keeps),
-                Err(_) => {
+                Err(e) => {
+                    // git's report says no more; the operator's log says why.
+                    tracing::error!(error = %crate::escape::Escaped::text(&e.to_string()), "cannot move the push's objects into the repository");
                     refuse_pending(cmds, Reason::MigrateFailed);
                     return Ok(());
                 }

@@ -481,3 +481,51 @@ fn a_shallow_commit_left_by_an_earlier_push_without_its_root_is_still_refused() 
     });
     assert_refused_later(seen, "refs/heads/main");
 }
+
+/// The list of incomplete objects is bounded: a push that would grow it past 16 MiB is
+/// refused whole at its migration (git's `unable to migrate objects to permanent storage`),
+/// nothing of it enters the repository and its quarantine is removed; the operator's log says
+/// why. A push with nothing to list is not affected.
+#[test]
+fn a_push_that_would_grow_the_incomplete_list_past_its_bound_is_refused_whole() {
+    let (w, old, new, broken) = kept_pack_world();
+    let list = w.path("srv.git/objects/info/berth-incomplete");
+    std::fs::File::create(&list)
+        .unwrap()
+        .set_len((16 << 20) - 10)
+        .unwrap();
+    let (bad, input) = bad_beside_new(&w, &old, &new, &broken);
+    let mut cmd = w.cmd(common::berth(), ".");
+    cmd.env("RUST_LOG", "berth=error")
+        .args(["receive-pack", "--stateless-rpc", "srv.git"]);
+    let out = w.git_with_stdin_cmd(cmd, &input);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("ng refs/heads/new unable to migrate objects to permanent storage"),
+        "{report}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("berth-incomplete would pass"), "{stderr}");
+    assert_eq!(std::fs::metadata(&list).unwrap().len(), (16 << 20) - 10);
+    assert!(!w.refs("srv.git").contains("refs/heads/new"));
+    let objects: Vec<String> = std::fs::read_dir(w.path("srv.git/objects"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !objects.iter().any(|n| n.starts_with("tmp_objdir")),
+        "{objects:?}"
+    );
+    for id in [&new, &bad] {
+        let out = w.git_out("srv.git", &["cat-file", "-e", id]);
+        assert!(!out.status.success(), "{id} entered the repository");
+    }
+
+    // A push whose pack vouches for itself lists nothing and is taken.
+    let mut input = pkt(&format!("{old} {new} refs/heads/main\0report-status"));
+    input.extend(b"0000");
+    input.extend(w.pack(true, &format!("{new}\n^{old}\n")));
+    let out = receive_pack(&w, Receiver::Berth, &input);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("ok refs/heads/main"), "{report}");
+}
