@@ -312,6 +312,15 @@ impl<'a> Check<'a> {
         }
         let mut out = Vec::new();
         for entry in pack.iter() {
+            // A blob a walk met through a tree entry is complete (it links to nothing); its
+            // header says it is one without inflating it again. Any other object met so is
+            // walked: a tree entry with a blob's mode may name a commit.
+            if let Some(Known::NamedAsBlob(_)) = self.known.get(&entry.oid)
+                && let Ok(Some(header)) = self.objects.try_header(&entry.oid)
+                && header.kind() == Kind::Blob
+            {
+                continue;
+            }
             let complete = match self.tip(entry.oid) {
                 Status::Missing(_) => false,
                 Status::Connected => self.new_roots.is_empty(),
@@ -1048,5 +1057,25 @@ mod tests {
         assert!(matches!(c.tip(id(&on_bad)), Status::Missing(_)));
         let mut c = Check::new(&odb, Some(&index), std::iter::empty());
         assert!(c.self_contained(&[id(&on_bad)]));
+    }
+
+    /// The pass for incomplete objects (a push into a shallow repository: the pack's links
+    /// do not vouch for it) does not inflate a blob a tip's walk met again: each object is
+    /// still read at most once.
+    #[test]
+    fn the_incomplete_pass_does_not_read_a_pushed_blob_again() {
+        let (dir, repo, _, base) = with_base();
+        let blob = git_with_input(&repo, &["hash-object", "-w", "--stdin"], "content\n");
+        let tree = git_with_input(&repo, &["mktree"], &format!("100644 blob {blob}\tf\n"));
+        let commit = git(&repo, &["commit-tree", "-p", &base, "-m", "c", &tree]);
+        let index = pack(&repo, &dir.path().join("p"), &[commit.clone(), tree, blob]);
+        let odb = gix_odb::at(repo.join(".git/objects"), gix_hash::Kind::Sha1).unwrap();
+        let mut c = Check::new(&odb, Some(&index), std::iter::empty())
+            .with_shallow([id(&base)].into_iter().collect(), HashSet::new());
+        assert!(!c.self_contained(&[id(&commit)]));
+        assert_eq!(c.tip(id(&commit)), Status::Connected);
+        assert_eq!(c.objects_read(), 2, "the commit and its tree");
+        assert!(c.incomplete().is_empty());
+        assert_eq!(c.objects_read(), 2, "nothing read again");
     }
 }
