@@ -156,17 +156,17 @@ pub(super) fn receive(
 /// shallow roots, and the `.keep` files that protect the pack until the transaction is over.
 pub(super) fn admit(
     repo: &crate::repo::Repository,
-    quarantine: ingest::Quarantine,
+    mut quarantine: ingest::Quarantine,
     index: Option<&PackIndex>,
     tips: &[gix_hash::ObjectId],
     shallow: &[gix_hash::ObjectId],
 ) -> Result<(Vec<gix_hash::ObjectId>, Keeps), Error> {
     let quarantined =
         gix_odb::at(quarantine.path(), repo.object_format).map_err(Error::Quarantine)?;
-    let Connected { roots, incomplete } = connected(repo, &quarantined, index, tips, shallow)?;
+    let found = connected(repo, &quarantined, index, tips, shallow)?;
+    let roots = found.roots.clone();
+    quarantine.set_incomplete(found.incomplete());
     drop(quarantined);
-    let mut quarantine = quarantine;
-    quarantine.set_incomplete(incomplete);
     Ok((roots, migrate(repo, quarantine)?))
 }
 
@@ -258,15 +258,15 @@ pub(super) fn ensure_repository(dir: &Path, format: &Format) -> Result<(), Error
 /// recorded them): one whose parents this copy lacks ends the walk, as on the accepting node.
 /// The ones that did are returned: this copy's new shallow roots, to record
 /// ([`record_shallow`]) as git's receive-pack does with `receive.shallowUpdate`.
-pub(super) fn connected(
+pub(super) fn connected<'a>(
     repo: &crate::repo::Repository,
-    objects: &gix_odb::Handle,
-    index: Option<&PackIndex>,
+    objects: &'a gix_odb::Handle,
+    index: Option<&'a PackIndex>,
     tips: &[gix_hash::ObjectId],
     shallow: &[gix_hash::ObjectId],
-) -> Result<Connected, Error> {
+) -> Result<Connected<'a>, Error> {
     if tips.is_empty() && index.is_none() {
-        return Ok(Connected::default());
+        return Ok(Connected::vouched());
     }
     let check = Check::new(objects, index.map(PackIndex::file), std::iter::empty());
     let mut check = check
@@ -280,7 +280,7 @@ pub(super) fn connected(
             repo.object_format,
         )?);
     if check.self_contained(tips) {
-        return Ok(Connected::default());
+        return Ok(Connected::vouched());
     }
     let mut roots = Vec::new();
     for tip in tips {
@@ -293,18 +293,36 @@ pub(super) fn connected(
             }
         }
     }
-    let incomplete = check.incomplete();
-    Ok(Connected { roots, incomplete })
+    Ok(Connected {
+        roots,
+        walked: Some(check),
+    })
 }
 
 /// What [`connected`] found of a push's objects.
-#[derive(Debug, Default)]
-pub(super) struct Connected {
+pub(super) struct Connected<'a> {
     /// The copy's new shallow roots, to record ([`record_shallow`]).
     pub(super) roots: Vec<gix_hash::ObjectId>,
-    /// Objects of the pack that are not complete (no tip reaches them), to list before they
-    /// move in ([`crate::objects::incomplete`]), as the accepting node lists them.
-    pub(super) incomplete: Vec<gix_hash::ObjectId>,
+    /// The check that walked the tips, when the pack's links did not vouch for it.
+    walked: Option<Check<'a>>,
+}
+
+impl Connected<'_> {
+    /// Everything is there and no root is needed.
+    fn vouched() -> Self {
+        Connected {
+            roots: Vec::new(),
+            walked: None,
+        }
+    }
+
+    /// The objects of the pack that are not complete (no tip reaches them), to list before
+    /// they move in ([`crate::objects::incomplete`]), as the accepting node lists them: a pass
+    /// over the pack, run only for the batch that moves it in.
+    pub(super) fn incomplete(self) -> Vec<gix_hash::ObjectId> {
+        self.walked
+            .map_or_else(Vec::new, |mut check| check.incomplete())
+    }
 }
 
 /// Record `roots` (from [`connected`]) in the copy's `$GIT_DIR/shallow`, before the refs that

@@ -516,7 +516,7 @@ impl Job {
         let (roots, keeps) = match admitted {
             Some(admitted) => admitted,
             None => (
-                // The first batch listed what of the pack is not complete.
+                // The first batch listed what of the pack is not complete: not again here.
                 connected(&repo, &objects, index.as_ref(), &tips, &h.shallow)?.roots,
                 Keeps(Vec::new()),
             ),

@@ -89,13 +89,14 @@ pub fn append(
         source,
     };
     let mut lines = Vec::with_capacity(ids.len() * (ids[0].kind().len_in_hex() + 1));
+    let mut hex = gix_hash::Kind::hex_buf();
     for id in ids {
-        lines.extend_from_slice(id.to_hex().to_string().as_bytes());
+        lines.extend_from_slice(id.hex_to_buf(&mut hex).as_bytes());
         lines.push(b'\n');
     }
-    let held = match std::fs::metadata(&path) {
-        Ok(m) => m.len(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+    let (held, created) = match std::fs::metadata(&path) {
+        Ok(m) => (m.len(), false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (0, true),
         Err(e) => return Err(io(e)),
     };
     if held.saturating_add(lines.len() as u64) > MAX_BYTES {
@@ -116,6 +117,13 @@ pub fn append(
     durability
         .sync(crate::fsync::Components::OBJECTS, &file)
         .map_err(io)?;
+    // A new list's name is made durable too: objects renamed in after it must not outlive it
+    // on a power loss.
+    if created && let Some(dir) = path.parent() {
+        durability
+            .sync_dir(crate::fsync::Components::OBJECTS, dir)
+            .map_err(io)?;
+    }
     Ok(())
 }
 

@@ -112,8 +112,10 @@ pub(super) fn check_connectivity(
     }
     // What the pack holds that is not complete (nothing when its links vouched for it): taken
     // in with the rest, as git takes it, but listed, so that no later push takes it as
-    // complete.
-    failed.incomplete = check.incomplete();
+    // complete. Not when every command was refused: then nothing moves in.
+    if cmds.iter().any(Cmd::pending) {
+        failed.incomplete = check.incomplete();
+    }
     // A missing parent is told apart by how rev-list walks (found only then: an error's path).
     let missing_parent = |m: &connectivity::Missing| {
         m.defect == connectivity::Defect::Missing && matches!(m.role, connectivity::Role::Parent(_))
