@@ -28,7 +28,7 @@ pub(super) enum Error {
     Unpack(#[from] ingest::UnpackError),
     /// The quarantine's objects could not be moved into the repository.
     #[error("migrate: {0}")]
-    Migrate(#[source] std::io::Error),
+    Migrate(#[source] ingest::MigrateError),
     /// Objects the new tips reach are in neither the pack nor the repository.
     #[error("missing necessary objects")]
     MissingObjects,

@@ -82,6 +82,17 @@ impl UnpackError {
     }
 }
 
+/// Why [`Quarantine::migrate`] moved nothing, or not everything, in.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// The list of incomplete objects could not be grown (nothing was moved).
+    #[error(transparent)]
+    Incomplete(#[from] crate::objects::incomplete::Error),
+    /// A move, a directory or a sync failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
 /// A quarantine directory for the objects of one push.
 #[derive(Debug)]
 pub struct Quarantine {
@@ -184,12 +195,11 @@ impl Quarantine {
     /// synced once the moves are done (and `objects_dir` when a fan-out directory was created
     /// in it), before this returns: before any ref names them. (The syncs do not order the
     /// moves among themselves on a power loss; the process killed half way, they are ordered.)
-    pub fn migrate(&mut self, objects_dir: &Path) -> io::Result<Vec<PathBuf>> {
+    pub fn migrate(&mut self, objects_dir: &Path) -> Result<Vec<PathBuf>, MigrateError> {
         use crate::fsync::Components;
         let durability = self.durability;
         let mut created_fanout = false;
-        crate::objects::incomplete::append(objects_dir, &self.incomplete, durability)
-            .map_err(io::Error::other)?;
+        crate::objects::incomplete::append(objects_dir, &self.incomplete, durability)?;
         // Fan-out directories moved into (to sync), by their number.
         let mut moved_into = [false; 256];
         let mut ready = [false; 256];

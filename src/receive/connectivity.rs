@@ -71,10 +71,10 @@ pub(super) fn check_connectivity(
     .with_pack_links(received.and_then(|r| r.links.as_ref()))
     .with_shallow(repo.shallow().into_iter().collect(), client_shallow)
     .with_refresh_budget(refresh)
-    .with_suspects(
-        crate::objects::incomplete::read(&repo.objects_dir, repo.object_format)
-            .map_err(|e| Fatal::Objects(std::io::Error::other(e)))?,
-    );
+    .with_suspects(crate::objects::incomplete::read(
+        &repo.objects_dir,
+        repo.object_format,
+    )?);
     // All tips at once first, as git's combined rev-list; each on its own only if that fails.
     for c in cmds.iter_mut() {
         if c.error() == Some(&Reason::MissingObjects) {

@@ -125,6 +125,9 @@ pub enum Fatal {
     /// The object database could not be opened.
     #[error("unable to open object database: {0}")]
     Objects(io::Error),
+    /// The repository's list of objects not known to be complete could not be read.
+    #[error("unable to read the list of incomplete objects: {0}")]
+    Incomplete(#[from] crate::objects::incomplete::Error),
     /// Writing to the client failed.
     #[error(transparent)]
     Io(#[from] io::Error),

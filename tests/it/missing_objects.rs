@@ -529,3 +529,34 @@ fn a_push_that_would_grow_the_incomplete_list_past_its_bound_is_refused_whole() 
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(report.contains("ok refs/heads/main"), "{report}");
 }
+
+/// A list that cannot be read ends the push before anything moves in, with a `fatal:` line
+/// naming the list (a directory in its place here), not a refusal that hides the cause.
+#[test]
+fn a_list_of_incomplete_objects_that_cannot_be_read_ends_the_push_and_changes_nothing() {
+    let (w, old, new, _broken) = kept_pack_world();
+    std::fs::create_dir_all(w.path("srv.git/objects/info/berth-incomplete")).unwrap();
+    let mut input = pkt(&format!("{old} {new} refs/heads/main\0report-status"));
+    input.extend(b"0000");
+    input.extend(w.pack(true, &format!("{new}\n^{old}\n")));
+    let out = receive_pack(&w, Receiver::Berth, &input);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("fatal: unable to read the list of incomplete objects: ")
+            && stderr.contains("berth-incomplete"),
+        "{stderr}"
+    );
+    assert!(!out.status.success());
+    assert_eq!(
+        w.git("srv.git", &["rev-parse", "refs/heads/main"]).trim(),
+        old
+    );
+    let out = w.git_out("srv.git", &["cat-file", "-e", &new]);
+    assert!(!out.status.success(), "{new} entered the repository");
+    let left: Vec<String> = std::fs::read_dir(w.path("srv.git/objects"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("tmp_objdir"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
