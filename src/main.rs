@@ -616,16 +616,21 @@ fn serve_command() -> clap::Command {
         .expect("berth has a serve subcommand")
 }
 
+/// `berth serve`'s log filter without `RUST_LOG`.
+const DEFAULT_SERVE_LOG: &str = "berth=warn,berth::serve=info";
+
 /// stderr logging: `RUST_LOG` when set (with each phase's span), else for `berth serve` one
-/// line per request, as text or JSON (`--log-format`); nothing otherwise.
+/// line per request, as text or JSON (`--log-format`), and every warning and error of berth's
+/// (a cluster's "no quorum prepared", a push's objects that could not be moved in); nothing
+/// otherwise.
 fn init_logging(serving: Option<LogFormat>) {
     use tracing_subscriber::prelude::*;
     use tracing_subscriber::{EnvFilter, Layer, Registry, fmt};
     let rust_log = std::env::var_os("RUST_LOG").is_some();
     let filter = match (rust_log, serving) {
         (true, _) => EnvFilter::from_default_env(),
-        // A server logs one line per request by default.
-        (false, Some(_)) => EnvFilter::new("berth::serve=info"),
+        // A server logs one line per request by default, and what an operator must see.
+        (false, Some(_)) => EnvFilter::new(DEFAULT_SERVE_LOG),
         (false, None) => return,
     };
     let spans = if serving.is_some() && !rust_log {

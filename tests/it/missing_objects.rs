@@ -560,3 +560,38 @@ fn a_list_of_incomplete_objects_that_cannot_be_read_ends_the_push_and_changes_no
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// `berth serve` with no `RUST_LOG` logs why a push's objects could not be moved in (here the
+/// list's bound): the client's report says only `unable to migrate objects to permanent
+/// storage`, as git's does, so the operator's log is the one place the cause shows.
+#[test]
+fn berth_serve_logs_why_a_push_could_not_move_its_objects_in_by_default() {
+    let (w, old, new, broken) = kept_pack_world();
+    std::fs::create_dir_all(w.path("repos")).unwrap();
+    std::fs::rename(w.path("srv.git"), w.path("repos/srv.git")).unwrap();
+    std::fs::File::create(w.path("repos/srv.git/objects/info/berth-incomplete"))
+        .unwrap()
+        .set_len((16 << 20) - 10)
+        .unwrap();
+    let (_, input) = bad_beside_new(&w, &old, &new, &broken);
+    let srv = crate::serve::Serve::start(&w, &[]);
+    let r = crate::serve::http(
+        &srv.addr,
+        "POST",
+        "/srv.git/git-receive-pack",
+        &[("Content-Type", "application/x-git-receive-pack-request")],
+        &input,
+    );
+    let report = String::from_utf8_lossy(&r.body);
+    assert!(
+        report.contains("ng refs/heads/new unable to migrate objects to permanent storage"),
+        "{report}"
+    );
+    crate::serve::wait_log(&srv, "route=\"receive-pack\"");
+    let log = srv.log();
+    assert!(
+        log.contains("ERROR") && log.contains("cannot move the push's objects into the repository"),
+        "{log}"
+    );
+    assert!(log.contains("berth-incomplete would pass"), "{log}");
+}
