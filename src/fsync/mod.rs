@@ -287,10 +287,10 @@ impl Durability {
         Ok(())
     }
 
-    /// git's `close_loose_object` for the loose object at `path`: with `batch`, write-back
-    /// only, the flush owed recorded in `batch`; else synced as its component says, or always
-    /// with `core.fsyncObjectFiles`.
-    pub fn sync_loose_object(&self, path: &Path, batch: &mut Batch) -> io::Result<()> {
+    /// git's `close_loose_object` for the loose object written through `file` (`path` names it
+    /// in an error): with `batch`, write-back only, the flush owed recorded in `batch`; else
+    /// synced as its component says, or always with `core.fsyncObjectFiles`.
+    pub fn sync_loose_object(&self, file: &File, path: &Path, batch: &mut Batch) -> io::Result<()> {
         if !self.enabled {
             return Ok(());
         }
@@ -298,14 +298,13 @@ impl Durability {
         if !hardened && !self.object_files {
             return Ok(());
         }
-        let file = File::open(path)?;
         if hardened && self.method == Method::Batch {
             batch.pending = true;
-            if writeout(&file).is_ok() {
+            if writeout(file).is_ok() {
                 return Ok(());
             }
         }
-        self.sync_file(&file).map_err(|e| fsync_error(path, e))
+        self.sync_file(file).map_err(|e| fsync_error(path, e))
     }
 
     /// git's `maybe_fsync`: write-back only for `writeout-only` (where the platform can),

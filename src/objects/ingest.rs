@@ -621,7 +621,6 @@ fn unpack_objects(
     files: crate::objects::pack_files::Options,
 ) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    use gix_object::Write;
     let shared = files.shared;
     let mut batch = crate::fsync::Batch::default();
     // The pack and its index as they are: an object store over the quarantine (gix-odb's)
@@ -643,7 +642,12 @@ fn unpack_objects(
     };
     let mut inflate = gix_zlib::Inflate::default();
     let mut cache = gix_pack::cache::Never;
-    let loose = gix_odb::loose::Store::at(quarantine.path(), index.object_hash());
+    let mut loose =
+        crate::objects::loose_write::LooseWriter::new(
+        quarantine.path(),
+        index.object_hash(),
+        files.loose_compression,
+    );
     let mut buf = Vec::new();
     // What each object links to in the pack, for the order of the move in.
     let mut links = crate::objects::move_order::Links::with_capacity(index.num_objects() as usize);
@@ -653,15 +657,8 @@ fn unpack_objects(
         let decoded = pack
             .decode_entry(at, &mut buf, &mut inflate, &in_pack, &mut cache)
             .map_err(io::Error::other)?;
-        let id = loose
-            .write_buf(decoded.kind, &buf)
-            .map_err(io::Error::other)?;
-        if id != entry.oid {
-            return Err(io::Error::other(format!(
-                "object {} of the received pack decoded as {id}",
-                entry.oid
-            )));
-        }
+        let id = entry.oid;
+        let written = loose.write(&id, decoded.kind, &buf)?;
         if decoded.kind != gix_object::Kind::Blob {
             // One that does not parse links to nothing here; the connectivity check refuses it.
             let _ = crate::objects::fsck::for_each_link(decoded.kind, &buf, id.kind(), |to, _| {
@@ -671,13 +668,14 @@ fn unpack_objects(
             });
         }
         links.object(linked.drain(..));
-        let hex = id.to_hex().to_string();
-        let path = quarantine.path().join(&hex[..2]).join(&hex[2..]);
-        files.durability.sync_loose_object(&path, &mut batch)?;
+        let Some(file) = written.file else { continue };
+        files
+            .durability
+            .sync_loose_object(&file, &written.path, &mut batch)?;
         if shared != crate::objects::pack_files::SharedRepository::Umask {
             // git's `adjust_shared_perm` on the read-only loose object.
-            let mode = std::fs::metadata(&path)?.permissions().mode() & 0o7777;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(shared.adjust(mode)))?;
+            let mode = file.metadata()?.permissions().mode() & 0o7777;
+            file.set_permissions(std::fs::Permissions::from_mode(shared.adjust(mode)))?;
         }
     }
     batch.flush(quarantine.path())?;

@@ -8,6 +8,7 @@ pub mod gitmodules;
 pub mod incomplete;
 pub mod ingest;
 pub mod lookup;
+pub mod loose_write;
 pub mod move_order;
 pub mod pack_links;
 pub mod pack_map;

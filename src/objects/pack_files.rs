@@ -135,6 +135,9 @@ pub struct Options {
     /// `core.fsync` and `core.fsyncMethod`, for the pack, its `.idx` and `.rev`, and loose
     /// objects.
     pub durability: Durability,
+    /// `core.looseCompression`, else `core.compression`, else zlib's best speed: how loose
+    /// objects are compressed.
+    pub loose_compression: gix_zlib::Compression,
 }
 
 impl Default for Options {
@@ -143,6 +146,7 @@ impl Default for Options {
             write_reverse_index: true,
             shared: SharedRepository::Umask,
             durability: Durability::default(),
+            loose_compression: gix_zlib::Compression::BEST_SPEED,
         }
     }
 }

@@ -72,6 +72,10 @@ pub enum Error {
     /// A numeric key had a value git does not take as a number.
     #[error("bad numeric config value '{0}'")]
     BadNumber(String),
+    /// `core.compression` or `core.looseCompression` out of zlib's range (git's
+    /// `git_default_core_config`).
+    #[error("bad zlib compression level {0}")]
+    BadZlibLevel(i64),
     /// The configuration could not be read.
     #[error("unable to read configuration: {0}")]
     Read(String),
@@ -243,6 +247,9 @@ pub struct Ingest {
     pub write_reverse_index: bool,
     /// `core.sharedRepository`: the permissions of the pack files and loose objects written.
     pub shared_repository: SharedRepository,
+    /// `core.looseCompression`, else `core.compression`, else 1 (zlib's best speed), as git's
+    /// `unpack-objects` compresses loose objects; -1 is zlib's default, 6.
+    pub loose_compression: gix_zlib::Compression,
 }
 
 impl Default for Ingest {
@@ -255,6 +262,7 @@ impl Default for Ingest {
             fsck: Vec::new(),
             write_reverse_index: true,
             shared_repository: SharedRepository::Umask,
+            loose_compression: gix_zlib::Compression::BEST_SPEED,
         }
     }
 }
@@ -842,6 +850,16 @@ pub static KEYS: &[Key] = &[
         |p, v| p.c.advertisement.delta_base_offset = boolean(v)?
     ),
     last!(
+        "core.compression",
+        "zlib level (-1 for 6, 0 to 9) of loose objects written, unless core.looseCompression.",
+        |p, v| p.c.ingest.loose_compression = zlib_level(v)?
+    ),
+    last!(
+        "core.looseCompression",
+        "zlib level (-1 for 6, 0 to 9) of the loose objects a small push is unpacked to (default 1).",
+        |p, v| p.c.ingest.loose_compression = zlib_level(v)?
+    ),
+    last!(
         "receive.maxInputSize",
         "The largest pack accepted, in bytes; 0 for no limit.",
         |p, v| p.c.ingest.max_input_size = number(v)?.max(0) as u64
@@ -1320,6 +1338,16 @@ fn hide_ref(v: &str) -> String {
 }
 
 /// An unpack limit as berth keeps it (negative is 0).
+/// A zlib level as git's `core.compression` takes it: -1 for zlib's default (6), else 0 to 9.
+fn zlib_level(v: &str) -> Result<gix_zlib::Compression, Error> {
+    let n = int(v)?;
+    let level = if n == -1 { 6 } else { n };
+    i32::try_from(level)
+        .ok()
+        .and_then(gix_zlib::Compression::new)
+        .ok_or(Error::BadZlibLevel(n))
+}
+
 fn unpack_limit(v: &str) -> Result<u32, Error> {
     Ok(number(v)?.clamp(0, u32::MAX as i64) as u32)
 }
@@ -1559,6 +1587,12 @@ mod tests {
         }),
         ("repack.useDeltaBaseOffset", "off", |c| {
             !c.advertisement.delta_base_offset
+        }),
+        ("core.compression", "9", |c| {
+            c.ingest.loose_compression == gix_zlib::Compression::BEST
+        }),
+        ("core.looseCompression", "-1", |c| {
+            c.ingest.loose_compression == gix_zlib::Compression::DEFAULT
         }),
         ("receive.maxInputSize", "1k", |c| {
             c.ingest.max_input_size == 1024
@@ -1850,6 +1884,7 @@ mod tests {
                 fsck: vec![],
                 write_reverse_index: true,
                 shared_repository: SharedRepository::Umask,
+                loose_compression: gix_zlib::Compression::BEST_SPEED,
             }
         );
         assert_eq!(c.hooks.keep_alive, Some(Duration::from_secs(5)));
@@ -1938,6 +1973,24 @@ mod tests {
             "[transfer]\n\tfsckObjects = true\n[receive]\n\tfsckObjects = false\n",
         ] {
             assert!(!parse(text).unwrap().0.ingest.fsck_objects, "{text}");
+        }
+        // core.looseCompression over core.compression whatever their order, as git's
+        // `zlib_compression_seen`; -1 is zlib's default; out of range is fatal, as in git.
+        for text in [
+            "[core]\n\tlooseCompression = 0\n\tcompression = 9\n",
+            "[core]\n\tcompression = 9\n\tlooseCompression = 0\n",
+        ] {
+            let c = parse(text).unwrap().0;
+            assert_eq!(c.ingest.loose_compression, gix_zlib::Compression::NONE, "{text}");
+        }
+        let c = parse("[core]\n\tcompression = -1\n").unwrap().0;
+        assert_eq!(c.ingest.loose_compression, gix_zlib::Compression::DEFAULT);
+        for (text, message) in [
+            ("[core]\n\tcompression = 10\n", "bad zlib compression level 10"),
+            ("[core]\n\tlooseCompression = -2\n", "bad zlib compression level -2"),
+            ("[core]\n\tcompression = fast\n", "bad numeric config value 'fast'"),
+        ] {
+            assert_eq!(parse(text).unwrap_err().to_string(), message, "{text}");
         }
         let c = parse("[gc]\n\tautoDetach = false\n[maintenance]\n\tautoDetach = true\n")
             .unwrap()

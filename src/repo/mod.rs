@@ -178,6 +178,7 @@ impl Repository {
                 write_reverse_index: ingest.write_reverse_index,
                 shared: ingest.shared_repository,
                 durability: self.config.durability,
+                loose_compression: ingest.loose_compression,
             },
         }
     }

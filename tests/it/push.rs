@@ -600,6 +600,74 @@ fn small_pushes_become_loose_objects_large_ones_stay_packed() {
     assert_eq!(berth.2.1, 2);
 }
 
+/// Loose objects are compressed at `core.looseCompression` (else `core.compression`, else 1), as
+/// git's unpack-objects writes them: the zlib header's level bits of every object a push
+/// wrote, against git's; a level out of zlib's range ends the push with git's `fatal:` line.
+#[test]
+fn loose_objects_are_compressed_at_core_loose_compression() {
+    /// The zlib header's second byte of each loose object in `srv.git`, by id.
+    fn levels(w: &World) -> Vec<(String, u8)> {
+        let mut all = Vec::new();
+        for dir in std::fs::read_dir(w.path("srv.git/objects")).unwrap() {
+            let dir = dir.unwrap();
+            let name = dir.file_name().to_string_lossy().into_owned();
+            if name.len() != 2 {
+                continue;
+            }
+            for f in std::fs::read_dir(dir.path()).unwrap() {
+                let f = f.unwrap();
+                let bytes = std::fs::read(f.path()).unwrap();
+                let id = format!("{name}{}", f.file_name().to_string_lossy());
+                all.push((id, bytes[1]));
+            }
+        }
+        all.sort();
+        all
+    }
+    let run = |r: Receiver| {
+        let mut seen = Vec::new();
+        for config in [
+            vec![],
+            vec![("core.compression", "9")],
+            vec![("core.compression", "9"), ("core.looseCompression", "0")],
+            vec![("core.looseCompression", "-1")],
+        ] {
+            let w = World::new();
+            w.bare("srv.git");
+            for (k, v) in &config {
+                w.git("srv.git", &["config", k, v]);
+            }
+            w.work("src");
+            w.commit("src", "a", &"text that compresses well ".repeat(40));
+            ok(&w.push("src", r, "srv.git", &["main"]));
+            if r == Receiver::Berth {
+                w.assert_clean("srv.git");
+            }
+            seen.push(levels(&w));
+        }
+        let w = World::new();
+        w.bare("srv.git");
+        w.git("srv.git", &["config", "core.compression", "10"]);
+        w.work("src");
+        w.commit("src", "a", "1");
+        let refused = w.push("src", r, "srv.git", &["main"]);
+        (
+            seen,
+            refused.success,
+            refused
+                .stderr
+                .contains("fatal: bad zlib compression level 10"),
+        )
+    };
+    let berth = run(Receiver::Berth);
+    assert_eq!(run(Receiver::Git), berth);
+    // zlib's level bits: 0x01 for levels 0 and 1, 0x9c for 6, 0xda for 9.
+    let flags: Vec<u8> = berth.0.iter().map(|objects| objects[0].1).collect();
+    assert_eq!(flags, [0x01, 0xda, 0x01, 0x9c]);
+    assert!(berth.0.iter().all(|objects| objects.len() == 3));
+    assert_eq!((berth.1, berth.2), (false, true));
+}
+
 #[test]
 fn update_instead_updates_the_checked_out_worktree_or_refuses() {
     let o = differential(|w, r| {
