@@ -459,6 +459,15 @@ pub fn receive_pack(
     }
     let objects = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
     let explode = objects < options.unpack_limit;
+    // A pack to be unpacked is handled on this thread alone, as git's single-threaded
+    // unpack-objects handles it: gix-pack would start a thread per core to resolve a handful of
+    // deltas (thread starts, stacks mapped and unmapped, futex wake-ups, each push on each
+    // cluster node; benches/README.md, 2026-12-06).
+    let thread_limit = if explode {
+        Some(1)
+    } else {
+        options.thread_limit
+    };
     let step = if explode {
         "unpack-objects"
     } else {
@@ -521,7 +530,7 @@ pub fn receive_pack(
             .then(|| repo_objects.clone()),
         options.object_format,
         gix_pack::bundle::write::Options {
-            thread_limit: options.thread_limit,
+            thread_limit,
             alloc_limit_bytes: Some(options.alloc_limit()),
             ..Default::default()
         },
@@ -575,7 +584,7 @@ pub fn receive_pack(
             hash: options.object_format,
         };
         let _span = tracing::info_span!("fsck").entered();
-        match checked.check(&index, options.thread_limit) {
+        match checked.check(&index, thread_limit) {
             Ok(m) => messages = m,
             Err(refused) => {
                 return Err(UnpackError::Failed {
