@@ -452,6 +452,38 @@ fn commands(sc: &Scenario, refs: &BTreeMap<String, String>) -> BTreeSet<String> 
         .collect()
 }
 
+/// Every commit of the push that a kill left in `repo` is whole: its tree, blobs and parents are
+/// there too. Loose objects move in each after what they link to (`src/objects/move_order.rs`),
+/// because berth's walks take an object the repository has as complete: a commit moved in
+/// before its tree would let a later push name it with no objects. git's fsck does not see
+/// this (it walks only what the refs reach), so it is checked here: the commits present are
+/// listed with `cat-file --batch-check`, then walked with `rev-list --objects`.
+fn assert_present_commits_whole(env: &World, sc: &Scenario, repo: &Path, where_: &str) {
+    let mut tips: Vec<&str> = sc.after.values().map(String::as_str).collect();
+    tips.sort_unstable();
+    tips.dedup();
+    let mut args = vec!["rev-list"];
+    args.extend(tips);
+    let commits = env.git(&sc.client, &args);
+    let out = env.git_with_stdin(repo, &["cat-file", "--batch-check"], commits.as_bytes());
+    let present: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.ends_with(" missing"))
+        .filter_map(|l| l.split(' ').next().map(str::to_owned))
+        .collect();
+    if present.is_empty() {
+        return;
+    }
+    let mut args = vec!["rev-list", "--objects", "--quiet"];
+    args.extend(present.iter().map(String::as_str));
+    let out = env.git_out(repo, &args);
+    assert!(
+        out.status.success(),
+        "{where_}: a commit of the push is in the repository without what it links to:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn run_point(env: &World, sc: &Scenario, point: &Point, work: &Path) -> Outcome {
     let repo = work.join("srv.git");
     copy_repo(&sc.template, &repo);
@@ -505,6 +537,7 @@ fn run_point(env: &World, sc: &Scenario, point: &Point, work: &Path) -> Outcome 
     if let Err(e) = env.fsck(&repo) {
         panic!("{where_}: git fsck --strict after the kill:\n{e}");
     }
+    assert_present_commits_whole(env, sc, &repo, &where_);
 
     // The next push. With a stale lock, berth must refuse what git refuses.
     let stale_locks = locks(&repo);
