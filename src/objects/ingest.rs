@@ -629,6 +629,7 @@ fn unpack_objects(
     alloc_limit: usize,
     files: crate::objects::pack_files::Options,
 ) -> io::Result<()> {
+    use crate::objects::loose_write::LooseWriter;
     use std::os::unix::fs::PermissionsExt;
     let shared = files.shared;
     let mut batch = crate::fsync::Batch::default();
@@ -651,8 +652,7 @@ fn unpack_objects(
     };
     let mut inflate = gix_zlib::Inflate::default();
     let mut cache = gix_pack::cache::Never;
-    let mut loose =
-        crate::objects::loose_write::LooseWriter::new(
+    let mut loose = LooseWriter::new(
         quarantine.path(),
         index.object_hash(),
         files.loose_compression,

@@ -57,10 +57,12 @@ pub enum Error {
 
 impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {
-        match e {
-            Error::Io { source, .. } => source,
-            other => io::Error::other(other),
-        }
+        // The kind kept (a full disk stays one), the path with it.
+        let kind = match &e {
+            Error::Io { source, .. } => source.kind(),
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, e)
     }
 }
 
