@@ -629,7 +629,7 @@ fn unpack_objects(
     alloc_limit: usize,
     files: crate::objects::pack_files::Options,
 ) -> io::Result<()> {
-    use crate::objects::loose_write::LooseWriter;
+    use crate::objects::loose_write::{LooseWriter, Written};
     use std::os::unix::fs::PermissionsExt;
     let shared = files.shared;
     let mut batch = crate::fsync::Batch::default();
@@ -677,10 +677,10 @@ fn unpack_objects(
             });
         }
         links.object(linked.drain(..));
-        let Some(file) = written.file else { continue };
-        files
-            .durability
-            .sync_loose_object(&file, &written.path, &mut batch)?;
+        let Written::New { path, file } = written else {
+            continue;
+        };
+        files.durability.sync_loose_object(&file, &path, &mut batch)?;
         if shared != crate::objects::pack_files::SharedRepository::Umask {
             // git's `adjust_shared_perm` on the read-only loose object.
             let mode = file.metadata()?.permissions().mode() & 0o7777;

@@ -2,29 +2,47 @@
 //! `<kind> <size>\0<data>`), as git's `unpack-objects` writes them (`write_loose_object`,
 //! at `core.looseCompression`'s level).
 //!
-//! Written by hand rather than through gix-odb's loose store, which per object creates a
+//! Written here rather than through gix-odb's loose store, which per object creates a
 //! compressor (zlib-rs zeroes its window and tables: 2.5 % of a cluster node's CPU under small
 //! pushes, perf, 2026-12-06), a randomly named temporary file, and tries to create the
-//! fan-out directory. Here one compressor is reset between objects, each fan-out directory is
-//! created once, and each object is written (in one `write` unless it compresses to more than
-//! 256 KiB) straight under its name: the
-//! quarantine is this push's own, nothing reads it before the unpack is over, and a write cut
-//! short fails the push, whose quarantine is then removed (git's temporary file and rename
-//! guard a live object directory, which this is not).
+//! fan-out directory. Here one gix-zlib stream writer is reset between objects, each fan-out
+//! directory is created once, and each object is written (in one `write` unless it compresses
+//! to more than 32 KiB) straight under its name: the quarantine is this push's own, nothing
+//! reads it before the unpack is over, and a write cut short fails the push, whose quarantine
+//! is then removed (git's temporary file and rename guard a live object directory, which this
+//! is not).
 
+use std::cell::RefCell;
 use std::io::{self, Write as _};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-
-use gix_zlib::stream::deflate::{Compress, FlushCompress};
+use std::rc::Rc;
 
 /// Writes objects under one quarantine directory.
 pub struct LooseWriter {
     dir: PathBuf,
     hash: gix_hash::Kind,
-    compress: Compress,
-    out: Vec<u8>,
+    /// One zlib stream an object, into whichever file [`Slot`] holds.
+    deflate: Box<gix_zlib::stream::deflate::Write<Slot>>,
+    slot: Slot,
     fanout_made: [bool; 256],
+}
+
+/// The file of the object being written, where the compressor writes.
+#[derive(Clone, Default)]
+struct Slot(Rc<RefCell<Option<std::fs::File>>>);
+
+impl io::Write for Slot {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self.0.borrow_mut().as_mut() {
+            Some(file) => file.write(buf),
+            None => Err(io::Error::other("no loose object is being written")),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Why an object was not written.
@@ -41,10 +59,7 @@ pub enum Error {
     /// Its id could not be computed (a SHA-1 collision attack detected).
     #[error("cannot hash object {0}")]
     Hash(gix_hash::ObjectId),
-    /// It could not be compressed.
-    #[error("cannot compress object {0}")]
-    Compress(gix_hash::ObjectId),
-    /// It, or its fan-out directory, could not be written.
+    /// It could not be compressed, or it or its fan-out directory written.
     #[error("{path}: {source}")]
     Io {
         /// The file or directory.
@@ -66,40 +81,40 @@ impl From<Error> for io::Error {
     }
 }
 
-/// One object written: its file, still open (for syncing and its mode).
-pub struct Written {
-    /// `dir/xx/yyyy…`.
-    pub path: PathBuf,
-    /// The file, open for writing; `None` when the object was there already.
-    pub file: Option<std::fs::File>,
+/// What [`LooseWriter::write`] did.
+pub enum Written {
+    /// The object was written to `path` through `file`, still open (for syncing and its mode).
+    New {
+        /// `dir/xx/yyyy…`.
+        path: PathBuf,
+        /// The file, open for writing.
+        file: std::fs::File,
+    },
+    /// The object was there already (a pack holding it twice) and was left as it is.
+    Present,
 }
 
 impl LooseWriter {
     /// A writer of `hash` objects into `dir`, compressed at `level` (`core.looseCompression`).
     pub fn new(dir: &Path, hash: gix_hash::Kind, level: gix_zlib::Compression) -> LooseWriter {
+        let slot = Slot::default();
         LooseWriter {
             dir: dir.to_owned(),
             hash,
-            compress: Compress::new(level),
-            out: Vec::new(),
+            deflate: Box::new(gix_zlib::stream::deflate::Write::new(slot.clone(), level)),
+            slot,
             fanout_made: [false; 256],
         }
     }
 
-    /// Write the object `id` of `kind` with `data`, after checking that they hash to `id`. An
-    /// object already there (a pack holding it twice) is left as it is.
+    /// Write the object `id` of `kind` with `data`, after checking that they hash to `id`.
     pub fn write(
         &mut self,
         id: &gix_hash::oid,
         kind: gix_object::Kind,
         data: &[u8],
     ) -> Result<Written, Error> {
-        let header = gix_object::encode::loose_header(kind, data.len() as u64);
-        let mut hasher = gix_hash::hasher(self.hash);
-        hasher.update(&header);
-        hasher.update(data);
-        let actual = hasher
-            .try_finalize()
+        let actual = gix_object::compute_hash(self.hash, kind, data)
             .map_err(|_| Error::Hash(id.to_owned()))?;
         if actual != id {
             return Err(Error::Mismatch {
@@ -123,88 +138,35 @@ impl LooseWriter {
             }
         }
         let path = fanout_dir.join(&hex[2..]);
-        let mut file = match std::fs::OpenOptions::new()
+        let file = match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o444)
             .open(&path)
         {
             Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                return Ok(Written { path, file: None });
-            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(Written::Present),
             Err(source) => return Err(Error::Io { path, source }),
         };
-        match self.deflate(&header, data, &mut file) {
-            Ok(()) => Ok(Written {
-                path,
-                file: Some(file),
-            }),
-            Err(e) => {
+        *self.slot.0.borrow_mut() = Some(file);
+        self.deflate.reset();
+        let written = self
+            .deflate
+            .write_all(&gix_object::encode::loose_header(kind, data.len() as u64))
+            .and_then(|()| self.deflate.write_all(data))
+            // Finishes the stream.
+            .and_then(|()| self.deflate.flush());
+        let file = self.slot.0.borrow_mut().take().expect("put in above");
+        match written {
+            Ok(()) => Ok(Written::New { path, file }),
+            Err(source) => {
                 // Not left half written under its name (the push fails; this is tidiness).
+                drop(file);
                 let _ = std::fs::remove_file(&path);
-                Err(match e {
-                    Deflate::Zlib => Error::Compress(id.to_owned()),
-                    Deflate::Write(source) => Error::Io { path, source },
-                })
+                Err(Error::Io { path, source })
             }
         }
     }
-
-    /// `header` then `data`, deflated as one zlib stream into `file`, a buffer at a time:
-    /// one `write` for all but large objects, and never a second copy of a large one in memory.
-    fn deflate(
-        &mut self,
-        header: &[u8],
-        data: &[u8],
-        file: &mut std::fs::File,
-    ) -> Result<(), Deflate> {
-        use gix_zlib::Status;
-        self.compress.reset();
-        // zlib's worst case (stored blocks: 5 bytes a 16 KiB block, and the stream's own),
-        // up to a bound: what does not fit is written out as the buffer fills.
-        let len = header.len() + data.len();
-        self.out.resize((len + len / 16_000 * 5 + 64).min(BUFFER), 0);
-        let mut filled = 0;
-        for (mut input, flush) in [(header, FlushCompress::None), (data, FlushCompress::Finish)] {
-            loop {
-                if filled == self.out.len() {
-                    file.write_all(&self.out).map_err(Deflate::Write)?;
-                    filled = 0;
-                }
-                let (in_before, out_before) = (self.compress.total_in(), self.compress.total_out());
-                let status = self
-                    .compress
-                    .compress(input, &mut self.out[filled..], flush)
-                    .map_err(|_| Deflate::Zlib)?;
-                let wrote = (self.compress.total_out() - out_before) as usize;
-                let read = (self.compress.total_in() - in_before) as usize;
-                filled += wrote;
-                input = &input[read..];
-                match status {
-                    Status::StreamEnd => {
-                        return file.write_all(&self.out[..filled]).map_err(Deflate::Write);
-                    }
-                    _ if flush == FlushCompress::None && input.is_empty() => break,
-                    // No progress with room left: zlib is stuck.
-                    _ if wrote == 0 && read == 0 && filled < self.out.len() => {
-                        return Err(Deflate::Zlib);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Err(Deflate::Zlib)
-    }
-}
-
-/// The compressed output's buffer at most.
-const BUFFER: usize = 256 * 1024;
-
-/// Why [`LooseWriter::deflate`] failed.
-enum Deflate {
-    Zlib,
-    Write(io::Error),
 }
 
 #[cfg(test)]
@@ -232,10 +194,10 @@ mod tests {
         for (kind, data) in &objects {
             let id = gix_object::compute_hash(gix_hash::Kind::Sha1, *kind, data).unwrap();
             let written = w.write(&id, *kind, data).unwrap();
-            assert!(written.file.is_some());
+            assert!(matches!(written, Written::New { .. }));
             drop(written);
             let again = w.write(&id, *kind, data).unwrap();
-            assert!(again.file.is_none(), "written twice");
+            assert!(matches!(again, Written::Present), "written twice");
             let mut buf = Vec::new();
             let read = store.try_find(&id, &mut buf).unwrap().expect("written");
             assert_eq!(read.kind, *kind);

@@ -81,6 +81,9 @@ struct Scenario {
     request: PathBuf,
     before: BTreeMap<String, String>,
     after: BTreeMap<String, String>,
+    /// Every commit the refs of `after` reach, one id a line (for
+    /// [`assert_present_commits_whole`]).
+    commits: String,
     reftable: bool,
 }
 
@@ -232,6 +235,12 @@ fn build(env: &World, name: &'static str, shape: &Shape) -> Scenario {
     request.extend_from_slice(&pack.stdout);
     let request_path = env.path(&format!("{name}.request"));
     std::fs::write(&request_path, &request).unwrap();
+    let mut tips: Vec<&str> = after.values().map(String::as_str).collect();
+    tips.sort_unstable();
+    tips.dedup();
+    let mut args = vec!["rev-list"];
+    args.extend(tips);
+    let commits = env.git(&client, &args);
     Scenario {
         name,
         template,
@@ -239,6 +248,7 @@ fn build(env: &World, name: &'static str, shape: &Shape) -> Scenario {
         request: request_path,
         before,
         after,
+        commits,
         reftable: shape.reftable,
     }
 }
@@ -456,16 +466,10 @@ fn commands(sc: &Scenario, refs: &BTreeMap<String, String>) -> BTreeSet<String> 
 /// there too. Loose objects move in each after what they link to (`src/objects/move_order.rs`),
 /// because berth's walks take an object the repository has as complete: a commit moved in
 /// before its tree would let a later push name it with no objects. git's fsck does not see
-/// this (it walks only what the refs reach), so it is checked here: the commits present are
-/// listed with `cat-file --batch-check`, then walked with `rev-list --objects`.
+/// this (it walks only what the refs reach), so it is checked here: the push's commits present
+/// are found with `cat-file --batch-check`, then walked with `rev-list --objects`.
 fn assert_present_commits_whole(env: &World, sc: &Scenario, repo: &Path, where_: &str) {
-    let mut tips: Vec<&str> = sc.after.values().map(String::as_str).collect();
-    tips.sort_unstable();
-    tips.dedup();
-    let mut args = vec!["rev-list"];
-    args.extend(tips);
-    let commits = env.git(&sc.client, &args);
-    let out = env.git_with_stdin(repo, &["cat-file", "--batch-check"], commits.as_bytes());
+    let out = env.git_with_stdin(repo, &["cat-file", "--batch-check"], sc.commits.as_bytes());
     let present: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| !l.ends_with(" missing"))
