@@ -27,7 +27,7 @@ use super::applied::Published;
 use super::copy::{Local, commit_all, missing, open};
 use super::log::new_of;
 use super::metrics::{CatchUpOutcome, ResyncOutcome, lags_of};
-use super::objects::{admit, pack_objects, receive, record_shallow};
+use super::objects::{admit, pack_objects, receive};
 use super::wire::{self, Answered, Attempts};
 use super::{Cluster, applied_seq, etcd, http, log, repo_dir, repo_key};
 use crate::escape::Escaped;
@@ -446,8 +446,7 @@ impl Cluster {
                         let (repo, objects) = open(&dir, &env)?;
                         let arrived = receive(&repo, &objects, &mut &pack[..], &shallow)?;
                         let (q, index) = (arrived.quarantine, arrived.index);
-                        let (roots, keeps) = admit(&repo, q, index.as_ref(), &wants, &shallow)?;
-                        record_shallow(&repo, &roots)?;
+                        let keeps = admit(&repo, q, index.as_ref(), &wants, &shallow)?;
                         // The refs that will point into the pack are written next; a
                         // concurrent repack before then would only repack it.
                         drop(keeps);

@@ -153,32 +153,36 @@ pub(super) fn receive(
 /// fails it never enters the repository: berth's walks stop at objects a repository has,
 /// taking them as complete, so objects left there by a refused pack (a commit whose parent
 /// this copy lacks) would let a later push or catch-up build on what is not there. The new
-/// shallow roots, and the `.keep` files that protect the pack until the transaction is over.
+/// shallow roots the tips need are recorded ([`record_shallow`]) once the objects are in, and
+/// what of the pack needed roots is then known complete or listed for good
+/// ([`crate::objects::incomplete::Pending::settle`]). The `.keep` files that protect the pack
+/// until the transaction is over.
 pub(super) fn admit(
     repo: &crate::repo::Repository,
     mut quarantine: ingest::Quarantine,
     index: Option<&PackIndex>,
     tips: &[gix_hash::ObjectId],
     shallow: &[gix_hash::ObjectId],
-) -> Result<(Vec<gix_hash::ObjectId>, Keeps), Error> {
+) -> Result<Keeps, Error> {
     let quarantined =
         gix_odb::at(quarantine.path(), repo.object_format).map_err(Error::Quarantine)?;
     let found = connected(repo, &quarantined, index, tips, shallow)?;
     let roots = found.roots.clone();
     quarantine.set_incomplete(found.incomplete());
     drop(quarantined);
-    Ok((roots, migrate(repo, quarantine)?))
-}
-
-/// Move the quarantine's objects into `repo`; the `.keep` files protect a migrated pack until
-/// the transaction is over.
-pub(super) fn migrate(
-    repo: &crate::repo::Repository,
-    mut q: ingest::Quarantine,
-) -> Result<Keeps, Error> {
-    q.migrate(&repo.objects_dir)
-        .map(Keeps)
-        .map_err(Error::Migrate)
+    let migrated = quarantine
+        .migrate(&repo.objects_dir)
+        .map_err(Error::Migrate)?;
+    let keeps = Keeps(migrated.keeps);
+    record_shallow(repo, &roots)?;
+    if let Some(pending) = migrated.pending
+        && let Err(e) = pending.settle(&repo.shallow(), &repo.git_dir, repo.config.durability)
+    {
+        // The push's file stays, still read as part of the list: nothing is taken as
+        // complete that is not.
+        tracing::error!(error = %crate::escape::Escaped::text(&e.to_string()), "cannot settle the push's list of commits that needed shallow roots");
+    }
+    Ok(keeps)
 }
 
 /// A repository's object and ref format, as the cluster records it (`repos/<name>/format`)
@@ -319,9 +323,9 @@ impl Connected<'_> {
     /// The objects of the pack that are not complete (no tip reaches them), to list before
     /// they move in ([`crate::objects::incomplete`]), as the accepting node lists them: a pass
     /// over the pack, run only for the batch that moves it in.
-    pub(super) fn incomplete(self) -> Vec<gix_hash::ObjectId> {
+    pub(super) fn incomplete(self) -> crate::objects::incomplete::Found {
         self.walked
-            .map_or_else(Vec::new, |mut check| check.incomplete())
+            .map_or_else(Default::default, |mut check| check.incomplete())
     }
 }
 
@@ -615,7 +619,7 @@ mod tests {
         assert!(
             matches!(refused, Err(Error::MissingObjects)),
             "{:?}",
-            refused.map(|(roots, _)| roots)
+            refused.as_ref().map(|keeps| &keeps.0)
         );
         assert_eq!(held(&repo.objects_dir), Vec::<String>::new());
 
@@ -626,7 +630,7 @@ mod tests {
         let q = arrived.quarantine;
         admit(&repo, q, arrived.index.as_ref(), &[first_id], &[]).unwrap();
         let arrived = receive(&repo, &objects, &mut &stream[..], &[]).unwrap();
-        let (roots, _keeps) = admit(
+        let _keeps = admit(
             &repo,
             arrived.quarantine,
             arrived.index.as_ref(),
@@ -634,7 +638,7 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert!(roots.is_empty());
+        assert!(repo.shallow().is_empty());
         git(&copy, &["cat-file", "-e", last]);
         git(&copy, &["cat-file", "-e", first]);
     }

@@ -513,15 +513,16 @@ impl Job {
         // check opened one over the quarantine: with this one, a replica lists its copy's packs
         // twice per push (benches/README.md, 826a0a1).
         let objects = super::copy::objects_of(&repo)?;
-        let (roots, keeps) = match admitted {
-            Some(admitted) => admitted,
-            None => (
+        let keeps = match admitted {
+            // Its roots recorded as it moved the pack in.
+            Some(keeps) => keeps,
+            None => {
                 // The first batch listed what of the pack is not complete: not again here.
-                connected(&repo, &objects, index.as_ref(), &tips, &h.shallow)?.roots,
-                Keeps(Vec::new()),
-            ),
+                let roots = connected(&repo, &objects, index.as_ref(), &tips, &h.shallow)?.roots;
+                record_shallow(&repo, &roots)?;
+                Keeps(Vec::new())
+            }
         };
-        record_shallow(&repo, &roots)?;
         let current = refs::of_repository(&repo).snapshot().map_err(Local::from)?;
         let env = crate::receive::Environment {
             committer_name: Some(h.committer_name.clone()),

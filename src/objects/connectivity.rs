@@ -31,6 +31,7 @@ use gix_object::{Exists, Find, Kind};
 use gix_odb::Header;
 
 use crate::objects::fsck::Unlinkable;
+use crate::objects::incomplete;
 use crate::objects::lookup::{Budget, Objects};
 use crate::objects::pack_links::Outside;
 
@@ -297,20 +298,20 @@ impl<'a> Check<'a> {
     }
 
     /// The objects of the received pack that are not complete, once the tips were checked:
-    /// each reaches a missing object, or needs a new shallow root (a client's shallow commit:
-    /// whether its root is recorded is decided per command later, up to the ref update, so
-    /// such objects, commits only, are listed whatever happens to the root). None when
+    /// each reaches a missing object ([`incomplete::Found::missing`]), or needs a new shallow root (under
+    /// a client's shallow commit: [`incomplete::Found::rooted`], complete once its `roots` are
+    /// recorded, which is decided per command later, up to the ref update). None when
     /// [`Check::self_contained`] vouched for the pack; else each object of the pack is checked
     /// as a tip, what the tips' walks found remembered (each object read at most once, all
     /// walks together).
-    pub fn incomplete(&mut self) -> Vec<ObjectId> {
+    pub fn incomplete(&mut self) -> incomplete::Found {
+        let mut out = incomplete::Found::default();
         let Some(pack) = self.pack else {
-            return Vec::new();
+            return out;
         };
         if self.self_contained {
-            return Vec::new();
+            return out;
         }
-        let mut out = Vec::new();
         for entry in pack.iter() {
             // A blob a walk met through a tree entry is complete (it links to nothing); its
             // header says it is one without inflating it again. Any other object met so is
@@ -321,12 +322,17 @@ impl<'a> Check<'a> {
             {
                 continue;
             }
-            let complete = match self.tip(entry.oid) {
-                Status::Missing(_) => false,
-                Status::Connected => self.new_roots.is_empty(),
-            };
-            if !complete {
-                out.push(entry.oid);
+            match self.tip(entry.oid) {
+                Status::Missing(_) => out.missing.push(entry.oid),
+                Status::Connected if self.new_roots.is_empty() => {}
+                Status::Connected => {
+                    out.rooted.push(entry.oid);
+                    for root in &self.new_roots {
+                        if !out.roots.contains(root) {
+                            out.roots.push(*root);
+                        }
+                    }
+                }
             }
         }
         self.new_roots.clear();
@@ -1028,15 +1034,19 @@ mod tests {
             v.sort();
             v
         };
-        // Whether a tip needed the shallow root or not, the commits under it are listed.
+        // Whether a tip needed the shallow root or not, the commits under it are found
+        // complete only once that root is recorded; what reaches a missing object, never.
         for tip in [&good, &on_shallow] {
             let mut c = check();
             assert!(!c.self_contained(&[id(tip)]));
             assert_eq!(c.tip(id(tip)), Status::Connected);
+            let found = c.incomplete();
+            assert_eq!(sorted(found.missing), sorted(vec![id(&bad), id(&broken)]));
             assert_eq!(
-                sorted(c.incomplete()),
-                sorted(vec![id(&bad), id(&broken), id(&shallow), id(&on_shallow)])
+                sorted(found.rooted),
+                sorted(vec![id(&shallow), id(&on_shallow)])
             );
+            assert_eq!(found.roots, vec![id(&shallow)]);
         }
 
         // Later, with those objects in the repository: the broken commit as a tip with no
@@ -1075,7 +1085,7 @@ mod tests {
         assert!(!c.self_contained(&[id(&commit)]));
         assert_eq!(c.tip(id(&commit)), Status::Connected);
         assert_eq!(c.objects_read(), 2, "the commit and its tree");
-        assert!(c.incomplete().is_empty());
+        assert_eq!(c.incomplete(), incomplete::Found::default());
         assert_eq!(c.objects_read(), 2, "nothing read again");
     }
 }

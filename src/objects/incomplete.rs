@@ -17,8 +17,18 @@
 //! a walk through it, never a wrong verdict. Objects git itself put in the repository (a
 //! push through `git receive-pack`) are not listed.
 //!
-//! Untrusted input: the list is bounded ([`MAX_BYTES`]); a push that would grow it past that
-//! is refused at its migration.
+//! A commit under a client's shallow commit (a push from a shallow clone) is complete once
+//! that commit is recorded as a shallow root of the repository (`$GIT_DIR/shallow`,
+//! `receive.shallowUpdate`), which is decided per command up to the ref update, after the
+//! objects moved in. Such commits are listed in a file of their own push ([`Pending`], under
+//! [`PENDING`]) before they move in, read as part of the list; once the push is over
+//! ([`Pending::settle`]) the file is removed when every root they need was recorded, or its ids
+//! are added to the list for good when one was not (a refused command). A push that ends
+//! before that (a crash) leaves its file, which is still read: listed too long costs a walk,
+//! never a wrong verdict.
+//!
+//! Untrusted input: the list, and each push's file, is bounded ([`MAX_BYTES`]); a push that
+//! would grow it past that is refused at its migration.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -29,8 +39,24 @@ use gix_hash::ObjectId;
 /// The list's place under the object directory.
 pub const FILE: &str = "info/berth-incomplete";
 
-/// The list is not grown past this many bytes (about 390,000 SHA-1 ids).
+/// The directory of the pushes' own files ([`Pending`]) under the object directory.
+pub const PENDING: &str = "info/berth-incomplete.d";
+
+/// The list is not grown past this many bytes (about 390,000 SHA-1 ids), nor a push's own file.
 pub const MAX_BYTES: u64 = 16 << 20;
+
+/// What of a push is not complete, as the connectivity check found it
+/// ([`crate::objects::connectivity::Check::incomplete`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// Objects that reach a missing object: listed for good ([`append`]).
+    pub missing: Vec<ObjectId>,
+    /// Commits complete once all of [`Found::roots`] are shallow commits of the repository
+    /// ([`Pending`]).
+    pub rooted: Vec<ObjectId>,
+    /// The new shallow roots [`Found::rooted`] need, each once.
+    pub roots: Vec<ObjectId>,
+}
 
 /// Why the list could not be read or grown.
 #[derive(Debug, thiserror::Error)]
@@ -56,20 +82,57 @@ pub enum Error {
     },
 }
 
-/// The objects of `objects_dir` listed as not known to be complete; none without a list.
-/// A line that is not an id of `hash` is skipped.
+/// The objects of `objects_dir` listed as not known to be complete, in the list and in the
+/// pushes' own files ([`Pending`]); none without either. A line that is not an id of `hash`
+/// is skipped.
 pub fn read(objects_dir: &Path, hash: gix_hash::Kind) -> Result<HashSet<ObjectId>, Error> {
-    let path = objects_dir.join(FILE);
-    let data = match std::fs::read(&path) {
-        Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashSet::default()),
-        Err(source) => return Err(Error::Io { path, source }),
+    let mut ids = HashSet::default();
+    read_into(&objects_dir.join(FILE), hash, &mut ids)?;
+    let dir = objects_dir.join(PENDING);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ids),
+        Err(source) => return Err(Error::Io { path: dir, source }),
     };
-    Ok(data
-        .split(|b| *b == b'\n')
-        .filter(|l| l.len() == hash.len_in_hex())
-        .filter_map(|l| ObjectId::from_hex(l).ok())
-        .collect())
+    for entry in entries {
+        let entry = entry.map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        read_into(&entry.path(), hash, &mut ids)?;
+    }
+    Ok(ids)
+}
+
+/// Add the ids listed in `path` (none when it is gone) to `ids`.
+fn read_into(path: &Path, hash: gix_hash::Kind, ids: &mut HashSet<ObjectId>) -> Result<(), Error> {
+    let data = match std::fs::read(path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(Error::Io {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    ids.extend(
+        data.split(|b| *b == b'\n')
+            .filter(|l| l.len() == hash.len_in_hex())
+            .filter_map(|l| ObjectId::from_hex(l).ok()),
+    );
+    Ok(())
+}
+
+/// `ids` one in hex a line.
+fn lines(ids: &[ObjectId]) -> Vec<u8> {
+    let mut lines = Vec::with_capacity(ids.len() * (ids[0].kind().len_in_hex() + 1));
+    let mut hex = gix_hash::Kind::hex_buf();
+    for id in ids {
+        lines.extend_from_slice(id.hex_to_buf(&mut hex).as_bytes());
+        lines.push(b'\n');
+    }
+    lines
 }
 
 /// Add `ids` to the list of `objects_dir` (one `write` in append mode, so that concurrent
@@ -88,12 +151,7 @@ pub fn append(
         path: path.clone(),
         source,
     };
-    let mut lines = Vec::with_capacity(ids.len() * (ids[0].kind().len_in_hex() + 1));
-    let mut hex = gix_hash::Kind::hex_buf();
-    for id in ids {
-        lines.extend_from_slice(id.hex_to_buf(&mut hex).as_bytes());
-        lines.push(b'\n');
-    }
+    let lines = lines(ids);
     let (held, created) = match std::fs::metadata(&path) {
         Ok(m) => (m.len(), false),
         Err(e) if e.kind() == io::ErrorKind::NotFound => (0, true),
@@ -127,6 +185,114 @@ pub fn append(
     Ok(())
 }
 
+/// A push's commits that need new shallow roots ([`Found::rooted`]), listed in a file of its
+/// own under [`PENDING`] before they move in, until [`Pending::settle`] knows whether their
+/// roots were recorded. Dropped unsettled, the file stays, and is read as part of the list.
+#[derive(Debug)]
+#[must_use = "settle it once the push's shallow roots are recorded"]
+pub struct Pending {
+    objects_dir: PathBuf,
+    path: PathBuf,
+    ids: Vec<ObjectId>,
+    roots: Vec<ObjectId>,
+}
+
+/// How [`Pending::settle`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Every root was recorded: the push's file is gone, its commits are complete.
+    Complete,
+    /// A root was not: the push's commits are in the list for good.
+    Listed,
+}
+
+impl Pending {
+    /// List `found`'s [`Found::rooted`] in `objects_dir`'s file `name` (unique to the push: its
+    /// quarantine's name), synced as `durability` says for objects, with its directory, before
+    /// the caller moves them in. `None` when nothing needs a root.
+    pub fn write(
+        objects_dir: &Path,
+        name: &std::ffi::OsStr,
+        found: &Found,
+        durability: crate::fsync::Durability,
+    ) -> Result<Option<Pending>, Error> {
+        use crate::fsync::Components;
+        if found.rooted.is_empty() {
+            return Ok(None);
+        }
+        let dir = objects_dir.join(PENDING);
+        let path = dir.join(name);
+        let io = |source| Error::Io {
+            path: path.clone(),
+            source,
+        };
+        let lines = lines(&found.rooted);
+        if lines.len() as u64 > MAX_BYTES {
+            return Err(Error::TooLarge {
+                path,
+                max: MAX_BYTES,
+            });
+        }
+        let created = !dir.is_dir();
+        if created {
+            std::fs::create_dir_all(&dir).map_err(io)?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(io)?;
+        let written = file
+            .write_all(&lines)
+            .and_then(|()| durability.sync(Components::OBJECTS, &file))
+            .and_then(|()| durability.sync_dir(Components::OBJECTS, &dir))
+            .and_then(|()| match created {
+                true => durability.sync_dir(Components::OBJECTS, objects_dir.join("info").as_path()),
+                false => Ok(()),
+            });
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&path);
+            return Err(io(e));
+        }
+        Ok(Some(Pending {
+            objects_dir: objects_dir.to_owned(),
+            path,
+            ids: found.rooted.clone(),
+            roots: found.roots.clone(),
+        }))
+    }
+
+    /// The push is over, its roots recorded or not in `shallow` (the repository's shallow
+    /// commits now, read from `shallow_dir`/shallow): the file is removed when every root is
+    /// there (the directory holding `shallow` synced first as `durability` says, so that the
+    /// roots outlive the file on a power loss), or its ids are added to the list for good
+    /// first ([`append`]). On an error the file stays.
+    pub fn settle(
+        self,
+        shallow: &[ObjectId],
+        shallow_dir: &Path,
+        durability: crate::fsync::Durability,
+    ) -> Result<Settled, Error> {
+        let io = |path: &Path, source| Error::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let settled = if self.roots.iter().all(|r| shallow.contains(r)) {
+            durability
+                .sync_dir(crate::fsync::Components::OBJECTS, shallow_dir)
+                .map_err(|e| io(shallow_dir, e))?;
+            Settled::Complete
+        } else {
+            append(&self.objects_dir, &self.ids, durability)?;
+            Settled::Listed
+        };
+        match std::fs::remove_file(&self.path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io(&self.path, e)),
+            _ => Ok(settled),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +322,64 @@ mod tests {
         let err = append(dir.path(), &[b], Default::default()).unwrap_err();
         assert!(matches!(err, Error::TooLarge { .. }), "{err}");
         assert_eq!(std::fs::metadata(&path).unwrap().len(), MAX_BYTES - 10);
+    }
+
+    /// A push's own file is read as part of the list until it is settled: removed when every
+    /// root is recorded, its ids added to the list when one is not.
+    #[test]
+    fn a_push_s_own_file_is_read_until_settled_then_dropped_or_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let sha1 = gix_hash::Kind::Sha1;
+        let id = |c: u8| ObjectId::from_hex(&[c; 40]).unwrap();
+        let (commit, root, other) = (id(b'1'), id(b'2'), id(b'3'));
+        let found = Found {
+            missing: vec![other],
+            rooted: vec![commit, root],
+            roots: vec![root],
+        };
+        let none = Found {
+            missing: vec![other],
+            ..Found::default()
+        };
+        assert!(
+            Pending::write(dir.path(), "p0".as_ref(), &none, Default::default())
+                .unwrap()
+                .is_none()
+        );
+        let pending = |name: &str| {
+            Pending::write(dir.path(), name.as_ref(), &found, Default::default())
+                .unwrap()
+                .unwrap()
+        };
+        let listed = |d: &Path| {
+            let mut v: Vec<ObjectId> = read(d, sha1).unwrap().into_iter().collect();
+            v.sort();
+            v
+        };
+
+        let p = pending("p1");
+        assert_eq!(listed(dir.path()), vec![commit, root]);
+        assert!(Pending::write(dir.path(), "p1".as_ref(), &found, Default::default()).is_err());
+        let settled = p.settle(&[other, root], dir.path(), Default::default());
+        assert_eq!(settled.unwrap(), Settled::Complete);
+        assert!(listed(dir.path()).is_empty());
+        assert!(!dir.path().join(FILE).exists());
+
+        let p = pending("p2");
+        let settled = p.settle(&[other], dir.path(), Default::default());
+        assert_eq!(settled.unwrap(), Settled::Listed);
+        assert_eq!(listed(dir.path()), vec![commit, root]);
+        let left: Vec<_> = std::fs::read_dir(dir.path().join(PENDING)).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+
+        // Past the list's bound, the file stays (still read) and the error says so.
+        std::fs::File::create(dir.path().join(FILE))
+            .unwrap()
+            .set_len(MAX_BYTES - 10)
+            .unwrap();
+        let p = pending("p3");
+        let err = p.settle(&[], dir.path(), Default::default()).unwrap_err();
+        assert!(matches!(err, Error::TooLarge { .. }), "{err}");
+        assert!(dir.path().join(PENDING).join("p3").exists());
     }
 }

@@ -107,7 +107,17 @@ pub struct Quarantine {
     loose: Vec<gix_hash::ObjectId>,
     /// The objects of the push not known to be complete, listed in the repository before any
     /// object moves in ([`crate::objects::incomplete`]).
-    incomplete: Vec<gix_hash::ObjectId>,
+    incomplete: crate::objects::incomplete::Found,
+}
+
+/// What [`Quarantine::migrate`] leaves for after the ref update.
+#[derive(Debug)]
+pub struct Migrated {
+    /// The `.keep` files that protect the migrated pack, to delete after the ref update.
+    pub keeps: Vec<PathBuf>,
+    /// The push's commits that need new shallow roots, listed until the ref update recorded
+    /// them or not ([`crate::objects::incomplete::Pending::settle`]).
+    pub pending: Option<crate::objects::incomplete::Pending>,
 }
 
 impl Quarantine {
@@ -124,7 +134,7 @@ impl Quarantine {
             shared: Default::default(),
             durability: Default::default(),
             loose: Vec::new(),
-            incomplete: Vec::new(),
+            incomplete: Default::default(),
         };
         std::fs::create_dir(q.pack_dir())?;
         std::fs::create_dir(q.dir.join("info"))?;
@@ -167,11 +177,12 @@ impl Quarantine {
         Ok(true)
     }
 
-    /// Have [`Quarantine::migrate`] list `ids` (objects of the push the connectivity check
-    /// did not find complete: [`crate::objects::connectivity::Check::incomplete`]) in the
-    /// repository's [`crate::objects::incomplete`] list before it moves anything in.
-    pub fn set_incomplete(&mut self, ids: Vec<gix_hash::ObjectId>) {
-        self.incomplete = ids;
+    /// Have [`Quarantine::migrate`] list what of the push the connectivity check did not find
+    /// complete ([`crate::objects::connectivity::Check::incomplete`]) in the repository's
+    /// [`crate::objects::incomplete`] list (and the push's own file, for commits that need a
+    /// shallow root) before it moves anything in.
+    pub fn set_incomplete(&mut self, found: crate::objects::incomplete::Found) {
+        self.incomplete = found;
     }
 
     /// The quarantine's object directory (`GIT_QUARANTINE_PATH`).
@@ -185,7 +196,8 @@ impl Quarantine {
 
     /// Move the received pack into `objects_dir/pack`, `.keep` first and `.idx` last, so that a
     /// pack is never visible without its data and is protected from a concurrent repack until
-    /// the refs point into it. Returns the `.keep` files to delete after the ref update.
+    /// the refs point into it. Returns the `.keep` files to delete after the ref update, and
+    /// the push's own list of commits that need shallow roots, to settle then.
     /// The objects of [`Quarantine::set_incomplete`] are listed first. Loose objects move
     /// next: the unpacked pack's each after the objects it links to
     /// ([`crate::objects::move_order`]), so that a move cut short leaves no object without
@@ -195,11 +207,14 @@ impl Quarantine {
     /// synced once the moves are done (and `objects_dir` when a fan-out directory was created
     /// in it), before this returns: before any ref names them. (The syncs do not order the
     /// moves among themselves on a power loss; the process killed half way, they are ordered.)
-    pub fn migrate(&mut self, objects_dir: &Path) -> Result<Vec<PathBuf>, MigrateError> {
+    pub fn migrate(&mut self, objects_dir: &Path) -> Result<Migrated, MigrateError> {
         use crate::fsync::Components;
+        use crate::objects::incomplete;
         let durability = self.durability;
         let mut created_fanout = false;
-        crate::objects::incomplete::append(objects_dir, &self.incomplete, durability)?;
+        incomplete::append(objects_dir, &self.incomplete.missing, durability)?;
+        let name = self.dir.file_name().unwrap_or(self.dir.as_os_str());
+        let pending = incomplete::Pending::write(objects_dir, name, &self.incomplete, durability)?;
         // Fan-out directories moved into (to sync), by their number.
         let mut moved_into = [false; 256];
         let mut ready = [false; 256];
@@ -288,7 +303,7 @@ impl Quarantine {
         }
         self.migrated = true;
         let _ = std::fs::remove_dir_all(&self.dir);
-        Ok(keeps)
+        Ok(Migrated { keeps, pending })
     }
 }
 

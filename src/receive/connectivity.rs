@@ -29,7 +29,7 @@ pub(super) struct Failed {
     pub(super) walk: connectivity::RevWalk,
     /// The push's objects that are not complete, for the quarantine to list before it moves
     /// them in ([`crate::objects::incomplete`]).
-    pub(super) incomplete: Vec<ObjectId>,
+    pub(super) incomplete: crate::objects::incomplete::Found,
 }
 
 /// Refuse the commands whose new value is not connected ([`Reason::MissingObjects`]); what
@@ -51,15 +51,18 @@ pub(super) fn check_connectivity(
         None => gix_odb::at(&repo.objects_dir, repo.object_format),
     }
     .map_err(Fatal::Objects)?;
+    let suspects = crate::objects::incomplete::read(&repo.objects_dir, repo.object_format)?;
     // git's "theirs" (`prepare_shallow_info`): the client's shallow commits the repository
-    // lacked before the push. One it had ("ours") needs no new root here: berth's walk stops
-    // at what the repository had, and a push that sends it again is not made shallow by that.
+    // lacked before the push, or had without knowing them complete (an earlier push of the
+    // same shallow history that was refused or cut short: git finds them unreachable from its
+    // refs). One it had complete needs no new root here: berth's walk stops at it, and a push
+    // that sends it again is not made shallow by that.
     let client_shallow: HashSet<ObjectId> = if shallow.is_empty() {
         HashSet::default()
     } else {
         shallow
             .iter()
-            .filter(|id| !had.exists(id))
+            .filter(|id| !had.exists(id) || suspects.contains(*id))
             .copied()
             .collect()
     };
@@ -71,10 +74,7 @@ pub(super) fn check_connectivity(
     .with_pack_links(received.and_then(|r| r.links.as_ref()))
     .with_shallow(repo.shallow().into_iter().collect(), client_shallow)
     .with_refresh_budget(refresh)
-    .with_suspects(crate::objects::incomplete::read(
-        &repo.objects_dir,
-        repo.object_format,
-    )?);
+    .with_suspects(suspects);
     // All tips at once first, as git's combined rev-list; each on its own only if that fails.
     for c in cmds.iter_mut() {
         if c.error() == Some(&Reason::MissingObjects) {

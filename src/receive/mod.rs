@@ -317,12 +317,12 @@ fn execute_commands<W: Write, E: Write>(
         return Ok(());
     }
 
-    let _keeps = match quarantine {
-        None => KeepFiles(Vec::new()),
+    let (_keeps, pending) = match quarantine {
+        None => (KeepFiles(Vec::new()), None),
         Some(q) => {
             let _span = info_span!("migrate").entered();
             match q.migrate(&s.repo.objects_dir) {
-                Ok(keeps) => KeepFiles(keeps),
+                Ok(m) => (KeepFiles(m.keeps), m.pending),
                 Err(e) => {
                     // git's report says no more; the operator's log says why.
                     tracing::error!(error = %crate::escape::Escaped::text(&e.to_string()), "cannot move the push's objects into the repository");
@@ -332,10 +332,26 @@ fn execute_commands<W: Write, E: Write>(
             }
         }
     };
+    // However the update ends (a client gone mid-way included), what needed a shallow root
+    // is settled after it.
+    let updated = update_refs(s, cmds, proc_receive, sb);
+    if let Some(pending) = pending {
+        settle(s.repo, pending);
+    }
+    updated
+}
+
+/// From the migrated objects to the ref transaction: symbolic refs, `proc-receive`, the
+/// per-command decisions and the update.
+fn update_refs<W: Write, E: Write>(
+    s: &Session<'_>,
+    cmds: &mut [Cmd],
+    proc_receive: bool,
+    sb: &mut Sideband<W, E>,
+) -> Result<(), Fatal> {
     if !cmds.iter().any(Cmd::pending) {
         return Ok(());
     }
-
     let _span = info_span!("update").entered();
     aliased::check_aliased_updates(cmds, s.store, s.namespace, sb)?;
     if proc_receive {
@@ -373,6 +389,16 @@ fn execute_commands<W: Write, E: Write>(
         update::execute_atomic(cmds, &ctx, s.store, &committer, sb)
     } else {
         update::execute_non_atomic(cmds, &ctx, s.store, &committer, sb)
+    }
+}
+
+/// The push's commits that needed new shallow roots ([`crate::objects::incomplete::Pending`]):
+/// complete now if the ref update recorded every root, else listed for good. A failure is
+/// logged (the push's file stays, still read as part of the list: nothing is taken as
+/// complete that is not).
+fn settle(repo: &Repository, pending: crate::objects::incomplete::Pending) {
+    if let Err(e) = pending.settle(&repo.shallow(), &repo.git_dir, repo.config.durability) {
+        tracing::error!(error = %crate::escape::Escaped::text(&e.to_string()), "cannot settle the push's list of commits that needed shallow roots");
     }
 }
 

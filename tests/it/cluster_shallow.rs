@@ -38,6 +38,21 @@ fn shallow_file(dir: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
+/// Node `dir`'s copy lists nothing as not known to be complete (`objects/info/berth-incomplete`
+/// and the pushes' own files): the commits that needed a root are complete once it is recorded.
+fn assert_nothing_listed(dir: &std::path::Path, node: &str) {
+    let list = dir.join("objects/info/berth-incomplete");
+    assert!(
+        !list.exists(),
+        "{node}: {:?}",
+        std::fs::read_to_string(&list)
+    );
+    let pending: Vec<_> = std::fs::read_dir(dir.join("objects/info/berth-incomplete.d"))
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(pending.is_empty(), "{node}: {pending:?}");
+}
+
 #[test]
 fn a_push_from_a_shallow_clone_lands_on_every_replica_with_its_shallow_root() {
     let Some(w) = cluster_world() else { return };
@@ -74,6 +89,7 @@ fn a_push_from_a_shallow_clone_lands_on_every_replica_with_its_shallow_root() {
             "{}'s shallow file",
             n.name
         );
+        assert_nothing_listed(&n.dir("s.git"), &n.name);
     }
     c.assert_fsck(&w, "s.git");
     // A read through another node: the branch, and its objects.
@@ -137,6 +153,7 @@ fn a_push_from_a_shallow_clone_lands_on_every_replica_with_its_shallow_root() {
             "{}'s shallow file",
             n.name
         );
+        assert_nothing_listed(&n.dir("s.git"), &n.name);
     }
     c.assert_fsck(&w, "s.git");
 

@@ -595,3 +595,177 @@ fn berth_serve_logs_why_a_push_could_not_move_its_objects_in_by_default() {
     );
     assert!(log.contains("berth-incomplete would pass"), "{log}");
 }
+
+/// `srv.git` (empty, `receive.shallowUpdate`) and a shallow clone (`--depth=1`) of a history
+/// of three commits it knows nothing about, with a new commit on top: the clone, its shallow
+/// root and the new commit.
+fn shallow_clone_world(w: &World, n: usize) -> (String, String, String) {
+    if !w.path("srv.git").exists() {
+        w.bare("srv.git");
+        w.git("srv.git", &["config", "receive.shallowUpdate", "true"]);
+    }
+    let up = w.work(&format!("up{n}"));
+    for i in 0..3 {
+        w.commit(&up, "a", &format!("{n} {i}"));
+    }
+    let url = format!("file://{}", w.path(&up).display());
+    let clone = format!("shallow{n}");
+    w.git(".", &["clone", "-q", "--depth=1", &url, &clone]);
+    let root = w.git(&clone, &["rev-parse", "HEAD"]).trim().to_owned();
+    let tip = w.commit(&clone, "b", &format!("new {n}"));
+    (clone, root, tip)
+}
+
+/// What `srv.git` lists as not known to be complete: the list's ids, and the names of the
+/// pushes' own files (`objects/info/berth-incomplete.d`).
+fn listed(w: &World) -> (Vec<String>, Vec<String>) {
+    let list = std::fs::read_to_string(w.path("srv.git/objects/info/berth-incomplete"))
+        .unwrap_or_default();
+    let pending = std::fs::read_dir(w.path("srv.git/objects/info/berth-incomplete.d"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    (list.lines().map(str::to_owned).collect(), pending)
+}
+
+/// A create of `refs/heads/again` at `commit`, with no objects and no shallow lines, into
+/// `srv.git`: the report.
+fn ref_at(w: &World, r: Receiver, commit: &str) -> String {
+    let mut again = pkt(&format!("{ZERO} {commit} refs/heads/again\0report-status"));
+    again.extend(b"0000");
+    again.extend(EMPTY_PACK);
+    String::from_utf8_lossy(&receive_pack(w, r, &again).stdout).into_owned()
+}
+
+/// Pushes from shallow clones whose new shallow roots are recorded (`receive.shallowUpdate`)
+/// leave nothing listed as not known to be complete: their commits are complete once their
+/// roots are the repository's. Before, every commit that needed a root was listed for good, so
+/// a repository fed by shallow pushes grew its list ~41 bytes a commit until pushes were
+/// refused at its bound. A ref at a recorded root, with no objects, is taken, as git takes it.
+#[test]
+fn shallow_pushes_whose_roots_are_recorded_leave_nothing_listed() {
+    let seen = common::differential(|r| {
+        let w = World::new();
+        let mut seen = Vec::new();
+        let mut roots = Vec::new();
+        for n in 0..2 {
+            let (clone, root, tip) = shallow_clone_world(&w, n);
+            let push = w.push(&clone, r, "srv.git", &[&format!("main:refs/heads/b{n}")]);
+            assert!(push.success, "{r:?}: {push:#?}");
+            seen.push(w.git("srv.git", &["rev-parse", &format!("refs/heads/b{n}")]) == tip + "\n");
+            roots.push(root);
+        }
+        // git writes its shallow file in no set order.
+        let mut shallow: Vec<String> = std::fs::read_to_string(w.path("srv.git/shallow"))
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        shallow.sort();
+        roots.sort();
+        assert_eq!(shallow, roots, "{r:?}");
+        if r == Receiver::Berth {
+            assert_eq!(listed(&w), (Vec::new(), Vec::new()));
+            w.assert_clean("srv.git");
+        }
+        (seen, ref_at(&w, r, &roots[0]), w.refs("srv.git"))
+    });
+    assert_eq!(seen.0, vec![true, true]);
+    assert!(seen.1.contains("ok refs/heads/again"), "{}", seen.1);
+}
+
+/// A shallow push whose ref the `update` hook declines: its objects stay in the repository (as
+/// git's do) and its root is not recorded, so its commits are listed for good, and a later push
+/// of a ref at its commit, with no objects, is refused as git refuses it. The same push again,
+/// the hook gone, is taken and records the root, as git takes it: the shallow commit the
+/// repository holds but does not know complete needs its root as if it were not there (before,
+/// berth refused it: `missing necessary objects`).
+#[test]
+fn a_shallow_push_whose_root_is_not_recorded_stays_listed() {
+    let seen = common::differential(|r| {
+        let w = World::new();
+        let (clone, root, tip) = shallow_clone_world(&w, 0);
+        hook(&w, "update", "#!/bin/sh\necho no >&2\nexit 1\n");
+        let push = w.push(&clone, r, "srv.git", &["main:refs/heads/b0"]);
+        assert!(!w.path("srv.git/shallow").exists(), "{r:?}");
+        if r == Receiver::Berth {
+            let (list, pending) = listed(&w);
+            assert!(list.contains(&root) && list.contains(&tip), "{list:?}");
+            assert_eq!(pending, Vec::<String>::new());
+        }
+        let later = ref_at(&w, r, &tip);
+        std::fs::remove_file(w.path("srv.git/hooks/update")).unwrap();
+        let again = w.push(&clone, r, "srv.git", &["main:refs/heads/b0"]);
+        let shallow = std::fs::read_to_string(w.path("srv.git/shallow")).unwrap_or_default();
+        assert_eq!(shallow, format!("{root}\n"), "{r:?}: {again:#?}");
+        (push, later, again.success, w.refs("srv.git"))
+    });
+    assert!(
+        seen.0.stdout.contains("[remote rejected] (hook declined)"),
+        "{:#?}",
+        seen.0
+    );
+    assert!(
+        seen.1
+            .contains("ng refs/heads/again missing necessary objects"),
+        "{}",
+        seen.1
+    );
+    assert!(seen.2);
+    assert!(seen.3.ends_with(" commit refs/heads/b0\n"), "{}", seen.3);
+}
+
+/// A shallow push killed after its objects moved in, before its root was recorded (its
+/// `update` hook kills berth): the push's own list stays and is read, so a later push of a ref
+/// at its commit, with no objects, is refused, not taken as complete on the strength of
+/// objects that are present. A later push that records the root settles only its own file.
+#[test]
+fn a_shallow_push_killed_before_its_root_is_recorded_leaves_its_commits_listed() {
+    let w = World::new();
+    let (clone, root, tip) = shallow_clone_world(&w, 0);
+    hook(&w, "update", "#!/bin/sh\nkill -9 $PPID\nsleep 5\n");
+    let push = w.push(&clone, Receiver::Berth, "srv.git", &["main:refs/heads/b0"]);
+    assert!(!push.success, "{push:#?}");
+    let out = w.git_out("srv.git", &["cat-file", "-e", &tip]);
+    assert!(
+        out.status.success(),
+        "the push's objects moved in: {push:#?}"
+    );
+    assert!(!w.path("srv.git/shallow").exists());
+    let (list, pending) = listed(&w);
+    assert_eq!((list, pending.len()), (Vec::new(), 1), "{push:#?}");
+    let file = w.path(&format!(
+        "srv.git/objects/info/berth-incomplete.d/{}",
+        pending[0]
+    ));
+    let ids = std::fs::read_to_string(&file).unwrap();
+    assert!(ids.contains(&root) && ids.contains(&tip), "{ids}");
+
+    let report = ref_at(&w, Receiver::Berth, &tip);
+    assert!(
+        report.contains("ng refs/heads/again missing necessary objects"),
+        "{report}"
+    );
+    assert_eq!(w.refs("srv.git"), "");
+
+    // The same push again, with the hook gone: its root is recorded, its own file settled;
+    // the killed push's file is left as it was (nothing tells it apart from a push in flight).
+    std::fs::remove_file(w.path("srv.git/hooks/update")).unwrap();
+    let push = w.push(&clone, Receiver::Berth, "srv.git", &["main:refs/heads/b0"]);
+    assert!(push.success, "{push:#?}");
+    assert_eq!(
+        std::fs::read_to_string(w.path("srv.git/shallow")).unwrap(),
+        format!("{root}\n")
+    );
+    assert_eq!(listed(&w), (Vec::new(), pending));
+    assert_eq!(w.fsck("srv.git"), Ok(()));
+}
+
+fn hook(w: &World, name: &str, script: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = w.path("srv.git/hooks").join(name);
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
