@@ -200,6 +200,9 @@ pub struct Check<'a> {
     /// Objects the repository has that are not known to be complete
     /// ([`crate::objects::incomplete`]): walked through like the push's own.
     suspects: HashSet<ObjectId>,
+    /// The pack's links as [`Check::self_contained`] decoded them, without
+    /// [`Check::with_pack_links`].
+    decoded_links: Option<Outside>,
 }
 
 impl<'a> Check<'a> {
@@ -231,6 +234,7 @@ impl<'a> Check<'a> {
             missing: Vec::new(),
             read: 0,
             suspects: HashSet::new(),
+            decoded_links: None,
         }
     }
 
@@ -353,13 +357,13 @@ impl<'a> Check<'a> {
         if !self.shallow.is_empty() || !self.client_shallow.is_empty() {
             return false;
         }
-        let decoded;
-        let (links, found_by) = match self.links {
-            Some(links) => (links, "indexing"),
-            None => {
-                decoded = crate::objects::pack_links::external_links(pack, None);
-                (&decoded, "decoding")
-            }
+        if self.links.is_none() && self.decoded_links.is_none() {
+            self.decoded_links = Some(crate::objects::pack_links::external_links(pack, None));
+        }
+        let (links, found_by) = match (self.links, &self.decoded_links) {
+            (Some(links), _) => (links, "indexing"),
+            (None, Some(decoded)) => (decoded, "decoding"),
+            (None, None) => return false,
         };
         let external = match links {
             Ok(external) => external,
@@ -398,6 +402,22 @@ impl<'a> Check<'a> {
         );
         self.self_contained = true;
         true
+    }
+
+    /// Whether the checks so far took `id` as complete without walking through it, or might
+    /// have: an object the repository has that ended a walk, or a link of the pack that
+    /// [`Check::self_contained`] vouched for (objects a walk went through answer `true` too).
+    /// Listed as not known to be complete since the list this check was given was read (by a
+    /// concurrent push, before its objects moved in), it makes the verdicts stale.
+    pub fn relied_on(&self, id: &ObjectId) -> bool {
+        if self.known.contains_key(id) {
+            return true;
+        }
+        self.self_contained
+            && match (self.links, &self.decoded_links) {
+                (Some(Ok(links)), _) | (None, Some(Ok(links))) => links.contains_key(id),
+                _ => false,
+            }
     }
 
     /// Check one tip. What the walks find is remembered for the following tips: an object
@@ -1055,6 +1075,9 @@ mod tests {
         let listed: HashSet<ObjectId> = [id(&bad), id(&broken)].into_iter().collect();
         let mut trusting = Check::new(&odb, None, std::iter::empty());
         assert_eq!(trusting.tip(id(&bad)), Status::Connected);
+        // It relied on that object (listed by a concurrent push since, the verdict is stale).
+        assert!(trusting.relied_on(&id(&bad)));
+        assert!(!trusting.relied_on(&id(&good)));
         let mut c = Check::new(&odb, None, std::iter::empty()).with_suspects(listed.clone());
         assert!(matches!(c.tip(id(&bad)), Status::Missing(Missing { id, .. }) if id == self::id(&gone)));
         assert_eq!(c.tip(id(&base)), Status::Connected);
@@ -1066,7 +1089,11 @@ mod tests {
         assert!(!c.self_contained(&[id(&on_bad)]));
         assert!(matches!(c.tip(id(&on_bad)), Status::Missing(_)));
         let mut c = Check::new(&odb, Some(&index), std::iter::empty());
+        assert!(!c.relied_on(&id(&bad)));
         assert!(c.self_contained(&[id(&on_bad)]));
+        // The links it vouched for were relied on; nothing else.
+        assert!(c.relied_on(&id(&bad)));
+        assert!(!c.relied_on(&id(&good)));
     }
 
     /// The pass for incomplete objects (a push into a shallow repository: the pack's links

@@ -51,90 +51,166 @@ pub(super) fn check_connectivity(
         None => gix_odb::at(&repo.objects_dir, repo.object_format),
     }
     .map_err(Fatal::Objects)?;
-    let suspects = crate::objects::incomplete::read(&repo.objects_dir, repo.object_format)?;
-    // git's "theirs" (`prepare_shallow_info`): the client's shallow commits the repository
-    // lacked before the push, or had without knowing them complete (an earlier push of the
-    // same shallow history that was refused or cut short: git finds them unreachable from its
-    // refs). One it had complete needs no new root here: berth's walk stops at it, and a push
-    // that sends it again is not made shallow by that.
-    let client_shallow: HashSet<ObjectId> = if shallow.is_empty() {
-        HashSet::default()
-    } else {
-        shallow
-            .iter()
-            .filter(|id| !had.exists(id) || suspects.contains(*id))
-            .copied()
-            .collect()
+    let pass = Pass {
+        repo,
+        objects: &objects,
+        received,
+        shallow,
+        had,
+        refresh,
     };
-    let mut check = Check::new(
-        &objects,
-        received.and_then(|r| r.index.as_ref()),
-        std::iter::empty(),
-    )
-    .with_pack_links(received.and_then(|r| r.links.as_ref()))
-    .with_shallow(repo.shallow().into_iter().collect(), client_shallow)
-    .with_refresh_budget(refresh)
-    .with_suspects(suspects);
-    // All tips at once first, as git's combined rev-list; each on its own only if that fails.
-    for c in cmds.iter_mut() {
-        if c.error() == Some(&Reason::MissingObjects) {
-            c.set_error(None);
-        }
-    }
-    let tips: Vec<ObjectId> = cmds
-        .iter()
-        .filter(|c| c.pending() && !c.command.is_delete())
-        .map(|c| c.command.new)
-        .collect();
-    check.self_contained(&tips);
-    let mut failed = Failed::default();
-    for c in cmds
-        .iter_mut()
-        .filter(|c| c.pending() && !c.command.is_delete())
-    {
-        match check.tip(c.command.new) {
-            connectivity::Status::Missing(m) => {
-                failed.commands.push(m);
-                c.refuse(Reason::MissingObjects);
-            }
-            connectivity::Status::Connected if !check.new_roots().is_empty() => {
-                if repo.config.policy.shallow_update {
-                    c.set_new_shallow(check.new_roots().to_vec());
-                } else {
-                    c.refuse(Reason::ShallowUpdateNotAllowed);
+    pass.until_settled(cmds, &mut || {
+        crate::objects::incomplete::read(&repo.objects_dir, repo.object_format)
+    })
+}
+
+/// How many times [`Pass::until_settled`] checks the commands before it gives up.
+const MAX_PASSES: usize = 4;
+
+/// What one pass of the connectivity check over the commands reads.
+struct Pass<'a, H> {
+    repo: &'a Repository,
+    /// The quarantine's objects and the repository's.
+    objects: &'a gix_odb::Handle,
+    received: Option<&'a ingest::Received>,
+    shallow: &'a [ObjectId],
+    had: &'a H,
+    refresh: Budget,
+}
+
+impl<H: gix_object::Exists> Pass<'_, H> {
+    /// Check the commands against the list of objects not known to be complete as `listed`
+    /// reads it, then read it again: a concurrent push lists its incomplete objects before
+    /// they move in, so one that this check found in the repository and took as complete
+    /// (read before that push listed it) shows up then, and the commands are checked again
+    /// with the new list; at most [`MAX_PASSES`] times (only pushes that keep listing what
+    /// this one builds on get there: the push ends, [`Fatal::IncompleteChanging`]).
+    fn until_settled(
+        &self,
+        cmds: &mut [Cmd],
+        listed: &mut dyn FnMut() -> Result<HashSet<ObjectId>, crate::objects::incomplete::Error>,
+    ) -> Result<Failed, Fatal> {
+        let mut suspects = listed()?;
+        for _ in 0..MAX_PASSES {
+            let (failed, stale) = self.once(cmds, suspects, listed)?;
+            match stale {
+                None => return Ok(failed),
+                Some(now) => {
+                    tracing::debug!(
+                        "an object the connectivity check relied on was listed meanwhile: checking again"
+                    );
+                    suspects = now;
                 }
             }
-            connectivity::Status::Connected => {}
         }
+        Err(Fatal::IncompleteChanging(MAX_PASSES))
     }
-    if failed.commands.is_empty() {
-        failed.combined = check.crossed().cloned();
+
+    /// One pass over the commands with `suspects` as the list; the list read again after it
+    /// when an object the pass relied on is on it now and was not before.
+    fn once(
+        &self,
+        cmds: &mut [Cmd],
+        suspects: HashSet<ObjectId>,
+        listed: &mut dyn FnMut() -> Result<HashSet<ObjectId>, crate::objects::incomplete::Error>,
+    ) -> Result<(Failed, Option<HashSet<ObjectId>>), Fatal> {
+        let Pass {
+            repo,
+            objects,
+            received,
+            shallow,
+            had,
+            ..
+        } = *self;
+        // git's "theirs" (`prepare_shallow_info`): the client's shallow commits the repository
+        // lacked before the push, or had without knowing them complete (an earlier push of the
+        // same shallow history that was refused or cut short: git finds them unreachable from its
+        // refs). One it had complete needs no new root here: berth's walk stops at it, and a push
+        // that sends it again is not made shallow by that.
+        let client_shallow: HashSet<ObjectId> = if shallow.is_empty() {
+            HashSet::default()
+        } else {
+            shallow
+                .iter()
+                .filter(|id| !had.exists(id) || suspects.contains(*id))
+                .copied()
+                .collect()
+        };
+        let mut check = Check::new(
+            objects,
+            received.and_then(|r| r.index.as_ref()),
+            std::iter::empty(),
+        )
+        .with_pack_links(received.and_then(|r| r.links.as_ref()))
+        .with_shallow(repo.shallow().into_iter().collect(), client_shallow)
+        .with_refresh_budget(self.refresh.clone())
+        .with_suspects(suspects.clone());
+        // All tips at once first, as git's combined rev-list; each on its own only if that fails.
+        for c in cmds.iter_mut() {
+            if c.error() == Some(&Reason::MissingObjects) {
+                c.set_error(None);
+            }
+        }
+        let tips: Vec<ObjectId> = cmds
+            .iter()
+            .filter(|c| c.pending() && !c.command.is_delete())
+            .map(|c| c.command.new)
+            .collect();
+        check.self_contained(&tips);
+        let mut failed = Failed::default();
+        for c in cmds
+            .iter_mut()
+            .filter(|c| c.pending() && !c.command.is_delete())
+        {
+            match check.tip(c.command.new) {
+                connectivity::Status::Missing(m) => {
+                    failed.commands.push(m);
+                    c.refuse(Reason::MissingObjects);
+                }
+                connectivity::Status::Connected if !check.new_roots().is_empty() => {
+                    if repo.config.policy.shallow_update {
+                        c.set_new_shallow(check.new_roots().to_vec());
+                    } else {
+                        c.refuse(Reason::ShallowUpdateNotAllowed);
+                    }
+                }
+                connectivity::Status::Connected => {}
+            }
+        }
+        if failed.commands.is_empty() {
+            failed.combined = check.crossed().cloned();
+        }
+        // What the pack holds that is not complete (nothing when its links vouched for it): taken
+        // in with the rest, as git takes it, but listed, so that no later push takes it as
+        // complete. Not when every command was refused: then nothing moves in.
+        if cmds.iter().any(Cmd::pending) {
+            failed.incomplete = check.incomplete();
+        }
+        // A missing parent is told apart by how rev-list walks (found only then: an error's path).
+        let missing_parent = |m: &connectivity::Missing| {
+            m.defect == connectivity::Defect::Missing
+                && matches!(m.role, connectivity::Role::Parent(_))
+        };
+        if failed
+            .commands
+            .iter()
+            .chain(&failed.combined)
+            .any(missing_parent)
+        {
+            failed.walk = rev_walk(repo, objects);
+        }
+        if check.objects_read() > 0 {
+            tracing::debug!(
+                objects_read = check.objects_read(),
+                "tips walked one by one"
+            );
+        }
+        let now = listed()?;
+        let stale = now
+            .iter()
+            .any(|id| !suspects.contains(id) && check.relied_on(id));
+        Ok((failed, stale.then_some(now)))
     }
-    // What the pack holds that is not complete (nothing when its links vouched for it): taken
-    // in with the rest, as git takes it, but listed, so that no later push takes it as
-    // complete. Not when every command was refused: then nothing moves in.
-    if cmds.iter().any(Cmd::pending) {
-        failed.incomplete = check.incomplete();
-    }
-    // A missing parent is told apart by how rev-list walks (found only then: an error's path).
-    let missing_parent = |m: &connectivity::Missing| {
-        m.defect == connectivity::Defect::Missing && matches!(m.role, connectivity::Role::Parent(_))
-    };
-    if failed
-        .commands
-        .iter()
-        .chain(&failed.combined)
-        .any(missing_parent)
-    {
-        failed.walk = rev_walk(repo, &objects);
-    }
-    if check.objects_read() > 0 {
-        tracing::debug!(
-            objects_read = check.objects_read(),
-            "tips walked one by one"
-        );
-    }
-    Ok(failed)
 }
 
 /// How git's `rev-list --objects --stdin --not --all --alternate-refs` walks a push's tips:
@@ -178,4 +254,122 @@ pub(super) fn report_missing<W: Write, E: Write>(
         stderr.flush()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The passes over the commands when a concurrent push lists objects as not known to be
+    //! complete while this push's check runs: the list as `listed` reads it, each call.
+
+    use super::*;
+    use crate::protocol::request::Command;
+    use crate::test_git::{git, git_with_input};
+
+    /// A bare repository holding `n` commits whose parent nobody has (as a push that was
+    /// accepted beside them left them), and a create command for each.
+    fn broken(n: usize) -> (tempfile::TempDir, Repository, Vec<ObjectId>) {
+        let dir = tempfile::tempdir().unwrap();
+        git(dir.path(), &["init", "-q", "--bare", "srv.git"]);
+        let bare = dir.path().join("srv.git");
+        let tree = git(&bare, &["mktree"]);
+        let ids = (0..n)
+            .map(|i| {
+                let body = format!(
+                    "tree {tree}\nparent {}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\n{i}\n",
+                    "ab".repeat(20)
+                );
+                let id = git_with_input(
+                    &bare,
+                    &["hash-object", "-t", "commit", "-w", "--stdin", "--literally"],
+                    &body,
+                );
+                ObjectId::from_hex(id.as_bytes()).unwrap()
+            })
+            .collect();
+        let repo = Repository::open(bare.to_str().unwrap(), &Default::default()).unwrap();
+        (dir, repo, ids)
+    }
+
+    fn creates(ids: &[ObjectId]) -> Vec<Cmd> {
+        ids.iter()
+            .enumerate()
+            .map(|(i, id)| {
+                Cmd::new(Command {
+                    old: ObjectId::null(id.kind()),
+                    new: *id,
+                    name: format!("refs/heads/b{i}").into(),
+                })
+            })
+            .collect()
+    }
+
+    /// Check `cmds` with `lists[k]` as the list at the k-th read (the last one from then on):
+    /// the result, and how many times the list was read.
+    fn check(
+        repo: &Repository,
+        cmds: &mut [Cmd],
+        lists: &[Vec<ObjectId>],
+    ) -> (Result<Failed, Fatal>, usize) {
+        let objects = gix_odb::at(&repo.objects_dir, repo.object_format).unwrap();
+        let pass = Pass {
+            repo,
+            objects: &objects,
+            received: None,
+            shallow: &[],
+            had: &objects,
+            refresh: Budget::default(),
+        };
+        let mut reads = 0;
+        let result = pass.until_settled(cmds, &mut || {
+            let list = &lists[reads.min(lists.len() - 1)];
+            reads += 1;
+            Ok(list.iter().copied().collect())
+        });
+        (result, reads)
+    }
+
+    /// The repository's broken commit was not listed when the check began and is by the time
+    /// it ended (a concurrent push listed it, then moved it in): the command at it is checked
+    /// again and refused, not taken as complete on the strength of the object being there.
+    #[test]
+    fn an_object_listed_while_the_check_ran_is_checked_again() {
+        let (_dir, repo, ids) = broken(1);
+        let mut cmds = creates(&ids);
+        let (result, reads) = check(&repo, &mut cmds, &[vec![], ids.clone()]);
+        let failed = result.unwrap();
+        assert_eq!(reads, 3, "read, read again, checked again, read again");
+        assert_eq!(cmds[0].error(), Some(&Reason::MissingObjects));
+        assert_eq!(failed.commands.len(), 1);
+
+        // Listed from the start, or not at all: one pass.
+        let mut cmds = creates(&ids);
+        let (result, reads) = check(&repo, &mut cmds, std::slice::from_ref(&ids));
+        assert_eq!((result.unwrap().commands.len(), reads), (1, 2));
+        let mut cmds = creates(&ids);
+        let (result, reads) = check(&repo, &mut cmds, &[vec![]]);
+        assert_eq!((result.unwrap().commands.len(), reads), (0, 2));
+        assert!(cmds[0].pending());
+
+        // What is listed meanwhile that the check did not rely on changes nothing.
+        let other = ObjectId::from_hex("cd".repeat(20).as_bytes()).unwrap();
+        let mut cmds = creates(&ids);
+        let (result, reads) = check(&repo, &mut cmds, &[vec![], vec![other]]);
+        assert_eq!((result.unwrap().commands.len(), reads), (0, 2));
+        assert!(cmds[0].pending());
+    }
+
+    /// Pushes that keep listing what this one builds on end it after [`MAX_PASSES`] passes.
+    #[test]
+    fn a_list_that_keeps_changing_under_the_check_ends_the_push() {
+        let (_dir, repo, ids) = broken(MAX_PASSES + 1);
+        let mut cmds = creates(&ids);
+        let lists: Vec<Vec<ObjectId>> = (0..=MAX_PASSES + 1).map(|k| ids[..k].to_vec()).collect();
+        let (result, reads) = check(&repo, &mut cmds, &lists);
+        assert!(
+            matches!(result, Err(Fatal::IncompleteChanging(MAX_PASSES))),
+            "{:?}",
+            result.map(|f| f.commands.len())
+        );
+        assert_eq!(reads, MAX_PASSES + 1);
+    }
 }

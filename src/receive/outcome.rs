@@ -128,6 +128,12 @@ pub enum Fatal {
     /// The repository's list of objects not known to be complete could not be read.
     #[error("unable to read the list of incomplete objects: {0}")]
     Incomplete(#[from] crate::objects::incomplete::Error),
+    /// Concurrent pushes kept listing objects the connectivity check had taken as complete
+    /// ([`crate::receive::connectivity`]'s passes ran out).
+    #[error(
+        "the list of incomplete objects kept changing under the connectivity check ({0} passes): push again"
+    )]
+    IncompleteChanging(usize),
     /// Writing to the client failed.
     #[error(transparent)]
     Io(#[from] io::Error),
