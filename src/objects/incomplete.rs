@@ -80,6 +80,18 @@ pub enum Error {
         /// [`MAX_BYTES`].
         max: u64,
     },
+    /// A push's own file ([`Pending`]) would pass [`MAX_BYTES`].
+    #[error(
+        "{count} commits of the push need a new shallow root, more than {max} bytes of {path} can list: push the history in parts"
+    )]
+    TooManyRooted {
+        /// The push's file, not written.
+        path: PathBuf,
+        /// The commits.
+        count: usize,
+        /// [`MAX_BYTES`].
+        max: u64,
+    },
 }
 
 /// The objects of `objects_dir` listed as not known to be complete, in the list and in the
@@ -228,8 +240,9 @@ impl Pending {
         };
         let lines = lines(&found.rooted);
         if lines.len() as u64 > MAX_BYTES {
-            return Err(Error::TooLarge {
+            return Err(Error::TooManyRooted {
                 path,
+                count: found.rooted.len(),
                 max: MAX_BYTES,
             });
         }
@@ -381,5 +394,25 @@ mod tests {
         let err = p.settle(&[], dir.path(), Default::default()).unwrap_err();
         assert!(matches!(err, Error::TooLarge { .. }), "{err}");
         assert!(dir.path().join(PENDING).join("p3").exists());
+
+        // A push's own file is bounded as the list is: nothing written past it.
+        let count = (MAX_BYTES / 41 + 1) as usize;
+        let many = Found {
+            rooted: (0..count as u64)
+                .map(|i| {
+                    let mut raw = [0u8; 20];
+                    raw[..8].copy_from_slice(&i.to_be_bytes());
+                    ObjectId::from_bytes_or_panic(&raw)
+                })
+                .collect(),
+            roots: vec![root],
+            ..Found::default()
+        };
+        let err = Pending::write(dir.path(), "p4".as_ref(), &many, Default::default());
+        assert!(
+            matches!(err, Err(Error::TooManyRooted { count: c, .. }) if c == count),
+            "{err:?}"
+        );
+        assert!(!dir.path().join(PENDING).join("p4").exists());
     }
 }
