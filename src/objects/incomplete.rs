@@ -23,9 +23,10 @@
 //! objects moved in. Such commits are listed in a file of their own push ([`Pending`], under
 //! [`PENDING`]) before they move in, read as part of the list; once the push is over
 //! ([`Pending::settle`]) the file is removed when every root they need was recorded, or its ids
-//! are added to the list for good when one was not (a refused command). A push that ends
-//! before that (a crash) leaves its file, which is still read: listed too long costs a walk,
-//! never a wrong verdict.
+//! are added to the list for good when one was not (a refused command). A push holds its file
+//! locked until then; one that ends before that (killed) leaves its file unlocked, still read
+//! (listed too long costs a walk, never a wrong verdict), and the next push that settles its
+//! own settles it too ([`reap`]).
 //!
 //! Untrusted input: the list, and each push's file, is bounded ([`MAX_BYTES`]); a push that
 //! would grow it past that is refused at its migration.
@@ -111,6 +112,13 @@ pub fn read(objects_dir: &Path, hash: gix_hash::Kind) -> Result<HashSet<ObjectId
             path: dir.clone(),
             source,
         })?;
+        if entry
+            .file_name()
+            .as_encoded_bytes()
+            .starts_with(WRITING.as_bytes())
+        {
+            continue;
+        }
         read_into(&entry.path(), hash, &mut ids)?;
     }
     Ok(ids)
@@ -199,7 +207,10 @@ pub fn append(
 
 /// A push's commits that need new shallow roots ([`Found::rooted`]), listed in a file of its
 /// own under [`PENDING`] before they move in, until [`Pending::settle`] knows whether their
-/// roots were recorded. Dropped unsettled, the file stays, and is read as part of the list.
+/// roots were recorded. The file holds the ids one a line, then `shallow <root>` lines, and
+/// stays locked (`flock`) by the push until it is settled: a file nobody holds belongs to a
+/// push that ended without settling it (killed), which [`reap`] settles in its place. Dropped
+/// unsettled, the file is such a file.
 #[derive(Debug)]
 #[must_use = "settle it once the push's shallow roots are recorded"]
 pub struct Pending {
@@ -207,6 +218,8 @@ pub struct Pending {
     path: PathBuf,
     ids: Vec<ObjectId>,
     roots: Vec<ObjectId>,
+    /// The file, open and locked until the push is over.
+    _held: std::fs::File,
 }
 
 /// How [`Pending::settle`] ended.
@@ -218,10 +231,15 @@ pub enum Settled {
     Listed,
 }
 
+/// The prefix of a push's file while it is written (not read as part of the list: nothing of
+/// that push moved in yet).
+const WRITING: &str = ".";
+
 impl Pending {
     /// List `found`'s [`Found::rooted`] in `objects_dir`'s file `name` (unique to the push: its
     /// quarantine's name), synced as `durability` says for objects, with its directory, before
-    /// the caller moves them in. `None` when nothing needs a root.
+    /// the caller moves them in: written under a name the list's readers skip, locked, then
+    /// linked under its own. `None` when nothing needs a root.
     pub fn write(
         objects_dir: &Path,
         name: &std::ffi::OsStr,
@@ -238,33 +256,53 @@ impl Pending {
             path: path.clone(),
             source,
         };
-        let lines = lines(&found.rooted);
-        if lines.len() as u64 > MAX_BYTES {
+        let mut content = lines(&found.rooted);
+        if content.len() as u64 > MAX_BYTES {
             return Err(Error::TooManyRooted {
                 path,
                 count: found.rooted.len(),
                 max: MAX_BYTES,
             });
         }
+        let mut hex = gix_hash::Kind::hex_buf();
+        for root in &found.roots {
+            content.extend_from_slice(b"shallow ");
+            content.extend_from_slice(root.hex_to_buf(&mut hex).as_bytes());
+            content.push(b'\n');
+        }
         let created = !dir.is_dir();
         if created {
             std::fs::create_dir_all(&dir).map_err(io)?;
         }
+        let mut writing = std::ffi::OsString::from(WRITING);
+        writing.push(name);
+        let writing = dir.join(writing);
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .open(&path)
+            .open(&writing)
             .map_err(io)?;
+        // Locked before anything else: a reaper that took it in between removed it, and the
+        // link below fails (nothing of the push moved in yet).
         let written = file
-            .write_all(&lines)
+            .lock()
+            .and_then(|()| file.write_all(&content))
             .and_then(|()| durability.sync(Components::OBJECTS, &file))
+            // Linked, not renamed: a file of that name is never replaced (the name is unique;
+            // renamed where the file system has no hard links, as git's `core.createObject`
+            // falls back).
+            .and_then(|()| match std::fs::hard_link(&writing, &path) {
+                Ok(()) => std::fs::remove_file(&writing),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(e),
+                Err(_) => std::fs::rename(&writing, &path),
+            })
             .and_then(|()| durability.sync_dir(Components::OBJECTS, &dir))
             .and_then(|()| match created {
                 true => durability.sync_dir(Components::OBJECTS, objects_dir.join("info").as_path()),
                 false => Ok(()),
             });
         if let Err(e) = written {
-            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(&writing);
             return Err(io(e));
         }
         Ok(Some(Pending {
@@ -272,6 +310,7 @@ impl Pending {
             path,
             ids: found.rooted.clone(),
             roots: found.roots.clone(),
+            _held: file,
         }))
     }
 
@@ -279,31 +318,135 @@ impl Pending {
     /// commits now, read from `shallow_dir`/shallow): the file is removed when every root is
     /// there (the directory holding `shallow` synced first as `durability` says, so that the
     /// roots outlive the file on a power loss), or its ids are added to the list for good
-    /// first ([`append`]). On an error the file stays.
+    /// first ([`append`]). On an error the file stays (and is reaped once the push is over).
     pub fn settle(
         self,
         shallow: &[ObjectId],
         shallow_dir: &Path,
         durability: crate::fsync::Durability,
     ) -> Result<Settled, Error> {
-        let io = |path: &Path, source| Error::Io {
-            path: path.to_owned(),
-            source,
-        };
-        let settled = if self.roots.iter().all(|r| shallow.contains(r)) {
-            durability
-                .sync_dir(crate::fsync::Components::OBJECTS, shallow_dir)
-                .map_err(|e| io(shallow_dir, e))?;
-            Settled::Complete
-        } else {
-            append(&self.objects_dir, &self.ids, durability)?;
-            Settled::Listed
-        };
-        match std::fs::remove_file(&self.path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io(&self.path, e)),
-            _ => Ok(settled),
-        }
+        settle(
+            &self.objects_dir,
+            &self.path,
+            &self.ids,
+            &self.roots,
+            shallow,
+            shallow_dir,
+            durability,
+        )
     }
+}
+
+/// Remove the file `path` listing `ids` when all of `roots` are in `shallow`, else add `ids`
+/// to the list first.
+fn settle(
+    objects_dir: &Path,
+    path: &Path,
+    ids: &[ObjectId],
+    roots: &[ObjectId],
+    shallow: &[ObjectId],
+    shallow_dir: &Path,
+    durability: crate::fsync::Durability,
+) -> Result<Settled, Error> {
+    let io = |path: &Path, source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let settled = if roots.iter().all(|r| shallow.contains(r)) {
+        durability
+            .sync_dir(crate::fsync::Components::OBJECTS, shallow_dir)
+            .map_err(|e| io(shallow_dir, e))?;
+        Settled::Complete
+    } else {
+        append(objects_dir, ids, durability)?;
+        Settled::Listed
+    };
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io(path, e)),
+        _ => Ok(settled),
+    }
+}
+
+/// Settle the files of pushes that ended without settling theirs (killed, or gone on an
+/// error): a file no push holds locked. One whose roots are all in `shallow` (the repository's
+/// shallow commits, read from `shallow_dir`/shallow) is removed, else its ids are added to the
+/// list first; one still being written is removed (nothing of its push moved in). Called by a
+/// push that settled its own, so that a repository fed by shallow pushes does not keep them.
+/// How many were settled.
+pub fn reap(
+    objects_dir: &Path,
+    hash: gix_hash::Kind,
+    shallow: &[ObjectId],
+    shallow_dir: &Path,
+    durability: crate::fsync::Durability,
+) -> Result<usize, Error> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = objects_dir.join(PENDING);
+    let io = |path: &Path, source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io(&dir, e)),
+    };
+    let mut reaped = 0;
+    for entry in entries {
+        let path = entry.map_err(|e| io(&dir, e))?.path();
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(&path, e)),
+        };
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => continue,
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(&path, e)),
+        }
+        // Still the file of that name (not one its push removed as it settled it).
+        let same = match (file.metadata(), std::fs::metadata(&path)) {
+            (Ok(held), Ok(named)) => held.ino() == named.ino() && held.dev() == named.dev(),
+            _ => false,
+        };
+        if !same {
+            continue;
+        }
+        let writing = path
+            .file_name()
+            .is_some_and(|n| n.as_encoded_bytes().starts_with(WRITING.as_bytes()));
+        if writing {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io(&path, e)),
+                _ => {}
+            }
+        } else {
+            let data = std::fs::read(&path).map_err(|e| io(&path, e))?;
+            let (mut ids, mut roots) = (Vec::new(), Vec::new());
+            for line in data.split(|b| *b == b'\n') {
+                let (line, into) = match line.strip_prefix(b"shallow ") {
+                    Some(root) => (root, &mut roots),
+                    None => (line, &mut ids),
+                };
+                if line.len() == hash.len_in_hex()
+                    && let Ok(id) = ObjectId::from_hex(line)
+                {
+                    into.push(id);
+                }
+            }
+            settle(
+                objects_dir,
+                &path,
+                &ids,
+                &roots,
+                shallow,
+                shallow_dir,
+                durability,
+            )?;
+        }
+        reaped += 1;
+    }
+    Ok(reaped)
 }
 
 #[cfg(test)]
@@ -414,5 +557,64 @@ mod tests {
             "{err:?}"
         );
         assert!(!dir.path().join(PENDING).join("p4").exists());
+    }
+
+    /// A file no push holds (its push was killed, or dropped it unsettled) is settled by the
+    /// next push that settles its own: removed when its roots were recorded, else its ids
+    /// listed for good; one still held is left, one killed while being written is removed.
+    #[test]
+    fn files_of_pushes_that_ended_unsettled_are_reaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let sha1 = gix_hash::Kind::Sha1;
+        let id = |c: u8| ObjectId::from_hex(&[c; 40]).unwrap();
+        let found = |commit, root| Found {
+            rooted: vec![commit, root],
+            roots: vec![root],
+            ..Found::default()
+        };
+        let write = |name: &str, f: &Found| {
+            Pending::write(dir.path(), name.as_ref(), f, Default::default())
+                .unwrap()
+                .unwrap()
+        };
+        let names = || {
+            let mut v: Vec<String> = std::fs::read_dir(dir.path().join(PENDING))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        let reap = |shallow: &[ObjectId]| {
+            super::reap(dir.path(), sha1, shallow, dir.path(), Default::default()).unwrap()
+        };
+        let held = write("held", &found(id(b'1'), id(b'2')));
+        drop(write("recorded", &found(id(b'3'), id(b'4'))));
+        drop(write("refused", &found(id(b'5'), id(b'6'))));
+        std::fs::write(dir.path().join(PENDING).join(".writing"), b"").unwrap();
+        assert_eq!(names(), vec![".writing", "held", "recorded", "refused"]);
+        // Read as part of the list until then, the file being written excepted.
+        assert_eq!(read(dir.path(), sha1).unwrap().len(), 6);
+
+        assert_eq!(reap(&[id(b'4')]), 3);
+        assert_eq!(names(), vec!["held"]);
+        let listed: HashSet<ObjectId> = read(dir.path(), sha1).unwrap();
+        let main: HashSet<ObjectId> = {
+            let data = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
+            data.lines()
+                .map(|l| ObjectId::from_hex(l.as_bytes()).unwrap())
+                .collect()
+        };
+        assert_eq!(main, [id(b'5'), id(b'6')].into_iter().collect());
+        assert_eq!(listed.len(), 4, "the held file's two and the refused push's two");
+
+        // Nothing left to reap while the push holds its file; then it settles it.
+        assert_eq!(reap(&[]), 0);
+        assert_eq!(
+            held.settle(&[id(b'2')], dir.path(), Default::default())
+                .unwrap(),
+            Settled::Complete
+        );
+        assert_eq!(names(), Vec::<String>::new());
     }
 }

@@ -393,12 +393,26 @@ fn update_refs<W: Write, E: Write>(
 }
 
 /// The push's commits that needed new shallow roots ([`crate::objects::incomplete::Pending`]):
-/// complete now if the ref update recorded every root, else listed for good. A failure is
-/// logged (the push's file stays, still read as part of the list: nothing is taken as
-/// complete that is not).
+/// complete now if the ref update recorded every root, else listed for good; then the files
+/// of such pushes that were killed before they settled theirs
+/// ([`crate::objects::incomplete::reap`]). A failure is logged (the file stays, still read as
+/// part of the list: nothing is taken as complete that is not).
 fn settle(repo: &Repository, pending: crate::objects::incomplete::Pending) {
-    if let Err(e) = pending.settle(&repo.shallow(), &repo.git_dir, repo.config.durability) {
-        tracing::error!(error = %crate::escape::Escaped::text(&e.to_string()), "cannot settle the push's list of commits that needed shallow roots");
+    let shallow = repo.shallow();
+    let durability = repo.config.durability;
+    let settled = pending
+        .settle(&shallow, &repo.git_dir, durability)
+        .and_then(|_| {
+            crate::objects::incomplete::reap(
+                &repo.objects_dir,
+                repo.object_format,
+                &shallow,
+                &repo.git_dir,
+                durability,
+            )
+        });
+    if let Err(e) = settled {
+        tracing::error!(error = %crate::escape::Escaped::text(&e.to_string()), "cannot settle the list of commits that needed shallow roots");
     }
 }
 
