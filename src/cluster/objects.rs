@@ -14,7 +14,6 @@ use std::sync::Arc;
 use super::wire;
 use crate::escape::Escaped;
 use crate::objects::connectivity::{Check, Status};
-use crate::objects::incomplete;
 use crate::objects::ingest;
 use crate::objects::pack_links::Outside;
 
@@ -176,26 +175,8 @@ pub(super) fn admit(
         .map_err(Error::Migrate)?;
     let keeps = Keeps(migrated.keeps);
     record_shallow(repo, &roots)?;
-    if let Some(pending) = migrated.pending
-        && let Err(e) = {
-            let (shallow, durability) = (repo.shallow(), repo.config.durability);
-            pending
-                .settle(&shallow, &repo.git_dir, durability)
-                .and_then(|_| {
-                    let format = repo.object_format;
-                    incomplete::reap(
-                        &repo.objects_dir,
-                        format,
-                        &shallow,
-                        &repo.git_dir,
-                        durability,
-                    )
-                })
-        }
-    {
-        // The push's file stays, still read as part of the list: nothing is taken as
-        // complete that is not.
-        tracing::error!(error = %crate::escape::Escaped::text(&e.to_string()), "cannot settle the push's list of commits that needed shallow roots");
+    if let Some(pending) = migrated.pending {
+        repo.settle_incomplete(pending);
     }
     Ok(keeps)
 }

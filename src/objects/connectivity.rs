@@ -404,11 +404,19 @@ impl<'a> Check<'a> {
         true
     }
 
+    /// Whether `listed`, the list of objects not known to be complete read again after the
+    /// checks, names one this check was not given as a suspect ([`Check::with_suspects`]) and
+    /// relied on ([`Check::relied_on`]): listed meanwhile by a concurrent push, before its
+    /// objects moved in, it makes the verdicts stale.
+    pub fn stale(&self, listed: &HashSet<ObjectId>) -> bool {
+        listed
+            .iter()
+            .any(|id| !self.suspects.contains(id) && self.relied_on(id))
+    }
+
     /// Whether the checks so far took `id` as complete without walking through it, or might
     /// have: an object the repository has that ended a walk, or a link of the pack that
     /// [`Check::self_contained`] vouched for (objects a walk went through answer `true` too).
-    /// Listed as not known to be complete since the list this check was given was read (by a
-    /// concurrent push, before its objects moved in), it makes the verdicts stale.
     pub fn relied_on(&self, id: &ObjectId) -> bool {
         if self.known.contains_key(id) {
             return true;
@@ -1078,8 +1086,11 @@ mod tests {
         // It relied on that object (listed by a concurrent push since, the verdict is stale).
         assert!(trusting.relied_on(&id(&bad)));
         assert!(!trusting.relied_on(&id(&good)));
+        assert!(trusting.stale(&listed));
         let mut c = Check::new(&odb, None, std::iter::empty()).with_suspects(listed.clone());
         assert!(matches!(c.tip(id(&bad)), Status::Missing(Missing { id, .. }) if id == self::id(&gone)));
+        // Given the list, the same list read again is nothing new.
+        assert!(!c.stale(&listed));
         assert_eq!(c.tip(id(&base)), Status::Connected);
 
         // A pack of one commit on the listed one: its links do not vouch for it.

@@ -318,14 +318,15 @@ impl Pending {
     /// commits now, read from `shallow_dir`/shallow): the file is removed when every root is
     /// there (the directory holding `shallow` synced first as `durability` says, so that the
     /// roots outlive the file on a power loss), or its ids are added to the list for good
-    /// first ([`append`]). On an error the file stays (and is reaped once the push is over).
+    /// first ([`append`]); then the files of pushes killed before they settled theirs
+    /// ([`reap`]). On an error the file stays (and is reaped once the push is over).
     pub fn settle(
         self,
         shallow: &[ObjectId],
         shallow_dir: &Path,
         durability: crate::fsync::Durability,
     ) -> Result<Settled, Error> {
-        settle(
+        let settled = settle(
             &self.objects_dir,
             &self.path,
             &self.ids,
@@ -333,7 +334,11 @@ impl Pending {
             shallow,
             shallow_dir,
             durability,
-        )
+        )?;
+        // `write` lists at least one id; its own file is gone now, whatever reap finds.
+        let hash = self.ids[0].kind();
+        reap(&self.objects_dir, hash, shallow, shallow_dir, durability)?;
+        Ok(settled)
     }
 }
 
@@ -370,10 +375,11 @@ fn settle(
 /// Settle the files of pushes that ended without settling theirs (killed, or gone on an
 /// error): a file no push holds locked. One whose roots are all in `shallow` (the repository's
 /// shallow commits, read from `shallow_dir`/shallow) is removed, else its ids are added to the
-/// list first; one still being written is removed (nothing of its push moved in). Called by a
-/// push that settled its own, so that a repository fed by shallow pushes does not keep them.
+/// list first; one still being written is removed (nothing of its push moved in). Run by
+/// [`Pending::settle`] once a push settled its own, so that a repository fed by shallow pushes
+/// does not keep them.
 /// How many were settled.
-pub fn reap(
+fn reap(
     objects_dir: &Path,
     hash: gix_hash::Kind,
     shallow: &[ObjectId],

@@ -28,7 +28,9 @@ pub struct LooseWriter {
     fanout_made: [bool; 256],
 }
 
-/// The file of the object being written, where the compressor writes.
+/// The file of the object being written, where the compressor writes: shared with the writer
+/// because gix-zlib's `deflate::Write` lends no access to its inner writer (only
+/// `into_inner`, which would drop the compressor this type exists to keep).
 #[derive(Clone, Default)]
 struct Slot(Rc<RefCell<Option<std::fs::File>>>);
 

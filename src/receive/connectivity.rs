@@ -144,7 +144,7 @@ impl<H: gix_object::Exists> Pass<'_, H> {
         .with_pack_links(received.and_then(|r| r.links.as_ref()))
         .with_shallow(repo.shallow().into_iter().collect(), client_shallow)
         .with_refresh_budget(self.refresh.clone())
-        .with_suspects(suspects.clone());
+        .with_suspects(suspects);
         // All tips at once first, as git's combined rev-list; each on its own only if that fails.
         for c in cmds.iter_mut() {
             if c.error() == Some(&Reason::MissingObjects) {
@@ -206,10 +206,7 @@ impl<H: gix_object::Exists> Pass<'_, H> {
             );
         }
         let now = listed()?;
-        let stale = now
-            .iter()
-            .any(|id| !suspects.contains(id) && check.relied_on(id));
-        Ok((failed, stale.then_some(now)))
+        Ok((failed, check.stale(&now).then_some(now)))
     }
 }
 

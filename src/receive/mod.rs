@@ -336,7 +336,7 @@ fn execute_commands<W: Write, E: Write>(
     // is settled after it.
     let updated = update_refs(s, cmds, proc_receive, sb);
     if let Some(pending) = pending {
-        settle(s.repo, pending);
+        s.repo.settle_incomplete(pending);
     }
     updated
 }
@@ -389,30 +389,6 @@ fn update_refs<W: Write, E: Write>(
         update::execute_atomic(cmds, &ctx, s.store, &committer, sb)
     } else {
         update::execute_non_atomic(cmds, &ctx, s.store, &committer, sb)
-    }
-}
-
-/// The push's commits that needed new shallow roots ([`crate::objects::incomplete::Pending`]):
-/// complete now if the ref update recorded every root, else listed for good; then the files
-/// of such pushes that were killed before they settled theirs
-/// ([`crate::objects::incomplete::reap`]). A failure is logged (the file stays, still read as
-/// part of the list: nothing is taken as complete that is not).
-fn settle(repo: &Repository, pending: crate::objects::incomplete::Pending) {
-    let shallow = repo.shallow();
-    let durability = repo.config.durability;
-    let settled = pending
-        .settle(&shallow, &repo.git_dir, durability)
-        .and_then(|_| {
-            crate::objects::incomplete::reap(
-                &repo.objects_dir,
-                repo.object_format,
-                &shallow,
-                &repo.git_dir,
-                durability,
-            )
-        });
-    if let Err(e) = settled {
-        tracing::error!(error = %crate::escape::Escaped::text(&e.to_string()), "cannot settle the list of commits that needed shallow roots");
     }
 }
 

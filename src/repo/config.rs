@@ -1337,7 +1337,6 @@ fn hide_ref(v: &str) -> String {
     v
 }
 
-/// An unpack limit as berth keeps it (negative is 0).
 /// A zlib level as git's `core.compression` takes it: -1 for zlib's default (6), else 0 to 9.
 fn zlib_level(v: &str) -> Result<gix_zlib::Compression, Error> {
     let n = int(v)?;
@@ -1348,6 +1347,7 @@ fn zlib_level(v: &str) -> Result<gix_zlib::Compression, Error> {
         .ok_or(Error::BadZlibLevel(n))
 }
 
+/// An unpack limit as berth keeps it (negative is 0).
 fn unpack_limit(v: &str) -> Result<u32, Error> {
     Ok(number(v)?.clamp(0, u32::MAX as i64) as u32)
 }

@@ -144,6 +144,16 @@ impl Repository {
             .unwrap_or_default()
     }
 
+    /// Settle a push's list of commits that needed new shallow roots
+    /// ([`crate::objects::incomplete::Pending::settle`]) against the shallow roots recorded now,
+    /// after its ref update. A failure is logged, not returned: the push is over, and the file
+    /// stays, still read as part of the list (nothing is taken as complete that is not).
+    pub fn settle_incomplete(&self, pending: crate::objects::incomplete::Pending) {
+        if let Err(e) = pending.settle(&self.shallow(), &self.git_dir, self.config.durability) {
+            tracing::error!(error = %crate::escape::Escaped::text(&e.to_string()), "cannot settle the list of commits that needed shallow roots");
+        }
+    }
+
     /// A quarantine for objects pushed into this repository (git's `tmp_objdir`), with the
     /// permissions and durability its configuration asks for.
     pub fn quarantine(&self) -> std::io::Result<crate::objects::ingest::Quarantine> {
