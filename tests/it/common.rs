@@ -516,6 +516,14 @@ impl World {
         );
     }
 
+    /// Install `script` as `repo`'s hook `name` (`hooks/<name>`, executable).
+    pub fn install_hook(&self, repo: &str, name: &str, script: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.path(repo).join("hooks").join(name);
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
     /// Every reflog of `repo`, newest entry first per ref: `<selector> <oid> <message>` lines.
     pub fn reflogs(&self, repo: &str) -> String {
         self.git(repo, &["reflog", "show", "--all", "--format=%gD %H %gs"])

@@ -39,13 +39,6 @@ exit {exit}
     )
 }
 
-fn install(w: &World, repo: &str, name: &str, script: &str) {
-    let path = w.path(repo).join("hooks").join(name);
-    std::fs::write(&path, script).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
 #[derive(Debug, PartialEq, Eq)]
 struct Outcome {
     pushes: Vec<Push>,
@@ -69,7 +62,7 @@ fn differential(scenario: impl Fn(&World, Receiver) -> Vec<Push>) -> Outcome {
 fn setup(w: &World, hooks: &[(&str, i32)]) {
     w.bare("srv.git");
     for (name, exit) in hooks {
-        install(w, "srv.git", name, &recording_hook(name, *exit));
+        w.install_hook("srv.git", name, &recording_hook(name, *exit));
     }
     w.work("src");
     w.commit("src", "a", "1");
@@ -221,8 +214,7 @@ fn pre_receive_refusal_leaves_no_object_behind() {
 fn update_hook_refuses_one_ref() {
     let o = differential(|w, r| {
         setup(w, &[]);
-        install(
-            w,
+        w.install_hook(
             "srv.git",
             "update",
             "#!/bin/sh\necho \"checking $1\"\n[ \"$1\" != refs/heads/topic ]\n",
@@ -247,8 +239,7 @@ fn update_hook_refuses_one_ref() {
 fn atomic_push_with_a_declined_ref_changes_nothing() {
     let o = differential(|w, r| {
         setup(w, &[]);
-        install(
-            w,
+        w.install_hook(
             "srv.git",
             "update",
             "#!/bin/sh\n[ \"$1\" != refs/heads/topic ]\n",
@@ -302,7 +293,7 @@ fn hooks_without_a_shebang_line_are_run_by_the_shell() {
     let o = differential(|w, r| {
         w.bare("srv.git");
         for name in ["pre-receive", "update", "post-receive"] {
-            install(w, "srv.git", name, "echo \"$0 $# $(cat | wc -l)\"\n");
+            w.install_hook("srv.git", name, "echo \"$0 $# $(cat | wc -l)\"\n");
         }
         w.work("src");
         w.commit("src", "a", "1");
@@ -323,12 +314,7 @@ fn hooks_without_a_shebang_line_are_run_by_the_shell() {
 fn hooks_that_do_not_read_stdin_are_fine() {
     let o = differential(|w, r| {
         w.bare("srv.git");
-        install(
-            w,
-            "srv.git",
-            "pre-receive",
-            "#!/bin/sh\necho ignoring input\n",
-        );
+        w.install_hook("srv.git", "pre-receive", "#!/bin/sh\necho ignoring input\n");
         w.work("src");
         let head = w.commit("src", "a", "1");
         w.create_refs("src", "refs/heads/b", 900, &head);
@@ -344,8 +330,7 @@ fn hooks_that_do_not_read_stdin_are_fine() {
 fn reference_transaction_refusal_aborts_the_push() {
     let w = World::new();
     setup(&w, &[]);
-    install(
-        &w,
+    w.install_hook(
         "srv.git",
         "reference-transaction",
         "#!/bin/sh\necho \"$1\" >>../hooks.log\n[ \"$1\" != prepared ]\n",
@@ -416,7 +401,7 @@ out.write(b"0000"); out.flush()
 fn proc_receive_handles_the_refs_it_is_given() {
     let o = differential(|w, r| {
         setup(w, &[("post-receive", 0)]);
-        install(w, "srv.git", "proc-receive", PROC_RECEIVE);
+        w.install_hook("srv.git", "proc-receive", PROC_RECEIVE);
         w.git(
             "srv.git",
             &["config", "receive.procReceiveRefs", "refs/for"],
@@ -499,7 +484,7 @@ fn proc_receive_report_with_a_bad_length_is_fatal_as_in_git() {
     assert_ne!(bad, PROC_RECEIVE);
     let o = differential(|w, r| {
         setup(w, &[]);
-        install(w, "srv.git", "proc-receive", &bad);
+        w.install_hook("srv.git", "proc-receive", &bad);
         w.git(
             "srv.git",
             &["config", "receive.procReceiveRefs", "refs/for"],
@@ -542,7 +527,7 @@ fn without_sideband_hook_output_reaches_stderr_as_with_git() {
         w.git(repo, &["config", "receive.autogc", "false"]);
         w.git("src", &["push", "-q", &format!("../{repo}"), "main"]);
         for hook in ["pre-receive", "update", "post-receive", "post-update"] {
-            install(&w, repo, hook, &script.replace("$1", &format!("{hook} $1")));
+            w.install_hook(repo, hook, &script.replace("$1", &format!("{hook} $1")));
         }
         let mut cmd = w.cmd(program, ".");
         cmd.args([subcommand, "--stateless-rpc", repo]);
@@ -564,8 +549,7 @@ fn without_sideband_a_process_a_hook_leaves_behind_does_not_hold_up_the_push() {
     use std::io::Write;
     let w = World::new();
     let head = w.server_with_main();
-    install(
-        &w,
+    w.install_hook(
         "srv.git",
         "update",
         "#!/bin/sh\nsleep 600 &\necho $! > left-behind.pid\n",

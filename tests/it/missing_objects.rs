@@ -687,7 +687,7 @@ fn a_shallow_push_whose_root_is_not_recorded_stays_listed() {
     let seen = common::differential(|r| {
         let w = World::new();
         let (clone, root, tip) = shallow_clone_world(&w, 0);
-        hook(&w, "update", "#!/bin/sh\necho no >&2\nexit 1\n");
+        w.install_hook("srv.git", "update", "#!/bin/sh\necho no >&2\nexit 1\n");
         let push = w.push(&clone, r, "srv.git", &["main:refs/heads/b0"]);
         assert!(!w.path("srv.git/shallow").exists(), "{r:?}");
         if r == Receiver::Berth {
@@ -726,7 +726,7 @@ fn a_shallow_push_whose_root_is_not_recorded_stays_listed() {
 fn a_shallow_push_killed_before_its_root_is_recorded_leaves_its_commits_listed() {
     let w = World::new();
     let (clone, root, tip) = shallow_clone_world(&w, 0);
-    hook(&w, "update", "#!/bin/sh\nkill -9 $PPID\nsleep 5\n");
+    w.install_hook("srv.git", "update", "#!/bin/sh\nkill -9 $PPID\nsleep 5\n");
     let push = w.push(&clone, Receiver::Berth, "srv.git", &["main:refs/heads/b0"]);
     assert!(!push.success, "{push:#?}");
     let out = w.git_out("srv.git", &["cat-file", "-e", &tip]);
@@ -762,11 +762,4 @@ fn a_shallow_push_killed_before_its_root_is_recorded_leaves_its_commits_listed()
     );
     assert_eq!(listed(&w), (Vec::new(), Vec::new()));
     assert_eq!(w.fsck("srv.git"), Ok(()));
-}
-
-fn hook(w: &World, name: &str, script: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    let path = w.path("srv.git/hooks").join(name);
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
