@@ -32,6 +32,11 @@ pub(super) enum Error {
     /// Objects the new tips reach are in neither the pack nor the repository.
     #[error("missing necessary objects")]
     MissingObjects,
+    /// The list of objects not known to be complete changed under the check each time.
+    #[error(
+        "the list of incomplete objects kept changing under the connectivity check ({0} passes)"
+    )]
+    IncompleteChanging(usize),
     /// The repository's list of objects not known to be complete could not be read or grown.
     #[error("incomplete objects: {0}")]
     Incomplete(#[from] crate::objects::incomplete::Error),
@@ -167,8 +172,8 @@ pub(super) fn admit(
     let quarantined =
         gix_odb::at(quarantine.path(), repo.object_format).map_err(Error::Quarantine)?;
     let found = connected(repo, &quarantined, index, tips, shallow)?;
-    let roots = found.roots.clone();
-    quarantine.set_incomplete(found.incomplete());
+    let roots = found.roots;
+    quarantine.set_incomplete(found.incomplete);
     drop(quarantined);
     let migrated = quarantine
         .migrate(&repo.objects_dir)
@@ -258,29 +263,65 @@ pub(super) fn ensure_repository(dir: &Path, format: &Format) -> Result<(), Error
 /// recorded them): one whose parents this copy lacks ends the walk, as on the accepting node.
 /// The ones that did are returned: this copy's new shallow roots, to record
 /// ([`record_shallow`]) as git's receive-pack does with `receive.shallowUpdate`.
-pub(super) fn connected<'a>(
+pub(super) fn connected(
     repo: &crate::repo::Repository,
-    objects: &'a gix_odb::Handle,
-    index: Option<&'a PackIndex>,
+    objects: &gix_odb::Handle,
+    index: Option<&PackIndex>,
     tips: &[gix_hash::ObjectId],
     shallow: &[gix_hash::ObjectId],
-) -> Result<Connected<'a>, Error> {
+) -> Result<Connected, Error> {
+    until_settled(repo, objects, index, tips, shallow, &mut || {
+        crate::objects::incomplete::read(&repo.objects_dir, repo.object_format)
+    })
+}
+
+/// [`connected`] with the list of objects not known to be complete as `listed` reads it.
+fn until_settled(
+    repo: &crate::repo::Repository,
+    objects: &gix_odb::Handle,
+    index: Option<&PackIndex>,
+    tips: &[gix_hash::ObjectId],
+    shallow: &[gix_hash::ObjectId],
+    listed: &mut dyn FnMut() -> Result<
+        foldhash::HashSet<gix_hash::ObjectId>,
+        crate::objects::incomplete::Error,
+    >,
+) -> Result<Connected, Error> {
     if tips.is_empty() && index.is_none() {
-        return Ok(Connected::vouched());
+        return Ok(Connected::default());
     }
-    let check = Check::new(objects, index.map(PackIndex::file), std::iter::empty());
-    let mut check = check
-        .with_pack_links(index.and_then(PackIndex::links))
-        .with_shallow(
-            repo.shallow().into_iter().collect(),
-            shallow.iter().copied().collect(),
-        )
-        .with_suspects(crate::objects::incomplete::read(
-            &repo.objects_dir,
-            repo.object_format,
-        )?);
+    let mut suspects = listed()?;
+    for _ in 0..MAX_PASSES {
+        let mut check = Check::new(objects, index.map(PackIndex::file), std::iter::empty())
+            .with_pack_links(index.and_then(PackIndex::links))
+            .with_shallow(
+                repo.shallow().into_iter().collect(),
+                shallow.iter().copied().collect(),
+            )
+            .with_suspects(suspects);
+        let found = walk(&mut check, tips)?;
+        // Read again: a concurrent push lists what it moves in that is not complete before it
+        // moves it, so an object this check took as complete may be listed by now (as the
+        // accepting node's check does, `receive::connectivity`).
+        let now = listed()?;
+        if !check.stale(&now) {
+            return Ok(found);
+        }
+        tracing::debug!(
+            "an object the replica's connectivity check relied on was listed meanwhile: checking again"
+        );
+        suspects = now;
+    }
+    Err(Error::IncompleteChanging(MAX_PASSES))
+}
+
+/// How many times [`connected`] checks the tips before it gives up.
+const MAX_PASSES: usize = 4;
+
+/// One pass of [`connected`] over `tips` with the list `check` was given.
+fn walk(check: &mut Check<'_>, tips: &[gix_hash::ObjectId]) -> Result<Connected, Error> {
     if check.self_contained(tips) {
-        return Ok(Connected::vouched());
+        return Ok(Connected::default());
     }
     let mut roots = Vec::new();
     for tip in tips {
@@ -295,34 +336,19 @@ pub(super) fn connected<'a>(
     }
     Ok(Connected {
         roots,
-        walked: Some(check),
+        incomplete: check.incomplete(),
     })
 }
 
 /// What [`connected`] found of a push's objects.
-pub(super) struct Connected<'a> {
+#[derive(Default)]
+pub(super) struct Connected {
     /// The copy's new shallow roots, to record ([`record_shallow`]).
     pub(super) roots: Vec<gix_hash::ObjectId>,
-    /// The check that walked the tips, when the pack's links did not vouch for it.
-    walked: Option<Check<'a>>,
-}
-
-impl Connected<'_> {
-    /// Everything is there and no root is needed.
-    fn vouched() -> Self {
-        Connected {
-            roots: Vec::new(),
-            walked: None,
-        }
-    }
-
     /// The objects of the pack that are not complete (no tip reaches them), to list before
-    /// they move in ([`crate::objects::incomplete`]), as the accepting node lists them: a pass
-    /// over the pack, run only for the batch that moves it in.
-    pub(super) fn incomplete(self) -> crate::objects::incomplete::Found {
-        self.walked
-            .map_or_else(Default::default, |mut check| check.incomplete())
-    }
+    /// they move in ([`crate::objects::incomplete`]), as the accepting node lists them; nothing
+    /// when the pack's links vouched for it.
+    pub(super) incomplete: crate::objects::incomplete::Found,
 }
 
 /// Record `roots` (from [`connected`]) in the copy's `$GIT_DIR/shallow`, before the refs that
@@ -637,6 +663,91 @@ mod tests {
         assert!(repo.shallow().is_empty());
         git(&copy, &["cat-file", "-e", last]);
         git(&copy, &["cat-file", "-e", first]);
+    }
+
+    /// A replica's check reads the list of objects not known to be complete again after it
+    /// ran, as the accepting node's does: `lists[k]` is the list at the k-th read (the last
+    /// one from then on). The result, and how many times the list was read.
+    fn settled(
+        repo: &crate::repo::Repository,
+        tip: gix_hash::ObjectId,
+        lists: &[Vec<gix_hash::ObjectId>],
+    ) -> (Result<super::Connected, Error>, usize) {
+        let objects = gix_odb::at(&repo.objects_dir, repo.object_format).unwrap();
+        let mut reads = 0;
+        let result = super::until_settled(repo, &objects, None, &[tip], &[], &mut || {
+            let list = &lists[reads.min(lists.len() - 1)];
+            reads += 1;
+            Ok(list.iter().copied().collect())
+        });
+        (result, reads)
+    }
+
+    /// A commit whose parent the copy lacks, not listed when the check began and listed by the
+    /// time it ended (a concurrent push listed it, then moved it in): checked again and refused,
+    /// not taken as complete for being there. A list that keeps growing under the check by what
+    /// it relied on ends it after four passes.
+    #[test]
+    fn a_replica_checks_again_what_was_listed_while_its_check_ran() {
+        use crate::test_git::{git, git_with_input};
+        let dir = tempfile::tempdir().unwrap();
+        let commits = crate::test_git::history(dir.path());
+        git(dir.path(), &["clone", "-q", "--bare", "r", "copy.git"]);
+        let copy = dir.path().join("copy.git");
+        let tree = git(&copy, &["mktree"]);
+        let body = format!(
+            "tree {tree}\nparent {}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\nx\n",
+            "ab".repeat(20)
+        );
+        let args = [
+            "hash-object",
+            "-t",
+            "commit",
+            "-w",
+            "--stdin",
+            "--literally",
+        ];
+        let broken = git_with_input(&copy, &args, &body);
+        let broken = gix_hash::ObjectId::from_hex(broken.as_bytes()).unwrap();
+        let repo =
+            crate::repo::Repository::open(copy.to_str().unwrap(), &Default::default()).unwrap();
+
+        let (result, reads) = settled(&repo, broken, &[vec![], vec![broken]]);
+        assert!(matches!(result, Err(Error::MissingObjects)), "{reads}");
+        assert_eq!(
+            reads, 2,
+            "read, read again, then refused by the second pass"
+        );
+        let (result, reads) = settled(&repo, broken, &[vec![]]);
+        assert!(result.is_ok());
+        assert_eq!(reads, 2, "one pass, the list read before and after it");
+        let other = gix_hash::ObjectId::from_hex("cd".repeat(20).as_bytes()).unwrap();
+        let (result, reads) = settled(&repo, broken, &[vec![], vec![other]]);
+        assert!(
+            result.is_ok(),
+            "what the check did not rely on changes nothing"
+        );
+        assert_eq!(reads, 2);
+
+        // Each read lists the commit the last pass stopped at: complete, but never settled.
+        let ids: Vec<_> = commits
+            .iter()
+            .rev()
+            .map(|c| gix_hash::ObjectId::from_hex(c.as_bytes()).unwrap())
+            .collect();
+        let lists: Vec<Vec<_>> = (0..ids.len()).map(|k| ids[..k].to_vec()).collect();
+        let (result, reads) = settled(&repo, ids[0], &lists);
+        assert!(
+            matches!(result, Err(Error::IncompleteChanging(4))),
+            "{:?}",
+            result.err()
+        );
+        assert_eq!(reads, 5);
+        let (result, _) = settled(&repo, ids[0], &lists[1..2]);
+        assert!(
+            result.is_ok(),
+            "the tip listed from the start: walked through"
+        );
     }
 
     #[test]

@@ -517,7 +517,8 @@ impl Job {
             // Its roots recorded as it moved the pack in.
             Some(keeps) => keeps,
             None => {
-                // The first batch listed what of the pack is not complete: not again here.
+                // The first batch listed what of the pack is not complete: what this pass
+                // finds of it again is dropped.
                 let roots = connected(&repo, &objects, index.as_ref(), &tips, &h.shallow)?.roots;
                 record_shallow(&repo, &roots)?;
                 Keeps(Vec::new())
