@@ -197,6 +197,9 @@ pub(super) enum Local {
     /// A ref of the transaction failed.
     #[error(transparent)]
     Ref(#[from] Box<refs::RefError>),
+    /// Its list of objects not known to be complete could not be read.
+    #[error(transparent)]
+    Incomplete(#[from] crate::objects::incomplete::Error),
 }
 
 /// The copy at `dir`, opened with `env`, and its object database.
@@ -223,16 +226,20 @@ pub(super) fn objects_of(repo: &crate::repo::Repository) -> Result<gix_odb::Hand
     Ok(gix_odb::at(&repo.objects_dir, repo.object_format)?)
 }
 
-/// Of `tips`, those not in the repository; and the repository's ref tips.
+/// Of `tips`, those not in the repository or not known to be complete there (listed,
+/// [`crate::objects::incomplete`]: a push that never settled its own file, e.g. cut by a power
+/// loss mid-move, may have left a commit without its tree; the copy's check walks through
+/// such a tip, so the peer is asked for it and what it reaches); and the repository's ref tips.
 pub(super) fn missing(
     dir: &std::path::Path,
     env: &crate::receive::Environment,
     tips: &[gix_hash::ObjectId],
 ) -> Result<(Vec<gix_hash::ObjectId>, Vec<gix_hash::ObjectId>), Local> {
     let (repo, objects) = open(dir, env)?;
+    let listed = crate::objects::incomplete::read(&repo.objects_dir, repo.object_format)?;
     let wants = tips
         .iter()
-        .filter(|t| !objects.exists(t))
+        .filter(|t| !objects.exists(t) || listed.contains(*t))
         .copied()
         .collect();
     let refs = refs::of_repository(&repo).snapshot()?;

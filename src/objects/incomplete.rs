@@ -28,8 +28,16 @@
 //! (listed too long costs a walk, never a wrong verdict), and the next push that settles its
 //! own settles it too ([`reap`]).
 //!
-//! Untrusted input: the list, and each push's file, is bounded ([`MAX_BYTES`]); a push that
-//! would grow it past that is refused at its migration.
+//! Where the renames into the object directories are made durable (directories synced: a
+//! cluster node's default), a power loss makes them durable in no particular order, so a
+//! commit could outlive its tree. The loose objects a push moves in are then listed in its
+//! file too (`moving` lines), before the first moves, until its moves are synced; a file a
+//! power loss left has them listed for good by [`reap`].
+//!
+//! Untrusted input: the list, and the commits of each push's file, are bounded
+//! ([`MAX_BYTES`]); a push that would grow either past that is refused at its migration. The
+//! `moving` lines are as many as the push's loose objects (fewer than `receive.unpackLimit`);
+//! a dead push's that would pass the bound stay in its file, still read.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -138,6 +146,7 @@ fn read_into(path: &Path, hash: gix_hash::Kind, ids: &mut HashSet<ObjectId>) -> 
     };
     ids.extend(
         data.split(|b| *b == b'\n')
+            .map(|l| l.strip_prefix(MOVING).unwrap_or(l))
             .filter(|l| l.len() == hash.len_in_hex())
             .filter_map(|l| ObjectId::from_hex(l).ok()),
     );
@@ -207,9 +216,12 @@ pub fn append(
 
 /// A push's commits that need new shallow roots ([`Found::rooted`]), listed in a file of its
 /// own under [`PENDING`] before they move in, until [`Pending::settle`] knows whether their
-/// roots were recorded. The file holds the ids one a line, then `shallow <root>` lines, and
-/// stays locked (`flock`) by the push until it is settled: a file nobody holds belongs to a
-/// push that ended without settling it (killed), which [`reap`] settles in its place. Dropped
+/// roots were recorded; and, when the renames of loose objects are made durable, the loose
+/// objects the push moves in, until they are (a power loss makes the renames durable in no
+/// particular order: a commit could outlive its tree). The file holds the ids one a line,
+/// then `shallow <root>` lines, then `moving <id>` lines, and stays locked (`flock`) by the
+/// push until it is settled: a file nobody holds belongs to a push that ended without settling
+/// it (killed, or the machine lost power), which [`reap`] settles in its place. Dropped
 /// unsettled, the file is such a file.
 #[derive(Debug)]
 #[must_use = "settle it once the push's shallow roots are recorded"]
@@ -218,6 +230,7 @@ pub struct Pending {
     path: PathBuf,
     ids: Vec<ObjectId>,
     roots: Vec<ObjectId>,
+    hash: gix_hash::Kind,
     /// The file, open and locked until the push is over.
     _held: std::fs::File,
 }
@@ -231,32 +244,43 @@ pub enum Settled {
     Listed,
 }
 
+/// The prefix of a line of a push's file naming a loose object the push moves in
+/// ([`Pending::write`]'s `moving`).
+const MOVING: &[u8] = b"moving ";
+
 /// The prefix of a push's file while it is written (not read as part of the list: nothing of
 /// that push moved in yet).
 const WRITING: &str = ".";
 
 impl Pending {
-    /// List `found`'s [`Found::rooted`] in `objects_dir`'s file `name` (unique to the push: its
-    /// quarantine's name), synced as `durability` says for objects, with its directory, before
-    /// the caller moves them in: written under a name the list's readers skip, locked, then
-    /// linked under its own. `None` when nothing needs a root.
+    /// List `found`'s [`Found::rooted`], and the loose objects `moving` in, in `objects_dir`'s
+    /// file `name` (unique to the push: its quarantine's name), synced as `durability` says for
+    /// objects, with its directory, before the caller moves them in: written under a name the
+    /// list's readers skip, locked, then linked under its own. `None` when nothing needs a root
+    /// and nothing moves. `moving` is not bounded by [`MAX_BYTES`]: its count is the
+    /// repository's `receive.unpackLimit`'s, and the push removes it when its objects are in.
     pub fn write(
         objects_dir: &Path,
         name: &std::ffi::OsStr,
         found: &Found,
+        moving: &[ObjectId],
         durability: crate::fsync::Durability,
     ) -> Result<Option<Pending>, Error> {
         use crate::fsync::Components;
-        if found.rooted.is_empty() {
+        let Some(hash) = found.rooted.first().or(moving.first()).map(ObjectId::kind) else {
             return Ok(None);
-        }
+        };
         let dir = objects_dir.join(PENDING);
         let path = dir.join(name);
         let io = |source| Error::Io {
             path: path.clone(),
             source,
         };
-        let mut content = lines(&found.rooted);
+        let mut content = if found.rooted.is_empty() {
+            Vec::new()
+        } else {
+            lines(&found.rooted)
+        };
         if content.len() as u64 > MAX_BYTES {
             return Err(Error::TooManyRooted {
                 path,
@@ -268,6 +292,11 @@ impl Pending {
         for root in &found.roots {
             content.extend_from_slice(b"shallow ");
             content.extend_from_slice(root.hex_to_buf(&mut hex).as_bytes());
+            content.push(b'\n');
+        }
+        for id in moving {
+            content.extend_from_slice(MOVING);
+            content.extend_from_slice(id.hex_to_buf(&mut hex).as_bytes());
             content.push(b'\n');
         }
         let created = !dir.is_dir();
@@ -310,16 +339,19 @@ impl Pending {
             path,
             ids: found.rooted.clone(),
             roots: found.roots.clone(),
+            hash,
             _held: file,
         }))
     }
 
-    /// The push is over, its roots recorded or not in `shallow` (the repository's shallow
-    /// commits now, read from `shallow_dir`/shallow): the file is removed when every root is
-    /// there (the directory holding `shallow` synced first as `durability` says, so that the
-    /// roots outlive the file on a power loss), or its ids are added to the list for good
-    /// first ([`append`]); then the files of pushes killed before they settled theirs
-    /// ([`reap`]). On an error the file stays (and is reaped once the push is over).
+    /// The push is over, its objects moved in and their renames made durable, its roots
+    /// recorded or not in `shallow` (the repository's shallow commits now, read from
+    /// `shallow_dir`/shallow): the file is removed when every root is there (the directory
+    /// holding `shallow` synced first as `durability` says, so that the roots outlive the file
+    /// on a power loss), or its ids are added to the list for good first ([`append`]); the
+    /// loose objects it listed as moving are in. Then the files of pushes killed before they
+    /// settled theirs ([`reap`]). On an error the file stays (and is reaped once the push is
+    /// over).
     pub fn settle(
         self,
         shallow: &[ObjectId],
@@ -335,9 +367,8 @@ impl Pending {
             shallow_dir,
             durability,
         )?;
-        // `write` lists at least one id; its own file is gone now, whatever reap finds.
-        let hash = self.ids[0].kind();
-        reap(&self.objects_dir, hash, shallow, shallow_dir, durability)?;
+        // Its own file is gone now, whatever reap finds.
+        reap(&self.objects_dir, self.hash, shallow, shallow_dir, durability)?;
         Ok(settled)
     }
 }
@@ -358,9 +389,11 @@ fn settle(
         source,
     };
     let settled = if roots.iter().all(|r| shallow.contains(r)) {
-        durability
-            .sync_dir(crate::fsync::Components::OBJECTS, shallow_dir)
-            .map_err(|e| io(shallow_dir, e))?;
+        if !roots.is_empty() {
+            durability
+                .sync_dir(crate::fsync::Components::OBJECTS, shallow_dir)
+                .map_err(|e| io(shallow_dir, e))?;
+        }
         Settled::Complete
     } else {
         append(objects_dir, ids, durability)?;
@@ -373,9 +406,11 @@ fn settle(
 }
 
 /// Settle the files of pushes that ended without settling theirs (killed, or gone on an
-/// error): a file no push holds locked. One whose roots are all in `shallow` (the repository's
-/// shallow commits, read from `shallow_dir`/shallow) is removed, else its ids are added to the
-/// list first; one still being written is removed (nothing of its push moved in). Run by
+/// error, or the machine lost power): a file no push holds locked. The loose objects it lists
+/// as moving are added to the list (some may have moved in without what they link to); then
+/// one whose roots are all in `shallow` (the repository's shallow commits, read from
+/// `shallow_dir`/shallow) is removed, else its ids are added to the list first; one still
+/// being written is removed (nothing of its push moved in). Run by
 /// [`Pending::settle`] once a push settled its own, so that a repository fed by shallow pushes
 /// does not keep them.
 /// How many were settled.
@@ -428,11 +463,13 @@ fn reap(
             }
         } else {
             let data = std::fs::read(&path).map_err(|e| io(&path, e))?;
-            let (mut ids, mut roots) = (Vec::new(), Vec::new());
+            let (mut ids, mut roots, mut moving) = (Vec::new(), Vec::new(), Vec::new());
             for line in data.split(|b| *b == b'\n') {
-                let (line, into) = match line.strip_prefix(b"shallow ") {
-                    Some(root) => (root, &mut roots),
-                    None => (line, &mut ids),
+                let (line, into) = match (line.strip_prefix(b"shallow "), line.strip_prefix(MOVING))
+                {
+                    (Some(root), _) => (root, &mut roots),
+                    (_, Some(id)) => (id, &mut moving),
+                    _ => (line, &mut ids),
                 };
                 if line.len() == hash.len_in_hex()
                     && let Ok(id) = ObjectId::from_hex(line)
@@ -440,6 +477,7 @@ fn reap(
                     into.push(id);
                 }
             }
+            append(objects_dir, &moving, durability)?;
             settle(
                 objects_dir,
                 &path,
@@ -504,12 +542,12 @@ mod tests {
             ..Found::default()
         };
         assert!(
-            Pending::write(dir.path(), "p0".as_ref(), &none, Default::default())
+            Pending::write(dir.path(), "p0".as_ref(), &none, &[], Default::default())
                 .unwrap()
                 .is_none()
         );
         let pending = |name: &str| {
-            Pending::write(dir.path(), name.as_ref(), &found, Default::default())
+            Pending::write(dir.path(), name.as_ref(), &found, &[], Default::default())
                 .unwrap()
                 .unwrap()
         };
@@ -521,7 +559,7 @@ mod tests {
 
         let p = pending("p1");
         assert_eq!(listed(dir.path()), vec![commit, root]);
-        assert!(Pending::write(dir.path(), "p1".as_ref(), &found, Default::default()).is_err());
+        assert!(Pending::write(dir.path(), "p1".as_ref(), &found, &[], Default::default()).is_err());
         let settled = p.settle(&[other, root], dir.path(), Default::default());
         assert_eq!(settled.unwrap(), Settled::Complete);
         assert!(listed(dir.path()).is_empty());
@@ -557,7 +595,7 @@ mod tests {
             roots: vec![root],
             ..Found::default()
         };
-        let err = Pending::write(dir.path(), "p4".as_ref(), &many, Default::default());
+        let err = Pending::write(dir.path(), "p4".as_ref(), &many, &[], Default::default());
         assert!(
             matches!(err, Err(Error::TooManyRooted { count: c, .. }) if c == count),
             "{err:?}"
@@ -579,7 +617,7 @@ mod tests {
             ..Found::default()
         };
         let write = |name: &str, f: &Found| {
-            Pending::write(dir.path(), name.as_ref(), f, Default::default())
+            Pending::write(dir.path(), name.as_ref(), f, &[], Default::default())
                 .unwrap()
                 .unwrap()
         };
@@ -622,5 +660,72 @@ mod tests {
             Settled::Complete
         );
         assert_eq!(names(), Vec::<String>::new());
+    }
+
+    /// The loose objects a push moves in with its renames made durable are read as part of
+    /// the list until the push settles its file (its moves synced by then): not listed after.
+    /// A push that never settles (killed, or the machine lost power mid-move, when a commit
+    /// may outlive its tree) has them listed for good by the next push's reaping, with its
+    /// rooted commits whose roots were not recorded.
+    #[test]
+    fn objects_moving_in_are_listed_until_their_push_settles_and_for_good_if_it_never_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let sha1 = gix_hash::Kind::Sha1;
+        let id = |c: u8| ObjectId::from_hex(&[c; 40]).unwrap();
+        let write = |name: &str, f: &Found, moving: &[ObjectId]| {
+            Pending::write(dir.path(), name.as_ref(), f, moving, Default::default())
+                .unwrap()
+                .unwrap()
+        };
+        let sorted = |set: HashSet<ObjectId>| {
+            let mut v: Vec<ObjectId> = set.into_iter().collect();
+            v.sort();
+            v
+        };
+        let main = || -> Vec<ObjectId> {
+            let data = std::fs::read_to_string(dir.path().join(FILE)).unwrap_or_default();
+            let mut v: Vec<_> = data
+                .lines()
+                .map(|l| ObjectId::from_hex(l.as_bytes()).unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        let none = Found::default();
+
+        // Nothing rooted, nothing moving: no file.
+        assert!(
+            Pending::write(dir.path(), "p".as_ref(), &none, &[], Default::default())
+                .unwrap()
+                .is_none()
+        );
+        // Moving only: read while held, gone once settled, nothing listed for good.
+        let own = write("own", &none, &[id(b'1'), id(b'2')]);
+        assert_eq!(sorted(read(dir.path(), sha1).unwrap()), vec![id(b'1'), id(b'2')]);
+        assert_eq!(
+            own.settle(&[], dir.path(), Default::default()).unwrap(),
+            Settled::Complete
+        );
+        assert!(read(dir.path(), sha1).unwrap().is_empty());
+        assert_eq!(main(), Vec::<ObjectId>::new());
+
+        // Two pushes that never settled: one moving only, one also rooted (its root not
+        // recorded); read as part of the list, then reaped by a push that settles its own.
+        drop(write("killed", &none, &[id(b'3'), id(b'4')]));
+        let rooted = Found {
+            rooted: vec![id(b'5')],
+            roots: vec![id(b'6')],
+            ..Found::default()
+        };
+        drop(write("lost", &rooted, &[id(b'7')]));
+        let listed = vec![id(b'3'), id(b'4'), id(b'5'), id(b'7')];
+        assert_eq!(sorted(read(dir.path(), sha1).unwrap()), listed);
+        let next = write("next", &none, &[id(b'8')]);
+        assert_eq!(
+            next.settle(&[], dir.path(), Default::default()).unwrap(),
+            Settled::Complete
+        );
+        assert_eq!(main(), listed, "listed for good: the dead pushes' objects");
+        assert_eq!(std::fs::read_dir(dir.path().join(PENDING)).unwrap().count(), 0);
     }
 }

@@ -205,8 +205,11 @@ impl Quarantine {
     /// git's `tmp_objdir_migrate` moves them. One that exists already is left as it is. With
     /// directories synced ([`Quarantine::with_durability`]), every directory moved into is
     /// synced once the moves are done (and `objects_dir` when a fan-out directory was created
-    /// in it), before this returns: before any ref names them. (The syncs do not order the
-    /// moves among themselves on a power loss; the process killed half way, they are ordered.)
+    /// in it), before this returns: before any ref names them. The syncs do not order the moves
+    /// among themselves on a power loss (the process killed half way, they are ordered): with
+    /// directories synced, the loose objects that move are listed in the push's own file first
+    /// ([`crate::objects::incomplete::Pending`]), read as part of the list until the push
+    /// settles it, and listed for good if the push never does.
     pub fn migrate(&mut self, objects_dir: &Path) -> Result<Migrated, MigrateError> {
         use crate::fsync::Components;
         use crate::objects::incomplete;
@@ -214,7 +217,15 @@ impl Quarantine {
         let mut created_fanout = false;
         incomplete::append(objects_dir, &self.incomplete.missing, durability)?;
         let name = self.dir.file_name().unwrap_or(self.dir.as_os_str());
-        let pending = incomplete::Pending::write(objects_dir, name, &self.incomplete, durability)?;
+        // Synced renames are durable once their directories are, in no particular order until
+        // then: on a power loss, a commit could outlive its tree. The objects that move are
+        // listed in the push's own file until they are in ([`incomplete::Pending`]).
+        let moving: &[gix_hash::ObjectId] = match durability.syncs_dirs(Components::LOOSE_OBJECT) {
+            true => &self.loose,
+            false => &[],
+        };
+        let pending =
+            incomplete::Pending::write(objects_dir, name, &self.incomplete, moving, durability)?;
         // Fan-out directories moved into (to sync), by their number.
         let mut moved_into = [false; 256];
         let mut ready = [false; 256];
