@@ -65,6 +65,26 @@ pub(crate) fn history(dir: &Path) -> Vec<String> {
     commits
 }
 
+/// Write into `repo` a commit of the empty tree whose parent nobody has (as a push accepted
+/// beside it left it), `message` telling such commits apart; its id.
+pub(crate) fn commit_without_parent(repo: &Path, message: &str) -> gix_hash::ObjectId {
+    let tree = git(repo, &["mktree"]);
+    let body = format!(
+        "tree {tree}\nparent {}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\n{message}\n",
+        "ab".repeat(20)
+    );
+    let args = [
+        "hash-object",
+        "-t",
+        "commit",
+        "-w",
+        "--stdin",
+        "--literally",
+    ];
+    let id = git_with_input(repo, &args, &body);
+    gix_hash::ObjectId::from_hex(id.as_bytes()).expect("git prints an id")
+}
+
 /// `git pack-objects` of `list` (its `--revs` input when `revs`) into `dir`, its deltas on
 /// bases named by offset; the index.
 pub(crate) fn pack(repo: &Path, dir: &Path, revs: bool, list: &str) -> gix_pack::index::File {

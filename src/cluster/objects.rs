@@ -689,26 +689,12 @@ mod tests {
     /// it relied on ends it after four passes.
     #[test]
     fn a_replica_checks_again_what_was_listed_while_its_check_ran() {
-        use crate::test_git::{git, git_with_input};
+        use crate::test_git::git;
         let dir = tempfile::tempdir().unwrap();
         let commits = crate::test_git::history(dir.path());
         git(dir.path(), &["clone", "-q", "--bare", "r", "copy.git"]);
         let copy = dir.path().join("copy.git");
-        let tree = git(&copy, &["mktree"]);
-        let body = format!(
-            "tree {tree}\nparent {}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\nx\n",
-            "ab".repeat(20)
-        );
-        let args = [
-            "hash-object",
-            "-t",
-            "commit",
-            "-w",
-            "--stdin",
-            "--literally",
-        ];
-        let broken = git_with_input(&copy, &args, &body);
-        let broken = gix_hash::ObjectId::from_hex(broken.as_bytes()).unwrap();
+        let broken = crate::test_git::commit_without_parent(&copy, "x");
         let repo =
             crate::repo::Repository::open(copy.to_str().unwrap(), &Default::default()).unwrap();
 

@@ -260,7 +260,7 @@ mod tests {
 
     use super::*;
     use crate::protocol::request::Command;
-    use crate::test_git::{git, git_with_input};
+    use crate::test_git::git;
 
     /// A bare repository holding `n` commits whose parent nobody has (as a push that was
     /// accepted beside them left them), and a create command for each.
@@ -268,20 +268,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         git(dir.path(), &["init", "-q", "--bare", "srv.git"]);
         let bare = dir.path().join("srv.git");
-        let tree = git(&bare, &["mktree"]);
         let ids = (0..n)
-            .map(|i| {
-                let body = format!(
-                    "tree {tree}\nparent {}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\n{i}\n",
-                    "ab".repeat(20)
-                );
-                let id = git_with_input(
-                    &bare,
-                    &["hash-object", "-t", "commit", "-w", "--stdin", "--literally"],
-                    &body,
-                );
-                ObjectId::from_hex(id.as_bytes()).unwrap()
-            })
+            .map(|i| crate::test_git::commit_without_parent(&bare, &i.to_string()))
             .collect();
         let repo = Repository::open(bare.to_str().unwrap(), &Default::default()).unwrap();
         (dir, repo, ids)

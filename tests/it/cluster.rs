@@ -16,16 +16,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
-}
-
 /// One HTTP/1.0 request; the status and body (`None` when nothing answers).
 pub(crate) fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -72,7 +62,7 @@ impl Etcd {
         certs: Option<crate::cluster_fixture::Certs>,
     ) -> Etcd {
         let scheme = if certs.is_some() { "https" } else { "http" };
-        let ports = free_ports(6);
+        let ports = common::free_ports(6);
         let (client, peer) = ports.split_at(3);
         let initial: Vec<String> = (0..3)
             .map(|i| format!("e{i}=http://127.0.0.1:{}", peer[i]))
@@ -296,7 +286,7 @@ impl Cluster {
         extra: Vec<String>,
         env: Vec<(String, String)>,
     ) -> Cluster {
-        let ports = free_ports(6);
+        let ports = common::free_ports(6);
         let nodes = (0..3)
             .map(|i| Node {
                 name: format!("n{i}"),
@@ -355,7 +345,7 @@ impl Cluster {
     /// One more node (`n<index>`, its own root and port), started; its index.
     pub(crate) fn add_node(&mut self, w: &World) -> usize {
         let i = self.nodes.len();
-        let ports = free_ports(2);
+        let ports = common::free_ports(2);
         self.nodes.push(Node {
             name: format!("n{i}"),
             root: w.path(&format!("node{i}")),
@@ -1978,7 +1968,7 @@ fn a_node_started_with_another_replicas_than_the_clusters_refuses_to_start() {
         "{}",
         c.logs()
     );
-    let port = free_ports(1)[0];
+    let port = common::free_ports(1)[0];
     let mut cmd = w.cmd(common::berth(), ".");
     cmd.args(["serve", "--root"])
         .arg(w.path("node-k2"))
@@ -2122,7 +2112,7 @@ fn a_node_started_before_etcd_waits_for_it_and_joins() {
     for i in 0..3 {
         etcd.kill(i);
     }
-    let port = free_ports(1)[0];
+    let port = common::free_ports(1)[0];
     let mut cmd = w.cmd(common::berth(), ".");
     cmd.env("RUST_LOG", "berth=info")
         .arg("serve")

@@ -222,14 +222,7 @@ fn a_node_or_client_without_a_certificate_of_the_cluster_ca_is_refused() {
 
     // A fourth node whose certificate another CA signed (it knows the cluster CA's certificate
     // and reaches etcd): it joins etcd, but no node talks to it, nor it to them.
-    let ports = {
-        let l: Vec<_> = (0..2)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        l.iter()
-            .map(|l| l.local_addr().unwrap().port())
-            .collect::<Vec<u16>>()
-    };
+    let ports = common::free_ports(2);
     let mut cmd = w.cmd(common::berth(), ".");
     cmd.env("RUST_LOG", "berth=info")
         .arg("serve")
@@ -315,12 +308,7 @@ fn start_with_cert(
     key: &std::path::Path,
 ) -> (u16, common::ServeProcess) {
     let certs = c.etcd.certs.clone().unwrap();
-    let ports: Vec<u16> = {
-        let l: Vec<_> = (0..2)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        l.iter().map(|l| l.local_addr().unwrap().port()).collect()
-    };
+    let ports: Vec<u16> = common::free_ports(2);
     let mut cmd = w.cmd(common::berth(), ".");
     cmd.env("RUST_LOG", "berth=info")
         .arg("serve")

@@ -7,7 +7,7 @@ use crate::common;
 use common::World;
 
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -54,15 +54,10 @@ fn start_sshd(dir: &Path, authorized_keys: &str) -> Sshd {
         keygen(&dir.join("host_key"));
     }
     std::fs::write(dir.join("authorized_keys"), authorized_keys).unwrap();
-    // The port is free when picked, but until sshd binds it another test of this process (a
-    // `berth serve` on port 0, a client socket) may take it: sshd then exits, and another port is
-    // tried. sshd is ready when it answers with its banner (not merely when something listens).
+    // The port is free when picked (below the ephemeral range: no client socket takes it), but
+    // a process outside the tests may bind it first: sshd then exits, and another port is tried. sshd is ready when it answers with its banner (not merely when something listens).
     for attempt in 1..=5 {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::common::free_ports(1)[0];
         let config = format!(
             "Port {port}\nListenAddress 127.0.0.1\nHostKey {dir}/host_key\nPidFile {dir}/sshd.pid\n\
              AuthorizedKeysFile {dir}/authorized_keys\nStrictModes no\nUsePAM no\n\

@@ -8,7 +8,7 @@ use crate::common;
 use common::World;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -331,11 +331,7 @@ fn push_fetch_clone_keys_and_refusals() {
         String::from_utf8_lossy(&out.stderr).contains("forwarding failed"),
         "{out:?}"
     );
-    let free = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let free = crate::common::free_ports(1)[0];
     let fwd = format!("127.0.0.1:{free}:127.0.0.1:22");
     let out = ssh(
         &w,
@@ -547,11 +543,7 @@ fn start_sshd(dir: &Path, authorized_keys: &str) -> Sshd {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     std::fs::write(dir.join("authorized_keys"), authorized_keys).unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::common::free_ports(1)[0];
     let config = format!(
         "Port {port}\nListenAddress 127.0.0.1\nHostKey {dir}/host_key\nPidFile {dir}/sshd.pid\n\
          AuthorizedKeysFile {dir}/authorized_keys\nStrictModes no\nUsePAM no\n\
