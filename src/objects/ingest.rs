@@ -116,7 +116,8 @@ pub struct Migrated {
     /// The `.keep` files that protect the migrated pack, to delete after the ref update.
     pub keeps: Vec<PathBuf>,
     /// The push's commits that need new shallow roots, listed until the ref update recorded
-    /// them or not ([`crate::objects::incomplete::Pending::settle`]).
+    /// them or not, and (with directories synced) the loose objects that moved in
+    /// ([`crate::objects::incomplete::Pending::settle`]).
     pub pending: Option<crate::objects::incomplete::Pending>,
 }
 
@@ -194,6 +195,29 @@ impl Quarantine {
         self.dir.join("pack")
     }
 
+    /// Every loose object in the quarantine, named as git names them (`xx/yyyy…`): the
+    /// unpacked pack's and any a hook wrote.
+    fn loose_objects(&self) -> io::Result<Vec<gix_hash::ObjectId>> {
+        let mut ids = Vec::with_capacity(self.loose.len());
+        let mut hex = Vec::with_capacity(64);
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(fanout) = name.to_str().filter(|n| n.len() == 2) else {
+                continue;
+            };
+            for object in std::fs::read_dir(entry.path())? {
+                hex.clear();
+                hex.extend_from_slice(fanout.as_bytes());
+                hex.extend_from_slice(object?.file_name().as_encoded_bytes());
+                if let Ok(id) = gix_hash::ObjectId::from_hex(&hex) {
+                    ids.push(id);
+                }
+            }
+        }
+        Ok(ids)
+    }
+
     /// Move the received pack into `objects_dir/pack`, `.keep` first and `.idx` last, so that a
     /// pack is never visible without its data and is protected from a concurrent repack until
     /// the refs point into it. Returns the `.keep` files to delete after the ref update, and
@@ -218,14 +242,15 @@ impl Quarantine {
         incomplete::append(objects_dir, &self.incomplete.missing, durability)?;
         let name = self.dir.file_name().unwrap_or(self.dir.as_os_str());
         // Synced renames are durable once their directories are, in no particular order until
-        // then: on a power loss, a commit could outlive its tree. The objects that move are
-        // listed in the push's own file until they are in ([`incomplete::Pending`]).
-        let moving: &[gix_hash::ObjectId] = match durability.syncs_dirs(Components::LOOSE_OBJECT) {
-            true => &self.loose,
-            false => &[],
+        // then: on a power loss, a commit could outlive its tree. The objects that move (the
+        // pack's and any a hook wrote) are listed in the push's own file until they are in
+        // ([`incomplete::Pending`]).
+        let moving = match durability.syncs_dirs(Components::LOOSE_OBJECT) {
+            true => self.loose_objects()?,
+            false => Vec::new(),
         };
         let pending =
-            incomplete::Pending::write(objects_dir, name, &self.incomplete, moving, durability)?;
+            incomplete::Pending::write(objects_dir, name, &self.incomplete, &moving, durability)?;
         // Fan-out directories moved into (to sync), by their number.
         let mut moved_into = [false; 256];
         let mut ready = [false; 256];
@@ -978,6 +1003,72 @@ mod tests {
 
         // What cannot be read may hold anything.
         assert!(may_hold_objects(&dir.path().join("missing")));
+    }
+
+    /// With directories synced, every loose object that moves in (the pack's and one a hook
+    /// wrote into the quarantine) is read as not known to be complete from before the first
+    /// move until the push settles its file; without, nothing is listed.
+    #[test]
+    fn loose_objects_moving_in_with_synced_directories_are_listed_until_settled() {
+        use crate::fsync::{Durability, Floor};
+        use crate::objects::incomplete;
+        use crate::test_git::git;
+        let dir = tempfile::tempdir().unwrap();
+        let commits = crate::test_git::history(dir.path());
+        let work = dir.path().join("r");
+        let revs = format!("{}\n--not\n{}\n", commits[9], commits[8]);
+        let pack = crate::test_git::git_bytes(
+            &work,
+            &["pack-objects", "--revs", "--stdout", "-q"],
+            revs.as_bytes(),
+        );
+        let count = u32::from_be_bytes(pack[8..12].try_into().unwrap()) as usize;
+        let sha1 = gix_hash::Kind::Sha1;
+        for (name, durability, listed) in [
+            ("synced.git", Durability::default().at_least(Floor::Synced), true),
+            ("git.git", Durability::default(), false),
+        ] {
+            git(dir.path(), &["init", "-q", "--bare", name]);
+            let objects_dir = dir.path().join(name).join("objects");
+            let mut q = Quarantine::create(&objects_dir)
+                .unwrap()
+                .with_durability(durability);
+            let odb = gix_odb::at(&objects_dir, sha1).unwrap();
+            let options = Options {
+                unpack_limit: 1_000,
+                ..Default::default()
+            };
+            receive_pack(&mut &pack[..], &mut q, &odb, options).unwrap();
+            // What a pre-receive hook writes into the quarantine.
+            let out = std::process::Command::new("git")
+                .args(["hash-object", "-w", "--stdin"])
+                .env("GIT_DIR", dir.path().join(name))
+                .env("GIT_OBJECT_DIRECTORY", q.path())
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .and_then(|mut c| {
+                    use std::io::Write;
+                    c.stdin.take().unwrap().write_all(b"from a hook\n")?;
+                    c.wait_with_output()
+                })
+                .unwrap();
+            let hooked = String::from_utf8(out.stdout).unwrap();
+            let hooked = gix_hash::ObjectId::from_hex(hooked.trim().as_bytes()).unwrap();
+            let migrated = q.migrate(&objects_dir).unwrap();
+            let read = incomplete::read(&objects_dir, sha1).unwrap();
+            assert_eq!(migrated.pending.is_some(), listed, "{name}");
+            if listed {
+                assert_eq!(read.len(), count + 1, "{name}: the pack's objects and the hook's");
+                assert!(read.contains(&hooked));
+                let settled = migrated.pending.unwrap();
+                settled.settle(&[], &dir.path().join(name), durability).unwrap();
+            } else {
+                assert!(read.is_empty(), "{name}");
+            }
+            assert!(incomplete::read(&objects_dir, sha1).unwrap().is_empty(), "{name}");
+            assert!(!objects_dir.join(incomplete::FILE).exists(), "{name}");
+        }
     }
 
     /// Every loose object of `objects_dir` whose links (to commits, trees, blobs, tags) are
