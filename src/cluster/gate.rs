@@ -135,12 +135,13 @@ impl CommitGate for Gate {
         RETRY.lost_ref_batches
     }
 
-    fn turn(&self, updates: &[RefUpdate]) -> Option<Box<dyn Send>> {
+    fn turn(&self, updates: &[RefUpdate], format: crate::repo::RefFormat) -> Option<Box<dyn Send>> {
         let names = updates.iter().map(|u| u.name.as_slice());
         // Per ref, atomic or not: the session's locks of the refs an older push holds fail
         // (all of an atomic push's then), as they did before turns.
+        let store = turns::Store::of(format);
         let taken =
-            (self.cluster.turns).take(&self.name, self.age, names, Ask::PerRef, turns::WAIT);
+            (self.cluster.turns).take(&self.name, self.age, names, store, Ask::PerRef, turns::WAIT);
         taken.ok().map(|t| Box::new(t) as Box<dyn Send>)
     }
 

@@ -393,6 +393,7 @@ impl Job {
             &self.h.repo,
             self.h.age,
             names,
+            turns::Store::of(opened.repo.ref_format),
             Ask::AllOrNothing,
             turns::WAIT,
         ) {

@@ -14,6 +14,11 @@
 //! form a circle, and among pushes in conflict the youngest that holds a ref never waits: it
 //! is decided, and a push lands.
 //!
+//! A reftable repository has one lock for all its refs (`tables.list.lock`): there, every push
+//! wants the whole store, and pushes of different refs take turns as pushes of one ref do
+//! ([`Store`]); without that, pushes of different branches through different nodes at once
+//! each held their own node's store and were refused by every other.
+//!
 //! A turn is released after the transaction's locks are (commit or abort); a lock held by a
 //! transaction that took no turn (a catch-up applying entries) is met as before: git's lock
 //! timeout, then refused.
@@ -141,18 +146,46 @@ impl Drop for Taken {
     }
 }
 
+/// What a ref transaction of a repository locks, as its ref storage does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Store {
+    /// Each ref on its own (files: a `<ref>.lock` each).
+    PerRef,
+    /// The whole store at once (reftable: `tables.list.lock`).
+    Whole,
+}
+
+impl Store {
+    /// How `format` locks.
+    pub(super) fn of(format: crate::repo::RefFormat) -> Store {
+        match format {
+            crate::repo::RefFormat::Files => Store::PerRef,
+            crate::repo::RefFormat::Reftable => Store::Whole,
+        }
+    }
+}
+
+/// The name every transaction of a [`Store::Whole`] wants besides its refs: no ref is named so.
+const WHOLE_STORE: &[u8] = b"";
+
 impl Turns {
-    /// Take the turn of a push of age `age` for `names` of `repo`, waiting at most `wait` for
-    /// younger holders (see the module's header).
+    /// Take the turn of a push of age `age` for `names` of `repo`, whose refs `store` locks,
+    /// waiting at most `wait` for younger holders (see the module's header).
     pub(super) fn take<'n>(
         &self,
         repo: &str,
         age: Age,
         names: impl IntoIterator<Item = &'n [u8]>,
+        store: Store,
         ask: Ask,
         wait: Duration,
     ) -> Result<Taken, GaveWay> {
-        let mut names: Vec<u64> = names.into_iter().map(|n| self.key.hash_one(n)).collect();
+        let whole = (store == Store::Whole).then_some(WHOLE_STORE);
+        let mut names: Vec<u64> = names
+            .into_iter()
+            .chain(whole)
+            .map(|n| self.key.hash_one(n))
+            .collect();
         names.sort_unstable();
         names.dedup();
         let deadline = Instant::now() + wait;
@@ -229,7 +262,37 @@ mod tests {
 
     /// `turns`' turn, all or nothing, waiting at most [`WAIT`].
     fn take(turns: &Turns, repo: &str, age: Age, refs: &[&str]) -> Result<Taken, GaveWay> {
-        turns.take(repo, age, names(refs), Ask::AllOrNothing, WAIT)
+        turns.take(
+            repo,
+            age,
+            names(refs),
+            Store::PerRef,
+            Ask::AllOrNothing,
+            WAIT,
+        )
+    }
+
+    /// In a repository whose refs are locked all at once (reftable), pushes of different refs
+    /// take turns: a younger one gives way to an older holder, an older one waits for a
+    /// younger holder; with a lock per ref (files) they do not meet.
+    #[test]
+    fn pushes_of_different_refs_take_turns_where_the_store_is_locked_whole() {
+        let turns = Turns::default();
+        let ask = |age: Age, r: &str, store: Store, wait: Duration| {
+            turns.take("r", age, names(&[r]), store, Ask::AllOrNothing, wait)
+        };
+        let held = ask(Age(5, 0), "refs/heads/a", Store::Whole, WAIT).unwrap();
+        assert!(ask(Age(9, 0), "refs/heads/b", Store::Whole, WAIT).is_err());
+        let short = Duration::from_millis(20);
+        assert!(
+            ask(Age(1, 0), "refs/heads/c", Store::Whole, short).is_err(),
+            "the older waits for the younger holder (here at most 20 ms, then gives way)"
+        );
+        drop(held);
+        let files = ask(Age(5, 0), "refs/heads/a", Store::PerRef, WAIT).unwrap();
+        let other = ask(Age(9, 0), "refs/heads/b", Store::PerRef, WAIT).unwrap();
+        drop((files, other));
+        assert!(ask(Age(9, 0), "refs/heads/b", Store::Whole, WAIT).is_ok());
     }
 
     #[test]
@@ -283,12 +346,15 @@ mod tests {
                     "r",
                     Age(1, 0),
                     ask.clone(),
+                    Store::PerRef,
                     Ask::AllOrNothing,
                     Duration::from_millis(20)
                 )
                 .is_err()
         );
-        let per_ref = turns.take("r", Age(6, 0), ask, Ask::PerRef, WAIT).unwrap();
+        let per_ref = turns
+            .take("r", Age(6, 0), ask, Store::PerRef, Ask::PerRef, WAIT)
+            .unwrap();
         let s = turns.inner.0.lock().unwrap();
         let mine = s.repos["r"]
             .iter()

@@ -91,9 +91,14 @@ pub trait CommitGate: Send + Sync + std::fmt::Debug {
     /// the batch is committed or given up (dropped after its locks are released). A
     /// replicated push may wait here for other pushes of these refs to be decided (the
     /// cluster's wait–die, which keeps pushes of one ref through several nodes from refusing
-    /// each other all). By default none.
-    fn turn(&self, updates: &[crate::refs::RefUpdate]) -> Option<Box<dyn Send>> {
-        let _ = updates;
+    /// each other all; `format` says whether the store locks each ref or all at once). By
+    /// default none.
+    fn turn(
+        &self,
+        updates: &[crate::refs::RefUpdate],
+        format: crate::repo::RefFormat,
+    ) -> Option<Box<dyn Send>> {
+        let _ = (updates, format);
         None
     }
 

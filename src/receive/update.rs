@@ -284,7 +284,7 @@ fn transact(
     };
     // Replicated: the push's turn for these refs first, released after their locks (it is
     // dropped last).
-    let _turn = ctx.gate.and_then(|g| g.turn(updates));
+    let _turn = ctx.gate.and_then(|g| g.turn(updates, ctx.repo.ref_format));
     let prepared = store.transaction(options).prepare(updates, &mut observer)?;
     let Some(gate) = ctx.gate else {
         return Ok(prepared.commit()?);
