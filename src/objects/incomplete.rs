@@ -224,7 +224,7 @@ pub fn append(
 /// it (killed, or the machine lost power), which [`reap`] settles in its place. Dropped
 /// unsettled, the file is such a file.
 #[derive(Debug)]
-#[must_use = "settle it once the push's shallow roots are recorded"]
+#[must_use = "settle it once the push's objects moved in and its refs are updated"]
 pub struct Pending {
     objects_dir: PathBuf,
     path: PathBuf,
