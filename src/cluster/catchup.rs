@@ -97,6 +97,14 @@ pub(super) enum Error {
     Resync(#[from] Box<super::resync::Error>),
 }
 
+/// The repository whose log `key` is the head of: only a repository name as nodes send it,
+/// for it becomes a path.
+fn log_name(key: &[u8]) -> Option<&str> {
+    key.strip_prefix(b"/berth/logs/".as_slice())
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .filter(|n| wire::RepoName::try_from(*n).is_ok())
+}
+
 impl Cluster {
     /// Watch the logs' heads of every repository: a replica that sees an entry it did not
     /// apply (after a second, time for the entry's own decision to arrive) catches up at
@@ -108,19 +116,22 @@ impl Cluster {
             let e = self
                 .etcd
                 .watch(b"/berth/logs/", move |event| {
-                    let etcd::Event::Put(key, value) = event else {
-                        return;
+                    let (key, value, revision) = match event {
+                        etcd::Event::Started(revision) => return me.heads.started(revision),
+                        etcd::Event::Put(kv) => (kv.key, kv.value, kv.mod_revision),
+                        etcd::Event::Deleted(kv) => {
+                            if let Some(name) = log_name(&kv.key) {
+                                me.heads.deleted(name, kv.mod_revision);
+                            }
+                            return;
+                        }
                     };
-                    let Some(name) = key
-                        .strip_prefix(b"/berth/logs/".as_slice())
-                        .and_then(|n| std::str::from_utf8(n).ok())
-                        // A key's name becomes a path: only a repository name as nodes send it.
-                        .filter(|n| wire::RepoName::try_from(*n).is_ok())
-                    else {
+                    let Some(name) = log_name(&key) else {
                         return;
                     };
                     tracing::debug!(target: "berth::cluster", repo = %Escaped::token(name), "log changed");
                     let seq = log::Entry::decode(&value).ok().map(|e| e.seq);
+                    me.heads.put(name, seq, revision);
                     let dir = repo_dir(&me.root, name);
                     let behind = move || seq.is_none_or(|s| applied_seq(&dir) < s);
                     if !behind() {
@@ -135,6 +146,7 @@ impl Cluster {
                     });
                 })
                 .await;
+            self.heads.ended();
             tracing::debug!(target: "berth::cluster", error = %Escaped::text(&e.to_string()), "log watch ended; watching again");
             tokio::time::sleep(Duration::from_millis(500)).await;
         }

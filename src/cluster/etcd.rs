@@ -130,7 +130,7 @@ impl Error {
 }
 
 /// One key's value and revisions.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kv {
     /// The key.
     pub key: Vec<u8>,
@@ -143,10 +143,13 @@ pub struct Kv {
 /// What a watch saw happen to a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// The key was put: its new value.
-    Put(Vec<u8>, Vec<u8>),
-    /// The key was deleted (or its lease expired).
-    Deleted(Vec<u8>),
+    /// The watch is in place: every change after this revision will be reported.
+    Started(i64),
+    /// The key was put: its new value, and the revision of the put.
+    Put(Kv),
+    /// The key was deleted (or its lease expired): its key, no value, and the revision of the
+    /// delete.
+    Deleted(Kv),
 }
 
 /// A comparison of a transaction.
@@ -353,12 +356,19 @@ impl Client {
 
     /// The value of `key`, if it exists.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Kv>, Error> {
+        Ok(self.get_at(key).await?.0)
+    }
+
+    /// The value of `key`, if any, and the store's revision it was read at: a change after
+    /// that revision is one the value does not show.
+    pub async fn get_at(&self, key: &[u8]) -> Result<(Option<Kv>, i64), Error> {
         let request = proto::RangeRequest {
             key: key.to_vec(),
             ..Default::default()
         };
         let answer: proto::RangeResponse = self.call(Call::Range, &request).await?;
-        Ok(kvs(answer.kvs).into_iter().next())
+        let revision = answer.header.map_or(0, |h| h.revision);
+        Ok((kvs(answer.kvs).into_iter().next(), revision))
     }
 
     /// Every key from `from` (inclusive) to `end` (exclusive), in key order.
@@ -530,11 +540,20 @@ impl Client {
                     Ok(None) => break,
                     Err(e) => return e,
                 };
+                if answer.created {
+                    on_event(Event::Started(answer.header.map_or(0, |h| h.revision)));
+                }
                 for e in answer.events {
                     let kv = e.kv.unwrap_or_default();
-                    on_event(match e.r#type {
-                        proto::EVENT_DELETE => Event::Deleted(kv.key),
-                        _ => Event::Put(kv.key, kv.value),
+                    let kind = e.r#type;
+                    let kv = Kv {
+                        key: kv.key,
+                        value: kv.value,
+                        mod_revision: kv.mod_revision,
+                    };
+                    on_event(match kind {
+                        proto::EVENT_DELETE => Event::Deleted(kv),
+                        _ => Event::Put(kv),
                     });
                 }
                 if answer.canceled {

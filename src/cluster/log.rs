@@ -130,16 +130,20 @@ impl Log {
 
     /// The head of repository `name`'s log.
     pub(super) async fn head(&self, name: &str) -> Result<Head, super::Error> {
-        match self.etcd.get(&super::log_key(name)).await? {
-            None => Ok(Head { seq: 0, rev: 0 }),
-            Some(kv) => {
-                let entry = Entry::decode(&kv.value)?;
-                Ok(Head {
-                    seq: entry.seq,
-                    rev: kv.mod_revision,
-                })
-            }
-        }
+        Ok(self.head_at(name).await?.0)
+    }
+
+    /// The head of repository `name`'s log, and the store's revision it was read at.
+    pub(super) async fn head_at(&self, name: &str) -> Result<(Head, i64), super::Error> {
+        let (kv, revision) = self.etcd.get_at(&super::log_key(name)).await?;
+        let head = match kv {
+            None => Head { seq: 0, rev: 0 },
+            Some(kv) => Head {
+                seq: Entry::decode(&kv.value)?.seq,
+                rev: kv.mod_revision,
+            },
+        };
+        Ok((head, revision))
     }
 
     /// The sequence number of the entry of the push `txid` decided against entry `base` of

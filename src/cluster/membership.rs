@@ -158,8 +158,9 @@ impl Membership {
                 if let Ok(mut live) = self.live.lock() {
                     *live = None;
                 }
-                if let etcd::Event::Deleted(key) = event
-                    && let Some(name) = key
+                if let etcd::Event::Deleted(kv) = event
+                    && let Some(name) = kv
+                        .key
                         .strip_prefix(prefix.as_slice())
                         .and_then(|n| std::str::from_utf8(n).ok())
                 {

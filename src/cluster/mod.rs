@@ -60,6 +60,7 @@ mod endpoint;
 pub mod etcd;
 mod forward;
 mod gate;
+mod heads;
 pub mod http;
 mod incoming;
 mod locks;
@@ -219,6 +220,8 @@ pub(crate) struct Cluster {
     copies: copy::Copies,
     /// The repositories' logs (`log.rs`).
     log: log::Log,
+    /// Their heads as the watch of the logs last saw them (`heads.rs`).
+    heads: heads::Heads,
     /// What this node applied of each log, and published (`applied.rs`).
     applied: applied::Applied,
     /// Prepared transactions of pushes accepted elsewhere, waiting for their decision.
@@ -394,6 +397,7 @@ impl Cluster {
             placement: placement::Placement::new(etcd.clone(), config.replicas),
             applied: applied::Applied::new(applied_durability(env)),
             log: log::Log::new(etcd.clone()),
+            heads: Default::default(),
             copies: copy::Copies::new(etcd.clone()),
             etcd,
             node: config.node.clone(),
@@ -569,8 +573,22 @@ impl Cluster {
         if !current && forwarded {
             return Ok((Some(name), Route::Local(Some(replicas))));
         }
-        // A replica that is behind the log does not serve the repository.
-        let seq = self.log.head(&name).await?.seq;
+        // A replica that is behind the log does not serve the repository. The advertisement
+        // reads the log; the push that follows it may go by the head the watch saw
+        // (`heads.rs`), for its gate reads the log again.
+        let seen = if push_rpc && !current {
+            self.heads.seq(&name)
+        } else {
+            None
+        };
+        let seq = match seen {
+            Some(seq) => seq,
+            None => {
+                let (head, revision) = self.log.head_at(&name).await?;
+                self.heads.read(&name, head.seq, revision);
+                head.seq
+            }
+        };
         let applied = applied_seq(&repo_dir(&self.root, &name));
         if applied >= seq {
             return Ok((Some(name), Route::Local(Some(replicas))));

@@ -144,6 +144,37 @@ fn cluster_metrics_count_prepares_commits_etcd_requests_lag_and_quorum_failures(
     );
 }
 
+/// A push over HTTP reads its repository's log head from etcd twice on the node that accepts
+/// it: for its advertisement (`GET info/refs`: a client that saw a push acknowledged elsewhere
+/// sees it here) and at its commit point (the gate's base). Its `POST` is routed by the head the
+/// node's watch of the logs saw (`cluster/heads.rs`), with no read of its own.
+#[test]
+fn an_http_push_reads_the_log_head_for_its_advertisement_and_its_commit_point_only() {
+    let Some(w) = cluster_world() else { return };
+    let (c, src) = cluster(&w).with_repo("m.git");
+    let n0 = c.nodes[0].port;
+    let ranges = || {
+        sample(
+            &metrics(n0),
+            "berth_cluster_etcd_request_seconds_count{op=\"range\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    const PUSHES: usize = 6;
+    let before = ranges();
+    for i in 0..PUSHES {
+        w.commit(&src, "a", &format!("push {i}"));
+        c.must_push(&w, &src, 0, "m.git", &["HEAD:refs/heads/main"], "push");
+    }
+    let per_push = (ranges() - before) / PUSHES as f64;
+    // Two a push, and what the node's own upkeep read meanwhile (a little, not a read a push).
+    assert!(
+        (2.0..2.5).contains(&per_push),
+        "{per_push} etcd range requests a push on the accepting node\n{}",
+        c.logs()
+    );
+}
+
 #[test]
 fn without_cluster_no_cluster_series() {
     let w = World::new();

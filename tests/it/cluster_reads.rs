@@ -115,6 +115,16 @@ fn a_replica_behind_the_log_serves_no_forwarded_http_read() {
         &["clone", "-q", &c.nodes[outsider].url("r.git"), "clone"],
     );
     assert_eq!(w.git("clone", &["rev-parse", "HEAD"]).trim(), two);
+    // A push through the stale replica: its POST too goes to the current one (routed by the
+    // head the stale replica's watch saw, `cluster/heads.rs`, or read), whose gate decides it:
+    // short of a quorum, for the stale replica cannot prepare. Decided on the stale replica,
+    // its gate would have refused it as behind the log.
+    w.commit("clone", "a", "three");
+    let out = crate::cluster::push(&w, "clone", &c.nodes[first].url("r.git"), &["HEAD:main"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("only 1 of 2 replicas could prepare"), "{err}");
+    assert!(!err.contains("behind"), "{err}");
     // Released, it catches up (or refuses until it does).
     std::fs::remove_file(c.nodes[first].dir("r.git").join("refs/heads/main.lock")).unwrap();
 }

@@ -37,9 +37,19 @@ pub(super) struct RangeRequest {
     pub(super) keys_only: bool,
 }
 
+/// `etcdserverpb.ResponseHeader`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct ResponseHeader {
+    /// The store's revision when the request was answered.
+    #[prost(int64, tag = "3")]
+    pub(super) revision: i64,
+}
+
 /// `etcdserverpb.RangeResponse`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(super) struct RangeResponse {
+    #[prost(message, optional, tag = "1")]
+    pub(super) header: Option<ResponseHeader>,
     #[prost(message, repeated, tag = "2")]
     pub(super) kvs: Vec<KeyValue>,
 }
@@ -203,6 +213,12 @@ pub(super) struct WatchCreateRequest {
 /// `etcdserverpb.WatchResponse`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(super) struct WatchResponse {
+    #[prost(message, optional, tag = "1")]
+    pub(super) header: Option<ResponseHeader>,
+    /// The answer to the create request: the watch reports every change after `header`'s
+    /// revision.
+    #[prost(bool, tag = "3")]
+    pub(super) created: bool,
     #[prost(bool, tag = "4")]
     pub(super) canceled: bool,
     #[prost(string, tag = "6")]
