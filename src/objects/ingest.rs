@@ -195,27 +195,30 @@ impl Quarantine {
         self.dir.join("pack")
     }
 
-    /// Every loose object in the quarantine, named as git names them (`xx/yyyy…`): the
-    /// unpacked pack's and any a hook wrote.
-    fn loose_objects(&self) -> io::Result<Vec<gix_hash::ObjectId>> {
-        let mut ids = Vec::with_capacity(self.loose.len());
-        let mut hex = Vec::with_capacity(64);
+    /// Every file under the quarantine's fan-out directories (`xx/…`): its loose objects, the
+    /// unpacked pack's and any a hook wrote, and whatever else a hook left there.
+    fn loose_files(&self) -> io::Result<Vec<LooseFile>> {
+        let mut files = Vec::with_capacity(self.loose.len());
         for entry in std::fs::read_dir(&self.dir)? {
             let entry = entry?;
-            let name = entry.file_name();
-            let Some(fanout) = name.to_str().filter(|n| n.len() == 2) else {
+            let Ok(dir) = entry.file_name().into_string() else {
+                continue;
+            };
+            let Some(fanout) = Some(&dir)
+                .filter(|n| n.len() == 2)
+                .and_then(|n| u8::from_str_radix(n, 16).ok())
+            else {
                 continue;
             };
             for object in std::fs::read_dir(entry.path())? {
-                hex.clear();
-                hex.extend_from_slice(fanout.as_bytes());
-                hex.extend_from_slice(object?.file_name().as_encoded_bytes());
-                if let Ok(id) = gix_hash::ObjectId::from_hex(&hex) {
-                    ids.push(id);
-                }
+                files.push(LooseFile {
+                    dir: dir.clone(),
+                    fanout,
+                    name: object?.file_name(),
+                });
             }
         }
-        Ok(ids)
+        Ok(files)
     }
 
     /// Move the received pack into `objects_dir/pack`, `.keep` first and `.idx` last, so that a
@@ -245,8 +248,9 @@ impl Quarantine {
         // then: on a power loss, a commit could outlive its tree. The objects that move (the
         // pack's and any a hook wrote) are listed in the push's own file until they are in
         // ([`incomplete::Pending`]).
-        let moving = match durability.syncs_dirs(Components::LOOSE_OBJECT) {
-            true => self.loose_objects()?,
+        let files = self.loose_files()?;
+        let moving: Vec<_> = match durability.syncs_dirs(Components::LOOSE_OBJECT) {
+            true => files.iter().filter_map(LooseFile::id).collect(),
             false => Vec::new(),
         };
         let pending =
@@ -255,47 +259,36 @@ impl Quarantine {
         let mut moved_into = [false; 256];
         let mut ready = [false; 256];
         let mut hexbuf = gix_hash::Kind::hex_buf();
-        for id in std::mem::take(&mut self.loose) {
-            let hex = id.hex_to_buf(&mut hexbuf);
-            let fanout = usize::from(id.as_slice()[0]);
-            let dest = objects_dir.join(&hex[..2]);
+        let ordered: foldhash::HashSet<_> = self.loose.iter().copied().collect();
+        // `dir/name` of the quarantine to the same place in the repository (`dir` as found:
+        // `xx`), the fan-out directory `fanout`.
+        let mut move_in = |dir: &str, fanout: u8, name: &std::ffi::OsStr| -> io::Result<()> {
+            let dest = objects_dir.join(dir);
+            let fanout = usize::from(fanout);
             if !ready[fanout] {
                 created_fanout |= self.create_shared_dir(&dest)?;
                 ready[fanout] = true;
             }
-            let target = dest.join(&hex[2..]);
+            let target = dest.join(name);
             if !target.exists() {
-                std::fs::rename(self.dir.join(&hex[..2]).join(&hex[2..]), &target)?;
+                std::fs::rename(self.dir.join(dir).join(name), &target)?;
                 moved_into[fanout] = true;
             }
+            Ok(())
+        };
+        for id in &self.loose {
+            let hex = id.hex_to_buf(&mut hexbuf);
+            let (dir, name) = hex.split_at(2);
+            move_in(dir, id.as_slice()[0], std::ffi::OsStr::new(name))?;
         }
-        // What else is loose in the quarantine (a hook's objects; what the order moved is
-        // gone from it): `xx/yyyy…`.
-        for entry in std::fs::read_dir(&self.dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let Some(fanout) = name
-                .to_str()
-                .filter(|n| n.len() == 2)
-                .and_then(|n| u8::from_str_radix(n, 16).ok())
-            else {
-                continue;
-            };
-            let fanout = usize::from(fanout);
-            let dest = objects_dir.join(&name);
-            for object in std::fs::read_dir(entry.path())? {
-                let object = object?;
-                if !ready[fanout] {
-                    created_fanout |= self.create_shared_dir(&dest)?;
-                    ready[fanout] = true;
-                }
-                let target = dest.join(object.file_name());
-                if !target.exists() {
-                    std::fs::rename(object.path(), &target)?;
-                    moved_into[fanout] = true;
-                }
-            }
+        // What else is loose in the quarantine (a hook's objects), as listed before any moved.
+        for file in files
+            .iter()
+            .filter(|f| f.id().is_none_or(|id| !ordered.contains(&id)))
+        {
+            move_in(&file.dir, file.fanout, &file.name)?;
         }
+        self.loose.clear();
         for (fanout, _) in moved_into.iter().enumerate().filter(|(_, m)| **m) {
             let dest = objects_dir.join(format!("{fanout:02x}"));
             durability.sync_dir(Components::LOOSE_OBJECT, &dest)?;
@@ -346,6 +339,24 @@ impl Quarantine {
 /// A pack of fewer objects is completed from the repository without asking whether it holds
 /// any ([`completes_thin_packs`]).
 const ASK_FOR_BASES_FROM: u32 = 1_000;
+
+/// A file under one of a quarantine's fan-out directories ([`Quarantine::loose_files`]).
+struct LooseFile {
+    /// Its directory's name as found (two hex digits).
+    dir: String,
+    /// That directory's number.
+    fanout: u8,
+    /// Its name in that directory.
+    name: std::ffi::OsString,
+}
+
+impl LooseFile {
+    /// The object it is, if its name is an object's (`xx` and the rest of the id in hex).
+    fn id(&self) -> Option<gix_hash::ObjectId> {
+        let rest = self.name.to_str()?;
+        gix_hash::ObjectId::from_hex(format!("{:02x}{rest}", self.fanout).as_bytes()).ok()
+    }
+}
 
 /// Whether a pack of `objects` objects is read ready to be completed from the repository's
 /// objects (a thin pack's bases): not with `--reject-thin-pack-for-testing`. Completing one
@@ -1055,7 +1066,21 @@ mod tests {
                 .unwrap();
             let hooked = String::from_utf8(out.stdout).unwrap();
             let hooked = gix_hash::ObjectId::from_hex(hooked.trim().as_bytes()).unwrap();
+            // And a file that is no object's, left in a fan-out directory: moved as git's
+            // migration moves everything.
+            let stray = q.path().join(&hooked.to_string()[..2]).join("tmp_obj_left");
+            std::fs::write(&stray, b"").unwrap();
             let migrated = q.migrate(&objects_dir).unwrap();
+            let store = gix_odb::loose::Store::at(&objects_dir, sha1);
+            assert_eq!(store.iter().count(), count + 1, "{name}: every object moved in");
+            assert!(store.contains(&hooked), "{name}");
+            assert!(
+                objects_dir
+                    .join(&hooked.to_string()[..2])
+                    .join("tmp_obj_left")
+                    .exists(),
+                "{name}"
+            );
             let read = incomplete::read(&objects_dir, sha1).unwrap();
             assert_eq!(migrated.pending.is_some(), listed, "{name}");
             if listed {
