@@ -71,7 +71,8 @@ use std::time::{Duration, Instant};
 
 use bench::load::{contains, http, pkt};
 use support::load::{Load, Loaded, Repos, env_usize, fsck, load_average, ms};
-use support::server::{Server, free_ports, spawn_berth};
+use support::ports::free_ports;
+use support::server::{Server, spawn_berth};
 
 /// The zero id (SHA-1).
 const ZERO: &str = "0000000000000000000000000000000000000000";

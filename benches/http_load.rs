@@ -60,7 +60,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use support::load::{Load, Loaded, Repos, env_list, env_usize, fsck, init_repos, load_average};
-use support::server::{Server, free_ports, spawn_berth, wait_port};
+use support::ports::free_ports;
+use support::server::{Server, spawn_berth, wait_port};
 
 /// The bench user's password (`BERTH_LOAD_AUTH=1`).
 const PASSWORD: &str = "load-bench-password";

@@ -33,7 +33,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use support::load::{Load, Repos, env_usize, fsck, init_repos, load_average};
-use support::server::{free_ports, wait_port};
+use support::ports::free_ports;
+use support::server::wait_port;
 
 const SSHD: &str = "/usr/sbin/sshd";
 

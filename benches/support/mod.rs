@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod load;
+#[path = "../../tests/it/ports.rs"]
+pub mod ports;
 pub mod server;
 
 use std::fmt::Write as _;

@@ -1,7 +1,7 @@
 //! The servers the load benches start: a `berth serve` process (its address read from its
 //! `listening on` line), killed when dropped; free loopback ports; waiting for a port.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -61,17 +61,6 @@ pub fn spawn_berth(mut cmd: Command, log: &Path) -> Server {
         addr,
         prefix: "",
     }
-}
-
-/// `n` loopback ports free at the moment (bound together, then released).
-pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
 }
 
 /// Wait until `port` on loopback accepts connections (up to 30 s); exit 2 if `child` exits

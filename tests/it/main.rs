@@ -4,6 +4,7 @@
 //! is in [`common`].
 
 mod common;
+mod ports;
 
 mod auth_hardening;
 mod bad_input;
