@@ -12,14 +12,21 @@
 //!
 //! A head enters from a read of the log ([`Heads::read`]) only while the watch is in place and
 //! has reported no change after that read's revision, so every later change is an event still
-//! to come; the watch's events update the heads present, and its end forgets them all.
+//! to come; the watch's events update the heads present, and its end forgets them all. A head
+//! neither read nor reported for [`MAX_AGE`] is not used: a watch whose stream stalled without
+//! ending (a half-open connection) cannot keep one stale for longer. A push's `POST` follows
+//! its `GET`, whose read refreshed the head moments before.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// How many repositories' heads are kept; past it they are all forgotten (a read of the log
 /// each, until seen again).
 const MAX_HEADS: usize = 1 << 16;
+
+/// How long a head read or reported is used.
+const MAX_AGE: Duration = Duration::from_secs(2);
 
 /// The log heads seen, by repository.
 #[derive(Debug, Default)]
@@ -31,8 +38,8 @@ pub(super) struct Heads {
 struct Inner {
     /// The watch in place, and the last revision it reported; `None` while there is none.
     watched: Option<i64>,
-    /// Each repository's head sequence number, as seen.
-    seqs: HashMap<String, u64>,
+    /// Each repository's head sequence number, as seen, and when it was read or reported.
+    seqs: HashMap<String, (u64, Instant)>,
 }
 
 impl Heads {
@@ -59,7 +66,10 @@ impl Heads {
         };
         *watched = (*watched).max(revision);
         match (i.seqs.get_mut(name), seq) {
-            (Some(known), Some(seq)) => *known = (*known).max(seq),
+            (Some((known, at)), Some(seq)) => {
+                *known = (*known).max(seq);
+                *at = Instant::now();
+            }
             (Some(_), None) => {
                 i.seqs.remove(name);
             }
@@ -86,15 +96,25 @@ impl Heads {
         if i.seqs.len() >= MAX_HEADS && !i.seqs.contains_key(name) {
             i.seqs.clear();
         }
-        let known = i.seqs.entry(name.to_owned()).or_insert(seq);
+        let (known, at) = i
+            .seqs
+            .entry(name.to_owned())
+            .or_insert((seq, Instant::now()));
         *known = (*known).max(seq);
+        *at = Instant::now();
     }
 
     /// `name`'s head as seen, if known.
     pub(super) fn seq(&self, name: &str) -> Option<u64> {
+        self.seq_at(name, Instant::now())
+    }
+
+    /// `name`'s head as seen, if known at `now`.
+    fn seq_at(&self, name: &str, now: Instant) -> Option<u64> {
         let i = self.lock();
         i.watched?;
-        i.seqs.get(name).copied()
+        let (seq, at) = i.seqs.get(name)?;
+        (now.saturating_duration_since(*at) < MAX_AGE).then_some(*seq)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -141,6 +161,20 @@ mod tests {
         assert_eq!(h.seq("r"), None);
         h.started(113);
         assert_eq!(h.seq("r"), None);
+    }
+
+    #[test]
+    fn a_head_neither_read_nor_reported_for_a_while_is_not_used() {
+        let h = Heads::default();
+        h.started(1);
+        h.read("r", 3, 1);
+        let later = Instant::now() + MAX_AGE;
+        assert_eq!(h.seq_at("r", later), None);
+        // Reported by the watch: used again.
+        std::thread::sleep(Duration::from_millis(2));
+        h.put("r", Some(4), 2);
+        assert_eq!(h.seq_at("r", later), Some(4));
+        assert_eq!(h.seq_at("r", later + MAX_AGE), None);
     }
 
     #[test]
