@@ -361,8 +361,11 @@ impl Pending {
         let settled = settle(
             &self.objects_dir,
             &self.path,
-            &self.ids,
-            &self.roots,
+            Listing {
+                ids: &self.ids,
+                roots: &self.roots,
+                moving: &[],
+            },
             shallow,
             shallow_dir,
             durability,
@@ -373,13 +376,22 @@ impl Pending {
     }
 }
 
-/// Remove the file `path` listing `ids` when all of `roots` are in `shallow`, else add `ids`
-/// to the list first.
+/// What a push's file lists ([`Pending::write`]).
+struct Listing<'a> {
+    /// Commits complete once all of `roots` are shallow commits of the repository.
+    ids: &'a [ObjectId],
+    roots: &'a [ObjectId],
+    /// Loose objects that were moving in: listed for good when the push did not settle.
+    moving: &'a [ObjectId],
+}
+
+/// Remove the file `path` with `listing` when all of its roots are in `shallow`, else add its
+/// ids to the list first; its `moving` ids are added to the list either way (in the same
+/// write).
 fn settle(
     objects_dir: &Path,
     path: &Path,
-    ids: &[ObjectId],
-    roots: &[ObjectId],
+    listing: Listing<'_>,
     shallow: &[ObjectId],
     shallow_dir: &Path,
     durability: crate::fsync::Durability,
@@ -388,15 +400,19 @@ fn settle(
         path: path.to_owned(),
         source,
     };
-    let settled = if roots.iter().all(|r| shallow.contains(r)) {
-        if !roots.is_empty() {
+    let settled = if listing.roots.iter().all(|r| shallow.contains(r)) {
+        if !listing.roots.is_empty() {
             durability
                 .sync_dir(crate::fsync::Components::OBJECTS, shallow_dir)
                 .map_err(|e| io(shallow_dir, e))?;
         }
+        append(objects_dir, listing.moving, durability)?;
         Settled::Complete
+    } else if listing.moving.is_empty() {
+        append(objects_dir, listing.ids, durability)?;
+        Settled::Listed
     } else {
-        append(objects_dir, ids, durability)?;
+        append(objects_dir, &[listing.ids, listing.moving].concat(), durability)?;
         Settled::Listed
     };
     match std::fs::remove_file(path) {
@@ -477,16 +493,12 @@ fn reap(
                     into.push(id);
                 }
             }
-            append(objects_dir, &moving, durability)?;
-            settle(
-                objects_dir,
-                &path,
-                &ids,
-                &roots,
-                shallow,
-                shallow_dir,
-                durability,
-            )?;
+            let listing = Listing {
+                ids: &ids,
+                roots: &roots,
+                moving: &moving,
+            };
+            settle(objects_dir, &path, listing, shallow, shallow_dir, durability)?;
         }
         reaped += 1;
     }
