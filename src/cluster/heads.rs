@@ -66,10 +66,13 @@ impl Heads {
         };
         *watched = (*watched).max(revision);
         match (i.seqs.get_mut(name), seq) {
-            (Some((known, at)), Some(seq)) => {
-                *known = (*known).max(seq);
+            // Only news refreshes it: a watch catching up (its member behind the others)
+            // reports changes a read already showed.
+            (Some((known, at)), Some(seq)) if seq >= *known => {
+                *known = seq;
                 *at = Instant::now();
             }
+            (Some(_), Some(_)) => {}
             (Some(_), None) => {
                 i.seqs.remove(name);
             }
@@ -170,11 +173,17 @@ mod tests {
         h.read("r", 3, 1);
         let later = Instant::now() + MAX_AGE;
         assert_eq!(h.seq_at("r", later), None);
-        // Reported by the watch: used again.
+        // Reported by the watch: used again; an older head reported (a watch catching up)
+        // does not refresh it.
         std::thread::sleep(Duration::from_millis(2));
         h.put("r", Some(4), 2);
         assert_eq!(h.seq_at("r", later), Some(4));
         assert_eq!(h.seq_at("r", later + MAX_AGE), None);
+        h.read("r", 6, 3);
+        let later = Instant::now() + MAX_AGE;
+        std::thread::sleep(Duration::from_millis(2));
+        h.put("r", Some(5), 3);
+        assert_eq!(h.seq_at("r", later), None);
     }
 
     #[test]
