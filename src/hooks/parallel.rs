@@ -312,6 +312,9 @@ mod tests {
     const WAIT: &str =
         "w() { i=0; while [ ! -f \"$1\" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; }";
 
+    /// Wait (up to 10 s) until the process whose pid the file `$1` holds is gone (reaped).
+    const GONE: &str = "gone() { i=0; while kill -0 \"$(cat \"$1\")\" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; }";
+
     /// git's order: the owner (the first slot) as it goes, then the others in the order they
     /// finished, when the owner exits before them...
     #[test]
@@ -329,13 +332,19 @@ mod tests {
         assert_eq!(out, "A1\nA2\nC1\nC2\nB1\nB2\n");
     }
 
-    /// ... and the next running slot, round robin, becomes the owner when the owner exits.
+    /// ... and the next running slot, round robin, becomes the owner when the owner exits. c
+    /// finishes only once a was reaped (its pid gone, [`GONE`]): the owner then passed to b in
+    /// the same step, whatever the machine's speed (had c finished before a's exit was seen, c
+    /// would rightly come before b, as in git).
     #[test]
     fn the_next_running_slot_becomes_the_owner() {
         let hooks = [
-            hook("a", "echo A; touch a.done"),
+            hook("a", "echo $$ > a.tmp; mv a.tmp a.pid; echo A"),
             hook("b", &format!("{WAIT}; echo B0; w c.done; echo B1")),
-            hook("c", &format!("{WAIT}; w a.done; echo C; touch c.done")),
+            hook(
+                "c",
+                &format!("{WAIT}; {GONE}; w a.pid; gone a.pid; echo C; touch c.done"),
+            ),
         ];
         let (ok, out, _) = run_in_dir(&hooks, 3, b"");
         assert!(ok);

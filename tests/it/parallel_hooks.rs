@@ -369,13 +369,16 @@ fn output_is_whole_the_owners_first_then_in_the_order_hooks_finished() {
 
 /// When the owner finishes, the next running hook (round robin) becomes the owner: its output
 /// so far comes at once, and hooks that finish meanwhile wait for it. Here c finishes before b
-/// but is shown after it.
+/// but is shown after it. c finishes only once a was reaped (its pid gone): the owner passed
+/// to b in that same step, whatever the machine's speed (had c finished before a's exit was
+/// seen, c would rightly come before b, in git as in berth).
 #[test]
 fn output_owner_passes_to_the_next_running_hook() {
+    const GONE: &str = "gone() { i=0; while kill -0 \"$(cat \"../$1\")\" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; }";
     for lines in three_hooks([
-        "echo A; touch ../a.done".into(),
+        "echo $$ > ../a.tmp; mv ../a.tmp ../a.pid; echo A".into(),
         "echo B0; w c.done; echo B1".into(),
-        "w a.done; echo C; touch ../c.done".into(),
+        format!("{GONE}; w a.pid; gone a.pid; echo C; touch ../c.done"),
     ]) {
         assert_eq!(
             lines,
