@@ -321,11 +321,12 @@ mod tests {
     fn owner_first_then_the_others_in_the_order_they_finished() {
         let hooks = [
             hook("a", &format!("{WAIT}; echo A1; w b.done; echo A2")),
+            // b finishes only once c was reaped: c's exit is seen first, whatever the speed.
             hook(
                 "b",
-                &format!("{WAIT}; w c.done; echo B1; echo B2; touch b.done"),
+                &format!("{WAIT}; {GONE}; w c.pid; gone c.pid; echo B1; echo B2; touch b.done"),
             ),
-            hook("c", "echo C1; echo C2; touch c.done"),
+            hook("c", "echo $$ > c.tmp; mv c.tmp c.pid; echo C1; echo C2"),
         ];
         let (ok, out, _) = run_in_dir(&hooks, 3, b"");
         assert!(ok);

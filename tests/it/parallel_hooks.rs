@@ -322,6 +322,10 @@ fn push_to_checkout_always_runs_serially() {
     }
 }
 
+/// Wait (up to 10 s) until the process whose pid the file `$1` beside the git directory holds
+/// is gone (reaped).
+const GONE: &str = "gone() { i=0; while kill -0 \"$(cat \"../$1\")\" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; }";
+
 /// Wait (up to 10 s) for the file `$1` beside the git directory.
 const WAIT: &str =
     "w() { i=0; while [ ! -f \"../$1\" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; }";
@@ -335,7 +339,10 @@ fn three_hooks(commands: [String; 3]) -> Vec<Vec<String>> {
             let mut config = vec![("hook.jobs".to_owned(), "3".to_owned())];
             for (name, command) in ["a", "b", "c"].iter().zip(&commands) {
                 config.push((format!("hook.{name}.event"), "pre-receive".into()));
-                config.push((format!("hook.{name}.command"), format!("{WAIT}; {command}")));
+                config.push((
+                    format!("hook.{name}.command"),
+                    format!("{WAIT}; {GONE}; {command}"),
+                ));
                 config.push((format!("hook.{name}.parallel"), "true".into()));
             }
             let config: Vec<(&str, &str)> = config
@@ -352,13 +359,14 @@ fn three_hooks(commands: [String; 3]) -> Vec<Vec<String>> {
 
 /// Each hook's output reaches the client whole, in git's order: the output owner (the first
 /// hook) as it goes, then the others in the order they finished; here a finishes last, c
-/// first. Run one after the other, these hooks could not print this.
+/// first (b waits until c was reaped, so c's exit is seen first whatever the machine's
+/// speed). Run one after the other, these hooks could not print this.
 #[test]
 fn output_is_whole_the_owners_first_then_in_the_order_hooks_finished() {
     for lines in three_hooks([
         "echo A1; w b.done; echo A2".into(),
-        "w c.done; echo B1; echo B2; touch ../b.done".into(),
-        "echo C1; echo C2; touch ../c.done".into(),
+        "w c.pid; gone c.pid; echo B1; echo B2; touch ../b.done".into(),
+        "echo $$ > ../c.tmp; mv ../c.tmp ../c.pid; echo C1; echo C2".into(),
     ]) {
         assert_eq!(
             lines,
@@ -374,11 +382,10 @@ fn output_is_whole_the_owners_first_then_in_the_order_hooks_finished() {
 /// seen, c would rightly come before b, in git as in berth).
 #[test]
 fn output_owner_passes_to_the_next_running_hook() {
-    const GONE: &str = "gone() { i=0; while kill -0 \"$(cat \"../$1\")\" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; }";
     for lines in three_hooks([
         "echo $$ > ../a.tmp; mv ../a.tmp ../a.pid; echo A".into(),
         "echo B0; w c.done; echo B1".into(),
-        format!("{GONE}; w a.pid; gone a.pid; echo C; touch ../c.done"),
+        "w a.pid; gone a.pid; echo C; touch ../c.done".into(),
     ]) {
         assert_eq!(
             lines,
