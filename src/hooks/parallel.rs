@@ -379,17 +379,19 @@ mod tests {
         assert_eq!(lines, want);
     }
 
-    /// Silence is reported for keepalives; two hooks run at once.
+    /// Silence is reported for keepalives; two hooks run at once (a ends only after b looked
+    /// for its end; run one after the other, a would wait 10 s for b in vain and b find a
+    /// done).
     #[test]
     fn silence_is_reported_and_hooks_overlap() {
         let hooks = [
             hook(
                 "a",
-                &format!("{WAIT}; touch a.started; w b.started; sleep 0.7; touch a.done"),
+                &format!("{WAIT}; touch a.started; w b.looked; sleep 0.7; touch a.done"),
             ),
             hook(
                 "b",
-                &format!("{WAIT}; touch b.started; w a.started; [ -f a.done ] || echo both"),
+                &format!("{WAIT}; w a.started; [ -f a.done ] || echo both; touch b.looked"),
             ),
         ];
         let (ok, out, idle) = run_in_dir(&hooks, 2, b"");
