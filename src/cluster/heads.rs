@@ -96,15 +96,16 @@ impl Heads {
         if i.watched.is_none_or(|w| revision < w) {
             return;
         }
-        if i.seqs.len() >= MAX_HEADS && !i.seqs.contains_key(name) {
+        let now = Instant::now();
+        if let Some((known, at)) = i.seqs.get_mut(name) {
+            *known = (*known).max(seq);
+            *at = now;
+            return;
+        }
+        if i.seqs.len() >= MAX_HEADS {
             i.seqs.clear();
         }
-        let (known, at) = i
-            .seqs
-            .entry(name.to_owned())
-            .or_insert((seq, Instant::now()));
-        *known = (*known).max(seq);
-        *at = Instant::now();
+        i.seqs.insert(name.to_owned(), (seq, now));
     }
 
     /// `name`'s head as seen, if known.

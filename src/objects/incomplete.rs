@@ -408,9 +408,6 @@ fn settle(
         }
         append(objects_dir, listing.moving, durability)?;
         Settled::Complete
-    } else if listing.moving.is_empty() {
-        append(objects_dir, listing.ids, durability)?;
-        Settled::Listed
     } else {
         append(objects_dir, &[listing.ids, listing.moving].concat(), durability)?;
         Settled::Listed

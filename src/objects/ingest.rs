@@ -211,10 +211,15 @@ impl Quarantine {
                 continue;
             };
             for object in std::fs::read_dir(entry.path())? {
+                let name = object?.file_name();
+                let id = name.to_str().and_then(|rest| {
+                    gix_hash::ObjectId::from_hex(format!("{dir}{rest}").as_bytes()).ok()
+                });
                 files.push(LooseFile {
                     dir: dir.clone(),
                     fanout,
-                    name: object?.file_name(),
+                    name,
+                    id,
                 });
             }
         }
@@ -250,7 +255,7 @@ impl Quarantine {
         // ([`incomplete::Pending`]).
         let files = self.loose_files()?;
         let moving: Vec<_> = match durability.syncs_dirs(Components::LOOSE_OBJECT) {
-            true => files.iter().filter_map(LooseFile::id).collect(),
+            true => files.iter().filter_map(|f| f.id).collect(),
             false => Vec::new(),
         };
         let pending =
@@ -284,7 +289,7 @@ impl Quarantine {
         // What else is loose in the quarantine (a hook's objects), as listed before any moved.
         for file in files
             .iter()
-            .filter(|f| f.id().is_none_or(|id| !ordered.contains(&id)))
+            .filter(|f| f.id.is_none_or(|id| !ordered.contains(&id)))
         {
             move_in(&file.dir, file.fanout, &file.name)?;
         }
@@ -348,14 +353,8 @@ struct LooseFile {
     fanout: u8,
     /// Its name in that directory.
     name: std::ffi::OsString,
-}
-
-impl LooseFile {
     /// The object it is, if its name is an object's (`xx` and the rest of the id in hex).
-    fn id(&self) -> Option<gix_hash::ObjectId> {
-        let rest = self.name.to_str()?;
-        gix_hash::ObjectId::from_hex(format!("{:02x}{rest}", self.fanout).as_bytes()).ok()
-    }
+    id: Option<gix_hash::ObjectId>,
 }
 
 /// Whether a pack of `objects` objects is read ready to be completed from the repository's

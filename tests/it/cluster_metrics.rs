@@ -160,17 +160,19 @@ fn an_http_push_reads_the_log_head_for_its_advertisement_and_its_commit_point_on
         )
         .unwrap_or(0.0)
     };
-    const PUSHES: usize = 6;
-    let before = ranges();
-    for i in 0..PUSHES {
+    // Each push's reads on their own: the node's upkeep reads every 5 s too, so the fewest a
+    // push took is what a push costs, however slow the machine.
+    let mut fewest = f64::MAX;
+    for i in 0..6 {
         w.commit(&src, "a", &format!("push {i}"));
+        let before = ranges();
         c.must_push(&w, &src, 0, "m.git", &["HEAD:refs/heads/main"], "push");
+        fewest = fewest.min(ranges() - before);
     }
-    let per_push = (ranges() - before) / PUSHES as f64;
-    // Two a push, and what the node's own upkeep read meanwhile (a little, not a read a push).
-    assert!(
-        (2.0..2.5).contains(&per_push),
-        "{per_push} etcd range requests a push on the accepting node\n{}",
+    assert_eq!(
+        fewest,
+        2.0,
+        "etcd range requests of a push on the accepting node\n{}",
         c.logs()
     );
 }
