@@ -204,8 +204,10 @@ impl Quarantine {
             let Ok(dir) = entry.file_name().into_string() else {
                 continue;
             };
+            // Two lowercase hex digits, as git names them (`from_str_radix` alone would take
+            // `AB` or `+1` for one, which then moves into a directory other than the one synced).
             let Some(fanout) = Some(&dir)
-                .filter(|n| n.len() == 2)
+                .filter(|n| n.len() == 2 && n.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
                 .and_then(|n| u8::from_str_radix(n, 16).ok())
             else {
                 continue;
@@ -347,7 +349,8 @@ const ASK_FOR_BASES_FROM: u32 = 1_000;
 
 /// A file under one of a quarantine's fan-out directories ([`Quarantine::loose_files`]).
 struct LooseFile {
-    /// Its directory's name as found (two hex digits).
+    /// Its directory's name as found (two lowercase hex digits: what is not is no fan-out
+    /// directory git reads, and is not moved).
     dir: String,
     /// That directory's number.
     fanout: u8,
@@ -1069,7 +1072,16 @@ mod tests {
             // migration moves everything.
             let stray = q.path().join(&hooked.to_string()[..2]).join("tmp_obj_left");
             std::fs::write(&stray, b"").unwrap();
+            // And directories named almost as fan-out directories are (a hook's doing): no
+            // object git reads, not moved, no failure syncing a directory of another name.
+            for odd in ["AB", "+1"] {
+                std::fs::create_dir(q.path().join(odd)).unwrap();
+                std::fs::write(q.path().join(odd).join("x"), b"").unwrap();
+            }
             let migrated = q.migrate(&objects_dir).unwrap();
+            for odd in ["AB", "+1"] {
+                assert!(!objects_dir.join(odd).exists(), "{name}: {odd}");
+            }
             let store = gix_odb::loose::Store::at(&objects_dir, sha1);
             assert_eq!(store.iter().count(), count + 1, "{name}: every object moved in");
             assert!(store.contains(&hooked), "{name}");
