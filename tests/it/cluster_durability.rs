@@ -390,3 +390,53 @@ fn a_commit_left_without_its_tree_by_a_power_loss_mid_move_is_fetched_again_by_t
     assert!(has(&tree), "n1 fetched the tree again");
     c.assert_fsck(&w, "r.git");
 }
+
+/// A pre-receive hook that leaves directories in the quarantine named almost as fan-out
+/// directories are (`AB`, `+1`) does not fail the push on a node syncing directories (the
+/// default): they are no fan-out directories git reads, and are not moved in. (They were
+/// taken for fan-out directories 0xab and 0x01, moved in under their own names, and `ab` and
+/// `01` synced instead, which failed.)
+#[test]
+fn a_hooks_odd_directories_in_the_quarantine_do_not_fail_a_synced_push() {
+    let Some(w) = cluster_world() else { return };
+    let hooks = w.path("hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    let hook = hooks.join("pre-receive");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\ncat >/dev/null\nfor d in AB +1; do mkdir -p \"$GIT_OBJECT_DIRECTORY/$d\" && : > \"$GIT_OBJECT_DIRECTORY/$d/x\" || exit 1; done\nexit 0\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = cluster(&w)
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "core.hooksPath")
+        .env("GIT_CONFIG_VALUE_0", hooks.to_str().unwrap())
+        .start();
+    let src = w.work("src");
+    w.commit(&src, "a", "one");
+    c.must_push(
+        &w,
+        &src,
+        0,
+        "odd.git",
+        &["HEAD:refs/heads/main"],
+        "the first push",
+    );
+    w.commit(&src, "a", "two");
+    c.must_push(
+        &w,
+        &src,
+        0,
+        "odd.git",
+        &["HEAD:refs/heads/main"],
+        "the second push",
+    );
+    c.converged(&w, "odd.git", 3);
+    let objects = c.nodes[0].dir("odd.git").join("objects");
+    for odd in ["AB", "+1"] {
+        assert!(!objects.join(odd).exists(), "{odd} moved in");
+    }
+    w.git(c.nodes[0].dir("odd.git"), &["fsck", "--strict"]);
+}
