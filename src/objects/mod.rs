@@ -12,6 +12,8 @@ pub mod loose_write;
 pub mod move_order;
 pub mod pack_links;
 pub mod pack_map;
+pub mod pack_read;
+pub mod pack_resolve;
 pub mod pack_write;
 pub mod pack_files;
 mod strict;

@@ -2,18 +2,23 @@
 //!
 //! What gix-pack's `Bundle::write_to_directory` does — the pack streamed to a temporary file
 //! (a thin pack completed with the bases it lacks), indexed with its deltas resolved in
-//! parallel, then named `pack-<checksum>.{keep,pack,idx}` — with two differences:
-//! - The deltas are resolved through a [`PackMap`], which gives each page of the pack back once
-//!   every entry on it has been read. Through the bundle's own mapping the whole pack stayed
-//!   resident while the index was built (a whole-history push of git.git held its 303 MiB on
-//!   top of the index). Every byte between the pack's header and its trailer belongs to
-//!   exactly one entry, and the resolution reads each entry once, so the bytes a page has to
-//!   give are known up front.
+//! parallel, then named `pack-<checksum>.{keep,pack,idx}` — with three differences:
+//! - The objects are named while the pack arrives ([`pack_resolve`]), from what reading it
+//!   inflated ([`pack_read`]), on the cores the reading leaves idle. gix-pack names them once
+//!   the whole pack is there, inflating every entry a second time: a whole-history push of
+//!   git.git spent a third of its time reading on one core first.
+//! - Where that gives up (or one thread is to resolve the pack), the deltas are resolved
+//!   after the pack has arrived, by gix-pack's traverse of its delta tree, through a
+//!   [`PackMap`], which gives each page of the pack back once every entry on it has been read.
+//!   Through the bundle's own mapping the whole pack stayed resident while the index was built
+//!   (a whole-history push of git.git held its 303 MiB on top of the index). Every byte
+//!   between the pack's header and its trailer belongs to exactly one entry, and the
+//!   resolution reads each entry once, so the bytes a page has to give are known up front.
 //! - Each object, as it is resolved to be named, also gives its links to a
 //!   [`pack_links::Collector`]: the connectivity check needs them, and decoding the pack's
 //!   commits and trees a second time for them cost a whole-history push of git.git 1.4 s.
-//!   gix-pack's index writer has no place for that, so the delta tree is traversed here and the
-//!   index (version 2, git's `pack-format`) written here.
+//!   gix-pack's index writer has no place for that, so the index (version 2, git's
+//!   `pack-format`) is written here.
 //!
 //! A pack whose deltas name in-pack bases by id (git sends offsets to a server that advertises
 //! `ofs-delta`) cannot have its delta tree built before its objects are named: it is indexed by
@@ -30,11 +35,13 @@ use gix_error::{OptionExt, ResultExt, message};
 use gix_hash::ObjectId;
 use gix_pack::data::entry::Header;
 use gix_pack::data::input::{
-    BytesToEntriesIter, EntriesToBytesIter, Entry, EntryDataMode, LookupRefDeltaObjectsIter,
+    BytesToEntriesIter, EntriesToBytesIter, Entry, EntryDataMode, LookupRefDeltaObjectsIter, Mode,
 };
 
 use crate::objects::pack_links::{self, Outside};
 use crate::objects::pack_map::{PackMap, Reader};
+use crate::objects::pack_read::{self, Bytes};
+use crate::objects::pack_resolve::{self, Arrived, Resolving};
 
 /// What was written: the pack and its index under their final names (`None` for a pack of no
 /// objects). A new pack gets a `.keep` beside it, which guards it until refs point into it
@@ -50,7 +57,39 @@ pub struct Written {
     /// What the pack's commits, trees and tags link to outside it, taken as they were
     /// resolved; `None` when they were not (a pack with deltas on in-pack bases named by id).
     pub links: Option<Outside>,
+    /// How its objects were named.
+    pub resolution: Resolution,
 }
+
+/// How a pack's objects were named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// As the pack arrived ([`pack_resolve`]).
+    AsItArrived,
+    /// After it had arrived, by gix-pack's traverse of its delta tree: it was to be resolved
+    /// by one thread, or the resolution as it arrived gave up.
+    AfterItArrived,
+    /// By gix-pack's index writer, reading the finished pack again: a delta names an in-pack
+    /// base by id.
+    ById,
+}
+
+/// The bounds of reading and resolving a pack (the tests turn them down).
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    /// [`pack_read::KEEP`].
+    keep: u64,
+    /// [`pack_resolve::CACHE_BYTES`].
+    cache_bytes: usize,
+    /// [`pack_resolve::REBUILD_ALLOWANCE`].
+    rebuild_allowance: u64,
+}
+
+const BOUNDS: Bounds = Bounds {
+    keep: pack_read::KEEP,
+    cache_bytes: pack_resolve::CACHE_BYTES,
+    rebuild_allowance: pack_resolve::REBUILD_ALLOWANCE,
+};
 
 /// The temporary pack file, written by the entry iterators and read back by the thin-pack
 /// writer (which rewrites the header's count) and the resolver.
@@ -91,7 +130,7 @@ pub fn write_to_directory(
     options: gix_pack::bundle::write::Options,
 ) -> Result<Written, WriteError> {
     let entry_at = Cell::new(None);
-    write(pack, directory, thin_lookup, object_hash, options, &entry_at).map_err(|source| {
+    write(pack, directory, thin_lookup, object_hash, options, BOUNDS, &entry_at).map_err(|source| {
         WriteError {
             entry_at: entry_at.get(),
             source,
@@ -106,16 +145,28 @@ fn write(
     thin_lookup: Option<impl gix_object::Find>,
     object_hash: gix_hash::Kind,
     options: gix_pack::bundle::write::Options,
+    bounds: Bounds,
     entry_at: &Cell<Option<u64>>,
 ) -> gix_error::Result<Written> {
     let temp = tempfile::NamedTempFile::new_in(directory)
         .or_raise(|| message("Could not create temporary pack file"))?;
     let temp_path = temp.path().to_owned();
+    // Resolvers started as the pack arrives (none where one thread is to resolve it: a pack
+    // that is to be unpacked), reading evicted bases back through their own handle.
+    let resolvers = match options.thread_limit {
+        Some(1) => None,
+        Some(n) if n > 1 => Some(n),
+        _ => Some(std::thread::available_parallelism().map_or(1, usize::from)),
+    };
+    let readback = match resolvers {
+        Some(_) => temp.as_file().try_clone().ok(),
+        None => None,
+    };
     let shared: Shared = Arc::new(Mutex::new(BufWriter::with_capacity(64 * 1024, temp)));
     // In a thin pack, where the last entry read whole ends in the received pack (the copy's
     // offsets move once a base is put in, and the writer reads one entry ahead).
     let good_end = Rc::new(Cell::new(0u64));
-    let (mut entries, pack_version): (Box<dyn Iterator<Item = gix_error::Result<Entry>> + '_>, _) =
+    let (mut entries, pack_version): (Box<dyn Iterator<Item = EntryAndBytes> + '_>, _) =
         match thin_lookup {
             Some(lookup) => {
                 let consumed = Rc::new(Cell::new(0u64));
@@ -137,7 +188,13 @@ fn write(
                 };
                 let entries = LookupRefDeltaObjectsIter::new(marked, lookup, options.compression);
                 let entries =
-                    EntriesToBytesIter::new(entries, SharedFile(shared.clone()), version, object_hash);
+                    EntriesToBytesIter::new(entries, SharedFile(shared.clone()), version, object_hash)
+                        .map(|entry| {
+                            entry.map(|mut entry| {
+                                let bytes = entry.compressed.take().map_or(Bytes::InFile, Bytes::Compressed);
+                                (entry, bytes)
+                            })
+                        });
                 (Box::new(entries), version)
             }
             None => {
@@ -145,61 +202,88 @@ fn write(
                     reader: pack,
                     writer: shared.clone(),
                 };
-                // Reads go through `read`, so that every byte consumed is copied.
-                let entries = BytesToEntriesIter::new_from_header(
-                    BufReader::new(copied),
-                    options.iteration_mode,
-                    EntryDataMode::Crc32,
-                    object_hash,
-                )?;
-                let version = entries.version();
-                (Box::new(entries), version)
+                if readback.is_some() && options.iteration_mode == Mode::Verify {
+                    // Each entry with what it inflates to, for the resolvers.
+                    let copy = shared.clone();
+                    let path = temp_path.clone();
+                    let entries = pack_read::Entries::new(
+                        copied,
+                        move || {
+                            locked(&copy)?.flush()?;
+                            std::fs::File::open(&path)
+                        },
+                        object_hash,
+                        bounds.keep,
+                    )?;
+                    let version = entries.version();
+                    (Box::new(entries), version)
+                } else {
+                    // Reads go through `read`, so that every byte consumed is copied.
+                    let entries = BytesToEntriesIter::new_from_header(
+                        BufReader::new(copied),
+                        options.iteration_mode,
+                        EntryDataMode::Crc32,
+                        object_hash,
+                    )?;
+                    let version = entries.version();
+                    (Box::new(entries.map(|entry| entry.map(|entry| (entry, Bytes::InFile)))), version)
+                }
             }
         };
 
-    // The stream: each entry's place and checksum, as it is copied to the file.
-    let stream = tracing::info_span!("stream").entered();
-    let mut objects: Vec<(u64, u32)> = Vec::new();
-    let (mut deltas, mut by_id, mut end, mut trailer) = (0u32, false, 0u64, None);
-    // Where a broken entry starts in the received pack, for git's `pack has bad object at
-    // offset <n>`: the end of the last good one (in a thin pack, as its reader counted).
-    for entry in &mut entries {
-        let at = match good_end.get() {
-            0 if objects.is_empty() => 12,
-            0 => end,
-            n => n,
+    // The stream: each entry's place and checksum, as it is copied to the file, and (unless
+    // the pack is resolved by one thread) each entry handed on to be resolved as it comes.
+    let expected = entries.size_hint().0;
+    let collected = pack_links::Collected::for_pack(expected);
+    let for_objects = |bound: u64| {
+        (expected as u64)
+            .saturating_mul(pack_resolve::BYTES_AN_OBJECT)
+            .clamp(1 << 20, bound.max(1 << 20))
+            .min(bound)
+    };
+    let control = pack_resolve::Control::new(for_objects(pack_resolve::IN_FLIGHT));
+    let flush = || locked(&shared).and_then(|mut file| file.flush());
+    let (streamed, named) = std::thread::scope(|scope| {
+        let mut resolving = match (&readback, resolvers) {
+            (Some(file), Some(threads)) => Some(Resolving::start(
+                scope,
+                file,
+                &flush,
+                &collected,
+                &control,
+                &pack_resolve::Options {
+                    threads,
+                    cache_bytes: usize::try_from(for_objects(bounds.cache_bytes as u64))
+                        .unwrap_or(bounds.cache_bytes),
+                    rebuild_allowance: bounds.rebuild_allowance,
+                    alloc_limit: options.alloc_limit_bytes,
+                    hash: object_hash,
+                },
+            )),
+            _ => None,
         };
-        let entry = entry.inspect_err(|_| entry_at.set(Some(at)))?;
-        match entry.header {
-            Header::RefDelta { .. } => (deltas, by_id) = (deltas + 1, true),
-            Header::OfsDelta { base_distance } => {
-                // Refused as the entry arrives, in gix-pack's words (`ingest` knows them).
-                Header::verified_base_pack_offset(entry.pack_offset, base_distance)
-                    .ok_or_raise(|| {
-                        message!(
-                            "{base_distance} is not a valid offset for pack offset {}",
-                            entry.pack_offset
-                        )
-                    })?;
-                deltas += 1;
-            }
-            _ => {}
-        }
-        let crc32 = entry
-            .crc32
-            .ok_or_raise(|| message("the entry's CRC-32 was not computed"))?;
-        objects.push((entry.pack_offset, crc32));
-        end = entry.pack_offset + u64::from(entry.header_size) + entry.compressed_size;
-        trailer = entry.trailer.or(trailer);
-    }
-    drop(entries);
-    drop(stream);
+        let streamed = {
+            let _stream = tracing::info_span!("stream").entered();
+            stream(&mut entries, &good_end, entry_at, resolving.as_mut())
+        };
+        drop(entries);
+        let _wait = tracing::info_span!("resolve_wait").entered();
+        (streamed, resolving.map(Resolving::finish))
+    });
+    let Streamed {
+        objects,
+        deltas,
+        by_id,
+        end,
+        trailer,
+    } = streamed?;
     if objects.is_empty() {
         return Ok(Written {
             data_path: None,
             index_path: None,
             deltas,
             links: None,
+            resolution: Resolution::AsItArrived,
         });
     }
     u32::try_from(objects.len()).or_raise(|| {
@@ -214,16 +298,33 @@ fn write(
     let index_temp = tempfile::NamedTempFile::new_in(directory)
         .or_raise(|| message("Could not create temporary index file"))?;
     let mut index_out = BufWriter::with_capacity(64 * 1024, index_temp);
-    let links = if by_id {
+    let named = match named {
+        Some(Ok(named)) if !by_id => Some(named),
+        Some(Err(reason)) if !by_id => {
+            tracing::debug!(%reason, "the pack is resolved again once arrived");
+            None
+        }
+        _ => None,
+    };
+    let (links, resolution) = if by_id {
         drop(objects);
         index_by_gix(&temp_path, &mut index_out, object_hash, &options, pack_version)?;
-        None
+        (None, Resolution::ById)
     } else {
-        let (objects, links) = resolve(&temp_path, objects, end, object_hash, &options)?;
+        let (objects, links, resolution) = match named {
+            Some(named) => {
+                let (objects, links) = in_id_order(objects, named, collected);
+                (objects, links, Resolution::AsItArrived)
+            }
+            None => {
+                let (objects, links) = resolve(&temp_path, objects, end, object_hash, &options)?;
+                (objects, links, Resolution::AfterItArrived)
+            }
+        };
         tracing::info_span!("write_index")
             .in_scope(|| write_index(&mut index_out, &objects, &pack_hash, object_hash))
             .or_raise(|| message("Could not write pack index"))?;
-        Some(links)
+        (Some(links), resolution)
     };
 
     let data_path = directory.join(format!("pack-{}.pack", pack_hash.to_hex()));
@@ -255,7 +356,104 @@ fn write(
         index_path: Some(index_path),
         deltas,
         links,
+        resolution,
     })
+}
+
+/// An entry of the pack as read, with its bytes for the resolvers.
+type EntryAndBytes = gix_error::Result<(Entry, Bytes)>;
+
+/// What reading the pack found: each entry's offset and CRC-32 in pack order, how many are
+/// deltas and whether one names its base by id, where the last entry ends, and the pack's
+/// checksum.
+struct Streamed {
+    objects: Vec<(u64, u32)>,
+    deltas: u32,
+    by_id: bool,
+    end: u64,
+    trailer: Option<ObjectId>,
+}
+
+/// Read every entry of `entries`, handing each to `resolving`; `entry_at` is told where a
+/// broken one starts.
+fn stream(
+    entries: &mut dyn Iterator<Item = EntryAndBytes>,
+    good_end: &Cell<u64>,
+    entry_at: &Cell<Option<u64>>,
+    mut resolving: Option<&mut Resolving<'_>>,
+) -> gix_error::Result<Streamed> {
+    let mut objects: Vec<(u64, u32)> = Vec::with_capacity(entries.size_hint().0);
+    let (mut deltas, mut by_id, mut end, mut trailer) = (0u32, false, 0u64, None);
+    // Where a broken entry starts in the received pack, for git's `pack has bad object at
+    // offset <n>`: the end of the last good one (in a thin pack, as its reader counted).
+    for entry in entries {
+        let at = match good_end.get() {
+            0 if objects.is_empty() => 12,
+            0 => end,
+            n => n,
+        };
+        let (entry, bytes) = entry.inspect_err(|_| entry_at.set(Some(at)))?;
+        match entry.header {
+            Header::RefDelta { .. } => (deltas, by_id) = (deltas + 1, true),
+            Header::OfsDelta { base_distance } => {
+                // Refused as the entry arrives, in gix-pack's words (`ingest` knows them).
+                Header::verified_base_pack_offset(entry.pack_offset, base_distance)
+                    .ok_or_raise(|| {
+                        message!(
+                            "{base_distance} is not a valid offset for pack offset {}",
+                            entry.pack_offset
+                        )
+                    })?;
+                deltas += 1;
+            }
+            _ => {}
+        }
+        let crc32 = entry
+            .crc32
+            .ok_or_raise(|| message("the entry's CRC-32 was not computed"))?;
+        objects.push((entry.pack_offset, crc32));
+        end = entry.pack_offset + u64::from(entry.header_size) + entry.compressed_size;
+        trailer = entry.trailer.or(trailer);
+        if let Some(resolving) = resolving.as_deref_mut() {
+            resolving.arrived(Arrived {
+                offset: entry.pack_offset,
+                header: entry.header,
+                header_size: entry.header_size,
+                bytes,
+                compressed_size: entry.compressed_size,
+                decompressed_size: entry.decompressed_size,
+            });
+        }
+    }
+    Ok(Streamed {
+        objects,
+        deltas,
+        by_id,
+        end,
+        trailer,
+    })
+}
+
+/// The pack's objects (each entry's offset and CRC-32 in `entries`, its id and kind in
+/// `named`, both in pack order) in id order, and what the links `collected` took name outside
+/// the pack.
+fn in_id_order(
+    entries: Vec<(u64, u32)>,
+    named: Vec<(ObjectId, gix_object::Kind)>,
+    collected: pack_links::Collected,
+) -> (Vec<Object>, Outside) {
+    let _in_order = tracing::info_span!("name_order").entered();
+    let mut objects: Vec<Object> = (entries.into_iter().zip(named))
+        .map(|((offset, crc32), (id, kind))| Object {
+            offset,
+            crc32,
+            id,
+            kind,
+        })
+        .collect();
+    objects.sort_unstable_by(|a, b| pack_links::by_id(&a.id, &b.id));
+    let links = collected.outside(objects.iter().map(|o| (o.id, o.kind)));
+    (objects, links)
 }
 
 /// Resolve every object of the pack at `path` (each entry's offset and CRC-32 in `entries`,
@@ -534,19 +732,49 @@ mod tests {
 
     /// The pack of `index` written again into `dir` as received.
     fn rewrite(index: &gix_pack::index::File, dir: &Path) -> (Written, gix_pack::index::File) {
+        rewrite_within(index, dir, BOUNDS)
+    }
+
+    /// [`rewrite`] within `bounds`.
+    fn rewrite_within(
+        index: &gix_pack::index::File,
+        dir: &Path,
+        bounds: Bounds,
+    ) -> (Written, gix_pack::index::File) {
         std::fs::create_dir_all(dir).unwrap();
         let bytes = std::fs::read(index.path().with_extension("pack")).unwrap();
-        let written = write_to_directory(
-            &mut bytes.as_slice(),
-            dir,
-            None::<gix_object::find::Never>,
-            gix_hash::Kind::Sha1,
-            gix_pack::bundle::write::Options::default(),
-        )
-        .unwrap();
+        let written = written(&bytes, dir, Some(2), bounds).unwrap();
         let ours = written.index_path.clone().expect("an index");
         let ours = gix_pack::index::File::at(ours, gix_hash::Kind::Sha1).unwrap();
         (written, ours)
+    }
+
+    /// `pack` written into `dir` by `threads` threads within `bounds`.
+    fn written(
+        pack: &[u8],
+        dir: &Path,
+        threads: Option<usize>,
+        bounds: Bounds,
+    ) -> Result<Written, WriteError> {
+        std::fs::create_dir_all(dir).unwrap();
+        let entry_at = Cell::new(None);
+        let options = gix_pack::bundle::write::Options {
+            thread_limit: threads,
+            ..Default::default()
+        };
+        write(
+            &mut { pack },
+            dir,
+            None::<gix_object::find::Never>,
+            gix_hash::Kind::Sha1,
+            options,
+            bounds,
+            &entry_at,
+        )
+        .map_err(|source| WriteError {
+            entry_at: entry_at.get(),
+            source,
+        })
     }
 
     #[test]
@@ -568,6 +796,12 @@ mod tests {
             );
             assert_eq!(written.deltas, n);
             assert_eq!(written.links.is_some(), collects);
+            let how = if collects {
+                Resolution::AsItArrived
+            } else {
+                Resolution::ById
+            };
+            assert_eq!(written.resolution, how);
             std::fs::remove_dir_all(dir.path().join("ours")).unwrap();
         }
     }
@@ -600,6 +834,70 @@ mod tests {
         let index = pack(&repo, &dir.path().join("broken"), false, &list);
         let (written, _) = rewrite(&index, &dir.path().join("ours-broken"));
         assert_eq!(written.links, Some(Err(CannotSay::Unparsable)));
+    }
+
+    #[test]
+    fn bases_evicted_or_not_kept_are_read_back_and_a_resolution_that_gives_up_is_done_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let commits = history(dir.path());
+        let repo = dir.path().join("r");
+        let git_index = pack(&repo, &dir.path().join("ofs"), true, &commits[9]);
+        let wanted = std::fs::read(git_index.path()).unwrap();
+        let (by_default, _) = rewrite(&git_index, &dir.path().join("default"));
+        let cases = [
+            // Nothing kept from reading: every entry read back from the file, every base not
+            // the last one resolved built again from it.
+            (0, 1, u64::MAX, Resolution::AsItArrived),
+            // Building bases again not allowed: given up, resolved once arrived.
+            (u64::MAX, 1, 0, Resolution::AfterItArrived),
+        ];
+        for (i, (keep, cache_bytes, rebuild_allowance, how)) in cases.into_iter().enumerate() {
+            let bounds = Bounds {
+                keep,
+                cache_bytes,
+                rebuild_allowance,
+            };
+            let (written, ours) = rewrite_within(&git_index, &dir.path().join(format!("{i}")), bounds);
+            assert_eq!(written.resolution, how, "{bounds:?}");
+            assert_eq!(std::fs::read(ours.path()).unwrap(), wanted, "{bounds:?}");
+            assert_eq!(written.links, by_default.links, "{bounds:?}");
+        }
+    }
+
+    #[test]
+    fn a_broken_pack_is_refused_in_the_words_and_at_the_place_of_gix_packs_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let commits = history(dir.path());
+        let repo = dir.path().join("r");
+        let git_index = pack(&repo, &dir.path().join("ofs"), true, &commits[9]);
+        let good = std::fs::read(git_index.path().with_extension("pack")).unwrap();
+        let mut broken: Vec<(String, Vec<u8>)> = Vec::new();
+        // Every 101st byte changed (header, entries, trailer), and the pack cut short there.
+        for at in (0..good.len()).step_by(101).chain([good.len() - 1]) {
+            let mut changed = good.clone();
+            changed[at] ^= 0x5a;
+            broken.push((format!("byte {at} changed"), changed));
+            broken.push((format!("cut at {at}"), good[..at].to_vec()));
+        }
+        // Another object type.
+        let mut other = good.clone();
+        other[12] = (other[12] & 0x8f) | (5 << 4);
+        broken.push(("type 5".into(), other));
+        let mut refused = 0;
+        for (i, (what, pack)) in broken.iter().enumerate() {
+            let as_it_arrives = written(pack, &dir.path().join(format!("a{i}")), Some(2), BOUNDS);
+            let by_gix = written(pack, &dir.path().join(format!("g{i}")), Some(1), BOUNDS);
+            match (as_it_arrives, by_gix) {
+                (Err(ours), Err(gix)) => {
+                    refused += 1;
+                    assert_eq!(format!("{:#}", ours.source), format!("{:#}", gix.source), "{what}");
+                    assert_eq!(ours.entry_at, gix.entry_at, "{what}");
+                }
+                (Ok(_), Ok(_)) => {}
+                (ours, gix) => panic!("{what}: {:?} against {:?}", ours.map(|w| w.resolution), gix.map(|w| w.resolution)),
+            }
+        }
+        assert!(refused > broken.len() / 2, "{refused} of {}", broken.len());
     }
 
     #[test]
