@@ -87,7 +87,9 @@ fn pack_into(data: &[u8], hash: gix_hash::Kind) {
     };
     let options = crate::objects::ingest::Options {
         max_input_size: 16 << 20,
-        thread_limit: Some(1),
+        // Two threads: a kept pack is read and resolved as it arrives (`pack_read`,
+        // `pack_resolve`), and resolved again after it arrived where that gives up.
+        thread_limit: Some(2),
         unpack_limit: 3,
         fsck: Some(Vec::new()),
         max_object_size: 16 << 20,

@@ -45,8 +45,13 @@ use crate::objects::pack_read::Bytes;
 /// 32 MB (inflated) of evicted bases; 8 MiB a thread rebuilt twice as much.
 pub const CACHE_BYTES: usize = 16 << 20;
 
-/// Entries handed to a resolver together (one wake-up for each batch, not each entry).
+/// Entries handed to a resolver together (one wake-up for each batch, not each entry), up to
+/// [`BATCH_BYTES`] of them (a batch counted by entries alone held 64 blobs of 16 MiB: 2 GiB
+/// of a 3 GiB push).
 const BATCH: usize = 64;
+
+/// The bytes of a batch, past which it is handed over.
+const BATCH_BYTES: u64 = 256 << 10;
 
 /// Bytes on their way to the resolvers (each entry's, and [`JOB_BYTES`] for each); the reader
 /// waits when it is this far ahead. Deep, because a family's deltas come in long runs: while
@@ -267,8 +272,8 @@ type Named = Vec<(u32, ObjectId, Kind)>;
 /// The resolution of one pack, fed by the thread reading it.
 pub struct Resolving<'scope> {
     queues: Vec<Sender<Vec<Job>>>,
-    /// Each resolver's batch being filled.
-    batches: Vec<Vec<Job>>,
+    /// Each resolver's batch being filled, and its cost.
+    batches: Vec<(Vec<Job>, u64)>,
     threads: Vec<ScopedJoinHandle<'scope, Result<Named, GaveUp>>>,
     /// Each entry's offset and the resolver that owns its family, in pack order.
     offsets: Vec<u64>,
@@ -332,7 +337,7 @@ impl<'scope> Resolving<'scope> {
             }
         }
         let mut resolving = Resolving {
-            batches: queues.iter().map(|_| Vec::new()).collect(),
+            batches: queues.iter().map(|_| (Vec::new(), 0)).collect(),
             queues,
             threads: handles,
             offsets: Vec::new(),
@@ -372,19 +377,21 @@ impl<'scope> Resolving<'scope> {
             bytes: entry.bytes,
         };
         let owner = usize::from(owner);
-        self.batches[owner].push(job);
-        if self.batches[owner].len() >= BATCH {
+        let (batch, cost) = &mut self.batches[owner];
+        *cost += job.cost();
+        batch.push(job);
+        if batch.len() >= BATCH || *cost >= BATCH_BYTES {
             self.send(owner);
         }
     }
 
     /// Hand `owner` its batch.
     fn send(&mut self, owner: usize) {
-        let batch = std::mem::take(&mut self.batches[owner]);
+        let (batch, cost) = std::mem::take(&mut self.batches[owner]);
         if batch.is_empty() {
             return;
         }
-        self.control.reserve(batch.iter().map(Job::cost).sum());
+        self.control.reserve(cost);
         if self.control.gave_up() || self.queues[owner].send(batch).is_err() {
             self.give_up(GaveUp::Lost);
         }
@@ -485,7 +492,7 @@ impl<F: Fn() -> io::Result<()>> Resolver<'_, F> {
             if control.gave_up() {
                 return Ok(());
             }
-            control.release(batch.iter().map(Job::cost).sum());
+            let cost = batch.iter().map(Job::cost).sum();
             for job in batch {
                 self.places.push(job.entry);
                 let (kind, data) = self.resolve(job.entry, job.bytes)?;
@@ -495,6 +502,8 @@ impl<F: Fn() -> io::Result<()>> Resolver<'_, F> {
                 self.named.push((job.index, id, kind));
                 self.keep(job.entry.offset, kind, data);
             }
+            // Released once resolved: a batch being resolved is still held.
+            control.release(cost);
         }
         Ok(())
     }
