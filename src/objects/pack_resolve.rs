@@ -543,16 +543,27 @@ impl<F: Fn() -> io::Result<()>> Resolver<'_, F> {
             }
         };
         self.produced += inflated.len() as u64;
+        if let Holds::Delta { base } = place.holds {
+            self.rebuild(base)?;
+        }
+        let (kind, data) = self.build(place, inflated)?;
+        if let Holds::Delta { .. } = place.holds {
+            self.produced += data.len() as u64;
+        }
+        Ok((kind, data))
+    }
+
+    /// The object at `place`, which inflates to `inflated`: that, or the delta applied to its
+    /// base (in the cache).
+    fn build(&mut self, place: Place, inflated: Vec<u8>) -> Result<(Kind, Vec<u8>), GaveUp> {
         match place.holds {
             Holds::Object(kind) => Ok((kind, inflated)),
             Holds::Delta { base } => {
-                self.rebuild(base)?;
                 let mut result = self.buffer(0);
                 let (kind, base) = self.cache.get(base).ok_or(GaveUp::BaseNotAnEntry(base))?;
                 apply(base, &inflated, self.alloc_limit, &mut result)
                     .map_err(|reason| GaveUp::Delta { offset: place.offset, reason })?;
                 self.spare(inflated);
-                self.produced += result.len() as u64;
                 Ok((kind, result))
             }
         }
@@ -578,18 +589,10 @@ impl<F: Fn() -> io::Result<()>> Resolver<'_, F> {
         for place in chain.into_iter().rev() {
             let inflated = self.read_back(place)?;
             self.rebuilt += inflated.len() as u64 + 64;
-            let (kind, data) = match place.holds {
-                Holds::Object(kind) => (kind, inflated),
-                Holds::Delta { base } => {
-                    let mut result = self.buffer(0);
-                    let (kind, base) = self.cache.get(base).ok_or(GaveUp::BaseNotAnEntry(base))?;
-                    apply(base, &inflated, self.alloc_limit, &mut result)
-                        .map_err(|reason| GaveUp::Delta { offset: place.offset, reason })?;
-                    self.spare(inflated);
-                    self.rebuilt += result.len() as u64;
-                    (kind, result)
-                }
-            };
+            let (kind, data) = self.build(place, inflated)?;
+            if let Holds::Delta { .. } = place.holds {
+                self.rebuilt += data.len() as u64;
+            }
             self.keep(place.offset, kind, data);
             if self.rebuilt > self.produced.saturating_add(self.rebuild_allowance) {
                 return Err(GaveUp::Rebuilding(self.rebuilt));
