@@ -535,6 +535,10 @@ impl<F: Fn() -> io::Result<()>> Resolver<'_, F> {
     /// The kind and content of the object at `place`, whose bytes are `bytes`.
     fn resolve(&mut self, place: Place, bytes: Bytes) -> Result<(Kind, Vec<u8>), GaveUp> {
         let inflated = match bytes {
+            // The reader keeps up to its own bound, not the repository's.
+            Bytes::Inflated(inflated) if inflated.len() > self.alloc_limit => {
+                return Err(GaveUp::TooLarge(place.offset));
+            }
             Bytes::Inflated(inflated) => inflated,
             Bytes::Compressed(compressed) => self.inflate(place, &compressed)?,
             Bytes::InFile => {

@@ -213,7 +213,10 @@ fn write(
                             std::fs::File::open(&path)
                         },
                         object_hash,
-                        bounds.keep,
+                        // Nothing over the repository's limit is kept (the resolvers refuse it).
+                        options
+                            .alloc_limit_bytes
+                            .map_or(bounds.keep, |limit| bounds.keep.min(limit as u64)),
                     )?;
                     let version = entries.version();
                     (Box::new(entries), version)

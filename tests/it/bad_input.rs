@@ -876,6 +876,18 @@ fn cases() -> Vec<Case> {
             "fatal: object too large to inflate (more than 1048576 bytes, see berth.maxObjectSize)",
             "ng refs/heads/main unpacker error",
         ]),
+        Case::new("object over berth.maxObjectSize, kept", |w, ids| {
+            // 2 MiB: small enough for the pack reader to keep what it inflates to
+            // (`objects::pack_read::KEEP`), in a pack kept and resolved as it arrives.
+            let id = raw_object(w, "blob", &vec![7u8; 2 << 20]);
+            update_main(ids, &pack_objects(w, &[id]))
+        })
+        .config(&[("berth.maxObjectSize", "1m"), ("receive.unpackLimit", "1")])
+        .berth_only()
+        .expect(&[
+            "fatal: object too large to inflate (more than 1048576 bytes, see berth.maxObjectSize)",
+            "ng refs/heads/main unpacker error",
+        ]),
         Case::new("header claiming a 1 TiB object", |_, ids| {
             let mut e = entry_header(3, 1 << 40);
             e.extend(deflate(b"tiny"));

@@ -1113,3 +1113,36 @@ fn update_server_info_after_a_push() {
     });
     assert!(o.ends_with("\trefs/heads/main\n"), "{o:?}");
 }
+
+/// `berth.maxObjectSize` holds for a pack that is named while it arrives: a big push
+/// (1,000 objects and more, into a repository without objects, is read as it comes) whose one
+/// blob of 2 MiB is over a limit of 1 MiB is refused in berth's words, and nothing of it stays.
+/// The blob is small enough for the pack reader to keep what it inflates to, so it reached the
+/// resolvers already inflated, where the limit was not checked (accepted before 2026-12-06's
+/// review).
+#[test]
+fn an_object_over_berth_max_object_size_in_a_big_push_is_refused() {
+    let w = World::new();
+    w.bare("srv.git");
+    w.git("srv.git", &["config", "berth.maxObjectSize", "1m"]);
+    w.work("src");
+    for i in 0..1_200 {
+        let path = w.path("src").join(format!("d{}/f{i}", i % 10));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, format!("file {i}\n")).unwrap();
+    }
+    std::fs::write(w.path("src").join("big"), vec![b'x'; 2 << 20]).unwrap();
+    w.git("src", &["add", "-A"]);
+    w.git("src", &["commit", "-q", "-m", "many files and a big one"]);
+    let push = w.push("src", Receiver::Berth, "srv.git", &["main"]);
+    assert!(!push.success, "{push:?}");
+    assert!(
+        push.stderr.contains(
+            "fatal: object too large to inflate (more than 1048576 bytes, see berth.maxObjectSize)"
+        ),
+        "{}",
+        push.stderr
+    );
+    assert_eq!(w.refs("srv.git"), "");
+    w.assert_clean("srv.git");
+}
