@@ -15,7 +15,9 @@
 //! fails where and as it fails without this module. Errors are therefore gix-pack's, word for
 //! word.
 
+use std::cell::Cell;
 use std::fs::File;
+use std::rc::Rc;
 use std::io::{self, BufRead, BufReader, Read};
 
 use gix_pack::data::input::{BytesToEntriesIter, Entry, EntryDataMode, Mode};
@@ -67,37 +69,50 @@ struct Own<R> {
     /// Entries inflating to at most this many bytes are kept.
     keep: u64,
     /// Bytes read from the source so far (the length of its copy).
-    read_so_far: CountedShared,
+    read_so_far: Rc<Cell<u64>>,
 }
 
-/// How many bytes the source gave, shared with the counting reader.
-type CountedShared = std::rc::Rc<std::cell::Cell<u64>>;
-
-/// The source, counting what it gives.
-pub struct Counting<R> {
-    inner: R,
-    count: CountedShared,
+/// A reader that counts what its user consumed, not what it buffered ahead. Under a
+/// `BufReader` it counts what the source gave (the length of the pack's copy); as a thin
+/// pack's reader, whose entries are read one at a time through it, it says between two
+/// entries where the next one starts in the received pack.
+pub struct Counted<R> {
+    /// The reader counted.
+    pub inner: R,
+    /// The bytes consumed through it so far.
+    pub consumed: Rc<Cell<u64>>,
 }
 
-impl<R: Read> Read for Counting<R> {
+impl<R: Read> Read for Counted<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.count.set(self.count.get() + n as u64);
+        self.consumed.set(self.consumed.get() + n as u64);
         Ok(n)
     }
 }
 
-impl<R: Read, F: FnMut() -> io::Result<File>> Entries<Counting<R>, F> {
+impl<R: BufRead> BufRead for Counted<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, amt: usize) {
+        self.inner.consume(amt);
+        self.consumed.set(self.consumed.get() + amt as u64);
+    }
+}
+
+impl<R: Read, F: FnMut() -> io::Result<File>> Entries<Counted<R>, F> {
     /// Read the pack from `source`, which copies everything it gives to a file; `copy` flushes
     /// that file and opens it for reading, should gix-pack's reader have to take over. What
     /// entries inflate to is kept up to `keep` bytes ([`KEEP`]).
     pub fn new(source: R, copy: F, hash: gix_hash::Kind, keep: u64) -> gix_error::Result<Self> {
-        let count = CountedShared::default();
+        let count = Rc::<Cell<u64>>::default();
         let mut read = BufReader::with_capacity(
             64 * 1024,
-            Counting {
+            Counted {
                 inner: source,
-                count: count.clone(),
+                consumed: count.clone(),
             },
         );
         let mut header = [0u8; gix_pack::data::header::SIZE];
@@ -133,7 +148,7 @@ impl<R, F> Entries<R, F> {
 }
 
 impl<R: Read> Own<R> {
-    fn new(read: BufReader<R>, left: u32, hash: gix_hash::Kind, keep: u64, count: CountedShared) -> Self {
+    fn new(read: BufReader<R>, left: u32, hash: gix_hash::Kind, keep: u64, count: Rc<Cell<u64>>) -> Self {
         Own {
             read,
             offset: gix_pack::data::header::SIZE as u64,
@@ -252,18 +267,18 @@ impl<R: Read> Own<R> {
     }
 }
 
-impl<R: Read, F: FnMut() -> io::Result<File>> Entries<Counting<R>, F> {
+impl<R: Read, F: FnMut() -> io::Result<File>> Entries<Counted<R>, F> {
     /// Let gix-pack's reader read the pack again from its start, skipping what was given.
     fn hand_over(&mut self) -> gix_error::Result<()> {
         let State::Own(own) = std::mem::replace(&mut self.state, State::Done) else {
             return Ok(());
         };
         let read_so_far = own.read_so_far.get();
-        let Counting { inner: rest, .. } = own.read.into_inner();
+        let Counted { inner: rest, .. } = own.read.into_inner();
         let copy = (self.copy)().map_err(gix_error::Error::from_error)?;
-        let again = BufReader::with_capacity(64 * 1024, copy.take(read_so_far).chain(Counting {
+        let again = BufReader::with_capacity(64 * 1024, copy.take(read_so_far).chain(Counted {
             inner: rest,
-            count: CountedShared::default(),
+            consumed: Rc::default(),
         }));
         let mut gix = BytesToEntriesIter::new_from_header(
             again,
@@ -284,7 +299,7 @@ impl<R: Read, F: FnMut() -> io::Result<File>> Entries<Counting<R>, F> {
     }
 }
 
-impl<R: Read, F: FnMut() -> io::Result<File>> Iterator for Entries<Counting<R>, F> {
+impl<R: Read, F: FnMut() -> io::Result<File>> Iterator for Entries<Counted<R>, F> {
     type Item = gix_error::Result<(Entry, Bytes)>;
 
     fn next(&mut self) -> Option<Self::Item> {

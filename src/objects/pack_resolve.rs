@@ -36,6 +36,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 use gix_hash::ObjectId;
 use gix_object::Kind;
 use gix_pack::data::entry::Header;
+use gix_pack::data::input::Entry;
 
 use crate::objects::pack_links::{Collected, Collector};
 use crate::objects::pack_read::Bytes;
@@ -212,22 +213,6 @@ impl Control {
     }
 }
 
-/// A pack entry as it arrived, with its bytes.
-pub struct Arrived {
-    /// Where the entry starts in the pack file.
-    pub offset: u64,
-    /// Its header.
-    pub header: Header,
-    /// The bytes of its header.
-    pub header_size: u16,
-    /// Its bytes.
-    pub bytes: Bytes,
-    /// The size of its zlib stream.
-    pub compressed_size: u64,
-    /// What that inflates to (for a delta, its instructions).
-    pub decompressed_size: u64,
-}
-
 /// What an entry holds, as far as resolving it is concerned.
 #[derive(Clone, Copy)]
 enum Holds {
@@ -352,10 +337,10 @@ impl<'scope> Resolving<'scope> {
         resolving
     }
 
-    /// Hand `entry`, the next of the pack, to the resolver of its family.
-    pub fn arrived(&mut self, entry: Arrived) {
-        let offset = entry.offset;
-        let owner = self.owner(&entry);
+    /// Hand `entry`, the next of the pack, with its `bytes` to the resolver of its family.
+    pub fn arrived(&mut self, entry: &Entry, bytes: Bytes) {
+        let offset = entry.pack_offset;
+        let owner = self.owner(entry);
         self.offsets.push(offset);
         self.owners.push(owner.as_ref().map_or(0, |(owner, _)| *owner));
         if self.control.gave_up() {
@@ -374,7 +359,7 @@ impl<'scope> Resolving<'scope> {
                 decompressed_size: entry.decompressed_size,
                 holds,
             },
-            bytes: entry.bytes,
+            bytes,
         };
         let owner = usize::from(owner);
         let (batch, cost) = &mut self.batches[owner];
@@ -398,7 +383,7 @@ impl<'scope> Resolving<'scope> {
     }
 
     /// The resolver of `entry`'s family (the next in turn for a new family), and what it holds.
-    fn owner(&mut self, entry: &Arrived) -> Result<(u8, Holds), GaveUp> {
+    fn owner(&mut self, entry: &Entry) -> Result<(u8, Holds), GaveUp> {
         let kind = match entry.header {
             Header::Commit => Kind::Commit,
             Header::Tree => Kind::Tree,
@@ -407,7 +392,7 @@ impl<'scope> Resolving<'scope> {
             Header::RefDelta { .. } => return Err(GaveUp::BaseById),
             Header::OfsDelta { base_distance } => {
                 let base = entry
-                    .offset
+                    .pack_offset
                     .checked_sub(base_distance)
                     .ok_or(GaveUp::BaseNotAnEntry(0))?;
                 let at = self

@@ -40,8 +40,8 @@ use gix_pack::data::input::{
 
 use crate::objects::pack_links::{self, Outside};
 use crate::objects::pack_map::{PackMap, Reader};
-use crate::objects::pack_read::{self, Bytes};
-use crate::objects::pack_resolve::{self, Arrived, Resolving};
+use crate::objects::pack_read::{self, Bytes, Counted};
+use crate::objects::pack_resolve::{self, Resolving};
 
 /// What was written: the pack and its index under their final names (`None` for a pack of no
 /// objects). A new pack gets a `.keep` beside it, which guards it until refs point into it
@@ -420,14 +420,7 @@ fn stream(
         end = entry.pack_offset + u64::from(entry.header_size) + entry.compressed_size;
         trailer = entry.trailer.or(trailer);
         if let Some(resolving) = resolving.as_deref_mut() {
-            resolving.arrived(Arrived {
-                offset: entry.pack_offset,
-                header: entry.header,
-                header_size: entry.header_size,
-                bytes,
-                compressed_size: entry.compressed_size,
-                decompressed_size: entry.decompressed_size,
-            });
+            resolving.arrived(&entry, bytes);
         }
     }
     Ok(Streamed {
@@ -647,33 +640,6 @@ impl Read for PassThrough<'_> {
         let n = self.reader.read(buf)?;
         locked(&self.writer)?.write_all(&buf[..n])?;
         Ok(n)
-    }
-}
-
-/// A reader that counts what its user consumed, not what it buffered ahead: a thin pack's
-/// entries are read one at a time through it, so between two entries it says where the next
-/// one starts in the received pack.
-struct Counted<R> {
-    inner: R,
-    consumed: Rc<Cell<u64>>,
-}
-
-impl<R: BufRead> Read for Counted<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.consumed.set(self.consumed.get() + n as u64);
-        Ok(n)
-    }
-}
-
-impl<R: BufRead> BufRead for Counted<R> {
-    fn fill_buf(&mut self) -> io::Result<&[u8]> {
-        self.inner.fill_buf()
-    }
-
-    fn consume(&mut self, amt: usize) {
-        self.inner.consume(amt);
-        self.consumed.set(self.consumed.get() + amt as u64);
     }
 }
 
