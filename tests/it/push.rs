@@ -1116,7 +1116,8 @@ fn update_server_info_after_a_push() {
 
 /// `berth.maxObjectSize` holds for a pack that is named while it arrives: a big push
 /// (1,000 objects and more, into a repository without objects, is read as it comes) whose one
-/// blob of 2 MiB is over a limit of 1 MiB is refused in berth's words, and nothing of it stays.
+/// blob of 2 MiB is over a limit of 1 MiB is refused in berth's words, and nothing of it stays;
+/// under a limit of 4 MiB it lands, and `git fsck --strict` accepts the repository.
 /// The blob is small enough for the pack reader to keep what it inflates to, so it reached the
 /// resolvers already inflated, where the limit was not checked (accepted before 2026-12-06's
 /// review).
@@ -1144,5 +1145,13 @@ fn an_object_over_berth_max_object_size_in_a_big_push_is_refused() {
         push.stderr
     );
     assert_eq!(w.refs("srv.git"), "");
+    w.assert_clean("srv.git");
+    // Within the limit, the same push is named as it arrives and lands whole.
+    w.git("srv.git", &["config", "berth.maxObjectSize", "4m"]);
+    ok(&w.push("src", Receiver::Berth, "srv.git", &["main"]));
+    assert_eq!(
+        w.git("srv.git", &["rev-parse", "main"]),
+        w.git("src", &["rev-parse", "main"])
+    );
     w.assert_clean("srv.git");
 }
