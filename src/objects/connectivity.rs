@@ -572,7 +572,12 @@ impl<'a> Check<'a> {
             return done(Found::Complete(0));
         }
         if let Role::Blob(_) = role {
-            // resolved and hashed when the pack was indexed; it links to nothing
+            // In the pack, it was resolved and hashed when the pack was indexed; it links to
+            // nothing. A listed one may be gone (a push killed as it moved it in listed it
+            // for good).
+            if !self.in_pack(&id) && !self.objects.exists(&id) {
+                return missing(id, role);
+            }
             self.known.insert(id, Known::NamedAsBlob(self.walk));
             return done(Found::Complete(0));
         }
@@ -1092,6 +1097,10 @@ mod tests {
         // Given the list, the same list read again is nothing new.
         assert!(!c.stale(&listed));
         assert_eq!(c.tip(id(&base)), Status::Connected);
+        // A listed blob is walked through like the rest, and one that is gone is missing.
+        let with_blob: HashSet<ObjectId> = listed.iter().copied().chain([id(&gone)]).collect();
+        let mut c = Check::new(&odb, None, std::iter::empty()).with_suspects(with_blob);
+        assert!(matches!(c.tip(id(&bad)), Status::Missing(Missing { id, .. }) if id == self::id(&gone)));
 
         // A pack of one commit on the listed one: its links do not vouch for it.
         let on_bad = chain(&repo, &bad, 1).pop().unwrap();

@@ -35,9 +35,14 @@
 //! power loss left has them listed for good by [`reap`].
 //!
 //! Untrusted input: the list, and the commits of each push's file, are bounded
-//! ([`MAX_BYTES`]); a push that would grow either past that is refused at its migration. The
-//! `moving` lines are as many as the push's loose objects (fewer than `receive.unpackLimit`);
-//! a dead push's that would pass the bound stay in its file, still read.
+//! ([`MAX_BYTES`]); a push that would grow either past that is refused at its migration,
+//! unless a prune ([`Pruning`], decided by [`crate::objects::incomplete_prune`]) makes room
+//! first: an entry whose object is gone (`git gc` pruned it) or is complete now leaves the
+//! list. A prune holds the list's gate ([`GATE`], `flock`) alone, and a push holds it shared
+//! from listing its objects until they are in ([`Listed`]), so that a prune never takes an
+//! object listed but not yet moved in for a pruned one. The `moving` lines are as many as the
+//! push's loose objects (fewer than `receive.unpackLimit`); a dead push's that would pass the
+//! bound stay in its file, still read.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -53,6 +58,16 @@ pub const PENDING: &str = "info/berth-incomplete.d";
 
 /// The list is not grown past this many bytes (about 390,000 SHA-1 ids), nor a push's own file.
 pub const MAX_BYTES: u64 = 16 << 20;
+
+/// The list's gate under the object directory: `flock`ed shared by a push from listing its
+/// objects until they are in ([`Listed`]), exclusively by a prune ([`Pruning`]). Its
+/// modification time is when a prune last started (the Unix epoch: never).
+pub const GATE: &str = "info/berth-incomplete.gate";
+
+/// A prune starts at most this often in a repository: one reads the whole list and walks
+/// each listed object, which a client that keeps pushing incomplete objects into a full list
+/// must not be able to make the server do on every push.
+pub const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What of a push is not complete, as the connectivity check found it
 /// ([`crate::objects::connectivity::Check::incomplete`]).
@@ -79,9 +94,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    /// Growing it would pass [`MAX_BYTES`].
+    /// Growing it would pass [`MAX_BYTES`], a prune or not.
     #[error(
-        "{path} would pass {max} bytes: run `git gc --prune=now` to drop unreachable objects, then remove it"
+        "{path} would pass {max} bytes: run `git gc --prune=now` to drop unreachable objects; the next push that needs room prunes the list"
     )]
     TooLarge {
         /// The list.
@@ -164,22 +179,63 @@ fn lines(ids: &[ObjectId]) -> Vec<u8> {
     lines
 }
 
+/// Objects a push listed ([`append`]): the list's gate ([`GATE`]) held shared until this is
+/// dropped, once they are in, so that no prune runs in between.
+#[derive(Debug)]
+#[must_use = "hold it until the listed objects are in"]
+pub struct Listed {
+    _gate: Option<std::fs::File>,
+}
+
+/// Open `objects_dir`'s gate ([`GATE`]), creating it (and `info/`) when there is none, its
+/// time set to the epoch: no prune started yet.
+fn open_gate(objects_dir: &Path) -> io::Result<std::fs::File> {
+    let path = objects_dir.join(GATE);
+    match std::fs::File::open(&path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        opened => return opened,
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+    {
+        Ok(file) => {
+            // Another user's gate (a shared repository) keeps its time: best effort.
+            let _ = file.set_modified(std::time::UNIX_EPOCH);
+            Ok(file)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => std::fs::File::open(&path),
+        Err(e) => Err(e),
+    }
+}
+
 /// Add `ids` to the list of `objects_dir` (one `write` in append mode, so that concurrent
 /// pushes do not mix their lines), synced as `durability` says for objects, before the caller
-/// moves them in.
+/// moves them in; the gate stays held shared until the returned [`Listed`] is dropped (waiting
+/// for a prune under way to end first).
 pub fn append(
     objects_dir: &Path,
     ids: &[ObjectId],
     durability: crate::fsync::Durability,
-) -> Result<(), Error> {
+) -> Result<Listed, Error> {
     if ids.is_empty() {
-        return Ok(());
+        return Ok(Listed { _gate: None });
     }
     let path = objects_dir.join(FILE);
     let io = |source| Error::Io {
         path: path.clone(),
         source,
     };
+    let gate = open_gate(objects_dir)
+        .and_then(|gate| gate.lock_shared().map(|()| gate))
+        .map_err(|source| Error::Io {
+            path: objects_dir.join(GATE),
+            source,
+        })?;
     let lines = lines(ids);
     let (held, created) = match std::fs::metadata(&path) {
         Ok(m) => (m.len(), false),
@@ -211,7 +267,98 @@ pub fn append(
             .sync_dir(crate::fsync::Components::OBJECTS, dir)
             .map_err(io)?;
     }
-    Ok(())
+    Ok(Listed { _gate: Some(gate) })
+}
+
+/// The list held for a prune: its gate ([`GATE`]) held exclusively, so that no push lists
+/// anything until this is dropped; the list's ids as read then, each once. What to keep is
+/// decided elsewhere ([`crate::objects::incomplete_prune`]), then written by [`Pruning::keep`].
+#[derive(Debug)]
+pub struct Pruning {
+    objects_dir: PathBuf,
+    ids: Vec<ObjectId>,
+    _gate: std::fs::File,
+}
+
+impl Pruning {
+    /// Hold `objects_dir`'s list for a prune and read it; `None` when a push holds it, another
+    /// prune does, or one started less than `every` ago ([`PRUNE_EVERY`]). Its start is
+    /// recorded first, so that a prune that fails counts too.
+    pub fn start(
+        objects_dir: &Path,
+        hash: gix_hash::Kind,
+        every: std::time::Duration,
+    ) -> Result<Option<Pruning>, Error> {
+        let gate_path = objects_dir.join(GATE);
+        let io = |source| Error::Io {
+            path: gate_path.clone(),
+            source,
+        };
+        let gate = open_gate(objects_dir).map_err(io)?;
+        match gate.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
+        let now = std::time::SystemTime::now();
+        let last = gate.metadata().and_then(|m| m.modified()).map_err(io)?;
+        if now.duration_since(last).is_ok_and(|since| since < every) {
+            return Ok(None);
+        }
+        // The time is set through a handle that may write (the one locked may be read-only);
+        // a gate whose time this user cannot set (another's, in a shared repository) is never
+        // pruned through, rather than pruned on every push.
+        let recorded = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&gate_path)
+            .and_then(|f| f.set_modified(now));
+        if let Err(e) = recorded {
+            tracing::warn!(gate = ?gate_path, "the list of incomplete objects is not pruned: its gate's time cannot be set: {e}");
+            return Ok(None);
+        }
+        let mut ids = HashSet::default();
+        read_into(&objects_dir.join(FILE), hash, &mut ids)?;
+        Ok(Some(Pruning {
+            objects_dir: objects_dir.to_owned(),
+            ids: ids.into_iter().collect(),
+            _gate: gate,
+        }))
+    }
+
+    /// The list's ids, each once.
+    pub fn ids(&self) -> &[ObjectId] {
+        &self.ids
+    }
+
+    /// Replace the list with `kept` (written beside it, synced as `durability` says for
+    /// objects, renamed over it, its directory synced), or remove it when `kept` is empty.
+    pub fn keep(self, kept: &[ObjectId], durability: crate::fsync::Durability) -> Result<(), Error> {
+        use crate::fsync::Components;
+        let path = self.objects_dir.join(FILE);
+        let io = |path: &Path, source| Error::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let dir = path.parent().unwrap_or(&self.objects_dir);
+        if kept.is_empty() {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io(&path, e)),
+                _ => {}
+            }
+        } else {
+            let mut pruned = path.clone().into_os_string();
+            pruned.push(".pruned");
+            let pruned = PathBuf::from(pruned);
+            let mut file = std::fs::File::create(&pruned).map_err(|e| io(&pruned, e))?;
+            file.write_all(&lines(kept))
+                .and_then(|()| durability.sync(Components::OBJECTS, &file))
+                .and_then(|()| std::fs::rename(&pruned, &path))
+                .map_err(|e| io(&pruned, e))?;
+        }
+        durability
+            .sync_dir(Components::OBJECTS, dir)
+            .map_err(|e| io(dir, e))
+    }
 }
 
 /// A push's commits that need new shallow roots ([`Found::rooted`]), listed in a file of its
@@ -406,10 +553,10 @@ fn settle(
                 .sync_dir(crate::fsync::Components::OBJECTS, shallow_dir)
                 .map_err(|e| io(shallow_dir, e))?;
         }
-        append(objects_dir, listing.moving, durability)?;
+        drop(append(objects_dir, listing.moving, durability)?);
         Settled::Complete
     } else {
-        append(objects_dir, &[listing.ids, listing.moving].concat(), durability)?;
+        drop(append(objects_dir, &[listing.ids, listing.moving].concat(), durability)?);
         Settled::Listed
     };
     match std::fs::remove_file(path) {
@@ -513,9 +660,9 @@ mod tests {
         assert!(read(dir.path(), sha1).unwrap().is_empty());
         let a = ObjectId::from_hex(b"1111111111111111111111111111111111111111").unwrap();
         let b = ObjectId::from_hex(b"2222222222222222222222222222222222222222").unwrap();
-        append(dir.path(), &[a], Default::default()).unwrap();
-        append(dir.path(), &[b, a], Default::default()).unwrap();
-        append(dir.path(), &[], Default::default()).unwrap();
+        drop(append(dir.path(), &[a], Default::default()).unwrap());
+        drop(append(dir.path(), &[b, a], Default::default()).unwrap());
+        drop(append(dir.path(), &[], Default::default()).unwrap());
         let listed = read(dir.path(), sha1).unwrap();
         assert_eq!(listed.len(), 2);
         assert!(listed.contains(&a) && listed.contains(&b));

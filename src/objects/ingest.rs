@@ -228,6 +228,34 @@ impl Quarantine {
         Ok(files)
     }
 
+    /// List the push's objects that reach a missing one ([`crate::objects::incomplete::append`]);
+    /// when that would pass the list's bound, prune the list first
+    /// ([`crate::objects::incomplete_prune`]) and try once more.
+    fn list_incomplete(
+        &self,
+        objects_dir: &Path,
+    ) -> Result<crate::objects::incomplete::Listed, MigrateError> {
+        use crate::objects::{incomplete, incomplete_prune};
+        let missing = &self.incomplete.missing;
+        match incomplete::append(objects_dir, missing, self.durability) {
+            Err(incomplete::Error::TooLarge { .. }) => {}
+            listed => return Ok(listed?),
+        }
+        let hash = missing.first().map_or(gix_hash::Kind::Sha1, |id| id.kind());
+        match incomplete_prune::prune(objects_dir, hash, self.durability, incomplete::PRUNE_EVERY) {
+            Ok(incomplete_prune::Pruned::Done(outcome)) => {
+                tracing::info!(
+                    kept = outcome.kept,
+                    dropped = outcome.dropped,
+                    "the list of incomplete objects was full: pruned"
+                );
+            }
+            Ok(other) => tracing::info!("the list of incomplete objects is full, not pruned: {other:?}"),
+            Err(e) => tracing::warn!("the list of incomplete objects could not be pruned: {e}"),
+        }
+        Ok(incomplete::append(objects_dir, missing, self.durability)?)
+    }
+
     /// Move the received pack into `objects_dir/pack`, `.keep` first and `.idx` last, so that a
     /// pack is never visible without its data and is protected from a concurrent repack until
     /// the refs point into it. Returns the `.keep` files to delete after the ref update, and
@@ -249,7 +277,8 @@ impl Quarantine {
         use crate::objects::incomplete;
         let durability = self.durability;
         let mut created_fanout = false;
-        incomplete::append(objects_dir, &self.incomplete.missing, durability)?;
+        // Held until the objects are in: no prune runs in between.
+        let _listed = self.list_incomplete(objects_dir)?;
         let name = self.dir.file_name().unwrap_or(self.dir.as_os_str());
         // Synced renames are durable once their directories are, in no particular order until
         // then: on a power loss, a commit could outlive its tree. The objects that move (the

@@ -6,6 +6,7 @@ pub mod connectivity;
 pub mod fsck;
 pub mod gitmodules;
 pub mod incomplete;
+pub mod incomplete_prune;
 pub mod ingest;
 pub mod lookup;
 pub mod loose_write;

@@ -11,6 +11,7 @@
 //! as git refuses it, each object read once over all the tips.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::Output;
 
 use crate::common;
@@ -482,10 +483,21 @@ fn a_shallow_commit_left_by_an_earlier_push_without_its_root_is_still_refused() 
     assert_refused_later(seen, "refs/heads/main");
 }
 
-/// The list of incomplete objects is bounded: a push that would grow it past 16 MiB is
-/// refused whole at its migration (git's `unable to migrate objects to permanent storage`),
-/// nothing of it enters the repository and its quarantine is removed; the operator's log says
-/// why. A push with nothing to list is not affected.
+/// Mark `objects`' list of incomplete objects as pruned a moment ago (its gate's time), so
+/// that no push prunes it for a minute.
+fn pruned_just_now(objects: &Path) {
+    std::fs::create_dir_all(objects.join("info")).unwrap();
+    std::fs::File::create(objects.join("info/berth-incomplete.gate"))
+        .unwrap()
+        .set_modified(std::time::SystemTime::now())
+        .unwrap();
+}
+
+/// The list of incomplete objects is bounded: a push that would grow it past 16 MiB, when the
+/// list was pruned less than a minute ago, is refused whole at its migration (git's `unable to
+/// migrate objects to permanent storage`), nothing of it enters the repository and its
+/// quarantine is removed; the operator's log says why. A push with nothing to list is not
+/// affected.
 #[test]
 fn a_push_that_would_grow_the_incomplete_list_past_its_bound_is_refused_whole() {
     let (w, old, new, broken) = kept_pack_world();
@@ -494,6 +506,7 @@ fn a_push_that_would_grow_the_incomplete_list_past_its_bound_is_refused_whole() 
         .unwrap()
         .set_len((16 << 20) - 10)
         .unwrap();
+    pruned_just_now(&w.path("srv.git/objects"));
     let (bad, input) = bad_beside_new(&w, &old, &new, &broken);
     let mut cmd = w.cmd(common::berth(), ".");
     cmd.env("RUST_LOG", "berth=error")
@@ -528,6 +541,66 @@ fn a_push_that_would_grow_the_incomplete_list_past_its_bound_is_refused_whole() 
     let out = receive_pack(&w, Receiver::Berth, &input);
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(report.contains("ok refs/heads/main"), "{report}");
+}
+
+/// A full list is pruned before a push is refused for want of room: entries whose objects are
+/// gone (pruned by `git gc`) leave it, the push is taken, and the list then holds what is
+/// still incomplete (this push's broken commit and tree), so that a later ref at the broken
+/// commit is still refused. A second push that finds the list full within the minute is
+/// refused: a client cannot make every push prune it.
+#[test]
+fn a_full_list_of_incomplete_objects_is_pruned_before_a_push_is_refused_for_room() {
+    let (w, old, new, broken) = kept_pack_world();
+    let objects = w.path("srv.git/objects");
+    let list = objects.join("info/berth-incomplete");
+    std::fs::create_dir_all(objects.join("info")).unwrap();
+    // About 16 MiB of entries whose objects are gone.
+    let mut gone = Vec::with_capacity(16 << 20);
+    for i in 0u32..((16 << 20) / 41) {
+        gone.extend_from_slice(format!("{i:040x}\n").as_bytes());
+    }
+    std::fs::write(&list, &gone).unwrap();
+    let (bad, input) = bad_beside_new(&w, &old, &new, &broken);
+    let out = receive_pack(&w, Receiver::Berth, &input);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("ok refs/heads/new"), "{report}");
+    assert!(
+        report.contains("ng refs/heads/bad missing necessary objects"),
+        "{report}"
+    );
+    let mut left: Vec<String> = std::fs::read_to_string(&list)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    left.sort();
+    let mut want = vec![bad.clone(), broken.clone()];
+    want.sort();
+    assert_eq!(left, want);
+    w.git("srv.git", &["fsck", "--strict", "--connectivity-only"]);
+
+    // A ref at the broken commit, no objects: still refused.
+    let mut input = pkt(&format!("{ZERO} {bad} refs/heads/again\0report-status"));
+    input.extend(b"0000");
+    input.extend(EMPTY_PACK);
+    let out = receive_pack(&w, Receiver::Berth, &input);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("ng refs/heads/again missing necessary objects"),
+        "{report}"
+    );
+
+    // Full again at once: not pruned again within the minute, the push is refused whole.
+    std::fs::write(&list, &gone).unwrap();
+    let new2 = w.commit("src", "c", "3");
+    let (_, input) = bad_beside_new(&w, &new, &new2, &broken);
+    let out = receive_pack(&w, Receiver::Berth, &input);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("ng refs/heads/new unable to migrate objects to permanent storage"),
+        "{report}"
+    );
+    assert_eq!(std::fs::read(&list).unwrap(), gone);
 }
 
 /// A list that cannot be read ends the push before anything moves in, with a `fatal:` line
@@ -573,6 +646,7 @@ fn berth_serve_logs_why_a_push_could_not_move_its_objects_in_by_default() {
         .unwrap()
         .set_len((16 << 20) - 10)
         .unwrap();
+    pruned_just_now(&w.path("repos/srv.git/objects"));
     let (_, input) = bad_beside_new(&w, &old, &new, &broken);
     let srv = crate::serve::Serve::start(&w, &[]);
     let r = crate::serve::http(
