@@ -409,9 +409,13 @@ impl<'a> Check<'a> {
     /// relied on ([`Check::relied_on`]): listed meanwhile by a concurrent push, before its
     /// objects moved in, it makes the verdicts stale.
     pub fn stale(&self, listed: &HashSet<ObjectId>) -> bool {
-        listed
-            .iter()
-            .any(|id| !self.suspects.contains(id) && self.relied_on(id))
+        listed.iter().any(|id| self.made_stale_by(id))
+    }
+
+    /// Whether `id`, found on the list of objects not known to be complete read again after
+    /// the checks, makes their verdicts stale ([`Check::stale`]).
+    pub fn made_stale_by(&self, id: &ObjectId) -> bool {
+        !self.suspects.contains(id) && self.relied_on(id)
     }
 
     /// Whether the checks so far took `id` as complete without walking through it, or might

@@ -123,11 +123,41 @@ pub enum Error {
 /// is skipped.
 pub fn read(objects_dir: &Path, hash: gix_hash::Kind) -> Result<HashSet<ObjectId>, Error> {
     let mut ids = HashSet::default();
-    read_into(&objects_dir.join(FILE), hash, &mut ids)?;
+    scan(objects_dir, hash, &mut |lines, ids_in| {
+        ids.reserve(ids_in);
+        ids.extend(lines);
+        false
+    })?;
+    Ok(ids)
+}
+
+/// Whether `objects_dir` lists an object (as [`read`] reads the list) for which `wanted` says
+/// `true`: the list read through once, nothing collected (every push asks this of the list,
+/// whatever its size: a list of 390,000 ids collected into a set twice a push cost 270 ms).
+pub fn lists_any(
+    objects_dir: &Path,
+    hash: gix_hash::Kind,
+    wanted: &mut dyn FnMut(&ObjectId) -> bool,
+) -> Result<bool, Error> {
+    scan(objects_dir, hash, &mut |mut lines, _| {
+        Iterator::any(&mut lines, |id| wanted(&id))
+    })
+}
+
+/// Give `each` the ids of the list, then of each push's own file, with about how many there
+/// are; `true` when `each` said so for one of them (the rest is not read).
+fn scan(
+    objects_dir: &Path,
+    hash: gix_hash::Kind,
+    each: &mut dyn FnMut(&mut dyn Iterator<Item = ObjectId>, usize) -> bool,
+) -> Result<bool, Error> {
+    if ids_in(&objects_dir.join(FILE), hash, each)? {
+        return Ok(true);
+    }
     let dir = objects_dir.join(PENDING);
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ids),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(source) => return Err(Error::Io { path: dir, source }),
     };
     for entry in entries {
@@ -142,16 +172,22 @@ pub fn read(objects_dir: &Path, hash: gix_hash::Kind) -> Result<HashSet<ObjectId
         {
             continue;
         }
-        read_into(&entry.path(), hash, &mut ids)?;
+        if ids_in(&entry.path(), hash, each)? {
+            return Ok(true);
+        }
     }
-    Ok(ids)
+    Ok(false)
 }
 
-/// Add the ids listed in `path` (none when it is gone) to `ids`.
-fn read_into(path: &Path, hash: gix_hash::Kind, ids: &mut HashSet<ObjectId>) -> Result<(), Error> {
+/// Give `each` the ids listed in `path` (none when it is gone): [`scan`]'s for one file.
+fn ids_in(
+    path: &Path,
+    hash: gix_hash::Kind,
+    each: &mut dyn FnMut(&mut dyn Iterator<Item = ObjectId>, usize) -> bool,
+) -> Result<bool, Error> {
     let data = match std::fs::read(path) {
         Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(source) => {
             return Err(Error::Io {
                 path: path.to_owned(),
@@ -159,13 +195,15 @@ fn read_into(path: &Path, hash: gix_hash::Kind, ids: &mut HashSet<ObjectId>) -> 
             });
         }
     };
-    ids.extend(
-        data.split(|b| *b == b'\n')
-            .map(|l| l.strip_prefix(MOVING).unwrap_or(l))
-            .filter(|l| l.len() == hash.len_in_hex())
-            .filter_map(|l| ObjectId::from_hex(l).ok()),
-    );
-    Ok(())
+    use gix_object::bstr::ByteSlice;
+    // Split with memchr (bstr's): splitting byte by byte was a fifth of looking through a
+    // list of 390,000 ids.
+    let mut lines = data
+        .lines()
+        .map(|l| l.strip_prefix(MOVING).unwrap_or(l))
+        .filter(|l| l.len() == hash.len_in_hex())
+        .filter_map(|l| ObjectId::from_hex(l).ok());
+    Ok(each(&mut lines, data.len() / (hash.len_in_hex() + 1)))
 }
 
 /// `ids` one in hex a line.
@@ -317,7 +355,11 @@ impl Pruning {
             return Ok(None);
         }
         let mut ids = HashSet::default();
-        read_into(&objects_dir.join(FILE), hash, &mut ids)?;
+        ids_in(&objects_dir.join(FILE), hash, &mut |lines, n| {
+            ids.reserve(n);
+            ids.extend(lines);
+            false
+        })?;
         Ok(Some(Pruning {
             objects_dir: objects_dir.to_owned(),
             ids: ids.into_iter().collect(),

@@ -97,7 +97,7 @@ pub fn prune(
         })
         .copied()
         .collect();
-    if check.stale(&incomplete::read(objects_dir, hash)?) {
+    if incomplete::lists_any(objects_dir, hash, &mut |id| check.made_stale_by(id))? {
         return Ok(Pruned::Raced);
     }
     let outcome = Outcome {

@@ -59,13 +59,53 @@ pub(super) fn check_connectivity(
         had,
         refresh,
     };
-    pass.until_settled(cmds, &mut || {
-        crate::objects::incomplete::read(&repo.objects_dir, repo.object_format)
-    })
+    pass.until_settled(
+        cmds,
+        &mut Listed {
+            objects_dir: &repo.objects_dir,
+            hash: repo.object_format,
+        },
+    )
 }
 
 /// How many times [`Pass::until_settled`] checks the commands before it gives up.
 const MAX_PASSES: usize = 4;
+
+/// A push of more tips than this collects the list of objects not known to be complete before
+/// its first pass rather than look for its tips in it: a set of as many tips costs more than
+/// the list can (at most [`crate::objects::incomplete::MAX_BYTES`] of ids, about 390,000).
+const MAX_TIPS_LOOKED_FOR: usize = 1 << 16;
+
+/// The list of objects not known to be complete ([`crate::objects::incomplete`]), as the
+/// passes over the commands read it.
+trait List {
+    /// Every object on it (a pass's suspects).
+    fn read(&mut self) -> Result<HashSet<ObjectId>, crate::objects::incomplete::Error>;
+    /// Whether it names an object `wanted` says `true` to, nothing collected.
+    fn any(
+        &mut self,
+        wanted: &mut dyn FnMut(&ObjectId) -> bool,
+    ) -> Result<bool, crate::objects::incomplete::Error>;
+}
+
+/// The repository's list.
+struct Listed<'a> {
+    objects_dir: &'a std::path::Path,
+    hash: gix_hash::Kind,
+}
+
+impl List for Listed<'_> {
+    fn read(&mut self) -> Result<HashSet<ObjectId>, crate::objects::incomplete::Error> {
+        crate::objects::incomplete::read(self.objects_dir, self.hash)
+    }
+
+    fn any(
+        &mut self,
+        wanted: &mut dyn FnMut(&ObjectId) -> bool,
+    ) -> Result<bool, crate::objects::incomplete::Error> {
+        crate::objects::incomplete::lists_any(self.objects_dir, self.hash, wanted)
+    }
+}
 
 /// What one pass of the connectivity check over the commands reads.
 struct Pass<'a, H> {
@@ -85,14 +125,10 @@ impl<H: gix_object::Exists> Pass<'_, H> {
     /// (read before that push listed it) shows up then, and the commands are checked again
     /// with the new list; at most [`MAX_PASSES`] times (only pushes that keep listing what
     /// this one builds on get there: the push ends, [`Fatal::IncompleteChanging`]).
-    fn until_settled(
-        &self,
-        cmds: &mut [Cmd],
-        listed: &mut dyn FnMut() -> Result<HashSet<ObjectId>, crate::objects::incomplete::Error>,
-    ) -> Result<Failed, Fatal> {
-        let mut suspects = listed()?;
+    fn until_settled(&self, cmds: &mut [Cmd], list: &mut dyn List) -> Result<Failed, Fatal> {
+        let mut suspects = self.first_suspects(cmds, list)?;
         for _ in 0..MAX_PASSES {
-            let (failed, stale) = self.once(cmds, suspects, listed)?;
+            let (failed, stale) = self.once(cmds, suspects, list)?;
             match stale {
                 None => return Ok(failed),
                 Some(now) => {
@@ -106,13 +142,49 @@ impl<H: gix_object::Exists> Pass<'_, H> {
         Err(Fatal::IncompleteChanging(MAX_PASSES))
     }
 
+    /// The first pass's suspects: the list, or nothing when it names none of the objects the
+    /// pass could stop at and so rely on. A walk goes through the pack's objects and stops at
+    /// the first other object it meets (taken as complete unless listed), so it meets a listed
+    /// object only as a tip, a client shallow commit, or a link from the pack out of it (or
+    /// through a listed one it met so). Those are known when indexing took the pack's links and
+    /// the tips are not too many to look for ([`MAX_TIPS_LOOKED_FOR`]); else the list is read.
+    /// A list that does not concern the push is then read through once, not collected twice.
+    fn first_suspects(
+        &self,
+        cmds: &[Cmd],
+        list: &mut dyn List,
+    ) -> Result<HashSet<ObjectId>, Fatal> {
+        let links = match self.received.map(|r| &r.links) {
+            None => None,
+            Some(Some(Ok(links))) => Some(links),
+            Some(_) => return Ok(list.read()?),
+        };
+        let mut tips = cmds
+            .iter()
+            .filter(|c| c.pending() && !c.command.is_delete())
+            .map(|c| c.command.new);
+        if tips.clone().nth(MAX_TIPS_LOOKED_FOR).is_some() {
+            return Ok(list.read()?);
+        }
+        let tips: HashSet<ObjectId> = tips.by_ref().collect();
+        let stops_at = &mut |id: &ObjectId| {
+            tips.contains(id)
+                || self.shallow.contains(id)
+                || links.is_some_and(|links| links.contains_key(id))
+        };
+        Ok(match list.any(stops_at)? {
+            true => list.read()?,
+            false => HashSet::default(),
+        })
+    }
+
     /// One pass over the commands with `suspects` as the list; the list read again after it
     /// when an object the pass relied on is on it now and was not before.
     fn once(
         &self,
         cmds: &mut [Cmd],
         suspects: HashSet<ObjectId>,
-        listed: &mut dyn FnMut() -> Result<HashSet<ObjectId>, crate::objects::incomplete::Error>,
+        list: &mut dyn List,
     ) -> Result<(Failed, Option<HashSet<ObjectId>>), Fatal> {
         let Pass {
             repo,
@@ -205,8 +277,8 @@ impl<H: gix_object::Exists> Pass<'_, H> {
                 "tips walked one by one"
             );
         }
-        let now = listed()?;
-        Ok((failed, check.stale(&now).then_some(now)))
+        let stale = list.any(&mut |id| check.made_stale_by(id))?;
+        Ok((failed, if stale { Some(list.read()?) } else { None }))
     }
 }
 
@@ -304,13 +376,36 @@ mod tests {
             had: &objects,
             refresh: Budget::default(),
         };
-        let mut reads = 0;
-        let result = pass.until_settled(cmds, &mut || {
-            let list = &lists[reads.min(lists.len() - 1)];
-            reads += 1;
-            Ok(list.iter().copied().collect())
-        });
-        (result, reads)
+        let mut list = Lists { lists, reads: 0 };
+        let result = pass.until_settled(cmds, &mut list);
+        (result, list.reads)
+    }
+
+    /// `lists[k]` as the list at the k-th read (the last one from then on), reads counted.
+    struct Lists<'a> {
+        lists: &'a [Vec<ObjectId>],
+        reads: usize,
+    }
+
+    impl Lists<'_> {
+        fn next(&mut self) -> &[ObjectId] {
+            let list = &self.lists[self.reads.min(self.lists.len() - 1)];
+            self.reads += 1;
+            list
+        }
+    }
+
+    impl List for Lists<'_> {
+        fn read(&mut self) -> Result<HashSet<ObjectId>, crate::objects::incomplete::Error> {
+            Ok(self.next().iter().copied().collect())
+        }
+
+        fn any(
+            &mut self,
+            wanted: &mut dyn FnMut(&ObjectId) -> bool,
+        ) -> Result<bool, crate::objects::incomplete::Error> {
+            Ok(self.next().iter().any(wanted))
+        }
     }
 
     /// The repository's broken commit was not listed when the check began and is by the time
@@ -322,14 +417,18 @@ mod tests {
         let mut cmds = creates(&ids);
         let (result, reads) = check(&repo, &mut cmds, &[vec![], ids.clone()]);
         let failed = result.unwrap();
-        assert_eq!(reads, 3, "read, read again, checked again, read again");
+        assert_eq!(
+            reads, 4,
+            "looked through, looked through again, read, checked again, looked through again"
+        );
         assert_eq!(cmds[0].error(), Some(&Reason::MissingObjects));
         assert_eq!(failed.commands.len(), 1);
 
-        // Listed from the start, or not at all: one pass.
+        // Listed from the start (looked through, read, looked through again), or not at all
+        // (looked through before and after): one pass.
         let mut cmds = creates(&ids);
         let (result, reads) = check(&repo, &mut cmds, std::slice::from_ref(&ids));
-        assert_eq!((result.unwrap().commands.len(), reads), (1, 2));
+        assert_eq!((result.unwrap().commands.len(), reads), (1, 3));
         let mut cmds = creates(&ids);
         let (result, reads) = check(&repo, &mut cmds, &[vec![]]);
         assert_eq!((result.unwrap().commands.len(), reads), (0, 2));
@@ -346,15 +445,18 @@ mod tests {
     /// Pushes that keep listing what this one builds on end it after [`MAX_PASSES`] passes.
     #[test]
     fn a_list_that_keeps_changing_under_the_check_ends_the_push() {
-        let (_dir, repo, ids) = broken(MAX_PASSES + 1);
+        // Each time the list is looked at, one more of the commands' commits is on it.
+        let (_dir, repo, ids) = broken(2 * MAX_PASSES + 1);
         let mut cmds = creates(&ids);
-        let lists: Vec<Vec<ObjectId>> = (0..=MAX_PASSES + 1).map(|k| ids[..k].to_vec()).collect();
+        let lists: Vec<Vec<ObjectId>> = (0..=2 * MAX_PASSES + 1)
+            .map(|k| ids[..k].to_vec())
+            .collect();
         let (result, reads) = check(&repo, &mut cmds, &lists);
         assert!(
             matches!(result, Err(Fatal::IncompleteChanging(MAX_PASSES))),
             "{:?}",
             result.map(|f| f.commands.len())
         );
-        assert_eq!(reads, MAX_PASSES + 1);
+        assert_eq!(reads, 2 * MAX_PASSES + 1);
     }
 }

@@ -415,6 +415,62 @@ fn broken_commit_left_behind(kept: Kept) {
     assert_refused_later(seen, "refs/heads/new");
 }
 
+/// A new commit on a broken commit an earlier push left behind, pushed alone (the broken one
+/// is only a link out of the pack, never a tip), is refused as git refuses it; the list is
+/// looked through for what the pack links to, not only for the push's tips, so the check
+/// walks through the broken commit in its first pass (not after finding it listed).
+#[test]
+fn a_commit_on_a_broken_commit_left_by_an_earlier_push_is_refused() {
+    // The first push, then the request of the second.
+    let setup = |r: Receiver, kept: Kept| {
+        let (w, old, new, broken) = kept_pack_world();
+        let (old, new, broken) = (&old, &new, &broken);
+        if kept == Kept::Loose {
+            w.git("srv.git", &["config", "--unset", "receive.unpackLimit"]);
+        }
+        let (bad, input) = bad_beside_new(&w, old, new, broken);
+        let first = receive_pack(&w, r, &input);
+        let tree = w.git("src", &["rev-parse", &format!("{old}^{{tree}}")]);
+        let on_bad = w.git("src", &["commit-tree", "-p", &bad, "-m", "on", tree.trim()]);
+        let on_bad = on_bad.trim();
+        let mut again = pkt(&format!("{ZERO} {on_bad} refs/heads/again\0report-status"));
+        again.extend(b"0000");
+        again.extend(w.pack(false, &format!("{on_bad}\n")));
+        (
+            w,
+            String::from_utf8_lossy(&first.stdout).into_owned(),
+            again,
+        )
+    };
+    for kept in [Kept::Pack, Kept::Loose] {
+        let seen = common::differential(|r| {
+            let (w, first, again) = setup(r, kept);
+            let out = receive_pack(&w, r, &again);
+            let report = String::from_utf8_lossy(&out.stdout).into_owned();
+            (first, report, w.refs("srv.git"))
+        });
+        assert_refused_later(seen, "refs/heads/new");
+
+        let (w, _, again) = setup(Receiver::Berth, kept);
+        let out = berth_logging(&w, "berth=debug", &again);
+        let report = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            report.contains("ng refs/heads/again missing necessary objects"),
+            "{report}"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("checking again"), "{stderr}");
+    }
+}
+
+/// `berth receive-pack --stateless-rpc srv.git` with `input`, logging as `rust_log` says.
+fn berth_logging(w: &World, rust_log: &str, input: &[u8]) -> Output {
+    let mut cmd = w.cmd(common::berth(), ".");
+    cmd.env("RUST_LOG", rust_log)
+        .args(["receive-pack", "--stateless-rpc", "srv.git"]);
+    w.git_with_stdin_cmd(cmd, input)
+}
+
 /// `first` into `srv.git`, then a create of `refs/heads/again` at `commit` with no objects
 /// and no shallow lines: the reports of both, and the refs after.
 fn push_then_ref_at(
@@ -508,10 +564,7 @@ fn a_push_that_would_grow_the_incomplete_list_past_its_bound_is_refused_whole() 
         .unwrap();
     pruned_just_now(&w.path("srv.git/objects"));
     let (bad, input) = bad_beside_new(&w, &old, &new, &broken);
-    let mut cmd = w.cmd(common::berth(), ".");
-    cmd.env("RUST_LOG", "berth=error")
-        .args(["receive-pack", "--stateless-rpc", "srv.git"]);
-    let out = w.git_with_stdin_cmd(cmd, &input);
+    let out = berth_logging(&w, "berth=error", &input);
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(
         report.contains("ng refs/heads/new unable to migrate objects to permanent storage"),
