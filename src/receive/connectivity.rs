@@ -166,11 +166,11 @@ impl<H: gix_object::Exists> Pass<'_, H> {
         if tips.clone().nth(MAX_TIPS_LOOKED_FOR).is_some() {
             return Ok(list.read()?);
         }
-        let tips: HashSet<ObjectId> = tips.by_ref().collect();
+        // The tips and the client's shallow commits as one set: a hostile request's many
+        // shallow lines are not searched through for each id of a long list.
+        let stops: HashSet<ObjectId> = tips.by_ref().chain(self.shallow.iter().copied()).collect();
         let stops_at = &mut |id: &ObjectId| {
-            tips.contains(id)
-                || self.shallow.contains(id)
-                || links.is_some_and(|links| links.contains_key(id))
+            stops.contains(id) || links.is_some_and(|links| links.contains_key(id))
         };
         Ok(match list.any(stops_at)? {
             true => list.read()?,
