@@ -166,10 +166,13 @@ impl<H: gix_object::Exists> Pass<'_, H> {
         if tips.clone().nth(MAX_TIPS_LOOKED_FOR).is_some() {
             return Ok(list.read()?);
         }
-        // The tips and the client's shallow commits as one set: a hostile request's many
-        // shallow lines are not searched through for each id of a long list.
-        let stops: HashSet<ObjectId> = tips.by_ref().chain(self.shallow.iter().copied()).collect();
+        // The tips and the client's shallow commits as one set (a hostile request's many
+        // shallow lines are not searched through for each id of a long list), made only once
+        // the list turns out to name anything (most repositories list nothing).
+        let mut stops: Option<HashSet<ObjectId>> = None;
         let stops_at = &mut |id: &ObjectId| {
+            let stops = stops
+                .get_or_insert_with(|| tips.by_ref().chain(self.shallow.iter().copied()).collect());
             stops.contains(id) || links.is_some_and(|links| links.contains_key(id))
         };
         Ok(match list.any(stops_at)? {
