@@ -66,9 +66,8 @@ struct Own<R> {
     inflate: gix_zlib::Decompress,
     header: Vec<u8>,
     scratch: Vec<u8>,
-    /// Entries inflating to at most this many bytes are kept (set to 0 by whoever holds
-    /// [`Entries::keep`] once nobody wants them).
-    keep: Rc<Cell<u64>>,
+    /// Entries inflating to at most this many bytes are kept.
+    keep: u64,
     /// Bytes read from the source so far (the length of its copy).
     read_so_far: Rc<Cell<u64>>,
 }
@@ -129,12 +128,12 @@ impl<R: Read, F: FnMut() -> io::Result<File>> Entries<Counted<R>, F> {
             .ok()
             .and_then(|()| gix_pack::data::header::decode(&header).ok());
         let Some((version, objects)) = parsed else {
-            entries.state = State::Own(Box::new(Own::new(read, 0, hash, Rc::new(Cell::new(keep)), count)));
+            entries.state = State::Own(Box::new(Own::new(read, 0, hash, keep, count)));
             entries.hand_over()?;
             return Ok(entries);
         };
         entries.version = version;
-        let mut own = Own::new(read, objects, hash, Rc::new(Cell::new(keep)), count);
+        let mut own = Own::new(read, objects, hash, keep, count);
         own.pack.update(&header);
         entries.state = State::Own(Box::new(own));
         Ok(entries)
@@ -146,27 +145,10 @@ impl<R, F> Entries<R, F> {
     pub fn version(&self) -> gix_pack::data::Version {
         self.version
     }
-
-    /// How many bytes an entry may inflate to and be kept, shared: set it to 0 and the entries
-    /// after come without their bytes ([`Bytes::InFile`]), as when nobody will take them (the
-    /// resolution as the pack arrives gave up). `None` once gix-pack's reader took over (it
-    /// keeps nothing).
-    pub fn keep(&self) -> Option<Rc<Cell<u64>>> {
-        match &self.state {
-            State::Own(own) => Some(own.keep.clone()),
-            State::Gix(_) | State::Done => None,
-        }
-    }
 }
 
 impl<R: Read> Own<R> {
-    fn new(
-        read: BufReader<R>,
-        left: u32,
-        hash: gix_hash::Kind,
-        keep: Rc<Cell<u64>>,
-        count: Rc<Cell<u64>>,
-    ) -> Self {
+    fn new(read: BufReader<R>, left: u32, hash: gix_hash::Kind, keep: u64, count: Rc<Cell<u64>>) -> Self {
         Own {
             read,
             offset: gix_pack::data::header::SIZE as u64,
@@ -197,7 +179,7 @@ impl<R: Read> Own<R> {
         let mut crc32 = crc32fast::Hasher::new();
         crc32.update(&self.header);
         self.pack.update(&self.header);
-        let mut kept = (size <= self.keep.get()).then(Vec::new);
+        let mut kept = (size <= self.keep).then(Vec::new);
         let compressed_size = self.inflate(size, kept.as_mut(), &mut crc32)?;
         let header_size = u16::try_from(self.header.len()).map_err(|_| Unusual)?;
         let entry = Entry {

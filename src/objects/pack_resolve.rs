@@ -408,11 +408,6 @@ impl<'scope> Resolving<'scope> {
         Ok((u8::try_from(owner).unwrap_or(0), Holds::Object(kind)))
     }
 
-    /// Whether the resolution gave up (the pack is then resolved after it has arrived).
-    pub fn gave_up(&self) -> bool {
-        self.control.gave_up()
-    }
-
     fn give_up(&mut self, reason: GaveUp) {
         self.control.give_up();
         self.reason.get_or_insert(reason);

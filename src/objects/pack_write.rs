@@ -166,8 +166,6 @@ fn write(
     // In a thin pack, where the last entry read whole ends in the received pack (the copy's
     // offsets move once a base is put in, and the writer reads one entry ahead).
     let good_end = Rc::new(Cell::new(0u64));
-    // What the reader keeps of each entry, stopped once the resolution gives up.
-    let mut keep = None;
     let (mut entries, pack_version): (Box<dyn Iterator<Item = EntryAndBytes> + '_>, _) =
         match thin_lookup {
             Some(lookup) => {
@@ -221,7 +219,6 @@ fn write(
                             .map_or(bounds.keep, |limit| bounds.keep.min(limit as u64)),
                     )?;
                     let version = entries.version();
-                    keep = entries.keep();
                     (Box::new(entries), version)
                 } else {
                     // Reads go through `read`, so that every byte consumed is copied.
@@ -270,13 +267,7 @@ fn write(
         };
         let streamed = {
             let _stream = tracing::info_span!("stream").entered();
-            stream(
-                &mut entries,
-                &good_end,
-                entry_at,
-                resolving.as_mut(),
-                keep.as_deref(),
-            )
+            stream(&mut entries, &good_end, entry_at, resolving.as_mut())
         };
         drop(entries);
         let _wait = tracing::info_span!("resolve_wait").entered();
@@ -387,14 +378,12 @@ struct Streamed {
 }
 
 /// Read every entry of `entries`, handing each to `resolving`; `entry_at` is told where a
-/// broken one starts. Once the resolution gave up, `keep` (how much of an entry the reader
-/// keeps) is set to 0: what the reader would keep, nobody takes.
+/// broken one starts.
 fn stream(
     entries: &mut dyn Iterator<Item = EntryAndBytes>,
     good_end: &Cell<u64>,
     entry_at: &Cell<Option<u64>>,
     mut resolving: Option<&mut Resolving<'_>>,
-    keep: Option<&Cell<u64>>,
 ) -> gix_error::Result<Streamed> {
     // The header's count is the sender's word: room for at most 65,536 entries up front (a
     // header counting 1.3 billion objects had 21 GB reserved for them; found by fuzzing).
@@ -432,9 +421,6 @@ fn stream(
         trailer = entry.trailer.or(trailer);
         if let Some(resolving) = resolving.as_deref_mut() {
             resolving.arrived(&entry, bytes);
-            if let Some(keep) = keep.filter(|_| resolving.gave_up()) {
-                keep.set(0);
-            }
         }
     }
     Ok(Streamed {
@@ -714,66 +700,6 @@ mod tests {
 
     use crate::objects::pack_links::{CannotSay, external_links};
     use crate::test_git::{deltas_in, git_with_input, history, pack, pack_with};
-
-    /// Once the resolution as the pack arrives gave up (here at the first delta naming its
-    /// base by id), the reader keeps nothing more of the entries: nobody would take it.
-    #[test]
-    fn once_the_resolution_gives_up_the_reader_keeps_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let commits = history(dir.path());
-        let repo = dir.path().join("r");
-        let by_id = pack_with(&repo, &dir.path().join("ref"), true, &[], &commits[9]);
-        let bytes = std::fs::read(by_id.path().with_extension("pack")).unwrap();
-        let copy = tempfile::tempfile().unwrap();
-        let hash = gix_hash::Kind::Sha1;
-        let mut entries =
-            pack_read::Entries::new(&bytes[..], tempfile::tempfile, hash, pack_read::KEEP)
-                .unwrap();
-        let keep = entries.keep().expect("its own reader");
-        // Whether each entry came with its bytes, and whether it names its base by id.
-        let mut seen: Vec<(bool, bool)> = Vec::new();
-        let mut recorded = (&mut entries).inspect(|entry| {
-            if let Ok((entry, bytes)) = entry {
-                let by_id = matches!(entry.header, Header::RefDelta { .. });
-                seen.push((matches!(bytes, Bytes::Inflated(_)), by_id));
-            }
-        });
-        let (collected, control) = (
-            pack_links::Collected::for_pack(by_id.num_objects() as usize),
-            pack_resolve::Control::new(1 << 20),
-        );
-        let flush = || Ok(());
-        let streamed = std::thread::scope(|scope| {
-            let mut resolving = Resolving::start(
-                scope,
-                &copy,
-                &flush,
-                &collected,
-                &control,
-                &pack_resolve::Options {
-                    threads: 1,
-                    cache_bytes: 1 << 20,
-                    rebuild_allowance: 0,
-                    alloc_limit: None,
-                    hash,
-                },
-            );
-            let streamed = stream(
-                &mut recorded,
-                &Cell::new(0),
-                &Cell::new(None),
-                Some(&mut resolving),
-                Some(&keep),
-            );
-            assert!(resolving.finish().is_err(), "gave up");
-            streamed
-        });
-        assert_eq!(streamed.unwrap().objects.len(), by_id.num_objects() as usize);
-        let first_by_id = seen.iter().position(|(_, by_id)| *by_id).expect("a delta by id");
-        assert!(seen[..=first_by_id].iter().all(|(kept, _)| *kept), "{seen:?}");
-        assert!(seen[first_by_id + 1..].iter().all(|(kept, _)| !kept), "{seen:?}");
-        assert!(seen.len() > first_by_id + 1, "entries after it");
-    }
 
     /// The pack of `index` written again into `dir` as received.
     fn rewrite(index: &gix_pack::index::File, dir: &Path) -> (Written, gix_pack::index::File) {
