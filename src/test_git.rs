@@ -69,20 +69,35 @@ pub(crate) fn history(dir: &Path) -> Vec<String> {
 /// beside it left it), `message` telling such commits apart; its id.
 pub(crate) fn commit_without_parent(repo: &Path, message: &str) -> gix_hash::ObjectId {
     let tree = git(repo, &["mktree"]);
-    let body = format!(
-        "tree {tree}\nparent {}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\n{message}\n",
-        "ab".repeat(20)
-    );
-    let args = [
-        "hash-object",
-        "-t",
-        "commit",
-        "-w",
-        "--stdin",
-        "--literally",
-    ];
-    let id = git_with_input(repo, &args, &body);
+    let id = commit_of(repo, &tree, &[&"ab".repeat(20)], message, Written::Loose);
     gix_hash::ObjectId::from_hex(id.as_bytes()).expect("git prints an id")
+}
+
+/// Whether [`commit_of`] writes the commit or only names it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    Loose,
+    NameOnly,
+}
+
+/// A commit of `tree` with `parents` and `message`, none of which need exist (`hash-object
+/// --literally`), written loose in `repo` or only named as `write` says; its id in hex.
+pub(crate) fn commit_of(
+    repo: &Path,
+    tree: &str,
+    parents: &[&str],
+    message: &str,
+    write: Written,
+) -> String {
+    let parents: String = parents.iter().map(|p| format!("parent {p}\n")).collect();
+    let body = format!(
+        "tree {tree}\n{parents}author A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\n{message}\n"
+    );
+    let mut args = vec!["hash-object", "-t", "commit", "--stdin", "--literally"];
+    if write == Written::Loose {
+        args.push("-w");
+    }
+    git_with_input(repo, &args, &body)
 }
 
 /// `git pack-objects` of `list` (its `--revs` input when `revs`) into `dir`, its deltas on

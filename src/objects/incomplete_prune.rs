@@ -111,24 +111,11 @@ pub fn prune(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_git::{git, git_with_input};
+    use crate::test_git::{Written, commit_of, git};
     use std::time::Duration;
 
-    /// A commit of `tree` with `parents` and `message`, written loose when `write`.
-    fn commit_of(repo: &Path, tree: &str, parents: &[&str], message: &str, write: bool) -> String {
-        let parents: String = parents.iter().map(|p| format!("parent {p}\n")).collect();
-        let body = format!(
-            "tree {tree}\n{parents}author A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\n{message}\n"
-        );
-        let mut args = vec!["hash-object", "-t", "commit", "--stdin", "--literally"];
-        if write {
-            args.push("-w");
-        }
-        git_with_input(repo, &args, &body)
-    }
-
     fn commit(repo: &Path, tree: &str, parent: &str) -> String {
-        commit_of(repo, tree, &[parent], "c", true)
+        commit_of(repo, tree, &[parent], "c", Written::Loose)
     }
 
     /// A new bare repository and its object directory.
@@ -155,9 +142,9 @@ mod tests {
         let broken = commit(repo, &tree, &"2".repeat(40));
         let on_broken = commit(repo, &tree, &broken);
         // `healed`'s parent is not there when it is listed, and arrives before the prune.
-        let parent = commit_of(repo, &tree, &[], "p", false);
+        let parent = commit_of(repo, &tree, &[], "p", Written::NameOnly);
         let healed = commit(repo, &tree, &parent);
-        let complete = commit_of(repo, &tree, &[], "c", true);
+        let complete = commit_of(repo, &tree, &[], "c", Written::Loose);
         let gone = "4".repeat(40);
         drop(
             incomplete::append(
@@ -175,7 +162,7 @@ mod tests {
             )
             .unwrap(),
         );
-        assert_eq!(commit_of(repo, &tree, &[], "p", true), parent);
+        assert_eq!(commit_of(repo, &tree, &[], "p", Written::Loose), parent);
         let sha1 = gix_hash::Kind::Sha1;
         let prune_now = || prune(&objects, sha1, Default::default(), Duration::ZERO).unwrap();
         let done = |kept, dropped| Pruned::Done(Outcome { kept, dropped });
