@@ -16,6 +16,7 @@ use crate::escape::Escaped;
 use crate::objects::connectivity::{Check, Status};
 use crate::objects::ingest;
 use crate::objects::pack_links::Outside;
+use crate::objects::settle;
 
 /// Why objects from a peer could not be taken in, a pack for one made, or a copy created.
 #[derive(Debug, thiserror::Error)]
@@ -33,10 +34,8 @@ pub(super) enum Error {
     #[error("missing necessary objects")]
     MissingObjects,
     /// The list of objects not known to be complete changed under the check each time.
-    #[error(
-        "the list of incomplete objects kept changing under the connectivity check ({0} passes)"
-    )]
-    IncompleteChanging(usize),
+    #[error(transparent)]
+    IncompleteChanging(#[from] settle::Unsettled),
     /// The repository's list of objects not known to be complete could not be read or grown.
     #[error("incomplete objects: {0}")]
     Incomplete(#[from] crate::objects::incomplete::Error),
@@ -270,28 +269,33 @@ pub(super) fn connected(
     tips: &[gix_hash::ObjectId],
     shallow: &[gix_hash::ObjectId],
 ) -> Result<Connected, Error> {
-    until_settled(repo, objects, index, tips, shallow, &mut || {
-        crate::objects::incomplete::read(&repo.objects_dir, repo.object_format)
-    })
+    let mut list = settle::Listed {
+        objects_dir: &repo.objects_dir,
+        hash: repo.object_format,
+    };
+    until_settled(repo, objects, index, tips, shallow, &mut list)
 }
 
-/// [`connected`] with the list of objects not known to be complete as `listed` reads it.
+/// [`connected`] with the list of objects not known to be complete as `list` reads it, until
+/// it stops changing under the check ([`settle`], as the accepting node's check runs).
 fn until_settled(
     repo: &crate::repo::Repository,
     objects: &gix_odb::Handle,
     index: Option<&PackIndex>,
     tips: &[gix_hash::ObjectId],
     shallow: &[gix_hash::ObjectId],
-    listed: &mut dyn FnMut() -> Result<
-        foldhash::HashSet<gix_hash::ObjectId>,
-        crate::objects::incomplete::Error,
-    >,
+    list: &mut dyn settle::List,
 ) -> Result<Connected, Error> {
     if tips.is_empty() && index.is_none() {
         return Ok(Connected::default());
     }
-    let mut suspects = listed()?;
-    for _ in 0..MAX_PASSES {
+    let stops = settle::Stops {
+        tips: tips.iter().copied(),
+        shallow,
+        links: settle::PackLinks::of(index.map(PackIndex::links)),
+    };
+    let suspects = settle::first_suspects(list, stops)?;
+    settle::until_settled(list, suspects, |suspects| {
         let mut check = Check::new(objects, index.map(PackIndex::file), std::iter::empty())
             .with_pack_links(index.and_then(PackIndex::links))
             .with_shallow(
@@ -300,23 +304,9 @@ fn until_settled(
             )
             .with_suspects(suspects);
         let found = walk(&mut check, tips)?;
-        // Read again: a concurrent push lists what it moves in that is not complete before it
-        // moves it, so an object this check took as complete may be listed by now (as the
-        // accepting node's check does, `receive::connectivity`).
-        let now = listed()?;
-        if !check.stale(&now) {
-            return Ok(found);
-        }
-        tracing::debug!(
-            "an object the replica's connectivity check relied on was listed meanwhile: checking again"
-        );
-        suspects = now;
-    }
-    Err(Error::IncompleteChanging(MAX_PASSES))
+        Ok((found, check))
+    })
 }
-
-/// How many times [`connected`] checks the tips before it gives up.
-const MAX_PASSES: usize = 4;
 
 /// One pass of [`connected`] over `tips` with the list `check` was given.
 fn walk(check: &mut Check<'_>, tips: &[gix_hash::ObjectId]) -> Result<Connected, Error> {
@@ -519,7 +509,7 @@ fn loose_in_17(objects_dir: &std::path::Path, hash: gix_hash::Kind, threshold: u
 mod tests {
     use super::{
         Error, Format, Grown, admit, loose_in_17, loose_threshold, maintenance_due, receive,
-        unkept_packs, wire,
+        settle, unkept_packs, wire,
     };
 
     /// Maintenance is due past `gc.autoPackLimit` or past `gc.auto`'s share of loose objects in
@@ -665,22 +655,18 @@ mod tests {
         git(&copy, &["cat-file", "-e", first]);
     }
 
-    /// A replica's check reads the list of objects not known to be complete again after it
-    /// ran, as the accepting node's does: `lists[k]` is the list at the k-th read (the last
-    /// one from then on). The result, and how many times the list was read.
+    /// A replica's check looks through the list of objects not known to be complete again
+    /// after it ran, as the accepting node's does: `lists[k]` is the list at the k-th time it
+    /// is looked at or read (the last one from then on). The result, and how many times.
     fn settled(
         repo: &crate::repo::Repository,
         tip: gix_hash::ObjectId,
         lists: &[Vec<gix_hash::ObjectId>],
     ) -> (Result<super::Connected, Error>, usize) {
         let objects = gix_odb::at(&repo.objects_dir, repo.object_format).unwrap();
-        let mut reads = 0;
-        let result = super::until_settled(repo, &objects, None, &[tip], &[], &mut || {
-            let list = &lists[reads.min(lists.len() - 1)];
-            reads += 1;
-            Ok(list.iter().copied().collect())
-        });
-        (result, reads)
+        let mut list = settle::InTurn { lists, reads: 0 };
+        let result = super::until_settled(repo, &objects, None, &[tip], &[], &mut list);
+        (result, list.reads)
     }
 
     /// A commit whose parent the copy lacks, not listed when the check began and listed by the
@@ -701,12 +687,15 @@ mod tests {
         let (result, reads) = settled(&repo, broken, &[vec![], vec![broken]]);
         assert!(matches!(result, Err(Error::MissingObjects)), "{reads}");
         assert_eq!(
-            reads, 2,
-            "read, read again, then refused by the second pass"
+            reads, 3,
+            "looked through, looked through again, read, then refused by the second pass"
         );
         let (result, reads) = settled(&repo, broken, &[vec![]]);
         assert!(result.is_ok());
-        assert_eq!(reads, 2, "one pass, the list read before and after it");
+        assert_eq!(
+            reads, 2,
+            "one pass, the list looked through before and after it"
+        );
         let other = gix_hash::ObjectId::from_hex("cd".repeat(20).as_bytes()).unwrap();
         let (result, reads) = settled(&repo, broken, &[vec![], vec![other]]);
         assert!(
@@ -724,11 +713,20 @@ mod tests {
         let lists: Vec<Vec<_>> = (0..ids.len()).map(|k| ids[..k].to_vec()).collect();
         let (result, reads) = settled(&repo, ids[0], &lists);
         assert!(
-            matches!(result, Err(Error::IncompleteChanging(4))),
+            matches!(
+                result,
+                Err(Error::IncompleteChanging(settle::Unsettled {
+                    passes: settle::MAX_PASSES
+                }))
+            ),
             "{:?}",
             result.err()
         );
-        assert_eq!(reads, 5);
+        assert_eq!(
+            reads,
+            2 * settle::MAX_PASSES,
+            "looked through after each pass, read before the next"
+        );
         let (result, _) = settled(&repo, ids[0], &lists[1..2]);
         assert!(
             result.is_ok(),

@@ -17,4 +17,5 @@ pub mod pack_read;
 pub mod pack_resolve;
 pub mod pack_write;
 pub mod pack_files;
+pub mod settle;
 mod strict;

@@ -13,6 +13,7 @@ use super::command::Cmd;
 use crate::objects::connectivity::{self, Check};
 use crate::objects::ingest::{self, Quarantine};
 use crate::objects::lookup::Budget;
+use crate::objects::settle::{self, List, Listed, PackLinks, Stops};
 use crate::protocol::report::Reason;
 use crate::protocol::sideband::Sideband;
 use crate::repo::Repository;
@@ -68,45 +69,6 @@ pub(super) fn check_connectivity(
     )
 }
 
-/// How many times [`Pass::until_settled`] checks the commands before it gives up.
-const MAX_PASSES: usize = 4;
-
-/// A push of more tips than this collects the list of objects not known to be complete before
-/// its first pass rather than look for its tips in it: a set of as many tips costs more than
-/// the list can (at most [`crate::objects::incomplete::MAX_BYTES`] of ids, about 390,000).
-const MAX_TIPS_LOOKED_FOR: usize = 1 << 16;
-
-/// The list of objects not known to be complete ([`crate::objects::incomplete`]), as the
-/// passes over the commands read it.
-trait List {
-    /// Every object on it (a pass's suspects).
-    fn read(&mut self) -> Result<HashSet<ObjectId>, crate::objects::incomplete::Error>;
-    /// Whether it names an object `wanted` says `true` to, nothing collected.
-    fn any(
-        &mut self,
-        wanted: &mut dyn FnMut(&ObjectId) -> bool,
-    ) -> Result<bool, crate::objects::incomplete::Error>;
-}
-
-/// The repository's list.
-struct Listed<'a> {
-    objects_dir: &'a std::path::Path,
-    hash: gix_hash::Kind,
-}
-
-impl List for Listed<'_> {
-    fn read(&mut self) -> Result<HashSet<ObjectId>, crate::objects::incomplete::Error> {
-        crate::objects::incomplete::read(self.objects_dir, self.hash)
-    }
-
-    fn any(
-        &mut self,
-        wanted: &mut dyn FnMut(&ObjectId) -> bool,
-    ) -> Result<bool, crate::objects::incomplete::Error> {
-        crate::objects::incomplete::lists_any(self.objects_dir, self.hash, wanted)
-    }
-}
-
 /// What one pass of the connectivity check over the commands reads.
 struct Pass<'a, H> {
     repo: &'a Repository,
@@ -118,77 +80,29 @@ struct Pass<'a, H> {
     refresh: Budget,
 }
 
-impl<H: gix_object::Exists> Pass<'_, H> {
-    /// Check the commands against the list of objects not known to be complete as `listed`
-    /// reads it, then read it again: a concurrent push lists its incomplete objects before
-    /// they move in, so one that this check found in the repository and took as complete
-    /// (read before that push listed it) shows up then, and the commands are checked again
-    /// with the new list; at most [`MAX_PASSES`] times (only pushes that keep listing what
-    /// this one builds on get there: the push ends, [`Fatal::IncompleteChanging`]).
+impl<'a, H: gix_object::Exists> Pass<'a, H> {
+    /// Check the commands until the list of objects not known to be complete stops changing
+    /// under the check ([`settle`]).
     fn until_settled(&self, cmds: &mut [Cmd], list: &mut dyn List) -> Result<Failed, Fatal> {
-        let mut suspects = self.first_suspects(cmds, list)?;
-        for _ in 0..MAX_PASSES {
-            let (failed, stale) = self.once(cmds, suspects, list)?;
-            match stale {
-                None => return Ok(failed),
-                Some(now) => {
-                    tracing::debug!(
-                        "an object the connectivity check relied on was listed meanwhile: checking again"
-                    );
-                    suspects = now;
-                }
-            }
-        }
-        Err(Fatal::IncompleteChanging(MAX_PASSES))
+        let stops = Stops {
+            tips: cmds
+                .iter()
+                .filter(|c| c.pending() && !c.command.is_delete())
+                .map(|c| c.command.new),
+            shallow: self.shallow,
+            links: PackLinks::of(self.received.map(|r| r.links.as_ref())),
+        };
+        let suspects = settle::first_suspects(list, stops)?;
+        settle::until_settled(list, suspects, |suspects| self.once(cmds, suspects))
     }
 
-    /// The first pass's suspects: the list, or nothing when it names none of the objects the
-    /// pass could stop at and so rely on. A walk goes through the pack's objects and stops at
-    /// the first other object it meets (taken as complete unless listed), so it meets a listed
-    /// object only as a tip, a client shallow commit, or a link from the pack out of it (or
-    /// through a listed one it met so). Those are known when indexing took the pack's links and
-    /// the tips are not too many to look for ([`MAX_TIPS_LOOKED_FOR`]); else the list is read.
-    /// A list that does not concern the push is then read through once, not collected twice.
-    fn first_suspects(
-        &self,
-        cmds: &[Cmd],
-        list: &mut dyn List,
-    ) -> Result<HashSet<ObjectId>, Fatal> {
-        let links = match self.received.map(|r| &r.links) {
-            None => None,
-            Some(Some(Ok(links))) => Some(links),
-            Some(_) => return Ok(list.read()?),
-        };
-        let mut tips = cmds
-            .iter()
-            .filter(|c| c.pending() && !c.command.is_delete())
-            .map(|c| c.command.new);
-        if tips.clone().nth(MAX_TIPS_LOOKED_FOR).is_some() {
-            return Ok(list.read()?);
-        }
-        // The tips and the client's shallow commits as one set (a hostile request's many
-        // shallow lines are not searched through for each id of a long list), made only once
-        // the list turns out to name anything (most repositories list nothing).
-        let mut stops: Option<HashSet<ObjectId>> = None;
-        let stops_at = &mut |id: &ObjectId| {
-            let stops = stops
-                .get_or_insert_with(|| tips.by_ref().chain(self.shallow.iter().copied()).collect());
-            stops.contains(id) || links.is_some_and(|links| links.contains_key(id))
-        };
-        Ok(match list.any(stops_at)? {
-            true => list.read()?,
-            false => HashSet::default(),
-        })
-    }
-
-    /// One pass over the commands with `suspects` as the list; the list read again after it
-    /// when an object the pass relied on is on it now and was not before.
+    /// One pass over the commands with `suspects` as the list: what it found, and the check
+    /// that found it (for what it relied on).
     fn once(
         &self,
         cmds: &mut [Cmd],
         suspects: HashSet<ObjectId>,
-        list: &mut dyn List,
-    ) -> Result<(Failed, Option<HashSet<ObjectId>>), Fatal> {
+    ) -> Result<(Failed, Check<'a>), Fatal> {
         let Pass {
             repo,
             objects,
@@ -280,8 +194,7 @@ impl<H: gix_object::Exists> Pass<'_, H> {
                 "tips walked one by one"
             );
         }
-        let stale = list.any(&mut |id| check.made_stale_by(id))?;
-        Ok((failed, if stale { Some(list.read()?) } else { None }))
+        Ok((failed, check))
     }
 }
 
@@ -334,6 +247,7 @@ mod tests {
     //! complete while this push's check runs: the list as `listed` reads it, each call.
 
     use super::*;
+    use crate::objects::settle::MAX_PASSES;
     use crate::protocol::request::Command;
     use crate::test_git::git;
 
@@ -379,36 +293,9 @@ mod tests {
             had: &objects,
             refresh: Budget::default(),
         };
-        let mut list = Lists { lists, reads: 0 };
+        let mut list = settle::InTurn { lists, reads: 0 };
         let result = pass.until_settled(cmds, &mut list);
         (result, list.reads)
-    }
-
-    /// `lists[k]` as the list at the k-th read (the last one from then on), reads counted.
-    struct Lists<'a> {
-        lists: &'a [Vec<ObjectId>],
-        reads: usize,
-    }
-
-    impl Lists<'_> {
-        fn next(&mut self) -> &[ObjectId] {
-            let list = &self.lists[self.reads.min(self.lists.len() - 1)];
-            self.reads += 1;
-            list
-        }
-    }
-
-    impl List for Lists<'_> {
-        fn read(&mut self) -> Result<HashSet<ObjectId>, crate::objects::incomplete::Error> {
-            Ok(self.next().iter().copied().collect())
-        }
-
-        fn any(
-            &mut self,
-            wanted: &mut dyn FnMut(&ObjectId) -> bool,
-        ) -> Result<bool, crate::objects::incomplete::Error> {
-            Ok(self.next().iter().any(wanted))
-        }
     }
 
     /// The repository's broken commit was not listed when the check began and is by the time
@@ -456,10 +343,19 @@ mod tests {
             .collect();
         let (result, reads) = check(&repo, &mut cmds, &lists);
         assert!(
-            matches!(result, Err(Fatal::IncompleteChanging(MAX_PASSES))),
+            matches!(
+                result,
+                Err(Fatal::IncompleteChanging(settle::Unsettled {
+                    passes: MAX_PASSES
+                }))
+            ),
             "{:?}",
             result.map(|f| f.commands.len())
         );
-        assert_eq!(reads, 2 * MAX_PASSES + 1);
+        assert_eq!(
+            reads,
+            2 * MAX_PASSES,
+            "looked through after each pass, read before the next"
+        );
     }
 }

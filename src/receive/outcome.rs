@@ -129,11 +129,9 @@ pub enum Fatal {
     #[error("unable to read the list of incomplete objects: {0}")]
     Incomplete(#[from] crate::objects::incomplete::Error),
     /// Concurrent pushes kept listing objects the connectivity check had taken as complete
-    /// ([`crate::receive::connectivity`]'s passes ran out).
-    #[error(
-        "the list of incomplete objects kept changing under the connectivity check ({0} passes): push again"
-    )]
-    IncompleteChanging(usize),
+    /// ([`crate::objects::settle`]'s passes ran out).
+    #[error("{0}: push again")]
+    IncompleteChanging(#[from] crate::objects::settle::Unsettled),
     /// Writing to the client failed.
     #[error(transparent)]
     Io(#[from] io::Error),
