@@ -263,6 +263,12 @@ impl Node {
     pub(crate) fn log(&self) -> String {
         self.process.as_ref().map(|p| p.log()).unwrap_or_default()
     }
+
+    /// The node's log once it holds `needle` ([`crate::common::ServeProcess::wait_log`]).
+    pub(crate) fn wait_log(&self, needle: &str) -> String {
+        let process = self.process.as_ref();
+        process.expect("the node is running").wait_log(needle)
+    }
 }
 
 /// Three etcd members and three berth nodes, each node with `--replicas replicas`.
@@ -933,10 +939,8 @@ fn a_new_repository_is_not_placed_on_fewer_nodes_than_its_pushes_need() {
         &["HEAD:refs/heads/main"],
     );
     assert!(!out.status.success());
-    let log = c.nodes[0].log();
-    assert!(
-        log.contains("only 1 nodes of the cluster are live; a new repository needs 2 (--replicas 3, --ack majority)"),
-        "{log}"
+    c.nodes[0].wait_log(
+        "only 1 nodes of the cluster are live; a new repository needs 2 (--replicas 3, --ack majority)",
     );
     assert_eq!(c.etcd.keys("/berth/repos/lonely/"), Some(vec![]));
     assert!(!c.nodes[0].dir("lonely.git").exists());
@@ -1141,11 +1145,7 @@ fn accepting_node_killed_before_the_commit_point_nothing_lands_and_it_recovers()
     let refs = c.converged(&w, "r.git", 3);
     assert_eq!(refs.get("refs/heads/main"), Some(&newer));
     c.assert_fsck(&w, "r.git");
-    assert!(
-        c.nodes[0].log().contains("removed a ref lock"),
-        "{}",
-        c.nodes[0].log()
-    );
+    c.nodes[0].wait_log("removed a ref lock");
 }
 
 #[test]

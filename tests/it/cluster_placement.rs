@@ -155,11 +155,7 @@ fn a_repository_placed_short_is_filled_up_to_k_when_the_node_comes_back() {
     assert_eq!(refs.get("refs/heads/main"), Some(&last), "{refs:?}");
     assert!(c.nodes[2].dir("short.git").join("HEAD").is_file());
     assert_eq!(w.ref_map(c.nodes[2].dir("short.git")), refs);
-    assert!(
-        c.nodes[2]
-            .log()
-            .contains("joined the repository's replicas")
-    );
+    c.nodes[2].wait_log("joined the repository's replicas");
 }
 
 #[test]

@@ -217,5 +217,5 @@ fn a_stopped_replica_is_passed_over_for_http_reads_once_its_answer_is_late() {
         None => "replica passed over: no answer in time",
         Some(_) => "replica passed over: connect timed out",
     };
-    assert!(c.nodes[outsider].log().contains(said), "{}", c.logs());
+    c.nodes[outsider].wait_log(said);
 }

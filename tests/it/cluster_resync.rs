@@ -85,11 +85,7 @@ fn check_identical(w: &World, c: &Cluster) {
         assert_eq!(state(i), first, "node {i}\n{}", c.logs());
     }
     c.assert_fsck(w, "r.git");
-    assert!(
-        c.nodes[2].log().contains("resynced from a replica"),
-        "{}",
-        c.nodes[2].log()
-    );
+    c.nodes[2].wait_log("resynced from a replica");
 }
 
 #[test]

@@ -685,6 +685,24 @@ impl ServeProcess {
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
+
+    /// Everything the server logged, once it has logged `needle`: its stderr is read by
+    /// another thread, so a line written before a response may reach here after it. Waits up
+    /// to 60 s, then fails the test with the log.
+    pub fn wait_log(&self, needle: &str) -> String {
+        let start = std::time::Instant::now();
+        loop {
+            let log = self.log();
+            if log.contains(needle) {
+                return log;
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "no {needle:?} in:\n{log}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for ServeProcess {

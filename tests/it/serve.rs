@@ -1594,17 +1594,9 @@ fn missing_repository_get_creates_nothing_and_failed_creation_leaves_nothing() {
     wait_log(&srv, "git init --bare failed");
 }
 
-/// Wait up to 60 s for `needle` in the server's log (its stderr is read by another thread).
+/// Wait up to 60 s for `needle` in the server's log ([`ServeProcess::wait_log`]).
 pub(crate) fn wait_log(srv: &Serve, needle: &str) {
-    let start = Instant::now();
-    while !srv.log().contains(needle) {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no {needle:?} in:\n{}",
-            srv.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    srv.process.wait_log(needle);
 }
 
 #[test]
