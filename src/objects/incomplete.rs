@@ -35,7 +35,8 @@
 //! power loss left has them listed for good by [`reap`].
 //!
 //! Untrusted input: the list, and the commits of each push's file, are bounded
-//! ([`MAX_BYTES`]); a push that would grow either past that is refused at its migration,
+//! ([`MAX_BYTES`]); a push that would grow either past that, or leave the list too little room
+//! for every push's file to settle into it ([`Room::Admit`]), is refused at its migration,
 //! unless a prune ([`Pruning`], decided by [`crate::objects::incomplete_prune`]) makes room
 //! first: an entry whose object is gone (`git gc` pruned it) or is complete now leaves the
 //! list. A prune holds the list's gate ([`GATE`], `flock`) alone, and a push holds it shared
@@ -208,13 +209,43 @@ fn ids_in(
 
 /// `ids` one in hex a line.
 fn lines(ids: &[ObjectId]) -> Vec<u8> {
-    let mut lines = Vec::with_capacity(ids.len() * (ids[0].kind().len_in_hex() + 1));
+    let mut lines = Vec::with_capacity(line_bytes(ids) as usize);
     let mut hex = gix_hash::Kind::hex_buf();
     for id in ids {
         lines.extend_from_slice(id.hex_to_buf(&mut hex).as_bytes());
         lines.push(b'\n');
     }
     lines
+}
+
+/// How many bytes [`lines`] of `ids` take.
+fn line_bytes(ids: &[ObjectId]) -> u64 {
+    ids.first()
+        .map_or(0, |id| ids.len() as u64 * (id.kind().len_in_hex() as u64 + 1))
+}
+
+/// The bytes of every push's own file ([`PENDING`]), as they are now.
+fn pending_bytes(objects_dir: &Path) -> Result<u64, Error> {
+    let dir = objects_dir.join(PENDING);
+    let io = |source| Error::Io {
+        path: dir.clone(),
+        source,
+    };
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io(e)),
+    };
+    let mut bytes = 0u64;
+    for entry in entries {
+        // One removed meanwhile (its push settled it) counts for nothing.
+        match entry.and_then(|e| e.metadata()) {
+            Ok(m) => bytes = bytes.saturating_add(m.len()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    Ok(bytes)
 }
 
 /// Objects a push listed ([`append`]): the list's gate ([`GATE`]) held shared until this is
@@ -251,16 +282,34 @@ fn open_gate(objects_dir: &Path) -> io::Result<std::fs::File> {
     }
 }
 
+/// What [`append`] makes sure there is room for under [`MAX_BYTES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room<'a> {
+    /// A push's objects, before they move in: its ids, and as many more as `rooted` (the
+    /// commits its own file will list, [`Pending`]), beside the list and every push's own file
+    /// as they are now. Each file may settle into the list, so what is admitted fits in it
+    /// then; a file that could not settle is counted against the pushes that come after it,
+    /// not left to grow with each push beside a full list.
+    Admit {
+        /// The commits of the push that need new shallow roots ([`Found::rooted`]).
+        rooted: &'a [ObjectId],
+    },
+    /// A push's own file settling into the list: only the list, its ids were counted when its
+    /// push was admitted.
+    Settle,
+}
+
 /// Add `ids` to the list of `objects_dir` (one `write` in append mode, so that concurrent
 /// pushes do not mix their lines), synced as `durability` says for objects, before the caller
-/// moves them in; the gate stays held shared until the returned [`Listed`] is dropped (waiting
-/// for a prune under way to end first).
+/// moves them in, if there is `room` ([`Error::TooLarge`] if not); the gate stays held shared
+/// until the returned [`Listed`] is dropped (waiting for a prune under way to end first).
 pub fn append(
     objects_dir: &Path,
     ids: &[ObjectId],
+    room: Room<'_>,
     durability: crate::fsync::Durability,
 ) -> Result<Listed, Error> {
-    if ids.is_empty() {
+    if ids.is_empty() && matches!(room, Room::Settle | Room::Admit { rooted: [] }) {
         return Ok(Listed { _gate: None });
     }
     let path = objects_dir.join(FILE);
@@ -268,23 +317,37 @@ pub fn append(
         path: path.clone(),
         source,
     };
-    let gate = open_gate(objects_dir)
-        .and_then(|gate| gate.lock_shared().map(|()| gate))
-        .map_err(|source| Error::Io {
-            path: objects_dir.join(GATE),
-            source,
-        })?;
+    let gate = match ids.is_empty() {
+        true => None,
+        false => Some(
+            open_gate(objects_dir)
+                .and_then(|gate| gate.lock_shared().map(|()| gate))
+                .map_err(|source| Error::Io {
+                    path: objects_dir.join(GATE),
+                    source,
+                })?,
+        ),
+    };
     let lines = lines(ids);
     let (held, created) = match std::fs::metadata(&path) {
         Ok(m) => (m.len(), false),
         Err(e) if e.kind() == io::ErrorKind::NotFound => (0, true),
         Err(e) => return Err(io(e)),
     };
-    if held.saturating_add(lines.len() as u64) > MAX_BYTES {
+    let wanted = match room {
+        Room::Settle => lines.len() as u64,
+        Room::Admit { rooted } => (lines.len() as u64)
+            .saturating_add(line_bytes(rooted))
+            .saturating_add(pending_bytes(objects_dir)?),
+    };
+    if held.saturating_add(wanted) > MAX_BYTES {
         return Err(Error::TooLarge {
             path,
             max: MAX_BYTES,
         });
+    }
+    if ids.is_empty() {
+        return Ok(Listed { _gate: None });
     }
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io)?;
@@ -305,7 +368,7 @@ pub fn append(
             .sync_dir(crate::fsync::Components::OBJECTS, dir)
             .map_err(io)?;
     }
-    Ok(Listed { _gate: Some(gate) })
+    Ok(Listed { _gate: gate })
 }
 
 /// The list held for a prune: its gate ([`GATE`]) held exclusively, so that no push lists
@@ -595,10 +658,15 @@ fn settle(
                 .sync_dir(crate::fsync::Components::OBJECTS, shallow_dir)
                 .map_err(|e| io(shallow_dir, e))?;
         }
-        drop(append(objects_dir, listing.moving, durability)?);
+        drop(append(objects_dir, listing.moving, Room::Settle, durability)?);
         Settled::Complete
     } else {
-        drop(append(objects_dir, &[listing.ids, listing.moving].concat(), durability)?);
+        drop(append(
+            objects_dir,
+            &[listing.ids, listing.moving].concat(),
+            Room::Settle,
+            durability,
+        )?);
         Settled::Listed
     };
     match std::fs::remove_file(path) {
@@ -695,6 +763,9 @@ fn reap(
 mod tests {
     use super::*;
 
+    /// A push that lists nothing of its own.
+    const ADMIT: Room = Room::Admit { rooted: &[] };
+
     #[test]
     fn listed_ids_are_read_back_and_the_list_is_bounded() {
         let dir = tempfile::tempdir().unwrap();
@@ -702,9 +773,9 @@ mod tests {
         assert!(read(dir.path(), sha1).unwrap().is_empty());
         let a = ObjectId::from_hex(b"1111111111111111111111111111111111111111").unwrap();
         let b = ObjectId::from_hex(b"2222222222222222222222222222222222222222").unwrap();
-        drop(append(dir.path(), &[a], Default::default()).unwrap());
-        drop(append(dir.path(), &[b, a], Default::default()).unwrap());
-        drop(append(dir.path(), &[], Default::default()).unwrap());
+        drop(append(dir.path(), &[a], ADMIT, Default::default()).unwrap());
+        drop(append(dir.path(), &[b, a], ADMIT, Default::default()).unwrap());
+        drop(append(dir.path(), &[], ADMIT, Default::default()).unwrap());
         let listed = read(dir.path(), sha1).unwrap();
         assert_eq!(listed.len(), 2);
         assert!(listed.contains(&a) && listed.contains(&b));
@@ -717,9 +788,50 @@ mod tests {
         // Past the bound, nothing is added.
         let f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
         f.set_len(MAX_BYTES - 10).unwrap();
-        let err = append(dir.path(), &[b], Default::default()).unwrap_err();
+        let err = append(dir.path(), &[b], ADMIT, Default::default()).unwrap_err();
         assert!(matches!(err, Error::TooLarge { .. }), "{err}");
         assert_eq!(std::fs::metadata(&path).unwrap().len(), MAX_BYTES - 10);
+    }
+
+    /// A push is admitted only with room in the list for its ids, the commits its own file
+    /// will list, and every push's own file as it is (each may settle into the list); a file
+    /// settling needs room for its own ids only. So files that could not settle into a full
+    /// list do not pile up with each push beside it.
+    #[test]
+    fn a_push_is_admitted_with_room_for_every_push_s_own_file_to_settle() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = ObjectId::from_hex(b"1111111111111111111111111111111111111111").unwrap();
+        let b = ObjectId::from_hex(b"2222222222222222222222222222222222222222").unwrap();
+        let list = dir.path().join(FILE);
+        std::fs::create_dir_all(list.parent().unwrap()).unwrap();
+        std::fs::File::create(&list)
+            .unwrap()
+            .set_len(MAX_BYTES - 100)
+            .unwrap();
+        // Room for two lines of 41 bytes.
+        drop(append(dir.path(), &[a], Room::Admit { rooted: &[b] }, Default::default()).unwrap());
+        let too_large = |r: Result<Listed, Error>| matches!(r, Err(Error::TooLarge { .. }));
+        let rooted = [a, b, a];
+        assert!(too_large(append(
+            dir.path(),
+            &[],
+            Room::Admit { rooted: &rooted },
+            Default::default()
+        )));
+        // A file of another push, not settled (say the list had no room then): counted.
+        let room_for_two = || {
+            let f = std::fs::OpenOptions::new().write(true).open(&list).unwrap();
+            f.set_len(MAX_BYTES - 100).unwrap();
+        };
+        room_for_two();
+        let pending = dir.path().join(PENDING);
+        std::fs::create_dir_all(&pending).unwrap();
+        std::fs::write(pending.join("incoming-x"), [b'1'; 41]).unwrap();
+        assert!(too_large(append(dir.path(), &[a], Room::Admit { rooted: &[b] }, Default::default())));
+        assert!(too_large(append(dir.path(), &[], Room::Admit { rooted: &[b, a] }, Default::default())));
+        drop(append(dir.path(), &[], Room::Admit { rooted: &[b] }, Default::default()).unwrap());
+        drop(append(dir.path(), &[a, b], Room::Settle, Default::default()).unwrap());
+        assert_eq!(std::fs::metadata(&list).unwrap().len(), MAX_BYTES - 18);
     }
 
     /// A push's own file is read as part of the list until it is settled: removed when every

@@ -158,6 +158,7 @@ mod tests {
                     id(&gone),
                     id(&broken),
                 ],
+                incomplete::Room::Settle,
                 Default::default(),
             )
             .unwrap(),
@@ -188,7 +189,7 @@ mod tests {
         let (_dir, objects) = bare();
         let sha1 = gix_hash::Kind::Sha1;
         let gone = id(&"4".repeat(40));
-        let listed = incomplete::append(&objects, &[gone], Default::default()).unwrap();
+        let listed = incomplete::append(&objects, &[gone], incomplete::Room::Settle, Default::default()).unwrap();
         let hour = Duration::from_secs(3600);
         // The gate is new: no prune yet, whatever `every` says.
         assert_eq!(
@@ -202,7 +203,7 @@ mod tests {
             dropped: 1,
         });
         assert_eq!(prune(&objects, sha1, Default::default(), hour).unwrap(), done);
-        drop(incomplete::append(&objects, &[gone], Default::default()).unwrap());
+        drop(incomplete::append(&objects, &[gone], incomplete::Room::Settle, Default::default()).unwrap());
         assert_eq!(
             prune(&objects, sha1, Default::default(), hour).unwrap(),
             Pruned::NotNow

@@ -237,11 +237,17 @@ impl Quarantine {
     ) -> Result<crate::objects::incomplete::Listed, MigrateError> {
         use crate::objects::{incomplete, incomplete_prune};
         let missing = &self.incomplete.missing;
-        match incomplete::append(objects_dir, missing, self.durability) {
+        let room = incomplete::Room::Admit {
+            rooted: &self.incomplete.rooted,
+        };
+        match incomplete::append(objects_dir, missing, room, self.durability) {
             Err(incomplete::Error::TooLarge { .. }) => {}
             listed => return Ok(listed?),
         }
-        let hash = missing.first().map_or(gix_hash::Kind::Sha1, |id| id.kind());
+        let hash = missing
+            .first()
+            .or(self.incomplete.rooted.first())
+            .map_or(gix_hash::Kind::Sha1, |id| id.kind());
         match incomplete_prune::prune(objects_dir, hash, self.durability, incomplete::PRUNE_EVERY) {
             Ok(incomplete_prune::Pruned::Done(outcome)) => {
                 tracing::info!(
@@ -253,7 +259,7 @@ impl Quarantine {
             Ok(other) => tracing::info!("the list of incomplete objects is full, not pruned: {other:?}"),
             Err(e) => tracing::warn!("the list of incomplete objects could not be pruned: {e}"),
         }
-        Ok(incomplete::append(objects_dir, missing, self.durability)?)
+        Ok(incomplete::append(objects_dir, missing, room, self.durability)?)
     }
 
     /// Move the received pack into `objects_dir/pack`, `.keep` first and `.idx` last, so that a

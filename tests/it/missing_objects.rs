@@ -509,34 +509,42 @@ fn assert_refused_later((first, report, refs): (String, String, String), ok_ref:
 fn a_shallow_commit_left_by_an_earlier_push_without_its_root_is_still_refused() {
     let seen = common::differential(|r| {
         let (w, old, new, _) = kept_pack_world();
-        let tree = w.git("src", &["rev-parse", &format!("{new}^{{tree}}")]);
-        let lost = missing(3);
-        let body = format!(
-            "tree {}\nparent {lost}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\ncut\n",
-            tree.trim()
-        );
-        let out = w.git_with_stdin(
-            "src",
-            &[
-                "hash-object",
-                "-t",
-                "commit",
-                "-w",
-                "--stdin",
-                "--literally",
-            ],
-            body.as_bytes(),
-        );
-        assert!(out.status.success(), "{out:?}");
-        let cut = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-        let pack = w.pack(false, &objects_of(&w, &old, &new, &[&cut]));
-        let mut input = pkt(&format!("shallow {cut}"));
-        input.extend(pkt(&format!("{old} {new} refs/heads/main\0report-status")));
-        input.extend(b"0000");
-        input.extend(pack);
+        let (cut, input) = cut_beside_main(&w, &old, &new);
         push_then_ref_at(&w, r, &input, &cut)
     });
     assert_refused_later(seen, "refs/heads/main");
+}
+
+/// A commit `cut` of `new`'s tree whose parent nobody has, and a request that calls it
+/// shallow and updates `refs/heads/main` from `old` to `new` (not under it), with the pack of
+/// both: `cut` needs a shallow root the update does not record.
+fn cut_beside_main(w: &World, old: &str, new: &str) -> (String, Vec<u8>) {
+    let tree = w.git("src", &["rev-parse", &format!("{new}^{{tree}}")]);
+    let lost = missing(3);
+    let body = format!(
+        "tree {}\nparent {lost}\nauthor A <a@x> 0 +0000\ncommitter C <c@x> 0 +0000\n\ncut\n",
+        tree.trim()
+    );
+    let out = w.git_with_stdin(
+        "src",
+        &[
+            "hash-object",
+            "-t",
+            "commit",
+            "-w",
+            "--stdin",
+            "--literally",
+        ],
+        body.as_bytes(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let cut = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let pack = w.pack(false, &objects_of(w, old, new, &[&cut]));
+    let mut input = pkt(&format!("shallow {cut}"));
+    input.extend(pkt(&format!("{old} {new} refs/heads/main\0report-status")));
+    input.extend(b"0000");
+    input.extend(pack);
+    (cut, input)
 }
 
 /// Mark `objects`' list of incomplete objects as pruned a moment ago (its gate's time), so
@@ -594,6 +602,38 @@ fn a_push_that_would_grow_the_incomplete_list_past_its_bound_is_refused_whole() 
     let out = receive_pack(&w, Receiver::Berth, &input);
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(report.contains("ok refs/heads/main"), "{report}");
+}
+
+/// A push whose commits need a shallow root is admitted only with room in the list for them
+/// (and for every push's own file, each of which may settle into it): beside a full list it is
+/// refused whole at its migration, as a push that lists objects is, and leaves no file of its
+/// own. Before, it was taken, and its file, unable to settle into the full list, stayed and was
+/// read by every later push: one more file with each such push.
+#[test]
+fn a_push_whose_shallow_commits_could_not_settle_into_a_full_list_is_refused_whole() {
+    let (w, old, new, _) = kept_pack_world();
+    let objects = w.path("srv.git/objects");
+    let list = objects.join("info/berth-incomplete");
+    std::fs::File::create(&list)
+        .unwrap()
+        .set_len((16 << 20) - 10)
+        .unwrap();
+    pruned_just_now(&objects);
+    let (cut, input) = cut_beside_main(&w, &old, &new);
+    let out = receive_pack(&w, Receiver::Berth, &input);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("ng refs/heads/main unable to migrate objects to permanent storage"),
+        "{report}"
+    );
+    assert_eq!(std::fs::metadata(&list).unwrap().len(), (16 << 20) - 10);
+    let own_files = std::fs::read_dir(objects.join("info/berth-incomplete.d"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(own_files, 0);
+    assert_eq!(w.git("srv.git", &["rev-parse", "main"]).trim(), old);
+    let out = w.git_out("srv.git", &["cat-file", "-e", &cut]);
+    assert!(!out.status.success(), "{cut} entered the repository");
 }
 
 /// A full list is pruned before a push is refused for want of room: entries whose objects are
