@@ -269,10 +269,7 @@ pub(super) fn connected(
     tips: &[gix_hash::ObjectId],
     shallow: &[gix_hash::ObjectId],
 ) -> Result<Connected, Error> {
-    let mut list = settle::Listed {
-        objects_dir: &repo.objects_dir,
-        hash: repo.object_format,
-    };
+    let mut list = settle::Listed::new(&repo.objects_dir, repo.object_format);
     until_settled(repo, objects, index, tips, shallow, &mut list)
 }
 

@@ -123,8 +123,17 @@ pub enum Error {
 /// pushes' own files ([`Pending`]); none without either. A line that is not an id of `hash`
 /// is skipped.
 pub fn read(objects_dir: &Path, hash: gix_hash::Kind) -> Result<HashSet<ObjectId>, Error> {
+    read_noting(objects_dir, hash, &mut Seen::default())
+}
+
+/// [`read`], noting in `seen` how far the list was read ([`lists_any_since`]).
+pub fn read_noting(
+    objects_dir: &Path,
+    hash: gix_hash::Kind,
+    seen: &mut Seen,
+) -> Result<HashSet<ObjectId>, Error> {
     let mut ids = HashSet::default();
-    scan(objects_dir, hash, &mut |lines, ids_in| {
+    scan(objects_dir, hash, Span::Whole, seen, &mut |lines, ids_in| {
         ids.reserve(ids_in);
         ids.extend(lines);
         false
@@ -140,25 +149,75 @@ pub fn lists_any(
     hash: gix_hash::Kind,
     wanted: &mut dyn FnMut(&ObjectId) -> bool,
 ) -> Result<bool, Error> {
-    scan(objects_dir, hash, &mut |mut lines, _| {
+    lists_any_since(objects_dir, hash, &mut Seen::default(), wanted)
+}
+
+/// [`lists_any`] of what was listed since `seen` was noted (by [`read_noting`] or by this,
+/// when it read to the end): the list's lines appended since, and every push's own file. The
+/// list only grows by appends, so what it held then is not read again; a list replaced since
+/// (a prune renames a new one in place) or shorter is read whole. `seen` is noted again when
+/// everything was read (`false`).
+pub fn lists_any_since(
+    objects_dir: &Path,
+    hash: gix_hash::Kind,
+    seen: &mut Seen,
+    wanted: &mut dyn FnMut(&ObjectId) -> bool,
+) -> Result<bool, Error> {
+    scan(objects_dir, hash, Span::Since, seen, &mut |mut lines, _| {
         Iterator::any(&mut lines, |id| wanted(&id))
     })
 }
 
-/// Give `each` the ids of the list, then of each push's own file, with about how many there
-/// are; `true` when `each` said so for one of them (the rest is not read).
+/// How far a look through the list got ([`lists_any_since`]): the list file it read (device
+/// and inode) and where its last whole line ended; nothing yet by default.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    list: Option<Place>,
+}
+
+/// The list file as [`Seen`] notes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Place {
+    dev: u64,
+    ino: u64,
+    /// The end of the last whole line read.
+    upto: u64,
+}
+
+/// What of the list a [`scan`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Span {
+    /// All of it.
+    Whole,
+    /// What was appended since [`Seen`] (all of it if the file is another or shorter).
+    Since,
+}
+
+/// Give `each` the ids of the list (as `span` says), then of each push's own file, with about
+/// how many there are; `true` when `each` said so for one of them (the rest is not read).
+/// `seen` is noted when everything was read.
 fn scan(
     objects_dir: &Path,
     hash: gix_hash::Kind,
+    span: Span,
+    seen: &mut Seen,
     each: &mut dyn FnMut(&mut dyn Iterator<Item = ObjectId>, usize) -> bool,
 ) -> Result<bool, Error> {
-    if ids_in(&objects_dir.join(FILE), hash, each)? {
+    let since = match span {
+        Span::Whole => None,
+        Span::Since => seen.list,
+    };
+    let (found, place) = list_ids(&objects_dir.join(FILE), hash, since, each)?;
+    if found {
         return Ok(true);
     }
     let dir = objects_dir.join(PENDING);
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            seen.list = place;
+            return Ok(false);
+        }
         Err(source) => return Err(Error::Io { path: dir, source }),
     };
     for entry in entries {
@@ -177,10 +236,49 @@ fn scan(
             return Ok(true);
         }
     }
+    seen.list = place;
     Ok(false)
 }
 
-/// Give `each` the ids listed in `path` (none when it is gone): [`scan`]'s for one file.
+/// Give `each` the ids of the list at `path` from where `since` ended, if it is still that
+/// file and not shorter, else from its start; `true` when `each` said so; where its last whole
+/// line ended (nothing when it is gone).
+fn list_ids(
+    path: &Path,
+    hash: gix_hash::Kind,
+    since: Option<Place>,
+    each: &mut dyn FnMut(&mut dyn Iterator<Item = ObjectId>, usize) -> bool,
+) -> Result<(bool, Option<Place>), Error> {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::MetadataExt;
+    let io = |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((false, None)),
+        Err(e) => return Err(io(e)),
+    };
+    let meta = file.metadata().map_err(io)?;
+    let start = match since {
+        Some(p) if (p.dev, p.ino) == (meta.dev(), meta.ino()) && p.upto <= meta.len() => p.upto,
+        _ => 0,
+    };
+    let mut data = Vec::with_capacity((meta.len() - start) as usize);
+    file.seek(SeekFrom::Start(start)).map_err(io)?;
+    file.read_to_end(&mut data).map_err(io)?;
+    // A last line without its newline (an append under way) is read now and again next time.
+    let whole = data.iter().rposition(|b| *b == b'\n').map_or(0, |at| at + 1);
+    let place = Place {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        upto: start + whole as u64,
+    };
+    Ok((ids_of(&data, hash, each), Some(place)))
+}
+
+/// Give `each` the ids listed in `path` (none when it is gone): [`scan`]'s for a push's file.
 fn ids_in(
     path: &Path,
     hash: gix_hash::Kind,
@@ -196,6 +294,15 @@ fn ids_in(
             });
         }
     };
+    Ok(ids_of(&data, hash, each))
+}
+
+/// Give `each` the ids of the lines of `data`.
+fn ids_of(
+    data: &[u8],
+    hash: gix_hash::Kind,
+    each: &mut dyn FnMut(&mut dyn Iterator<Item = ObjectId>, usize) -> bool,
+) -> bool {
     use gix_object::bstr::ByteSlice;
     // Split with memchr (bstr's): splitting byte by byte was a fifth of looking through a
     // list of 390,000 ids.
@@ -204,7 +311,7 @@ fn ids_in(
         .map(|l| l.strip_prefix(MOVING).unwrap_or(l))
         .filter(|l| l.len() == hash.len_in_hex())
         .filter_map(|l| ObjectId::from_hex(l).ok());
-    Ok(each(&mut lines, data.len() / (hash.len_in_hex() + 1)))
+    each(&mut lines, data.len() / (hash.len_in_hex() + 1))
 }
 
 /// `ids` one in hex a line.
@@ -791,6 +898,66 @@ mod tests {
         let err = append(dir.path(), &[b], ADMIT, Default::default()).unwrap_err();
         assert!(matches!(err, Error::TooLarge { .. }), "{err}");
         assert_eq!(std::fs::metadata(&path).unwrap().len(), MAX_BYTES - 10);
+    }
+
+    /// What was on the list when it was last read whole is not looked through again: only the
+    /// lines appended since, and every push's own file. A list replaced (a prune renames a new
+    /// one in place) or shorter is read whole again; a last line without its newline is read,
+    /// and read again once it has one.
+    #[test]
+    fn a_look_through_the_list_reads_only_what_was_listed_since_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = dir.path();
+        let sha1 = gix_hash::Kind::Sha1;
+        let id = |c: char| ObjectId::from_hex(c.to_string().repeat(40).as_bytes()).unwrap();
+        let since = |seen: &mut Seen| -> Vec<ObjectId> {
+            let mut given = Vec::new();
+            let found = lists_any_since(objects, sha1, seen, &mut |id| {
+                given.push(*id);
+                false
+            });
+            assert!(!found.unwrap());
+            given
+        };
+        let settle = |ids: &[ObjectId]| drop(append(objects, ids, Room::Settle, Default::default()).unwrap());
+        settle(&[id('1')]);
+        let mut seen = Seen::default();
+        assert_eq!(read_noting(objects, sha1, &mut seen).unwrap().len(), 1);
+        assert!(since(&mut seen).is_empty());
+        settle(&[id('2'), id('3')]);
+        assert_eq!(since(&mut seen), vec![id('2'), id('3')]);
+        assert!(since(&mut seen).is_empty());
+        // Looked through from nothing noted: all of it.
+        assert_eq!(since(&mut Seen::default()).len(), 3);
+
+        // A push's own file, every time.
+        let pending = objects.join(PENDING);
+        std::fs::create_dir_all(&pending).unwrap();
+        std::fs::write(pending.join("incoming-x"), lines(&[id('4')])).unwrap();
+        assert_eq!(since(&mut seen), vec![id('4')]);
+        assert_eq!(since(&mut seen), vec![id('4')]);
+        std::fs::remove_file(pending.join("incoming-x")).unwrap();
+
+        // An append under way: its id read now, and again once its line is whole.
+        let list = objects.join(FILE);
+        let mut f = std::fs::OpenOptions::new().append(true).open(&list).unwrap();
+        f.write_all(&lines(&[id('5')])[..40]).unwrap();
+        assert_eq!(since(&mut seen), vec![id('5')]);
+        f.write_all(b"\n").unwrap();
+        assert_eq!(since(&mut seen), vec![id('5')]);
+        assert!(since(&mut seen).is_empty());
+
+        // Shorter (the same file): read whole.
+        f.set_len(41).unwrap();
+        assert_eq!(since(&mut seen), vec![id('1')]);
+        // Replaced by a new file, as a prune does: read whole, however long.
+        settle(&[id('6'), id('7')]);
+        assert_eq!(since(&mut seen), vec![id('6'), id('7')]);
+        let new = objects.join("info/new");
+        std::fs::write(&new, lines(&[id('8'), id('9'), id('a'), id('b')])).unwrap();
+        std::fs::rename(&new, &list).unwrap();
+        assert_eq!(since(&mut seen), vec![id('8'), id('9'), id('a'), id('b')]);
+        assert!(since(&mut seen).is_empty());
     }
 
     /// A push is admitted only with room in the list for its ids, the commits its own file

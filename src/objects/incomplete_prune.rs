@@ -84,7 +84,9 @@ pub fn prune(
     // One refresh of the view of the packs for all the lookups, as for a push.
     let budget = Budget::default();
     let objects = Objects::new(&odb, budget.clone());
-    let listed = incomplete::read(objects_dir, hash)?;
+    // The list cannot grow while the gate is held: only the pushes' own files are read again.
+    let mut seen = incomplete::Seen::default();
+    let listed = incomplete::read_noting(objects_dir, hash, &mut seen)?;
     let mut check = Check::new(&odb, None, std::iter::empty())
         .with_suspects(listed)
         .with_refresh_budget(budget);
@@ -97,7 +99,8 @@ pub fn prune(
         })
         .copied()
         .collect();
-    if incomplete::lists_any(objects_dir, hash, &mut |id| check.made_stale_by(id))? {
+    let stale = &mut |id: &ObjectId| check.made_stale_by(id);
+    if incomplete::lists_any_since(objects_dir, hash, &mut seen, stale)? {
         return Ok(Pruned::Raced);
     }
     let outcome = Outcome {

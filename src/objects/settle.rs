@@ -32,31 +32,46 @@ const MAX_TIPS_LOOKED_FOR: usize = 1 << 16;
 pub trait List {
     /// Every object on it (a pass's suspects).
     fn read(&mut self) -> Result<HashSet<ObjectId>, incomplete::Error>;
-    /// Whether it names an object `wanted` says `true` to, nothing collected.
+    /// Whether it names an object `wanted` says `true` to, nothing collected; of what was on
+    /// it when it was last read whole, or looked through to the end, this may ask nothing
+    /// again (the check relies on every such object being a suspect or no stop of its walks,
+    /// [`first_suspects`]).
     fn any(
         &mut self,
         wanted: &mut dyn FnMut(&ObjectId) -> bool,
     ) -> Result<bool, incomplete::Error>;
 }
 
-/// A repository's list, in its objects directory.
+/// A repository's list, in its objects directory. What was on the list when it was last read
+/// whole is not read again when the list is looked through ([`incomplete::lists_any_since`]):
+/// after a pass, only what was listed meanwhile can make it stale.
 pub struct Listed<'a> {
-    /// The repository's `objects` directory.
-    pub objects_dir: &'a Path,
-    /// Its object format.
-    pub hash: gix_hash::Kind,
+    objects_dir: &'a Path,
+    hash: gix_hash::Kind,
+    seen: incomplete::Seen,
+}
+
+impl<'a> Listed<'a> {
+    /// The list of the repository whose objects directory is `objects_dir`.
+    pub fn new(objects_dir: &'a Path, hash: gix_hash::Kind) -> Self {
+        Listed {
+            objects_dir,
+            hash,
+            seen: incomplete::Seen::default(),
+        }
+    }
 }
 
 impl List for Listed<'_> {
     fn read(&mut self) -> Result<HashSet<ObjectId>, incomplete::Error> {
-        incomplete::read(self.objects_dir, self.hash)
+        incomplete::read_noting(self.objects_dir, self.hash, &mut self.seen)
     }
 
     fn any(
         &mut self,
         wanted: &mut dyn FnMut(&ObjectId) -> bool,
     ) -> Result<bool, incomplete::Error> {
-        incomplete::lists_any(self.objects_dir, self.hash, wanted)
+        incomplete::lists_any_since(self.objects_dir, self.hash, &mut self.seen, wanted)
     }
 }
 

@@ -62,10 +62,7 @@ pub(super) fn check_connectivity(
     };
     pass.until_settled(
         cmds,
-        &mut Listed {
-            objects_dir: &repo.objects_dir,
-            hash: repo.object_format,
-        },
+        &mut Listed::new(&repo.objects_dir, repo.object_format),
     )
 }
 
