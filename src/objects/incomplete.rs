@@ -478,6 +478,18 @@ pub fn append(
     Ok(Listed { _gate: gate })
 }
 
+/// Why [`Pruning::start`] did not start a prune.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotStarted {
+    /// The gate is held: by a push between listing its objects and moving them in, by another
+    /// prune, or for a moment by a process forked meanwhile (a hook's, in `berth serve`: it
+    /// holds a copy of a closing push's descriptor until it runs its program).
+    Busy,
+    /// The last prune started less than `every` ago, or its start cannot be recorded (the
+    /// gate's time cannot be set: another user's, in a shared repository).
+    TooSoon,
+}
+
 /// The list held for a prune: its gate ([`GATE`]) held exclusively, so that no push lists
 /// anything until this is dropped; the list's ids as read then, each once. What to keep is
 /// decided elsewhere ([`crate::objects::incomplete_prune`]), then written by [`Pruning::keep`].
@@ -489,14 +501,13 @@ pub struct Pruning {
 }
 
 impl Pruning {
-    /// Hold `objects_dir`'s list for a prune and read it; `None` when a push holds it, another
-    /// prune does, or one started less than `every` ago ([`PRUNE_EVERY`]). Its start is
-    /// recorded first, so that a prune that fails counts too.
+    /// Hold `objects_dir`'s list for a prune and read it; [`NotStarted`] says why not. Its
+    /// start is recorded first, so that a prune that fails counts too.
     pub fn start(
         objects_dir: &Path,
         hash: gix_hash::Kind,
         every: std::time::Duration,
-    ) -> Result<Option<Pruning>, Error> {
+    ) -> Result<Result<Pruning, NotStarted>, Error> {
         let gate_path = objects_dir.join(GATE);
         let io = |source| Error::Io {
             path: gate_path.clone(),
@@ -505,13 +516,13 @@ impl Pruning {
         let gate = open_gate(objects_dir).map_err(io)?;
         match gate.try_lock() {
             Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(Err(NotStarted::Busy)),
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
         let now = std::time::SystemTime::now();
         let last = gate.metadata().and_then(|m| m.modified()).map_err(io)?;
         if now.duration_since(last).is_ok_and(|since| since < every) {
-            return Ok(None);
+            return Ok(Err(NotStarted::TooSoon));
         }
         // The time is set through a handle that may write (the one locked may be read-only);
         // a gate whose time this user cannot set (another's, in a shared repository) is never
@@ -522,7 +533,7 @@ impl Pruning {
             .and_then(|f| f.set_modified(now));
         if let Err(e) = recorded {
             tracing::warn!(gate = ?gate_path, "the list of incomplete objects is not pruned: its gate's time cannot be set: {e}");
-            return Ok(None);
+            return Ok(Err(NotStarted::TooSoon));
         }
         let mut ids = HashSet::default();
         ids_in(&objects_dir.join(FILE), hash, &mut |lines, n| {
@@ -530,7 +541,7 @@ impl Pruning {
             ids.extend(lines);
             false
         })?;
-        Ok(Some(Pruning {
+        Ok(Ok(Pruning {
             objects_dir: objects_dir.to_owned(),
             ids: ids.into_iter().collect(),
             _gate: gate,
