@@ -389,6 +389,19 @@ fn open_gate(objects_dir: &Path) -> io::Result<std::fs::File> {
     }
 }
 
+/// The shallow commits recorded in `git_dir`'s `shallow` file (git's `$GIT_DIR/shallow`), in
+/// file order; none without it. A line that is not an id of `hash` is skipped.
+pub fn recorded_shallow(git_dir: &Path, hash: gix_hash::Kind) -> Vec<ObjectId> {
+    std::fs::read_to_string(git_dir.join("shallow"))
+        .map(|s| {
+            s.lines()
+                .filter_map(|l| ObjectId::from_hex(l.trim().as_bytes()).ok())
+                .filter(|id| id.kind() == hash)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// What [`append`] makes sure there is room for under [`MAX_BYTES`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Room<'a> {
@@ -801,8 +814,10 @@ fn settle(
 /// being written is removed (nothing of its push moved in). Run by
 /// [`Pending::settle`] once a push settled its own, so that a repository fed by shallow pushes
 /// does not keep them.
-/// How many were settled.
-fn reap(
+/// How many were settled. Also run by a push that finds no room in the list for its own
+/// objects ([`crate::objects::ingest::Quarantine::migrate`]): the files of dead pushes count
+/// against that room ([`Room::Admit`]).
+pub fn reap(
     objects_dir: &Path,
     hash: gix_hash::Kind,
     shallow: &[ObjectId],

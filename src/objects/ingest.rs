@@ -108,6 +108,9 @@ pub struct Quarantine {
     /// The objects of the push not known to be complete, listed in the repository before any
     /// object moves in ([`crate::objects::incomplete`]).
     incomplete: crate::objects::incomplete::Found,
+    /// The repository's git directory (its `shallow` file), for settling the files dead pushes
+    /// left ([`crate::objects::incomplete::reap`]) when the list has no room for this push.
+    git_dir: Option<PathBuf>,
 }
 
 /// What [`Quarantine::migrate`] leaves for after the ref update.
@@ -136,6 +139,7 @@ impl Quarantine {
             durability: Default::default(),
             loose: Vec::new(),
             incomplete: Default::default(),
+            git_dir: None,
         };
         std::fs::create_dir(q.pack_dir())?;
         std::fs::create_dir(q.dir.join("info"))?;
@@ -152,6 +156,13 @@ impl Quarantine {
     /// `core.sharedRepository` asks for (git's `adjust_shared_perm`).
     pub fn with_shared_repository(mut self, shared: crate::objects::pack_files::SharedRepository) -> Self {
         self.shared = shared;
+        self
+    }
+
+    /// The repository's git directory, whose `shallow` file says which files of dead pushes
+    /// are settled ([`Quarantine::migrate`] reaps them when the list has no room for this push).
+    pub fn with_git_dir(mut self, git_dir: &Path) -> Self {
+        self.git_dir = Some(git_dir.to_owned());
         self
     }
 
@@ -258,6 +269,17 @@ impl Quarantine {
             }
             Ok(other) => tracing::info!("the list of incomplete objects is full, not pruned: {other:?}"),
             Err(e) => tracing::warn!("the list of incomplete objects could not be pruned: {e}"),
+        }
+        // The files dead pushes left count against the room too, and only a push that settles
+        // its own reaps them otherwise: one whose roots were recorded since goes, the others'
+        // ids join the list (where a later prune can drop them).
+        if let Some(git_dir) = &self.git_dir {
+            let shallow = incomplete::recorded_shallow(git_dir, hash);
+            match incomplete::reap(objects_dir, hash, &shallow, git_dir, self.durability) {
+                Ok(0) => {}
+                Ok(reaped) => tracing::info!(reaped, "the list of incomplete objects was full: settled the files of dead pushes"),
+                Err(e) => tracing::warn!("the files of dead pushes could not be settled: {e}"),
+            }
         }
         Ok(incomplete::append(objects_dir, missing, room, self.durability)?)
     }

@@ -134,14 +134,7 @@ impl Repository {
 
     /// The repository's shallow commits (`$GIT_DIR/shallow`), in file order.
     pub fn shallow(&self) -> Vec<gix_hash::ObjectId> {
-        std::fs::read_to_string(self.git_dir.join("shallow"))
-            .map(|s| {
-                s.lines()
-                    .filter_map(|l| gix_hash::ObjectId::from_hex(l.trim().as_bytes()).ok())
-                    .filter(|id| id.kind() == self.object_format)
-                    .collect()
-            })
-            .unwrap_or_default()
+        crate::objects::incomplete::recorded_shallow(&self.git_dir, self.object_format)
     }
 
     /// Settle a push's list of commits that needed new shallow roots
@@ -158,6 +151,7 @@ impl Repository {
     /// permissions and durability its configuration asks for.
     pub fn quarantine(&self) -> std::io::Result<crate::objects::ingest::Quarantine> {
         Ok(crate::objects::ingest::Quarantine::create(&self.objects_dir)?
+            .with_git_dir(&self.git_dir)
             .with_shared_repository(self.config.ingest.shared_repository)
             .with_durability(self.config.durability))
     }

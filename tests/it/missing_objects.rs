@@ -636,6 +636,43 @@ fn a_push_whose_shallow_commits_could_not_settle_into_a_full_list_is_refused_who
     assert!(!out.status.success(), "{cut} entered the repository");
 }
 
+/// The file a push left that died before settling it counts against the list's room; a push
+/// that finds no room settles such files before it is refused (as a push that settles its own
+/// does): one whose roots the repository has recorded since goes, and the push is taken.
+/// Without that, the file held the room until a push was admitted to settle it: none was.
+#[test]
+fn a_push_that_finds_no_room_settles_the_files_dead_pushes_left_first() {
+    let (w, old, new, broken) = kept_pack_world();
+    let objects = w.path("srv.git/objects");
+    let list = objects.join("info/berth-incomplete");
+    let room = 150;
+    std::fs::File::create(&list)
+        .unwrap()
+        .set_len((16 << 20) - room)
+        .unwrap();
+    pruned_just_now(&objects);
+    // Two commits that needed a shallow root, recorded by now: 131 bytes, with the push's
+    // objects (82 bytes) more than the room.
+    let root = missing(5);
+    std::fs::write(w.path("srv.git/shallow"), format!("{root}\n")).unwrap();
+    let dead = objects.join("info/berth-incomplete.d/tmp_objdir-incoming-dead");
+    std::fs::create_dir_all(dead.parent().unwrap()).unwrap();
+    std::fs::write(
+        &dead,
+        format!("{}\n{}\nshallow {root}\n", missing(8), missing(9)),
+    )
+    .unwrap();
+    let (bad, input) = bad_beside_new(&w, &old, &new, &broken);
+    let out = receive_pack(&w, Receiver::Berth, &input);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("ok refs/heads/new"), "{report}");
+    assert!(!dead.exists());
+    let listed = std::fs::metadata(&list).unwrap().len();
+    assert_eq!(listed, (16 << 20) - room + 2 * (ZERO.len() as u64 + 1));
+    let tail = std::fs::read_to_string(&list).unwrap();
+    assert!(tail.ends_with(&format!("{bad}\n")) || tail.ends_with(&format!("{broken}\n")));
+}
+
 /// A full list is pruned before a push is refused for want of room: entries whose objects are
 /// gone (pruned by `git gc`) leave it, the push is taken, and the list then holds what is
 /// still incomplete (this push's broken commit and tree), so that a later ref at the broken
