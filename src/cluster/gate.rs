@@ -313,11 +313,10 @@ impl Gate {
         if client.is_empty() {
             return Vec::new();
         }
-        let here = std::fs::read_to_string(self.dir.join("shallow")).unwrap_or_default();
-        let here: std::collections::HashSet<gix_hash::ObjectId> = here
-            .lines()
-            .filter_map(|l| gix_hash::ObjectId::from_hex(l.trim().as_bytes()).ok())
-            .collect();
+        let here: std::collections::HashSet<gix_hash::ObjectId> =
+            crate::objects::incomplete::recorded_shallow(&self.dir, client[0].kind())
+                .into_iter()
+                .collect();
         client.into_iter().filter(|id| here.contains(id)).collect()
     }
 

@@ -207,7 +207,7 @@ fn scan(
         Span::Whole => None,
         Span::Since => seen.list,
     };
-    let (found, place) = list_ids(&objects_dir.join(FILE), hash, since, each)?;
+    let (found, place) = ids_in(&objects_dir.join(FILE), hash, since, each)?;
     if found {
         return Ok(true);
     }
@@ -232,7 +232,7 @@ fn scan(
         {
             continue;
         }
-        if ids_in(&entry.path(), hash, each)? {
+        if ids_in(&entry.path(), hash, None, each)?.0 {
             return Ok(true);
         }
     }
@@ -240,10 +240,10 @@ fn scan(
     Ok(false)
 }
 
-/// Give `each` the ids of the list at `path` from where `since` ended, if it is still that
-/// file and not shorter, else from its start; `true` when `each` said so; where its last whole
-/// line ended (nothing when it is gone).
-fn list_ids(
+/// Give `each` the ids listed in `path` (the list, or a push's own file) from where `since`
+/// ended, if it is still that file and not shorter, else from its start; `true` when `each`
+/// said so; where its last whole line ended (nothing when it is gone).
+fn ids_in(
     path: &Path,
     hash: gix_hash::Kind,
     since: Option<Place>,
@@ -276,25 +276,6 @@ fn list_ids(
         upto: start + whole as u64,
     };
     Ok((ids_of(&data, hash, each), Some(place)))
-}
-
-/// Give `each` the ids listed in `path` (none when it is gone): [`scan`]'s for a push's file.
-fn ids_in(
-    path: &Path,
-    hash: gix_hash::Kind,
-    each: &mut dyn FnMut(&mut dyn Iterator<Item = ObjectId>, usize) -> bool,
-) -> Result<bool, Error> {
-    let data = match std::fs::read(path) {
-        Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(source) => {
-            return Err(Error::Io {
-                path: path.to_owned(),
-                source,
-            });
-        }
-    };
-    Ok(ids_of(&data, hash, each))
 }
 
 /// Give `each` the ids of the lines of `data`.
@@ -549,7 +530,7 @@ impl Pruning {
             return Ok(Err(NotStarted::TooSoon));
         }
         let mut ids = HashSet::default();
-        ids_in(&objects_dir.join(FILE), hash, &mut |lines, n| {
+        ids_in(&objects_dir.join(FILE), hash, None, &mut |lines, n| {
             ids.reserve(n);
             ids.extend(lines);
             false
