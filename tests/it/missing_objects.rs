@@ -930,6 +930,34 @@ fn a_shallow_push_whose_root_is_not_recorded_stays_listed() {
     assert!(seen.3.ends_with(" commit refs/heads/b0\n"), "{}", seen.3);
 }
 
+/// The same push with the list 10 bytes short of its bound (pruned a moment ago): the commits
+/// its own file would list could not settle into the list once the hook declines, so it is
+/// refused whole at its migration and leaves no file of its own. Before, it was taken, its file
+/// could not settle and stayed, read by every later push: one more with each such push.
+#[test]
+fn a_shallow_push_with_no_room_to_settle_its_commits_is_refused_whole() {
+    let w = World::new();
+    let (clone, _root, tip) = shallow_clone_world(&w, 0);
+    w.install_hook("srv.git", "update", "#!/bin/sh\necho no >&2\nexit 1\n");
+    let objects = w.path("srv.git/objects");
+    let list = objects.join("info/berth-incomplete");
+    std::fs::File::create(&list)
+        .unwrap()
+        .set_len((16 << 20) - 10)
+        .unwrap();
+    pruned_just_now(&objects);
+    let push = w.push(&clone, Receiver::Berth, "srv.git", &["main:refs/heads/b0"]);
+    assert!(
+        push.stdout
+            .contains("[remote rejected] (unable to migrate objects to permanent storage)"),
+        "{push:#?}"
+    );
+    assert_eq!(listed(&w).1, Vec::<String>::new(), "{push:#?}");
+    assert_eq!(std::fs::metadata(&list).unwrap().len(), (16 << 20) - 10);
+    let out = w.git_out("srv.git", &["cat-file", "-e", &tip]);
+    assert!(!out.status.success(), "{tip} entered the repository");
+}
+
 /// A shallow push killed after its objects moved in, before its root was recorded (its
 /// `update` hook kills berth): the push's own list stays and is read, so a later push of a ref
 /// at its commit, with no objects, is refused, not taken as complete on the strength of
