@@ -557,6 +557,19 @@ fn pruned_just_now(objects: &Path) {
         .unwrap();
 }
 
+/// The list of incomplete objects of the repository whose objects are `objects`, made `room`
+/// bytes short of its 16 MiB bound and marked pruned a moment ago ([`pruned_just_now`]): its
+/// path.
+fn list_with_room(objects: &Path, room: u64) -> std::path::PathBuf {
+    let list = objects.join("info/berth-incomplete");
+    pruned_just_now(objects);
+    std::fs::File::create(&list)
+        .unwrap()
+        .set_len((16 << 20) - room)
+        .unwrap();
+    list
+}
+
 /// The list of incomplete objects is bounded: a push that would grow it past 16 MiB, when the
 /// list was pruned less than a minute ago, is refused whole at its migration (git's `unable to
 /// migrate objects to permanent storage`), nothing of it enters the repository and its
@@ -565,12 +578,7 @@ fn pruned_just_now(objects: &Path) {
 #[test]
 fn a_push_that_would_grow_the_incomplete_list_past_its_bound_is_refused_whole() {
     let (w, old, new, broken) = kept_pack_world();
-    let list = w.path("srv.git/objects/info/berth-incomplete");
-    std::fs::File::create(&list)
-        .unwrap()
-        .set_len((16 << 20) - 10)
-        .unwrap();
-    pruned_just_now(&w.path("srv.git/objects"));
+    let list = list_with_room(&w.path("srv.git/objects"), 10);
     let (bad, input) = bad_beside_new(&w, &old, &new, &broken);
     let out = berth_logging(&w, "berth=error", &input);
     let report = String::from_utf8_lossy(&out.stdout);
@@ -613,12 +621,7 @@ fn a_push_that_would_grow_the_incomplete_list_past_its_bound_is_refused_whole() 
 fn a_push_whose_shallow_commits_could_not_settle_into_a_full_list_is_refused_whole() {
     let (w, old, new, _) = kept_pack_world();
     let objects = w.path("srv.git/objects");
-    let list = objects.join("info/berth-incomplete");
-    std::fs::File::create(&list)
-        .unwrap()
-        .set_len((16 << 20) - 10)
-        .unwrap();
-    pruned_just_now(&objects);
+    let list = list_with_room(&objects, 10);
     let (cut, input) = cut_beside_main(&w, &old, &new);
     let out = receive_pack(&w, Receiver::Berth, &input);
     let report = String::from_utf8_lossy(&out.stdout);
@@ -644,13 +647,8 @@ fn a_push_whose_shallow_commits_could_not_settle_into_a_full_list_is_refused_who
 fn a_push_that_finds_no_room_settles_the_files_dead_pushes_left_first() {
     let (w, old, new, broken) = kept_pack_world();
     let objects = w.path("srv.git/objects");
-    let list = objects.join("info/berth-incomplete");
     let room = 150;
-    std::fs::File::create(&list)
-        .unwrap()
-        .set_len((16 << 20) - room)
-        .unwrap();
-    pruned_just_now(&objects);
+    let list = list_with_room(&objects, room);
     // Two commits that needed a shallow root, recorded by now: 131 bytes, with the push's
     // objects (82 bytes) more than the room.
     let root = missing(5);
@@ -781,11 +779,7 @@ fn berth_serve_logs_why_a_push_could_not_move_its_objects_in_by_default() {
     let (w, old, new, broken) = kept_pack_world();
     std::fs::create_dir_all(w.path("repos")).unwrap();
     std::fs::rename(w.path("srv.git"), w.path("repos/srv.git")).unwrap();
-    std::fs::File::create(w.path("repos/srv.git/objects/info/berth-incomplete"))
-        .unwrap()
-        .set_len((16 << 20) - 10)
-        .unwrap();
-    pruned_just_now(&w.path("repos/srv.git/objects"));
+    list_with_room(&w.path("repos/srv.git/objects"), 10);
     let (_, input) = bad_beside_new(&w, &old, &new, &broken);
     let srv = crate::serve::Serve::start(&w, &[]);
     let r = crate::serve::http(
@@ -940,12 +934,7 @@ fn a_shallow_push_with_no_room_to_settle_its_commits_is_refused_whole() {
     let (clone, _root, tip) = shallow_clone_world(&w, 0);
     w.install_hook("srv.git", "update", "#!/bin/sh\necho no >&2\nexit 1\n");
     let objects = w.path("srv.git/objects");
-    let list = objects.join("info/berth-incomplete");
-    std::fs::File::create(&list)
-        .unwrap()
-        .set_len((16 << 20) - 10)
-        .unwrap();
-    pruned_just_now(&objects);
+    let list = list_with_room(&objects, 10);
     let push = w.push(&clone, Receiver::Berth, "srv.git", &["main:refs/heads/b0"]);
     assert!(
         push.stdout
