@@ -766,6 +766,52 @@ fn symref_pushed_with_its_target() {
     assert!(o.pushes[3].success, "{:#?}", o.pushes[3]);
 }
 
+/// A pushed name that is a symbolic ref whose chain never ends (a loop) is refused as git
+/// refuses it, while the push's other refs land: one symbolic ref among many names.
+#[test]
+fn a_pushed_symref_in_a_loop_is_refused_as_broken() {
+    let o = differential(|w, r| {
+        w.bare("srv.git");
+        w.work("src");
+        w.commit("src", "a", "1");
+        let mut p = vec![w.push("src", r, "srv.git", &["main"])];
+        w.git("srv.git", &["symbolic-ref", "refs/heads/a", "refs/heads/b"]);
+        w.git("srv.git", &["symbolic-ref", "refs/heads/b", "refs/heads/a"]);
+        w.commit("src", "a", "2");
+        p.push(w.push(
+            "src",
+            r,
+            "srv.git",
+            &["main", "main:refs/heads/a", "main:refs/heads/c"],
+        ));
+        // The loop goes, for fsck to look at what the push wrote.
+        for r in ["refs/heads/a", "refs/heads/b"] {
+            w.git("srv.git", &["update-ref", "--no-deref", "-d", r]);
+        }
+        p
+    });
+    let p = &o.pushes;
+    assert!(
+        p[1].stdout
+            .contains("refs/heads/main:refs/heads/a\t[remote rejected] (broken symref)"),
+        "{:#?}",
+        p[1]
+    );
+    assert!(
+        p[1].stderr
+            .contains("remote: error: refusing update to broken symref 'refs/heads/a'"),
+        "{:#?}",
+        p[1]
+    );
+    assert!(
+        p[1].stdout
+            .contains("refs/heads/main:refs/heads/c\t[new branch]")
+            && p[1].stdout.contains("\trefs/heads/main:refs/heads/main\t"),
+        "main and c land: {:#?}",
+        o
+    );
+}
+
 #[test]
 fn pushes_from_shallow_clones_need_receive_shallow_update() {
     let o = differential(|w, r| {
