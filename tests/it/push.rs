@@ -785,8 +785,8 @@ fn a_pushed_symref_in_a_loop_is_refused_as_broken() {
             &["main", "main:refs/heads/a", "main:refs/heads/c"],
         ));
         // The loop goes, for fsck to look at what the push wrote.
-        for r in ["refs/heads/a", "refs/heads/b"] {
-            w.git("srv.git", &["update-ref", "--no-deref", "-d", r]);
+        for symref in ["refs/heads/a", "refs/heads/b"] {
+            w.git("srv.git", &["update-ref", "--no-deref", "-d", symref]);
         }
         p
     });
