@@ -479,9 +479,11 @@ pub enum NotStarted {
     /// prune, or for a moment by a process forked meanwhile (a hook's, in `berth serve`: it
     /// holds a copy of a closing push's descriptor until it runs its program).
     Busy,
-    /// The last prune started less than `every` ago, or its start cannot be recorded (the
-    /// gate's time cannot be set: another user's, in a shared repository).
+    /// The last prune started less than `every` ago.
     TooSoon,
+    /// Its start cannot be recorded: the gate's time cannot be set (another user's, in a shared
+    /// repository), and a prune whose start is not recorded could run on every push.
+    Unrecorded,
 }
 
 /// The list held for a prune: its gate ([`GATE`]) held exclusively, so that no push lists
@@ -527,7 +529,7 @@ impl Pruning {
             .and_then(|f| f.set_modified(now));
         if let Err(e) = recorded {
             tracing::warn!(gate = ?gate_path, "the list of incomplete objects is not pruned: its gate's time cannot be set: {e}");
-            return Ok(Err(NotStarted::TooSoon));
+            return Ok(Err(NotStarted::Unrecorded));
         }
         let mut ids = HashSet::default();
         ids_in(&objects_dir.join(FILE), hash, None, &mut |lines, n| {
