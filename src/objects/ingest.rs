@@ -580,10 +580,10 @@ pub fn receive_pack(
     }
     let objects = u32::from_be_bytes([header[8], header[9], header[10], header[11]]);
     let explode = objects < options.unpack_limit;
-    // A pack to be unpacked has its deltas resolved by one thread, as git's single-threaded
-    // unpack-objects resolves them: gix-pack would start one a core (up to one an object) for
-    // a handful of deltas (thread starts, stacks mapped and unmapped, futex wake-ups, on each
-    // push on each cluster node; benches/README.md, 2026-12-06).
+    // A pack to be unpacked has its deltas resolved by the thread reading it, as git's
+    // single-threaded unpack-objects resolves them: a thread a core (up to one an object) for
+    // a handful of deltas cost more than the deltas (thread starts, stacks mapped and unmapped,
+    // futex wake-ups, on each push on each cluster node; benches/README.md, 2026-12-06).
     let thread_limit = if explode {
         Some(1)
     } else {

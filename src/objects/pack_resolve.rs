@@ -6,7 +6,9 @@
 //! the other idled. Here the entries go, as they arrive, to resolver threads. Each thread owns
 //! whole delta families (a base and every delta built on it, however deep). An offset delta's
 //! base is always behind it in the pack, so its owner has resolved the base before the delta
-//! comes.
+//! comes. A pack of a handful of objects (one to be unpacked) is resolved by the thread reading
+//! it, each entry as it is read ([`Resolvers::Reader`]): a thread started for it cost more than
+//! its objects (its stack, a malloc arena of its own, the cgroup files read to count the cores).
 //!
 //! git's pack-objects writes each delta family together, base first (`compute_write_order`).
 //! So a delta's base is nearly always among the last objects its owner resolved. Each owner
@@ -82,10 +84,19 @@ const SPARE_CAPACITY: usize = 1 << 20;
 /// objects, before it gives up.
 pub const REBUILD_ALLOWANCE: u64 = 64 << 20;
 
+/// Who resolves the entries as they arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolvers {
+    /// The thread reading the pack, each entry as soon as it is read.
+    Reader,
+    /// This many threads beside the reader (at least one, at most 255).
+    Threads(usize),
+}
+
 /// What the resolution needs to know of the pack and of limits.
 pub struct Options {
-    /// Resolver threads (at least one).
-    pub threads: usize,
+    /// Who resolves the entries.
+    pub resolvers: Resolvers,
     /// Bytes of resolved objects each thread keeps ([`CACHE_BYTES`]).
     pub cache_bytes: usize,
     /// Bytes a thread may spend building evicted bases again beyond its own objects
@@ -256,10 +267,7 @@ type Named = Vec<(u32, ObjectId, Kind)>;
 
 /// The resolution of one pack, fed by the thread reading it.
 pub struct Resolving<'scope> {
-    queues: Vec<Sender<Vec<Job>>>,
-    /// Each resolver's batch being filled, and its cost.
-    batches: Vec<(Vec<Job>, u64)>,
-    threads: Vec<ScopedJoinHandle<'scope, Result<Named, GaveUp>>>,
+    workers: Workers<'scope>,
     /// Each entry's offset and the resolver that owns its family, in pack order.
     offsets: Vec<u64>,
     owners: Vec<u8>,
@@ -270,68 +278,96 @@ pub struct Resolving<'scope> {
     reason: Option<GaveUp>,
 }
 
+/// Who resolves the entries, as [`Resolvers`] chose.
+enum Workers<'scope> {
+    /// The reading thread, through its one resolver.
+    Reader(Box<Resolver<'scope>>),
+    /// Threads, each fed through its queue.
+    Threads {
+        queues: Vec<Sender<Vec<Job>>>,
+        /// Each resolver's batch being filled, and its cost.
+        batches: Vec<(Vec<Job>, u64)>,
+        handles: Vec<ScopedJoinHandle<'scope, Result<Named, GaveUp>>>,
+    },
+}
+
+impl Workers<'_> {
+    /// How many resolvers own families.
+    fn count(&self) -> usize {
+        match self {
+            Workers::Reader(_) => 1,
+            Workers::Threads { queues, .. } => queues.len(),
+        }
+    }
+}
+
 impl<'scope> Resolving<'scope> {
-    /// Start `options.threads` resolvers in `scope`. They read evicted bases back from
-    /// `file` (the pack being written) after `flush` has written out what is buffered, and give
-    /// the links of what they resolve to `collected`, under `control`.
-    pub fn start<'env, F>(
+    /// Start the resolvers `options` asks for (threads in `scope`). They read evicted bases back
+    /// from `file` (the pack being written) after `flush` has written out what is buffered, and
+    /// give the links of what they resolve to `collected`, under `control`.
+    pub fn start<'env>(
         scope: &'scope Scope<'scope, 'env>,
         file: &'env File,
-        flush: &'env F,
+        flush: &'env (dyn Fn() -> io::Result<()> + Sync),
         collected: &'env Collected,
         control: &'scope Control,
         options: &Options,
-    ) -> Self
-    where
-        F: Fn() -> io::Result<()> + Sync,
-    {
-        let threads = options.threads.clamp(1, usize::from(u8::MAX));
-        let (mut queues, mut handles) = (Vec::new(), Vec::new());
-        for _ in 0..threads {
-            let (queue, jobs) = channel();
-            let mut resolver = Resolver {
-                file,
-                flush,
-                collector: collected.collector(),
-                cache: Cache::new(options.cache_bytes),
-                places: Vec::new(),
-                named: Vec::new(),
-                spare: Vec::new(),
-                alloc_limit: options.alloc_limit.unwrap_or(usize::MAX),
-                hash: options.hash,
-                inflate: gix_zlib::Inflate::default(),
-                produced: 0,
-                rebuilt: 0,
-                rebuild_allowance: options.rebuild_allowance,
-            };
-            let handle = std::thread::Builder::new()
-                .name("berth.resolve".into())
-                .spawn_scoped(scope, move || {
-                    let outcome = resolver.run(&jobs, control);
-                    if outcome.is_err() {
-                        control.give_up();
+    ) -> Self {
+        let resolver = || Resolver {
+            file,
+            flush,
+            collector: collected.collector(),
+            cache: Cache::new(options.cache_bytes),
+            places: Vec::new(),
+            named: Vec::new(),
+            spare: Vec::new(),
+            alloc_limit: options.alloc_limit.unwrap_or(usize::MAX),
+            hash: options.hash,
+            inflate: gix_zlib::Inflate::default(),
+            produced: 0,
+            rebuilt: 0,
+            rebuild_allowance: options.rebuild_allowance,
+        };
+        let workers = match options.resolvers {
+            Resolvers::Reader => Workers::Reader(Box::new(resolver())),
+            Resolvers::Threads(threads) => {
+                let (mut queues, mut handles) = (Vec::new(), Vec::new());
+                for _ in 0..threads.clamp(1, usize::from(u8::MAX)) {
+                    let (queue, jobs) = channel();
+                    let mut resolver = resolver();
+                    let handle = std::thread::Builder::new()
+                        .name("berth.resolve".into())
+                        .spawn_scoped(scope, move || {
+                            let outcome = resolver.run(&jobs, control);
+                            if outcome.is_err() {
+                                control.give_up();
+                            }
+                            outcome.map(|()| resolver.named)
+                        });
+                    match handle {
+                        Ok(handle) => {
+                            queues.push(queue);
+                            handles.push(handle);
+                        }
+                        Err(_) => break,
                     }
-                    outcome.map(|()| resolver.named)
-                });
-            match handle {
-                Ok(handle) => {
-                    queues.push(queue);
-                    handles.push(handle);
                 }
-                Err(_) => break,
+                Workers::Threads {
+                    batches: queues.iter().map(|_| (Vec::new(), 0)).collect(),
+                    queues,
+                    handles,
+                }
             }
-        }
+        };
         let mut resolving = Resolving {
-            batches: queues.iter().map(|_| (Vec::new(), 0)).collect(),
-            queues,
-            threads: handles,
+            workers,
             offsets: Vec::new(),
             owners: Vec::new(),
             next_owner: 0,
             control,
             reason: None,
         };
-        if resolving.threads.is_empty() {
+        if resolving.workers.count() == 0 {
             resolving.give_up(GaveUp::Lost);
         }
         resolving
@@ -362,22 +398,37 @@ impl<'scope> Resolving<'scope> {
             bytes,
         };
         let owner = usize::from(owner);
-        let (batch, cost) = &mut self.batches[owner];
-        *cost += job.cost();
-        batch.push(job);
-        if batch.len() >= BATCH || *cost >= BATCH_BYTES {
+        let full = match &mut self.workers {
+            Workers::Reader(resolver) => {
+                if let Err(reason) = resolver.take(job) {
+                    self.give_up(reason);
+                }
+                false
+            }
+            Workers::Threads { batches, .. } => {
+                let (batch, cost) = &mut batches[owner];
+                *cost += job.cost();
+                batch.push(job);
+                batch.len() >= BATCH || *cost >= BATCH_BYTES
+            }
+        };
+        if full {
             self.send(owner);
         }
     }
 
-    /// Hand `owner` its batch.
+    /// Hand `owner` (a thread) its batch.
     fn send(&mut self, owner: usize) {
-        let (batch, cost) = std::mem::take(&mut self.batches[owner]);
+        let Workers::Threads { queues, batches, .. } = &mut self.workers else {
+            return;
+        };
+        let (batch, cost) = std::mem::take(&mut batches[owner]);
         if batch.is_empty() {
             return;
         }
         self.control.reserve(cost);
-        if self.control.gave_up() || self.queues[owner].send(batch).is_err() {
+        let lost = self.control.gave_up() || queues[owner].send(batch).is_err();
+        if lost {
             self.give_up(GaveUp::Lost);
         }
     }
@@ -404,7 +455,7 @@ impl<'scope> Resolving<'scope> {
         };
         // In turn (choosing the resolver with the least work waiting measured the same).
         let owner = self.next_owner;
-        self.next_owner = (owner + 1) % self.queues.len().max(1);
+        self.next_owner = (owner + 1) % self.workers.count().max(1);
         Ok((u8::try_from(owner).unwrap_or(0), Holds::Object(kind)))
     }
 
@@ -416,29 +467,34 @@ impl<'scope> Resolving<'scope> {
     /// Wait for the resolvers: each entry's id and kind in pack order, or why the resolution
     /// gave up.
     pub fn finish(mut self) -> Result<Vec<(ObjectId, Kind)>, GaveUp> {
-        for owner in 0..self.queues.len() {
+        for owner in 0..self.workers.count() {
             self.send(owner);
         }
         let Resolving {
-            queues,
-            threads,
+            workers,
             offsets,
             reason,
             ..
         } = self;
-        drop(queues);
-        let mut outcome = Ok(Vec::new());
-        for thread in threads {
-            let named = thread.join().unwrap_or(Err(GaveUp::Lost));
-            tracing::debug!(named = named.as_ref().map(Vec::len).ok(), "a resolver is done");
-            outcome = match (outcome, named) {
-                (Ok(mut all), Ok(named)) => {
-                    all.push(named);
-                    Ok(all)
+        let outcome = match workers {
+            Workers::Reader(resolver) => Ok(vec![resolver.named]),
+            Workers::Threads { queues, handles, .. } => {
+                drop(queues);
+                let mut outcome = Ok(Vec::new());
+                for thread in handles {
+                    let named = thread.join().unwrap_or(Err(GaveUp::Lost));
+                    tracing::debug!(named = named.as_ref().map(Vec::len).ok(), "a resolver is done");
+                    outcome = match (outcome, named) {
+                        (Ok(mut all), Ok(named)) => {
+                            all.push(named);
+                            Ok(all)
+                        }
+                        (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+                    };
                 }
-                (Err(e), _) | (Ok(_), Err(e)) => Err(e),
-            };
-        }
+                outcome
+            }
+        };
         if let Some(reason) = reason {
             return Err(reason);
         }
@@ -451,10 +507,11 @@ impl<'scope> Resolving<'scope> {
     }
 }
 
-/// One resolver thread: the families it owns, their places, and the objects it keeps.
-struct Resolver<'env, F> {
+/// One resolver (a thread's, or the reading thread's): the families it owns, their places,
+/// and the objects it keeps.
+struct Resolver<'env> {
     file: &'env File,
-    flush: &'env F,
+    flush: &'env (dyn Fn() -> io::Result<()> + Sync),
     collector: Collector<'env>,
     cache: Cache,
     /// The places of the entries it was handed, in pack order.
@@ -471,7 +528,8 @@ struct Resolver<'env, F> {
     rebuild_allowance: u64,
 }
 
-impl<F: Fn() -> io::Result<()>> Resolver<'_, F> {
+impl Resolver<'_> {
+    /// Resolve the batches that come through `batches` (a thread's work).
     fn run(&mut self, batches: &Receiver<Vec<Job>>, control: &Control) -> Result<(), GaveUp> {
         while let Ok(batch) = batches.recv() {
             if control.gave_up() {
@@ -479,17 +537,22 @@ impl<F: Fn() -> io::Result<()>> Resolver<'_, F> {
             }
             let cost = batch.iter().map(Job::cost).sum();
             for job in batch {
-                self.places.push(job.entry);
-                let (kind, data) = self.resolve(job.entry, job.bytes)?;
-                let id =
-                    gix_object::compute_hash(self.hash, kind, &data).map_err(|_| GaveUp::Hash)?;
-                self.collector.object(kind, &data, self.hash);
-                self.named.push((job.index, id, kind));
-                self.keep(job.entry.offset, kind, data);
+                self.take(job)?;
             }
             // Released once resolved: a batch being resolved is still held.
             control.release(cost);
         }
+        Ok(())
+    }
+
+    /// Resolve `job`'s entry, name it, take its links and keep it for the deltas to come.
+    fn take(&mut self, job: Job) -> Result<(), GaveUp> {
+        self.places.push(job.entry);
+        let (kind, data) = self.resolve(job.entry, job.bytes)?;
+        let id = gix_object::compute_hash(self.hash, kind, &data).map_err(|_| GaveUp::Hash)?;
+        self.collector.object(kind, &data, self.hash);
+        self.named.push((job.index, id, kind));
+        self.keep(job.entry.offset, kind, data);
         Ok(())
     }
 

@@ -4,10 +4,11 @@
 //! (a thin pack completed with the bases it lacks), indexed with its deltas resolved in
 //! parallel, then named `pack-<checksum>.{keep,pack,idx}` — with three differences:
 //! - The objects are named while the pack arrives ([`pack_resolve`]), from what reading it
-//!   inflated ([`pack_read`]), on the cores the reading leaves idle. gix-pack names them once
-//!   the whole pack is there, inflating every entry a second time: a whole-history push of
-//!   git.git spent a third of its time reading on one core first.
-//! - Where that gives up (or one thread is to resolve the pack), the deltas are resolved
+//!   inflated ([`pack_read`]), on the cores the reading leaves idle (or, for a pack one thread
+//!   is to resolve, on the reading thread itself). gix-pack names them once the whole pack is
+//!   there, inflating every entry a second time: a whole-history push of git.git spent a third
+//!   of its time reading on one core first.
+//! - Where that gives up, the deltas are resolved
 //!   after the pack has arrived, by gix-pack's traverse of its delta tree, through a
 //!   [`PackMap`], which gives each page of the pack back once every entry on it has been read.
 //!   Through the bundle's own mapping the whole pack stayed resident while the index was built
@@ -41,7 +42,7 @@ use gix_pack::data::input::{
 use crate::objects::pack_links::{self, Outside};
 use crate::objects::pack_map::{PackMap, Reader};
 use crate::objects::pack_read::{self, Bytes, Counted};
-use crate::objects::pack_resolve::{self, Resolving};
+use crate::objects::pack_resolve::{self, Resolvers, Resolving};
 
 /// What was written: the pack and its index under their final names (`None` for a pack of no
 /// objects). A new pack gets a `.keep` beside it, which guards it until refs point into it
@@ -66,8 +67,8 @@ pub struct Written {
 pub enum Resolution {
     /// As the pack arrived ([`pack_resolve`]).
     AsItArrived,
-    /// After it had arrived, by gix-pack's traverse of its delta tree: it was to be resolved
-    /// by one thread, or the resolution as it arrived gave up.
+    /// After it had arrived, by gix-pack's traverse of its delta tree: the resolution as it
+    /// arrived gave up.
     AfterItArrived,
     /// By gix-pack's index writer, reading the finished pack again: a delta names an in-pack
     /// base by id.
@@ -151,17 +152,15 @@ fn write(
     let temp = tempfile::NamedTempFile::new_in(directory)
         .or_raise(|| message("Could not create temporary pack file"))?;
     let temp_path = temp.path().to_owned();
-    // Resolvers started as the pack arrives (none where one thread is to resolve it: a pack
-    // that is to be unpacked), reading evicted bases back through their own handle.
+    // Resolvers started as the pack arrives (the reading thread itself where one thread is to
+    // resolve it: a pack that is to be unpacked), reading evicted bases back through their own
+    // handle.
     let resolvers = match options.thread_limit {
-        Some(1) => None,
-        Some(n) if n > 1 => Some(n),
-        _ => Some(std::thread::available_parallelism().map_or(1, usize::from)),
+        Some(1) => Resolvers::Reader,
+        Some(n) if n > 1 => Resolvers::Threads(n),
+        _ => Resolvers::Threads(std::thread::available_parallelism().map_or(1, usize::from)),
     };
-    let readback = match resolvers {
-        Some(_) => temp.as_file().try_clone().ok(),
-        None => None,
-    };
+    let readback = temp.as_file().try_clone().ok();
     let shared: Shared = Arc::new(Mutex::new(BufWriter::with_capacity(64 * 1024, temp)));
     // In a thin pack, where the last entry read whole ends in the received pack (the copy's
     // offsets move once a base is put in, and the writer reads one entry ahead).
@@ -234,8 +233,8 @@ fn write(
             }
         };
 
-    // The stream: each entry's place and checksum, as it is copied to the file, and (unless
-    // the pack is resolved by one thread) each entry handed on to be resolved as it comes.
+    // The stream: each entry's place and checksum, as it is copied to the file, and each entry
+    // handed on to be resolved as it comes (unless its copy cannot be read back).
     let expected = entries.size_hint().0;
     let collected = pack_links::Collected::for_pack(expected);
     let for_objects = |bound: u64| {
@@ -247,24 +246,23 @@ fn write(
     let control = pack_resolve::Control::new(for_objects(pack_resolve::IN_FLIGHT));
     let flush = || locked(&shared).and_then(|mut file| file.flush());
     let (streamed, named) = std::thread::scope(|scope| {
-        let mut resolving = match (&readback, resolvers) {
-            (Some(file), Some(threads)) => Some(Resolving::start(
+        let mut resolving = readback.as_ref().map(|file| {
+            Resolving::start(
                 scope,
                 file,
                 &flush,
                 &collected,
                 &control,
                 &pack_resolve::Options {
-                    threads,
+                    resolvers,
                     cache_bytes: usize::try_from(for_objects(bounds.cache_bytes as u64))
                         .unwrap_or(bounds.cache_bytes),
                     rebuild_allowance: bounds.rebuild_allowance,
                     alloc_limit: options.alloc_limit_bytes,
                     hash: object_hash,
                 },
-            )),
-            _ => None,
-        };
+            )
+        });
         let streamed = {
             let _stream = tracing::info_span!("stream").entered();
             stream(&mut entries, &good_end, entry_at, resolving.as_mut())
@@ -703,18 +701,19 @@ mod tests {
 
     /// The pack of `index` written again into `dir` as received.
     fn rewrite(index: &gix_pack::index::File, dir: &Path) -> (Written, gix_pack::index::File) {
-        rewrite_within(index, dir, BOUNDS)
+        rewrite_within(index, dir, Some(2), BOUNDS)
     }
 
-    /// [`rewrite`] within `bounds`.
+    /// [`rewrite`] by `threads` threads within `bounds`.
     fn rewrite_within(
         index: &gix_pack::index::File,
         dir: &Path,
+        threads: Option<usize>,
         bounds: Bounds,
     ) -> (Written, gix_pack::index::File) {
         std::fs::create_dir_all(dir).unwrap();
         let bytes = std::fs::read(index.path().with_extension("pack")).unwrap();
-        let written = written(&bytes, dir, Some(2), bounds).unwrap();
+        let written = written(&bytes, dir, threads, bounds).unwrap();
         let ours = written.index_path.clone().expect("an index");
         let ours = gix_pack::index::File::at(ours, gix_hash::Kind::Sha1).unwrap();
         (written, ours)
@@ -727,6 +726,18 @@ mod tests {
         threads: Option<usize>,
         bounds: Bounds,
     ) -> Result<Written, WriteError> {
+        written_as(pack, dir, None::<gix_object::find::Never>, threads, bounds)
+    }
+
+    /// [`written`], read as a thin pack to be completed through `thin_lookup` when there is one
+    /// (gix-pack's reader, not [`pack_read`]).
+    fn written_as(
+        pack: &[u8],
+        dir: &Path,
+        thin_lookup: Option<impl gix_object::Find>,
+        threads: Option<usize>,
+        bounds: Bounds,
+    ) -> Result<Written, WriteError> {
         std::fs::create_dir_all(dir).unwrap();
         let entry_at = Cell::new(None);
         let options = gix_pack::bundle::write::Options {
@@ -736,7 +747,7 @@ mod tests {
         write(
             &mut { pack },
             dir,
-            None::<gix_object::find::Never>,
+            thin_lookup,
             gix_hash::Kind::Sha1,
             options,
             bounds,
@@ -755,14 +766,16 @@ mod tests {
         let repo = dir.path().join("r");
         let by_offset = pack(&repo, &dir.path().join("ofs"), true, &commits[9]);
         let by_id = pack_with(&repo, &dir.path().join("ref"), true, &[], &commits[9]);
-        for (git_index, collects) in [(by_offset, true), (by_id, false)] {
-            let n = deltas_in(&git_index);
+        // By resolver threads, and by the thread reading the pack.
+        let cases = [(&by_offset, true, Some(2)), (&by_offset, true, Some(1)), (&by_id, false, Some(2))];
+        for (git_index, collects, threads) in cases {
+            let n = deltas_in(git_index);
             assert!(n > 0, "the pack should hold deltas");
-            let (written, ours) = rewrite(&git_index, &dir.path().join("ours"));
+            let (written, ours) = rewrite_within(git_index, &dir.path().join("ours"), threads, BOUNDS);
             assert_eq!(
                 std::fs::read(ours.path()).unwrap(),
                 std::fs::read(git_index.path()).unwrap(),
-                "{}",
+                "{} {threads:?}",
                 git_index.path().display()
             );
             assert_eq!(written.deltas, n);
@@ -772,7 +785,7 @@ mod tests {
             } else {
                 Resolution::ById
             };
-            assert_eq!(written.resolution, how);
+            assert_eq!(written.resolution, how, "{threads:?}");
             std::fs::remove_dir_all(dir.path().join("ours")).unwrap();
         }
     }
@@ -828,10 +841,13 @@ mod tests {
                 cache_bytes,
                 rebuild_allowance,
             };
-            let (written, ours) = rewrite_within(&git_index, &dir.path().join(format!("{i}")), bounds);
-            assert_eq!(written.resolution, how, "{bounds:?}");
-            assert_eq!(std::fs::read(ours.path()).unwrap(), wanted, "{bounds:?}");
-            assert_eq!(written.links, by_default.links, "{bounds:?}");
+            for threads in [Some(2), Some(1)] {
+                let dir = dir.path().join(format!("{i}-{threads:?}"));
+                let (written, ours) = rewrite_within(&git_index, &dir, threads, bounds);
+                assert_eq!(written.resolution, how, "{bounds:?} {threads:?}");
+                assert_eq!(std::fs::read(ours.path()).unwrap(), wanted, "{bounds:?} {threads:?}");
+                assert_eq!(written.links, by_default.links, "{bounds:?} {threads:?}");
+            }
         }
     }
 
@@ -856,16 +872,28 @@ mod tests {
         broken.push(("type 5".into(), other));
         let mut refused = 0;
         for (i, (what, pack)) in broken.iter().enumerate() {
-            let as_it_arrives = written(pack, &dir.path().join(format!("a{i}")), Some(2), BOUNDS);
-            let by_gix = written(pack, &dir.path().join(format!("g{i}")), Some(1), BOUNDS);
-            match (as_it_arrives, by_gix) {
-                (Err(ours), Err(gix)) => {
+            let dir = |how: &str| dir.path().join(format!("{how}{i}"));
+            let on_threads = written(pack, &dir("t"), Some(2), BOUNDS);
+            let on_the_reader = written(pack, &dir("r"), Some(1), BOUNDS);
+            let by_gix = written_as(pack, &dir("g"), Some(gix_object::find::Never), Some(1), BOUNDS);
+            match (on_threads, on_the_reader, by_gix) {
+                (Err(threads), Err(reader), Err(gix)) => {
                     refused += 1;
-                    assert_eq!(format!("{:#}", ours.source), format!("{:#}", gix.source), "{what}");
-                    assert_eq!(ours.entry_at, gix.entry_at, "{what}");
+                    for ours in [threads, reader] {
+                        assert_eq!(format!("{:#}", ours.source), format!("{:#}", gix.source), "{what}");
+                        assert_eq!(ours.entry_at, gix.entry_at, "{what}");
+                    }
                 }
-                (Ok(_), Ok(_)) => {}
-                (ours, gix) => panic!("{what}: {:?} against {:?}", ours.map(|w| w.resolution), gix.map(|w| w.resolution)),
+                (Ok(threads), Ok(reader), Ok(_)) => {
+                    assert_eq!(threads.resolution, Resolution::AsItArrived, "{what}");
+                    assert_eq!(reader.resolution, Resolution::AsItArrived, "{what}");
+                }
+                (threads, reader, gix) => panic!(
+                    "{what}: {:?} and {:?} against {:?}",
+                    threads.map(|w| w.resolution),
+                    reader.map(|w| w.resolution),
+                    gix.map(|w| w.resolution)
+                ),
             }
         }
         assert!(refused > broken.len() / 2, "{refused} of {}", broken.len());
