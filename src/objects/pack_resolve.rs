@@ -111,7 +111,8 @@ pub struct Options {
 /// Why the resolution gave up, leaving the pack to be resolved after it has arrived.
 #[derive(Debug, thiserror::Error)]
 pub enum GaveUp {
-    /// A delta names its base by id (an in-pack base of a pack sent without `ofs-delta`).
+    /// A delta names its base by id (an in-pack base of a pack sent without `ofs-delta`) and
+    /// is resolved by a thread, or its base was not named before it.
     #[error("a delta names its base by id")]
     BaseById,
     /// An offset delta's base offset is not where an entry starts.
@@ -327,6 +328,7 @@ impl<'scope> Resolving<'scope> {
             produced: 0,
             rebuilt: 0,
             rebuild_allowance: options.rebuild_allowance,
+            by_id: None,
         };
         let workers = match options.resolvers {
             Resolvers::Reader => Workers::Reader(Box::new(resolver())),
@@ -440,7 +442,15 @@ impl<'scope> Resolving<'scope> {
             Header::Tree => Kind::Tree,
             Header::Blob => Kind::Blob,
             Header::Tag => Kind::Tag,
-            Header::RefDelta { .. } => return Err(GaveUp::BaseById),
+            Header::RefDelta { base_id } => {
+                // Known only to a resolver on this thread, and only once named: a base named by
+                // id may come after its delta, or be one of the repository's.
+                let Workers::Reader(resolver) = &mut self.workers else {
+                    return Err(GaveUp::BaseById);
+                };
+                let base = resolver.offset_of(&base_id).ok_or(GaveUp::BaseById)?;
+                return Ok((0, Holds::Delta { base }));
+            }
             Header::OfsDelta { base_distance } => {
                 let base = entry
                     .pack_offset
@@ -526,6 +536,9 @@ struct Resolver<'env> {
     produced: u64,
     rebuilt: u64,
     rebuild_allowance: u64,
+    /// The offset of each object named so far, by id: made when a delta first names its base
+    /// by id, on the reading thread (a resolver thread cannot know which thread named a base).
+    by_id: Option<HashMap<ObjectId, u64>>,
 }
 
 impl Resolver<'_> {
@@ -552,8 +565,23 @@ impl Resolver<'_> {
         let id = gix_object::compute_hash(self.hash, kind, &data).map_err(|_| GaveUp::Hash)?;
         self.collector.object(kind, &data, self.hash);
         self.named.push((job.index, id, kind));
+        if let Some(by_id) = &mut self.by_id {
+            by_id.insert(id, job.entry.offset);
+        }
         self.keep(job.entry.offset, kind, data);
         Ok(())
+    }
+
+    /// Where the object `id`, named already, starts.
+    fn offset_of(&mut self, id: &ObjectId) -> Option<u64> {
+        let (places, named) = (&self.places, &self.named);
+        let by_id = self.by_id.get_or_insert_with(|| {
+            // Named in the order handed, each in one go: the n-th named is the n-th place.
+            (named.iter().zip(places))
+                .map(|((_, id, _), place)| (*id, place.offset))
+                .collect()
+        });
+        by_id.get(id).copied()
     }
 
     /// Put an object in the cache, keeping what it evicts to build the next ones in.

@@ -22,8 +22,10 @@
 //!   `pack-format`) is written here.
 //!
 //! A pack whose deltas name in-pack bases by id (git sends offsets to a server that advertises
-//! `ofs-delta`) cannot have its delta tree built before its objects are named: it is indexed by
-//! gix-pack's writer, reading the finished file again, and its links are not collected.
+//! `ofs-delta`) cannot have its delta tree built before its objects are named: unless the
+//! reading thread resolved it (a pack to be unpacked, each base before its deltas), it is
+//! indexed by gix-pack's writer, reading the finished file again, and its links are not
+//! collected.
 
 use std::cell::Cell;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -71,7 +73,8 @@ pub enum Resolution {
     /// arrived gave up.
     AfterItArrived,
     /// By gix-pack's index writer, reading the finished pack again: a delta names an in-pack
-    /// base by id.
+    /// base by id, and the pack was not resolved as it arrived (resolver threads cannot follow
+    /// such a delta; the reading thread can, when the base came first).
     ById,
 }
 
@@ -300,14 +303,14 @@ fn write(
         .or_raise(|| message("Could not create temporary index file"))?;
     let mut index_out = BufWriter::with_capacity(64 * 1024, index_temp);
     let named = match named {
-        Some(Ok(named)) if !by_id => Some(named),
-        Some(Err(reason)) if !by_id => {
+        Some(Ok(named)) => Some(named),
+        Some(Err(reason)) => {
             tracing::debug!(%reason, "the pack is resolved again once arrived");
             None
         }
-        _ => None,
+        None => None,
     };
-    let (links, resolution) = if by_id {
+    let (links, resolution) = if by_id && named.is_none() {
         drop(objects);
         index_by_gix(&temp_path, &mut index_out, object_hash, &options, pack_version)?;
         (None, Resolution::ById)
@@ -766,8 +769,14 @@ mod tests {
         let repo = dir.path().join("r");
         let by_offset = pack(&repo, &dir.path().join("ofs"), true, &commits[9]);
         let by_id = pack_with(&repo, &dir.path().join("ref"), true, &[], &commits[9]);
-        // By resolver threads, and by the thread reading the pack.
-        let cases = [(&by_offset, true, Some(2)), (&by_offset, true, Some(1)), (&by_id, false, Some(2))];
+        // By resolver threads, and by the thread reading the pack (which follows deltas on
+        // bases named by id too).
+        let cases = [
+            (&by_offset, true, Some(2)),
+            (&by_offset, true, Some(1)),
+            (&by_id, false, Some(2)),
+            (&by_id, true, Some(1)),
+        ];
         for (git_index, collects, threads) in cases {
             let n = deltas_in(git_index);
             assert!(n > 0, "the pack should hold deltas");
@@ -787,6 +796,86 @@ mod tests {
             };
             assert_eq!(written.resolution, how, "{threads:?}");
             std::fs::remove_dir_all(dir.path().join("ours")).unwrap();
+        }
+    }
+
+    /// A zlib stream of one stored block.
+    fn stored(data: &[u8]) -> Vec<u8> {
+        let len = u16::try_from(data.len()).unwrap();
+        let mut out = vec![0x78, 0x01, 0x01];
+        out.extend(len.to_le_bytes());
+        out.extend((!len).to_le_bytes());
+        out.extend(data);
+        let (mut a, mut b) = (1u32, 0u32);
+        for &byte in data {
+            a = (a + u32::from(byte)) % 65521;
+            b = (b + a) % 65521;
+        }
+        out.extend(((b << 16) | a).to_be_bytes());
+        out
+    }
+
+    /// A pack of `entries` (type, size, what follows the header) with its checksum.
+    fn hand_made(entries: &[(u8, usize, Vec<u8>)]) -> Vec<u8> {
+        let mut pack = b"PACK\0\0\0\x02".to_vec();
+        pack.extend(u32::try_from(entries.len()).unwrap().to_be_bytes());
+        for (kind, size, rest) in entries {
+            let (mut size, mut byte) = (*size >> 4, (kind << 4) | (*size as u8 & 0x0f));
+            while size > 0 {
+                pack.push(byte | 0x80);
+                (byte, size) = ((size & 0x7f) as u8, size >> 7);
+            }
+            pack.push(byte);
+            pack.extend(rest);
+        }
+        let mut hasher = gix_hash::hasher(gix_hash::Kind::Sha1);
+        hasher.update(&pack);
+        pack.extend(hasher.try_finalize().unwrap().as_bytes());
+        pack
+    }
+
+    #[test]
+    fn a_delta_on_a_base_named_by_id_is_followed_by_the_reading_thread_when_the_base_came_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = b"the base of a delta that names it by id\n";
+        let base_id = gix_object::compute_hash(gix_hash::Kind::Sha1, gix_object::Kind::Blob, base).unwrap();
+        // Copy the whole base, then insert five bytes.
+        let len = u8::try_from(base.len()).unwrap();
+        let mut delta = vec![len, len + 5, 0x90, len, 5];
+        delta.extend(b"more\n");
+        let blob = (3, base.len(), stored(base));
+        let mut on_base = base_id.as_bytes().to_vec();
+        on_base.extend(stored(&delta));
+        let ref_delta = (7, delta.len(), on_base);
+        let mut result = base.to_vec();
+        result.extend(b"more\n");
+        let result_id = gix_object::compute_hash(gix_hash::Kind::Sha1, gix_object::Kind::Blob, &result).unwrap();
+        let cases = [
+            // The base first: the reading thread follows the delta; threads cannot.
+            ("base first", vec![blob.clone(), ref_delta.clone()], Some(1), Resolution::AsItArrived),
+            ("base first", vec![blob.clone(), ref_delta.clone()], Some(2), Resolution::ById),
+            // The base after its delta (git's index-pack takes that too): gix-pack's writer.
+            ("base after", vec![ref_delta.clone(), blob.clone()], Some(1), Resolution::ById),
+            ("base after", vec![ref_delta, blob], Some(2), Resolution::ById),
+        ];
+        for (i, (what, entries, threads, how)) in cases.into_iter().enumerate() {
+            let pack = hand_made(&entries);
+            let into = dir.path().join(format!("{i}"));
+            let written = written(&pack, &into, threads, BOUNDS).expect(what);
+            assert_eq!(written.resolution, how, "{what} {threads:?}");
+            assert_eq!(written.deltas, 1, "{what} {threads:?}");
+            let ours = written.index_path.expect("an index");
+            // git's index of the same pack.
+            let theirs = into.join("git.pack");
+            std::fs::write(&theirs, &pack).unwrap();
+            crate::test_git::git(&into, &["index-pack", "git.pack"]);
+            assert_eq!(
+                std::fs::read(&ours).unwrap(),
+                std::fs::read(theirs.with_extension("idx")).unwrap(),
+                "{what} {threads:?}"
+            );
+            let index = gix_pack::index::File::at(&ours, gix_hash::Kind::Sha1).unwrap();
+            assert!(index.lookup(result_id).is_some() && index.lookup(base_id).is_some(), "{what}");
         }
     }
 

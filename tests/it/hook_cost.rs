@@ -288,3 +288,54 @@ fn a_push_unpacked_to_loose_objects_resolves_its_deltas_on_the_reading_thread() 
         String::from_utf8_lossy(&fsck.stderr)
     );
 }
+
+/// The same for a pack whose deltas name their bases by id (`pack-objects` without
+/// `--delta-base-offset`, as libgit2 writes packs), each base before its deltas: the thread
+/// reading it follows those deltas too, and starts none.
+#[test]
+fn a_push_unpacked_to_loose_objects_with_deltas_on_bases_named_by_id_starts_no_thread() {
+    let w = World::new();
+    w.bare("srv.git");
+    w.git("srv.git", &["config", "receive.autogc", "false"]);
+    w.work("src");
+    let old = w.commit("src", "a", "1");
+    w.git("src", &["push", "-q", "../srv.git", "main"]);
+    for i in 0..4 {
+        w.commit("src", &format!("f{i}"), &format!("{i}"));
+    }
+    let new = w.git("src", &["rev-parse", "HEAD"]).trim().to_owned();
+    let mut input = pkt(&format!(
+        "{old} {new} refs/heads/main\0 report-status quiet"
+    ));
+    input.extend(b"0000");
+    let pack = w.pack(true, &format!("{new}\n^{old}\n"));
+    input.extend(&pack);
+    let trace = w.path("trace");
+    let mut cmd = w.cmd("strace", ".");
+    cmd.args(["-f", "-qq", "-e", "trace=clone,clone3,prctl", "-o"])
+        .arg(&trace)
+        .arg(common::berth())
+        .args(["receive-pack", "--stateless-rpc", "srv.git"]);
+    let out = w.git_with_stdin_cmd(cmd, &input);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("ok refs/heads/main"), "{report}");
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    let threads = trace.lines().filter(|l| l.contains("CLONE_THREAD")).count();
+    assert_eq!(threads, 0, "{trace}");
+    let loose = w.git("srv.git", &["count-objects"]);
+    assert!(loose.starts_with("14 objects"), "{loose}");
+    let fsck = w.git_out("srv.git", &["fsck", "--strict"]);
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    // The pack held deltas (without `--delta-base-offset`, on bases named by id).
+    std::fs::write(w.path("sent.pack"), &pack).unwrap();
+    w.git(".", &["index-pack", "sent.pack"]);
+    let listed = w.git(".", &["verify-pack", "-v", "sent.idx"]);
+    assert!(
+        listed.contains("chain length = 1"),
+        "no deltas in the pack:\n{listed}"
+    );
+}
