@@ -239,6 +239,38 @@ fn the_update_hook_is_given_receive_packs_own_environment() {
     }
 }
 
+/// A bare `srv.git` holding `main` at one commit, and `src` four commits ahead of it (each
+/// tree a delta on the one before); `main`'s commit in `srv.git`.
+fn four_commits_ahead() -> (World, String) {
+    let w = World::new();
+    w.bare("srv.git");
+    w.git("srv.git", &["config", "receive.autogc", "false"]);
+    w.work("src");
+    let old = w.commit("src", "a", "1");
+    w.git("src", &["push", "-q", "../srv.git", "main"]);
+    for i in 0..4 {
+        w.commit("src", &format!("f{i}"), &format!("{i}"));
+    }
+    (w, old)
+}
+
+/// The push traced into `trace` (`strace -f` of clone calls) started no thread, and left its
+/// 12 objects loose beside the first push's 3 (one blob the same) in a repository git's
+/// strict fsck takes.
+fn unpacked_without_a_thread(w: &World, trace: &std::path::Path) {
+    let trace = std::fs::read_to_string(trace).unwrap();
+    let threads = trace.lines().filter(|l| l.contains("CLONE_THREAD")).count();
+    assert_eq!(threads, 0, "{trace}");
+    let loose = w.git("srv.git", &["count-objects"]);
+    assert!(loose.starts_with("14 objects"), "{loose}");
+    let fsck = w.git_out("srv.git", &["fsck", "--strict"]);
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+}
+
 /// A pack small enough to become loose objects has its deltas resolved by the thread reading
 /// it, as git's single-threaded unpack-objects resolves them: gix-pack would start one a core
 /// (up to one an object) for each such push, and with one thread asked for it still starts
@@ -246,16 +278,7 @@ fn the_update_hook_is_given_receive_packs_own_environment() {
 /// counted under `strace -f`.
 #[test]
 fn a_push_unpacked_to_loose_objects_resolves_its_deltas_on_the_reading_thread() {
-    let w = World::new();
-    w.bare("srv.git");
-    w.git("srv.git", &["config", "receive.autogc", "false"]);
-    w.work("src");
-    w.commit("src", "a", "1");
-    w.git("src", &["push", "-q", "../srv.git", "main"]);
-    for i in 0..4 {
-        // Each tree a delta on the one before.
-        w.commit("src", &format!("f{i}"), &format!("{i}"));
-    }
+    let (w, _) = four_commits_ahead();
     let trace = w.path("trace");
     let receiver = format!(
         "--receive-pack=strace -f -qq -e trace=clone,clone3,prctl -o '{}' '{}' receive-pack",
@@ -276,17 +299,7 @@ fn a_push_unpacked_to_loose_objects_resolves_its_deltas_on_the_reading_thread() 
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let trace = std::fs::read_to_string(&trace).unwrap();
-    let threads = trace.lines().filter(|l| l.contains("CLONE_THREAD")).count();
-    assert_eq!(threads, 0, "{trace}");
-    let loose = w.git("srv.git", &["count-objects"]);
-    assert!(loose.starts_with("14 objects"), "{loose}");
-    let fsck = w.git_out("srv.git", &["fsck", "--strict"]);
-    assert!(
-        fsck.status.success(),
-        "{}",
-        String::from_utf8_lossy(&fsck.stderr)
-    );
+    unpacked_without_a_thread(&w, &trace);
 }
 
 /// The same for a pack whose deltas name their bases by id (`pack-objects` without
@@ -294,15 +307,7 @@ fn a_push_unpacked_to_loose_objects_resolves_its_deltas_on_the_reading_thread() 
 /// reading it follows those deltas too, and starts none.
 #[test]
 fn a_push_unpacked_to_loose_objects_with_deltas_on_bases_named_by_id_starts_no_thread() {
-    let w = World::new();
-    w.bare("srv.git");
-    w.git("srv.git", &["config", "receive.autogc", "false"]);
-    w.work("src");
-    let old = w.commit("src", "a", "1");
-    w.git("src", &["push", "-q", "../srv.git", "main"]);
-    for i in 0..4 {
-        w.commit("src", &format!("f{i}"), &format!("{i}"));
-    }
+    let (w, old) = four_commits_ahead();
     let new = w.git("src", &["rev-parse", "HEAD"]).trim().to_owned();
     let mut input = pkt(&format!(
         "{old} {new} refs/heads/main\0 report-status quiet"
@@ -319,17 +324,7 @@ fn a_push_unpacked_to_loose_objects_with_deltas_on_bases_named_by_id_starts_no_t
     let out = w.git_with_stdin_cmd(cmd, &input);
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(report.contains("ok refs/heads/main"), "{report}");
-    let trace = std::fs::read_to_string(&trace).unwrap();
-    let threads = trace.lines().filter(|l| l.contains("CLONE_THREAD")).count();
-    assert_eq!(threads, 0, "{trace}");
-    let loose = w.git("srv.git", &["count-objects"]);
-    assert!(loose.starts_with("14 objects"), "{loose}");
-    let fsck = w.git_out("srv.git", &["fsck", "--strict"]);
-    assert!(
-        fsck.status.success(),
-        "{}",
-        String::from_utf8_lossy(&fsck.stderr)
-    );
+    unpacked_without_a_thread(&w, &trace);
     // The pack held deltas (without `--delta-base-offset`, on bases named by id).
     std::fs::write(w.path("sent.pack"), &pack).unwrap();
     w.git(".", &["index-pack", "sent.pack"]);
