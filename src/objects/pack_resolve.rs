@@ -17,12 +17,20 @@
 //! 32 MiB cache had 5,590 bases built again: 32 MB inflated and 80 MB applied again, against
 //! 640 MB inflated and 8.3 GB hashed in all.
 //!
+//! A delta that names its base by id (a pack written without `ofs-delta`, as libgit2 writes
+//! them) can only be placed by whoever named that base: the threads name objects in their own
+//! time. At the first such delta the reading thread takes over what the threads resolved so
+//! far and resolves the rest of the pack itself (`Resolving::hand_to_the_reader`): one core,
+//! but the pack is named as it arrives and its links taken, where gix-pack's writer read it
+//! again after it arrived (a whole-history push of git.git written so: 16.6–18.5 s before).
+//!
 //! The resolution here is an attempt. It gives up on anything it does not expect: a delta
-//! naming its base by id, a base offset that is not an entry's start, broken zlib or delta
-//! data, an object over the allocation limit, or rebuilding bases costing more than the work
-//! itself. The pack is then resolved after it has arrived, by gix-pack's traverse as before,
-//! which says what is wrong in git's words. So this changes how fast a pack is indexed, never
-//! what is accepted or what an error says.
+//! naming a base by id that has not been named before it, a base offset that is not an
+//! entry's start, broken zlib or delta data, an object over the allocation limit, or
+//! rebuilding bases costing more than the work itself. The pack is then resolved after it has
+//! arrived, by gix-pack's traverse (or, for a delta on a base named by id, its index writer)
+//! as before, which says what is wrong in git's words. So this changes how fast a pack is
+//! indexed, never what is accepted or what an error says.
 //!
 //! Delta application is written here: gix-pack's is private to it.
 
@@ -111,8 +119,8 @@ pub struct Options {
 /// Why the resolution gave up, leaving the pack to be resolved after it has arrived.
 #[derive(Debug, thiserror::Error)]
 pub enum GaveUp {
-    /// A delta names its base by id (an in-pack base of a pack sent without `ofs-delta`) and
-    /// is resolved by a thread, or its base was not named before it.
+    /// A delta names its base by id (an in-pack base of a pack sent without `ofs-delta`) that
+    /// was not named before it.
     #[error("a delta names its base by id")]
     BaseById,
     /// An offset delta's base offset is not where an entry starts.
@@ -269,6 +277,8 @@ type Named = Vec<(u32, ObjectId, Kind)>;
 /// The resolution of one pack, fed by the thread reading it.
 pub struct Resolving<'scope> {
     workers: Workers<'scope>,
+    /// What a resolver is made of.
+    recipe: Recipe<'scope>,
     /// Each entry's offset and the resolver that owns its family, in pack order.
     offsets: Vec<u64>,
     owners: Vec<u8>,
@@ -288,8 +298,41 @@ enum Workers<'scope> {
         queues: Vec<Sender<Vec<Job>>>,
         /// Each resolver's batch being filled, and its cost.
         batches: Vec<(Vec<Job>, u64)>,
-        handles: Vec<ScopedJoinHandle<'scope, Result<Named, GaveUp>>>,
+        handles: Vec<ScopedJoinHandle<'scope, Result<Resolver<'scope>, GaveUp>>>,
     },
+}
+
+/// What a resolver is made of: where it reads evicted bases back, where its links go, and its
+/// bounds.
+struct Recipe<'scope> {
+    file: &'scope File,
+    flush: &'scope (dyn Fn() -> io::Result<()> + Sync),
+    collected: &'scope Collected,
+    cache_bytes: usize,
+    alloc_limit: usize,
+    hash: gix_hash::Kind,
+    rebuild_allowance: u64,
+}
+
+impl<'scope> Recipe<'scope> {
+    fn resolver(&self) -> Resolver<'scope> {
+        Resolver {
+            file: self.file,
+            flush: self.flush,
+            collector: self.collected.collector(),
+            cache: Cache::new(self.cache_bytes),
+            places: Vec::new(),
+            named: Vec::new(),
+            spare: Vec::new(),
+            alloc_limit: self.alloc_limit,
+            hash: self.hash,
+            inflate: gix_zlib::Inflate::default(),
+            produced: 0,
+            rebuilt: 0,
+            rebuild_allowance: self.rebuild_allowance,
+            by_id: None,
+        }
+    }
 }
 
 impl Workers<'_> {
@@ -314,29 +357,22 @@ impl<'scope> Resolving<'scope> {
         control: &'scope Control,
         options: &Options,
     ) -> Self {
-        let resolver = || Resolver {
+        let recipe = Recipe {
             file,
             flush,
-            collector: collected.collector(),
-            cache: Cache::new(options.cache_bytes),
-            places: Vec::new(),
-            named: Vec::new(),
-            spare: Vec::new(),
+            collected,
+            cache_bytes: options.cache_bytes,
             alloc_limit: options.alloc_limit.unwrap_or(usize::MAX),
             hash: options.hash,
-            inflate: gix_zlib::Inflate::default(),
-            produced: 0,
-            rebuilt: 0,
             rebuild_allowance: options.rebuild_allowance,
-            by_id: None,
         };
         let workers = match options.resolvers {
-            Resolvers::Reader => Workers::Reader(Box::new(resolver())),
+            Resolvers::Reader => Workers::Reader(Box::new(recipe.resolver())),
             Resolvers::Threads(threads) => {
                 let (mut queues, mut handles) = (Vec::new(), Vec::new());
                 for _ in 0..threads.clamp(1, usize::from(u8::MAX)) {
                     let (queue, jobs) = channel();
-                    let mut resolver = resolver();
+                    let mut resolver = recipe.resolver();
                     let handle = std::thread::Builder::new()
                         .name("berth.resolve".into())
                         .spawn_scoped(scope, move || {
@@ -344,7 +380,7 @@ impl<'scope> Resolving<'scope> {
                             if outcome.is_err() {
                                 control.give_up();
                             }
-                            outcome.map(|()| resolver.named)
+                            outcome.map(|()| resolver)
                         });
                     match handle {
                         Ok(handle) => {
@@ -363,6 +399,7 @@ impl<'scope> Resolving<'scope> {
         };
         let mut resolving = Resolving {
             workers,
+            recipe,
             offsets: Vec::new(),
             owners: Vec::new(),
             next_owner: 0,
@@ -445,8 +482,9 @@ impl<'scope> Resolving<'scope> {
             Header::RefDelta { base_id } => {
                 // Known only to a resolver on this thread, and only once named: a base named by
                 // id may come after its delta, or be one of the repository's.
+                self.hand_to_the_reader()?;
                 let Workers::Reader(resolver) = &mut self.workers else {
-                    return Err(GaveUp::BaseById);
+                    return Err(GaveUp::Lost);
                 };
                 let base = resolver.offset_of(&base_id).ok_or(GaveUp::BaseById)?;
                 return Ok((0, Holds::Delta { base }));
@@ -467,6 +505,35 @@ impl<'scope> Resolving<'scope> {
         let owner = self.next_owner;
         self.next_owner = (owner + 1) % self.workers.count().max(1);
         Ok((u8::try_from(owner).unwrap_or(0), Holds::Object(kind)))
+    }
+
+    /// Resolve the rest of the pack on the reading thread, taking over what the threads
+    /// resolved so far (their places and names; their caches are left, a base evicted so is
+    /// built again from the file): a delta names its base by id, whose place only the thread
+    /// that named it knows, and the threads name their objects in their own time.
+    fn hand_to_the_reader(&mut self) -> Result<(), GaveUp> {
+        if let Workers::Reader(_) = self.workers {
+            return Ok(());
+        }
+        for owner in 0..self.workers.count() {
+            self.send(owner);
+        }
+        let reader = Workers::Reader(Box::new(self.recipe.resolver()));
+        let (Workers::Threads { queues, handles, .. }, Workers::Reader(reader)) =
+            (std::mem::replace(&mut self.workers, reader), &mut self.workers)
+        else {
+            return Err(GaveUp::Lost);
+        };
+        drop(queues);
+        for thread in handles {
+            let resolver = thread.join().unwrap_or(Err(GaveUp::Lost))?;
+            reader.adopt(resolver);
+        }
+        // In pack order, as the reading thread's own would be.
+        reader.places.sort_unstable_by_key(|place| place.offset);
+        reader.named.sort_unstable_by_key(|(index, ..)| *index);
+        tracing::debug!(objects = reader.named.len(), "resolving on the reading thread from here");
+        Ok(())
     }
 
     fn give_up(&mut self, reason: GaveUp) {
@@ -492,7 +559,10 @@ impl<'scope> Resolving<'scope> {
                 drop(queues);
                 let mut outcome = Ok(Vec::new());
                 for thread in handles {
-                    let named = thread.join().unwrap_or(Err(GaveUp::Lost));
+                    let named = thread
+                        .join()
+                        .unwrap_or(Err(GaveUp::Lost))
+                        .map(|resolver| resolver.named);
                     tracing::debug!(named = named.as_ref().map(Vec::len).ok(), "a resolver is done");
                     outcome = match (outcome, named) {
                         (Ok(mut all), Ok(named)) => {
@@ -570,6 +640,15 @@ impl Resolver<'_> {
         }
         self.keep(job.entry.offset, kind, data);
         Ok(())
+    }
+
+    /// Take over what `other` resolved: its places and names (its links went to the same
+    /// collection), and what it spent.
+    fn adopt(&mut self, other: Resolver<'_>) {
+        self.places.extend_from_slice(&other.places);
+        self.named.extend_from_slice(&other.named);
+        self.produced += other.produced;
+        self.rebuilt += other.rebuilt;
     }
 
     /// Where the object `id`, named already, starts.

@@ -22,10 +22,10 @@
 //!   `pack-format`) is written here.
 //!
 //! A pack whose deltas name in-pack bases by id (git sends offsets to a server that advertises
-//! `ofs-delta`) cannot have its delta tree built before its objects are named: unless the
-//! reading thread resolved it (a pack to be unpacked, each base before its deltas), it is
-//! indexed by gix-pack's writer, reading the finished file again, and its links are not
-//! collected.
+//! `ofs-delta`) is resolved as it arrives by the reading thread from its first such delta on
+//! ([`pack_resolve`]). Where a base comes after a delta on it, the pack cannot have its delta
+//! tree built before its objects are named: it is indexed by gix-pack's writer, reading the
+//! finished file again, and its links are not collected.
 
 use std::cell::Cell;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -73,8 +73,8 @@ pub enum Resolution {
     /// arrived gave up.
     AfterItArrived,
     /// By gix-pack's index writer, reading the finished pack again: a delta names an in-pack
-    /// base by id, and the pack was not resolved as it arrived (resolver threads cannot follow
-    /// such a delta; the reading thread can, when the base came first).
+    /// base by id, and the pack was not resolved as it arrived (a base came after a delta on
+    /// it, or the resolution gave up for another reason).
     ById,
 }
 
@@ -769,12 +769,12 @@ mod tests {
         let repo = dir.path().join("r");
         let by_offset = pack(&repo, &dir.path().join("ofs"), true, &commits[9]);
         let by_id = pack_with(&repo, &dir.path().join("ref"), true, &[], &commits[9]);
-        // By resolver threads, and by the thread reading the pack (which follows deltas on
-        // bases named by id too).
+        // By resolver threads, and by the thread reading the pack (which takes over from the
+        // threads at the first delta on a base named by id).
         let cases = [
             (&by_offset, true, Some(2)),
             (&by_offset, true, Some(1)),
-            (&by_id, false, Some(2)),
+            (&by_id, true, Some(2)),
             (&by_id, true, Some(1)),
         ];
         for (git_index, collects, threads) in cases {
@@ -851,9 +851,10 @@ mod tests {
         result.extend(b"more\n");
         let result_id = gix_object::compute_hash(gix_hash::Kind::Sha1, gix_object::Kind::Blob, &result).unwrap();
         let cases = [
-            // The base first: the reading thread follows the delta; threads cannot.
+            // The base first: the reading thread follows the delta (taking over from the
+            // threads, which cannot know where a base named by id is).
             ("base first", vec![blob.clone(), ref_delta.clone()], Some(1), Resolution::AsItArrived),
-            ("base first", vec![blob.clone(), ref_delta.clone()], Some(2), Resolution::ById),
+            ("base first", vec![blob.clone(), ref_delta.clone()], Some(2), Resolution::AsItArrived),
             // The base after its delta (git's index-pack takes that too): gix-pack's writer.
             ("base after", vec![ref_delta.clone(), blob.clone()], Some(1), Resolution::ById),
             ("base after", vec![ref_delta, blob], Some(2), Resolution::ById),
