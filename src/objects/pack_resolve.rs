@@ -102,6 +102,7 @@ pub enum Resolvers {
 }
 
 /// What the resolution needs to know of the pack and of limits.
+#[derive(Clone, Copy)]
 pub struct Options {
     /// Who resolves the entries.
     pub resolvers: Resolvers,
@@ -308,10 +309,7 @@ struct Recipe<'scope> {
     file: &'scope File,
     flush: &'scope (dyn Fn() -> io::Result<()> + Sync),
     collected: &'scope Collected,
-    cache_bytes: usize,
-    alloc_limit: usize,
-    hash: gix_hash::Kind,
-    rebuild_allowance: u64,
+    options: Options,
 }
 
 impl<'scope> Recipe<'scope> {
@@ -320,16 +318,16 @@ impl<'scope> Recipe<'scope> {
             file: self.file,
             flush: self.flush,
             collector: self.collected.collector(),
-            cache: Cache::new(self.cache_bytes),
+            cache: Cache::new(self.options.cache_bytes),
             places: Vec::new(),
             named: Vec::new(),
             spare: Vec::new(),
-            alloc_limit: self.alloc_limit,
-            hash: self.hash,
+            alloc_limit: self.options.alloc_limit.unwrap_or(usize::MAX),
+            hash: self.options.hash,
             inflate: gix_zlib::Inflate::default(),
             produced: 0,
             rebuilt: 0,
-            rebuild_allowance: self.rebuild_allowance,
+            rebuild_allowance: self.options.rebuild_allowance,
             by_id: None,
         }
     }
@@ -361,10 +359,7 @@ impl<'scope> Resolving<'scope> {
             file,
             flush,
             collected,
-            cache_bytes: options.cache_bytes,
-            alloc_limit: options.alloc_limit.unwrap_or(usize::MAX),
-            hash: options.hash,
-            rebuild_allowance: options.rebuild_allowance,
+            options: *options,
         };
         let workers = match options.resolvers {
             Resolvers::Reader => Workers::Reader(Box::new(recipe.resolver())),

@@ -799,19 +799,11 @@ mod tests {
         }
     }
 
-    /// A zlib stream of one stored block.
-    fn stored(data: &[u8]) -> Vec<u8> {
-        let len = u16::try_from(data.len()).unwrap();
-        let mut out = vec![0x78, 0x01, 0x01];
-        out.extend(len.to_le_bytes());
-        out.extend((!len).to_le_bytes());
-        out.extend(data);
-        let (mut a, mut b) = (1u32, 0u32);
-        for &byte in data {
-            a = (a + u32::from(byte)) % 65521;
-            b = (b + a) % 65521;
-        }
-        out.extend(((b << 16) | a).to_be_bytes());
+    /// `data` zlib-compressed.
+    fn deflated(data: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; zlib_rs::compress_bound(data.len())];
+        let written = zlib_rs::compress_slice(&mut out, data, zlib_rs::DeflateConfig::new(1)).0.len();
+        out.truncate(written);
         out
     }
 
@@ -843,9 +835,9 @@ mod tests {
         let len = u8::try_from(base.len()).unwrap();
         let mut delta = vec![len, len + 5, 0x90, len, 5];
         delta.extend(b"more\n");
-        let blob = (3, base.len(), stored(base));
+        let blob = (3, base.len(), deflated(base));
         let mut on_base = base_id.as_bytes().to_vec();
-        on_base.extend(stored(&delta));
+        on_base.extend(deflated(&delta));
         let ref_delta = (7, delta.len(), on_base);
         let mut result = base.to_vec();
         result.extend(b"more\n");
