@@ -334,3 +334,63 @@ fn a_push_unpacked_to_loose_objects_with_deltas_on_bases_named_by_id_starts_no_t
         "no deltas in the pack:\n{listed}"
     );
 }
+
+/// berth is linked statically on Linux with glibc (`.cargo/config.toml`): a push from the git
+/// client starts a `berth receive-pack` that maps no shared library (the dynamic loader's work
+/// was a fifth of a small push's CPU, benches/README.md), counted under `strace -f`. The
+/// binary keeps what a dynamically linked one has against exploits: it is position-independent
+/// (loaded at a random address), has no loader named in it, and its relocated data is made
+/// read-only after start (`PT_GNU_RELRO`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn a_push_maps_no_shared_library_and_the_binary_keeps_aslr_and_relro() {
+    let (w, _) = four_commits_ahead();
+    let trace = w.path("trace");
+    let receiver = format!(
+        "--receive-pack=strace -f -qq -e trace=open,openat,execve,clone,clone3 -o '{}' '{}' receive-pack",
+        trace.display(),
+        common::berth().display()
+    );
+    let out = w.git_out(
+        "src",
+        &["push", "--porcelain", &receiver, "../srv.git", "main"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The pushed objects arrived, and nothing else was started.
+    unpacked_without_a_thread(&w, &trace);
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    assert_eq!(trace.matches("execve(").count(), 1, "{trace}");
+    let shared: Vec<&str> = trace
+        .lines()
+        .filter(|l| l.contains(".so.") || l.contains(".so\""))
+        .collect();
+    assert!(shared.is_empty(), "shared objects opened: {shared:#?}");
+
+    // The ELF header and program headers (ELF-64, little-endian: x86-64 and aarch64).
+    let mut head = vec![0u8; 64 * 1024];
+    let n = std::io::Read::read(
+        &mut std::fs::File::open(common::berth()).unwrap(),
+        &mut head,
+    )
+    .unwrap();
+    head.truncate(n);
+    assert_eq!(&head[..4], b"\x7fELF");
+    assert_eq!(head[4], 2, "ELF-64");
+    let u16_at = |at: usize| u16::from_le_bytes([head[at], head[at + 1]]);
+    let u32_at = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().unwrap());
+    const ET_DYN: u16 = 3;
+    const PT_INTERP: u32 = 3;
+    const PT_GNU_RELRO: u32 = 0x6474_e552;
+    assert_eq!(u16_at(16), ET_DYN, "position-independent");
+    let (phoff, phentsize, phnum) = (u64_at(32) as usize, u16_at(54) as usize, u16_at(56));
+    let kinds: Vec<u32> = (0..usize::from(phnum))
+        .map(|i| u32_at(phoff + i * phentsize))
+        .collect();
+    assert!(!kinds.contains(&PT_INTERP), "no dynamic loader named");
+    assert!(kinds.contains(&PT_GNU_RELRO), "relocated data read-only");
+}
