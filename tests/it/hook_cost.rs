@@ -279,9 +279,16 @@ fn unpacked_without_a_thread(w: &World, trace: &std::path::Path) {
 #[test]
 fn a_push_unpacked_to_loose_objects_resolves_its_deltas_on_the_reading_thread() {
     let (w, _) = four_commits_ahead();
+    let trace = git_push_traced(&w, "clone,clone3,prctl");
+    unpacked_without_a_thread(&w, &trace);
+}
+
+/// `git push` of `src`'s `main` into `srv.git` with berth run under `strace -f -e
+/// trace=<calls>`; the trace's path.
+fn git_push_traced(w: &World, calls: &str) -> std::path::PathBuf {
     let trace = w.path("trace");
     let receiver = format!(
-        "--receive-pack=strace -f -qq -e trace=clone,clone3,prctl -o '{}' '{}' receive-pack",
+        "--receive-pack=strace -f -qq -e trace={calls} -o '{}' '{}' receive-pack",
         trace.display(),
         common::berth().display()
     );
@@ -299,7 +306,7 @@ fn a_push_unpacked_to_loose_objects_resolves_its_deltas_on_the_reading_thread() 
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    unpacked_without_a_thread(&w, &trace);
+    trace
 }
 
 /// The same for a pack whose deltas name their bases by id (`pack-objects` without
@@ -345,21 +352,7 @@ fn a_push_unpacked_to_loose_objects_with_deltas_on_bases_named_by_id_starts_no_t
 #[test]
 fn a_push_maps_no_shared_library_and_the_binary_keeps_aslr_and_relro() {
     let (w, _) = four_commits_ahead();
-    let trace = w.path("trace");
-    let receiver = format!(
-        "--receive-pack=strace -f -qq -e trace=open,openat,execve,clone,clone3 -o '{}' '{}' receive-pack",
-        trace.display(),
-        common::berth().display()
-    );
-    let out = w.git_out(
-        "src",
-        &["push", "--porcelain", &receiver, "../srv.git", "main"],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let trace = git_push_traced(&w, "open,openat,execve,clone,clone3");
     // The pushed objects arrived, and nothing else was started.
     unpacked_without_a_thread(&w, &trace);
     let trace = std::fs::read_to_string(&trace).unwrap();
