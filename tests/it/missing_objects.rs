@@ -671,6 +671,65 @@ fn a_push_that_finds_no_room_settles_the_files_dead_pushes_left_first() {
     assert!(tail.ends_with(&format!("{bad}\n")) || tail.ends_with(&format!("{broken}\n")));
 }
 
+/// The same with the real client: a `git push` from a shallow clone (its commits need a new
+/// shallow root, so the push needs room in the list for them) into a repository whose list is
+/// full but for the file of a dead push. Where the dead push's root has been recorded since,
+/// its file is settled first, to nothing, and the push is taken, its root recorded and nothing
+/// left listed of it; where it has not, settling the file lists its commits for good, and the
+/// room left is too little: the push is refused whole.
+#[test]
+fn a_shallow_git_push_that_finds_no_room_settles_a_dead_push_s_file_first() {
+    for recorded in [true, false] {
+        let w = World::new();
+        // An earlier shallow push records a root; the dead push's file names its commits.
+        let (earlier, root, tip) = shallow_clone_world(&w, 1);
+        let push = w.push(
+            &earlier,
+            Receiver::Berth,
+            "srv.git",
+            &["main:refs/heads/b1"],
+        );
+        assert!(push.success, "{push:#?}");
+        let objects = w.path("srv.git/objects");
+        let list = list_with_room(&objects, 150);
+        let dead_root = if recorded { root.clone() } else { missing(5) };
+        let dead = objects.join("info/berth-incomplete.d/tmp_objdir-incoming-dead");
+        std::fs::create_dir_all(dead.parent().unwrap()).unwrap();
+        std::fs::write(&dead, format!("{tip}\n{root}\nshallow {dead_root}\n")).unwrap();
+
+        let (clone, new_root, new_tip) = shallow_clone_world(&w, 0);
+        let push = w.push(&clone, Receiver::Berth, "srv.git", &["main:refs/heads/b0"]);
+        if recorded {
+            assert!(push.success, "{push:#?}");
+            assert!(!dead.exists(), "the dead push's file was settled");
+            assert_eq!(w.git("srv.git", &["rev-parse", "b0"]).trim(), new_tip);
+            let shallow = std::fs::read_to_string(w.path("srv.git/shallow")).unwrap();
+            assert!(
+                shallow.contains(&new_root) && shallow.contains(&root),
+                "{shallow}"
+            );
+            assert_eq!(std::fs::metadata(&list).unwrap().len(), (16 << 20) - 150);
+            assert_eq!(listed(&w).1, Vec::<String>::new());
+        } else {
+            assert!(!push.success, "{push:#?}");
+            assert!(
+                push.stdout
+                    .contains("unable to migrate objects to permanent storage"),
+                "{push:#?}"
+            );
+            // Settled all the same, its commits listed for good (not known complete): 82
+            // bytes of the 150, too few left for this push's.
+            assert!(!dead.exists());
+            assert_eq!(
+                std::fs::metadata(&list).unwrap().len(),
+                (16 << 20) - 150 + 2 * (ZERO.len() as u64 + 1)
+            );
+            let out = w.git_out("srv.git", &["rev-parse", "--verify", "-q", "b0"]);
+            assert!(!out.status.success(), "b0 was created");
+        }
+    }
+}
+
 /// A full list is pruned before a push is refused for want of room: entries whose objects are
 /// gone (pruned by `git gc`) leave it, the push is taken, and the list then holds what is
 /// still incomplete (this push's broken commit and tree), so that a later ref at the broken
