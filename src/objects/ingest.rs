@@ -312,9 +312,9 @@ impl Quarantine {
         // then: on a power loss, a commit could outlive its tree. The objects that move (the
         // pack's and any a hook wrote) are listed in the push's own file until they are in
         // ([`incomplete::Pending`]).
-        let files = self.loose_files()?;
+        let loose = self.loose_files()?;
         let moving: Vec<_> = match durability.syncs_dirs(Components::LOOSE_OBJECT) {
-            true => files.iter().filter_map(|f| f.id).collect(),
+            true => loose.iter().filter_map(|f| f.id).collect(),
             false => Vec::new(),
         };
         let pending =
@@ -346,7 +346,7 @@ impl Quarantine {
             move_in(dir, id.as_slice()[0], std::ffi::OsStr::new(name))?;
         }
         // What else is loose in the quarantine (a hook's objects), as listed before any moved.
-        for file in files
+        for file in loose
             .iter()
             .filter(|f| f.id.is_none_or(|id| !ordered.contains(&id)))
         {
@@ -395,8 +395,31 @@ impl Quarantine {
             durability.sync_dir(Components::PACK, &dest)?;
         }
         self.migrated = true;
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let mut fanouts: Vec<&str> = loose.iter().map(|f| f.dir.as_str()).collect();
+        fanouts.dedup();
+        self.remove_moved_out(&fanouts);
         Ok(Migrated { keeps, pending })
+    }
+
+    /// Remove the quarantine once its objects have moved in: the directories it is known to
+    /// hold (the fan-out directories `fanouts`, `info` with its `alternates`, `pack`), each
+    /// empty now, then itself, a handful of system calls where `remove_dir_all` opened and
+    /// listed each directory again (about 30 of a small push's 340). Where anything else is
+    /// left (an object the repository already had stays where it was written, a file a hook
+    /// wrote), it is removed whole.
+    fn remove_moved_out(&self, fanouts: &[&str]) {
+        let emptied = || -> io::Result<()> {
+            for dir in fanouts {
+                std::fs::remove_dir(self.dir.join(dir))?;
+            }
+            std::fs::remove_file(self.dir.join("info/alternates"))?;
+            std::fs::remove_dir(self.dir.join("info"))?;
+            std::fs::remove_dir(self.pack_dir())?;
+            std::fs::remove_dir(&self.dir)
+        };
+        if emptied().is_err() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -1078,6 +1101,42 @@ mod tests {
     /// With directories synced, every loose object that moves in (the pack's and one a hook
     /// wrote into the quarantine) is read as not known to be complete from before the first
     /// move until the push settles its file; without, nothing is listed.
+    /// A migrated quarantine is removed: its emptied directories one by one, or whole where
+    /// something stayed behind (the second time the same objects arrive, the repository has
+    /// them, and the quarantine's copies stay where they were written).
+    #[test]
+    fn a_migrated_quarantine_is_removed_whether_or_not_something_stayed_behind() {
+        use crate::test_git::git;
+        let dir = tempfile::tempdir().unwrap();
+        let commits = crate::test_git::history(dir.path());
+        let revs = format!("{}\n--not\n{}\n", commits[9], commits[8]);
+        let pack = crate::test_git::git_bytes(
+            &dir.path().join("r"),
+            &["pack-objects", "--revs", "--stdout", "-q"],
+            revs.as_bytes(),
+        );
+        git(dir.path(), &["init", "-q", "--bare", "s.git"]);
+        let objects_dir = dir.path().join("s.git/objects");
+        let odb = gix_odb::at(&objects_dir, gix_hash::Kind::Sha1).unwrap();
+        for round in ["first", "again"] {
+            let mut q = Quarantine::create(&objects_dir).unwrap();
+            let path = q.path().to_owned();
+            let options = Options {
+                unpack_limit: 1_000,
+                ..Default::default()
+            };
+            receive_pack(&mut &pack[..], &mut q, &odb, options).unwrap();
+            q.migrate(&objects_dir).unwrap();
+            assert!(!path.exists(), "{round}: {} is left", path.display());
+        }
+        let left: Vec<_> = std::fs::read_dir(&objects_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("tmp_objdir"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
     #[test]
     fn loose_objects_moving_in_with_synced_directories_are_listed_until_settled() {
         use crate::fsync::{Durability, Floor};
