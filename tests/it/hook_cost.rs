@@ -344,7 +344,7 @@ fn a_push_unpacked_to_loose_objects_with_deltas_on_bases_named_by_id_starts_no_t
 
 /// berth is linked statically on Linux with glibc (`.cargo/config.toml`): a push from the git
 /// client starts a `berth receive-pack` that maps no shared library (the dynamic loader's work
-/// was a fifth of a small push's CPU, benches/README.md), counted under `strace -f`. The
+/// was 11–21 % of a small push's CPU, benches/README.md), counted under `strace -f`. The
 /// binary keeps what a dynamically linked one has against exploits: it is position-independent
 /// (loaded at a random address), has no loader named in it, and its relocated data is made
 /// read-only after start (`PT_GNU_RELRO`).
@@ -361,7 +361,11 @@ fn a_push_maps_no_shared_library_and_the_binary_keeps_aslr_and_relro() {
         .lines()
         .filter(|l| l.contains(".so.") || l.contains(".so\""))
         .collect();
-    assert!(shared.is_empty(), "shared objects opened: {shared:#?}");
+    assert!(
+        shared.is_empty(),
+        "shared objects opened (was berth built with RUSTFLAGS set, which overrides \
+         .cargo/config.toml's static link?): {shared:#?}"
+    );
 
     // The ELF header and program headers (ELF-64, little-endian: x86-64 and aarch64).
     let mut head = vec![0u8; 64 * 1024];

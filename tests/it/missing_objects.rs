@@ -690,14 +690,14 @@ fn a_shallow_git_push_that_finds_no_room_settles_a_dead_push_s_file_first() {
             &["main:refs/heads/b1"],
         );
         assert!(push.success, "{push:#?}");
+        let (clone, new_root, new_tip) = shallow_clone_world(&w, 0);
+        // Full, and marked pruned just before the push (a prune is due a minute later).
         let objects = w.path("srv.git/objects");
         let list = list_with_room(&objects, 150);
         let dead_root = if recorded { root.clone() } else { missing(5) };
         let dead = objects.join("info/berth-incomplete.d/tmp_objdir-incoming-dead");
         std::fs::create_dir_all(dead.parent().unwrap()).unwrap();
         std::fs::write(&dead, format!("{tip}\n{root}\nshallow {dead_root}\n")).unwrap();
-
-        let (clone, new_root, new_tip) = shallow_clone_world(&w, 0);
         let push = w.push(&clone, Receiver::Berth, "srv.git", &["main:refs/heads/b0"]);
         if recorded {
             assert!(push.success, "{push:#?}");
