@@ -796,10 +796,30 @@ fn unpack_objects(
     };
     let mut inflate = gix_zlib::Inflate::default();
     let mut cache = gix_pack::cache::Never;
+    // The largest object, from the entries' headers (a delta's from the first bytes of its
+    // data), for the compressor's window ([`LooseWriter::new`]).
+    let mut largest = 0;
+    for entry in index.iter() {
+        let at = pack.entry(entry.pack_offset).map_err(io::Error::other)?;
+        let header = pack
+            .decode_header(at, &mut inflate, &|id| {
+                index
+                    .lookup(id)
+                    .map(|i| {
+                        pack.entry(index.pack_offset_at_index(i))
+                            .map(gix_pack::data::decode::header::ResolvedBase::InPack)
+                    })
+                    .transpose()
+            })
+            .map_err(io::Error::other)?;
+        let len = gix_object::encode::loose_header(header.kind, header.object_size).len();
+        largest = largest.max(header.object_size + len as u64);
+    }
     let mut loose = LooseWriter::new(
         quarantine.path(),
         index.object_hash(),
         files.loose_compression,
+        largest,
     );
     let mut buf = Vec::new();
     // What each object links to in the pack, for the order of the move in.
