@@ -665,13 +665,17 @@ pub fn receive_pack(
     }
 
     let mut stream = io::Cursor::new(header).chain(limited);
+    let bases = Bases {
+        objects: repo_objects,
+        found: Default::default(),
+    };
     let outcome = crate::objects::pack_write::write_to_directory(
         &mut stream,
         &quarantine.pack_dir(),
         completes_thin_packs(objects, options.reject_thin_pack, || {
             quarantine.dir.parent().is_none_or(may_hold_objects)
         })
-            .then(|| repo_objects.clone()),
+            .then_some(&bases),
         options.object_format,
         gix_pack::bundle::write::Options {
             thread_limit,
@@ -744,7 +748,8 @@ pub fn receive_pack(
             .data_path
             .as_deref()
             .ok_or_else(|| failed("pack was not written".into()))?;
-        unpack_objects(quarantine, pack_path, &index, options.alloc_limit(), options.files)
+        let bases = bases.found.into_inner();
+        unpack_objects(quarantine, pack_path, &index, &bases, options.alloc_limit(), options.files)
             .map_err(|e| failed(e.to_string()))?;
     } else if let Some(pack_path) = &outcome.data_path {
         crate::objects::pack_files::finish(&index_path, pack_path, &index, options.files)
@@ -760,8 +765,32 @@ pub fn receive_pack(
     })
 }
 
+/// The repository's objects as a thin pack's completion asks them for the bases it lacks,
+/// each base found recorded: the pack gets a copy of it, which [`unpack_objects`] does not
+/// write out again.
+struct Bases<'a> {
+    objects: &'a gix_odb::Handle,
+    found: std::cell::RefCell<Vec<gix_hash::ObjectId>>,
+}
+
+impl gix_object::Find for Bases<'_> {
+    fn try_find<'a>(
+        &self,
+        id: &gix_hash::oid,
+        buffer: &'a mut Vec<u8>,
+    ) -> gix_error::Result<Option<gix_object::Data<'a>>> {
+        let found = self.objects.try_find(id, buffer)?;
+        if found.is_some() {
+            self.found.borrow_mut().push(id.to_owned());
+        }
+        Ok(found)
+    }
+}
+
 /// Turn the received pack into loose objects in the quarantine and remove it, as git's
 /// `unpack-objects` does for small pushes (so that many small pushes do not pile up packs).
+/// The `bases` a thin pack was completed with are the repository's already and are not
+/// written: git's `unpack-objects` reads them from the repository and writes only what came.
 /// Each object is made durable as `core.fsync`'s `loose-object` (not by default) and
 /// `core.fsyncObjectFiles` say; with `core.fsyncMethod=batch`, written back one by one and
 /// flushed once at the end, before the quarantine is migrated (as git's `unpack-objects` does
@@ -770,6 +799,7 @@ fn unpack_objects(
     quarantine: &mut Quarantine,
     pack_path: &Path,
     index: &gix_pack::index::File,
+    bases: &[gix_hash::ObjectId],
     alloc_limit: usize,
     files: crate::objects::pack_files::Options,
 ) -> io::Result<()> {
@@ -798,8 +828,9 @@ fn unpack_objects(
     let mut cache = gix_pack::cache::Never;
     // The largest object, from the entries' headers (a delta's from the first bytes of its
     // data), for the compressor's window ([`LooseWriter::new`]).
+    let is_base = |id: &gix_hash::oid| bases.iter().any(|b| b.as_ref() == id);
     let mut largest = 0;
-    for entry in index.iter() {
+    for entry in index.iter().filter(|e| !is_base(&e.oid)) {
         let at = pack.entry(entry.pack_offset).map_err(io::Error::other)?;
         let header = pack
             .decode_header(at, &mut inflate, &|id| {
@@ -826,6 +857,11 @@ fn unpack_objects(
     let mut links = crate::objects::move_order::Links::with_capacity(index.num_objects() as usize);
     let mut linked = Vec::new();
     for entry in index.iter() {
+        if is_base(&entry.oid) {
+            // Numbered as the index lists it, moved nowhere.
+            links.object(std::iter::empty());
+            continue;
+        }
         let at = pack.entry(entry.pack_offset).map_err(io::Error::other)?;
         let decoded = pack
             .decode_entry(at, &mut buf, &mut inflate, &in_pack, &mut cache)
@@ -856,6 +892,7 @@ fn unpack_objects(
         .children_first()
         .into_iter()
         .map(|i| index.oid_at_index(i).to_owned())
+        .filter(|id| !is_base(id))
         .collect();
     for file in std::fs::read_dir(quarantine.pack_dir())? {
         std::fs::remove_file(file?.path())?;

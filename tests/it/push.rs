@@ -194,6 +194,52 @@ fn second_push_arrives_as_thin_pack() {
     ok(&o.pushes[1]);
 }
 
+/// A small thin push into a repository whose objects are packed: the pushed objects become
+/// loose objects, as git's `unpack-objects` writes them, and the base the pack was completed
+/// with, which the repository has in its pack, is not written out again beside it.
+#[test]
+fn a_small_thin_push_leaves_the_same_loose_objects_as_git() {
+    let big: String = (0..2000)
+        .map(|i| format!("line {i} of a file that deltas well\n"))
+        .collect();
+    let loose = common::differential(|r| {
+        let w = World::new();
+        w.bare("srv.git");
+        w.work("src");
+        w.commit("src", "big", &big);
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        w.git("srv.git", &["repack", "-adq"]);
+        w.commit("src", "big", &format!("{big}one more line\n"));
+        ok(&w.push("src", r, "srv.git", &["--thin", "main"]));
+        w.fsck("srv.git").unwrap();
+        let mut loose: Vec<String> = walkdir(&w.path("srv.git/objects"))
+            .into_iter()
+            .filter(|p| !p.starts_with("pack/") && !p.starts_with("info/"))
+            .collect();
+        loose.sort();
+        loose
+    });
+    assert_eq!(loose.len(), 3, "a commit, a tree and a blob: {loose:?}");
+}
+
+/// Every file under `dir`, relative to it.
+fn walkdir(dir: &std::path::Path) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                let p = e.path();
+                files.push(p.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    files
+}
+
 #[test]
 fn atomic_push_with_one_stale_ref_changes_nothing() {
     let o = differential(|w, r| {
