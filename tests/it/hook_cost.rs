@@ -347,7 +347,7 @@ fn a_push_unpacked_to_loose_objects_with_deltas_on_bases_named_by_id_starts_no_t
 /// was 11–21 % of a small push's CPU, benches/README.md), counted under `strace -f`. The
 /// binary keeps what a dynamically linked one has against exploits: it is position-independent
 /// (loaded at a random address), has no loader named in it, and its relocated data is made
-/// read-only after start (`PT_GNU_RELRO`).
+/// read-only after start (`PT_GNU_RELRO`); its relative relocations are packed (`DT_RELR`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
 fn a_push_maps_no_shared_library_and_the_binary_keeps_aslr_and_relro() {
@@ -390,4 +390,29 @@ fn a_push_maps_no_shared_library_and_the_binary_keeps_aslr_and_relro() {
         .collect();
     assert!(!kinds.contains(&PT_INTERP), "no dynamic loader named");
     assert!(kinds.contains(&PT_GNU_RELRO), "relocated data read-only");
+
+    // Its relative relocations packed (DT_RELR in the dynamic section), which its start
+    // applies from a small bitmap.
+    const PT_DYNAMIC: u32 = 2;
+    const DT_NULL: u64 = 0;
+    const DT_RELR: u64 = 36;
+    let dynamic = kinds
+        .iter()
+        .position(|&k| k == PT_DYNAMIC)
+        .expect("a dynamic section");
+    let ph = phoff + dynamic * phentsize;
+    let (offset, size) = (u64_at(ph + 8), u64_at(ph + 32) as usize);
+    let mut file = std::fs::File::open(common::berth()).unwrap();
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(offset)).unwrap();
+    let mut entries = vec![0u8; size];
+    std::io::Read::read_exact(&mut file, &mut entries).unwrap();
+    let tags: Vec<u64> = entries
+        .chunks_exact(16)
+        .map(|e| u64::from_le_bytes(e[..8].try_into().unwrap()))
+        .take_while(|&t| t != DT_NULL)
+        .collect();
+    assert!(
+        tags.contains(&DT_RELR),
+        "relative relocations packed (-z pack-relative-relocs): {tags:x?}"
+    );
 }
