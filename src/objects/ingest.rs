@@ -815,31 +815,28 @@ fn unpack_objects(
     let pack = gix_pack::data::File::at(pack_path, index.object_hash())
         .map_err(io::Error::other)?
         .with_alloc_limit_bytes(Some(alloc_limit));
-    let in_pack = |id: &gix_hash::oid, _: &mut Vec<u8>| {
+    let entry_of = |id: &gix_hash::oid| {
         index
             .lookup(id)
-            .map(|i| {
-                pack.entry(index.pack_offset_at_index(i))
-                    .map(gix_pack::data::decode::entry::ResolvedBase::InPack)
-            })
+            .map(|i| pack.entry(index.pack_offset_at_index(i)))
+    };
+    let in_pack = |id: &gix_hash::oid, _: &mut Vec<u8>| {
+        entry_of(id)
+            .map(|e| e.map(gix_pack::data::decode::entry::ResolvedBase::InPack))
             .transpose()
     };
     let mut inflate = gix_zlib::Inflate::default();
     let mut cache = gix_pack::cache::Never;
+    let is_base = |id: &gix_hash::oid| bases.iter().any(|b| b.as_ref() == id);
     // The largest object, from the entries' headers (a delta's from the first bytes of its
     // data), for the compressor's window ([`LooseWriter::new`]).
-    let is_base = |id: &gix_hash::oid| bases.iter().any(|b| b.as_ref() == id);
     let mut largest = 0;
     for entry in index.iter().filter(|e| !is_base(&e.oid)) {
         let at = pack.entry(entry.pack_offset).map_err(io::Error::other)?;
         let header = pack
             .decode_header(at, &mut inflate, &|id| {
-                index
-                    .lookup(id)
-                    .map(|i| {
-                        pack.entry(index.pack_offset_at_index(i))
-                            .map(gix_pack::data::decode::header::ResolvedBase::InPack)
-                    })
+                entry_of(id)
+                    .map(|e| e.map(gix_pack::data::decode::header::ResolvedBase::InPack))
                     .transpose()
             })
             .map_err(io::Error::other)?;
