@@ -841,7 +841,7 @@ fn unpack_objects(
             })
             .map_err(io::Error::other)?;
         let len = gix_object::encode::loose_header(header.kind, header.object_size).len();
-        largest = largest.max(header.object_size + len as u64);
+        largest = largest.max(header.object_size.saturating_add(len as u64));
     }
     let mut loose = LooseWriter::new(
         quarantine.path(),

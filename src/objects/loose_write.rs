@@ -56,7 +56,7 @@ struct Compressor {
 /// compressed exactly as in the largest: every match it can find lies inside it.
 fn window_bits_for(len: u64) -> u8 {
     (9..15)
-        .find(|&bits| len + MIN_LOOKAHEAD <= 1 << bits)
+        .find(|&bits| len.saturating_add(MIN_LOOKAHEAD) <= 1 << bits)
         .unwrap_or(15)
 }
 
@@ -158,8 +158,8 @@ impl LooseWriter {
         let len = (header.len() + data.len()) as u64;
         if self.out.is_empty() {
             // No more than the largest object can need: a buffer is memory touched.
-            let bound = zlib_rs::compress_bound(self.largest.max(len) as usize);
-            self.out = vec![0; bound.min(OUT_CHUNK)];
+            let most = self.largest.max(len).min(OUT_CHUNK as u64) as usize;
+            self.out = vec![0; zlib_rs::compress_bound(most).min(OUT_CHUNK)];
         }
         let mut out = std::mem::take(&mut self.out);
         let mut filled = 0;
@@ -302,6 +302,12 @@ mod tests {
         }
         assert_eq!(window_bits_for(0), 9);
         assert_eq!(window_bits_for(1 << 20), 15);
+        assert_eq!(window_bits_for(u64::MAX), 15);
+        // A size no object has (a pack's header may claim it) makes no larger buffer.
+        let mut w = LooseWriter::new(dir.path(), gix_hash::Kind::Sha1, level, u64::MAX);
+        let id = gix_object::compute_hash(gix_hash::Kind::Sha1, gix_object::Kind::Blob, b"x").unwrap();
+        assert!(matches!(w.write(&id, gix_object::Kind::Blob, b"x"), Ok(Written::New { .. })));
+        assert_eq!(w.out.len(), zlib_rs::compress_bound(OUT_CHUNK).min(OUT_CHUNK));
     }
 
     /// Objects written here read back through gix-odb's loose store (zlib, header, data) under
