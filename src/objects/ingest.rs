@@ -667,7 +667,8 @@ pub fn receive_pack(
     let mut stream = io::Cursor::new(header).chain(limited);
     let bases = Bases {
         objects: repo_objects,
-        found: Default::default(),
+        // Only a pack to be unpacked needs them: a kept pack keeps its bases.
+        found: explode.then(Default::default),
     };
     let outcome = crate::objects::pack_write::write_to_directory(
         &mut stream,
@@ -748,7 +749,7 @@ pub fn receive_pack(
             .data_path
             .as_deref()
             .ok_or_else(|| failed("pack was not written".into()))?;
-        let bases = bases.found.into_inner();
+        let bases = bases.found.map(|f| f.into_inner()).unwrap_or_default();
         unpack_objects(quarantine, pack_path, &index, &bases, options.alloc_limit(), options.files)
             .map_err(|e| failed(e.to_string()))?;
     } else if let Some(pack_path) = &outcome.data_path {
@@ -770,7 +771,8 @@ pub fn receive_pack(
 /// write out again.
 struct Bases<'a> {
     objects: &'a gix_odb::Handle,
-    found: std::cell::RefCell<Vec<gix_hash::ObjectId>>,
+    /// The bases found, when they are to be recorded.
+    found: Option<std::cell::RefCell<Vec<gix_hash::ObjectId>>>,
 }
 
 impl gix_object::Find for Bases<'_> {
@@ -780,8 +782,8 @@ impl gix_object::Find for Bases<'_> {
         buffer: &'a mut Vec<u8>,
     ) -> gix_error::Result<Option<gix_object::Data<'a>>> {
         let found = self.objects.try_find(id, buffer)?;
-        if found.is_some() {
-            self.found.borrow_mut().push(id.to_owned());
+        if let (Some(_), Some(bases)) = (&found, &self.found) {
+            bases.borrow_mut().push(id.to_owned());
         }
         Ok(found)
     }
