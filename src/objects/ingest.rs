@@ -749,7 +749,9 @@ pub fn receive_pack(
             .data_path
             .as_deref()
             .ok_or_else(|| failed("pack was not written".into()))?;
-        let bases = bases.found.map(|f| f.into_inner()).unwrap_or_default();
+        let mut bases = bases.found.map(|f| f.into_inner()).unwrap_or_default();
+        // Looked up once an object: sorted, as `receive.unpackLimit` may be set high.
+        bases.sort_unstable();
         unpack_objects(quarantine, pack_path, &index, &bases, options.alloc_limit(), options.files)
             .map_err(|e| failed(e.to_string()))?;
     } else if let Some(pack_path) = &outcome.data_path {
@@ -791,7 +793,7 @@ impl gix_object::Find for Bases<'_> {
 
 /// Turn the received pack into loose objects in the quarantine and remove it, as git's
 /// `unpack-objects` does for small pushes (so that many small pushes do not pile up packs).
-/// The `bases` a thin pack was completed with are the repository's already and are not
+/// The `bases` (sorted) a thin pack was completed with are the repository's already and are not
 /// written: git's `unpack-objects` reads them from the repository and writes only what came.
 /// Each object is made durable as `core.fsync`'s `loose-object` (not by default) and
 /// `core.fsyncObjectFiles` say; with `core.fsyncMethod=batch`, written back one by one and
@@ -829,7 +831,7 @@ fn unpack_objects(
     };
     let mut inflate = gix_zlib::Inflate::default();
     let mut cache = gix_pack::cache::Never;
-    let is_base = |id: &gix_hash::oid| bases.iter().any(|b| b.as_ref() == id);
+    let is_base = |id: &gix_hash::oid| bases.binary_search_by(|b| b.as_ref().cmp(id)).is_ok();
     // The largest object, from the entries' headers (a delta's from the first bytes of its
     // data), for the compressor's window ([`LooseWriter::new`]).
     let mut largest = 0;

@@ -212,32 +212,31 @@ fn a_small_thin_push_leaves_the_same_loose_objects_as_git() {
         w.commit("src", "big", &format!("{big}one more line\n"));
         ok(&w.push("src", r, "srv.git", &["--thin", "main"]));
         w.fsck("srv.git").unwrap();
-        let mut loose: Vec<String> = walkdir(&w.path("srv.git/objects"))
+        loose_objects(&w, "srv.git")
             .into_iter()
-            .filter(|p| !p.starts_with("pack/") && !p.starts_with("info/"))
-            .collect();
-        loose.sort();
-        loose
+            .map(|(id, _)| id)
+            .collect::<Vec<_>>()
     });
     assert_eq!(loose.len(), 3, "a commit, a tree and a blob: {loose:?}");
 }
 
-/// Every file under `dir`, relative to it.
-fn walkdir(dir: &std::path::Path) -> Vec<String> {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            } else {
-                let p = e.path();
-                files.push(p.strip_prefix(dir).unwrap().display().to_string());
-            }
+/// Each loose object of `repo` (its id, without the fan-out's `/`) with its file's bytes.
+fn loose_objects(w: &World, repo: &str) -> Vec<(String, Vec<u8>)> {
+    let mut all = Vec::new();
+    for dir in std::fs::read_dir(w.path(&format!("{repo}/objects"))).unwrap() {
+        let dir = dir.unwrap();
+        let name = dir.file_name().to_string_lossy().into_owned();
+        if name.len() != 2 {
+            continue;
+        }
+        for f in std::fs::read_dir(dir.path()).unwrap() {
+            let f = f.unwrap();
+            let id = format!("{name}{}", f.file_name().to_string_lossy());
+            all.push((id, std::fs::read(f.path()).unwrap()));
         }
     }
-    files
+    all.sort();
+    all
 }
 
 #[test]
@@ -655,22 +654,10 @@ fn loose_objects_are_compressed_at_core_loose_compression() {
     /// `srv.git`, by id. The rest of that byte is a check over the first, which names the
     /// window: berth's is the smallest that holds the object, git's always 32 KiB.
     fn levels(w: &World) -> Vec<(String, u8)> {
-        let mut all = Vec::new();
-        for dir in std::fs::read_dir(w.path("srv.git/objects")).unwrap() {
-            let dir = dir.unwrap();
-            let name = dir.file_name().to_string_lossy().into_owned();
-            if name.len() != 2 {
-                continue;
-            }
-            for f in std::fs::read_dir(dir.path()).unwrap() {
-                let f = f.unwrap();
-                let bytes = std::fs::read(f.path()).unwrap();
-                let id = format!("{name}{}", f.file_name().to_string_lossy());
-                all.push((id, bytes[1] >> 6));
-            }
-        }
-        all.sort();
-        all
+        loose_objects(w, "srv.git")
+            .into_iter()
+            .map(|(id, bytes)| (id, bytes[1] >> 6))
+            .collect()
     }
     let run = |r: Receiver| {
         let mut seen = Vec::new();
