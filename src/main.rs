@@ -14,6 +14,20 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// Statically linked with glibc, std's spawn finds `posix_spawn_file_actions_addchdir_np`
+/// through a weak reference, and a static link resolves a weak reference only to a function
+/// something else pulled in: without this strong one it stayed null, and every child given a
+/// working directory (each hook, `git maintenance`: git runs them in the repository) was
+/// started by `fork` instead of `posix_spawn`. A fork copies the page tables of the whole
+/// process and makes each of its pages copy-on-write; in `berth serve` that was 5 % of a
+/// node's CPU (benches/README.md, "Children spawned, not forked, when statically linked").
+#[cfg(all(target_os = "linux", target_env = "gnu", target_feature = "crt-static"))]
+#[used]
+static SPAWN_WITH_CHDIR: unsafe extern "C" fn(
+    *mut libc::posix_spawn_file_actions_t,
+    *const libc::c_char,
+) -> libc::c_int = libc::posix_spawn_file_actions_addchdir_np;
+
 #[derive(Parser)]
 #[command(name = "berth", version = env!("BERTH_VERSION"), about = "A git server-side receive-pack")]
 struct Cli {

@@ -8,6 +8,9 @@ use common::{EMPTY_PACK, World, ZERO, pkt};
 struct Started {
     /// Clone-like syscalls: processes and threads.
     spawns: usize,
+    /// Of them, processes started by `fork` (a clone that does not share the address space
+    /// and suspend the caller until the exec, as `posix_spawn`'s `CLONE_VM|CLONE_VFORK` does).
+    forks: usize,
     execs: usize,
     pipes: usize,
     /// What the client got.
@@ -65,7 +68,7 @@ fn push_under_strace(with_update_hook: bool, refs: usize, sideband: bool) -> Sta
     );
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
     let trace = std::fs::read_to_string(&trace).unwrap();
-    let spawns = trace
+    let spawn_lines: Vec<&str> = trace
         .lines()
         .filter(|l| {
             ["clone(", "clone3(", "fork(", "vfork("]
@@ -73,6 +76,15 @@ fn push_under_strace(with_update_hook: bool, refs: usize, sideband: bool) -> Sta
                 .any(|s| l.contains(s))
         })
         .filter(|l| !l.contains("resumed>"))
+        .collect();
+    let spawns = spawn_lines.len();
+    let forks = spawn_lines
+        .iter()
+        .filter(|l| {
+            let spawned =
+                l.contains("vfork(") || l.contains("CLONE_VM") && l.contains("CLONE_VFORK");
+            !spawned
+        })
         .count();
     let count = |call: &str| {
         trace
@@ -84,6 +96,7 @@ fn push_under_strace(with_update_hook: bool, refs: usize, sideband: bool) -> Sta
     assert_eq!(w.refs("srv.git").lines().count(), refs + 1);
     Started {
         spawns,
+        forks,
         execs,
         pipes,
         report,
@@ -104,6 +117,10 @@ fn absent_hooks_start_nothing_present_update_hook_starts_one_process_per_ref() {
         s.spawns, 300,
         "exactly one process per ref for the update hook, and no thread"
     );
+    // Each hook runs in the repository (a working directory for the child): std's spawn
+    // needs `posix_spawn_file_actions_addchdir_np` for that, and forks without it, which a
+    // static link once left out (src/main.rs, `SPAWN_WITH_CHDIR`).
+    assert_eq!(s.forks, 0, "each hook started by posix_spawn, none by fork");
     assert_eq!(s.execs, 1 + 300);
     assert_eq!(s.pipes, 300, "with sideband, each hook's output is relayed");
     assert!(
@@ -118,6 +135,7 @@ fn absent_hooks_start_nothing_present_update_hook_starts_one_process_per_ref() {
 fn without_sideband_the_update_hook_writes_to_receive_packs_stderr_itself() {
     let s = push_under_strace(true, 300, false);
     assert_eq!(s.spawns, 300);
+    assert_eq!(s.forks, 0, "each hook started by posix_spawn, none by fork");
     assert_eq!(
         s.pipes, 0,
         "no pipe: the hook's output is not read by berth"
