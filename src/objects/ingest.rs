@@ -15,6 +15,7 @@
 
 use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
+use crate::objects::pending_bases::PendingBases;
 
 /// git's `receive.unpackLimit` default: a pack of fewer objects is exploded into loose objects
 /// (git's `unpack-objects`), a larger one is kept as a pack (git's `index-pack`).
@@ -752,8 +753,20 @@ pub fn receive_pack(
         let mut bases = bases.found.map(|f| f.into_inner()).unwrap_or_default();
         // Looked up once an object: sorted, as `receive.unpackLimit` may be set high.
         bases.sort_unstable();
-        unpack_objects(quarantine, pack_path, &index, &bases, options.alloc_limit(), options.files)
-            .map_err(|e| failed(e.to_string()))?;
+        let unpacked = unpack_objects(
+            quarantine,
+            pack_path,
+            &index,
+            &bases,
+            options.alloc_limit(),
+            options.files,
+        )
+        .map_err(|e| failed(e.to_string()))?;
+        tracing::debug!(
+            objects,
+            deltas_applied = unpacked.deltas_applied,
+            "unpacked"
+        );
     } else if let Some(pack_path) = &outcome.data_path {
         crate::objects::pack_files::finish(&index_path, pack_path, &index, options.files)
             .map_err(|e| failed(e.to_string()))?;
@@ -791,6 +804,14 @@ impl gix_object::Find for Bases<'_> {
     }
 }
 
+/// What [`unpack_objects`] did beyond writing each object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Unpacked {
+    /// Deltas applied, each application counted: one per delta entry when every base a delta
+    /// needed was kept for it ([`PendingBases`]), more where a chain had to be walked again.
+    deltas_applied: u64,
+}
+
 /// Turn the received pack into loose objects in the quarantine and remove it, as git's
 /// `unpack-objects` does for small pushes (so that many small pushes do not pile up packs).
 /// The `bases` (sorted) a thin pack was completed with are the repository's already and are not
@@ -798,7 +819,8 @@ impl gix_object::Find for Bases<'_> {
 /// Each object is made durable as `core.fsync`'s `loose-object` (not by default) and
 /// `core.fsyncObjectFiles` say; with `core.fsyncMethod=batch`, written back one by one and
 /// flushed once at the end, before the quarantine is migrated (as git's `unpack-objects` does
-/// inside its object transaction).
+/// inside its object transaction). The objects are decoded in pack order, each delta on a
+/// base kept for it ([`PendingBases`]): a chain costs one application a delta, as in git.
 fn unpack_objects(
     quarantine: &mut Quarantine,
     pack_path: &Path,
@@ -806,16 +828,16 @@ fn unpack_objects(
     bases: &[gix_hash::ObjectId],
     alloc_limit: usize,
     files: crate::objects::pack_files::Options,
-) -> io::Result<()> {
+) -> io::Result<Unpacked> {
     use crate::objects::loose_write::{LooseWriter, Written};
+    use gix_pack::data::entry::Header;
     use std::os::unix::fs::PermissionsExt;
     let shared = files.shared;
     let mut batch = crate::fsync::Batch::default();
     // The pack and its index as they are: an object store over the quarantine (gix-odb's)
     // would list its directories and resolve its alternates first (7 % of a cluster node's
     // samples under small pushes; perf, 2026-12-05). Indexing completed any thin pack, so
-    // every delta's base is in the pack. No delta cache, as the store had none: each object's
-    // chain is inflated again (at most `receive.unpackLimit` objects).
+    // every delta's base is in the pack.
     let pack = gix_pack::data::File::at(pack_path, index.object_hash())
         .map_err(io::Error::other)?
         .with_alloc_limit_bytes(Some(alloc_limit));
@@ -830,13 +852,39 @@ fn unpack_objects(
             .transpose()
     };
     let mut inflate = gix_zlib::Inflate::default();
-    let mut cache = gix_pack::cache::Never;
     let is_base = |id: &gix_hash::oid| bases.binary_search_by(|b| b.as_ref().cmp(id)).is_ok();
-    // The largest object, from the entries' headers (a delta's from the first bytes of its
-    // data), for the compressor's window ([`LooseWriter::new`]).
+    // The index's entries in pack order; `rank` numbers each index position by it.
+    let mut order: Vec<u32> = (0..index.num_objects()).collect();
+    order.sort_unstable_by_key(|i| index.pack_offset_at_index(*i));
+    let mut rank = vec![0u32; order.len()];
+    for (r, i) in order.iter().enumerate() {
+        rank[*i as usize] = r as u32;
+    }
+    // One pass over the entries' headers: the largest object (a delta's size from the first
+    // bytes of its data), for the compressor's window ([`LooseWriter::new`]), and which delta
+    // entries later deltas name as their bases.
+    let mut pending = PendingBases::default();
     let mut largest = 0;
-    for entry in index.iter().filter(|e| !is_base(&e.oid)) {
-        let at = pack.entry(entry.pack_offset).map_err(io::Error::other)?;
+    for &i in &order {
+        let at = pack
+            .entry(index.pack_offset_at_index(i))
+            .map_err(io::Error::other)?;
+        let base = match at.header {
+            Header::OfsDelta { base_distance } => Some(
+                pack.entry(at.base_pack_offset(base_distance))
+                    .map_err(io::Error::other)?,
+            ),
+            Header::RefDelta { base_id } => entry_of(&base_id)
+                .transpose()
+                .map_err(io::Error::other)?,
+            _ => None,
+        };
+        if let Some(base) = base.filter(|b| b.header.is_delta()) {
+            pending.want(base.data_offset);
+        }
+        if is_base(index.oid_at_index(i)) {
+            continue;
+        }
         let header = pack
             .decode_header(at, &mut inflate, &|id| {
                 entry_of(id)
@@ -854,26 +902,31 @@ fn unpack_objects(
         largest,
     );
     let mut buf = Vec::new();
-    // What each object links to in the pack, for the order of the move in.
-    let mut links = crate::objects::move_order::Links::with_capacity(index.num_objects() as usize);
+    let mut unpacked = Unpacked { deltas_applied: 0 };
+    // What each object links to in the pack, numbered in pack order, for the order of the
+    // move in.
+    let mut links = crate::objects::move_order::Links::with_capacity(order.len());
     let mut linked = Vec::new();
-    for entry in index.iter() {
-        if is_base(&entry.oid) {
-            // Numbered as the index lists it, moved nowhere.
+    for &i in &order {
+        let id = index.oid_at_index(i).to_owned();
+        if is_base(&id) {
+            // Numbered as the others, moved nowhere.
             links.object(std::iter::empty());
             continue;
         }
-        let at = pack.entry(entry.pack_offset).map_err(io::Error::other)?;
-        let decoded = pack
-            .decode_entry(at, &mut buf, &mut inflate, &in_pack, &mut cache)
+        let at = pack
+            .entry(index.pack_offset_at_index(i))
             .map_err(io::Error::other)?;
-        let id = entry.oid;
+        let decoded = pack
+            .decode_entry(at, &mut buf, &mut inflate, &in_pack, &mut pending)
+            .map_err(io::Error::other)?;
+        unpacked.deltas_applied += u64::from(decoded.num_deltas);
         let written = loose.write(&id, decoded.kind, &buf)?;
         if decoded.kind != gix_object::Kind::Blob {
             // One that does not parse links to nothing here; the connectivity check refuses it.
             let _ = crate::objects::fsck::for_each_link(decoded.kind, &buf, id.kind(), |to, _| {
-                if let Some(i) = index.lookup(to) {
-                    linked.push(i);
+                if let Some(t) = index.lookup(to) {
+                    linked.push(rank[t as usize]);
                 }
             });
         }
@@ -892,13 +945,13 @@ fn unpack_objects(
     quarantine.loose = links
         .children_first()
         .into_iter()
-        .map(|i| index.oid_at_index(i).to_owned())
+        .map(|r| index.oid_at_index(order[r as usize]).to_owned())
         .filter(|id| !is_base(id))
         .collect();
     for file in std::fs::read_dir(quarantine.pack_dir())? {
         std::fs::remove_file(file?.path())?;
     }
-    Ok(())
+    Ok(unpacked)
 }
 
 /// Whether gix-pack failed because a ref-delta's base is neither in the pack nor in the
@@ -1366,4 +1419,83 @@ mod tests {
         let count = git(&repo, &["count-objects", "-v"]);
         assert!(count.contains(&format!("count: {objects}\n")), "{count}");
     }
+
+    /// A chain of deltas is unpacked with one application a delta: each decoded base is kept
+    /// for the delta on it ([`PendingBases`]). Without it, every object walked its chain
+    /// again, the square of the chain's length.
+    #[test]
+    fn a_delta_chain_is_unpacked_with_one_application_a_delta() {
+        use crate::test_git::{git, git_bytes};
+        let dir = tempfile::tempdir().unwrap();
+        git(dir.path(), &["init", "-q", "--bare", "src.git"]);
+        let src = dir.path().join("src.git");
+        // Versions of one file, each with one more of its lines changed: git packs them as a
+        // chain, each a delta on the version before, its nearest.
+        let mut lines: Vec<String> = (0..200).map(|j| format!("line {j:4} as it was\n")).collect();
+        let mut list = String::new();
+        for i in 0..60 {
+            lines[i * 7 % 200] = format!("line {:4} changed in {i:2}\n", i * 7 % 200);
+            let content = lines.concat();
+            let id = git_bytes(&src, &["hash-object", "-w", "--stdin"], content.as_bytes());
+            list.push_str(&format!("{} f\n", String::from_utf8(id).unwrap().trim()));
+        }
+        // With deltas on bases named by offset (as `git push` sends them) and by id.
+        for (n, offsets) in [("ofs", true), ("ref", false)] {
+            let mut args = vec!["pack-objects", "--stdout", "--window=100", "--depth=100"];
+            if offsets {
+                args.push("--delta-base-offset");
+            }
+            let pack = git_bytes(&src, &args, list.as_bytes());
+            let dst = format!("{n}.git");
+            git(dir.path(), &["init", "-q", "--bare", &dst]);
+            let repo = dir.path().join(&dst);
+            let mut q = Quarantine::create(&repo.join("objects")).unwrap();
+            let none: Option<&Bases> = None;
+            let written = crate::objects::pack_write::write_to_directory(
+                &mut &pack[..],
+                &q.pack_dir(),
+                none,
+                gix_hash::Kind::Sha1,
+                Default::default(),
+            )
+            .unwrap();
+            let pack_path = written.data_path.unwrap();
+            let index =
+                gix_pack::index::File::at(written.index_path.unwrap(), gix_hash::Kind::Sha1)
+                    .unwrap();
+            // The chain is there: walked from each object, its deltas add up to many times
+            // their number.
+            let data = gix_pack::data::File::at(&pack_path, index.object_hash()).unwrap();
+            let mut inflate = gix_zlib::Inflate::default();
+            let in_pack = |id: &gix_hash::oid| {
+                Ok(index.lookup(id).map(|i| {
+                    let at = data.entry(index.pack_offset_at_index(i)).unwrap();
+                    gix_pack::data::decode::header::ResolvedBase::InPack(at)
+                }))
+            };
+            let walked: u64 = index
+                .iter()
+                .map(|e| {
+                    let at = data.entry(e.pack_offset).unwrap();
+                    let header = data.decode_header(at, &mut inflate, &in_pack).unwrap();
+                    u64::from(header.num_deltas)
+                })
+                .sum();
+            let deltas = u64::from(crate::test_git::deltas_in(&index));
+            assert!(
+                deltas >= 50 && walked > 10 * deltas,
+                "{n}: {deltas} deltas, {walked} walked"
+            );
+            let unpacked =
+                unpack_objects(&mut q, &pack_path, &index, &[], usize::MAX, Default::default())
+                    .unwrap();
+            assert_eq!(unpacked.deltas_applied, deltas, "{n}");
+            assert_eq!(q.loose.len(), 60, "{n}");
+            q.migrate(&repo.join("objects")).unwrap();
+            let count = git(&repo, &["count-objects", "-v"]);
+            assert!(count.contains("count: 60\n"), "{n}: {count}");
+            git(&repo, &["fsck", "--strict"]);
+        }
+    }
+
 }

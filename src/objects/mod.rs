@@ -16,6 +16,7 @@ pub mod pack_map;
 pub mod pack_read;
 pub mod pack_resolve;
 pub mod pack_write;
+mod pending_bases;
 pub mod pack_files;
 pub mod settle;
 mod strict;
