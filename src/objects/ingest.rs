@@ -860,9 +860,11 @@ fn unpack_objects(
     for (r, i) in order.iter().enumerate() {
         rank[*i as usize] = r as u32;
     }
-    // One pass over the entries' headers: the largest object (a delta's size from the first
-    // bytes of its data), for the compressor's window ([`LooseWriter::new`]), and which delta
-    // entries later deltas name as their bases.
+    // One pass over the entries' headers: the largest object, for the compressor's window
+    // ([`LooseWriter::new`]; a delta's size from the first bytes of its data, each header
+    // taken as the longest kind's, "commit"), and which delta entries later deltas name as
+    // their bases. Not gix-pack's `decode_header`, which follows each delta's chain to its
+    // base for the kind: the square of a chain's length.
     let mut pending = PendingBases::default();
     let mut largest = 0;
     for &i in &order {
@@ -885,15 +887,14 @@ fn unpack_objects(
         if is_base(index.oid_at_index(i)) {
             continue;
         }
-        let header = pack
-            .decode_header(at, &mut inflate, &|id| {
-                entry_of(id)
-                    .map(|e| e.map(gix_pack::data::decode::header::ResolvedBase::InPack))
-                    .transpose()
-            })
-            .map_err(io::Error::other)?;
-        let len = gix_object::encode::loose_header(header.kind, header.object_size).len();
-        largest = largest.max(header.object_size.saturating_add(len as u64));
+        // A delta whose size cannot be read counts as nothing: the writer makes a larger
+        // window if it has to, and the decoding below says what is wrong.
+        let size = match at.header.is_delta() {
+            true => delta_result_size(&pack, &at, &mut inflate).unwrap_or(0),
+            false => at.decompressed_size,
+        };
+        let len = gix_object::encode::loose_header(gix_object::Kind::Commit, size).len();
+        largest = largest.max(size.saturating_add(len as u64));
     }
     let mut loose = LooseWriter::new(
         quarantine.path(),
@@ -952,6 +953,27 @@ fn unpack_objects(
         std::fs::remove_file(file?.path())?;
     }
     Ok(unpacked)
+}
+
+/// The size of the object the delta `entry` of `pack` builds, from the first bytes of its data
+/// (the base's size, then the result's; git's `get_delta_hdr_size`); `None` if they cannot be
+/// read.
+fn delta_result_size(
+    pack: &gix_pack::data::File,
+    entry: &gix_pack::data::Entry,
+    inflate: &mut gix_zlib::Inflate,
+) -> Option<u64> {
+    // Two sizes of at most ten bytes each.
+    let mut head = [0u8; 20];
+    let want = usize::try_from(entry.decompressed_size)
+        .unwrap_or(usize::MAX)
+        .min(head.len());
+    let data = pack.entry_slice(entry.data_offset..pack.pack_end() as u64)?;
+    inflate.reset();
+    let (_, _, written) = inflate.once(data, &mut head[..want]).ok()?;
+    let (_, rest) = crate::objects::pack_resolve::delta_size(&head[..written]).ok()?;
+    let (result, _) = crate::objects::pack_resolve::delta_size(rest).ok()?;
+    Some(result)
 }
 
 /// Whether gix-pack failed because a ref-delta's base is neither in the pack nor in the
@@ -1477,6 +1499,12 @@ mod tests {
                 .iter()
                 .map(|e| {
                     let at = data.entry(e.pack_offset).unwrap();
+                    // The size read from a delta's own first bytes is its object's.
+                    if at.header.is_delta() {
+                        let size = delta_result_size(&data, &at, &mut inflate);
+                        let header = data.decode_header(at.clone(), &mut inflate, &in_pack);
+                        assert_eq!(size, Some(header.unwrap().object_size), "{n}");
+                    }
                     let header = data.decode_header(at, &mut inflate, &in_pack).unwrap();
                     u64::from(header.num_deltas)
                 })

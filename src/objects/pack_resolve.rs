@@ -864,7 +864,7 @@ impl Cache {
 }
 
 /// A size of a delta's header (git's `get_delta_hdr_size`), and the rest of the delta.
-fn delta_size(delta: &[u8]) -> Result<(u64, &[u8]), BadDelta> {
+pub(super) fn delta_size(delta: &[u8]) -> Result<(u64, &[u8]), BadDelta> {
     let mut size = 0u64;
     for (i, byte) in delta.iter().enumerate() {
         let shift = 7 * i;
