@@ -41,6 +41,28 @@ fn both_receivers_succeed_with_a_ratio() {
     assert!(json.contains("\"name\":\"git\",\"ok\":true"), "{json}");
     assert!(json.contains("\"name\":\"berth\",\"ok\":true"), "{json}");
     assert!(json.contains("\"ratio\":1.0000"), "{json}");
+    // Starting a program as each receiver is started, timed once a run: its time taken from
+    // every receiver's and the floor's for the ratio of their work.
+    let start: f64 = json
+        .split("\"start_ms\":")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(start > 0.0, "{json}");
+    // The floor over itself: 1, unless its few runs here were not longer than the start's
+    // (then there is no such ratio).
+    let beyond = floor
+        .split("\"floor_ratio_beyond_start\":")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap();
+    assert!(beyond == "1.0000" || beyond == "null", "{json}");
     // The second receiver's ratio is a number, not null.
     let second = json.split("\"name\":").nth(2).unwrap();
     assert!(!second.contains("\"ratio\":null"), "{json}");

@@ -20,6 +20,9 @@ pub struct Row<'a> {
     pub ratio: Option<Ratio>,
     /// Its mean over the floor's, when the floor ran.
     pub floor_ratio: Option<Ratio>,
+    /// The same with the start ([`CaseView::start`]) taken from both: its work over the
+    /// floor's.
+    pub floor_ratio_beyond_start: Option<f64>,
     /// Why it failed.
     pub failure: Option<&'a Failure>,
     /// Its runs in ms.
@@ -39,6 +42,9 @@ pub struct CaseView<'a> {
     pub hook_spawn_times: Vec<f64>,
     /// The request's size in bytes.
     pub request_bytes: usize,
+    /// Starting a program that does nothing with the request as each receiver is started
+    /// ([`run::Outcome::start`]), in ms.
+    pub start: Option<Summary>,
     /// Whether the machine was quiet enough.
     pub noise: Noise,
 }
@@ -66,11 +72,13 @@ pub fn view(outcome: &run::Outcome, noisy_cv: f64) -> CaseView<'_> {
         .iter()
         .position(|r| r.name == FLOOR)
         .and_then(|i| summaries[i].clone());
+    let start = stats::summarize(&outcome.start.iter().map(ms).collect::<Vec<_>>());
     let rows = outcome
         .receivers
         .iter()
         .zip(&summaries)
         .map(|(r, s)| Row {
+            floor_ratio_beyond_start: beyond_start(s.as_ref(), floor.as_ref(), start.as_ref()),
             name: &r.name,
             summary: s.clone(),
             ratio: s
@@ -95,8 +103,20 @@ pub fn view(outcome: &run::Outcome, noisy_cv: f64) -> CaseView<'_> {
         hook_spawn: stats::summarize(&outcome.hook_spawn.iter().map(ms).collect::<Vec<_>>()),
         hook_spawn_times: outcome.hook_spawn.iter().map(ms).collect(),
         request_bytes: outcome.request_bytes,
+        start,
         noise: stats::noise(floor.as_ref(), base.as_ref(), noisy_cv),
     }
+}
+
+/// A receiver's mean over the floor's with the start's mean taken from both; `None` without
+/// a floor or a start, or when the floor's runs are not longer than the start's.
+fn beyond_start(
+    receiver: Option<&Summary>,
+    floor: Option<&Summary>,
+    start: Option<&Summary>,
+) -> Option<f64> {
+    let (r, f, s) = (receiver?, floor?, start?);
+    (f.mean > s.mean).then(|| (r.mean - s.mean) / (f.mean - s.mean))
 }
 
 /// The warning to print for a noisy case, if it is one.
@@ -193,6 +213,24 @@ pub fn table(o: &sweep::Outcome, noisy_cv: f64) -> String {
                 }
             }
         }
+        // Every receiver's time includes its start; the floor's, being short, most of all.
+        if let Some(st) = &v.start
+            && v.rows.iter().any(|r| r.floor_ratio_beyond_start.is_some())
+        {
+            let _ = writeln!(
+                out,
+                "starting a program as each receiver is started (`{}`): {:.1} ± {:.1} ms; \
+                 beyond it, x floor:",
+                run::START,
+                st.mean,
+                st.sd
+            );
+            for r in &v.rows {
+                if let Some(x) = r.floor_ratio_beyond_start {
+                    let _ = writeln!(out, "  {}: {x:.3}", r.name);
+                }
+            }
+        }
         // Memory per command beyond the request (issue 24): what a receiver holds per ref
         // besides what it was sent, fixed costs included (so meaningful at many refs).
         if c.case.refs >= 100_000 {
@@ -267,9 +305,11 @@ pub fn json(o: &sweep::Outcome, noisy_cv: f64) -> String {
         };
         let _ = write!(
             out,
-            "\"noise\":\"{noise}\",\"noise_cv\":{},\"hook_spawn_ms\":{},\"receivers\":[",
+            "\"noise\":\"{noise}\",\"noise_cv\":{},\"hook_spawn_ms\":{},\"start_ms\":{},\
+             \"receivers\":[",
             num(cv, 4),
-            num(v.hook_spawn.as_ref().map(|h| h.mean), 3)
+            num(v.hook_spawn.as_ref().map(|h| h.mean), 3),
+            num(v.start.as_ref().map(|s| s.mean), 3)
         );
         for (j, r) in v.rows.iter().enumerate() {
             if j > 0 {
@@ -281,7 +321,8 @@ pub fn json(o: &sweep::Outcome, noisy_cv: f64) -> String {
                 out,
                 "{{\"name\":{},\"ok\":{},\"error\":{},\"mean_ms\":{},\"sd_ms\":{},\"median_ms\":{},\
                  \"min_ms\":{},\"max_ms\":{},\"outliers\":{},\"ratio\":{},\"ratio_sd\":{},\
-                 \"floor_ratio\":{},\"floor_ratio_sd\":{},\"peak_rss_kib\":{},\"times_ms\":[{}]}}",
+                 \"floor_ratio\":{},\"floor_ratio_sd\":{},\"floor_ratio_beyond_start\":{},\
+                 \"peak_rss_kib\":{},\"times_ms\":[{}]}}",
                 json_string(r.name),
                 r.failure.is_none(),
                 r.failure
@@ -296,6 +337,7 @@ pub fn json(o: &sweep::Outcome, noisy_cv: f64) -> String {
                 num(r.ratio.map(|x| x.sd), 4),
                 num(r.floor_ratio.map(|x| x.value), 4),
                 num(r.floor_ratio.map(|x| x.sd), 4),
+                num(r.floor_ratio_beyond_start, 4),
                 r.peak_rss_kib.map_or("null".to_owned(), |k| k.to_string()),
                 times.join(",")
             );
@@ -306,7 +348,7 @@ pub fn json(o: &sweep::Outcome, noisy_cv: f64) -> String {
     out
 }
 
-const COLUMNS: [&str; 12] = [
+const COLUMNS: [&str; 13] = [
     "receiver",
     "ok",
     "mean_ms",
@@ -317,6 +359,7 @@ const COLUMNS: [&str; 12] = [
     "outliers",
     "ratio",
     "ratio_sd",
+    "floor_ratio_beyond_start",
     "peak_rss_kib",
     "noise",
 ];
@@ -351,6 +394,7 @@ fn records(o: &sweep::Outcome, noisy_cv: f64) -> (Vec<&'static str>, Vec<Vec<Str
                 s.map_or(String::new(), |s| s.outliers.len().to_string()),
                 f(r.ratio.map(|x| x.value), 4),
                 f(r.ratio.map(|x| x.sd), 4),
+                f(r.floor_ratio_beyond_start, 4),
                 r.peak_rss_kib.map_or(String::new(), |k| k.to_string()),
                 noise.to_owned(),
             ]);
@@ -482,6 +526,7 @@ mod tests {
                     ],
                     hook_spawn: Vec::new(),
                     request_bytes: refs * 106,
+                    start: vec![Duration::from_micros(500); 3],
                 });
             }
         }
@@ -511,6 +556,45 @@ mod tests {
         ));
         let failed = view(&o.cases[3], stats::NOISY_CV);
         assert!(failed.rows[1].summary.is_none() && failed.rows[1].ratio.is_none());
+    }
+
+    /// The start (a program that does nothing, started as the receivers are) is taken from
+    /// every receiver's time and the floor's for the "beyond it" ratio, printed under the
+    /// table and in JSON and CSV; without it, or without a floor, there is none.
+    #[test]
+    fn ratios_to_the_floor_beyond_starting_a_program() {
+        let mut o = outcome();
+        let v = view(&o.cases[0], stats::NOISY_CV);
+        // berth (6 - 0.5) / (1 - 0.5); git (11 - 0.5) / (1 - 0.5); the floor 1.
+        assert!((v.rows[1].floor_ratio_beyond_start.unwrap() - 11.0).abs() < 1e-9);
+        assert!((v.rows[0].floor_ratio_beyond_start.unwrap() - 21.0).abs() < 1e-9);
+        assert!((v.rows[2].floor_ratio_beyond_start.unwrap() - 1.0).abs() < 1e-9);
+        let t = table(&o, stats::NOISY_CV);
+        assert!(
+            t.contains("(`cat > /dev/null`): 0.5 ± 0.0 ms; beyond it, x floor:\n  git: 21.000\n  berth: 11.000\n  floor: 1.000\n"),
+            "{t}"
+        );
+        let j = json(&o, stats::NOISY_CV);
+        assert!(j.contains("\"start_ms\":0.500,"), "{j}");
+        assert!(j.contains("\"floor_ratio_beyond_start\":11.0000,"), "{j}");
+        let c = csv(&o, stats::NOISY_CV);
+        assert!(
+            c.lines()
+                .next()
+                .unwrap()
+                .contains(",floor_ratio_beyond_start,"),
+            "{c}"
+        );
+        assert!(c.lines().nth(2).unwrap().contains(",11.0000,"), "{c}");
+        // No start measured, or no floor: no such ratio, no such line.
+        o.cases[0].start.clear();
+        o.cases[1].receivers.pop();
+        for i in [0, 1] {
+            let v = view(&o.cases[i], stats::NOISY_CV);
+            assert!(v.rows.iter().all(|r| r.floor_ratio_beyond_start.is_none()));
+        }
+        let t = table(&o, stats::NOISY_CV);
+        assert_eq!(t.matches("beyond it").count(), 2, "{t}");
     }
 
     #[test]

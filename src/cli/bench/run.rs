@@ -176,7 +176,14 @@ pub struct Outcome {
     pub hook_spawn: Vec<Duration>,
     /// The request's size in bytes (commands and pack), fed to every receiver.
     pub request_bytes: usize,
+    /// Starting a program that does nothing with the request ([`START`]) as each receiver is
+    /// started (the peak RSS program, `sh -c`, the request on a pipe), once per timed turn: the
+    /// part of every receiver's time that is not its work.
+    pub start: Vec<Duration>,
 }
+
+/// The program timed as [`Outcome::start`]: it reads the request and answers nothing.
+pub const START: &str = "cat > /dev/null";
 
 /// The empty pack `git push` sends when the server has every object already: the header of a
 /// pack of no objects and its trailer, the header's hash in the repository's format.
@@ -527,11 +534,16 @@ enum Check {
     ReportAndRefs,
     /// The report only (the floor on reftable writes packed-refs, not tables).
     ReportOnly,
+    /// Nothing: [`START`], which answers nothing.
+    Nothing,
 }
 
 /// Check one run: the report says `unpack ok` and `ok` for every ref, and the target holds
 /// exactly the expected values.
 fn verify(setup: &Setup, sideband: bool, check: Check, stdout: &[u8]) -> Result<(), Failure> {
+    if let Check::Nothing = check {
+        return Ok(());
+    }
     let report: Vec<u8> = if sideband {
         pkt_lines(stdout)
             .into_iter()
@@ -731,6 +743,7 @@ pub fn case(o: &Options, progress: &mut dyn Write) -> Result<Outcome, Error> {
         .map(Turn::WarmUp)
         .chain((1..=o.runs).map(Turn::Timed));
     let mut hook_spawn = Vec::new();
+    let mut start = Vec::new();
     // The hook's own cost, in the same turn as the receivers: first in every other turn, so
     // that neither side always runs on the caches (and the CPU frequency) the other left.
     let mut time_hook = |i: usize, progress: &mut dyn Write| {
@@ -780,10 +793,13 @@ pub fn case(o: &Options, progress: &mut dyn Write) -> Result<Outcome, Error> {
                 }
             }
         }
-        if let Turn::Timed(i) = turn
-            && i % 2 == 1
-        {
-            time_hook(i, progress);
+        if let Turn::Timed(i) = turn {
+            if let Ok((t, _)) = run_once(&setup, START, false, Check::Nothing) {
+                start.push(t);
+            }
+            if i % 2 == 1 {
+                time_hook(i, progress);
+            }
         }
     }
     Ok(Outcome {
@@ -791,5 +807,6 @@ pub fn case(o: &Options, progress: &mut dyn Write) -> Result<Outcome, Error> {
         receivers,
         hook_spawn,
         request_bytes: setup.input.len(),
+        start,
     })
 }
