@@ -871,11 +871,13 @@ fn unpack_objects(
         let at = pack
             .entry(index.pack_offset_at_index(i))
             .map_err(io::Error::other)?;
+        // (Indexing refused a base out of the pack's bounds; checked here all the same.)
         let base = match at.header {
-            Header::OfsDelta { base_distance } => Some(
-                pack.entry(at.base_pack_offset(base_distance))
-                    .map_err(io::Error::other)?,
-            ),
+            Header::OfsDelta { base_distance } => at
+                .checked_base_pack_offset(base_distance)
+                .map(|offset| pack.entry(offset))
+                .transpose()
+                .map_err(io::Error::other)?,
             Header::RefDelta { base_id } => entry_of(&base_id)
                 .transpose()
                 .map_err(io::Error::other)?,
