@@ -11,8 +11,8 @@
 //!
 //! This cache keeps exactly the entries some later delta names as its base (counted before
 //! the unpack), hands each over on its last use, and holds at most git's default
-//! `core.deltaBaseCacheLimit`; past that it keeps nothing more and gix-pack walks the chain
-//! as before. The unpack visits the entries in pack order, in which a base comes before the
+//! `core.deltaBaseCacheLimit` (or one entry, whatever its size: a chain has one base pending
+//! at a time); past that it keeps nothing more and gix-pack walks the chain as before. The unpack visits the entries in pack order, in which a base comes before the
 //! deltas on it (an offset delta always does).
 
 use std::collections::HashMap;
@@ -30,7 +30,8 @@ pub struct PendingBases {
     /// The bytes of [`Self::kept`].
     bytes: usize,
     /// The buffer gix-pack gave up when a kept entry was handed over, for the next one kept:
-    /// a fresh allocation of a large object costs its page faults again.
+    /// a fresh allocation of a large object costs its page faults again (none larger than
+    /// the capacity).
     spare: Vec<u8>,
 }
 
@@ -43,7 +44,8 @@ struct Kept {
 }
 
 impl PendingBases {
-    /// The decoded bytes it holds at most (git's `core.deltaBaseCacheLimit` default).
+    /// The decoded bytes it holds at most (git's `core.deltaBaseCacheLimit` default), unless
+    /// one entry alone is larger.
     pub const CAPACITY: usize = 96 << 20;
 
     /// One more delta names the delta entry whose data starts at `offset` as its base. (A base
@@ -57,10 +59,10 @@ impl PendingBases {
 impl gix_pack::cache::DecodeEntry for PendingBases {
     fn put(&mut self, _pack: u32, offset: u64, data: &[u8], kind: Kind, compressed_size: usize) {
         let wanted = self.wanted.get(&offset).is_some_and(|n| *n > 0);
-        if !wanted
-            || self.kept.contains_key(&offset)
-            || self.bytes.saturating_add(data.len()) > Self::CAPACITY
-        {
+        // One entry is kept whatever its size: a chain of objects larger than the capacity
+        // has one base pending at a time, and walking it again would cost the square.
+        let fits = self.kept.is_empty() || self.bytes.saturating_add(data.len()) <= Self::CAPACITY;
+        if !wanted || !fits || self.kept.contains_key(&offset) {
             return;
         }
         self.bytes += data.len();
@@ -91,7 +93,11 @@ impl gix_pack::cache::DecodeEntry for PendingBases {
         let mut last = self.kept.remove(&offset)?;
         self.bytes -= last.data.len();
         std::mem::swap(out, &mut last.data);
-        self.spare = last.data;
+        // Kept for the next entry unless it is larger than the capacity: one entry beyond it
+        // is held at a time, not two.
+        if last.data.capacity() <= Self::CAPACITY {
+            self.spare = last.data;
+        }
         Some((last.kind, last.compressed_size))
     }
 }
@@ -126,9 +132,22 @@ mod tests {
         assert_eq!(c.get(0, 10, &mut out), None);
     }
 
-    /// Past its capacity it keeps nothing more (gix-pack then walks the chain itself).
+    /// Past its capacity it keeps nothing more (gix-pack then walks the chain itself), but
+    /// one entry it keeps whatever its size.
     #[test]
-    fn nothing_more_is_kept_past_the_capacity() {
+    fn nothing_more_is_kept_past_the_capacity_but_one_entry_whatever_its_size() {
+        let mut c = PendingBases::default();
+        c.want(1);
+        c.want(2);
+        let huge = vec![0u8; PendingBases::CAPACITY + 1];
+        c.put(0, 1, &huge, Kind::Blob, 1);
+        c.put(0, 2, &[0u8; 1], Kind::Blob, 1);
+        assert_eq!(c.bytes, huge.len());
+        let mut out = Vec::new();
+        assert_eq!(c.get(0, 2, &mut out), None);
+        assert_eq!(c.get(0, 1, &mut out), Some((Kind::Blob, 1)));
+        assert_eq!(c.bytes, 0);
+
         let mut c = PendingBases::default();
         c.want(1);
         c.want(2);
