@@ -220,6 +220,58 @@ fn a_small_thin_push_leaves_the_same_loose_objects_as_git() {
     assert_eq!(loose.len(), 3, "a commit, a tree and a blob: {loose:?}");
 }
 
+/// A push whose blobs are one long chain of deltas, unpacked to loose objects under a raised
+/// `receive.unpackLimit`: berth decodes the pack in its order, each delta from the base kept
+/// for it (`objects/pending_bases.rs`), and leaves the same loose objects as git's
+/// unpack-objects, fsck clean.
+#[test]
+fn a_long_delta_chain_unpacks_to_the_same_loose_objects_as_git() {
+    let loose = common::differential(|r| {
+        let w = World::new();
+        w.bare("srv.git");
+        w.git("srv.git", &["config", "receive.unpackLimit", "1000"]);
+        w.work("src");
+        // Each version of the file one line off the one before: its nearest base.
+        let mut lines: Vec<String> = (0..300)
+            .map(|j| format!("line {j:4} as it was\n"))
+            .collect();
+        for i in 0..80 {
+            lines[i * 7 % 300] = format!("line {:4} changed in {i:2}\n", i * 7 % 300);
+            w.commit("src", "f", &lines.concat());
+        }
+        // The pack a push sends holds long chains.
+        let pack = w
+            .git_with_stdin(
+                "src",
+                &["pack-objects", "--revs", "--stdout", "--delta-base-offset"],
+                b"main\n",
+            )
+            .stdout;
+        w.git_with_stdin("src", &["index-pack", "--stdin"], &pack);
+        let idx = w.git("src", &["rev-parse", "--git-path", "objects/pack"]);
+        let verify = std::fs::read_dir(w.path("src").join(idx.trim()))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "idx"))
+            .map(|p| w.git("src", &["verify-pack", "-v", p.to_str().unwrap()]))
+            .unwrap();
+        let longest = verify
+            .lines()
+            .filter_map(|l| l.strip_prefix("chain length = "))
+            .filter_map(|l| l.split(':').next()?.trim().parse::<u32>().ok())
+            .max()
+            .unwrap_or(0);
+        assert!(longest >= 20, "{verify}");
+        ok(&w.push("src", r, "srv.git", &["main"]));
+        w.fsck("srv.git").unwrap();
+        loose_objects(&w, "srv.git")
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(loose.len(), 240, "a commit, a tree and a blob a version");
+}
+
 /// Each loose object of `repo` (its id, without the fan-out's `/`) with its file's bytes.
 fn loose_objects(w: &World, repo: &str) -> Vec<(String, Vec<u8>)> {
     let mut all = Vec::new();
