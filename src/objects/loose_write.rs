@@ -221,6 +221,17 @@ impl LooseWriter {
                 actual,
             });
         }
+        self.write_named(id, kind, data)
+    }
+
+    /// [`Self::write`] for an object whose `id` the caller computed from these very `data` (the
+    /// pack's reading thread named it so): not hashed again.
+    pub fn write_named(
+        &mut self,
+        id: &gix_hash::oid,
+        kind: gix_object::Kind,
+        data: &[u8],
+    ) -> Result<Written, Error> {
         let mut hex = gix_hash::Kind::hex_buf();
         let hex = id.hex_to_buf(&mut hex);
         let fanout = usize::from(id.as_bytes()[0]);

@@ -32,6 +32,11 @@
 //! as before, which says what is wrong in git's words. So this changes how fast a pack is
 //! indexed, never what is accepted or what an error says.
 //!
+//! For a pack to be unpacked, the reading thread also hands back whole, up to
+//! [`Options::keep_bytes`], the objects it resolved ([`Resolved::kept`]): each object's loose
+//! copy is then written from the bytes its id was computed from, not decoded from the pack
+//! and hashed again.
+//!
 //! Delta application is written here: gix-pack's is private to it.
 
 use std::collections::{BTreeMap, HashMap};
@@ -115,6 +120,33 @@ pub struct Options {
     pub alloc_limit: Option<usize>,
     /// The repository's object format.
     pub hash: gix_hash::Kind,
+    /// Bytes of the reading thread's resolved objects handed back with their names
+    /// ([`Resolved::kept`]; for a pack to be unpacked, whose loose objects are then written
+    /// from them rather than decoded and hashed again); 0 for none.
+    pub keep_bytes: usize,
+}
+
+/// What the resolution gives back: each entry's id and kind in pack order, and the objects
+/// [`Options::keep_bytes`] asked to keep, in pack order.
+pub struct Resolved {
+    /// Each entry's id and kind, in pack order.
+    pub named: Vec<(ObjectId, Kind)>,
+    /// The objects kept whole, in pack order.
+    pub kept: Vec<KeptObject>,
+}
+
+/// An object resolved on the reading thread, handed back whole: `data` is what `id` was
+/// computed from.
+#[derive(Debug)]
+pub struct KeptObject {
+    /// Where its entry starts in the pack.
+    pub offset: u64,
+    /// Its id, computed from `data`.
+    pub id: ObjectId,
+    /// Its kind.
+    pub kind: Kind,
+    /// Its content.
+    pub data: Vec<u8>,
 }
 
 /// Why the resolution gave up, leaving the pack to be resolved after it has arrived.
@@ -321,6 +353,11 @@ impl<'scope> Recipe<'scope> {
             cache: Cache::new(self.options.cache_bytes),
             places: Vec::new(),
             named: Vec::new(),
+            kept: Vec::new(),
+            keep_left: match self.options.resolvers {
+                Resolvers::Reader => self.options.keep_bytes,
+                Resolvers::Threads(_) => 0,
+            },
             spare: Vec::new(),
             alloc_limit: self.options.alloc_limit.unwrap_or(usize::MAX),
             hash: self.options.hash,
@@ -538,7 +575,7 @@ impl<'scope> Resolving<'scope> {
 
     /// Wait for the resolvers: each entry's id and kind in pack order, or why the resolution
     /// gave up.
-    pub fn finish(mut self) -> Result<Vec<(ObjectId, Kind)>, GaveUp> {
+    pub fn finish(mut self) -> Result<Resolved, GaveUp> {
         for owner in 0..self.workers.count() {
             self.send(owner);
         }
@@ -548,8 +585,13 @@ impl<'scope> Resolving<'scope> {
             reason,
             ..
         } = self;
+        let mut kept = Vec::new();
         let outcome = match workers {
-            Workers::Reader(resolver) => Ok(vec![resolver.named]),
+            Workers::Reader(resolver) => {
+                let resolver = *resolver;
+                kept = resolver.kept;
+                Ok(vec![resolver.named])
+            }
             Workers::Threads { queues, handles, .. } => {
                 drop(queues);
                 let mut outcome = Ok(Vec::new());
@@ -578,7 +620,11 @@ impl<'scope> Resolving<'scope> {
             let slot = by_index.get_mut(index as usize).ok_or(GaveUp::Lost)?;
             *slot = Some((id, kind));
         }
-        by_index.into_iter().map(|named| named.ok_or(GaveUp::Lost)).collect()
+        let named = by_index
+            .into_iter()
+            .map(|named| named.ok_or(GaveUp::Lost))
+            .collect::<Result<_, _>>()?;
+        Ok(Resolved { named, kept })
     }
 }
 
@@ -604,6 +650,9 @@ struct Resolver<'env> {
     /// The offset of each object named so far, by id: made when a delta first names its base
     /// by id, on the reading thread (a resolver thread cannot know which thread named a base).
     by_id: Option<HashMap<ObjectId, u64>>,
+    /// The objects handed back whole ([`Options::keep_bytes`]), and the bytes left for more.
+    kept: Vec<KeptObject>,
+    keep_left: usize,
 }
 
 impl Resolver<'_> {
@@ -628,6 +677,15 @@ impl Resolver<'_> {
         self.places.push(job.entry);
         let (kind, data) = self.resolve(job.entry, job.bytes)?;
         let id = gix_object::compute_hash(self.hash, kind, &data).map_err(|_| GaveUp::Hash)?;
+        if data.len() <= self.keep_left {
+            self.keep_left -= data.len();
+            self.kept.push(KeptObject {
+                offset: job.entry.offset,
+                id,
+                kind,
+                data: data.clone(),
+            });
+        }
         self.collector.object(kind, &data, self.hash);
         self.named.push((job.index, id, kind));
         if let Some(by_id) = &mut self.by_id {

@@ -2,7 +2,7 @@
 //!
 //! What gix-pack's `Bundle::write_to_directory` does — the pack streamed to a temporary file
 //! (a thin pack completed with the bases it lacks), indexed with its deltas resolved in
-//! parallel, then named `pack-<checksum>.{keep,pack,idx}` — with three differences:
+//! parallel, then named `pack-<checksum>.{keep,pack,idx}` — with four differences:
 //! - The objects are named while the pack arrives ([`pack_resolve`]), from what reading it
 //!   inflated ([`pack_read`]), on the cores the reading leaves idle (or, for a pack one thread
 //!   is to resolve, on the reading thread itself). gix-pack names them once the whole pack is
@@ -20,6 +20,8 @@
 //!   commits and trees a second time for them cost a whole-history push of git.git 1.4 s.
 //!   gix-pack's index writer has no place for that, so the index (version 2, git's
 //!   `pack-format`) is written here.
+//! - A pack to be unpacked gets back, up to a bound, the objects as the reading thread named
+//!   them ([`Written::kept`]), for its loose objects to be written from.
 //!
 //! A pack whose deltas name in-pack bases by id (git sends offsets to a server that advertises
 //! `ofs-delta`) is resolved as it arrives by the reading thread from its first such delta on
@@ -62,6 +64,9 @@ pub struct Written {
     pub links: Option<Outside>,
     /// How its objects were named.
     pub resolution: Resolution,
+    /// The objects the reading thread resolved and kept whole, in pack order (see
+    /// [`write_to_directory`]'s `keep_bytes`); none when the pack was resolved otherwise.
+    pub kept: Vec<pack_resolve::KeptObject>,
 }
 
 /// How a pack's objects were named.
@@ -87,12 +92,15 @@ struct Bounds {
     cache_bytes: usize,
     /// [`pack_resolve::REBUILD_ALLOWANCE`].
     rebuild_allowance: u64,
+    /// [`pack_resolve::Options::keep_bytes`].
+    keep_bytes: usize,
 }
 
 const BOUNDS: Bounds = Bounds {
     keep: pack_read::KEEP,
     cache_bytes: pack_resolve::CACHE_BYTES,
     rebuild_allowance: pack_resolve::REBUILD_ALLOWANCE,
+    keep_bytes: 0,
 };
 
 /// The temporary pack file, written by the entry iterators and read back by the thin-pack
@@ -125,16 +133,23 @@ pub struct WriteError {
 }
 
 /// Read `pack` into `directory` as a pack and its index. Thin-pack bases are looked up in
-/// `thin_lookup` (none: a thin pack fails); `options` are gix-pack's.
+/// `thin_lookup` (none: a thin pack fails); `options` are gix-pack's. Up to `keep_bytes` of
+/// the objects the reading thread resolves are handed back whole ([`Written::kept`]; 0 for
+/// none).
 pub fn write_to_directory(
     pack: &mut dyn BufRead,
     directory: &Path,
     thin_lookup: Option<impl gix_object::Find>,
     object_hash: gix_hash::Kind,
     options: gix_pack::bundle::write::Options,
+    keep_bytes: usize,
 ) -> Result<Written, WriteError> {
     let entry_at = Cell::new(None);
-    write(pack, directory, thin_lookup, object_hash, options, BOUNDS, &entry_at).map_err(|source| {
+    let bounds = Bounds {
+        keep_bytes,
+        ..BOUNDS
+    };
+    write(pack, directory, thin_lookup, object_hash, options, bounds, &entry_at).map_err(|source| {
         WriteError {
             entry_at: entry_at.get(),
             source,
@@ -263,6 +278,7 @@ fn write(
                     rebuild_allowance: bounds.rebuild_allowance,
                     alloc_limit: options.alloc_limit_bytes,
                     hash: object_hash,
+                    keep_bytes: bounds.keep_bytes,
                 },
             )
         });
@@ -288,6 +304,7 @@ fn write(
             deltas,
             links: None,
             resolution: Resolution::AsItArrived,
+            kept: Vec::new(),
         });
     }
     u32::try_from(objects.len()).or_raise(|| {
@@ -302,8 +319,12 @@ fn write(
     let index_temp = tempfile::NamedTempFile::new_in(directory)
         .or_raise(|| message("Could not create temporary index file"))?;
     let mut index_out = BufWriter::with_capacity(64 * 1024, index_temp);
+    let mut kept = Vec::new();
     let named = match named {
-        Some(Ok(named)) => Some(named),
+        Some(Ok(resolved)) => {
+            kept = resolved.kept;
+            Some(resolved.named)
+        }
         Some(Err(reason)) => {
             tracing::debug!(%reason, "the pack is resolved again once arrived");
             None
@@ -361,6 +382,7 @@ fn write(
         deltas,
         links,
         resolution,
+        kept,
     })
 }
 
@@ -922,6 +944,7 @@ mod tests {
                 keep,
                 cache_bytes,
                 rebuild_allowance,
+                keep_bytes: 0,
             };
             for threads in [Some(2), Some(1)] {
                 let dir = dir.path().join(format!("{i}-{threads:?}"));
