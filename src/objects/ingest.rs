@@ -684,7 +684,7 @@ pub fn receive_pack(
             alloc_limit_bytes: Some(options.alloc_limit()),
             ..Default::default()
         },
-        if explode { UNPACK_KEEP_BYTES } else { 0 },
+        if explode { UNPACK_HAND_BACK_BYTES } else { 0 },
     )
     .map_err(|e| {
         let (_, limited) = stream.get_ref();
@@ -790,7 +790,7 @@ pub fn receive_pack(
 /// (a 93-object push of 30 commits: 61.0 M → 44.8 M instructions); past them, the rest is
 /// decoded from the pack. 8 MiB: an ordinary push under `receive.unpackLimit` is far smaller,
 /// and a push's memory grows by no more than this.
-const UNPACK_KEEP_BYTES: usize = 8 << 20;
+const UNPACK_HAND_BACK_BYTES: usize = 8 << 20;
 
 /// The repository's objects as a thin pack's completion asks them for the bases it lacks,
 /// each base found recorded: the pack gets a copy of it, which [`unpack_objects`] does not
@@ -1500,8 +1500,8 @@ mod tests {
         for (n, offsets, keep) in [
             ("ofs", true, 0),
             ("ref", false, 0),
-            ("ofs-kept", true, UNPACK_KEEP_BYTES),
-            ("ref-kept", false, UNPACK_KEEP_BYTES),
+            ("ofs-kept", true, UNPACK_HAND_BACK_BYTES),
+            ("ref-kept", false, UNPACK_HAND_BACK_BYTES),
             ("ofs-some", true, 100_000),
         ] {
             let mut args = vec!["pack-objects", "--stdout", "--window=100", "--depth=100"];
@@ -1579,7 +1579,7 @@ mod tests {
                     assert_eq!(unpacked.deltas_applied, deltas, "{n}");
                 }
                 // Every object written from the reading thread's bytes: none decoded.
-                UNPACK_KEEP_BYTES => {
+                UNPACK_HAND_BACK_BYTES => {
                     assert_eq!(from_reading, 60, "{n}");
                     assert_eq!(unpacked.deltas_applied, 0, "{n}");
                 }

@@ -33,7 +33,7 @@
 //! indexed, never what is accepted or what an error says.
 //!
 //! For a pack to be unpacked, the reading thread also hands back whole, up to
-//! [`Options::keep_bytes`], the objects it resolved ([`Resolved::kept`]): each object's loose
+//! [`Options::hand_back_bytes`], the objects it resolved ([`Resolved::kept`]): each object's loose
 //! copy is then written from the bytes its id was computed from, not decoded from the pack
 //! and hashed again.
 //!
@@ -123,11 +123,11 @@ pub struct Options {
     /// Bytes of the reading thread's resolved objects handed back with their names
     /// ([`Resolved::kept`]; for a pack to be unpacked, whose loose objects are then written
     /// from them rather than decoded and hashed again); 0 for none.
-    pub keep_bytes: usize,
+    pub hand_back_bytes: usize,
 }
 
 /// What the resolution gives back: each entry's id and kind in pack order, and the objects
-/// [`Options::keep_bytes`] asked to keep, in pack order.
+/// [`Options::hand_back_bytes`] asked to keep, in pack order.
 pub struct Resolved {
     /// Each entry's id and kind, in pack order.
     pub named: Vec<(ObjectId, Kind)>,
@@ -354,8 +354,8 @@ impl<'scope> Recipe<'scope> {
             places: Vec::new(),
             named: Vec::new(),
             kept: Vec::new(),
-            keep_left: match self.options.resolvers {
-                Resolvers::Reader => self.options.keep_bytes,
+            hand_back_left: match self.options.resolvers {
+                Resolvers::Reader => self.options.hand_back_bytes,
                 Resolvers::Threads(_) => 0,
             },
             spare: Vec::new(),
@@ -573,7 +573,8 @@ impl<'scope> Resolving<'scope> {
         self.reason.get_or_insert(reason);
     }
 
-    /// Wait for the resolvers: each entry's id and kind in pack order, or why the resolution
+    /// Wait for the resolvers: each entry's id and kind in pack order, with the objects the
+    /// reading thread handed back whole ([`Options::hand_back_bytes`]), or why the resolution
     /// gave up.
     pub fn finish(mut self) -> Result<Resolved, GaveUp> {
         for owner in 0..self.workers.count() {
@@ -650,9 +651,9 @@ struct Resolver<'env> {
     /// The offset of each object named so far, by id: made when a delta first names its base
     /// by id, on the reading thread (a resolver thread cannot know which thread named a base).
     by_id: Option<HashMap<ObjectId, u64>>,
-    /// The objects handed back whole ([`Options::keep_bytes`]), and the bytes left for more.
+    /// The objects handed back whole ([`Options::hand_back_bytes`]), and the bytes left for more.
     kept: Vec<KeptObject>,
-    keep_left: usize,
+    hand_back_left: usize,
 }
 
 impl Resolver<'_> {
@@ -677,8 +678,8 @@ impl Resolver<'_> {
         self.places.push(job.entry);
         let (kind, data) = self.resolve(job.entry, job.bytes)?;
         let id = gix_object::compute_hash(self.hash, kind, &data).map_err(|_| GaveUp::Hash)?;
-        if data.len() <= self.keep_left {
-            self.keep_left -= data.len();
+        if data.len() <= self.hand_back_left {
+            self.hand_back_left -= data.len();
             self.kept.push(KeptObject {
                 offset: job.entry.offset,
                 id,

@@ -65,7 +65,7 @@ pub struct Written {
     /// How its objects were named.
     pub resolution: Resolution,
     /// The objects the reading thread resolved and kept whole, in pack order (see
-    /// [`write_to_directory`]'s `keep_bytes`); none when the pack was resolved otherwise.
+    /// [`write_to_directory`]'s `hand_back_bytes`); none when the pack was resolved otherwise.
     pub kept: Vec<pack_resolve::KeptObject>,
 }
 
@@ -92,15 +92,15 @@ struct Bounds {
     cache_bytes: usize,
     /// [`pack_resolve::REBUILD_ALLOWANCE`].
     rebuild_allowance: u64,
-    /// [`pack_resolve::Options::keep_bytes`].
-    keep_bytes: usize,
+    /// [`pack_resolve::Options::hand_back_bytes`].
+    hand_back_bytes: usize,
 }
 
 const BOUNDS: Bounds = Bounds {
     keep: pack_read::KEEP,
     cache_bytes: pack_resolve::CACHE_BYTES,
     rebuild_allowance: pack_resolve::REBUILD_ALLOWANCE,
-    keep_bytes: 0,
+    hand_back_bytes: 0,
 };
 
 /// The temporary pack file, written by the entry iterators and read back by the thin-pack
@@ -133,7 +133,7 @@ pub struct WriteError {
 }
 
 /// Read `pack` into `directory` as a pack and its index. Thin-pack bases are looked up in
-/// `thin_lookup` (none: a thin pack fails); `options` are gix-pack's. Up to `keep_bytes` of
+/// `thin_lookup` (none: a thin pack fails); `options` are gix-pack's. Up to `hand_back_bytes` of
 /// the objects the reading thread resolves are handed back whole ([`Written::kept`]; 0 for
 /// none).
 pub fn write_to_directory(
@@ -142,11 +142,11 @@ pub fn write_to_directory(
     thin_lookup: Option<impl gix_object::Find>,
     object_hash: gix_hash::Kind,
     options: gix_pack::bundle::write::Options,
-    keep_bytes: usize,
+    hand_back_bytes: usize,
 ) -> Result<Written, WriteError> {
     let entry_at = Cell::new(None);
     let bounds = Bounds {
-        keep_bytes,
+        hand_back_bytes,
         ..BOUNDS
     };
     write(pack, directory, thin_lookup, object_hash, options, bounds, &entry_at).map_err(|source| {
@@ -278,7 +278,7 @@ fn write(
                     rebuild_allowance: bounds.rebuild_allowance,
                     alloc_limit: options.alloc_limit_bytes,
                     hash: object_hash,
-                    keep_bytes: bounds.keep_bytes,
+                    hand_back_bytes: bounds.hand_back_bytes,
                 },
             )
         });
@@ -944,7 +944,7 @@ mod tests {
                 keep,
                 cache_bytes,
                 rebuild_allowance,
-                keep_bytes: 0,
+                hand_back_bytes: 0,
             };
             for threads in [Some(2), Some(1)] {
                 let dir = dir.path().join(format!("{i}-{threads:?}"));
