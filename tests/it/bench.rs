@@ -170,6 +170,8 @@ fn a_receiver_that_drops_refs_is_reported_failed() {
         json.contains("\"median_ms\":null"),
         "a failed receiver is not timed: {json}"
     );
+    // Without the floor, nothing is taken from its ratios: the start is not timed.
+    assert!(json.contains("\"start_ms\":null,"), "{json}");
     // A bare command is named by itself, a NAME=COMMAND by its name.
     assert!(
         json.contains("{\"name\":\"git receive-pack\",\"ok\":true"),

@@ -177,8 +177,9 @@ pub struct Outcome {
     /// The request's size in bytes (commands and pack), fed to every receiver.
     pub request_bytes: usize,
     /// Starting a program that does nothing with the request ([`START`]) as each receiver is
-    /// started (the peak RSS program, `sh -c`, the request on a pipe), once per timed turn: the
-    /// part of every receiver's time that is not its work.
+    /// started (the peak RSS program, `sh -c`, the request on a pipe), once per timed turn
+    /// where the floor runs (nothing otherwise): the part of every receiver's time that is not
+    /// its work.
     pub start: Vec<Duration>,
 }
 
@@ -794,7 +795,10 @@ pub fn case(o: &Options, progress: &mut dyn Write) -> Result<Outcome, Error> {
             }
         }
         if let Turn::Timed(i) = turn {
-            if let Ok((t, _)) = run_once(&setup, START, false, Check::Nothing) {
+            // The start is only printed beside the floor's ratios.
+            if setup.floor.is_some()
+                && let Ok((t, _)) = run_once(&setup, START, false, Check::Nothing)
+            {
                 start.push(t);
             }
             if i % 2 == 1 {
