@@ -16,6 +16,7 @@
 use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
 use crate::objects::pending_bases::PendingBases;
+use crate::objects::pack_resolve::KeptObject;
 
 /// git's `receive.unpackLimit` default: a pack of fewer objects is exploded into loose objects
 /// (git's `unpack-objects`), a larger one is kept as a pack (git's `index-pack`).
@@ -841,7 +842,7 @@ fn unpack_objects(
     pack_path: &Path,
     index: &gix_pack::index::File,
     bases: &[gix_hash::ObjectId],
-    kept: Vec<crate::objects::pack_resolve::KeptObject>,
+    kept: Vec<KeptObject>,
     alloc_limit: usize,
     files: crate::objects::pack_files::Options,
 ) -> io::Result<Unpacked> {
@@ -876,6 +877,17 @@ fn unpack_objects(
     for (r, i) in order.iter().enumerate() {
         rank[*i as usize] = r as u32;
     }
+    // Each entry's object as the reading thread named it, in pack order, where its offset and
+    // id are the index's; the others are decoded.
+    let mut named: Vec<Option<KeptObject>> = Vec::with_capacity(order.len());
+    {
+        let mut kept = kept.into_iter().peekable();
+        for &i in &order {
+            let offset = index.pack_offset_at_index(i);
+            while kept.next_if(|k| k.offset < offset).is_some() {}
+            named.push(kept.next_if(|k| k.offset == offset && k.id == index.oid_at_index(i)));
+        }
+    }
     // One pass over the entries' headers: the largest object, for the compressor's window
     // ([`LooseWriter::new`]; a delta's size from the first bytes of its data, each header
     // taken as the longest kind's, "commit"), and which delta entries later deltas name as
@@ -883,7 +895,14 @@ fn unpack_objects(
     // base for the kind: the square of a chain's length.
     let mut pending = PendingBases::default();
     let mut largest = 0;
-    for &i in &order {
+    for (&i, named) in order.iter().zip(&named) {
+        if let Some(object) = named {
+            // Taken whole: its own base is not needed, and its size is known.
+            let size = object.data.len() as u64;
+            let len = gix_object::encode::loose_header(object.kind, size).len();
+            largest = largest.max(size.saturating_add(len as u64));
+            continue;
+        }
         let at = pack
             .entry(index.pack_offset_at_index(i))
             .map_err(io::Error::other)?;
@@ -925,12 +944,11 @@ fn unpack_objects(
         deltas_applied: 0,
         from_reading: 0,
     };
-    let mut kept = kept.into_iter().peekable();
     // What each object links to in the pack, numbered in pack order, for the order of the
     // move in.
     let mut links = crate::objects::move_order::Links::with_capacity(order.len());
     let mut linked = Vec::new();
-    for &i in &order {
+    for (&i, named) in order.iter().zip(named) {
         let id = index.oid_at_index(i).to_owned();
         if is_base(&id) {
             // Numbered as the others, moved nowhere.
@@ -939,8 +957,7 @@ fn unpack_objects(
         }
         let offset = index.pack_offset_at_index(i);
         let at = pack.entry(offset).map_err(io::Error::other)?;
-        while kept.next_if(|k| k.offset < offset).is_some() {}
-        let (kind, written) = match kept.next_if(|k| k.offset == offset && k.id == id) {
+        let (kind, written) = match named {
             Some(object) => {
                 // Named from these bytes; a later delta may want them as its base.
                 gix_pack::cache::DecodeEntry::put(&mut pending, 0, at.data_offset, &object.data, object.kind, 0);
