@@ -84,6 +84,23 @@ impl UnpackError {
     }
 }
 
+/// Move `from` to `to` unless something is at `to` already; whether it moved. One
+/// `renameat2(RENAME_NOREPLACE)` (where a `stat` of `to` and a `rename` were two system calls
+/// an object); a file system without it (`EINVAL`) gets the `stat` and the `rename`.
+fn rename_unless_present(from: &Path, to: &Path) -> io::Result<bool> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    use rustix::io::Errno;
+    match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(true),
+        Err(Errno::EXIST) => Ok(false),
+        Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => match to.exists() {
+            true => Ok(false),
+            false => std::fs::rename(from, to).map(|()| true),
+        },
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Why [`Quarantine::migrate`] moved nothing, or not everything, in.
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
@@ -179,10 +196,14 @@ impl Quarantine {
     /// permissions; whether it was created.
     fn create_shared_dir(&self, dir: &Path) -> io::Result<bool> {
         use std::os::unix::fs::PermissionsExt;
-        if dir.is_dir() {
-            return Ok(false);
+        // One `mkdir` whether or not it is there (a `stat` first was a second call for each
+        // new fan-out directory).
+        match std::fs::create_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::create_dir_all(dir)?,
+            Err(e) => return Err(e),
         }
-        std::fs::create_dir_all(dir)?;
         if self.shared != crate::objects::pack_files::SharedRepository::Umask {
             let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
             let mode = self.shared.adjust_dir(mode);
@@ -335,9 +356,9 @@ impl Quarantine {
                 created_fanout |= self.create_shared_dir(&dest)?;
                 ready[fanout] = true;
             }
-            let target = dest.join(name);
-            if !target.exists() {
-                std::fs::rename(self.dir.join(dir).join(name), &target)?;
+            // An object the repository has already stays as it is (the quarantine's copy goes
+            // with the quarantine).
+            if rename_unless_present(&self.dir.join(dir).join(name), &dest.join(name))? {
                 moved_into[fanout] = true;
             }
             Ok(())
@@ -385,12 +406,11 @@ impl Quarantine {
             if rank(&file) == 0 {
                 keeps.push(target.clone());
             }
-            if target.exists() {
+            if !rename_unless_present(&file, &target)? {
                 // The same pack arrived before: git keeps the existing file.
                 std::fs::remove_file(&file)?;
                 continue;
             }
-            std::fs::rename(&file, &target)?;
             moved = true;
         }
         if moved {
