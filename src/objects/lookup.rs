@@ -51,6 +51,52 @@ impl Budget {
     }
 }
 
+/// How many pack indices the object stores of one push may hold (gix-odb's slots), counted
+/// when the push opens its first store. The later ones (the quarantine's, the repository's after
+/// the migration) are opened with twice as many and a margin ([`Slots::MARGIN`]), without the listing
+/// of the pack directories and the resolving of the alternates that gix-odb's default makes on
+/// every opening to count them (and makes again at the store's first lookup): about 20 system
+/// calls a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slots(u16);
+
+impl Slots {
+    /// With the doubling, room for the indices that may appear after the count: the push's own
+    /// pack, moved in from the quarantine, and other pushes' meanwhile (a store with too few
+    /// slots fails its lookups; the first store, gix-odb's default, has a tenth more than it
+    /// counted, and at least 32). A slot is a few words.
+    const MARGIN: u16 = 64;
+
+    /// gix-odb's bound on a store's slots (`PackId::max_indices`).
+    const MAX: u16 = (1 << 15) - 1;
+
+    /// The slots of `handle`'s store, doubled, with the margin.
+    pub fn of(handle: &gix_odb::Handle) -> Self {
+        let m = handle.store_ref().metrics();
+        let total = m.unused_slots + m.known_reachable_indices + m.unreachable_indices;
+        let total = u16::try_from(total).unwrap_or(Self::MAX);
+        Slots(
+            total
+                .saturating_mul(2)
+                .saturating_add(Self::MARGIN)
+                .min(Self::MAX),
+        )
+    }
+
+    /// The object database at `objects_dir` (with its alternates), with these many slots.
+    pub fn open(self, objects_dir: &Path, hash: gix_hash::Kind) -> std::io::Result<gix_odb::Handle> {
+        gix_odb::at_opts(
+            objects_dir,
+            hash,
+            None,
+            gix_odb::store::init::Options {
+                slots: gix_odb::store::init::Slots::Given(self.0),
+                ..Default::default()
+            },
+        )
+    }
+}
+
 /// An object database whose misses refresh the view of the packs at most once per [`Budget`].
 #[derive(Clone)]
 pub struct Objects {
@@ -348,6 +394,36 @@ mod tests {
         let mut bytes = [0x11u8; 20];
         bytes[..4].copy_from_slice(&i.to_be_bytes());
         ObjectId::from_bytes_or_panic(&bytes)
+    }
+
+    /// A pack of one new blob in `repo`; the blob.
+    fn add_pack(repo: &Path, i: u32) -> ObjectId {
+        use crate::test_git::git_with_input;
+        let id = git_with_input(repo, &["hash-object", "-w", "--stdin"], &format!("blob {i}\n"));
+        git_with_input(repo, &["pack-objects", "-q", "objects/pack/pack"], &format!("{id}\n"));
+        git(repo, &["prune-packed"]);
+        ObjectId::from_hex(id.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_later_store_has_room_for_the_packs_counted_and_more_arriving() {
+        let dir = tempfile::tempdir().unwrap();
+        git(dir.path(), &["init", "-q", "--bare", "r.git"]);
+        let repo = dir.path().join("r.git");
+        let objects = repo.join("objects");
+        let mut blobs: Vec<ObjectId> = (0..30).map(|i| add_pack(&repo, i)).collect();
+        let first = gix_odb::at(&objects, gix_hash::Kind::Sha1).unwrap();
+        let slots = Slots::of(&first);
+        // gix-odb's default: a tenth more than the 30 packs it counted, at least 32.
+        assert_eq!(slots, Slots(33 * 2 + Slots::MARGIN));
+        // More packs arrive than the margin alone has room for.
+        blobs.extend((30..110).map(|i| add_pack(&repo, i)));
+        let later = slots.open(&objects, gix_hash::Kind::Sha1).unwrap();
+        for b in &blobs {
+            assert!(later.exists(b), "{b}");
+        }
+        // Opened with its slots given, the store did not list the packs to count them.
+        assert_eq!(later.store_ref().metrics().num_refreshes, 1);
     }
 
     #[test]

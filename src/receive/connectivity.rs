@@ -11,7 +11,7 @@ use tracing::info_span;
 use super::Fatal;
 use super::command::Cmd;
 use crate::objects::connectivity::{self, Check};
-use crate::objects::ingest::{self, Quarantine};
+use crate::objects::ingest;
 use crate::objects::lookup::Budget;
 use crate::objects::settle::{self, List, Listed, PackLinks, Stops};
 use crate::protocol::report::Reason;
@@ -35,26 +35,22 @@ pub(super) struct Failed {
 
 /// Refuse the commands whose new value is not connected ([`Reason::MissingObjects`]); what
 /// each lacks, for [`report_missing`]. Run again (after a commit gate's catch-up), it checks
-/// the commands refused for missing objects again. `had` finds the repository's own objects
-/// (not the quarantine's).
+/// the commands refused for missing objects again. `objects` finds the push's objects and the
+/// repository's (a store opened over the quarantine, if any, for this check); `had` the
+/// repository's own (not the quarantine's).
 pub(super) fn check_connectivity(
     cmds: &mut [Cmd],
     repo: &Repository,
-    quarantine: Option<&Quarantine>,
+    objects: &gix_odb::Handle,
     received: Option<&ingest::Received>,
     shallow: &[ObjectId],
     had: &impl gix_object::Exists,
     refresh: Budget,
 ) -> Result<Failed, Fatal> {
     let _span = info_span!("connectivity").entered();
-    let objects = match quarantine {
-        Some(q) => gix_odb::at(q.path(), repo.object_format),
-        None => gix_odb::at(&repo.objects_dir, repo.object_format),
-    }
-    .map_err(Fatal::Objects)?;
     let pass = Pass {
         repo,
-        objects: &objects,
+        objects,
         received,
         shallow,
         had,

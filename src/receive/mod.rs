@@ -50,7 +50,7 @@ use run_hooks::Hooks;
 use crate::hooks::HookSet;
 use crate::hooks::proc_receive::Proc;
 use crate::objects::ingest::Quarantine;
-use crate::objects::lookup::{Budget, Objects};
+use crate::objects::lookup::{Budget, Objects, Slots};
 use crate::protocol::report;
 use crate::protocol::request::{self, Start};
 use crate::protocol::sideband::{Mode, Sideband};
@@ -70,12 +70,6 @@ pub fn run(
     let repo = Repository::open(dir, &options.env.for_config())?;
     crate::repo::config::write_warnings(&mut stderr, &repo.config_warnings)?;
     let config = &repo.config;
-    let hook_set = HookSet::discover(
-        &repo.git_dir,
-        &repo.config_file,
-        &config.hooks.defined,
-        &mut stderr,
-    )?;
     // Signed pushes: the nonce is issued when the session starts, as git does.
     let push_cert_nonce = config.advertisement.cert_nonce_seed.as_deref().map(|seed| {
         let now = std::time::SystemTime::now()
@@ -129,6 +123,14 @@ pub fn run(
             Start::Request(req) => req,
         }
     };
+    // Looked up once there are commands: an advertisement, or a client with nothing to push,
+    // runs no hook (nor does git look one up then).
+    let hook_set = HookSet::discover(
+        &repo.git_dir,
+        &repo.config_file,
+        &config.hooks.defined,
+        &mut stderr,
+    )?;
     let mode = if req.capabilities.side_band_64k {
         Mode::Band64k
     } else {
@@ -168,6 +170,8 @@ pub fn run(
     }
 
     let objects = gix_odb::at(&repo.objects_dir, repo.object_format).map_err(Fatal::Objects)?;
+    // The push's later stores are opened with as many slots, without counting them again.
+    let slots = Slots::of(&objects);
     // The phases after the unpack re-read the object directories at most once after a miss.
     let refresh = Budget::default();
     let needs_pack = cmds.iter().any(|c| !c.command.is_delete());
@@ -198,6 +202,7 @@ pub fn run(
             repo: &repo,
             store: store.as_ref(),
             refresh: refresh.clone(),
+            slots,
             namespace: &namespace,
             hooks: &hooks,
             options,
@@ -206,10 +211,17 @@ pub fn run(
         };
         if !options.skip_connectivity_check {
             let check = |cmds: &mut [Cmd]| {
+                // Opened for each check: one after a gate's catch-up sees what it brought.
+                let dir = quarantine
+                    .as_ref()
+                    .map_or(&*repo.objects_dir, Quarantine::path);
+                let pushed = slots
+                    .open(dir, repo.object_format)
+                    .map_err(Fatal::Objects)?;
                 connectivity::check_connectivity(
                     cmds,
                     &repo,
-                    quarantine.as_ref(),
+                    &pushed,
                     unpacked.received.as_ref(),
                     &req.shallow,
                     &objects,
@@ -271,6 +283,8 @@ struct Session<'a> {
     store: &'a dyn RefStore,
     /// How often a missing object may still make the push re-read the object directories.
     refresh: Budget,
+    /// How many pack indices the push's object stores hold.
+    slots: Slots,
     /// `GIT_NAMESPACE`'s prefix, or empty.
     namespace: &'a str,
     hooks: &'a Hooks<'a>,
@@ -368,7 +382,10 @@ fn update_refs<W: Write, E: Write>(
         }
     }
     // Opened after the migration: its first lookup lists the packs that came with the push.
-    let objects = Objects::at(&s.repo.objects_dir, s.repo.object_format, s.refresh.clone())
+    let objects = s
+        .slots
+        .open(&s.repo.objects_dir, s.repo.object_format)
+        .map(|h| Objects::new(&h, s.refresh.clone()))
         .map_err(Fatal::Objects)?;
     let ctx = Decide {
         repo: s.repo,
@@ -445,7 +462,10 @@ fn refuse_by_access<W: Write, E: Write>(
         } else {
             if objects.is_none() {
                 let dir = quarantine.map_or(s.repo.objects_dir.as_path(), Quarantine::path);
-                let odb = Objects::at(dir, s.repo.object_format, s.refresh.clone())
+                let odb = s
+                    .slots
+                    .open(dir, s.repo.object_format)
+                    .map(|h| Objects::new(&h, s.refresh.clone()))
                     .map_err(Fatal::Objects)?;
                 objects = Some(odb);
             }

@@ -329,6 +329,75 @@ fn a_small_push_moves_its_loose_objects_in_without_a_stat_each() {
     );
 }
 
+/// A push's object stores after its first (the quarantine's for the connectivity check, the
+/// repository's after the migration) are opened with the first one's count of pack slots:
+/// opening one no longer lists the pack directories and resolves the alternates to count
+/// them (gix-odb's default): a one-commit push into a new repository lists its
+/// `objects/pack` twice, where it listed it four times.
+#[test]
+fn a_small_push_lists_the_pack_directory_twice() {
+    let w = World::new();
+    w.bare("srv.git");
+    w.git("srv.git", &["config", "receive.autogc", "false"]);
+    w.work("src");
+    let commit = w.commit("src", "f", "1\n");
+    let pack = w
+        .git_with_stdin("src", &["pack-objects", "--revs", "--stdout"], b"main\n")
+        .stdout;
+    let mut input = common::pkt(&format!(
+        "{} {commit} refs/heads/main\0report-status",
+        common::ZERO
+    ));
+    input.extend(b"0000");
+    input.extend(pack);
+    let trace = w.path("trace");
+    let mut cmd = w.cmd("strace", ".");
+    cmd.args(["-f", "-e", "trace=openat", "-o"])
+        .arg(&trace)
+        .arg(common::berth())
+        .args(["receive-pack", "--stateless-rpc", "srv.git"]);
+    let out = w.git_with_stdin_cmd(cmd, &input);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ok refs/heads/main"),
+        "{out:?}"
+    );
+    w.fsck("srv.git").unwrap();
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    let listed = trace
+        .lines()
+        .filter(|l| l.contains("srv.git/objects/pack\"") && l.contains("O_DIRECTORY"))
+        .count();
+    assert_eq!(listed, 2, "{trace}");
+}
+
+/// An advertisement (smart HTTP's `GET info/refs`) runs no hook, so it looks none up (nor does
+/// git): no path under `hooks/` is looked at. The push that follows looks each up once.
+#[test]
+fn an_advertisement_looks_up_no_hook() {
+    let w = World::new();
+    w.server_with_main();
+    let trace = w.path("trace");
+    let mut cmd = w.cmd("strace", ".");
+    cmd.args(["-f", "-e", "trace=%file", "-o"])
+        .arg(&trace)
+        .arg(common::berth())
+        .args([
+            "receive-pack",
+            "--stateless-rpc",
+            "--advertise-refs",
+            "srv.git",
+        ]);
+    let out = w.git_with_stdin_cmd(cmd, b"");
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("refs/heads/main"),
+        "{out:?}"
+    );
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    assert!(trace.contains("srv.git/HEAD"), "{trace}");
+    assert!(!trace.contains("srv.git/hooks/"), "{trace}");
+}
+
 /// Each loose object of `repo` (its id, without the fan-out's `/`) with its file's bytes.
 fn loose_objects(w: &World, repo: &str) -> Vec<(String, Vec<u8>)> {
     let mut all = Vec::new();
