@@ -53,7 +53,7 @@ impl Budget {
 
 /// How many pack indices the object stores of one push may hold (gix-odb's slots), counted
 /// when the push opens its first store. The later ones (the quarantine's, the repository's after
-/// the migration) are opened with twice as many and a margin ([`Slots::MARGIN`]), without the listing
+/// the migration) are opened with as many and a margin ([`Slots::MARGIN`]), without the listing
 /// of the pack directories and the resolving of the alternates that gix-odb's default makes on
 /// every opening to count them (and makes again at the store's first lookup): about 20 system
 /// calls a store.
@@ -61,26 +61,23 @@ impl Budget {
 pub struct Slots(u16);
 
 impl Slots {
-    /// With the doubling, room for the indices that may appear after the count: the push's own
-    /// pack, moved in from the quarantine, and other pushes' meanwhile (a store with too few
-    /// slots fails its lookups; the first store, gix-odb's default, has a tenth more than it
-    /// counted, and at least 32). A slot is a few words.
-    const MARGIN: u16 = 64;
+    /// Room for the indices that may appear after the count: the push's own pack, moved in
+    /// from the quarantine, and other pushes' meanwhile (a store with too few slots fails its
+    /// lookups; the first store, gix-odb's default, has a tenth more than it counted, and at
+    /// least 32, for the whole push). Each slot costs its store about 650 instructions to make
+    /// and drop (callgrind): a margin of 64 on twice the count cost a one-commit push more
+    /// than the listings it saved.
+    const MARGIN: u16 = 16;
 
     /// gix-odb's bound on a store's slots (`PackId::max_indices`).
     const MAX: u16 = (1 << 15) - 1;
 
-    /// The slots of `handle`'s store, doubled, with the margin.
+    /// The slots of `handle`'s store, with the margin.
     pub fn of(handle: &gix_odb::Handle) -> Self {
         let m = handle.store_ref().metrics();
         let total = m.unused_slots + m.known_reachable_indices + m.unreachable_indices;
         let total = u16::try_from(total).unwrap_or(Self::MAX);
-        Slots(
-            total
-                .saturating_mul(2)
-                .saturating_add(Self::MARGIN)
-                .min(Self::MAX),
-        )
+        Slots(total.saturating_add(Self::MARGIN).min(Self::MAX))
     }
 
     /// The object database at `objects_dir` (with its alternates), with these many slots.
@@ -415,9 +412,10 @@ mod tests {
         let first = gix_odb::at(&objects, gix_hash::Kind::Sha1).unwrap();
         let slots = Slots::of(&first);
         // gix-odb's default: a tenth more than the 30 packs it counted, at least 32.
-        assert_eq!(slots, Slots(33 * 2 + Slots::MARGIN));
-        // More packs arrive than the margin alone has room for.
-        blobs.extend((30..110).map(|i| add_pack(&repo, i)));
+        assert_eq!(slots, Slots(33 + Slots::MARGIN));
+        // As many packs arrive as the margin has room for, beyond the three the count's tenth
+        // left (a store with the count's slots alone could not hold them).
+        blobs.extend((30..30 + 3 + u32::from(Slots::MARGIN)).map(|i| add_pack(&repo, i)));
         let later = slots.open(&objects, gix_hash::Kind::Sha1).unwrap();
         for b in &blobs {
             assert!(later.exists(b), "{b}");
