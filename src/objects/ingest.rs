@@ -84,16 +84,16 @@ impl UnpackError {
     }
 }
 
-/// Move `from` to `to` unless something is at `to` already; whether it moved. One
+/// Move `from` to `to` unless a file is at `to` already; whether it moved. One
 /// `renameat2(RENAME_NOREPLACE)` (where a `stat` of `to` and a `rename` were two system calls
-/// an object); a file system without it (`EINVAL`) gets the `stat` and the `rename`.
+/// an object); a file system without it (`EINVAL`) gets the `stat` and the `rename`, and so does
+/// a `to` that is a dangling symbolic link (replaced, as before).
 fn rename_unless_present(from: &Path, to: &Path) -> io::Result<bool> {
     use rustix::fs::{CWD, RenameFlags, renameat_with};
     use rustix::io::Errno;
     match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
         Ok(()) => Ok(true),
-        Err(Errno::EXIST) => Ok(false),
-        Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => match to.exists() {
+        Err(Errno::EXIST | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => match to.exists() {
             true => Ok(false),
             false => std::fs::rename(from, to).map(|()| true),
         },
@@ -1515,6 +1515,26 @@ mod tests {
     /// A chain of deltas is unpacked with one application a delta: each decoded base is kept
     /// for the delta on it ([`PendingBases`]). Without it, every object walked its chain
     /// again, the square of the chain's length.
+    #[test]
+    fn a_move_keeps_a_file_already_in_place_and_replaces_a_dangling_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (dir.path().join("from"), dir.path().join("to"));
+        std::fs::write(&from, b"new").unwrap();
+        assert!(rename_unless_present(&from, &to).unwrap());
+        assert_eq!(std::fs::read(&to).unwrap(), b"new");
+        assert!(!from.exists());
+        // A file there already stays as it is; the caller removes what did not move.
+        std::fs::write(&from, b"again").unwrap();
+        assert!(!rename_unless_present(&from, &to).unwrap());
+        assert_eq!(std::fs::read(&to).unwrap(), b"new");
+        assert!(from.exists());
+        // A link to nothing is not an object: replaced.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();
+        assert!(rename_unless_present(&from, &link).unwrap());
+        assert_eq!(std::fs::read(&link).unwrap(), b"again");
+    }
+
     #[test]
     fn a_delta_chain_is_unpacked_with_one_application_a_delta() {
         use crate::test_git::{git, git_bytes};
