@@ -197,10 +197,11 @@ impl Quarantine {
     fn create_shared_dir(&self, dir: &Path) -> io::Result<bool> {
         use std::os::unix::fs::PermissionsExt;
         // One `mkdir` whether or not it is there (a `stat` first was a second call for each
-        // new fan-out directory).
+        // new fan-out directory). Something else than a directory in the way fails the move
+        // into it.
         match std::fs::create_dir(dir) {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
             Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::create_dir_all(dir)?,
             Err(e) => return Err(e),
         }
