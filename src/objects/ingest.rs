@@ -1513,9 +1513,9 @@ mod tests {
         assert!(count.contains(&format!("count: {objects}\n")), "{count}");
     }
 
-    /// A chain of deltas is unpacked with one application a delta: each decoded base is kept
-    /// for the delta on it ([`PendingBases`]). Without it, every object walked its chain
-    /// again, the square of the chain's length.
+    /// [`rename_unless_present`] moves into an empty place, leaves a file already there as it
+    /// is (an object the repository has), and replaces a link to nothing, as the `stat` and
+    /// `rename` it replaced did.
     #[test]
     fn a_move_keeps_a_file_already_in_place_and_replaces_a_dangling_link() {
         let dir = tempfile::tempdir().unwrap();
@@ -1536,6 +1536,9 @@ mod tests {
         assert_eq!(std::fs::read(&link).unwrap(), b"again");
     }
 
+    /// A chain of deltas is unpacked with one application a delta: each decoded base is kept
+    /// for the delta on it ([`PendingBases`]). Without it, every object walked its chain
+    /// again, the square of the chain's length.
     #[test]
     fn a_delta_chain_is_unpacked_with_one_application_a_delta() {
         use crate::test_git::{git, git_bytes};
