@@ -272,11 +272,9 @@ fn a_long_delta_chain_unpacks_to_the_same_loose_objects_as_git() {
     assert_eq!(loose.len(), 240, "a commit, a tree and a blob a version");
 }
 
-/// The `stat` calls (`strace -f -c`) of berth receiving a push of one commit of `n` new files
-/// into an empty repository (its objects loose, under `receive.unpackLimit`; with
-/// `fan_out`, its 256 fan-out directories made first, as in a repository that has objects),
-/// after checking that the push was accepted and the repository is whole.
-fn stats_of_a_small_push(n: usize, fan_out: bool) -> u64 {
+/// `srv.git`, a new repository (with `fan_out`, its 256 fan-out directories made first, as in
+/// one that has objects), and the request of a push of one commit of `n` new files to it.
+fn small_push(n: usize, fan_out: bool) -> (World, Vec<u8>) {
     let w = World::new();
     w.bare("srv.git");
     w.git("srv.git", &["config", "receive.autogc", "false"]);
@@ -299,22 +297,50 @@ fn stats_of_a_small_push(n: usize, fan_out: bool) -> u64 {
     ));
     input.extend(b"0000");
     input.extend(pack);
-    let summary = w.path("summary");
+    (w, input)
+}
+
+/// berth's `receive-pack --stateless-rpc <args> srv.git` on `input` under `strace -f
+/// <strace> -o <file>`: its output and the file's text.
+fn traced_receive_pack(
+    w: &World,
+    strace: &[&str],
+    args: &[&str],
+    input: &[u8],
+) -> (std::process::Output, String) {
+    let trace = w.path("trace");
     let mut cmd = w.cmd("strace", ".");
-    cmd.args(["-f", "-c", "-e", "trace=statx,newfstatat", "-o"])
-        .arg(&summary)
+    cmd.arg("-f")
+        .args(strace)
+        .arg("-o")
+        .arg(&trace)
         .arg(common::berth())
-        .args(["receive-pack", "--stateless-rpc", "srv.git"]);
-    let out = w.git_with_stdin_cmd(cmd, &input);
+        .args(["receive-pack", "--stateless-rpc"])
+        .args(args)
+        .arg("srv.git");
+    let out = w.git_with_stdin_cmd(cmd, input);
+    (out, std::fs::read_to_string(&trace).unwrap())
+}
+
+/// The push of [`small_push`] under `strace`, checked accepted and whole (its objects loose,
+/// under `receive.unpackLimit`): the trace.
+fn traced_small_push(n: usize, fan_out: bool, strace: &[&str]) -> String {
+    let (w, input) = small_push(n, fan_out);
+    let (out, trace) = traced_receive_pack(&w, strace, &[], &input);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("ok refs/heads/main"),
         "{out:?}"
     );
     w.fsck("srv.git").unwrap();
     assert_eq!(loose_objects(&w, "srv.git").len(), n + 2);
+    trace
+}
+
+/// The `stat` calls (`strace -f -c`) of [`traced_small_push`].
+fn stats_of_a_small_push(n: usize, fan_out: bool) -> u64 {
+    let summary = traced_small_push(n, fan_out, &["-c", "-e", "trace=statx,newfstatat"]);
     // `% time  seconds  usecs/call  calls  [errors]  syscall`, then `total`.
-    std::fs::read_to_string(&summary)
-        .unwrap()
+    summary
         .lines()
         .filter(|l| !l.ends_with("total"))
         .filter_map(|l| l.split_whitespace().nth(3)?.parse::<u64>().ok())
@@ -349,33 +375,7 @@ fn a_small_push_moves_its_loose_objects_in_without_a_stat_each() {
 /// `objects/pack` twice, where it listed it four times.
 #[test]
 fn a_small_push_lists_the_pack_directory_twice() {
-    let w = World::new();
-    w.bare("srv.git");
-    w.git("srv.git", &["config", "receive.autogc", "false"]);
-    w.work("src");
-    let commit = w.commit("src", "f", "1\n");
-    let pack = w
-        .git_with_stdin("src", &["pack-objects", "--revs", "--stdout"], b"main\n")
-        .stdout;
-    let mut input = common::pkt(&format!(
-        "{} {commit} refs/heads/main\0report-status",
-        common::ZERO
-    ));
-    input.extend(b"0000");
-    input.extend(pack);
-    let trace = w.path("trace");
-    let mut cmd = w.cmd("strace", ".");
-    cmd.args(["-f", "-e", "trace=openat", "-o"])
-        .arg(&trace)
-        .arg(common::berth())
-        .args(["receive-pack", "--stateless-rpc", "srv.git"]);
-    let out = w.git_with_stdin_cmd(cmd, &input);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("ok refs/heads/main"),
-        "{out:?}"
-    );
-    w.fsck("srv.git").unwrap();
-    let trace = std::fs::read_to_string(&trace).unwrap();
+    let trace = traced_small_push(1, false, &["-e", "trace=openat"]);
     let listed = trace
         .lines()
         .filter(|l| l.contains("srv.git/objects/pack\"") && l.contains("O_DIRECTORY"))
@@ -384,29 +384,17 @@ fn a_small_push_lists_the_pack_directory_twice() {
 }
 
 /// An advertisement (smart HTTP's `GET info/refs`) runs no hook, so it looks none up (nor does
-/// git): no path under `hooks/` is looked at. The push that follows looks each up once.
+/// git): no path under `hooks/` is looked at.
 #[test]
 fn an_advertisement_looks_up_no_hook() {
     let w = World::new();
     w.server_with_main();
-    let trace = w.path("trace");
-    let mut cmd = w.cmd("strace", ".");
-    cmd.args(["-f", "-e", "trace=%file", "-o"])
-        .arg(&trace)
-        .arg(common::berth())
-        .args([
-            "receive-pack",
-            "--stateless-rpc",
-            "--advertise-refs",
-            "srv.git",
-        ]);
-    let out = w.git_with_stdin_cmd(cmd, b"");
+    let (out, trace) = traced_receive_pack(&w, &["-e", "trace=%file"], &["--advertise-refs"], b"");
     assert!(out.status.success(), "{out:?}");
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("refs/heads/main"),
         "{out:?}"
     );
-    let trace = std::fs::read_to_string(&trace).unwrap();
     assert!(trace.contains("srv.git/HEAD"), "{trace}");
     assert!(!trace.contains("srv.git/hooks/"), "{trace}");
 }
