@@ -133,7 +133,7 @@ impl super::Cluster {
             let refs = open(&dir, &env)
                 .ok()
                 .and_then(|(repo, _)| refs::of_repository(&repo).snapshot().ok())
-                .map(|r| r.len());
+                .map(|r| r.iter().count());
             let quarantines = std::fs::read_dir(dir.join("objects"))
                 .map(|d| {
                     d.flatten()
@@ -243,7 +243,7 @@ pub(super) fn missing(
         .copied()
         .collect();
     let refs = refs::of_repository(&repo).snapshot()?;
-    let mut haves: Vec<_> = refs.iter().map(|(_, id)| *id).collect();
+    let mut haves: Vec<_> = refs.iter().map(|(_, id)| id).collect();
     haves.sort();
     haves.dedup();
     Ok((wants, haves))

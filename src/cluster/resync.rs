@@ -157,7 +157,7 @@ fn take_snapshot(cluster: &Cluster, name: &str) -> Result<Vec<u8>, ServeError> {
     // A name that is not UTF-8 cannot travel: left out, as the resyncing replica deletes it.
     let refs = refs
         .iter()
-        .filter_map(|(n, id)| Some((std::str::from_utf8(n).ok()?, *id)))
+        .filter_map(|(n, id)| Some((std::str::from_utf8(n).ok()?, id)))
         .map(|(n, id)| Ok((wire::RefName::try_from(n)?, wire::Oid(id))))
         .collect::<Result<Vec<_>, wire::Invalid>>()?;
     let answer = wire::encode(&Snapshot {
@@ -338,7 +338,7 @@ fn install(
             updates.push(RefUpdate {
                 name: name.into(),
                 change: Change::Delete {
-                    old: Expected::MustBe(*old),
+                    old: Expected::MustBe(old),
                 },
             });
         }

@@ -73,7 +73,7 @@ pub fn write(
     capabilities: &str,
     shallow: &[ObjectId],
 ) -> io::Result<()> {
-    let mut buf = Vec::with_capacity(64 * (refs.len() + 1));
+    let mut buf = Vec::with_capacity(64 * (refs.len_hint() + 1));
     let mut seen = HashSet::new();
     let mut line = Vec::with_capacity(512);
     let mut first = true;
@@ -97,12 +97,12 @@ pub fn write(
         }
         match name {
             Some(name) => {
-                seen.insert(*oid);
-                emit(&mut buf, oid, name)?;
+                seen.insert(oid);
+                emit(&mut buf, &oid, name)?;
             }
             None => {
-                if seen.insert(*oid) {
-                    emit(&mut buf, oid, b".have")?;
+                if seen.insert(oid) {
+                    emit(&mut buf, &oid, b".have")?;
                 }
             }
         }

@@ -132,7 +132,7 @@ fn alternate_tips(repo: &Repository, diagnostics: &mut dyn Write) -> Vec<ObjectI
                                 .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
                         });
                     if wanted {
-                        tips.push(*id);
+                        tips.push(id);
                     }
                 }
             }

@@ -207,7 +207,7 @@ fn rev_walk(repo: &Repository, objects: &gix_odb::Handle) -> connectivity::RevWa
     };
     let refs = crate::refs::of_repository(repo).snapshot();
     let limited = repo.detached_head().is_some_and(&mut peels_to_commit)
-        || refs.is_ok_and(|refs| refs.iter().any(|(_, id)| peels_to_commit(*id)));
+        || refs.is_ok_and(|refs| refs.iter().any(|(_, id)| peels_to_commit(id)));
     if limited {
         connectivity::RevWalk::Limited
     } else {

@@ -116,10 +116,53 @@ pub fn open(
 /// id they point to.
 #[derive(Debug, Default, Clone)]
 pub struct Refs {
+    /// The refs read one by one, sorted by name: the loose files (symbolic ones resolved), or
+    /// every ref of a reftable stack.
     entries: Vec<(BString, ObjectId)>,
+    /// `packed-refs`, searched where it is rather than copied into `entries`.
+    packed: Option<std::sync::Arc<PackedRefs>>,
     /// Which state of the store the refs were read from, when the store can tell (the
     /// reftable stack's table names): a transaction on an unchanged store need not check again.
     version: Option<Vec<String>>,
+}
+
+/// A `packed-refs` file as a snapshot sees it: its entries under `refs/` with valid names,
+/// except those a loose file of the same name (of any kind, a broken one too) shadows.
+struct PackedRefs {
+    file: packed::Packed,
+    /// The loose refs' names that `file` has too, sorted.
+    shadowed: Vec<Vec<u8>>,
+}
+
+impl std::fmt::Debug for PackedRefs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedRefs")
+            .field("bytes", &self.file.buf.len())
+            .field("shadowed", &self.shadowed.len())
+            .finish()
+    }
+}
+
+impl PackedRefs {
+    fn visible(&self, name: &[u8]) -> bool {
+        name.starts_with(b"refs/")
+            && gix_validate::reference::name(name.as_bstr()).is_ok()
+            && self
+                .shadowed
+                .binary_search_by(|s| s.as_slice().cmp(name))
+                .is_err()
+    }
+
+    /// The visible entries in name order; a name given twice, as a corrupt file can, keeps its
+    /// first value.
+    fn iter(&self) -> impl Iterator<Item = (&[u8], ObjectId)> {
+        let mut last: Option<&[u8]> = None;
+        self.file.iter().filter(move |(name, _)| {
+            let again = last == Some(*name);
+            last = Some(name);
+            !again && self.visible(name)
+        })
+    }
 }
 
 impl Refs {
@@ -128,41 +171,51 @@ impl Refs {
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         Refs {
             entries,
+            packed: None,
             version: None,
         }
     }
 
-    /// Build from `(name, id)` pairs sorted by name (a name given twice, as a corrupt
-    /// `packed-refs` can, keeps its first value).
-    fn from_sorted(mut entries: Vec<(BString, ObjectId)>) -> Self {
-        entries.dedup_by(|a, b| a.0 == b.0);
-        Refs {
-            entries,
-            version: None,
-        }
-    }
-
-    /// The number of refs.
-    pub fn len(&self) -> usize {
-        self.entries.len()
+    /// About how many refs there are, for sizing what lists them: `packed-refs`' entries are
+    /// not counted but guessed from its size (a line holds an id and a name).
+    pub fn len_hint(&self) -> usize {
+        self.entries.len() + self.packed.as_ref().map_or(0, |p| p.file.buf.len() / 64)
     }
 
     /// Whether there are no refs.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.iter().next().is_none()
     }
 
     /// The refs in name order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &ObjectId)> {
-        self.entries.iter().map(|(n, o)| (n.as_slice(), o))
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], ObjectId)> {
+        let mut read = self
+            .entries
+            .iter()
+            .map(|(n, o)| (n.as_slice(), *o))
+            .peekable();
+        let mut packed = self.packed.iter().flat_map(|p| p.iter()).peekable();
+        std::iter::from_fn(move || match (read.peek(), packed.peek()) {
+            (Some(r), Some(p)) if p.0 < r.0 => packed.next(),
+            (Some(_), _) => read.next(),
+            (None, _) => packed.next(),
+        })
     }
 
     /// The value of `name`, if it exists.
     pub fn get(&self, name: &[u8]) -> Option<ObjectId> {
-        self.entries
+        match self
+            .entries
             .binary_search_by(|(n, _)| n.as_slice().cmp(name))
-            .ok()
-            .map(|i| self.entries[i].1)
+        {
+            Ok(i) => Some(self.entries[i].1),
+            Err(_) => self
+                .packed
+                .as_ref()
+                .filter(|p| p.visible(name))
+                .and_then(|p| p.file.get(name))
+                .map(|e| e.oid),
+        }
     }
 
     /// The name of an existing ref that is `name` + `/…`, if any.
@@ -170,10 +223,20 @@ impl Refs {
         let i = self
             .entries
             .partition_point(|(n, _)| packed::cmp_below(n, name).is_lt());
-        self.entries
+        let read = self
+            .entries
             .get(i)
             .filter(|(n, _)| packed::is_below(n, name))
-            .map(|(n, _)| n.as_bstr())
+            .map(|(n, _)| n.as_slice());
+        let packed = self
+            .packed
+            .as_ref()
+            .and_then(|p| p.file.first_below(name, |n| !p.visible(n)));
+        match (read, packed) {
+            (Some(r), Some(p)) => Some(r.min(p)),
+            (r, p) => r.or(p),
+        }
+        .map(ByteSlice::as_bstr)
     }
 }
 
@@ -627,42 +690,37 @@ impl RefStore for FilesStore {
         // packed, so a ref it moves is seen in one place or the other, never in neither.
         let mut loose = Vec::new();
         loose::scan(&self.git_dir, &mut loose);
-        let packed = packed::Packed::read(&self.git_dir.join("packed-refs"))?;
+        let file = packed::Packed::read(&self.git_dir.join("packed-refs"))?;
         loose.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let mut entries: Vec<(BString, ObjectId)> = Vec::with_capacity(packed.len() + loose.len());
-        let mut loose = loose.into_iter().peekable();
-        let mut symbolic = Vec::new();
-        let mut take_loose = |entries: &mut Vec<(BString, ObjectId)>, (name, value)| match value {
-            packed::Loose::Object(oid) => entries.push((BString::from(name), oid)),
-            packed::Loose::Symbolic => symbolic.push(BString::from(name)),
-            packed::Loose::Broken => {}
-        };
-        for (name, oid) in packed.iter() {
-            while let Some(l) = loose.next_if(|l| l.0.as_slice() < name) {
-                take_loose(&mut entries, l);
+        let mut entries: Vec<(BString, ObjectId)> = Vec::with_capacity(loose.len());
+        let (mut symbolic, mut shadowed) = (Vec::new(), Vec::new());
+        for (name, value) in loose {
+            if file.get(&name).is_some() {
+                shadowed.push(name.clone());
             }
-            match loose.next_if(|l| l.0.as_slice() == name) {
-                Some(l) => take_loose(&mut entries, l),
-                None if name.starts_with(b"refs/")
-                    && gix_validate::reference::name(name.as_bstr()).is_ok() =>
-                {
-                    entries.push((BString::from(name), oid))
-                }
-                None => {}
+            match value {
+                packed::Loose::Object(oid) => entries.push((BString::from(name), oid)),
+                packed::Loose::Symbolic => symbolic.push(BString::from(name)),
+                packed::Loose::Broken => {}
             }
         }
-        for l in loose {
-            take_loose(&mut entries, l);
+        let packed = file
+            .entries()
+            .next()
+            .is_some()
+            .then(|| std::sync::Arc::new(PackedRefs { file, shadowed }));
+        // A symbolic ref resolves through the loose refs and `packed-refs` alike.
+        let resolved: Vec<_> = symbolic
+            .into_iter()
+            .filter_map(|name| self.resolve(name.as_bstr()).map(|oid| (name, oid)))
+            .collect();
+        let mut refs = Refs::from_unsorted(entries);
+        if !resolved.is_empty() {
+            refs.entries.extend(resolved);
+            refs.entries.sort_by(|a, b| a.0.cmp(&b.0));
         }
-        if symbolic.is_empty() {
-            return Ok(Refs::from_sorted(entries));
-        }
-        for name in symbolic {
-            if let Some(oid) = self.resolve(name.as_bstr()) {
-                entries.push((name, oid));
-            }
-        }
-        Ok(Refs::from_unsorted(entries))
+        refs.packed = packed;
+        Ok(refs)
     }
 
     fn symref_targets(&self, names: &[&[u8]]) -> Vec<Option<Option<BString>>> {
@@ -869,9 +927,8 @@ mod tests {
         std::fs::write(heads.join("bad..name"), format!("{b}\n")).expect("write");
 
         let store = FilesStore::open(&git_dir, gix_hash::Kind::Sha1, LogRefUpdates::Never);
-        let ours: String = store
-            .snapshot()
-            .expect("snapshot")
+        let refs = store.snapshot().expect("snapshot");
+        let ours: String = refs
             .iter()
             .map(|(n, o)| format!("{o} {}\n", n.as_bstr()))
             .collect();
@@ -881,5 +938,32 @@ mod tests {
             ours.contains("refs/heads/sym") && !ours.contains("hidden"),
             "{ours}"
         );
+        // Each ref is found by name, from the loose files or `packed-refs`, as it is listed.
+        for line in theirs.lines() {
+            let (id, name) = line.split_once(' ').expect("listed");
+            assert_eq!(
+                refs.get(name.as_bytes()).map(|o| o.to_string()),
+                Some(id.into())
+            );
+        }
+        let (a, b) = (
+            ObjectId::from_hex(a.as_bytes()),
+            ObjectId::from_hex(b.as_bytes()),
+        );
+        assert_eq!(refs.get(b"refs/heads/packed"), a.ok());
+        assert_eq!(refs.get(b"refs/heads/both"), b.ok(), "the loose file wins");
+        assert_eq!(
+            refs.get(b"refs/heads/hidden"),
+            None,
+            "a broken loose file hides"
+        );
+        let below = |n: &str| refs.first_below(n.as_bytes()).map(|b| b.to_string());
+        assert_eq!(below("refs/tags/t").as_deref(), Some("refs/tags/t/deep"));
+        assert_eq!(
+            below("refs/heads/loose").as_deref(),
+            Some("refs/heads/loose/one")
+        );
+        assert_eq!(below("refs/heads").as_deref(), Some("refs/heads/both"));
+        assert_eq!(below("refs/heads/both"), None);
     }
 }

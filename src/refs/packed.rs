@@ -235,6 +235,7 @@ fn git_path(git_dir: &Path, rel: &[u8]) -> String {
 }
 
 /// One entry of a `packed-refs` file.
+#[derive(Clone)]
 pub(super) struct Entry {
     name: Range<usize>,
     pub(super) oid: ObjectId,
@@ -243,12 +244,64 @@ pub(super) struct Entry {
     raw: Range<usize>,
 }
 
-/// A parsed `packed-refs` file.
+/// Where the entries of a `packed-refs` file are found.
+enum Layout {
+    /// The file says it is `sorted` (git writes it so): its lines are searched where they are,
+    /// as git's packed-ref snapshot searches them, and nothing is kept for each entry. A push
+    /// into a repository of 300,000 packed refs parsed and copied each of them twice before
+    /// (benches/README.md, "A push into a repository of many packed refs"). The first entry's
+    /// line starts at `start`.
+    Lines { start: usize },
+    /// Not said to be sorted, or with comment lines among the entries: every entry parsed
+    /// once and sorted by name.
+    Parsed(Vec<Entry>),
+}
+
+/// A `packed-refs` file, read and checked line by line.
 pub(super) struct Packed {
     pub(super) existed: bool,
     pub(super) buf: Vec<u8>,
-    entries: Vec<Entry>,
+    layout: Layout,
     fully_peeled: bool,
+}
+
+/// The line at `pos`, without its newline, and where the next line starts.
+fn line_at(buf: &[u8], pos: usize) -> (&[u8], usize) {
+    match buf[pos..].find_byte(b'\n') {
+        Some(i) => (&buf[pos..pos + i], pos + i + 1),
+        None => (&buf[pos..], buf.len()),
+    }
+}
+
+/// The entry whose line starts at `pos` (with the `^` line after it, if any), and where the
+/// next entry starts; else the range of the line that is not a `packed-refs` line.
+fn record(buf: &[u8], pos: usize) -> Result<(Entry, usize), Range<usize>> {
+    let (line, mut end) = line_at(buf, pos);
+    let bad = pos..pos + line.len();
+    let hex_len = line.find_byte(b' ').ok_or(bad.clone())?;
+    if line.len() < hex_len + 2 {
+        return Err(bad);
+    }
+    let oid = ObjectId::from_hex(&line[..hex_len]).map_err(|_| bad)?;
+    let mut entry = Entry {
+        name: pos + hex_len + 1..pos + line.len(),
+        oid,
+        peeled: None,
+        raw: pos..end,
+    };
+    if buf.get(end) == Some(&b'^') {
+        let (peeled, next) = line_at(buf, end);
+        let oid = ObjectId::from_hex(&peeled[1..]).map_err(|_| end..end + peeled.len())?;
+        entry.peeled = Some(oid);
+        entry.raw.end = next;
+        end = next;
+    }
+    Ok((entry, end))
+}
+
+/// The name on an entry's line.
+fn name_on(line: &[u8]) -> &[u8] {
+    line.find_byte(b' ').map_or(&[], |i| &line[i + 1..])
 }
 
 impl Packed {
@@ -263,95 +316,154 @@ impl Packed {
                 });
             }
         };
-        let bad = |line: &[u8]| PackedReadError::Syntax {
-            path: path.to_owned(),
-            line: line.into(),
-        };
-        let mut entries: Vec<Entry> = Vec::new();
-        let (mut sorted, mut fully_peeled) = (false, false);
-        let mut pos = 0;
-        while pos < buf.len() {
-            let end = buf[pos..]
-                .find_byte(b'\n')
-                .map_or(buf.len(), |i| pos + i + 1);
-            let line = &buf[pos..end];
-            let text = line.strip_suffix(b"\n").unwrap_or(line);
-            if let Some(traits) = text.strip_prefix(b"# pack-refs with: ") {
-                for t in traits.split_str(" ") {
-                    match t {
-                        b"sorted" => sorted = true,
-                        b"fully-peeled" => fully_peeled = true,
-                        _ => {}
-                    }
+        // The traits, on the first line as git writes and reads them.
+        let (mut start, mut sorted, mut fully_peeled) = (0, false, false);
+        if buf.starts_with(b"# pack-refs with: ") {
+            let (line, next) = line_at(&buf, 0);
+            for t in line[b"# pack-refs with: ".len()..].split_str(" ") {
+                match t {
+                    b"sorted" => sorted = true,
+                    b"fully-peeled" => fully_peeled = true,
+                    _ => {}
                 }
-            } else if text.starts_with(b"#") {
-                // Other comment lines are ignored, as git does.
-            } else if let Some(hex) = text.strip_prefix(b"^") {
-                let oid = ObjectId::from_hex(hex).map_err(|_| bad(text))?;
-                let last = entries.last_mut().ok_or_else(|| bad(text))?;
-                last.peeled = Some(oid);
-                last.raw.end = end;
-            } else {
-                let hex_len = text.find_byte(b' ').ok_or_else(|| bad(text))?;
-                if text.len() < hex_len + 2 {
-                    return Err(bad(text));
-                }
-                let oid = ObjectId::from_hex(&text[..hex_len]).map_err(|_| bad(text))?;
-                entries.push(Entry {
-                    name: pos + hex_len + 1..pos + text.len(),
-                    oid,
-                    peeled: None,
-                    raw: pos..end,
-                });
             }
-            pos = end;
+            start = next;
         }
-        let mut packed = Packed {
+        // Every line checked; the entries kept only where they are not searched in place.
+        let parse = |keep: bool| -> Result<(Vec<Entry>, bool), PackedReadError> {
+            let (mut entries, mut comments, mut pos) = (Vec::new(), false, start);
+            while pos < buf.len() {
+                if buf[pos] == b'#' {
+                    // Other comment lines are ignored, as git does.
+                    comments = true;
+                    pos = line_at(&buf, pos).1;
+                    continue;
+                }
+                let (entry, next) = record(&buf, pos).map_err(|bad| PackedReadError::Syntax {
+                    path: path.to_owned(),
+                    line: buf[bad].into(),
+                })?;
+                if keep {
+                    entries.push(entry);
+                }
+                pos = next;
+            }
+            Ok((entries, comments))
+        };
+        let layout = match parse(!sorted)? {
+            (_, false) if sorted => Layout::Lines { start },
+            (_, true) if sorted => Layout::Parsed(parse(true)?.0),
+            (mut entries, _) => {
+                entries.sort_by(|a, b| buf[a.name.clone()].cmp(&buf[b.name.clone()]));
+                Layout::Parsed(entries)
+            }
+        };
+        Ok(Packed {
             existed,
             buf,
-            entries,
+            layout,
             fully_peeled,
-        };
-        if !sorted {
-            let Packed { buf, entries, .. } = &mut packed;
-            entries.sort_by(|a, b| buf[a.name.clone()].cmp(&buf[b.name.clone()]));
-        }
-        Ok(packed)
+        })
     }
 
-    fn name(&self, e: &Entry) -> &[u8] {
+    pub(super) fn name(&self, e: &Entry) -> &[u8] {
         &self.buf[e.name.clone()]
     }
 
-    /// How many entries there are.
-    pub(super) fn len(&self) -> usize {
-        self.entries.len()
+    /// Every entry, in name order.
+    pub(super) fn entries(&self) -> Entries<'_> {
+        Entries {
+            packed: self,
+            at: match self.layout {
+                Layout::Lines { start } => start,
+                Layout::Parsed(_) => 0,
+            },
+        }
     }
 
     /// Every entry's name and value, in name order.
     pub(super) fn iter(&self) -> impl Iterator<Item = (&[u8], ObjectId)> {
-        self.entries.iter().map(|e| (self.name(e), e.oid))
+        self.entries().map(|e| (&self.buf[e.name], e.oid))
     }
 
-    fn find(&self, name: &[u8]) -> Result<usize, usize> {
-        self.entries
-            .binary_search_by(|e| self.buf[e.name.clone()].cmp(name))
+    /// Where the first entry for which `before` is false is: a byte offset of the file
+    /// (searched as git's `find_reference_location`), or an index of the parsed entries.
+    fn partition(&self, before: impl Fn(&[u8]) -> bool) -> usize {
+        let buf = &self.buf;
+        match &self.layout {
+            Layout::Parsed(entries) => entries.partition_point(|e| before(&buf[e.name.clone()])),
+            Layout::Lines { start } => {
+                // `lo` is always where an entry starts, so the entry around `mid` starts at or
+                // after it.
+                let (mut lo, mut hi) = (*start, buf.len());
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    let mut at = buf[lo..mid].rfind_byte(b'\n').map_or(lo, |i| lo + i + 1);
+                    if buf[at] == b'^' && at > lo {
+                        at = buf[lo..at - 1].rfind_byte(b'\n').map_or(lo, |i| lo + i + 1);
+                    }
+                    let (line, mut next) = line_at(buf, at);
+                    if before(name_on(line)) {
+                        if buf.get(next) == Some(&b'^') {
+                            next = line_at(buf, next).1;
+                        }
+                        lo = next;
+                    } else {
+                        hi = at;
+                    }
+                }
+                lo
+            }
+        }
     }
 
-    pub(super) fn get(&self, name: &[u8]) -> Option<&Entry> {
-        self.find(name).ok().map(|i| &self.entries[i])
+    /// The entries from where [`Self::partition`] found, in name order.
+    fn entries_from(&self, at: usize) -> Entries<'_> {
+        Entries { packed: self, at }
+    }
+
+    pub(super) fn get(&self, name: &[u8]) -> Option<Entry> {
+        let at = self.partition(|n| n < name);
+        self.entries_from(at)
+            .next()
+            .filter(|e| &self.buf[e.name.clone()] == name)
     }
 
     /// The first entry named `name/…` that `skip` does not rule out, if any.
     pub(super) fn first_below(&self, name: &[u8], skip: impl Fn(&[u8]) -> bool) -> Option<&[u8]> {
-        let i = self
-            .entries
-            .partition_point(|e| cmp_below(&self.buf[e.name.clone()], name).is_lt());
-        self.entries[i..]
-            .iter()
-            .map(|e| self.name(e))
+        let at = self.partition(|n| cmp_below(n, name).is_lt());
+        self.entries_from(at)
+            .map(|e| &self.buf[e.name])
             .take_while(|n| is_below(n, name))
             .find(|n| !skip(n))
+    }
+}
+
+/// The entries of a [`Packed`] from one place on, in name order.
+pub(super) struct Entries<'p> {
+    packed: &'p Packed,
+    /// A byte offset of the file, or an index of the parsed entries.
+    at: usize,
+}
+
+impl Iterator for Entries<'_> {
+    type Item = Entry;
+
+    fn next(&mut self) -> Option<Entry> {
+        match &self.packed.layout {
+            Layout::Parsed(entries) => {
+                let e = entries.get(self.at)?.clone();
+                self.at += 1;
+                Some(e)
+            }
+            // Checked when read: every line from `start` on is an entry.
+            Layout::Lines { .. } if self.at < self.packed.buf.len() => {
+                let (e, next) = record(&self.packed.buf, self.at).ok()?;
+                self.at = next;
+                Some(e)
+            }
+            Layout::Lines { .. } => None,
+        }
     }
 }
 
@@ -1236,7 +1348,7 @@ pub(super) fn render(
 ) -> io::Result<()> {
     out.write_all(HEADER)?;
     let mut line = Vec::with_capacity(2 * gix_hash::Kind::longest().len_in_hex() + 256);
-    let mut old = packed.entries.iter().peekable();
+    let mut old = packed.entries().peekable();
     for it in items {
         let u = &updates[it.index()];
         let name = u.name.as_slice();
@@ -1258,7 +1370,7 @@ pub(super) fn render(
         }
     }
     for e in old {
-        copy_entry(packed, e, peeler, &mut line, out)?;
+        copy_entry(packed, &e, peeler, &mut line, out)?;
     }
     Ok(())
 }
@@ -1477,5 +1589,129 @@ pub(super) fn append_reflog(
         .open(&path);
     if let Ok(mut f) = file {
         let _ = f.write_all(&line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `packed-refs` of `n` refs in name order, each third one peeled, with `header` first.
+    fn file(header: &str, n: usize) -> (Vec<u8>, Vec<(String, ObjectId)>) {
+        let mut text = header.as_bytes().to_vec();
+        let mut refs = Vec::new();
+        for i in 0..n {
+            let name = match i % 4 {
+                0 => format!("refs/heads/b{i:05}"),
+                1 => format!("refs/heads/b{:05}/below", i - 1),
+                2 => format!("refs/heads/b{:05}-dash", i - 2),
+                _ => format!("refs/tags/t{i:05}"),
+            };
+            refs.push(name);
+        }
+        refs.sort();
+        let refs: Vec<(String, ObjectId)> = refs
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let oid = ObjectId::from_hex(format!("{:040x}", i + 1).as_bytes()).expect("hex");
+                (name, oid)
+            })
+            .collect();
+        for (i, (name, oid)) in refs.iter().enumerate() {
+            text.extend_from_slice(format!("{oid} {name}\n").as_bytes());
+            if i % 3 == 0 {
+                text.extend_from_slice(format!("^{:040x}\n", i + 7).as_bytes());
+            }
+        }
+        (text, refs)
+    }
+
+    fn read(text: &[u8]) -> Packed {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("packed-refs");
+        fs::write(&path, text).expect("write");
+        Packed::read(&path).expect("read")
+    }
+
+    /// A file git wrote `sorted` is searched where it is, and finds what the same entries
+    /// parsed and sorted find: every name, the names between them, and what is below each.
+    #[test]
+    fn a_sorted_file_is_searched_in_place_as_the_parsed_one_is() {
+        let (sorted_text, refs) = file("# pack-refs with: peeled fully-peeled sorted \n", 997);
+        let (parsed_text, _) = file("# pack-refs with: peeled fully-peeled \n", 997);
+        let (in_place, parsed) = (read(&sorted_text), read(&parsed_text));
+        assert!(matches!(in_place.layout, Layout::Lines { .. }));
+        assert!(matches!(parsed.layout, Layout::Parsed(_)));
+
+        let listed = |p: &Packed| -> Vec<(Vec<u8>, ObjectId, Option<ObjectId>)> {
+            p.entries()
+                .map(|e| (p.name(&e).to_vec(), e.oid, e.peeled))
+                .collect()
+        };
+        assert_eq!(listed(&in_place), listed(&parsed));
+        assert_eq!(listed(&in_place).len(), refs.len());
+
+        let mut names: Vec<String> = vec!["".into(), "refs".into(), "zzz".into()];
+        for (name, _) in &refs {
+            names.extend([name.clone(), format!("{name}0"), format!("{name}/")]);
+            names.push(name[..name.len() - 1].to_owned());
+        }
+        for name in &names {
+            let n = name.as_bytes();
+            let get = |p: &Packed| p.get(n).map(|e| (e.oid, e.peeled));
+            assert_eq!(get(&in_place), get(&parsed), "{name}");
+            let want = refs.iter().find(|(r, _)| r == name).map(|(_, o)| *o);
+            assert_eq!(get(&in_place).map(|(o, _)| o), want, "{name}");
+            let below = |p: &Packed| p.first_below(n, |_| false).map(<[u8]>::to_vec);
+            assert_eq!(below(&in_place), below(&parsed), "{name}");
+            let skipping = |p: &Packed| {
+                p.first_below(n, |b| b.ends_with(b"below"))
+                    .map(<[u8]>::to_vec)
+            };
+            assert_eq!(skipping(&in_place), skipping(&parsed), "{name}");
+        }
+        // The file's own entries are written back as they were.
+        let raw =
+            |p: &Packed| -> Vec<u8> { p.entries().flat_map(|e| p.buf[e.raw].to_vec()).collect() };
+        assert_eq!(
+            raw(&in_place),
+            sorted_text[sorted_text.find_byte(b'\n').unwrap() + 1..]
+        );
+    }
+
+    /// A broken line anywhere is refused when the file is read, searched in place or not, in
+    /// git's words; a comment among the entries makes the file parsed, as it cannot be searched.
+    #[test]
+    fn a_broken_line_is_refused_and_a_comment_makes_the_file_parsed() {
+        let (good, _) = file("# pack-refs with: peeled fully-peeled sorted \n", 40);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("packed-refs");
+        let lines: Vec<&[u8]> = good.split_inclusive(|&b| b == b'\n').collect();
+        for broken in [
+            &b"0123 refs/heads/short-id\n"[..],
+            b"^nothex\n",
+            b"no-space\n",
+        ] {
+            let mut text = lines[..20].concat();
+            text.extend_from_slice(broken);
+            text.extend_from_slice(&lines[20..].concat());
+            fs::write(&path, &text).expect("write");
+            let err = Packed::read(&path).err().expect("refused").to_string();
+            assert_eq!(
+                err,
+                format!(
+                    "unexpected line in {}: {}",
+                    path.display(),
+                    broken[..broken.len() - 1].as_bstr()
+                )
+            );
+        }
+        let mut text = lines[..20].concat();
+        text.extend_from_slice(b"# a comment\n");
+        text.extend_from_slice(&lines[20..].concat());
+        let commented = read(&text);
+        assert!(matches!(commented.layout, Layout::Parsed(_)));
+        assert_eq!(commented.entries().count(), 40);
     }
 }

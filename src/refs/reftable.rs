@@ -90,6 +90,7 @@ impl Merged {
             .collect();
         Refs {
             entries,
+            packed: None,
             version: Some(self.tables.clone()),
         }
     }

@@ -141,6 +141,93 @@ fn batch_over_loose_and_packed_refs_with_deletions_matches_git() {
     }
 }
 
+/// A small push into a repository of thousands of packed refs (some of them peeled tags), whose
+/// `packed-refs` berth searches where it is rather than reading every entry: each command is
+/// judged against the packed value or the packed names around it (an update, a refused rewind,
+/// a deletion, a new name between packed ones, names conflicting with a packed ref above and
+/// below) exactly as git receive-pack judges it.
+#[test]
+fn a_small_push_among_thousands_of_packed_refs_is_judged_as_git_judges_it() {
+    let scenario = |r: Receiver| {
+        let w = World::new();
+        w.bare("srv.git");
+        w.work("src");
+        let one = w.commit("src", "a", "1");
+        w.git("src", &["tag", "-a", "-m", "t", "annotated"]);
+        let tag = w.git("src", &["rev-parse", "annotated"]).trim().to_owned();
+        let two = w.commit("src", "a", "2");
+        w.git("src", &["push", "-q", "../srv.git", "main", "annotated"]);
+        make_refs(&w, "srv.git", "refs/heads/p/", 3000, &one);
+        make_refs(&w, "srv.git", "refs/heads/q/", 3000, &two);
+        make_refs(&w, "srv.git", "refs/tags/t/", 1000, &tag);
+        w.git("srv.git", &["pack-refs", "--all"]);
+        let specs = [
+            format!("{two}:refs/heads/p/00010"),
+            format!("{one}:refs/heads/q/00020"),
+            format!("{two}:refs/heads/p/00030/below"),
+            format!("{two}:refs/heads/q"),
+            ":refs/heads/p/00040".to_owned(),
+            format!("{two}:refs/heads/p/00050-new"),
+            format!("+{two}:refs/tags/t/00005"),
+            format!("{two}:refs/heads/p/02999"),
+        ];
+        let args: Vec<&str> = specs.iter().map(String::as_str).collect();
+        let push = w.push("src", r, "srv.git", &args);
+        if r == Receiver::Berth {
+            w.assert_clean("srv.git");
+        }
+        (push, w.refs("srv.git"))
+    };
+    let (mut git, berth) = (scenario(Receiver::Git), scenario(Receiver::Berth));
+    // git master words a name conflict with a packed ref without 2.47's `cannot lock ref`
+    // (`a_name_conflict_with_a_packed_ref_in_git_masters_words`), as berth does.
+    git.0.stdout = git.0.stdout.replace(
+        "[remote rejected] (failed to update ref)",
+        "[remote rejected] (refname conflict)",
+    );
+    for name in ["refs/heads/p/00030/below", "refs/heads/q"] {
+        git.0.stderr = git
+            .0
+            .stderr
+            .replace(&format!("cannot lock ref '{name}': "), "");
+    }
+    assert_eq!(git.0, berth.0, "git (left) and berth (right) differ");
+    let differ: Vec<_> = git
+        .1
+        .lines()
+        .zip(berth.1.lines())
+        .filter(|(g, b)| g != b)
+        .collect();
+    assert!(
+        differ.is_empty() && git.1 == berth.1,
+        "(git, berth): {differ:?}"
+    );
+    let verdicts = &berth.0.stdout;
+    for (name, verdict) in [
+        ("refs/heads/p/00010", "\t"),
+        ("refs/heads/q/00020", "[rejected] (non-fast-forward)"),
+        ("refs/heads/p/00030/below", "[remote rejected]"),
+        ("refs/heads/q", "[remote rejected]"),
+        ("refs/heads/p/00040", "[deleted]"),
+        ("refs/heads/p/00050-new", "[new branch]"),
+        ("refs/tags/t/00005", "(forced update)"),
+        ("refs/heads/p/02999", "\t"),
+    ] {
+        assert!(
+            verdicts
+                .lines()
+                .any(|l| l.contains(&format!(":{name}\t")) && l.contains(verdict)),
+            "{name}: {verdict}\n{verdicts}"
+        );
+    }
+    assert_eq!(
+        berth.1.lines().count(),
+        2 + 7000 - 1 + 1,
+        "{}",
+        berth.0.stdout
+    );
+}
+
 /// Every reflog entry of `repo` as `<ref> <old> <new>` (the identity and time left out: they
 /// differ between runs), sorted; with reftable, git's listing of them (which has no old values).
 fn reflog_values(w: &World, repo: &str) -> Vec<String> {
