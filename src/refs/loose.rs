@@ -49,11 +49,13 @@ pub(super) struct Locked<'a> {
 }
 
 /// Steps 1 and 2 for the live updates (`results[i].is_ok()`): a ref that fails drops out with
-/// its error, unless the batch is atomic.
+/// its error, unless the batch is atomic. `current` is `packed-refs` as the push's snapshot read
+/// it.
 pub(super) fn lock<'a>(
     batch: super::Batch<'a>,
     updates: &'a [RefUpdate],
     results: &mut [RefResult],
+    current: Option<&Packed>,
 ) -> Result<Locked<'a>, Failed<PrepareError>> {
     let super::Batch {
         git_dir, atomic, ..
@@ -61,12 +63,21 @@ pub(super) fn lock<'a>(
     let mut order = live(results);
     order.sort_by(|&a, &b| updates[a as usize].name.cmp(&updates[b as usize].name));
     let sorted = Sorted { updates, order };
-    let packed = Packed::read(&git_dir.join("packed-refs")).map_err(Failed::quietly)?;
+    // `packed-refs` as the push's snapshot read it, unless it has been replaced since.
+    let path = git_dir.join("packed-refs");
+    let read;
+    let packed = match current.filter(|p| p.unchanged(&path)) {
+        Some(p) => p,
+        None => {
+            read = Packed::read(&path).map_err(Failed::quietly)?;
+            &read
+        }
+    };
 
     let mut items: Vec<Item> = Vec::with_capacity(sorted.order.len());
     for (k, &i) in sorted.order.iter().enumerate() {
         let i = i as usize;
-        match lock_one(batch, &packed, &sorted, k, &updates[i]) {
+        match lock_one(batch, packed, &sorted, k, &updates[i]) {
             Ok((lock, before)) => items.push(Item::locked(i, lock, before)),
             Err(e) if atomic => return Err(Failed::quietly(e)),
             Err(e) => results[i] = Err(Box::new(e)),

@@ -582,7 +582,8 @@ impl FilesStore {
         {
             return Ok(transaction::Locked::Packed(locked));
         }
-        loose::lock(batch, updates, results).map(transaction::Locked::Loose)
+        let read = options.current.packed.as_ref().map(|p| &p.file);
+        loose::lock(batch, updates, results, read).map(transaction::Locked::Loose)
     }
 }
 

@@ -263,6 +263,33 @@ pub(super) struct Packed {
     pub(super) buf: Vec<u8>,
     layout: Layout,
     fully_peeled: bool,
+    /// The file as `stat` saw it when it was read (`None`: there was none).
+    stat: Option<Stat>,
+}
+
+/// What tells one `packed-refs` from another without reading it, as git's
+/// `stat_validity_check` tells them: git and berth only ever replace the file by a rename, so
+/// the same inode with the same size and times holds the same entries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stat {
+    fn of(m: &fs::Metadata) -> Stat {
+        use std::os::unix::fs::MetadataExt;
+        Stat {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
 }
 
 /// The line at `pos`, without its newline, and where the next line starts.
@@ -306,9 +333,16 @@ fn name_on(line: &[u8]) -> &[u8] {
 
 impl Packed {
     pub(super) fn read(path: &Path) -> Result<Packed, PackedReadError> {
-        let (existed, buf) = match fs::read(path) {
-            Ok(b) => (true, b),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => (false, Vec::new()),
+        let read = |mut f: fs::File| -> io::Result<(Stat, Vec<u8>)> {
+            use io::Read;
+            let stat = Stat::of(&f.metadata()?);
+            let mut buf = Vec::with_capacity(usize::try_from(stat.size).unwrap_or(0));
+            f.read_to_end(&mut buf)?;
+            Ok((stat, buf))
+        };
+        let (stat, buf) = match fs::File::open(path).and_then(read) {
+            Ok((stat, b)) => (Some(stat), b),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (None, Vec::new()),
             Err(source) => {
                 return Err(PackedReadError::Io {
                     path: path.to_owned(),
@@ -316,6 +350,7 @@ impl Packed {
                 });
             }
         };
+        let existed = stat.is_some();
         // The traits, on the first line as git writes and reads them.
         let (mut start, mut sorted, mut fully_peeled) = (0, false, false);
         if buf.starts_with(b"# pack-refs with: ") {
@@ -363,7 +398,17 @@ impl Packed {
             buf,
             layout,
             fully_peeled,
+            stat,
         })
+    }
+
+    /// Whether the file at `path` is still the one read (or still missing): then it holds the
+    /// same entries and need not be read again.
+    pub(super) fn unchanged(&self, path: &Path) -> bool {
+        match fs::metadata(path) {
+            Ok(m) => self.stat == Some(Stat::of(&m)),
+            Err(e) => e.kind() == io::ErrorKind::NotFound && self.stat.is_none(),
+        }
     }
 
     pub(super) fn name(&self, e: &Entry) -> &[u8] {
@@ -1678,6 +1723,27 @@ mod tests {
             raw(&in_place),
             sorted_text[sorted_text.find_byte(b'\n').unwrap() + 1..]
         );
+    }
+
+    /// A file read is known unchanged until it is replaced, even by one of the same size, or
+    /// removed; a file that was missing, until one is made.
+    #[test]
+    fn a_file_read_is_unchanged_until_it_is_replaced() {
+        let (text, _) = file("# pack-refs with: peeled fully-peeled sorted \n", 10);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (path, new) = (dir.path().join("packed-refs"), dir.path().join("new"));
+        let missing = Packed::read(&path).expect("read");
+        assert!(missing.unchanged(&path));
+        fs::write(&path, &text).expect("write");
+        assert!(!missing.unchanged(&path));
+        let packed = Packed::read(&path).expect("read");
+        assert!(packed.unchanged(&path));
+        fs::write(&new, &text).expect("write");
+        fs::rename(&new, &path).expect("rename");
+        assert!(!packed.unchanged(&path), "the same bytes in another file");
+        let again = Packed::read(&path).expect("read");
+        fs::remove_file(&path).expect("remove");
+        assert!(!again.unchanged(&path));
     }
 
     /// A broken line anywhere is refused when the file is read, searched in place or not, in
