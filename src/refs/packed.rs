@@ -1746,6 +1746,62 @@ mod tests {
         assert!(!again.unchanged(&path));
     }
 
+    /// A damaged file (bytes changed, lines cut, `^` and newlines where they do not belong,
+    /// entries out of order under the `sorted` trait) is refused or read; either way no lookup
+    /// on it panics.
+    #[test]
+    fn a_damaged_file_never_panics_a_lookup() {
+        let (good, refs) = file("# pack-refs with: peeled fully-peeled sorted \n", 60);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("packed-refs");
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let (mut read, mut refused) = (0, 0);
+        for _ in 0..3000 {
+            let mut text = good.clone();
+            for _ in 0..1 + next(4) {
+                let at = next(text.len());
+                match next(5) {
+                    0 => text[at] = b"^\n #0a/"[next(6)],
+                    1 => text.truncate(at),
+                    2 => text.insert(at, b"^\n"[next(2)]),
+                    3 => {
+                        text.remove(at);
+                    }
+                    _ => {
+                        let (a, b) = (next(text.len()), next(text.len()));
+                        text.swap(a, b);
+                    }
+                }
+                if text.is_empty() {
+                    break;
+                }
+            }
+            fs::write(&path, &text).expect("write");
+            let Ok(packed) = Packed::read(&path) else {
+                refused += 1;
+                continue;
+            };
+            read += 1;
+            let _ = packed.entries().count();
+            for (name, _) in refs.iter().step_by(7) {
+                let n = name.as_bytes();
+                let _ = packed.get(n);
+                let _ = packed.first_below(&n[..n.len() / 2], |_| false);
+                let _ = packed.first_below(n, |_| false);
+            }
+        }
+        assert!(
+            read > 300 && refused > 300,
+            "read {read}, refused {refused}"
+        );
+    }
+
     /// A broken line anywhere is refused when the file is read, searched in place or not, in
     /// git's words; a comment among the entries makes the file parsed, as it cannot be searched.
     #[test]
