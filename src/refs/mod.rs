@@ -575,14 +575,15 @@ impl FilesStore {
             fsync: self.fsync,
             locks: self.locks,
         };
+        // `packed-refs` as the push's snapshot read it: taken again while it is the same file.
+        let read = options.current.packed.as_ref().map(|p| &p.file);
         // Else (`packed::Fallback`) a symbolic ref is involved, or packed-refs.lock is held: one
         // lock per ref, as git.
         if results.iter().filter(|r| r.is_ok()).count() >= PACKED_BATCH_THRESHOLD
-            && let Ok(locked) = packed::lock(batch, updates, results)?
+            && let Ok(locked) = packed::lock(batch, updates, results, read)?
         {
             return Ok(transaction::Locked::Packed(locked));
         }
-        let read = options.current.packed.as_ref().map(|p| &p.file);
         loose::lock(batch, updates, results, read).map(transaction::Locked::Loose)
     }
 }

@@ -245,6 +245,7 @@ pub(super) struct Entry {
 }
 
 /// Where the entries of a `packed-refs` file are found.
+#[derive(Clone)]
 enum Layout {
     /// The file says it is `sorted` (git writes it so): its lines are searched where they are,
     /// as git's packed-ref snapshot searches them, and nothing is kept for each entry. A push
@@ -258,6 +259,7 @@ enum Layout {
 }
 
 /// A `packed-refs` file, read and checked line by line.
+#[derive(Clone)]
 pub(super) struct Packed {
     pub(super) existed: bool,
     pub(super) buf: Vec<u8>,
@@ -909,8 +911,9 @@ pub(super) struct Locked<'a> {
     batch: super::Batch<'a>,
     updates: &'a [RefUpdate],
     packed_lock: Lock,
-    /// `packed-refs` as read under its lock.
-    packed: Packed,
+    /// `packed-refs` as it is under its lock: read again, or the push's snapshot's while
+    /// `stat` says it is the same file.
+    packed: std::borrow::Cow<'a, Packed>,
     /// The directories the batch touches, and what the first scan saw in them.
     dirs: HashSet<&'a [u8]>,
     scan: Scan,
@@ -920,10 +923,12 @@ pub(super) struct Locked<'a> {
 
 /// Steps 1 to 5 for the live updates (`results[i].is_ok()`): a ref that fails drops out with
 /// its error, unless the batch is atomic. See the module documentation for the protocol.
+/// `current` is `packed-refs` as the push's snapshot read it.
 pub(super) fn lock<'a>(
     batch: super::Batch<'a>,
     updates: &'a [RefUpdate],
     results: &mut [RefResult],
+    current: Option<&'a Packed>,
 ) -> Result<Result<Locked<'a>, Fallback>, Failed<PrepareError>> {
     let super::Batch {
         git_dir, atomic, ..
@@ -943,7 +948,10 @@ pub(super) fn lock<'a>(
         Err(LockError::Held { .. }) => return Ok(Err(Fallback)),
         Err(e) => return Err(Failed::quietly(e)),
     };
-    let packed = Packed::read(&packed_path).map_err(Failed::quietly)?;
+    let packed = match current.filter(|p| p.unchanged(&packed_path)) {
+        Some(p) => std::borrow::Cow::Borrowed(p),
+        None => std::borrow::Cow::Owned(Packed::read(&packed_path).map_err(Failed::quietly)?),
+    };
 
     let dirs = dirs_of(names());
     let mut scan = Scan::new(git_dir, dirs.iter().copied());

@@ -410,6 +410,39 @@ fn a_small_push_reads_packed_refs_once() {
     w.fsck("srv.git").unwrap();
 }
 
+/// A push of many refs (one `packed-refs` rewrite) reads the old `packed-refs` once too: under
+/// `packed-refs.lock` it takes the push's snapshot's while `stat` says it is the same file.
+#[test]
+fn a_push_of_many_refs_reads_packed_refs_once() {
+    if common::reftable() {
+        return; // about packed-refs, the files backend's
+    }
+    let w = World::new();
+    let (c1, _) = w.server_with_history();
+    w.git("srv.git", &["config", "receive.autogc", "false"]);
+    w.git("srv.git", &["pack-refs", "--all"]);
+    let commands: Vec<String> = (0..150)
+        .map(|i| format!("{} {c1} refs/heads/many/{i:03}", common::ZERO))
+        .collect();
+    let mut input = common::request(&commands, " report-status");
+    input.extend(common::EMPTY_PACK);
+    let (out, trace) = traced_receive_pack(&w, &["-e", "trace=openat"], &[], &input);
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        answer.matches("ok refs/heads/many/").count(),
+        150,
+        "{out:?}"
+    );
+    let reads = trace
+        .lines()
+        .filter(|l| l.contains("srv.git/packed-refs\""))
+        .count();
+    assert_eq!(reads, 1, "{trace}");
+    let listed = w.git("srv.git", &["for-each-ref", "refs/heads/many/"]);
+    assert_eq!(listed.lines().count(), 150);
+    w.fsck("srv.git").unwrap();
+}
+
 /// An advertisement (smart HTTP's `GET info/refs`) runs no hook, so it looks none up (nor does
 /// git): no path under `hooks/` is looked at.
 #[test]
