@@ -15,7 +15,8 @@
 //! 1. Take `packed-refs.lock` (`O_CREAT|O_EXCL`, retried with git's backoff for
 //!    `core.packedRefsTimeout`, default 1 s). From here on no one else rewrites `packed-refs`: git takes
 //!    this lock for every `packed-refs` write (deletions, `pack-refs`, `gc`).
-//! 2. Re-read `packed-refs` under the lock.
+//! 2. Re-read `packed-refs` under the lock, unless `stat` says it is still the file the push's
+//!    snapshot read: then that one is kept (git keeps its packed snapshot so).
 //! 3. Scan (`readdir`) every directory that holds, or is a prefix of, a ref of the batch: this
 //!    gives, per name, whether a loose file `<ref>`, a `<ref>.lock`, or a directory `<ref>/`
 //!    exists, and whether a prefix of the name is a loose ref (directory/file conflict).
