@@ -63,21 +63,12 @@ pub(super) fn lock<'a>(
     let mut order = live(results);
     order.sort_by(|&a, &b| updates[a as usize].name.cmp(&updates[b as usize].name));
     let sorted = Sorted { updates, order };
-    // `packed-refs` as the push's snapshot read it, unless it has been replaced since.
-    let path = git_dir.join("packed-refs");
-    let read;
-    let packed = match current.filter(|p| p.unchanged(&path)) {
-        Some(p) => p,
-        None => {
-            read = Packed::read(&path).map_err(Failed::quietly)?;
-            &read
-        }
-    };
+    let packed = Packed::current(&git_dir.join("packed-refs"), current).map_err(Failed::quietly)?;
 
     let mut items: Vec<Item> = Vec::with_capacity(sorted.order.len());
     for (k, &i) in sorted.order.iter().enumerate() {
         let i = i as usize;
-        match lock_one(batch, packed, &sorted, k, &updates[i]) {
+        match lock_one(batch, &packed, &sorted, k, &updates[i]) {
             Ok((lock, before)) => items.push(Item::locked(i, lock, before)),
             Err(e) if atomic => return Err(Failed::quietly(e)),
             Err(e) => results[i] = Err(Box::new(e)),

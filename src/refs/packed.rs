@@ -405,16 +405,28 @@ impl Packed {
         })
     }
 
+    /// `packed-refs` at `path` as it is now: `snapshot` (the push's snapshot's) while `stat`
+    /// says it is still that file, else read again.
+    pub(super) fn current<'s>(
+        path: &Path,
+        snapshot: Option<&'s Packed>,
+    ) -> Result<std::borrow::Cow<'s, Packed>, PackedReadError> {
+        match snapshot.filter(|p| p.unchanged(path)) {
+            Some(p) => Ok(std::borrow::Cow::Borrowed(p)),
+            None => Packed::read(path).map(std::borrow::Cow::Owned),
+        }
+    }
+
     /// Whether the file at `path` is still the one read (or still missing): then it holds the
     /// same entries and need not be read again.
-    pub(super) fn unchanged(&self, path: &Path) -> bool {
+    fn unchanged(&self, path: &Path) -> bool {
         match fs::metadata(path) {
             Ok(m) => self.stat == Some(Stat::of(&m)),
             Err(e) => e.kind() == io::ErrorKind::NotFound && self.stat.is_none(),
         }
     }
 
-    pub(super) fn name(&self, e: &Entry) -> &[u8] {
+    fn name(&self, e: &Entry) -> &[u8] {
         &self.buf[e.name.clone()]
     }
 
@@ -949,10 +961,7 @@ pub(super) fn lock<'a>(
         Err(LockError::Held { .. }) => return Ok(Err(Fallback)),
         Err(e) => return Err(Failed::quietly(e)),
     };
-    let packed = match current.filter(|p| p.unchanged(&packed_path)) {
-        Some(p) => std::borrow::Cow::Borrowed(p),
-        None => std::borrow::Cow::Owned(Packed::read(&packed_path).map_err(Failed::quietly)?),
-    };
+    let packed = Packed::current(&packed_path, current).map_err(Failed::quietly)?;
 
     let dirs = dirs_of(names());
     let mut scan = Scan::new(git_dir, dirs.iter().copied());

@@ -383,6 +383,14 @@ fn a_small_push_lists_the_pack_directory_twice() {
     assert_eq!(listed, 2, "{trace}");
 }
 
+/// How many times a trace of `openat` calls opened the repository's `packed-refs`.
+fn packed_refs_reads(trace: &str) -> usize {
+    trace
+        .lines()
+        .filter(|l| l.contains("srv.git/packed-refs\""))
+        .count()
+}
+
 /// A push reads `packed-refs` once: its transaction takes the file from the push's snapshot
 /// when `stat` says it has not been replaced since, as git keeps its packed snapshot (before,
 /// the transaction read the whole file again: 19.5 MB for 300,000 refs).
@@ -401,11 +409,7 @@ fn a_small_push_reads_packed_refs_once() {
         String::from_utf8_lossy(&out.stdout).contains("ok refs/heads/main"),
         "{out:?}"
     );
-    let reads = trace
-        .lines()
-        .filter(|l| l.contains("srv.git/packed-refs\""))
-        .count();
-    assert_eq!(reads, 1, "{trace}");
+    assert_eq!(packed_refs_reads(&trace), 1, "{trace}");
     assert_eq!(w.git("srv.git", &["rev-parse", "base"]), base);
     w.fsck("srv.git").unwrap();
 }
@@ -433,11 +437,7 @@ fn a_push_of_many_refs_reads_packed_refs_once() {
         150,
         "{out:?}"
     );
-    let reads = trace
-        .lines()
-        .filter(|l| l.contains("srv.git/packed-refs\""))
-        .count();
-    assert_eq!(reads, 1, "{trace}");
+    assert_eq!(packed_refs_reads(&trace), 1, "{trace}");
     let listed = w.git("srv.git", &["for-each-ref", "refs/heads/many/"]);
     assert_eq!(listed.lines().count(), 150);
     w.fsck("srv.git").unwrap();
