@@ -58,10 +58,11 @@ pub fn agent(user_agent: Option<&str>) -> String {
     }
 }
 
-/// Write the advertisement of `refs` and `alternate_tips`. With a `namespace` prefix
-/// (`GIT_NAMESPACE`), refs inside it are advertised without it and the others as `.have`;
-/// `is_hidden(name inside the namespace, full name)` leaves refs out. `object_format` is the
-/// repository's (the zero id of `capabilities^{}`).
+/// Write the advertisement of `refs` and `alternate_tips` to `out` line by line (batching
+/// them is a buffered writer's job: a repository's refs are never copied whole). With a
+/// `namespace` prefix (`GIT_NAMESPACE`), refs inside it are advertised without it and the
+/// others as `.have`; `is_hidden(name inside the namespace, full name)` leaves refs out.
+/// `object_format` is the repository's (the zero id of `capabilities^{}`).
 #[allow(clippy::too_many_arguments)]
 pub fn write(
     out: &mut impl Write,
@@ -73,22 +74,14 @@ pub fn write(
     capabilities: &str,
     shallow: &[ObjectId],
 ) -> io::Result<()> {
-    let mut buf = Vec::with_capacity(64 * (refs.len_hint() + 1));
-    let mut seen = HashSet::new();
-    let mut line = Vec::with_capacity(512);
-    let mut first = true;
-    let mut emit = |buf: &mut Vec<u8>, oid: &ObjectId, name: &[u8]| -> io::Result<()> {
-        line.clear();
-        line.extend_from_slice(oid.to_hex().to_string().as_bytes());
-        line.push(b' ');
-        line.extend_from_slice(name);
-        if first {
-            line.push(0);
-            line.extend_from_slice(capabilities.as_bytes());
-            first = false;
-        }
-        line.push(b'\n');
-        pktline::write_data(buf, &line)
+    // As git's `show_ref_cb`: the ids advertised so far, so that a `.have` (a ref outside the
+    // namespace, an alternate's tip) names each id once and never one already advertised.
+    // Without either there is no `.have` to write, and nothing to keep.
+    let mut seen = (!namespace.is_empty() || !alternate_tips.is_empty()).then(HashSet::new);
+    let mut lines = Lines {
+        line: Vec::with_capacity(512),
+        written: 0,
+        capabilities,
     };
     for (full, oid) in refs.iter() {
         let name = full.strip_prefix(namespace.as_bytes());
@@ -97,29 +90,55 @@ pub fn write(
         }
         match name {
             Some(name) => {
-                seen.insert(oid);
-                emit(&mut buf, &oid, name)?;
+                if let Some(seen) = seen.as_mut() {
+                    seen.insert(oid);
+                }
+                lines.emit(out, &oid, name)?;
             }
             None => {
-                if seen.insert(oid) {
-                    emit(&mut buf, &oid, b".have")?;
+                if seen.as_mut().is_some_and(|s| s.insert(oid)) {
+                    lines.emit(out, &oid, b".have")?;
                 }
             }
         }
     }
     for oid in alternate_tips {
-        if seen.insert(*oid) {
-            emit(&mut buf, oid, b".have")?;
+        if seen.as_mut().is_some_and(|s| s.insert(*oid)) {
+            lines.emit(out, oid, b".have")?;
         }
     }
-    if seen.is_empty() {
-        emit(&mut buf, &ObjectId::null(object_format), b"capabilities^{}")?;
+    if lines.written == 0 {
+        lines.emit(out, &ObjectId::null(object_format), b"capabilities^{}")?;
     }
     // A shallow repository says where its history ends.
     for id in shallow {
-        pktline::write_data(&mut buf, format!("shallow {id}\n").as_bytes())?;
+        pktline::write_data(out, format!("shallow {id}\n").as_bytes())?;
     }
-    pktline::write_flush(&mut buf)?;
-    out.write_all(&buf)?;
+    pktline::write_flush(out)?;
     out.flush()
+}
+
+/// The advertisement's ref lines as they are written: the first one carries the capabilities.
+struct Lines<'a> {
+    line: Vec<u8>,
+    written: usize,
+    capabilities: &'a str,
+}
+
+impl Lines<'_> {
+    fn emit(&mut self, out: &mut impl Write, oid: &ObjectId, name: &[u8]) -> io::Result<()> {
+        let mut hex = [0u8; gix_hash::Kind::longest().len_in_hex()];
+        let line = &mut self.line;
+        line.clear();
+        line.extend_from_slice(oid.hex_to_buf(&mut hex).as_bytes());
+        line.push(b' ');
+        line.extend_from_slice(name);
+        if self.written == 0 {
+            line.push(0);
+            line.extend_from_slice(self.capabilities.as_bytes());
+        }
+        line.push(b'\n');
+        self.written += 1;
+        pktline::write_data(out, line)
+    }
 }

@@ -176,12 +176,6 @@ impl Refs {
         }
     }
 
-    /// About how many refs there are, for sizing what lists them: `packed-refs`' entries are
-    /// not counted but guessed from its size (a line holds an id and a name).
-    pub fn len_hint(&self) -> usize {
-        self.entries.len() + self.packed.as_ref().map_or(0, |p| p.file.buf.len() / 64)
-    }
-
     /// Whether there are no refs.
     pub fn is_empty(&self) -> bool {
         self.iter().next().is_none()

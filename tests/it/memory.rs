@@ -686,3 +686,73 @@ fn a_received_pack_is_given_back_as_it_is_read() {
         );
     }
 }
+
+/// The peak RSS (KiB, `wait4`'s) of `berth receive-pack --advertise-refs` on `repo`, and the
+/// bytes it wrote.
+fn advertisement_peak_kib(w: &World, repo: &str) -> (u64, usize) {
+    use std::io::Read;
+    // Waited for below, with `wait4` for its peak RSS.
+    #[allow(clippy::zombie_processes)]
+    let mut child = w
+        .cmd(crate::common::berth(), ".")
+        .args(["receive-pack", "--advertise-refs", repo])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut written = 0;
+    let mut out = child.stdout.take().unwrap();
+    let mut buf = vec![0; 1 << 16];
+    loop {
+        match out.read(&mut buf).unwrap() {
+            0 => break,
+            n => written += n,
+        }
+    }
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    // SAFETY: the child is ours and not waited for elsewhere; both pointers are to locals.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32, "wait4");
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    (usage.ru_maxrss as u64, written)
+}
+
+/// The advertisement is written as it is made, not gathered first: the memory one more packed
+/// ref costs it (the slope of the peak RSS between 20,000 and 220,000 refs, so that fixed costs
+/// cancel) is about its line in `packed-refs`, which berth reads whole. Before 2026-12-07 the
+/// whole answer was built in memory and then written, about twice as much; and every advertised
+/// id was kept in a set even where no `.have` line could need it.
+#[test]
+fn the_advertisement_is_streamed() {
+    let w = World::new();
+    w.git(".", &["init", "-q", "--bare", "srv.git"]);
+    let tree = w.git("srv.git", &["hash-object", "-t", "tree", "-w", "/dev/null"]);
+    let commit = w.git("srv.git", &["commit-tree", "-m", "one", tree.trim()]);
+    let commit = commit.trim();
+    let mut slope = Vec::new();
+    for refs in [20_000usize, 220_000] {
+        let repo = format!("srv-{refs}.git");
+        w.git(".", &["clone", "-q", "--bare", "srv.git", &repo]);
+        let mut packed = b"# pack-refs with: peeled fully-peeled sorted \n".to_vec();
+        for i in 0..refs {
+            writeln!(packed, "{commit} refs/heads/b/{i:07}").unwrap();
+        }
+        std::fs::write(w.path(&repo).join("packed-refs"), &packed).unwrap();
+        let (peak, written) = advertisement_peak_kib(&w, &repo);
+        assert!(written > packed.len(), "{written} bytes advertised");
+        slope.push((peak, packed.len(), written));
+    }
+    let [(small, small_file, _), (large, large_file, large_written)] = slope[..] else {
+        unreachable!()
+    };
+    let per_ref = (large.saturating_sub(small) * 1024) / 200_000;
+    let file_per_ref = ((large_file - small_file) / 200_000) as u64;
+    eprintln!(
+        "peak RSS {small} KiB, {large} KiB: {per_ref} bytes a ref; packed-refs {file_per_ref} \
+         bytes a ref; {large_written} bytes advertised"
+    );
+    assert!(
+        per_ref <= file_per_ref + file_per_ref / 3,
+        "{per_ref} bytes a ref advertised (peak RSS {small} KiB at 20,000 refs, {large} KiB at \
+         220,000), for {file_per_ref} bytes a ref in packed-refs"
+    );
+}
