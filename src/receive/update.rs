@@ -23,8 +23,9 @@ pub(super) fn execute_non_atomic<W: Write, E: Write>(
 ) -> Result<(), Fatal> {
     // Deletions first, in their own batch, so a deleted `a/b` does not conflict with a new `a`.
     // The first batch is checked against the refs read for the decisions; a later one against
-    // the refs as the earlier batch left them.
+    // the refs as the earlier batch left them, read again only when there is a later one.
     let mut after_first: Option<Refs> = None;
+    let mut deleted = false;
     for deletions in [true, false] {
         let (mut queued, mut updates) = (
             Vec::with_capacity(cmds.len()),
@@ -46,10 +47,10 @@ pub(super) fn execute_non_atomic<W: Write, E: Write>(
         if queued.is_empty() {
             continue;
         }
-        let current = match &after_first {
-            Some(refs) => refs,
-            None => &ctx.refs,
-        };
+        if deleted {
+            after_first = Some(store.snapshot().map_err(Fatal::Refs)?);
+        }
+        let current = after_first.as_ref().unwrap_or(&ctx.refs);
         let result = commit(
             store,
             &updates,
@@ -61,9 +62,7 @@ pub(super) fn execute_non_atomic<W: Write, E: Write>(
             ctx.gate.map_or(0, |g| g.lost_ref_retries()),
         );
         give_back(cmds, &queued, updates, ctx);
-        if deletions {
-            after_first = Some(store.snapshot().map_err(Fatal::Refs)?);
-        }
+        deleted |= deletions;
         match result {
             Ok(results) => {
                 for (i, result) in queued.iter().zip(results) {

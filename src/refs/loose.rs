@@ -17,13 +17,15 @@
 //! 3. The `prepared` hook (announced by the [transaction](super::transaction), which holds
 //!    the locks until it is committed or dropped).
 //! 4. Append the reflogs; rename each update's lock over its ref; rewrite `packed-refs` without
-//!    the deleted refs (only if one of them is in it, as git's `is_packed_transaction_needed`);
+//!    the deleted refs (only if one of them is in it, as git's `is_packed_transaction_needed`;
+//!    the file as step 1 had it while `stat` says it is the same one, else read again);
 //!    remove the deleted refs' loose files under their locks, then their empty directories;
 //!    release the locks.
 //!
 //! A failure in step 1 fails that ref alone in a non-atomic push and the whole push in an atomic
 //! one; every lock taken so far is removed.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, Write};
@@ -46,6 +48,9 @@ pub(super) struct Locked<'a> {
     updates: &'a [RefUpdate],
     items: Vec<Item>,
     packed_lock: Option<Lock>,
+    /// `packed-refs` as step 1 read it: a deletion's rewrite takes it again while `stat` says it
+    /// is the same file (checked under `packed-refs.lock`).
+    packed: Cow<'a, Packed>,
 }
 
 /// Steps 1 and 2 for the live updates (`results[i].is_ok()`): a ref that fails drops out with
@@ -55,7 +60,7 @@ pub(super) fn lock<'a>(
     batch: super::Batch<'a>,
     updates: &'a [RefUpdate],
     results: &mut [RefResult],
-    current: Option<&Packed>,
+    current: Option<&'a Packed>,
 ) -> Result<Locked<'a>, Failed<PrepareError>> {
     let super::Batch {
         git_dir, atomic, ..
@@ -96,6 +101,7 @@ pub(super) fn lock<'a>(
         updates,
         items,
         packed_lock,
+        packed,
     })
 }
 
@@ -111,6 +117,7 @@ impl Locked<'_> {
             updates,
             items,
             packed_lock,
+            packed,
         } = self;
         let super::Batch {
             git_dir,
@@ -179,7 +186,7 @@ impl Locked<'_> {
             }
             // Under packed-refs.lock: what is in packed-refs now.
             let packed_path = git_dir.join("packed-refs");
-            let current = Packed::read(&packed_path).map_err(Failed::quietly)?;
+            let current = Packed::current(&packed_path, Some(&packed)).map_err(Failed::quietly)?;
             if deletions
                 .iter()
                 .any(|it| current.get(&updates[it.index()].name).is_some())

@@ -443,6 +443,48 @@ fn a_push_of_many_refs_reads_packed_refs_once() {
     w.fsck("srv.git").unwrap();
 }
 
+/// A push that deletes a packed ref reads `packed-refs` once too: the rewrite without it, under
+/// `packed-refs.lock`, takes the file as the transaction's first step had it while `stat` says
+/// it is the same one (before, it read the whole file again).
+#[test]
+fn a_deletion_reads_packed_refs_once() {
+    if common::reftable() {
+        return; // about packed-refs, the files backend's
+    }
+    let w = World::new();
+    let (c1, _) = w.server_with_history();
+    w.git("srv.git", &["config", "receive.autogc", "false"]);
+    for name in ["refs/heads/gone", "refs/heads/kept"] {
+        w.git("srv.git", &["update-ref", name, &c1]);
+    }
+    w.git("srv.git", &["pack-refs", "--all"]);
+    let input = common::request(
+        &[format!("{c1} {} refs/heads/gone", common::ZERO)],
+        "report-status delete-refs",
+    );
+    let (out, trace) = traced_receive_pack(&w, &["-e", "trace=openat"], &[], &input);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ok refs/heads/gone"),
+        "{out:?}"
+    );
+    assert_eq!(packed_refs_reads(&trace), 1, "{trace}");
+    let packed = std::fs::read_to_string(w.path("srv.git/packed-refs")).unwrap();
+    assert!(!packed.contains("refs/heads/gone"), "{packed}");
+    assert!(
+        packed.contains(&format!("{c1} refs/heads/kept")),
+        "{packed}"
+    );
+    let listed = w.git(
+        "srv.git",
+        &["for-each-ref", "--format=%(refname)", "refs/heads/"],
+    );
+    assert!(
+        listed.contains("refs/heads/kept\n") && !listed.contains("gone"),
+        "{listed}"
+    );
+    w.fsck("srv.git").unwrap();
+}
+
 /// An advertisement (smart HTTP's `GET info/refs`) runs no hook, so it looks none up (nor does
 /// git): no path under `hooks/` is looked at.
 #[test]
