@@ -391,6 +391,27 @@ fn packed_refs_reads(trace: &str) -> usize {
         .count()
 }
 
+/// `input` through berth's receive-pack under `strace`: its answer, checked to have read
+/// `packed-refs` once.
+fn push_reading_packed_refs_once(w: &World, input: &[u8]) -> String {
+    let (out, trace) = traced_receive_pack(w, &["-e", "trace=openat"], &[], input);
+    assert_eq!(packed_refs_reads(&trace), 1, "{trace}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A server with history, without auto maintenance, every ref packed and `names` naming its
+/// first commit too: the world and that commit.
+fn packed_server(names: &[&str]) -> (World, String) {
+    let w = World::new();
+    let (c1, _) = w.server_with_history();
+    w.git("srv.git", &["config", "receive.autogc", "false"]);
+    for name in names {
+        w.git("srv.git", &["update-ref", name, &c1]);
+    }
+    w.git("srv.git", &["pack-refs", "--all"]);
+    (w, c1)
+}
+
 /// A push reads `packed-refs` once: its transaction takes the file from the push's snapshot
 /// when `stat` says it has not been replaced since, as git keeps its packed snapshot (before,
 /// the transaction read the whole file again: 19.5 MB for 300,000 refs).
@@ -404,12 +425,8 @@ fn a_small_push_reads_packed_refs_once() {
     let base = w.git("srv.git", &["commit-tree", "-m", "base", tree.trim()]);
     w.git("srv.git", &["update-ref", "refs/heads/base", base.trim()]);
     w.git("srv.git", &["pack-refs", "--all"]);
-    let (out, trace) = traced_receive_pack(&w, &["-e", "trace=openat"], &[], &input);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("ok refs/heads/main"),
-        "{out:?}"
-    );
-    assert_eq!(packed_refs_reads(&trace), 1, "{trace}");
+    let answer = push_reading_packed_refs_once(&w, &input);
+    assert!(answer.contains("ok refs/heads/main"), "{answer}");
     assert_eq!(w.git("srv.git", &["rev-parse", "base"]), base);
     w.fsck("srv.git").unwrap();
 }
@@ -421,23 +438,18 @@ fn a_push_of_many_refs_reads_packed_refs_once() {
     if common::reftable() {
         return; // about packed-refs, the files backend's
     }
-    let w = World::new();
-    let (c1, _) = w.server_with_history();
-    w.git("srv.git", &["config", "receive.autogc", "false"]);
-    w.git("srv.git", &["pack-refs", "--all"]);
+    let (w, c1) = packed_server(&[]);
     let commands: Vec<String> = (0..150)
         .map(|i| format!("{} {c1} refs/heads/many/{i:03}", common::ZERO))
         .collect();
     let mut input = common::request(&commands, " report-status");
     input.extend(common::EMPTY_PACK);
-    let (out, trace) = traced_receive_pack(&w, &["-e", "trace=openat"], &[], &input);
-    let answer = String::from_utf8_lossy(&out.stdout);
+    let answer = push_reading_packed_refs_once(&w, &input);
     assert_eq!(
         answer.matches("ok refs/heads/many/").count(),
         150,
-        "{out:?}"
+        "{answer}"
     );
-    assert_eq!(packed_refs_reads(&trace), 1, "{trace}");
     let listed = w.git("srv.git", &["for-each-ref", "refs/heads/many/"]);
     assert_eq!(listed.lines().count(), 150);
     w.fsck("srv.git").unwrap();
@@ -451,23 +463,13 @@ fn a_deletion_reads_packed_refs_once() {
     if common::reftable() {
         return; // about packed-refs, the files backend's
     }
-    let w = World::new();
-    let (c1, _) = w.server_with_history();
-    w.git("srv.git", &["config", "receive.autogc", "false"]);
-    for name in ["refs/heads/gone", "refs/heads/kept"] {
-        w.git("srv.git", &["update-ref", name, &c1]);
-    }
-    w.git("srv.git", &["pack-refs", "--all"]);
+    let (w, c1) = packed_server(&["refs/heads/gone", "refs/heads/kept"]);
     let input = common::request(
         &[format!("{c1} {} refs/heads/gone", common::ZERO)],
         "report-status delete-refs",
     );
-    let (out, trace) = traced_receive_pack(&w, &["-e", "trace=openat"], &[], &input);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("ok refs/heads/gone"),
-        "{out:?}"
-    );
-    assert_eq!(packed_refs_reads(&trace), 1, "{trace}");
+    let answer = push_reading_packed_refs_once(&w, &input);
+    assert!(answer.contains("ok refs/heads/gone"), "{answer}");
     let packed = std::fs::read_to_string(w.path("srv.git/packed-refs")).unwrap();
     assert!(!packed.contains("refs/heads/gone"), "{packed}");
     assert!(
