@@ -51,8 +51,15 @@ fn bench(c: &mut Criterion) {
                     name: n.as_str().into(),
                     status: if i % 100 == 99 { &ng } else { &ok },
                 });
-            berth::protocol::report::build(berth::protocol::report::Kind::V2, None, entries)
-                .unwrap()
+            let mut out = Vec::with_capacity(400_000);
+            berth::protocol::report::write(
+                &mut out,
+                berth::protocol::report::Kind::V2,
+                None,
+                entries,
+            )
+            .unwrap();
+            out
         })
     });
 }

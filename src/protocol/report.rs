@@ -183,66 +183,134 @@ pub struct Entry<'a> {
     pub status: &'a Status,
 }
 
-/// Build the report: `unpack ok|<error>`, then `ok <ref>` or `ng <ref> <reason>` per command in
-/// the client's order (with report-status-v2, proc-receive's rewrites as `option` lines), then
-/// a flush.
-pub fn build<'a>(
+/// Write the report to `out`: `unpack ok|<error>`, then `ok <ref>` or `ng <ref> <reason>` per
+/// command in the client's order (with report-status-v2, proc-receive's rewrites as `option`
+/// lines), then a flush. Written line by line: git gathers the whole report first (28 bytes a
+/// ref for `refs/heads/b/0000000`, 28 MB for a million), which only its packets need, and
+/// [`Sideband::band1`] cuts the same packets from the stream.
+pub fn write<'a>(
+    out: &mut impl Write,
     kind: Kind,
     unpack: Option<&str>,
     entries: impl Iterator<Item = Entry<'a>>,
-) -> io::Result<Vec<u8>> {
-    // `ok <name>` in a pkt-line is about 40 bytes for a usual name: grown once or not at all.
-    let mut buf = Vec::with_capacity(32 + entries.size_hint().0 * 40);
+) -> io::Result<()> {
     let mut line = Vec::new();
-    let mut put = |buf: &mut Vec<u8>, parts: &[&[u8]]| {
+    let mut put = |out: &mut _, parts: &[&[u8]]| {
         line.clear();
         for p in parts {
             line.extend_from_slice(p);
         }
         line.push(b'\n');
-        pktline::write_data(buf, &line)
+        pktline::write_data(out, &line)
     };
-    put(&mut buf, &[b"unpack ", unpack.unwrap_or("ok").as_bytes()])?;
+    put(out, &[b"unpack ", unpack.unwrap_or("ok").as_bytes()])?;
     for e in entries {
         let rewrites = match e.status {
             Status::Rejected(reason) => {
-                put(
-                    &mut buf,
-                    &[b"ng ", e.name, b" ", reason.as_str().as_bytes()],
-                )?;
+                put(out, &[b"ng ", e.name, b" ", reason.as_str().as_bytes()])?;
                 continue;
             }
             Status::ProcReceive(rewrites) => rewrites.as_slice(),
             _ => &[],
         };
-        put(&mut buf, &[b"ok ", e.name])?;
+        put(out, &[b"ok ", e.name])?;
         if kind != Kind::V2 {
             continue;
         }
         for (i, r) in rewrites.iter().enumerate() {
             if i > 0 {
-                put(&mut buf, &[b"ok ", e.name])?;
+                put(out, &[b"ok ", e.name])?;
             }
             if let Some(name) = &r.refname {
-                put(&mut buf, &[b"option refname ", name])?;
+                put(out, &[b"option refname ", name])?;
             }
             if let Some(old) = &r.old {
-                put(&mut buf, &[b"option old-oid ", old.to_string().as_bytes()])?;
+                put(out, &[b"option old-oid ", old.to_string().as_bytes()])?;
             }
             if let Some(new) = &r.new {
-                put(&mut buf, &[b"option new-oid ", new.to_string().as_bytes()])?;
+                put(out, &[b"option new-oid ", new.to_string().as_bytes()])?;
             }
             if r.forced {
-                put(&mut buf, &[b"option forced-update"])?;
+                put(out, &[b"option forced-update"])?;
             }
         }
     }
-    pktline::write_flush(&mut buf)?;
-    Ok(buf)
+    pktline::write_flush(out)
 }
 
-/// Send a built report over the muxer's band 1.
-pub fn send<W: Write, E: Write>(sideband: &mut Sideband<W, E>, report: &[u8]) -> io::Result<()> {
-    sideband.data(report)?;
+/// Send the report over the muxer's band 1 ([`write`]), and flush.
+pub fn send<'a, W: Write, E: Write>(
+    sideband: &mut Sideband<W, E>,
+    kind: Kind,
+    unpack: Option<&str>,
+    entries: impl Iterator<Item = Entry<'a>>,
+) -> io::Result<()> {
+    let mut band = sideband.band1();
+    write(&mut band, kind, unpack, entries)?;
+    band.finish()?;
     sideband.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::sideband::{BAND_64K_DATA_MAX, Mode};
+
+    fn report(kind: Kind, entries: &[(&str, Status)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let entries = entries.iter().map(|(name, status)| Entry {
+            name: (*name).into(),
+            status,
+        });
+        write(&mut out, kind, None, entries).unwrap();
+        out
+    }
+
+    #[test]
+    fn lines_as_git_writes_them() {
+        let rewrite = Rewrite {
+            refname: Some("refs/heads/topic".into()),
+            old: None,
+            new: None,
+            forced: true,
+        };
+        let entries = [
+            ("refs/heads/main", Status::Updated),
+            ("refs/heads/bad", Status::Rejected(Reason::NonFastForward)),
+            ("refs/for/main", Status::ProcReceive(vec![rewrite.clone(), rewrite])),
+        ];
+        let v1 = "000eunpack ok\n0017ok refs/heads/main\n0027ng refs/heads/bad non-fast-forward\n\
+                  0015ok refs/for/main\n0000";
+        assert_eq!(String::from_utf8(report(Kind::V1, &entries)).unwrap(), v1);
+        let v2 = "000eunpack ok\n0017ok refs/heads/main\n0027ng refs/heads/bad non-fast-forward\n\
+                  0015ok refs/for/main\n0024option refname refs/heads/topic\n\
+                  0019option forced-update\n0015ok refs/for/main\n\
+                  0024option refname refs/heads/topic\n0019option forced-update\n0000";
+        assert_eq!(String::from_utf8(report(Kind::V2, &entries)).unwrap(), v2);
+    }
+
+    /// Sent line by line, a report longer than one packet is cut into the packets git cuts its
+    /// whole report into.
+    #[test]
+    fn a_long_report_is_sent_in_gits_packets() {
+        let names: Vec<String> = (0..10_000).map(|i| format!("refs/heads/b/{i:07}")).collect();
+        let entries: Vec<(&str, Status)> =
+            names.iter().map(|n| (n.as_str(), Status::Updated)).collect();
+        let whole = report(Kind::V2, &entries);
+        assert!(whole.len() > 4 * BAND_64K_DATA_MAX);
+        let mut expected = Vec::new();
+        for chunk in whole.chunks(BAND_64K_DATA_MAX) {
+            expected.extend(format!("{:04x}\x01", chunk.len() + 5).bytes());
+            expected.extend_from_slice(chunk);
+        }
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut sb = Sideband::new(&mut out, &mut err, Mode::Band64k);
+        let entries = entries.iter().map(|(name, status)| Entry {
+            name: (*name).into(),
+            status,
+        });
+        send(&mut sb, Kind::V2, None, entries).unwrap();
+        assert!(out == expected);
+        assert!(err.is_empty());
+    }
 }

@@ -64,9 +64,19 @@ impl<W: Write, E: Write> Sideband<W, E> {
         self.mode
     }
 
-    /// Band 1: the primary data (the report). Without sideband the bytes are written as they are.
-    pub fn data(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.band(1, bytes)
+    /// Band 1, the primary data (the report), as a writer: what is written goes out in packets
+    /// of [`BAND_64K_DATA_MAX`] bytes, the packets git's `send_sideband` cuts the whole report
+    /// into, however it is written (without sideband, as it is). [`Band1::finish`] sends the
+    /// last, shorter packet.
+    pub fn band1(&mut self) -> Band1<'_, W, E> {
+        let pending = match self.mode {
+            Mode::Band64k => Vec::with_capacity(BAND_64K_DATA_MAX),
+            Mode::None => Vec::new(),
+        };
+        Band1 {
+            sideband: self,
+            pending,
+        }
     }
 
     /// Band 2: progress and hook output; on stderr without sideband.
@@ -140,6 +150,49 @@ impl<W: Write, E: Write> Sideband<W, E> {
     }
 }
 
+/// Band 1 being written ([`Sideband::band1`]): with sideband, the bytes of the packet not yet
+/// full.
+pub struct Band1<'a, W: Write, E: Write> {
+    sideband: &'a mut Sideband<W, E>,
+    pending: Vec<u8>,
+}
+
+impl<W: Write, E: Write> Band1<'_, W, E> {
+    /// Send what is left as the last packet (none when nothing is).
+    pub fn finish(mut self) -> io::Result<()> {
+        self.send_pending()
+    }
+
+    fn send_pending(&mut self) -> io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.sideband.band(1, &self.pending)?;
+        self.pending.clear();
+        Ok(())
+    }
+}
+
+impl<W: Write, E: Write> Write for Band1<'_, W, E> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.sideband.mode == Mode::None {
+            return self.sideband.out.write(buf);
+        }
+        let take = buf.len().min(BAND_64K_DATA_MAX - self.pending.len());
+        self.pending.extend_from_slice(&buf[..take]);
+        if self.pending.len() == BAND_64K_DATA_MAX {
+            self.send_pending()?;
+        }
+        Ok(take)
+    }
+
+    /// Flushes what was sent; a packet not yet full stays (sending it would cut the report
+    /// into other packets than git's).
+    fn flush(&mut self) -> io::Result<()> {
+        self.sideband.out.flush()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,7 +203,9 @@ mod tests {
         let mut err = Vec::new();
         let mut sb = Sideband::new(&mut out, &mut err, Mode::Band64k);
         sb.error("hook declined to update refs/heads/bad").unwrap();
-        sb.data(&vec![b'x'; BAND_64K_DATA_MAX + 1]).unwrap();
+        let mut band = sb.band1();
+        band.write_all(&vec![b'x'; BAND_64K_DATA_MAX + 1]).unwrap();
+        band.finish().unwrap();
         sb.keepalive().unwrap();
         sb.finish().unwrap();
         let expected_msg = b"0033\x02error: hook declined to update refs/heads/bad\n";
@@ -162,13 +217,45 @@ mod tests {
         assert!(err.is_empty());
     }
 
+    /// The packets of band 1 are git's `send_sideband` cut of the whole: the same however the
+    /// bytes are written (a report is written line by line).
+    #[test]
+    fn band1_written_in_pieces_is_cut_as_a_whole() {
+        let whole: Vec<u8> = (0..3 * BAND_64K_DATA_MAX + 17).map(|i| i as u8).collect();
+        let mut expected = Vec::new();
+        for chunk in whole.chunks(BAND_64K_DATA_MAX) {
+            expected.extend(format!("{:04x}\x01", chunk.len() + 5).bytes());
+            expected.extend_from_slice(chunk);
+        }
+        for piece in [1, 28, 4096, BAND_64K_DATA_MAX, BAND_64K_DATA_MAX + 3, whole.len()] {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let mut sb = Sideband::new(&mut out, &mut err, Mode::Band64k);
+            let mut band = sb.band1();
+            for p in whole.chunks(piece) {
+                band.write_all(p).unwrap();
+                band.flush().unwrap();
+            }
+            band.finish().unwrap();
+            assert!(out == expected, "written {piece} bytes at a time");
+        }
+        // Nothing written, nothing sent.
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        Sideband::new(&mut out, &mut err, Mode::Band64k)
+            .band1()
+            .finish()
+            .unwrap();
+        assert!(out.is_empty());
+    }
+
     #[test]
     fn without_sideband_messages_go_to_stderr() {
         let mut out = Vec::new();
         let mut err = Vec::new();
         let mut sb = Sideband::new(&mut out, &mut err, Mode::None);
         sb.warning("deleting a non-existent ref").unwrap();
-        sb.data(b"000eunpack ok\n0000").unwrap();
+        let mut band = sb.band1();
+        band.write_all(b"000eunpack ok\n0000").unwrap();
+        band.finish().unwrap();
         sb.keepalive().unwrap();
         sb.finish().unwrap();
         assert_eq!(out, b"000eunpack ok\n0000");

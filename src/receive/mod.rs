@@ -544,6 +544,5 @@ fn send_report<W: Write, E: Write>(
         Unpack::Failed(e) => Some(e.as_str()),
         Unpack::Ok | Unpack::NotNeeded => None,
     };
-    let buf = report::build(kind, unpack, entries)?;
-    report::send(sb, &buf)
+    report::send(sb, kind, unpack, entries)
 }

@@ -687,33 +687,59 @@ fn a_received_pack_is_given_back_as_it_is_read() {
     }
 }
 
-/// The peak RSS (KiB, `wait4`'s) of `berth receive-pack --advertise-refs` on `repo`, and the
-/// bytes it wrote.
-fn advertisement_peak_kib(w: &World, repo: &str) -> (u64, usize) {
+/// The peak RSS (KiB) of `berth receive-pack` with `args`, reading `input` (none: stdin
+/// closed), and what it wrote; it must exit 0. Measured as `berth bench` measures a receiver:
+/// through benches/peak_rss.c (built here with `cc`), which forks it and takes `wait4`'s
+/// figure. Spawned from this process directly, berth's figure would start from this process's
+/// own resident set at the time (Linux records the old address space's high-water mark at
+/// exec), which the tests running beside it move.
+fn receive_pack_peak_kib(w: &World, args: &[&str], input: Option<&[u8]>) -> (u64, Vec<u8>) {
     use std::io::Read;
-    // Waited for below, with `wait4` for its peak RSS.
-    #[allow(clippy::zombie_processes)]
+    let helper = w.path("peak_rss");
+    if !helper.exists() {
+        let source = w.path("peak_rss.c");
+        std::fs::write(&source, include_str!("../../benches/peak_rss.c")).unwrap();
+        let cc = std::process::Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(&helper)
+            .arg(&source)
+            .output()
+            .expect("cc, to build benches/peak_rss.c");
+        assert!(
+            cc.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+    }
+    let stdin = match input {
+        Some(bytes) => {
+            let path = w.path("request");
+            std::fs::write(&path, bytes).unwrap();
+            Stdio::from(std::fs::File::open(&path).unwrap())
+        }
+        None => Stdio::null(),
+    };
+    let peak_file = w.path("peak");
     let mut child = w
-        .cmd(crate::common::berth(), ".")
-        .args(["receive-pack", "--advertise-refs", repo])
+        .cmd(&helper, ".")
+        .arg(&peak_file)
+        .arg(crate::common::berth())
+        .arg("receive-pack")
+        .args(args)
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut written = 0;
-    let mut out = child.stdout.take().unwrap();
-    let mut buf = vec![0; 1 << 16];
-    loop {
-        match out.read(&mut buf).unwrap() {
-            0 => break,
-            n => written += n,
-        }
-    }
-    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
-    // SAFETY: the child is ours and not waited for elsewhere; both pointers are to locals.
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as i32, "wait4");
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-    (usage.ru_maxrss as u64, written)
+    let mut written = Vec::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut written)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let peak = std::fs::read_to_string(&peak_file).unwrap();
+    (peak.trim().parse().unwrap(), written)
 }
 
 /// The advertisement is written as it is made, not gathered first: the memory one more packed
@@ -737,7 +763,8 @@ fn the_advertisement_is_streamed() {
             writeln!(packed, "{commit} refs/heads/b/{i:07}").unwrap();
         }
         std::fs::write(w.path(&repo).join("packed-refs"), &packed).unwrap();
-        let (peak, written) = advertisement_peak_kib(&w, &repo);
+        let (peak, written) = receive_pack_peak_kib(&w, &["--advertise-refs", &repo], None);
+        let written = written.len();
         assert!(written > packed.len(), "{written} bytes advertised");
         slope.push((peak, packed.len(), written));
     }
@@ -754,5 +781,56 @@ fn the_advertisement_is_streamed() {
         per_ref <= file_per_ref + file_per_ref / 3,
         "{per_ref} bytes a ref advertised (peak RSS {small} KiB at 20,000 refs, {large} KiB at \
          220,000), for {file_per_ref} bytes a ref in packed-refs"
+    );
+}
+
+/// The report is written as it is made, not gathered first: the memory one more created ref
+/// costs a push (the slope of the peak RSS between 10,000 and 50,000 refs, so that fixed costs
+/// cancel) is its name once and the per-command state, about 900 bytes a ref for names of 621
+/// bytes. Before 2026-12-08 the whole report was built in memory and then written (as git
+/// does), its `ok <name>` line on top of that: about 1,580 bytes a ref here, 28 MB more for the
+/// million refs of `berth bench many-refs`.
+#[test]
+fn the_report_is_streamed() {
+    let w = World::new();
+    w.git(".", &["init", "-q", "--bare", "srv.git"]);
+    w.git("srv.git", &["config", "receive.autogc", "false"]);
+    let tree = w.git("srv.git", &["hash-object", "-t", "tree", "-w", "/dev/null"]);
+    let commit = w.git("srv.git", &["commit-tree", "-m", "one", tree.trim()]);
+    let commit = commit.trim();
+    // Long names, so that a report line weighs against the rest: three components of 200.
+    let dirs = ["x", "y", "z"].map(|c| c.repeat(200)).join("/");
+    let name_len = format!("refs/heads/{dirs}/0000000").len();
+    let mut slope = Vec::new();
+    for refs in [10_000usize, 50_000] {
+        let repo = format!("srv-{refs}.git");
+        w.git(".", &["clone", "-q", "--bare", "srv.git", &repo]);
+        w.git(&repo, &["config", "receive.autogc", "false"]);
+        let cmds: Vec<String> = (0..refs)
+            .map(|i| format!("{ZERO} {commit} refs/heads/{dirs}/{i:07}"))
+            .collect();
+        // Without the sideband the report is plain pkt-lines, each `ok` line counted whole.
+        let mut input = crate::common::request(&cmds, "report-status-v2 quiet");
+        input.extend(crate::common::EMPTY_PACK);
+        let (peak, written) = receive_pack_peak_kib(&w, &["--stateless-rpc", &repo], Some(&input));
+        assert!(written.starts_with(b"000eunpack ok\n"));
+        let oks = written
+            .windows(14)
+            .filter(|l| l.starts_with(b"ok refs/heads/"))
+            .count();
+        assert_eq!(oks, refs, "every ref reported ok");
+        slope.push(peak);
+    }
+    let per_ref = (slope[1].saturating_sub(slope[0]) * 1024) / 40_000;
+    eprintln!(
+        "peak RSS {} KiB, {} KiB: {per_ref} bytes a ref for names of {name_len} bytes",
+        slope[0], slope[1]
+    );
+    assert!(
+        per_ref < 2 * name_len as u64,
+        "{per_ref} bytes a ref (peak RSS {} KiB at 10,000 refs, {} KiB at 50,000) for names of \
+         {name_len} bytes: the report is gathered whole",
+        slope[0],
+        slope[1]
     );
 }
