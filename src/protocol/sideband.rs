@@ -151,7 +151,8 @@ impl<W: Write, E: Write> Sideband<W, E> {
 }
 
 /// Band 1 being written ([`Sideband::band1`]): with sideband, the bytes of the packet not yet
-/// full.
+/// full, which only [`Band1::finish`] sends.
+#[must_use = "the last packet is sent by `finish`"]
 pub struct Band1<'a, W: Write, E: Write> {
     sideband: &'a mut Sideband<W, E>,
     pending: Vec<u8>,
