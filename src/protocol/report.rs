@@ -298,11 +298,7 @@ mod tests {
             names.iter().map(|n| (n.as_str(), Status::Updated)).collect();
         let whole = report(Kind::V2, &entries);
         assert!(whole.len() > 4 * BAND_64K_DATA_MAX);
-        let mut expected = Vec::new();
-        for chunk in whole.chunks(BAND_64K_DATA_MAX) {
-            expected.extend(format!("{:04x}\x01", chunk.len() + 5).bytes());
-            expected.extend_from_slice(chunk);
-        }
+        let expected = crate::protocol::sideband::gits_band1_packets(&whole);
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let mut sb = Sideband::new(&mut out, &mut err, Mode::Band64k);
         let entries = entries.iter().map(|(name, status)| Entry {

@@ -194,6 +194,18 @@ impl<W: Write, E: Write> Write for Band1<'_, W, E> {
     }
 }
 
+/// `whole` on band 1 as git's `send_sideband` sends it in one call: the tests' expectation of
+/// what [`Band1`] sends however `whole` is written to it.
+#[cfg(test)]
+pub(crate) fn gits_band1_packets(whole: &[u8]) -> Vec<u8> {
+    let mut packets = Vec::new();
+    for chunk in whole.chunks(BAND_64K_DATA_MAX) {
+        packets.extend(format!("{:04x}\x01", chunk.len() + 5).bytes());
+        packets.extend_from_slice(chunk);
+    }
+    packets
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,11 +235,7 @@ mod tests {
     #[test]
     fn band1_written_in_pieces_is_cut_as_a_whole() {
         let whole: Vec<u8> = (0..3 * BAND_64K_DATA_MAX + 17).map(|i| i as u8).collect();
-        let mut expected = Vec::new();
-        for chunk in whole.chunks(BAND_64K_DATA_MAX) {
-            expected.extend(format!("{:04x}\x01", chunk.len() + 5).bytes());
-            expected.extend_from_slice(chunk);
-        }
+        let expected = gits_band1_packets(&whole);
         for piece in [1, 28, 4096, BAND_64K_DATA_MAX, BAND_64K_DATA_MAX + 3, whole.len()] {
             let (mut out, mut err) = (Vec::new(), Vec::new());
             let mut sb = Sideband::new(&mut out, &mut err, Mode::Band64k);

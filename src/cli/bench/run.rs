@@ -673,8 +673,8 @@ fn run_once(
             }
             stderr
         });
-        // Room for the report up front (`ok <name>` a ref): grown as it came, its copies were
-        // the bench's work while the receiver waited on a full pipe.
+        // Room for the report up front (`ok <name>` a ref) rather than grown, each growth a
+        // copy made while the receiver may wait on a full pipe (not measured on its own).
         let mut stdout = Vec::with_capacity(setup.expected.len() * 48 + 1024);
         if let Some(mut out) = child.stdout.take() {
             out.read_to_end(&mut stdout)?;
